@@ -1,0 +1,210 @@
+// Package api serves envd's HTTP API with gin.
+//
+// Handlers parse the request, authenticate it, call the Core and map its
+// errors; they hold no business logic. Every route under /v1 needs an
+// "Authorization: Bearer <token>" header. Errors are JSON:
+//
+//	{"error": {"code": "not_found", "message": "project \"p\": not found"}}
+//
+// with the HTTP status and the stable code of the error's kind (package
+// errdefs); writeError is the one place that mapping happens.
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/envd-dev/envd/envd"
+)
+
+// Core is what the API needs from envd's service core. *envd.Service
+// implements it. Every method but Authenticate acts for the principal the
+// request's token belongs to.
+type Core interface {
+	// Authenticate returns the principal a bearer token belongs to, or an
+	// error of kind errdefs.ErrUnauthenticated.
+	Authenticate(ctx context.Context, token string) (envd.Principal, error)
+	Info(ctx context.Context) (envd.Info, error)
+	// ImportImage stores a base image from a tar stream (plain or gzip).
+	ImportImage(ctx context.Context, p envd.Principal, name string, tarball io.Reader) (envd.Image, error)
+	ListImages(ctx context.Context, p envd.Principal) ([]envd.Image, error)
+	CreateProject(ctx context.Context, p envd.Principal, req envd.CreateProjectRequest) (envd.Project, error)
+	ListProjects(ctx context.Context, p envd.Principal) ([]envd.Project, error)
+	GetProject(ctx context.Context, p envd.Principal, name string) (envd.Project, error)
+	DeleteProject(ctx context.Context, p envd.Principal, name string) error
+	CreateInstance(ctx context.Context, p envd.Principal, project string, req envd.CreateInstanceRequest) (envd.Instance, error)
+	// ListInstances lists the instances of project, of all projects when
+	// project is "".
+	ListInstances(ctx context.Context, p envd.Principal, project string) ([]envd.Instance, error)
+	GetInstance(ctx context.Context, p envd.Principal, id string) (envd.Instance, error)
+	DeleteInstance(ctx context.Context, p envd.Principal, id string) (envd.Instance, error)
+	Exec(ctx context.Context, p envd.Principal, id string, req envd.ExecRequest) (envd.ExecResult, error)
+	// Save starts a save operation. A repeated call with the same non-empty
+	// idempotencyKey returns the same operation.
+	Save(ctx context.Context, p envd.Principal, id string, req envd.SaveRequest, idempotencyKey string) (envd.Operation, error)
+	ListVersions(ctx context.Context, p envd.Principal, project string) ([]envd.Version, error)
+	GetVersion(ctx context.Context, p envd.Principal, project string, n int) (envd.Version, error)
+	// SetCurrent moves the project's current version by compare-and-swap; a
+	// lost swap is an errdefs.ErrConflict.
+	SetCurrent(ctx context.Context, p envd.Principal, project string, req envd.SetCurrentRequest) (envd.Project, error)
+	PinVersion(ctx context.Context, p envd.Principal, project string, n int, pinned bool) (envd.Version, error)
+	GetOperation(ctx context.Context, p envd.Principal, id string) (envd.Operation, error)
+	CancelOperation(ctx context.Context, p envd.Principal, id string) (envd.Operation, error)
+	// OperationEvents returns the operation's events with Seq > after, in
+	// order.
+	OperationEvents(ctx context.Context, p envd.Principal, id string, after int) ([]envd.Event, error)
+}
+
+// MaxJSONBody is the largest JSON request body accepted. Image uploads are
+// not limited.
+const MaxJSONBody = 1 << 20
+
+type options struct {
+	accessLog    io.Writer
+	errorLog     io.Writer
+	pollInterval time.Duration
+	keepAlive    time.Duration
+}
+
+// Option configures New.
+type Option func(*options) error
+
+// WithAccessLog writes one line per request to w. Default: no access log.
+func WithAccessLog(w io.Writer) Option {
+	return func(o *options) error {
+		if w == nil {
+			return errors.New("access log writer is nil")
+		}
+		o.accessLog = w
+		return nil
+	}
+}
+
+// WithErrorLog sets where recovered panics are logged. Default: os.Stderr
+// (gin's default error writer).
+func WithErrorLog(w io.Writer) Option {
+	return func(o *options) error {
+		if w == nil {
+			return errors.New("error log writer is nil")
+		}
+		o.errorLog = w
+		return nil
+	}
+}
+
+// WithEventPollInterval sets how often an operation's event stream asks the
+// core for new events. Default: 200ms.
+func WithEventPollInterval(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return fmt.Errorf("event poll interval %v: must be positive", d)
+		}
+		o.pollInterval = d
+		return nil
+	}
+}
+
+// WithKeepAlive sets how often an idle event stream sends an SSE comment so
+// that proxies keep the connection open. Default: 15s.
+func WithKeepAlive(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return fmt.Errorf("keep-alive interval %v: must be positive", d)
+		}
+		o.keepAlive = d
+		return nil
+	}
+}
+
+// New returns the API's HTTP handler. It panics on an invalid option, which
+// is a programming error.
+func New(core Core, opts ...Option) http.Handler {
+	o := options{
+		errorLog:     gin.DefaultErrorWriter,
+		pollInterval: 200 * time.Millisecond,
+		keepAlive:    15 * time.Second,
+	}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			panic(fmt.Sprintf("api.New: %v", err))
+		}
+	}
+	gin.SetMode(gin.ReleaseMode)
+	e := gin.New()
+	e.RedirectTrailingSlash = false
+	e.RedirectFixedPath = false
+	e.HandleMethodNotAllowed = false
+	e.ContextWithFallback = true
+	_ = e.SetTrustedProxies(nil)
+	if o.accessLog != nil {
+		e.Use(gin.LoggerWithWriter(o.accessLog))
+	}
+	e.Use(gin.CustomRecoveryWithWriter(o.errorLog, func(c *gin.Context, rec any) {
+		writeError(c, fmt.Errorf("internal error: %v", rec))
+	}))
+	e.NoRoute(func(c *gin.Context) {
+		writeError(c, fmt.Errorf("no route %s %s: %w", c.Request.Method, c.Request.URL.Path, errNotFound))
+	})
+
+	h := &handlers{core: core, opts: o}
+	e.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
+	v1 := e.Group("/v1", h.authenticate)
+	for _, r := range h.routes() {
+		v1.Handle(r.method, r.path, r.handler)
+	}
+	return e
+}
+
+// route is one entry of the /v1 route table.
+type route struct {
+	method  string
+	path    string // relative to /v1
+	handler gin.HandlerFunc
+}
+
+// lifecycleActions are the instance verbs of the user's contract that are
+// not served yet; each answers 501 not_implemented until it lands.
+var lifecycleActions = []string{"stop", "start", "pause", "resume", "renew"}
+
+// routes is the /v1 route table. Adding a route is adding a line.
+func (h *handlers) routes() []route {
+	rs := []route{
+		{http.MethodGet, "/info", h.info},
+
+		{http.MethodPost, "/images", h.importImage},
+		{http.MethodGet, "/images", h.listImages},
+
+		{http.MethodPost, "/projects", h.createProject},
+		{http.MethodGet, "/projects", h.listProjects},
+		{http.MethodGet, "/projects/:p", h.getProject},
+		{http.MethodDelete, "/projects/:p", h.deleteProject},
+
+		{http.MethodPost, "/projects/:p/instances", h.createInstance},
+		{http.MethodGet, "/projects/:p/instances", h.listInstances},
+		{http.MethodGet, "/instances", h.listInstances},
+		{http.MethodGet, "/instances/:i", h.getInstance},
+		{http.MethodDelete, "/instances/:i", h.deleteInstance},
+		{http.MethodPost, "/instances/:i/exec", h.exec},
+		{http.MethodPost, "/instances/:i/save", h.save},
+
+		{http.MethodGet, "/projects/:p/versions", h.listVersions},
+		{http.MethodGet, "/projects/:p/versions/:n", h.getVersion},
+		{http.MethodPost, "/projects/:p/current", h.setCurrent},
+		{http.MethodPost, "/projects/:p/versions/:n/pin", h.pin(true)},
+		{http.MethodDelete, "/projects/:p/versions/:n/pin", h.pin(false)},
+
+		{http.MethodGet, "/operations/:id", h.getOperation},
+		{http.MethodDelete, "/operations/:id", h.cancelOperation},
+		{http.MethodGet, "/operations/:id/events", h.operationEvents},
+	}
+	for _, a := range lifecycleActions {
+		rs = append(rs, route{http.MethodPost, "/instances/:i/" + a, notImplemented("instance " + a)})
+	}
+	return rs
+}

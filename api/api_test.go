@@ -1,0 +1,584 @@
+package api_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/envd-dev/envd/api"
+	"github.com/envd-dev/envd/api/apitest"
+	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/internal/errdefs"
+)
+
+func newServer(t *testing.T) (*apitest.Core, *httptest.Server) {
+	t.Helper()
+	core := apitest.New()
+	srv := httptest.NewServer(api.New(core, api.WithEventPollInterval(10*time.Millisecond)))
+	t.Cleanup(srv.Close)
+	return core, srv
+}
+
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func do(t *testing.T, srv *httptest.Server, method, path string, body io.Reader, header map[string]string) response {
+	t.Helper()
+	req, err := http.NewRequest(method, srv.URL+path, body)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+apitest.Token)
+	for k, v := range header {
+		if v == "" {
+			req.Header.Del(k)
+		} else {
+			req.Header.Set(k, v)
+		}
+	}
+	resp, err := srv.Client().Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return response{resp.StatusCode, resp.Header, b}
+}
+
+// errorOf decodes an error body, failing the test when it is not one.
+func errorOf(t *testing.T, r response) api.ErrorDetail {
+	t.Helper()
+	var body api.ErrorBody
+	require.NoError(t, json.Unmarshal(r.body, &body), "body %s", r.body)
+	require.NotEmpty(t, body.Error.Code, "body %s", r.body)
+	return body.Error
+}
+
+func TestHealthzNeedsNoAuth(t *testing.T) {
+	t.Parallel()
+	_, srv := newServer(t)
+	r := do(t, srv, http.MethodGet, "/healthz", nil, map[string]string{"Authorization": ""})
+	assert.Equal(t, http.StatusOK, r.status)
+	assert.JSONEq(t, `{"status":"ok"}`, string(r.body))
+}
+
+func TestAuthentication(t *testing.T) {
+	t.Parallel()
+	_, srv := newServer(t)
+	for name, tc := range map[string]struct {
+		header string
+		status int
+	}{
+		"missing":      {"", http.StatusUnauthorized},
+		"wrong token":  {"Bearer nope", http.StatusUnauthorized},
+		"wrong scheme": {"Basic " + apitest.Token, http.StatusUnauthorized},
+		"empty token":  {"Bearer ", http.StatusUnauthorized},
+		"valid":        {"Bearer " + apitest.Token, http.StatusOK},
+		"lower case":   {"bearer " + apitest.Token, http.StatusOK},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := do(t, srv, http.MethodGet, "/v1/projects", nil, map[string]string{"Authorization": tc.header})
+			assert.Equal(t, tc.status, r.status, "body %s", r.body)
+			if tc.status == http.StatusUnauthorized {
+				assert.Equal(t, "unauthenticated", errorOf(t, r).Code)
+				assert.Equal(t, "application/json; charset=utf-8", r.header.Get("Content-Type"))
+				assert.NotEmpty(t, r.header.Get("WWW-Authenticate"))
+			} else {
+				assert.JSONEq(t, `[]`, string(r.body), "an empty list is [], not null")
+			}
+		})
+	}
+}
+
+func TestPrincipalReachesCore(t *testing.T) {
+	t.Parallel()
+	core, srv := newServer(t)
+	core.Principal = envd.Principal{Tenant: "acme"}
+	r := do(t, srv, http.MethodGet, "/v1/projects/web", nil, nil)
+	require.Equal(t, http.StatusOK, r.status)
+	call, ok := core.LastCall("GetProject")
+	require.True(t, ok)
+	assert.Equal(t, "acme", call.Principal.Tenant)
+	assert.Equal(t, []any{"web"}, call.Args)
+}
+
+func TestUnknownRoutes(t *testing.T) {
+	t.Parallel()
+	_, srv := newServer(t)
+	for _, path := range []string{"/nope", "/v1/nope", "/v1/projects/", "/v1/instances/i-1/bogus"} {
+		r := do(t, srv, http.MethodPost, path, nil, nil)
+		assert.Equal(t, http.StatusNotFound, r.status, path)
+		assert.Equal(t, "not_found", errorOf(t, r).Code, path)
+	}
+}
+
+func TestBadRequestBodies(t *testing.T) {
+	t.Parallel()
+	core, srv := newServer(t)
+	for name, tc := range map[string]struct {
+		path, body, want string
+	}{
+		"malformed":     {"/v1/projects", `{"name": "p",`, "malformed JSON"},
+		"syntax error":  {"/v1/projects", `{"name" "p"}`, "malformed JSON"},
+		"unknown field": {"/v1/projects", `{"name": "p", "colour": "red"}`, `unknown field "colour"`},
+		"wrong type":    {"/v1/projects/p/instances", `{"version": "two"}`, "field version"},
+		"trailing data": {"/v1/instances/i-1/exec", `{"args": ["ls"]} {}`, "after the JSON object"},
+		"too big": {"/v1/instances/i-1/exec",
+			`{"args": ["` + strings.Repeat("a", api.MaxJSONBody) + `"]}`, "exceeds the 1048576 byte limit"},
+		"unknown save field": {"/v1/instances/i-1/save", `{"msg": "x"}`, `unknown field "msg"`},
+		"cas wrong type":     {"/v1/projects/p/current", `{"version": 2, "expected_current": "1"}`, "expected_current"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := do(t, srv, http.MethodPost, tc.path, strings.NewReader(tc.body), map[string]string{"Content-Type": "application/json"})
+			assert.Equal(t, http.StatusBadRequest, r.status)
+			e := errorOf(t, r)
+			assert.Equal(t, "invalid_argument", e.Code)
+			assert.Contains(t, e.Message, tc.want)
+		})
+	}
+	for _, c := range core.Calls() {
+		assert.Equal(t, "Authenticate", c.Method, "a bad request must not reach the core")
+	}
+}
+
+func TestEmptyBodyIsZeroRequest(t *testing.T) {
+	t.Parallel()
+	core, srv := newServer(t)
+	r := do(t, srv, http.MethodPost, "/v1/projects/p/instances", nil, nil)
+	require.Equal(t, http.StatusCreated, r.status, "body %s", r.body)
+	call, _ := core.LastCall("CreateInstance")
+	assert.Equal(t, []any{"p", envd.CreateInstanceRequest{}}, call.Args)
+}
+
+func TestBadVersionNumbers(t *testing.T) {
+	t.Parallel()
+	core, srv := newServer(t)
+	for _, tc := range []struct{ method, path string }{
+		{http.MethodGet, "/v1/projects/p/versions/abc"},
+		{http.MethodGet, "/v1/projects/p/versions/0"},
+		{http.MethodGet, "/v1/projects/p/versions/-1"},
+		{http.MethodGet, "/v1/projects/p/versions/1.5"},
+		{http.MethodPost, "/v1/projects/p/versions/x/pin"},
+		{http.MethodDelete, "/v1/projects/p/versions/99999999999999999999/pin"},
+	} {
+		r := do(t, srv, tc.method, tc.path, nil, nil)
+		assert.Equal(t, http.StatusBadRequest, r.status, tc.path)
+		e := errorOf(t, r)
+		assert.Equal(t, "invalid_argument", e.Code, tc.path)
+		assert.Contains(t, e.Message, "version number", tc.path)
+	}
+	_, called := core.LastCall("GetVersion")
+	assert.False(t, called)
+}
+
+func TestCoreErrorsMapToStatusAndCode(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		kind   error
+		status int
+		code   string
+	}{
+		{errdefs.ErrInvalidArgument, 400, "invalid_argument"},
+		{errdefs.ErrNotFound, 404, "not_found"},
+		{errdefs.ErrAlreadyExists, 409, "already_exists"},
+		{errdefs.ErrConflict, 409, "conflict"},
+		{errdefs.ErrFailedPrecondition, 409, "failed_precondition"},
+		{errdefs.ErrStaleGeneration, 409, "stale_generation"},
+		{errdefs.ErrUnauthenticated, 401, "unauthenticated"},
+		{errdefs.ErrPermissionDenied, 403, "permission_denied"},
+		{errdefs.ErrQuotaExceeded, 507, "quota_exceeded"},
+		{errdefs.ErrUnavailable, 503, "unavailable"},
+		{errdefs.ErrIdempotencyReuse, 422, "idempotency_key_reused"},
+		{errdefs.ErrCanceled, 499, "canceled"},
+		{context.DeadlineExceeded, 504, "deadline_exceeded"},
+		{errors.New("disk on fire"), 500, "internal"},
+	} {
+		t.Run(tc.code, func(t *testing.T) {
+			t.Parallel()
+			core, srv := newServer(t)
+			err := fmt.Errorf("project %q: %w", "web", tc.kind)
+			core.GetProjectFunc = func(context.Context, string) (envd.Project, error) { return envd.Project{}, err }
+			r := do(t, srv, http.MethodGet, "/v1/projects/web", nil, nil)
+			assert.Equal(t, tc.status, r.status)
+			e := errorOf(t, r)
+			assert.Equal(t, tc.code, e.Code)
+			assert.Equal(t, err.Error(), e.Message)
+		})
+	}
+}
+
+type quotaError struct{ used, limit int64 }
+
+func (e quotaError) Error() string { return fmt.Sprintf("stored bytes %d of %d", e.used, e.limit) }
+func (e quotaError) Unwrap() error { return errdefs.ErrQuotaExceeded }
+func (e quotaError) Details() map[string]any {
+	return map[string]any{"used_bytes": e.used, "limit_bytes": e.limit}
+}
+
+func TestErrorDetails(t *testing.T) {
+	t.Parallel()
+	core, srv := newServer(t)
+	core.SaveFunc = func(context.Context, string, envd.SaveRequest, string) (envd.Operation, error) {
+		return envd.Operation{}, fmt.Errorf("save: %w", quotaError{10, 5})
+	}
+	r := do(t, srv, http.MethodPost, "/v1/instances/i-1/save", nil, nil)
+	assert.Equal(t, http.StatusInsufficientStorage, r.status)
+	assert.JSONEq(t, `{"error": {"code": "quota_exceeded", "message": "save: stored bytes 10 of 5",
+		"details": {"used_bytes": 10, "limit_bytes": 5}}}`, string(r.body))
+}
+
+func TestLifecycleRoutesAreNotImplemented(t *testing.T) {
+	t.Parallel()
+	_, srv := newServer(t)
+	for _, a := range []string{"stop", "start", "pause", "resume", "renew"} {
+		r := do(t, srv, http.MethodPost, "/v1/instances/i-1/"+a, nil, nil)
+		assert.Equal(t, http.StatusNotImplemented, r.status, a)
+		e := errorOf(t, r)
+		assert.Equal(t, api.CodeNotImplemented, e.Code)
+		assert.Contains(t, e.Message, "instance "+a)
+	}
+}
+
+func TestSave(t *testing.T) {
+	t.Parallel()
+	core, srv := newServer(t)
+	r := do(t, srv, http.MethodPost, "/v1/instances/i-7/save", strings.NewReader(`{"message": "graphviz", "expected_current": 3}`),
+		map[string]string{"Idempotency-Key": "key-42"})
+	require.Equal(t, http.StatusAccepted, r.status, "body %s", r.body)
+	var op envd.Operation
+	require.NoError(t, json.Unmarshal(r.body, &op))
+	assert.Equal(t, "save", op.Kind)
+	assert.Equal(t, envd.OpRunning, op.State)
+	assert.Equal(t, "/v1/operations/"+op.ID, r.header.Get("Location"))
+
+	call, ok := core.LastCall("Save")
+	require.True(t, ok)
+	three := 3
+	assert.Equal(t, []any{"i-7", envd.SaveRequest{Message: "graphviz", ExpectedCurrent: &three}, "key-42"}, call.Args)
+}
+
+func TestSetCurrentConflict(t *testing.T) {
+	t.Parallel()
+	core, srv := newServer(t)
+	core.SetCurrentFunc = func(_ context.Context, p string, req envd.SetCurrentRequest) (envd.Project, error) {
+		return envd.Project{}, fmt.Errorf("project %q: current is 4, not %d: %w", p, *req.ExpectedCurrent, errdefs.ErrConflict)
+	}
+	r := do(t, srv, http.MethodPost, "/v1/projects/web/current", strings.NewReader(`{"version": 2, "expected_current": 3}`), nil)
+	assert.Equal(t, http.StatusConflict, r.status)
+	assert.Equal(t, "conflict", errorOf(t, r).Code)
+}
+
+func TestRoutesReachTheCore(t *testing.T) {
+	t.Parallel()
+	core, srv := newServer(t)
+	for _, tc := range []struct {
+		method, path, body string
+		status             int
+		call               string
+		args               []any
+	}{
+		{"GET", "/v1/info", "", 200, "Info", nil},
+		{"GET", "/v1/images", "", 200, "ListImages", nil},
+		{"POST", "/v1/projects", `{"name":"web","base":"busybox"}`, 201, "CreateProject", []any{envd.CreateProjectRequest{Name: "web", Base: "busybox"}}},
+		{"GET", "/v1/projects", "", 200, "ListProjects", nil},
+		{"GET", "/v1/projects/web", "", 200, "GetProject", []any{"web"}},
+		{"DELETE", "/v1/projects/web", "", 204, "DeleteProject", []any{"web"}},
+		{"POST", "/v1/projects/web/instances", `{"version":2,"ttl":"1h","retain":true}`, 201, "CreateInstance",
+			[]any{"web", envd.CreateInstanceRequest{Version: 2, TTL: "1h", Retain: true}}},
+		{"GET", "/v1/projects/web/instances", "", 200, "ListInstances", []any{"web"}},
+		{"GET", "/v1/instances", "", 200, "ListInstances", []any{""}},
+		{"GET", "/v1/instances/i-1", "", 200, "GetInstance", []any{"i-1"}},
+		{"DELETE", "/v1/instances/i-1", "", 200, "DeleteInstance", []any{"i-1"}},
+		{"POST", "/v1/instances/i-1/exec", `{"args":["ls","-l"],"env":["A=1"],"cwd":"/w"}`, 200, "Exec",
+			[]any{"i-1", envd.ExecRequest{Args: []string{"ls", "-l"}, Env: []string{"A=1"}, Cwd: "/w"}}},
+		{"GET", "/v1/projects/web/versions", "", 200, "ListVersions", []any{"web"}},
+		{"GET", "/v1/projects/web/versions/3", "", 200, "GetVersion", []any{"web", 3}},
+		{"POST", "/v1/projects/web/current", `{"version":2}`, 200, "SetCurrent", []any{"web", envd.SetCurrentRequest{Version: 2}}},
+		{"POST", "/v1/projects/web/versions/3/pin", "", 200, "PinVersion", []any{"web", 3, true}},
+		{"DELETE", "/v1/projects/web/versions/3/pin", "", 200, "PinVersion", []any{"web", 3, false}},
+	} {
+		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
+			r := do(t, srv, tc.method, tc.path, strings.NewReader(tc.body), nil)
+			assert.Equal(t, tc.status, r.status, "body %s", r.body)
+			call, ok := core.LastCall(tc.call)
+			require.True(t, ok)
+			assert.Equal(t, tc.args, call.Args)
+		})
+	}
+}
+
+func TestImportImage(t *testing.T) {
+	t.Parallel()
+	core, srv := newServer(t)
+	big := bytes.Repeat([]byte("x"), 3<<20) // uploads are not held to the JSON limit
+	r := do(t, srv, http.MethodPost, "/v1/images?name=busybox", bytes.NewReader(big), map[string]string{"Content-Type": "application/x-tar"})
+	require.Equal(t, http.StatusCreated, r.status, "body %s", r.body)
+	var img envd.Image
+	require.NoError(t, json.Unmarshal(r.body, &img))
+	assert.Equal(t, "busybox", img.Name)
+	assert.Equal(t, int64(len(big)), img.Size)
+	call, _ := core.LastCall("ImportImage")
+	assert.Equal(t, []any{"busybox", big}, call.Args)
+
+	r = do(t, srv, http.MethodPost, "/v1/images", strings.NewReader("x"), nil)
+	assert.Equal(t, http.StatusBadRequest, r.status)
+	assert.Contains(t, errorOf(t, r).Message, "name is required")
+
+	r = do(t, srv, http.MethodPost, "/v1/images?name=x", strings.NewReader("{}"), map[string]string{"Content-Type": "application/json"})
+	assert.Equal(t, http.StatusBadRequest, r.status)
+	assert.Contains(t, errorOf(t, r).Message, "tar stream")
+}
+
+// sseEvent is one parsed server-sent event.
+type sseEvent struct {
+	id, typ, data string
+}
+
+// readSSE reads events until the stream ends.
+func readSSE(t *testing.T, body io.Reader) []sseEvent {
+	t.Helper()
+	var (
+		out []sseEvent
+		cur sseEvent
+	)
+	sc := bufio.NewScanner(body)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			if cur != (sseEvent{}) {
+				out = append(out, cur)
+			}
+			cur = sseEvent{}
+		case strings.HasPrefix(line, ":"):
+		case strings.HasPrefix(line, "id: "):
+			cur.id = strings.TrimPrefix(line, "id: ")
+		case strings.HasPrefix(line, "event: "):
+			cur.typ = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			cur.data = strings.TrimPrefix(line, "data: ")
+		default:
+			t.Fatalf("unexpected SSE line %q", line)
+		}
+	}
+	require.NoError(t, sc.Err())
+	return out
+}
+
+func openStream(t *testing.T, ctx context.Context, srv *httptest.Server, path string, header map[string]string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+path, nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+apitest.Token)
+	req.Header.Set("Accept", "text/event-stream")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := srv.Client().Do(req)
+	require.NoError(t, err)
+	t.Cleanup(func() { resp.Body.Close() })
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	return resp
+}
+
+func TestOperationEventStream(t *testing.T) {
+	t.Parallel()
+	core, srv := newServer(t)
+	op := core.NewOperation("save", "i-1")
+	core.AppendEvent(op.ID, "freeze", "froze the instance")
+	core.AppendEvent(op.ID, "spool", "spooled 3 files")
+
+	resp := openStream(t, context.Background(), srv, "/v1/operations/"+op.ID+"/events", nil)
+	go func() {
+		// Events that arrive while the client is streaming.
+		time.Sleep(50 * time.Millisecond)
+		core.AppendEvent(op.ID, "push", "pushed the layer")
+		time.Sleep(50 * time.Millisecond)
+		core.AppendEvent(op.ID, "commit", "version 2 is current")
+		core.Finish(op.ID, envd.OpSucceeded, envd.SaveResult{Project: "p", Version: 2, Current: true}, nil)
+	}()
+	events := readSSE(t, resp.Body) // returns only when the server ends the stream
+
+	require.Len(t, events, 5)
+	for i, typ := range []string{"freeze", "spool", "push", "commit"} {
+		assert.Equal(t, strconv.Itoa(i+1), events[i].id)
+		assert.Equal(t, typ, events[i].typ)
+		var ev envd.Event
+		require.NoError(t, json.Unmarshal([]byte(events[i].data), &ev))
+		assert.Equal(t, i+1, ev.Seq)
+	}
+	end := events[4]
+	assert.Equal(t, api.SSEEventEnd, end.typ)
+	assert.Empty(t, end.id, "the end event must not move the client's cursor")
+	var final envd.Operation
+	require.NoError(t, json.Unmarshal([]byte(end.data), &final))
+	assert.Equal(t, envd.OpSucceeded, final.State)
+	assert.JSONEq(t, `2`, string(mustField(t, final.Result, "version")))
+}
+
+func mustField(t *testing.T, raw json.RawMessage, field string) json.RawMessage {
+	t.Helper()
+	var m map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(raw, &m))
+	return m[field]
+}
+
+func TestOperationEventStreamResume(t *testing.T) {
+	t.Parallel()
+	core, srv := newServer(t)
+	op := core.NewOperation("save", "i-1")
+	for i := 1; i <= 5; i++ {
+		core.AppendEvent(op.ID, "step", fmt.Sprintf("step %d", i))
+	}
+	core.Finish(op.ID, envd.OpFailed, nil, &envd.OpError{Code: "unavailable", Message: "registry down"})
+
+	for name, header := range map[string]map[string]string{
+		"Last-Event-ID":            {"Last-Event-ID": "3"},
+		"after":                    nil,
+		"header wins over query ?": {"Last-Event-ID": "3"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			path := "/v1/operations/" + op.ID + "/events"
+			switch name {
+			case "after":
+				path += "?after=3"
+			case "header wins over query ?":
+				path += "?after=1"
+			}
+			events := readSSE(t, openStream(t, context.Background(), srv, path, header).Body)
+			var ids []string
+			for _, e := range events {
+				ids = append(ids, e.id)
+			}
+			assert.Equal(t, []string{"4", "5", ""}, ids)
+			assert.Equal(t, api.SSEEventEnd, events[2].typ)
+			assert.Contains(t, events[2].data, `"registry down"`)
+		})
+	}
+}
+
+func TestOperationEventsAsJSON(t *testing.T) {
+	t.Parallel()
+	core, srv := newServer(t)
+	op := core.NewOperation("save", "i-1")
+	for i := 1; i <= 3; i++ {
+		core.AppendEvent(op.ID, "step", fmt.Sprintf("step %d", i))
+	}
+	for _, tc := range []struct {
+		path   string
+		header map[string]string
+		want   []int
+	}{
+		{"/events", map[string]string{"Accept": "application/json"}, []int{1, 2, 3}},
+		{"/events?after=1", map[string]string{"Accept": "application/json"}, []int{2, 3}},
+		{"/events?wait=false&after=2", nil, []int{3}},
+		{"/events?after=3", map[string]string{"Accept": "application/json"}, []int{}},
+	} {
+		r := do(t, srv, http.MethodGet, "/v1/operations/"+op.ID+tc.path, nil, tc.header)
+		require.Equal(t, http.StatusOK, r.status, "body %s", r.body)
+		var evs []envd.Event
+		require.NoError(t, json.Unmarshal(r.body, &evs))
+		require.NotNil(t, evs, "[] not null")
+		seqs := []int{}
+		for _, e := range evs {
+			seqs = append(seqs, e.Seq)
+		}
+		assert.Equal(t, tc.want, seqs, tc.path)
+	}
+}
+
+func TestOperationEventStreamErrors(t *testing.T) {
+	t.Parallel()
+	core, srv := newServer(t)
+	r := do(t, srv, http.MethodGet, "/v1/operations/op-missing/events", nil, map[string]string{"Accept": "text/event-stream"})
+	assert.Equal(t, http.StatusNotFound, r.status)
+	assert.Equal(t, "not_found", errorOf(t, r).Code)
+
+	op := core.NewOperation("save", "i-1")
+	for _, h := range []map[string]string{{"Last-Event-ID": "x"}, {"Last-Event-ID": "-1"}} {
+		r = do(t, srv, http.MethodGet, "/v1/operations/"+op.ID+"/events", nil, h)
+		assert.Equal(t, http.StatusBadRequest, r.status)
+		assert.Contains(t, errorOf(t, r).Message, "Last-Event-ID")
+	}
+	r = do(t, srv, http.MethodGet, "/v1/operations/"+op.ID+"/events?after=two", nil, nil)
+	assert.Equal(t, http.StatusBadRequest, r.status)
+	assert.Contains(t, errorOf(t, r).Message, "after")
+}
+
+func TestOperationEventStreamDisconnectKeepsOperation(t *testing.T) {
+	t.Parallel()
+	core, srv := newServer(t)
+	op := core.NewOperation("save", "i-1")
+	core.AppendEvent(op.ID, "step", "one")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	resp := openStream(t, ctx, srv, "/v1/operations/"+op.ID+"/events", nil)
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	require.NoError(t, err)
+	assert.Equal(t, "id: 1\n", line)
+	cancel()
+
+	// The handler stops polling once the client is gone.
+	require.Eventually(t, func() bool {
+		n := len(core.Calls())
+		time.Sleep(50 * time.Millisecond)
+		return len(core.Calls()) == n
+	}, 2*time.Second, 10*time.Millisecond)
+	_, canceled := core.LastCall("CancelOperation")
+	assert.False(t, canceled)
+	r := do(t, srv, http.MethodGet, "/v1/operations/"+op.ID, nil, nil)
+	require.Equal(t, http.StatusOK, r.status)
+	assert.Contains(t, string(r.body), `"state":"running"`)
+}
+
+func TestCancelOperation(t *testing.T) {
+	t.Parallel()
+	core, srv := newServer(t)
+	op := core.NewOperation("save", "i-1")
+	r := do(t, srv, http.MethodDelete, "/v1/operations/"+op.ID, nil, nil)
+	require.Equal(t, http.StatusAccepted, r.status)
+	var got envd.Operation
+	require.NoError(t, json.Unmarshal(r.body, &got))
+	assert.Equal(t, envd.OpCanceled, got.State)
+}
+
+func TestAccessLog(t *testing.T) {
+	t.Parallel()
+	var buf syncBuffer
+	srv := httptest.NewServer(api.New(apitest.New(), api.WithAccessLog(&buf)))
+	defer srv.Close()
+	do(t, srv, http.MethodGet, "/healthz", nil, nil)
+	assert.Contains(t, buf.String(), "/healthz")
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

@@ -1,0 +1,371 @@
+// Package apitest provides a scriptable api.Core for tests of the HTTP layer
+// and of its clients (package client, envctl).
+//
+// It is not a model of envd: every method records its call and answers from
+// a Func field when one is set, otherwise with a plain echo of its input.
+// Operations are the exception: the fake keeps an in-memory log per
+// operation (NewOperation, AppendEvent, Finish) so that event streams can be
+// tested. Behaviour of the real service is tested against *envd.Service.
+package apitest
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/envd-dev/envd/api"
+	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/internal/errdefs"
+)
+
+// Token is the bearer token a new Core accepts.
+const Token = "test-token"
+
+// Epoch is the time stamp of everything the fake creates.
+var Epoch = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// Call is one recorded call: the method name, the principal (zero for
+// Authenticate and Info) and the arguments after it.
+type Call struct {
+	Method    string
+	Principal envd.Principal
+	Args      []any
+}
+
+// Core is the fake. The zero value is not usable; call New.
+type Core struct {
+	// Token is the accepted bearer token; Principal is who it belongs to.
+	Token     string
+	Principal envd.Principal
+
+	InfoFunc            func(ctx context.Context) (envd.Info, error)
+	ImportImageFunc     func(ctx context.Context, name string, tarball io.Reader) (envd.Image, error)
+	ListImagesFunc      func(ctx context.Context) ([]envd.Image, error)
+	CreateProjectFunc   func(ctx context.Context, req envd.CreateProjectRequest) (envd.Project, error)
+	ListProjectsFunc    func(ctx context.Context) ([]envd.Project, error)
+	GetProjectFunc      func(ctx context.Context, name string) (envd.Project, error)
+	DeleteProjectFunc   func(ctx context.Context, name string) error
+	CreateInstanceFunc  func(ctx context.Context, project string, req envd.CreateInstanceRequest) (envd.Instance, error)
+	ListInstancesFunc   func(ctx context.Context, project string) ([]envd.Instance, error)
+	GetInstanceFunc     func(ctx context.Context, id string) (envd.Instance, error)
+	DeleteInstanceFunc  func(ctx context.Context, id string) (envd.Instance, error)
+	ExecFunc            func(ctx context.Context, id string, req envd.ExecRequest) (envd.ExecResult, error)
+	SaveFunc            func(ctx context.Context, id string, req envd.SaveRequest, key string) (envd.Operation, error)
+	ListVersionsFunc    func(ctx context.Context, project string) ([]envd.Version, error)
+	GetVersionFunc      func(ctx context.Context, project string, n int) (envd.Version, error)
+	SetCurrentFunc      func(ctx context.Context, project string, req envd.SetCurrentRequest) (envd.Project, error)
+	PinVersionFunc      func(ctx context.Context, project string, n int, pinned bool) (envd.Version, error)
+	GetOperationFunc    func(ctx context.Context, id string) (envd.Operation, error)
+	OperationEventsFunc func(ctx context.Context, id string, after int) ([]envd.Event, error)
+
+	mu    sync.Mutex
+	calls []Call
+	ops   map[string]*opLog
+	nOps  int
+}
+
+type opLog struct {
+	op     envd.Operation
+	events []envd.Event
+}
+
+// New returns a fake that accepts Token for an admin of tenant "t1".
+func New() *Core {
+	return &Core{
+		Token:     Token,
+		Principal: envd.Principal{Tenant: "t1", Admin: true},
+		ops:       map[string]*opLog{},
+	}
+}
+
+func (c *Core) record(method string, p envd.Principal, args ...any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls = append(c.calls, Call{Method: method, Principal: p, Args: args})
+}
+
+// Calls returns the calls so far, oldest first.
+func (c *Core) Calls() []Call {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]Call(nil), c.calls...)
+}
+
+// LastCall returns the newest call of method.
+func (c *Core) LastCall(method string) (Call, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := len(c.calls) - 1; i >= 0; i-- {
+		if c.calls[i].Method == method {
+			return c.calls[i], true
+		}
+	}
+	return Call{}, false
+}
+
+// NewOperation adds a running operation and returns it.
+func (c *Core) NewOperation(kind, target string) envd.Operation {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.nOps++
+	op := envd.Operation{
+		ID: fmt.Sprintf("op-%d", c.nOps), Kind: kind, Target: target, State: envd.OpRunning,
+		CreatedAt: Epoch, UpdatedAt: Epoch,
+	}
+	c.ops[op.ID] = &opLog{op: op}
+	return op
+}
+
+// AppendEvent appends an event to the operation's log and returns it. It
+// panics when the operation does not exist.
+func (c *Core) AppendEvent(id, typ, message string) envd.Event {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := c.ops[id]
+	ev := envd.Event{Seq: len(l.events) + 1, At: Epoch, Type: typ, Message: message}
+	l.events = append(l.events, ev)
+	return ev
+}
+
+// Finish moves the operation to a terminal state with a result (marshalled
+// to JSON when not nil) or an error.
+func (c *Core) Finish(id, state string, result any, opErr *envd.OpError) envd.Operation {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := c.ops[id]
+	l.op.State = state
+	l.op.Error = opErr
+	if result != nil {
+		b, err := json.Marshal(result)
+		if err != nil {
+			panic(err)
+		}
+		l.op.Result = b
+	}
+	return l.op
+}
+
+func (c *Core) Authenticate(ctx context.Context, token string) (envd.Principal, error) {
+	c.record("Authenticate", envd.Principal{}, token)
+	if token != c.Token {
+		return envd.Principal{}, fmt.Errorf("token: %w", errdefs.ErrUnauthenticated)
+	}
+	return c.Principal, nil
+}
+
+func (c *Core) Info(ctx context.Context) (envd.Info, error) {
+	c.record("Info", envd.Principal{})
+	if c.InfoFunc != nil {
+		return c.InfoFunc(ctx)
+	}
+	return envd.Info{Version: "test", Node: "node-1", Registry: "127.0.0.1:5000",
+		Components: map[string]string{"containerd": "v2.4.2"}}, nil
+}
+
+// ImportImage reads the whole tarball; the recorded arguments are the name
+// and the bytes read.
+func (c *Core) ImportImage(ctx context.Context, p envd.Principal, name string, tarball io.Reader) (envd.Image, error) {
+	if c.ImportImageFunc != nil {
+		c.record("ImportImage", p, name)
+		return c.ImportImageFunc(ctx, name, tarball)
+	}
+	b, err := io.ReadAll(tarball)
+	c.record("ImportImage", p, name, b)
+	if err != nil {
+		return envd.Image{}, err
+	}
+	sum := sha256.Sum256(b)
+	d := "sha256:" + hex.EncodeToString(sum[:])
+	return envd.Image{Name: name, Ref: "images/" + name + "@" + d, Digest: d, Size: int64(len(b))}, nil
+}
+
+func (c *Core) ListImages(ctx context.Context, p envd.Principal) ([]envd.Image, error) {
+	c.record("ListImages", p)
+	if c.ListImagesFunc != nil {
+		return c.ListImagesFunc(ctx)
+	}
+	return nil, nil
+}
+
+func (c *Core) CreateProject(ctx context.Context, p envd.Principal, req envd.CreateProjectRequest) (envd.Project, error) {
+	c.record("CreateProject", p, req)
+	if c.CreateProjectFunc != nil {
+		return c.CreateProjectFunc(ctx, req)
+	}
+	comp := req.Compression
+	if comp == "" {
+		comp = "estargz"
+	}
+	return envd.Project{Name: req.Name, BaseImage: req.Base, Current: 1, Excludes: req.Excludes,
+		Compression: comp, CreatedAt: Epoch}, nil
+}
+
+func (c *Core) ListProjects(ctx context.Context, p envd.Principal) ([]envd.Project, error) {
+	c.record("ListProjects", p)
+	if c.ListProjectsFunc != nil {
+		return c.ListProjectsFunc(ctx)
+	}
+	return nil, nil
+}
+
+func (c *Core) GetProject(ctx context.Context, p envd.Principal, name string) (envd.Project, error) {
+	c.record("GetProject", p, name)
+	if c.GetProjectFunc != nil {
+		return c.GetProjectFunc(ctx, name)
+	}
+	return envd.Project{Name: name, BaseImage: "busybox", Current: 1, Compression: "estargz", CreatedAt: Epoch}, nil
+}
+
+func (c *Core) DeleteProject(ctx context.Context, p envd.Principal, name string) error {
+	c.record("DeleteProject", p, name)
+	if c.DeleteProjectFunc != nil {
+		return c.DeleteProjectFunc(ctx, name)
+	}
+	return nil
+}
+
+func (c *Core) CreateInstance(ctx context.Context, p envd.Principal, project string, req envd.CreateInstanceRequest) (envd.Instance, error) {
+	c.record("CreateInstance", p, project, req)
+	if c.CreateInstanceFunc != nil {
+		return c.CreateInstanceFunc(ctx, project, req)
+	}
+	v := req.Version
+	if v == 0 {
+		v = 1
+	}
+	return envd.Instance{ID: "i-1", Project: project, Node: "node-1", Version: v, Generation: 1,
+		State: envd.StateRunning, Reason: envd.ReasonStarted, Retain: req.Retain,
+		CreatedAt: Epoch, LastTransitionAt: Epoch}, nil
+}
+
+func (c *Core) ListInstances(ctx context.Context, p envd.Principal, project string) ([]envd.Instance, error) {
+	c.record("ListInstances", p, project)
+	if c.ListInstancesFunc != nil {
+		return c.ListInstancesFunc(ctx, project)
+	}
+	return nil, nil
+}
+
+func (c *Core) GetInstance(ctx context.Context, p envd.Principal, id string) (envd.Instance, error) {
+	c.record("GetInstance", p, id)
+	if c.GetInstanceFunc != nil {
+		return c.GetInstanceFunc(ctx, id)
+	}
+	return envd.Instance{ID: id, Project: "p", Node: "node-1", Version: 1, Generation: 1,
+		State: envd.StateRunning, Reason: envd.ReasonStarted, CreatedAt: Epoch, LastTransitionAt: Epoch}, nil
+}
+
+func (c *Core) DeleteInstance(ctx context.Context, p envd.Principal, id string) (envd.Instance, error) {
+	c.record("DeleteInstance", p, id)
+	if c.DeleteInstanceFunc != nil {
+		return c.DeleteInstanceFunc(ctx, id)
+	}
+	return envd.Instance{ID: id, Project: "p", Node: "node-1", Version: 1, Generation: 1,
+		State: envd.StateTerminated, Reason: envd.ReasonUserDelete, CreatedAt: Epoch, LastTransitionAt: Epoch}, nil
+}
+
+func (c *Core) Exec(ctx context.Context, p envd.Principal, id string, req envd.ExecRequest) (envd.ExecResult, error) {
+	c.record("Exec", p, id, req)
+	if c.ExecFunc != nil {
+		return c.ExecFunc(ctx, id, req)
+	}
+	return envd.ExecResult{Stdout: fmt.Sprintln(req.Args)}, nil
+}
+
+// Save starts a running operation of kind "save" unless SaveFunc is set.
+func (c *Core) Save(ctx context.Context, p envd.Principal, id string, req envd.SaveRequest, key string) (envd.Operation, error) {
+	c.record("Save", p, id, req, key)
+	if c.SaveFunc != nil {
+		return c.SaveFunc(ctx, id, req, key)
+	}
+	return c.NewOperation("save", id), nil
+}
+
+func (c *Core) ListVersions(ctx context.Context, p envd.Principal, project string) ([]envd.Version, error) {
+	c.record("ListVersions", p, project)
+	if c.ListVersionsFunc != nil {
+		return c.ListVersionsFunc(ctx, project)
+	}
+	return nil, nil
+}
+
+func (c *Core) GetVersion(ctx context.Context, p envd.Principal, project string, n int) (envd.Version, error) {
+	c.record("GetVersion", p, project, n)
+	if c.GetVersionFunc != nil {
+		return c.GetVersionFunc(ctx, project, n)
+	}
+	return envd.Version{Project: project, Number: n, Kind: "snapshot", State: "ready", CreatedAt: Epoch}, nil
+}
+
+func (c *Core) SetCurrent(ctx context.Context, p envd.Principal, project string, req envd.SetCurrentRequest) (envd.Project, error) {
+	c.record("SetCurrent", p, project, req)
+	if c.SetCurrentFunc != nil {
+		return c.SetCurrentFunc(ctx, project, req)
+	}
+	return envd.Project{Name: project, Current: req.Version, CreatedAt: Epoch}, nil
+}
+
+func (c *Core) PinVersion(ctx context.Context, p envd.Principal, project string, n int, pinned bool) (envd.Version, error) {
+	c.record("PinVersion", p, project, n, pinned)
+	if c.PinVersionFunc != nil {
+		return c.PinVersionFunc(ctx, project, n, pinned)
+	}
+	return envd.Version{Project: project, Number: n, Kind: "snapshot", State: "ready", Pinned: pinned, CreatedAt: Epoch}, nil
+}
+
+func (c *Core) GetOperation(ctx context.Context, p envd.Principal, id string) (envd.Operation, error) {
+	c.record("GetOperation", p, id)
+	if c.GetOperationFunc != nil {
+		return c.GetOperationFunc(ctx, id)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l, ok := c.ops[id]
+	if !ok {
+		return envd.Operation{}, fmt.Errorf("operation %q: %w", id, errdefs.ErrNotFound)
+	}
+	return l.op, nil
+}
+
+// CancelOperation moves a running operation to canceled.
+func (c *Core) CancelOperation(ctx context.Context, p envd.Principal, id string) (envd.Operation, error) {
+	c.record("CancelOperation", p, id)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l, ok := c.ops[id]
+	if !ok {
+		return envd.Operation{}, fmt.Errorf("operation %q: %w", id, errdefs.ErrNotFound)
+	}
+	if !l.op.Done() {
+		l.op.State = envd.OpCanceled
+		l.events = append(l.events, envd.Event{Seq: len(l.events) + 1, At: Epoch, Type: "canceled", Message: "canceled by request"})
+	}
+	return l.op, nil
+}
+
+func (c *Core) OperationEvents(ctx context.Context, p envd.Principal, id string, after int) ([]envd.Event, error) {
+	c.record("OperationEvents", p, id, after)
+	if c.OperationEventsFunc != nil {
+		return c.OperationEventsFunc(ctx, id, after)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l, ok := c.ops[id]
+	if !ok {
+		return nil, fmt.Errorf("operation %q: %w", id, errdefs.ErrNotFound)
+	}
+	var out []envd.Event
+	for _, ev := range l.events {
+		if ev.Seq > after {
+			out = append(out, ev)
+		}
+	}
+	return out, nil
+}
+
+var _ api.Core = (*Core)(nil)

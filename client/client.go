@@ -1,0 +1,417 @@
+// Package client is a typed Go client for envd's HTTP API (package api).
+//
+// Every method maps to one route and returns the envd types. An error
+// answer of the server is a *Error, which also matches the errdefs kind of
+// its code:
+//
+//	_, err := c.GetProject(ctx, "web")
+//	if errors.Is(err, errdefs.ErrNotFound) { ... }
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/internal/errdefs"
+)
+
+// Client talks to one envd server. It is safe for concurrent use.
+type Client struct {
+	base         string
+	token        string
+	hc           *http.Client
+	userAgent    string
+	pollInterval time.Duration
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithHTTPClient sets the HTTP client. Default: a client without a timeout
+// (event streams are long); bound calls with their context. A nil client is
+// ignored.
+func WithHTTPClient(hc *http.Client) Option {
+	return func(c *Client) {
+		if hc != nil {
+			c.hc = hc
+		}
+	}
+}
+
+// WithUserAgent sets the User-Agent header. Default: "envd-client".
+func WithUserAgent(ua string) Option {
+	return func(c *Client) { c.userAgent = ua }
+}
+
+// WithPollInterval sets how often WaitOperation polls when the event stream
+// cannot be used, and the base of its reconnect back-off. Default: 500ms.
+// Non-positive values are ignored.
+func WithPollInterval(d time.Duration) Option {
+	return func(c *Client) {
+		if d > 0 {
+			c.pollInterval = d
+		}
+	}
+}
+
+// New returns a client for the server at baseURL (for example
+// "http://127.0.0.1:43123") that authenticates with token.
+func New(baseURL, token string, opts ...Option) *Client {
+	c := &Client{
+		base:         strings.TrimRight(baseURL, "/"),
+		token:        token,
+		hc:           &http.Client{},
+		userAgent:    "envd-client",
+		pollInterval: 500 * time.Millisecond,
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// BaseURL returns the server's base URL.
+func (c *Client) BaseURL() string { return c.base }
+
+// Error is an error answer of the server.
+type Error struct {
+	Status  int            // HTTP status
+	Code    string         // stable code, as in errdefs.Code
+	Message string         // human-readable message
+	Details map[string]any // machine-readable details, when the server sent any
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("%s (%s)", e.Message, e.Code)
+}
+
+// Is reports whether target is the errdefs kind of the error's code.
+func (e *Error) Is(target error) bool {
+	k := errdefs.FromCode(e.Code)
+	return k != nil && k == target
+}
+
+// Unwrap returns the errdefs kind of the error's code, nil when unknown.
+func (e *Error) Unwrap() error { return errdefs.FromCode(e.Code) }
+
+// errorBody mirrors api.ErrorBody; the client does not import the server.
+type errorBody struct {
+	Error struct {
+		Code    string         `json:"code"`
+		Message string         `json:"message"`
+		Details map[string]any `json:"details"`
+	} `json:"error"`
+}
+
+// statusCodes gives a code to error answers without a JSON body (proxies).
+var statusCodes = map[int]string{
+	http.StatusBadRequest:          "invalid_argument",
+	http.StatusUnauthorized:        "unauthenticated",
+	http.StatusForbidden:           "permission_denied",
+	http.StatusNotFound:            "not_found",
+	http.StatusConflict:            "conflict",
+	http.StatusBadGateway:          "unavailable",
+	http.StatusServiceUnavailable:  "unavailable",
+	http.StatusGatewayTimeout:      "deadline_exceeded",
+	http.StatusInsufficientStorage: "quota_exceeded",
+}
+
+func decodeError(resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	var body errorBody
+	if err := json.Unmarshal(b, &body); err == nil && body.Error.Code != "" {
+		return &Error{Status: resp.StatusCode, Code: body.Error.Code, Message: body.Error.Message, Details: body.Error.Details}
+	}
+	code, ok := statusCodes[resp.StatusCode]
+	if !ok {
+		code = "internal"
+	}
+	msg := strings.TrimSpace(string(b))
+	if msg == "" || len(msg) > 200 {
+		msg = resp.Status
+	}
+	return &Error{Status: resp.StatusCode, Code: code, Message: msg}
+}
+
+// request is one API call.
+type request struct {
+	method      string
+	path        string // escaped, relative to /v1 or absolute when it starts with "/healthz"
+	query       url.Values
+	header      http.Header
+	body        io.Reader
+	contentType string
+}
+
+func (c *Client) newRequest(ctx context.Context, r request) (*http.Request, error) {
+	u := c.base + r.path
+	if len(r.query) > 0 {
+		u += "?" + r.query.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, r.method, u, r.body)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", r.method, r.path, err)
+	}
+	for k, vs := range r.header {
+		req.Header[k] = vs
+	}
+	if r.contentType != "" {
+		req.Header.Set("Content-Type", r.contentType)
+	}
+	if req.Header.Get("Accept") == "" {
+		req.Header.Set("Accept", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	req.Header.Set("User-Agent", c.userAgent)
+	return req, nil
+}
+
+// send performs r and returns the response when its status is 2xx; any
+// other status is decoded into an *Error.
+func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
+	req, err := c.newRequest(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		defer resp.Body.Close()
+		return nil, decodeError(resp)
+	}
+	return resp, nil
+}
+
+// call sends a JSON body (when in is not nil) and decodes the JSON answer
+// into out (when out is not nil).
+func (c *Client) call(ctx context.Context, method, path string, in, out any, header http.Header) error {
+	r := request{method: method, path: path, header: header}
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("encode request: %w", err)
+		}
+		r.body, r.contentType = bytes.NewReader(b), "application/json"
+	}
+	resp, err := c.send(ctx, r)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("%s %s: decode response: %w", method, path, err)
+	}
+	return nil
+}
+
+func get[T any](ctx context.Context, c *Client, path string) (T, error) {
+	var v T
+	err := c.call(ctx, http.MethodGet, path, nil, &v, nil)
+	return v, err
+}
+
+func post[T any](ctx context.Context, c *Client, method, path string, in any) (T, error) {
+	var v T
+	err := c.call(ctx, method, path, in, &v, nil)
+	return v, err
+}
+
+func esc(s string) string { return url.PathEscape(s) }
+
+// Healthz checks that the server answers.
+func (c *Client) Healthz(ctx context.Context) error {
+	return c.call(ctx, http.MethodGet, "/healthz", nil, nil, nil)
+}
+
+// Info describes the server: GET /v1/info.
+func (c *Client) Info(ctx context.Context) (envd.Info, error) {
+	return get[envd.Info](ctx, c, "/v1/info")
+}
+
+// ImportImage uploads a base image as a tar stream, plain or gzip
+// compressed: POST /v1/images?name=NAME.
+func (c *Client) ImportImage(ctx context.Context, name string, tarball io.Reader) (envd.Image, error) {
+	br := bufio.NewReader(tarball)
+	ct := "application/x-tar"
+	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		ct = "application/gzip"
+	}
+	resp, err := c.send(ctx, request{
+		method: http.MethodPost, path: "/v1/images", query: url.Values{"name": {name}},
+		body: br, contentType: ct,
+	})
+	if err != nil {
+		return envd.Image{}, err
+	}
+	defer resp.Body.Close()
+	var img envd.Image
+	if err := json.NewDecoder(resp.Body).Decode(&img); err != nil {
+		return envd.Image{}, fmt.Errorf("import image %q: decode response: %w", name, err)
+	}
+	return img, nil
+}
+
+// ListImages lists the imported base images: GET /v1/images.
+func (c *Client) ListImages(ctx context.Context) ([]envd.Image, error) {
+	return get[[]envd.Image](ctx, c, "/v1/images")
+}
+
+// CreateProject: POST /v1/projects.
+func (c *Client) CreateProject(ctx context.Context, req envd.CreateProjectRequest) (envd.Project, error) {
+	return post[envd.Project](ctx, c, http.MethodPost, "/v1/projects", req)
+}
+
+// ListProjects: GET /v1/projects.
+func (c *Client) ListProjects(ctx context.Context) ([]envd.Project, error) {
+	return get[[]envd.Project](ctx, c, "/v1/projects")
+}
+
+// GetProject: GET /v1/projects/{p}.
+func (c *Client) GetProject(ctx context.Context, name string) (envd.Project, error) {
+	return get[envd.Project](ctx, c, "/v1/projects/"+esc(name))
+}
+
+// DeleteProject: DELETE /v1/projects/{p}.
+func (c *Client) DeleteProject(ctx context.Context, name string) error {
+	return c.call(ctx, http.MethodDelete, "/v1/projects/"+esc(name), nil, nil, nil)
+}
+
+// CreateInstance starts an instance of project: POST /v1/projects/{p}/instances.
+func (c *Client) CreateInstance(ctx context.Context, project string, req envd.CreateInstanceRequest) (envd.Instance, error) {
+	return post[envd.Instance](ctx, c, http.MethodPost, "/v1/projects/"+esc(project)+"/instances", req)
+}
+
+// ListInstances lists the instances of project, of all projects when
+// project is "": GET /v1/projects/{p}/instances or GET /v1/instances.
+func (c *Client) ListInstances(ctx context.Context, project string) ([]envd.Instance, error) {
+	if project == "" {
+		return get[[]envd.Instance](ctx, c, "/v1/instances")
+	}
+	return get[[]envd.Instance](ctx, c, "/v1/projects/"+esc(project)+"/instances")
+}
+
+// GetInstance: GET /v1/instances/{i}.
+func (c *Client) GetInstance(ctx context.Context, id string) (envd.Instance, error) {
+	return get[envd.Instance](ctx, c, "/v1/instances/"+esc(id))
+}
+
+// DeleteInstance: DELETE /v1/instances/{i}.
+func (c *Client) DeleteInstance(ctx context.Context, id string) (envd.Instance, error) {
+	return post[envd.Instance](ctx, c, http.MethodDelete, "/v1/instances/"+esc(id), nil)
+}
+
+// Exec runs a command in the instance and returns its output and exit code:
+// POST /v1/instances/{i}/exec. A non-zero exit code is not an error.
+func (c *Client) Exec(ctx context.Context, id string, req envd.ExecRequest) (envd.ExecResult, error) {
+	return post[envd.ExecResult](ctx, c, http.MethodPost, "/v1/instances/"+esc(id)+"/exec", req)
+}
+
+// Save starts saving the instance as a new version and returns the
+// operation: POST /v1/instances/{i}/save. A non-empty idempotencyKey makes
+// retries return the same operation. Follow it with WaitOperation.
+func (c *Client) Save(ctx context.Context, id string, req envd.SaveRequest, idempotencyKey string) (envd.Operation, error) {
+	var h http.Header
+	if idempotencyKey != "" {
+		h = http.Header{"Idempotency-Key": {idempotencyKey}}
+	}
+	var op envd.Operation
+	err := c.call(ctx, http.MethodPost, "/v1/instances/"+esc(id)+"/save", req, &op, h)
+	return op, err
+}
+
+// instanceAction posts an instance lifecycle verb. Until the server serves
+// them these answer an *Error with code "not_implemented".
+func (c *Client) instanceAction(ctx context.Context, id, action string, body any) (envd.Instance, error) {
+	return post[envd.Instance](ctx, c, http.MethodPost, "/v1/instances/"+esc(id)+"/"+action, body)
+}
+
+// Stop: POST /v1/instances/{i}/stop.
+func (c *Client) Stop(ctx context.Context, id string) (envd.Instance, error) {
+	return c.instanceAction(ctx, id, "stop", nil)
+}
+
+// Start: POST /v1/instances/{i}/start.
+func (c *Client) Start(ctx context.Context, id string) (envd.Instance, error) {
+	return c.instanceAction(ctx, id, "start", nil)
+}
+
+// Pause: POST /v1/instances/{i}/pause.
+func (c *Client) Pause(ctx context.Context, id string) (envd.Instance, error) {
+	return c.instanceAction(ctx, id, "pause", nil)
+}
+
+// Resume: POST /v1/instances/{i}/resume.
+func (c *Client) Resume(ctx context.Context, id string) (envd.Instance, error) {
+	return c.instanceAction(ctx, id, "resume", nil)
+}
+
+// Renew sets the instance's expiry to now + ttl (a Go duration):
+// POST /v1/instances/{i}/renew.
+func (c *Client) Renew(ctx context.Context, id, ttl string) (envd.Instance, error) {
+	return c.instanceAction(ctx, id, "renew", map[string]string{"ttl": ttl})
+}
+
+// ListVersions: GET /v1/projects/{p}/versions.
+func (c *Client) ListVersions(ctx context.Context, project string) ([]envd.Version, error) {
+	return get[[]envd.Version](ctx, c, "/v1/projects/"+esc(project)+"/versions")
+}
+
+// GetVersion: GET /v1/projects/{p}/versions/{n}.
+func (c *Client) GetVersion(ctx context.Context, project string, n int) (envd.Version, error) {
+	return get[envd.Version](ctx, c, "/v1/projects/"+esc(project)+"/versions/"+strconv.Itoa(n))
+}
+
+// SetCurrent moves the project's current version by compare-and-swap:
+// POST /v1/projects/{p}/current. A lost swap matches errdefs.ErrConflict.
+func (c *Client) SetCurrent(ctx context.Context, project string, req envd.SetCurrentRequest) (envd.Project, error) {
+	return post[envd.Project](ctx, c, http.MethodPost, "/v1/projects/"+esc(project)+"/current", req)
+}
+
+// PinVersion keeps the version from retention:
+// POST /v1/projects/{p}/versions/{n}/pin.
+func (c *Client) PinVersion(ctx context.Context, project string, n int) (envd.Version, error) {
+	return post[envd.Version](ctx, c, http.MethodPost, "/v1/projects/"+esc(project)+"/versions/"+strconv.Itoa(n)+"/pin", nil)
+}
+
+// UnpinVersion: DELETE /v1/projects/{p}/versions/{n}/pin.
+func (c *Client) UnpinVersion(ctx context.Context, project string, n int) (envd.Version, error) {
+	return post[envd.Version](ctx, c, http.MethodDelete, "/v1/projects/"+esc(project)+"/versions/"+strconv.Itoa(n)+"/pin", nil)
+}
+
+// GetOperation: GET /v1/operations/{id}.
+func (c *Client) GetOperation(ctx context.Context, id string) (envd.Operation, error) {
+	return get[envd.Operation](ctx, c, "/v1/operations/"+esc(id))
+}
+
+// CancelOperation asks for the operation to stop: DELETE /v1/operations/{id}.
+// The answer is the operation as it is now; follow it to see it end.
+func (c *Client) CancelOperation(ctx context.Context, id string) (envd.Operation, error) {
+	return post[envd.Operation](ctx, c, http.MethodDelete, "/v1/operations/"+esc(id), nil)
+}
+
+// OperationEvents returns the operation's events with Seq > after, without
+// waiting: GET /v1/operations/{id}/events (as JSON).
+func (c *Client) OperationEvents(ctx context.Context, id string, after int) ([]envd.Event, error) {
+	return get[[]envd.Event](ctx, c, "/v1/operations/"+esc(id)+"/events?after="+strconv.Itoa(after))
+}
+
+var errStreamEnded = errors.New("event stream ended before the operation was done")

@@ -1,0 +1,359 @@
+package client_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/envd-dev/envd/api"
+	"github.com/envd-dev/envd/api/apitest"
+	"github.com/envd-dev/envd/client"
+	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/internal/errdefs"
+)
+
+// newServer serves api.New(fake core), wrapped by wrap when not nil.
+func newServer(t *testing.T, wrap func(http.Handler) http.Handler) (*apitest.Core, *client.Client) {
+	t.Helper()
+	core := apitest.New()
+	var h http.Handler = api.New(core, api.WithEventPollInterval(5*time.Millisecond))
+	if wrap != nil {
+		h = wrap(h)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return core, client.New(srv.URL+"/", apitest.Token, client.WithPollInterval(10*time.Millisecond))
+}
+
+func TestRoundTrip(t *testing.T) {
+	t.Parallel()
+	core, c := newServer(t, nil)
+	ctx := context.Background()
+	two := 2
+	op := core.NewOperation("save", "i-1")
+	core.AppendEvent(op.ID, "step", "one")
+
+	for _, tc := range []struct {
+		name string
+		do   func() (any, error)
+		call string // the core method the route must reach
+		args []any
+		want any
+	}{
+		{"Info", func() (any, error) { return c.Info(ctx) }, "Info", nil,
+			envd.Info{Version: "test", Node: "node-1", Registry: "127.0.0.1:5000", Components: map[string]string{"containerd": "v2.4.2"}}},
+		{"ListImages", func() (any, error) { return c.ListImages(ctx) }, "ListImages", nil, []envd.Image{}},
+		{"CreateProject", func() (any, error) {
+			return c.CreateProject(ctx, envd.CreateProjectRequest{Name: "web", Base: "busybox", Excludes: []string{"/cache"}, Compression: "zstd"})
+		}, "CreateProject", []any{envd.CreateProjectRequest{Name: "web", Base: "busybox", Excludes: []string{"/cache"}, Compression: "zstd"}},
+			envd.Project{Name: "web", BaseImage: "busybox", Current: 1, Excludes: []string{"/cache"}, Compression: "zstd", CreatedAt: apitest.Epoch}},
+		{"ListProjects", func() (any, error) { return c.ListProjects(ctx) }, "ListProjects", nil, []envd.Project{}},
+		{"GetProject", func() (any, error) { return c.GetProject(ctx, "we b") }, "GetProject", []any{"we b"},
+			envd.Project{Name: "we b", BaseImage: "busybox", Current: 1, Compression: "estargz", CreatedAt: apitest.Epoch}},
+		{"DeleteProject", func() (any, error) { return nil, c.DeleteProject(ctx, "web") }, "DeleteProject", []any{"web"}, nil},
+		{"CreateInstance", func() (any, error) {
+			return c.CreateInstance(ctx, "web", envd.CreateInstanceRequest{Version: 2, TTL: "1h", Retain: true})
+		}, "CreateInstance", []any{"web", envd.CreateInstanceRequest{Version: 2, TTL: "1h", Retain: true}},
+			envd.Instance{ID: "i-1", Project: "web", Node: "node-1", Version: 2, Generation: 1, State: "Running",
+				Reason: "started", Retain: true, CreatedAt: apitest.Epoch, LastTransitionAt: apitest.Epoch}},
+		{"ListInstances project", func() (any, error) { return c.ListInstances(ctx, "web") }, "ListInstances", []any{"web"}, []envd.Instance{}},
+		{"ListInstances all", func() (any, error) { return c.ListInstances(ctx, "") }, "ListInstances", []any{""}, []envd.Instance{}},
+		{"GetInstance", func() (any, error) { return c.GetInstance(ctx, "i-9") }, "GetInstance", []any{"i-9"},
+			envd.Instance{ID: "i-9", Project: "p", Node: "node-1", Version: 1, Generation: 1, State: "Running",
+				Reason: "started", CreatedAt: apitest.Epoch, LastTransitionAt: apitest.Epoch}},
+		{"DeleteInstance", func() (any, error) { return c.DeleteInstance(ctx, "i-9") }, "DeleteInstance", []any{"i-9"},
+			envd.Instance{ID: "i-9", Project: "p", Node: "node-1", Version: 1, Generation: 1, State: "Terminated",
+				Reason: "user_delete", CreatedAt: apitest.Epoch, LastTransitionAt: apitest.Epoch}},
+		{"Exec", func() (any, error) {
+			return c.Exec(ctx, "i-9", envd.ExecRequest{Args: []string{"echo", "hi"}, Env: []string{"A=1"}, Cwd: "/w", Stdin: "in"})
+		}, "Exec", []any{"i-9", envd.ExecRequest{Args: []string{"echo", "hi"}, Env: []string{"A=1"}, Cwd: "/w", Stdin: "in"}},
+			envd.ExecResult{Stdout: "[echo hi]\n"}},
+		{"ListVersions", func() (any, error) { return c.ListVersions(ctx, "web") }, "ListVersions", []any{"web"}, []envd.Version{}},
+		{"GetVersion", func() (any, error) { return c.GetVersion(ctx, "web", 3) }, "GetVersion", []any{"web", 3},
+			envd.Version{Project: "web", Number: 3, Kind: "snapshot", State: "ready", CreatedAt: apitest.Epoch}},
+		{"SetCurrent", func() (any, error) {
+			return c.SetCurrent(ctx, "web", envd.SetCurrentRequest{Version: 3, ExpectedCurrent: &two})
+		}, "SetCurrent", []any{"web", envd.SetCurrentRequest{Version: 3, ExpectedCurrent: &two}},
+			envd.Project{Name: "web", Current: 3, CreatedAt: apitest.Epoch}},
+		{"PinVersion", func() (any, error) { return c.PinVersion(ctx, "web", 3) }, "PinVersion", []any{"web", 3, true},
+			envd.Version{Project: "web", Number: 3, Kind: "snapshot", State: "ready", Pinned: true, CreatedAt: apitest.Epoch}},
+		{"UnpinVersion", func() (any, error) { return c.UnpinVersion(ctx, "web", 3) }, "PinVersion", []any{"web", 3, false},
+			envd.Version{Project: "web", Number: 3, Kind: "snapshot", State: "ready", CreatedAt: apitest.Epoch}},
+		{"GetOperation", func() (any, error) { return c.GetOperation(ctx, op.ID) }, "GetOperation", []any{op.ID}, op},
+		{"OperationEvents", func() (any, error) { return c.OperationEvents(ctx, op.ID, 0) }, "OperationEvents", []any{op.ID, 0},
+			[]envd.Event{{Seq: 1, At: apitest.Epoch, Type: "step", Message: "one"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := tc.do()
+			require.NoError(t, err)
+			if tc.want != nil {
+				assert.Equal(t, tc.want, got)
+			}
+			call, ok := core.LastCall(tc.call)
+			require.True(t, ok)
+			assert.Equal(t, tc.args, call.Args)
+			if tc.call != "Info" { // Info needs a token but takes no principal
+				assert.Equal(t, "t1", call.Principal.Tenant)
+			}
+		})
+	}
+}
+
+func TestSaveAndCancel(t *testing.T) {
+	t.Parallel()
+	core, c := newServer(t, nil)
+	ctx := context.Background()
+	op, err := c.Save(ctx, "i-1", envd.SaveRequest{Message: "m"}, "key-1")
+	require.NoError(t, err)
+	assert.Equal(t, envd.OpRunning, op.State)
+	call, _ := core.LastCall("Save")
+	assert.Equal(t, []any{"i-1", envd.SaveRequest{Message: "m"}, "key-1"}, call.Args)
+
+	op, err = c.CancelOperation(ctx, op.ID)
+	require.NoError(t, err)
+	assert.Equal(t, envd.OpCanceled, op.State)
+}
+
+func TestImportImage(t *testing.T) {
+	t.Parallel()
+	var (
+		mu    sync.Mutex
+		types []string
+	)
+	core, c := newServer(t, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			types = append(types, r.Header.Get("Content-Type"))
+			mu.Unlock()
+			h.ServeHTTP(w, r)
+		})
+	})
+	ctx := context.Background()
+	plain := []byte("a tar stream, as far as this test cares")
+	img, err := c.ImportImage(ctx, "busybox", bytes.NewReader(plain))
+	require.NoError(t, err)
+	assert.Equal(t, "busybox", img.Name)
+	assert.Equal(t, int64(len(plain)), img.Size)
+	call, _ := core.LastCall("ImportImage")
+	assert.Equal(t, []any{"busybox", plain}, call.Args, "the body arrives as sent")
+
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, _ = zw.Write(plain)
+	require.NoError(t, zw.Close())
+	_, err = c.ImportImage(ctx, "busybox-gz", bytes.NewReader(gz.Bytes()))
+	require.NoError(t, err)
+	call, _ = core.LastCall("ImportImage")
+	assert.Equal(t, []any{"busybox-gz", gz.Bytes()}, call.Args)
+
+	assert.Equal(t, []string{"application/x-tar", "application/gzip"}, types)
+}
+
+func TestErrors(t *testing.T) {
+	t.Parallel()
+	core, c := newServer(t, nil)
+	ctx := context.Background()
+	core.GetProjectFunc = func(_ context.Context, name string) (envd.Project, error) {
+		return envd.Project{}, fmt.Errorf("project %q: %w", name, errdefs.ErrNotFound)
+	}
+	core.SetCurrentFunc = func(context.Context, string, envd.SetCurrentRequest) (envd.Project, error) {
+		return envd.Project{}, fmt.Errorf("current moved: %w", errdefs.ErrConflict)
+	}
+
+	_, err := c.GetProject(ctx, "web")
+	require.Error(t, err)
+	var e *client.Error
+	require.ErrorAs(t, err, &e)
+	assert.Equal(t, &client.Error{Status: 404, Code: "not_found", Message: `project "web": not found`}, e)
+	assert.ErrorIs(t, err, errdefs.ErrNotFound)
+	assert.NotErrorIs(t, err, errdefs.ErrConflict)
+	assert.Equal(t, `project "web": not found (not_found)`, err.Error())
+
+	_, err = c.SetCurrent(ctx, "web", envd.SetCurrentRequest{Version: 2})
+	assert.ErrorIs(t, err, errdefs.ErrConflict)
+
+	_, err = c.Stop(ctx, "i-1")
+	require.ErrorAs(t, err, &e)
+	assert.Equal(t, 501, e.Status)
+	assert.Equal(t, "not_implemented", e.Code)
+	assert.Nil(t, errors.Unwrap(err), "an unknown code has no errdefs kind")
+
+	_, err = client.New(c.BaseURL(), "wrong").Info(ctx)
+	assert.ErrorIs(t, err, errdefs.ErrUnauthenticated)
+}
+
+func TestErrorWithoutJSONBody(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "upstream down", http.StatusBadGateway)
+	}))
+	defer srv.Close()
+	_, err := client.New(srv.URL, "t").Info(context.Background())
+	var e *client.Error
+	require.ErrorAs(t, err, &e)
+	assert.Equal(t, &client.Error{Status: 502, Code: "unavailable", Message: "upstream down"}, e)
+	assert.ErrorIs(t, err, errdefs.ErrUnavailable)
+}
+
+// runOperation appends events 1..n to op, the last ones while the client is
+// already waiting, then finishes it.
+func runOperation(core *apitest.Core, id string, n int) {
+	for i := 1; i <= n; i++ {
+		core.AppendEvent(id, "step", fmt.Sprintf("step %d", i))
+		time.Sleep(5 * time.Millisecond)
+	}
+	core.Finish(id, envd.OpSucceeded, envd.SaveResult{Version: 2, Current: true}, nil)
+}
+
+func seqs(evs []envd.Event) []int {
+	out := []int{}
+	for _, e := range evs {
+		out = append(out, e.Seq)
+	}
+	return out
+}
+
+func TestWaitOperation(t *testing.T) {
+	t.Parallel()
+	core, c := newServer(t, nil)
+	op := core.NewOperation("save", "i-1")
+	go runOperation(core, op.ID, 5)
+
+	var got []envd.Event
+	final, err := c.WaitOperation(context.Background(), op.ID, func(e envd.Event) { got = append(got, e) })
+	require.NoError(t, err)
+	assert.Equal(t, envd.OpSucceeded, final.State)
+	assert.JSONEq(t, `{"project":"","version":2,"current":true,"conflict":false,"expected_current":0,"image":"",
+		"freeze_ms":0,"spool_ms":0,"encode_ms":0,"push_ms":0,"commit_ms":0,"total_ms":0,"layer_bytes":0,"entries":0,"compression":""}`,
+		string(final.Result))
+	assert.Equal(t, []int{1, 2, 3, 4, 5}, seqs(got))
+	assert.Equal(t, "step 3", got[2].Message)
+}
+
+// dropper cuts the first event stream after `allow` events: it swallows
+// the rest and ends the handler by canceling its request context, so the
+// client sees the stream end without the end event.
+type dropper struct {
+	h     http.Handler
+	allow int
+
+	mu          sync.Mutex
+	streams     int
+	lastEventID []string
+}
+
+func (d *dropper) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !strings.HasSuffix(r.URL.Path, "/events") || r.Header.Get("Accept") != "text/event-stream" {
+		d.h.ServeHTTP(w, r)
+		return
+	}
+	d.mu.Lock()
+	d.streams++
+	n := d.streams
+	d.lastEventID = append(d.lastEventID, r.Header.Get("Last-Event-ID"))
+	d.mu.Unlock()
+	if n > 1 {
+		d.h.ServeHTTP(w, r)
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	d.h.ServeHTTP(&cutWriter{ResponseWriter: w, left: d.allow, cancel: cancel}, r.WithContext(ctx))
+}
+
+type cutWriter struct {
+	http.ResponseWriter
+	left   int
+	cancel func()
+	cut    bool
+}
+
+func (w *cutWriter) Write(p []byte) (int, error) {
+	if !w.cut && bytes.HasPrefix(p, []byte("id: ")) {
+		if w.left == 0 {
+			w.cut = true
+			w.cancel()
+		}
+		w.left--
+	}
+	if w.cut {
+		return len(p), nil
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *cutWriter) Flush() { w.ResponseWriter.(http.Flusher).Flush() }
+
+func TestWaitOperationReconnects(t *testing.T) {
+	t.Parallel()
+	d := &dropper{allow: 2}
+	core, c := newServer(t, func(h http.Handler) http.Handler { d.h = h; return d })
+	op := core.NewOperation("save", "i-1")
+	go runOperation(core, op.ID, 6)
+
+	var got []envd.Event
+	final, err := c.WaitOperation(context.Background(), op.ID, func(e envd.Event) { got = append(got, e) })
+	require.NoError(t, err)
+	assert.Equal(t, envd.OpSucceeded, final.State)
+	assert.Equal(t, []int{1, 2, 3, 4, 5, 6}, seqs(got), "no event lost or repeated")
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	require.GreaterOrEqual(t, d.streams, 2)
+	assert.Equal(t, []string{"", "2"}, d.lastEventID[:2], "the reconnect resumes after the last event seen")
+}
+
+func TestWaitOperationFallsBackToPolling(t *testing.T) {
+	t.Parallel()
+	var streams int
+	var mu sync.Mutex
+	core, c := newServer(t, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("Accept") == "text/event-stream" {
+				mu.Lock()
+				streams++
+				mu.Unlock()
+				http.Error(w, "no streams here", http.StatusServiceUnavailable)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	op := core.NewOperation("save", "i-1")
+	go runOperation(core, op.ID, 4)
+
+	var got []envd.Event
+	final, err := c.WaitOperation(context.Background(), op.ID, func(e envd.Event) { got = append(got, e) })
+	require.NoError(t, err)
+	assert.Equal(t, envd.OpSucceeded, final.State)
+	assert.Equal(t, []int{1, 2, 3, 4}, seqs(got))
+	mu.Lock()
+	assert.Equal(t, 3, streams, "the stream is tried a few times before polling")
+	mu.Unlock()
+}
+
+func TestWaitOperationErrors(t *testing.T) {
+	t.Parallel()
+	core, c := newServer(t, nil)
+	_, err := c.WaitOperation(context.Background(), "op-missing", nil)
+	assert.ErrorIs(t, err, errdefs.ErrNotFound)
+
+	op := core.NewOperation("save", "i-1")
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err = c.WaitOperation(ctx, op.ID, nil)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	got, err := c.GetOperation(context.Background(), op.ID)
+	require.NoError(t, err)
+	assert.Equal(t, envd.OpRunning, got.State, "giving up waiting does not cancel the operation")
+}

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+func (a *app) infoCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "info",
+		Short: "Show the server, its registry and component versions",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			info, err := c.Info(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return a.emit(info, func(w io.Writer) {
+				row(w, "SERVER:", c.BaseURL())
+				row(w, "VERSION:", info.Version)
+				row(w, "NODE:", info.Node)
+				if info.DataDir != "" {
+					row(w, "DATA DIR:", info.DataDir)
+				}
+				row(w, "REGISTRY:", info.Registry)
+				for _, k := range sortedKeys(info.Components) {
+					row(w, strings.ToUpper(k)+":", info.Components[k])
+				}
+			})
+		},
+	}
+}
+
+func (a *app) imageCommand() *cobra.Command {
+	importCmd := &cobra.Command{
+		Use:   "import ROOTFS_DIR_OR_TAR NAME",
+		Short: "Import a base image from a root filesystem directory or a tar (plain or gzip)",
+		Long: `Import a base image.
+
+A directory is streamed as a tar made by GNU tar with numeric owners, extended
+attributes and ACLs (run as root to read every file); a file is sent as it
+is and must be a tar, plain or gzip compressed.`,
+		Args: exactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			src, name := args[0], args[1]
+			st, err := os.Stat(src)
+			if err != nil {
+				return err
+			}
+			var body io.ReadCloser
+			if st.IsDir() {
+				body, err = tarDir(cmd.Context(), src)
+			} else {
+				body, err = os.Open(src)
+			}
+			if err != nil {
+				return err
+			}
+			defer body.Close()
+			img, err := c.ImportImage(cmd.Context(), name, body)
+			if err != nil {
+				return fmt.Errorf("import %s: %w", src, err)
+			}
+			return a.emit(img, func(w io.Writer) { imageTable(w, img) })
+		},
+	}
+	lsCmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List imported base images",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			imgs, err := c.ListImages(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return a.emit(imgs, func(w io.Writer) { imageTable(w, imgs...) })
+		},
+	}
+	return group("image", "Manage base images", importCmd, lsCmd)
+}
+
+// tarDir streams dir as a tar made by GNU tar. If tar fails, the stream
+// ends with an error instead of EOF, so the upload fails rather than import
+// a partial tree.
+func tarDir(ctx context.Context, dir string) (io.ReadCloser, error) {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, "tar", "--numeric-owner", "--xattrs", "--acls", "-C", dir, "-cf", "-", ".")
+	cmd.Stdout = pw
+	t := &tarStream{pr: pr, cmd: cmd, dir: dir}
+	cmd.Stderr = &t.stderr
+	if err := cmd.Start(); err != nil {
+		pr.Close()
+		pw.Close()
+		return nil, fmt.Errorf("run tar: %w", err)
+	}
+	pw.Close()
+	return t, nil
+}
+
+type tarStream struct {
+	pr     *os.File
+	cmd    *exec.Cmd
+	dir    string
+	stderr bytes.Buffer
+	waited bool
+	err    error
+}
+
+func (t *tarStream) Read(p []byte) (int, error) {
+	n, err := t.pr.Read(p)
+	if err == io.EOF {
+		if werr := t.wait(); werr != nil {
+			return n, werr
+		}
+	}
+	return n, err
+}
+
+func (t *tarStream) wait() error {
+	if !t.waited {
+		t.waited = true
+		if err := t.cmd.Wait(); err != nil {
+			t.err = fmt.Errorf("tar %s: %v: %s", t.dir, err, strings.TrimSpace(t.stderr.String()))
+		}
+	}
+	return t.err
+}
+
+// Close stops reading; tar, if still running, ends on a broken pipe.
+func (t *tarStream) Close() error {
+	err := t.pr.Close()
+	_ = t.wait()
+	return err
+}

@@ -1,0 +1,280 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/envd-dev/envd/envd"
+)
+
+func (a *app) upCommand() *cobra.Command {
+	var req envd.CreateInstanceRequest
+	cmd := &cobra.Command{
+		Use:   "up PROJECT [--version N] [--ttl D] [--retain]",
+		Short: "Start an instance of a project",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			inst, err := c.CreateInstance(cmd.Context(), args[0], req)
+			if err != nil {
+				return err
+			}
+			return a.emit(inst, func(w io.Writer) { instanceTable(w, inst) })
+		},
+	}
+	cmd.Flags().IntVar(&req.Version, "version", 0, "version to start from (default: the project's current)")
+	cmd.Flags().StringVar(&req.TTL, "ttl", "", `time to live, a Go duration such as 8h, or "none" (default: the server's)`)
+	cmd.Flags().BoolVar(&req.Retain, "retain", false, "keep the writable layer when the instance stops")
+	return cmd
+}
+
+// maxStdin is the most stdin a non-interactive exec forwards: the request
+// must stay under the server's 1 MiB JSON limit.
+const maxStdin = 960 << 10
+
+func (a *app) execCommand() *cobra.Command {
+	var (
+		req     envd.ExecRequest
+		noStdin bool
+	)
+	cmd := &cobra.Command{
+		Use:   "exec INSTANCE [--env K=V]... [--cwd DIR] -- CMD [ARGS...]",
+		Short: "Run a command in an instance; envctl exits with its exit code",
+		Long: `Run a command in an instance and wait for it.
+
+Its stdout and stderr are written as returned and envctl exits with the
+command's exit code. Stdin is forwarded (up to 960 KiB) when it is not a
+terminal, unless --no-stdin. With -o json the result object is printed instead.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) < 2 {
+				return usageError{fmt.Errorf("exec: want INSTANCE -- CMD [ARGS...] (usage: %s)", cmd.UseLine())}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			req.Args = args[1:]
+			if !noStdin && a.stdin != nil && !isTerminal(a.stdin) {
+				b, err := io.ReadAll(io.LimitReader(a.stdin, maxStdin+1))
+				if err != nil {
+					return fmt.Errorf("read stdin: %w", err)
+				}
+				if len(b) > maxStdin {
+					return fmt.Errorf("stdin is larger than %d bytes, too much for a non-interactive exec", maxStdin)
+				}
+				req.Stdin = string(b)
+			}
+			res, err := c.Exec(cmd.Context(), args[0], req)
+			if err != nil {
+				return err
+			}
+			if a.output == "json" {
+				if err := a.emit(res, nil); err != nil {
+					return err
+				}
+			} else {
+				_, _ = io.WriteString(a.stdout, res.Stdout)
+				_, _ = io.WriteString(a.stderr, res.Stderr)
+				if res.Truncated {
+					fmt.Fprintf(a.stderr, "envctl: output cut at %d bytes\n", envd.MaxExecOutput)
+				}
+			}
+			if res.ExitCode != 0 {
+				code := res.ExitCode
+				if code < 0 || code > 255 {
+					code = exitError
+				}
+				return &exitCodeError{code: code}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringArrayVar(&req.Env, "env", nil, "environment variable K=V (repeatable)")
+	cmd.Flags().StringVar(&req.Cwd, "cwd", "", "working directory")
+	cmd.Flags().StringVar(&req.Timeout, "timeout", "", "time limit, a Go duration (default: the server's, 10m)")
+	cmd.Flags().BoolVar(&noStdin, "no-stdin", false, "do not forward stdin")
+	return cmd
+}
+
+func (a *app) lsCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "ls [PROJECT]",
+		Short: "List instances, of one project or all",
+		Args:  rangeArgs(0, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			project := ""
+			if len(args) == 1 {
+				project = args[0]
+			}
+			is, err := c.ListInstances(cmd.Context(), project)
+			if err != nil {
+				return err
+			}
+			return a.emit(is, func(w io.Writer) { instanceTable(w, is...) })
+		},
+	}
+}
+
+func (a *app) showCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "show INSTANCE",
+		Short: "Show an instance",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			inst, err := c.GetInstance(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return a.emit(inst, func(w io.Writer) { instanceDetail(w, inst) })
+		},
+	}
+}
+
+func (a *app) rmCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "rm INSTANCE",
+		Short: "Delete an instance",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			inst, err := c.DeleteInstance(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return a.emit(inst, func(w io.Writer) { instanceTable(w, inst) })
+		},
+	}
+}
+
+// saveOutput is what save -o json prints.
+type saveOutput struct {
+	ID        string         `json:"id"`
+	State     string         `json:"state"`
+	Project   string         `json:"project,omitempty"`
+	Version   int            `json:"version"`
+	Current   bool           `json:"current"`
+	Conflict  bool           `json:"conflict"`
+	Operation envd.Operation `json:"operation"`
+}
+
+func (a *app) saveCommand() *cobra.Command {
+	var (
+		req      envd.SaveRequest
+		expected int
+		noWait   bool
+		key      string
+	)
+	cmd := &cobra.Command{
+		Use:   "save INSTANCE [-m MSG] [--expected N] [--no-wait] [--idempotency-key K]",
+		Short: "Save an instance as a new version of its project",
+		Long: `Save an instance's changes as a new version of its project and wait for it.
+
+The new version becomes current only if current is still the version the
+instance expects (the one it started from or last saved, or --expected N).
+Otherwise the version is kept but not current: a conflict.
+
+Events are shown on stderr while waiting. With --no-wait the operation is
+printed as soon as it starts; follow it with "envctl op watch ID".
+
+Exit codes: 0 saved and current; 1 the save failed or was canceled;
+3 saved but NOT current (conflict).`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			if cmd.Flags().Changed("expected") {
+				req.ExpectedCurrent = &expected
+			}
+			ctx := cmd.Context()
+			op, err := c.Save(ctx, args[0], req, key)
+			if err != nil {
+				return err
+			}
+			if noWait {
+				return a.emit(op, func(w io.Writer) { operationDetail(w, op) })
+			}
+			p := a.newProgress()
+			id := op.ID
+			op, err = c.WaitOperation(ctx, id, p.event)
+			p.done()
+			if err != nil {
+				return fmt.Errorf("wait for save operation %s: %w", id, err)
+			}
+			var res envd.SaveResult
+			if op.State == envd.OpSucceeded {
+				if err := json.Unmarshal(op.Result, &res); err != nil {
+					return fmt.Errorf("save operation %s: decode result: %w", op.ID, err)
+				}
+			}
+			out := saveOutput{ID: op.ID, State: op.State, Project: res.Project, Version: res.Version,
+				Current: res.Current, Conflict: res.Conflict, Operation: op}
+			if err := a.emit(out, func(w io.Writer) { a.saveTable(cmd, w, op, res) }); err != nil {
+				return err
+			}
+			switch {
+			case op.State != envd.OpSucceeded:
+				return &exitCodeError{code: exitError, err: opFailure("save", op)}
+			case res.Conflict:
+				return &exitCodeError{code: exitConflict}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&req.Message, "message", "m", "", "message of the new version")
+	cmd.Flags().IntVar(&expected, "expected", 0, "version expected to be current (default: the instance's own expectation)")
+	cmd.Flags().BoolVar(&noWait, "no-wait", false, "print the operation and do not wait")
+	cmd.Flags().StringVar(&key, "idempotency-key", "", "retrying with the same key returns the same operation")
+	return cmd
+}
+
+func (a *app) saveTable(cmd *cobra.Command, w io.Writer, op envd.Operation, res envd.SaveResult) {
+	if op.State != envd.OpSucceeded {
+		row(w, fmt.Sprintf("save %s %s", op.ID, op.State))
+		return
+	}
+	status := "current"
+	if !res.Current {
+		now := "unknown"
+		if c, err := a.client(); err == nil {
+			if p, err := c.GetProject(cmd.Context(), res.Project); err == nil {
+				now = fmt.Sprint(p.Current)
+			}
+		}
+		status = fmt.Sprintf("NOT current: conflict, current is %s", now)
+	}
+	fmt.Fprintf(w, "saved version %d of %s (%s)\n", res.Version, res.Project, status)
+	fmt.Fprintf(w, "freeze %s, spool %s, encode %s, push %s, commit %s, total %s; layer %s, %d entries, %s\n",
+		formatMS(res.FreezeMS), formatMS(res.SpoolMS), formatMS(res.EncodeMS), formatMS(res.PushMS),
+		formatMS(res.CommitMS), formatMS(res.TotalMS), formatBytes(res.LayerBytes), res.Entries, orDash(res.Compression))
+}
+
+// opFailure describes an operation that did not succeed.
+func opFailure(what string, op envd.Operation) error {
+	if op.Error != nil {
+		return fmt.Errorf("%s %s %s: %s (%s)", what, op.ID, op.State, op.Error.Message, op.Error.Code)
+	}
+	return errors.New(what + " " + op.ID + " " + op.State)
+}

@@ -1,0 +1,8 @@
+// Command envctl is the command-line client of envd.
+package main
+
+import "os"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/envd-dev/envd/envd"
+)
+
+// emit prints v as JSON with -o json, else calls table with a tab writer.
+func (a *app) emit(v any, table func(w io.Writer)) error {
+	if a.output == "json" {
+		enc := json.NewEncoder(a.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	table(tw)
+	return tw.Flush()
+}
+
+func row(w io.Writer, cols ...any) {
+	s := make([]string, len(cols))
+	for i, c := range cols {
+		s[i] = fmt.Sprint(c)
+	}
+	fmt.Fprintln(w, strings.Join(s, "\t"))
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.Local().Format("2006-01-02 15:04:05")
+}
+
+func formatTimePtr(t *time.Time) string {
+	if t == nil {
+		return "never"
+	}
+	return formatTime(*t)
+}
+
+func formatBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return strconv.FormatInt(n, 10) + " B"
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+func formatMS(ms int64) string {
+	return (time.Duration(ms) * time.Millisecond).String()
+}
+
+func isTerminal(f any) bool {
+	file, ok := f.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := file.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// Tables of the envd types.
+
+func imageTable(w io.Writer, imgs ...envd.Image) {
+	row(w, "NAME", "REF", "SIZE")
+	for _, i := range imgs {
+		row(w, i.Name, i.Ref, formatBytes(i.Size))
+	}
+}
+
+func projectTable(w io.Writer, ps ...envd.Project) {
+	row(w, "NAME", "BASE", "CURRENT", "COMPRESSION", "CREATED")
+	for _, p := range ps {
+		row(w, p.Name, p.BaseImage, p.Current, p.Compression, formatTime(p.CreatedAt))
+	}
+}
+
+func projectDetail(w io.Writer, p envd.Project) {
+	row(w, "NAME:", p.Name)
+	row(w, "BASE:", p.BaseImage)
+	row(w, "CURRENT:", p.Current)
+	row(w, "COMPRESSION:", p.Compression)
+	row(w, "EXCLUDES:", orDash(strings.Join(p.Excludes, ", ")))
+	row(w, "CREATED:", formatTime(p.CreatedAt))
+}
+
+func instanceTable(w io.Writer, is ...envd.Instance) {
+	row(w, "ID", "STATE", "VERSION", "PROJECT", "REASON", "EXPIRES")
+	for _, i := range is {
+		row(w, i.ID, i.State, i.Version, i.Project, orDash(i.Reason), formatTimePtr(i.ExpiresAt))
+	}
+}
+
+func instanceDetail(w io.Writer, i envd.Instance) {
+	row(w, "ID:", i.ID)
+	row(w, "PROJECT:", i.Project)
+	row(w, "STATE:", i.State)
+	row(w, "REASON:", orDash(i.Reason))
+	if i.Message != "" {
+		row(w, "MESSAGE:", i.Message)
+	}
+	row(w, "VERSION:", i.Version)
+	if i.LastSavedVersion != 0 {
+		row(w, "LAST SAVED:", i.LastSavedVersion)
+	}
+	row(w, "NODE:", orDash(i.Node))
+	row(w, "GENERATION:", i.Generation)
+	row(w, "RETAIN:", yesNo(i.Retain))
+	row(w, "EXPIRES:", formatTimePtr(i.ExpiresAt))
+	row(w, "CREATED:", formatTime(i.CreatedAt))
+	row(w, "LAST TRANSITION:", formatTime(i.LastTransitionAt))
+}
+
+func versionTable(w io.Writer, vs ...envd.Version) {
+	row(w, "VERSION", "KIND", "STATE", "CURRENT", "PINNED", "SIZE", "CREATED", "MESSAGE")
+	for _, v := range vs {
+		row(w, v.Number, v.Kind, v.State, yesNo(v.Current), yesNo(v.Pinned), formatBytes(v.SizeBytes),
+			formatTime(v.CreatedAt), strings.ReplaceAll(v.Message, "\n", " "))
+	}
+}
+
+func versionDetail(w io.Writer, v envd.Version) {
+	row(w, "PROJECT:", v.Project)
+	row(w, "VERSION:", v.Number)
+	row(w, "KIND:", v.Kind)
+	row(w, "STATE:", v.State)
+	row(w, "CURRENT:", yesNo(v.Current))
+	row(w, "PINNED:", yesNo(v.Pinned))
+	row(w, "PARENT:", orDash(intOrEmpty(v.Parent)))
+	row(w, "IMAGE:", orDash(v.Image))
+	row(w, "SIZE:", formatBytes(v.SizeBytes))
+	row(w, "LAYERS:", v.Layers)
+	row(w, "INSTANCE:", orDash(v.InstanceID))
+	row(w, "CREATED:", formatTime(v.CreatedAt))
+	row(w, "MESSAGE:", orDash(v.Message))
+}
+
+func intOrEmpty(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return strconv.Itoa(n)
+}
+
+func operationDetail(w io.Writer, op envd.Operation) {
+	row(w, "ID:", op.ID)
+	row(w, "KIND:", op.Kind)
+	row(w, "TARGET:", op.Target)
+	row(w, "STATE:", op.State)
+	if op.Error != nil {
+		row(w, "ERROR:", fmt.Sprintf("%s (%s)", op.Error.Message, op.Error.Code))
+	}
+	if len(op.Result) > 0 {
+		row(w, "RESULT:", string(op.Result))
+	}
+	row(w, "CREATED:", formatTime(op.CreatedAt))
+	row(w, "UPDATED:", formatTime(op.UpdatedAt))
+}
+
+// progress prints an operation's events on stderr: one updating line on a
+// terminal, one line per event otherwise.
+type progress struct {
+	w    io.Writer
+	tty  bool
+	used bool
+}
+
+func (a *app) newProgress() *progress {
+	return &progress{w: a.stderr, tty: isTerminal(a.stderr)}
+}
+
+func (p *progress) event(ev envd.Event) {
+	msg := strings.ReplaceAll(ev.Message, "\n", " ")
+	if p.tty {
+		fmt.Fprintf(p.w, "\r\033[K%s: %s", ev.Type, msg)
+		p.used = true
+		return
+	}
+	fmt.Fprintf(p.w, "%s: %s\n", ev.Type, msg)
+}
+
+// done ends the progress line.
+func (p *progress) done() {
+	if p.tty && p.used {
+		fmt.Fprint(p.w, "\r\033[K")
+	}
+}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"io"
+	"sort"
+
+	"github.com/spf13/cobra"
+
+	"github.com/envd-dev/envd/envd"
+)
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func (a *app) projectCommand() *cobra.Command {
+	var req envd.CreateProjectRequest
+	create := &cobra.Command{
+		Use:   "create NAME --base IMAGE",
+		Short: "Create a project on a base image",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			req.Name = args[0]
+			p, err := c.CreateProject(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			return a.emit(p, func(w io.Writer) { projectTable(w, p) })
+		},
+	}
+	create.Flags().StringVar(&req.Base, "base", "", "base image: an imported image name or repo@digest (required)")
+	create.Flags().StringArrayVar(&req.Excludes, "exclude", nil, "path never saved in versions (repeatable)")
+	create.Flags().StringVar(&req.Compression, "compression", "", "layer compression: estargz (default), zstd or gzip")
+	_ = create.MarkFlagRequired("base")
+
+	ls := &cobra.Command{
+		Use:   "ls",
+		Short: "List projects",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			ps, err := c.ListProjects(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return a.emit(ps, func(w io.Writer) { projectTable(w, ps...) })
+		},
+	}
+	show := &cobra.Command{
+		Use:   "show NAME",
+		Short: "Show a project",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			p, err := c.GetProject(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return a.emit(p, func(w io.Writer) { projectDetail(w, p) })
+		},
+	}
+	rm := &cobra.Command{
+		Use:   "rm NAME",
+		Short: "Delete a project",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			if err := c.DeleteProject(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			return a.emit(map[string]any{"name": args[0], "deleted": true}, func(w io.Writer) {
+				row(w, "deleted project "+args[0])
+			})
+		},
+	}
+	return group("project", "Manage projects", create, ls, show, rm)
+}

@@ -1,0 +1,266 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/envd-dev/envd/client"
+)
+
+// Exit codes.
+const (
+	exitError    = 1 // a failed request or operation
+	exitUsage    = 2 // bad flags or arguments
+	exitConflict = 3 // a save became a version but not current
+)
+
+// app holds the global flags and the process's streams.
+type app struct {
+	url, token, dataDir string
+	output              string
+	stdin               io.Reader
+	stdout, stderr      io.Writer
+	c                   *client.Client
+}
+
+// usageError is a mistake in the command line: exit code 2.
+type usageError struct{ error }
+
+// exitCodeError ends envctl with code, printing err when it is not nil.
+type exitCodeError struct {
+	code int
+	err  error
+}
+
+func (e *exitCodeError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit code %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitCodeError) Unwrap() error { return e.err }
+
+// run executes envctl with args and returns the process exit code.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
+	root := a.rootCommand()
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	return a.exitCode(err)
+}
+
+// exitCode prints err and returns the exit code for it.
+func (a *app) exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	var (
+		ec  *exitCodeError
+		ue  usageError
+		cer *client.Error
+	)
+	switch {
+	case errors.As(err, &ec):
+		if ec.err != nil {
+			a.printError(ec.err)
+		}
+		return ec.code
+	case errors.As(err, &ue) || isCobraUsage(err):
+		fmt.Fprintf(a.stderr, "envctl: %v\nRun 'envctl --help' for usage.\n", err)
+		return exitUsage
+	case errors.As(err, &cer):
+		a.printError(err)
+		return exitError
+	default:
+		a.printError(err)
+		return exitError
+	}
+}
+
+func (a *app) printError(err error) {
+	var cer *client.Error
+	if errors.As(err, &cer) {
+		fmt.Fprintf(a.stderr, "envctl: %s (%s)\n", cer.Message, cer.Code)
+		return
+	}
+	fmt.Fprintf(a.stderr, "envctl: %v\n", err)
+}
+
+// isCobraUsage recognizes cobra's own usage errors, which it does not type.
+func isCobraUsage(err error) bool {
+	msg := err.Error()
+	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand flag", "required flag", "flag needs an argument", "invalid argument"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func (a *app) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "envctl",
+		Short: "Control envd: projects, instances, versions and operations",
+		Long: `envctl is the command-line client of envd.
+
+The server is found from --url and --token (or ENVD_URL and ENVD_TOKEN), else
+from the data dir of a local "envd up" (--data-dir or ENVD_DATA_DIR; default
+/var/lib/envd as root, else ~/.local/share/envd): DIR/envd.url and
+DIR/admin.token.
+
+Exit codes: 0 success, 1 error, 2 usage error, 3 save conflict (see save);
+exec exits with the command's own exit code.`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		Args:          noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return cmd.Help()
+		},
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			if a.output != "table" && a.output != "json" {
+				return usageError{fmt.Errorf("output format %q: must be table or json", a.output)}
+			}
+			return nil
+		},
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.url, "url", "", "envd URL (default $ENVD_URL, else DATA_DIR/envd.url)")
+	pf.StringVar(&a.token, "token", "", "API token (default $ENVD_TOKEN, else DATA_DIR/admin.token)")
+	pf.StringVar(&a.dataDir, "data-dir", "", "data dir of a local envd (default $ENVD_DATA_DIR, else /var/lib/envd as root, ~/.local/share/envd otherwise)")
+	pf.StringVarP(&a.output, "output", "o", "table", "output format: table or json")
+
+	root.AddCommand(
+		a.infoCommand(),
+		a.imageCommand(),
+		a.projectCommand(),
+		a.upCommand(), a.execCommand(), a.lsCommand(), a.showCommand(), a.rmCommand(), a.saveCommand(),
+		a.versionsCommand(), a.versionCommand(), a.switchCommand(), a.pinCommand(true), a.pinCommand(false),
+		a.opCommand(),
+	)
+	return root
+}
+
+// client returns the API client, finding the server on first use.
+func (a *app) client() (*client.Client, error) {
+	if a.c != nil {
+		return a.c, nil
+	}
+	url, token := a.url, a.token
+	if url == "" {
+		url = os.Getenv("ENVD_URL")
+	}
+	if token == "" {
+		token = os.Getenv("ENVD_TOKEN")
+	}
+	if url == "" || token == "" {
+		dir, err := a.resolveDataDir()
+		if err != nil {
+			return nil, err
+		}
+		if url == "" {
+			b, err := os.ReadFile(filepath.Join(dir, "envd.url"))
+			if err != nil {
+				return nil, fmt.Errorf("no envd server: set --url or ENVD_URL, or start one with envd up (%w)", err)
+			}
+			url = strings.TrimSpace(string(b))
+		}
+		if token == "" {
+			b, err := os.ReadFile(filepath.Join(dir, "admin.token"))
+			if err != nil {
+				return nil, fmt.Errorf("no API token: set --token or ENVD_TOKEN (%w)", err)
+			}
+			token = strings.TrimSpace(string(b))
+		}
+	}
+	a.c = client.New(url, token, client.WithUserAgent("envctl"))
+	return a.c, nil
+}
+
+func (a *app) resolveDataDir() (string, error) {
+	if a.dataDir != "" {
+		return a.dataDir, nil
+	}
+	if d := os.Getenv("ENVD_DATA_DIR"); d != "" {
+		return d, nil
+	}
+	if os.Geteuid() == 0 {
+		return "/var/lib/envd", nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("find the data dir: %w", err)
+	}
+	return filepath.Join(home, ".local", "share", "envd"), nil
+}
+
+// Argument validators that report usage errors.
+
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usageError{fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath())}
+	}
+	return nil
+}
+
+func exactArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usageError{fmt.Errorf("%s: want %d argument(s), got %d (usage: %s)", cmdName(cmd), n, len(args), cmd.UseLine())}
+		}
+		return nil
+	}
+}
+
+func rangeArgs(lo, hi int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) < lo || len(args) > hi {
+			return usageError{fmt.Errorf("%s: want %d to %d arguments, got %d (usage: %s)", cmdName(cmd), lo, hi, len(args), cmd.UseLine())}
+		}
+		return nil
+	}
+}
+
+// cmdName is the command's path without "envctl ".
+func cmdName(cmd *cobra.Command) string {
+	return strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" ")
+}
+
+// versionArg parses a version number argument.
+func versionArg(s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return 0, usageError{fmt.Errorf("version %q: must be a positive integer", s)}
+	}
+	return n, nil
+}
+
+// group is a command that only holds subcommands.
+func group(use, short string, subs ...*cobra.Command) *cobra.Command {
+	c := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return usageError{fmt.Errorf("%s: missing subcommand (see %s --help)", cmdName(cmd), cmd.CommandPath())}
+		},
+	}
+	c.AddCommand(subs...)
+	return c
+}

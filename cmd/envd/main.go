@@ -1,0 +1,116 @@
+// Command envd runs an envd node: `envd up` on embedded defaults (private
+// containerd, registry and PostgreSQL under one data dir), `envd serve` with
+// external parts given by flag or ENVD_* environment variable.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/envd/node"
+)
+
+func main() {
+	if err := root().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "envd:", err)
+		os.Exit(1)
+	}
+}
+
+func env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func root() *cobra.Command {
+	cmd := &cobra.Command{Use: "envd", Short: "keeps per-project development environments alive and versioned", SilenceUsage: true, SilenceErrors: true}
+	cmd.AddCommand(upCmd(), serveCmd(), &cobra.Command{
+		Use: "version", Short: "print the version",
+		Run: func(*cobra.Command, []string) { fmt.Println(envd.BuildVersion) },
+	})
+	return cmd
+}
+
+type flags struct {
+	cfg        node.Config
+	defaultTTL string
+	maxTTL     string
+}
+
+func (f *flags) register(cmd *cobra.Command, external bool) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.cfg.DataDir, "data-dir", env("ENVD_DATA_DIR", node.DefaultDataDir()), "data directory (ENVD_DATA_DIR)")
+	fl.StringVar(&f.cfg.Listen, "listen", env("ENVD_LISTEN", "127.0.0.1:0"), "API listen address; the chosen one is written to DATA_DIR/envd.url (ENVD_LISTEN)")
+	fl.StringVar(&f.cfg.Node, "node", env("ENVD_NODE", ""), "node name (default: generated once, kept in DATA_DIR/node) (ENVD_NODE)")
+	fl.StringVar(&f.defaultTTL, "default-ttl", env("ENVD_DEFAULT_TTL", "8h"), "instance lifetime when none is asked (ENVD_DEFAULT_TTL)")
+	fl.StringVar(&f.maxTTL, "max-ttl", env("ENVD_MAX_TTL", "0"), "longest instance lifetime a client may ask, 0 = no limit (ENVD_MAX_TTL)")
+	if external {
+		fl.StringVar(&f.cfg.DSN, "database", env("ENVD_DATABASE_URL", ""), "PostgreSQL DSN; empty = private cluster in the data dir (ENVD_DATABASE_URL)")
+		fl.StringVar(&f.cfg.Registry, "registry", env("ENVD_REGISTRY", ""), "registry host:port (plain HTTP); empty = embedded (ENVD_REGISTRY)")
+		fl.StringVar(&f.cfg.Containerd, "containerd", env("ENVD_CONTAINERD", ""), "containerd socket; empty = private daemon in the data dir (ENVD_CONTAINERD)")
+		fl.StringVar(&f.cfg.Namespace, "namespace", env("ENVD_NAMESPACE", "envd"), "containerd namespace (ENVD_NAMESPACE)")
+	}
+}
+
+func (f *flags) run(cmd *cobra.Command) error {
+	var err error
+	if f.cfg.DefaultTTL, err = time.ParseDuration(f.defaultTTL); err != nil {
+		return fmt.Errorf("--default-ttl: %w", err)
+	}
+	if f.cfg.MaxTTL, err = time.ParseDuration(f.maxTTL); err != nil {
+		return fmt.Errorf("--max-ttl: %w", err)
+	}
+	f.cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	n, err := node.Start(ctx, f.cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("envd is up: %s (data dir %s)\n", n.URL, f.cfg.DataDir)
+	<-ctx.Done()
+	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n.Close(cctx)
+	return nil
+}
+
+func upCmd() *cobra.Command {
+	f := &flags{}
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "run envd on embedded defaults under one data dir",
+		Long: `Runs a whole envd node under one data directory: a private PostgreSQL cluster,
+an embedded OCI registry and a private containerd. The admin token is written to
+DATA_DIR/admin.token and the API address to DATA_DIR/envd.url, where envctl finds them.
+Two data dirs on one machine are two independent nodes.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return f.run(cmd) },
+	}
+	f.register(cmd, false)
+	return cmd
+}
+
+func serveCmd() *cobra.Command {
+	f := &flags{}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "run envd with external PostgreSQL, registry or containerd",
+		Long: `Like up, but any part can be an external one, so a second node can join the first
+node's PostgreSQL and registry. Parts left empty are embedded under the data dir.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return f.run(cmd) },
+	}
+	f.register(cmd, true)
+	return cmd
+}

@@ -1,0 +1,78 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/envd-dev/envd/envd"
+)
+
+var projectSeq atomic.Int64
+
+// newProject creates a project on the fixture base with a name unique to
+// this run.
+func newProject(t *testing.T, prefix string, excludes ...string) string {
+	t.Helper()
+	name := fmt.Sprintf("%s-%d", prefix, projectSeq.Add(1))
+	_, err := env.c.CreateProject(ctx(t), envd.CreateProjectRequest{Name: name, Base: fixtureBase, Excludes: excludes})
+	require.NoError(t, err)
+	return name
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	t.Cleanup(cancel)
+	return c
+}
+
+// up starts an instance of project (version 0 = current) and removes it
+// when the test ends.
+func up(t *testing.T, project string, version int) envd.Instance {
+	t.Helper()
+	in, err := env.c.CreateInstance(ctx(t), project, envd.CreateInstanceRequest{Version: version})
+	require.NoError(t, err)
+	require.Equal(t, envd.StateRunning, in.State)
+	t.Cleanup(func() { _, _ = env.c.DeleteInstance(context.Background(), in.ID) })
+	return in
+}
+
+// sh runs a shell script in the instance and returns its result.
+func sh(t *testing.T, id, script string) envd.ExecResult {
+	t.Helper()
+	res, err := env.c.Exec(ctx(t), id, envd.ExecRequest{Args: []string{"/bin/sh", "-c", script}})
+	require.NoError(t, err)
+	return res
+}
+
+// mustSh runs a script that must succeed.
+func mustSh(t *testing.T, id, script string) string {
+	t.Helper()
+	res := sh(t, id, script)
+	require.Equalf(t, 0, res.ExitCode, "script %q\nstdout: %s\nstderr: %s", script, res.Stdout, res.Stderr)
+	return strings.TrimSpace(res.Stdout)
+}
+
+// save saves the instance and waits for the operation's result.
+func save(t *testing.T, id, msg string) (envd.Operation, envd.SaveResult) {
+	t.Helper()
+	op, err := env.c.Save(ctx(t), id, envd.SaveRequest{Message: msg}, "")
+	require.NoError(t, err)
+	return waitSave(t, op.ID)
+}
+
+func waitSave(t *testing.T, opID string) (envd.Operation, envd.SaveResult) {
+	t.Helper()
+	op, err := env.c.WaitOperation(ctx(t), opID, nil)
+	require.NoError(t, err)
+	require.Equalf(t, envd.OpSucceeded, op.State, "save operation %s failed: %+v", op.ID, op.Error)
+	var res envd.SaveResult
+	require.NoError(t, json.Unmarshal(op.Result, &res))
+	return op, res
+}

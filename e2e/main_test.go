@@ -1,0 +1,117 @@
+// Package e2e drives envd end to end, through its HTTP API, against the real
+// parts: a private containerd, the embedded registry and a private PostgreSQL,
+// all started by node.Start under a temporary data dir. Needs root (Linux):
+// the tests fail, never skip, without it.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/envd-dev/envd/client"
+	"github.com/envd-dev/envd/envd/node"
+)
+
+// env is the node shared by the tests of this package; each test uses its
+// own projects.
+var env struct {
+	dataDir string
+	node    *node.Node
+	c       *client.Client
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "e2e: these tests need root (containerd, overlayfs, network namespaces); run scripts/test.sh as root")
+		return 1
+	}
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "envd-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	_ = os.Chmod(dir, 0o755) // the postgres user must reach its cluster dir
+	defer os.RemoveAll(dir)
+	env.dataDir = filepath.Join(dir, "data")
+	n, err := node.Start(ctx, node.Config{DataDir: env.dataDir, DefaultTTL: time.Hour})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: start node:", err)
+		return 1
+	}
+	env.node = n
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		n.Shutdown(sctx)
+	}()
+	env.c = client.New(n.URL, n.Token)
+	if err := importFixtureImage(ctx, filepath.Join(dir, "rootfs")); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: import base image:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// fixtureBase is the base image of the tests: busybox plus a /fixtures
+// tree that the tests modify and delete from.
+const fixtureBase = "fixture"
+
+func importFixtureImage(ctx context.Context, dir string) error {
+	script, _ := filepath.Abs("../scripts/busybox-rootfs.sh")
+	if out, err := exec.Command("bash", script, dir).CombinedOutput(); err != nil {
+		return fmt.Errorf("%v: %s", err, out)
+	}
+	files := map[string]string{
+		"fixtures/modify-me":          "base content\n",
+		"fixtures/delete-me":          "base file to delete\n",
+		"fixtures/deldir/a":           "a\n",
+		"fixtures/deldir/sub/b":       "b\n",
+		"fixtures/file-to-dir":        "was a file\n",
+		"fixtures/dir-to-file/inner":  "was in a dir\n",
+		"fixtures/opaque/old-1":       "old\n",
+		"fixtures/opaque/sub/old-2":   "old\n",
+		"fixtures/keep/untouched":     "stays\n",
+		"fixtures/chmod-me":           "mode\n",
+		"fixtures/link-target":        "target\n",
+		"fixtures/replace-by-symlink": "file\n",
+	}
+	for name, content := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	tarball, err := tarDir(dir)
+	if err != nil {
+		return err
+	}
+	_, err = env.c.ImportImage(ctx, fixtureBase, bytes.NewReader(tarball))
+	return err
+}
+
+func tarDir(dir string) ([]byte, error) {
+	var out, errb bytes.Buffer
+	cmd := exec.Command("tar", "--numeric-owner", "--xattrs", "-C", dir, "-cf", "-", ".")
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("tar %s: %v: %s", dir, err, errb.String())
+	}
+	return out.Bytes(), nil
+}
+
+var _ = io.Discard

@@ -1,0 +1,64 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/envd-dev/envd/client"
+	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/envd/node"
+)
+
+// restartNode stops the API process's part of the node and starts it again
+// on the same data dir; containerd and PostgreSQL keep running, as they do
+// when envd itself restarts.
+func restartNode(t *testing.T) {
+	t.Helper()
+	cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	env.node.Close(cctx)
+	n, err := node.Start(cctx, node.Config{DataDir: env.dataDir, DefaultTTL: time.Hour})
+	require.NoError(t, err)
+	env.node = n
+	env.c = client.New(n.URL, n.Token)
+}
+
+// Restarting envd keeps projects, versions and running instances, and a
+// save interrupted by the restart is run again to completion.
+func TestRootRestartKeepsEverything(t *testing.T) {
+	p := newProject(t, "restart")
+	a := up(t, p, 0)
+	mustSh(t, a.ID, "dd if=/dev/urandom of=/blob bs=1M count=40 2>/dev/null && echo kept > /marker")
+	op, err := env.c.Save(ctx(t), a.ID, envd.SaveRequest{Message: "interrupted"}, "restart-key")
+	require.NoError(t, err)
+	restartNode(t)
+
+	in, err := env.c.GetInstance(ctx(t), a.ID)
+	require.NoError(t, err)
+	assert.Equal(t, envd.StateRunning, in.State)
+	assert.Equal(t, "kept", mustSh(t, a.ID, "cat /marker"), "the instance kept running through the restart")
+
+	done, err := env.c.WaitOperation(ctx(t), op.ID, nil)
+	require.NoError(t, err)
+	require.Equalf(t, envd.OpSucceeded, done.State, "error: %+v", done.Error)
+	var res envd.SaveResult
+	require.NoError(t, json.Unmarshal(done.Result, &res))
+	assert.True(t, res.Current)
+
+	// The same idempotency key returns the same operation, not a new save.
+	again, err := env.c.Save(ctx(t), a.ID, envd.SaveRequest{Message: "interrupted"}, "restart-key")
+	require.NoError(t, err)
+	assert.Equal(t, op.ID, again.ID)
+
+	vs, err := env.c.ListVersions(ctx(t), p)
+	require.NoError(t, err)
+	assert.Len(t, vs, 2, "one save, one new version, even though it ran twice")
+
+	b := up(t, p, 0)
+	assert.Equal(t, "kept", mustSh(t, b.ID, "cat /marker"))
+}

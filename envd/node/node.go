@@ -1,0 +1,329 @@
+// Package node is envd's composition root: it starts (or connects to) the
+// parts a node needs, PostgreSQL, the registry, containerd, and serves the
+// API. `envd up` runs it on embedded defaults under one data dir; `envd serve`
+// takes external parts. It lives apart from package envd because it wires
+// api/, which imports envd.
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/envd-dev/envd/api"
+	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/internal/pgserver"
+	"github.com/envd-dev/envd/registry"
+	"github.com/envd-dev/envd/runtime"
+	"github.com/envd-dev/envd/versions"
+)
+
+// Config of a node. Empty external addresses mean "embedded, under DataDir".
+type Config struct {
+	DataDir string
+	Listen  string // API address; default 127.0.0.1:0, the chosen one is written to DataDir/envd.url
+	Node    string // default: persisted in DataDir/node
+
+	DSN        string // external PostgreSQL; "" = private cluster in DataDir/pg
+	Registry   string // external registry host:port (plain HTTP); "" = embedded in DataDir/registry
+	Containerd string // external containerd socket; "" = private daemon in DataDir/containerd
+	Namespace  string // containerd namespace; default "envd"
+
+	DefaultTTL time.Duration
+	MaxTTL     time.Duration
+	Logger     *slog.Logger
+}
+
+// DefaultDataDir is /var/lib/envd for root, ~/.local/share/envd otherwise.
+func DefaultDataDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/envd"
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".local", "share", "envd")
+}
+
+// Node is a running envd node.
+type Node struct {
+	cfg     Config
+	Service *envd.Service
+	URL     string
+	Token   string
+
+	closers []func(context.Context) error
+	srv     *http.Server
+	ln      net.Listener
+
+	// Embedded parts this node started; nil when external.
+	pg     *pgserver.Server
+	daemon *runtime.Daemon
+	rt     *runtime.Runtime
+}
+
+// Start brings the node up and starts serving; Wait or Close end it.
+func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
+	if cfg.DataDir == "" {
+		cfg.DataDir = DefaultDataDir()
+	}
+	if cfg.DataDir, err = filepath.Abs(cfg.DataDir); err != nil {
+		return nil, err
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:0"
+	}
+	if cfg.Namespace == "" {
+		cfg.Namespace = "envd"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, err
+	}
+	if cfg.Node == "" {
+		if cfg.Node, err = persisted(filepath.Join(cfg.DataDir, "node"), func() string {
+			h, _ := os.Hostname()
+			return fmt.Sprintf("%s-%s", sanitize(h), randomHex(3))
+		}); err != nil {
+			return nil, err
+		}
+	}
+	n := &Node{cfg: cfg}
+	defer func() {
+		if err != nil {
+			n.Close(context.WithoutCancel(ctx))
+		}
+	}()
+	log := cfg.Logger
+	components := map[string]string{}
+
+	// PostgreSQL
+	dsn := cfg.DSN
+	if dsn == "" {
+		pg, err := pgserver.Start(ctx, filepath.Join(cfg.DataDir, "pg"))
+		if err != nil {
+			return nil, fmt.Errorf("embedded postgresql: %w", err)
+		}
+		// The cluster outlives envd on purpose (restarts keep it); it is
+		// stopped only by Shutdown.
+		n.pg = pg
+		dsn = pg.DSN()
+		components["postgresql"] = "embedded " + filepath.Join(cfg.DataDir, "pg")
+	} else {
+		components["postgresql"] = "external"
+	}
+	store, err := versions.Open(ctx, dsn)
+	if err != nil {
+		return nil, fmt.Errorf("metadata store: %w", err)
+	}
+	n.closers = append(n.closers, func(context.Context) error { store.Close(); return nil })
+
+	// Registry
+	regAddr := cfg.Registry
+	if regAddr == "" {
+		addrFile := filepath.Join(cfg.DataDir, "registry.addr")
+		listen := "127.0.0.1:0"
+		if b, err := os.ReadFile(addrFile); err == nil {
+			listen = strings.TrimSpace(string(b)) // keep the address: image refs in containerd name it
+		}
+		srv, err := registry.Serve(ctx, filepath.Join(cfg.DataDir, "registry"), listen)
+		if err != nil && listen != "127.0.0.1:0" {
+			log.Warn("registry address taken, choosing another", "addr", listen, "err", err)
+			srv, err = registry.Serve(ctx, filepath.Join(cfg.DataDir, "registry"), "127.0.0.1:0")
+		}
+		if err != nil {
+			return nil, fmt.Errorf("embedded registry: %w", err)
+		}
+		n.closers = append(n.closers, srv.Close)
+		regAddr = srv.Addr()
+		if err := writeFileAtomic(addrFile, []byte(regAddr+"\n"), 0o644); err != nil {
+			return nil, err
+		}
+		components["registry"] = "embedded distribution v3 at " + regAddr
+	} else {
+		components["registry"] = "external " + regAddr
+	}
+	reg := registry.NewClient(regAddr)
+
+	// containerd
+	ctrdAddr := cfg.Containerd
+	if ctrdAddr == "" {
+		d, err := runtime.StartDaemon(ctx, filepath.Join(cfg.DataDir, "containerd"))
+		if err != nil {
+			return nil, fmt.Errorf("embedded containerd: %w", err)
+		}
+		n.daemon = d
+		ctrdAddr = d.Address()
+		components["containerd"] = "embedded at " + ctrdAddr
+	} else {
+		components["containerd"] = "external at " + ctrdAddr
+	}
+	rt, err := runtime.New(ctx, runtime.Config{
+		Address: ctrdAddr, Namespace: cfg.Namespace, StateDir: filepath.Join(cfg.DataDir, "runtime"),
+		Network:             networkFor(cfg.DataDir),
+		PlainHTTPRegistries: []string{regAddr},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("runtime: %w", err)
+	}
+	n.rt = rt
+	n.closers = append(n.closers, func(context.Context) error { return rt.Close() })
+
+	svc, err := envd.New(envd.Config{
+		Node: cfg.Node, WorkDir: filepath.Join(cfg.DataDir, "work"), DataDir: cfg.DataDir,
+		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, Components: components, Logger: log,
+	}, store, reg, rt)
+	if err != nil {
+		return nil, err
+	}
+	n.Service = svc
+	n.closers = append(n.closers, func(context.Context) error { svc.Close(); return nil })
+
+	// The admin token is created once and kept, so envctl keeps working
+	// across restarts.
+	tokenFile := filepath.Join(cfg.DataDir, "admin.token")
+	n.Token, err = persisted(tokenFile, func() string { return randomHex(32) })
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(tokenFile, 0o600); err != nil {
+		return nil, err
+	}
+	if err := store.EnsureAdminToken(ctx, "admin", n.Token); err != nil {
+		return nil, fmt.Errorf("admin token: %w", err)
+	}
+	if err := svc.Resume(ctx); err != nil {
+		return nil, err
+	}
+
+	n.ln, err = net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	n.URL = "http://" + n.ln.Addr().String()
+	if err := writeFileAtomic(filepath.Join(cfg.DataDir, "envd.url"), []byte(n.URL+"\n"), 0o644); err != nil {
+		return nil, err
+	}
+	n.srv = &http.Server{Handler: api.New(svc), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := n.srv.Serve(n.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("api server", "err", err)
+		}
+	}()
+	log.Info("envd node up", "node", cfg.Node, "url", n.URL, "data_dir", cfg.DataDir, "registry", regAddr, "containerd", ctrdAddr)
+	return n, nil
+}
+
+// Close stops serving and releases the node's clients. Containers, the
+// private containerd and PostgreSQL keep running, so a restart finds them.
+func (n *Node) Close(ctx context.Context) {
+	if n.srv != nil {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_ = n.srv.Shutdown(sctx)
+		cancel()
+	}
+	for i := len(n.closers) - 1; i >= 0; i-- {
+		if err := n.closers[i](ctx); err != nil {
+			n.cfg.Logger.Warn("close", "err", err)
+		}
+	}
+	n.closers = nil
+}
+
+// Shutdown closes the node and also removes its containers and stops the
+// embedded containerd and PostgreSQL: the node is gone, its data dir stays.
+func (n *Node) Shutdown(ctx context.Context) {
+	if n.rt != nil {
+		if ids, err := n.rt.List(ctx); err == nil {
+			for _, id := range ids {
+				if err := n.rt.Remove(ctx, id); err != nil {
+					n.cfg.Logger.Warn("remove container", "id", id, "err", err)
+				}
+			}
+		}
+	}
+	n.Close(ctx)
+	if n.daemon != nil {
+		if err := n.daemon.Stop(ctx); err != nil {
+			n.cfg.Logger.Warn("stop containerd", "err", err)
+		}
+	}
+	if n.pg != nil {
+		if err := n.pg.Stop(ctx); err != nil {
+			n.cfg.Logger.Warn("stop postgresql", "err", err)
+		}
+	}
+}
+
+// networkFor derives a bridge and subnet from the data dir, so two nodes
+// on one machine never share them.
+func networkFor(dataDir string) runtime.NetworkConfig {
+	sum := sha256.Sum256([]byte(dataDir))
+	return runtime.NetworkConfig{
+		Bridge: "envd" + hex.EncodeToString(sum[:4]),
+		Subnet: fmt.Sprintf("10.%d.%d.0/24", 200+int(sum[4])%50, sum[5]),
+	}
+}
+
+func persisted(path string, make func() string) (string, error) {
+	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+		return strings.TrimSpace(string(b)), nil
+	}
+	v := make()
+	return v, writeFileAtomic(path, []byte(v+"\n"), 0o600)
+}
+
+// writeFileAtomic writes to a temp file, syncs, renames into place.
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func sanitize(s string) string {
+	s = strings.ToLower(s)
+	var b strings.Builder
+	for _, r := range s {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') || r == '-' {
+			b.WriteRune(r)
+		}
+	}
+	if b.Len() == 0 {
+		return "node"
+	}
+	return b.String()
+}

@@ -1,0 +1,148 @@
+package envd
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/snapshotter"
+	"github.com/envd-dev/envd/versions"
+)
+
+var compressions = map[string]bool{
+	string(snapshotter.Estargz): true, string(snapshotter.Zstd): true, string(snapshotter.Gzip): true,
+}
+
+// CreateProject creates a project whose version 1 is the base image.
+func (s *Service) CreateProject(ctx context.Context, p Principal, req CreateProjectRequest) (Project, error) {
+	if err := ValidateName("project", req.Name); err != nil {
+		return Project{}, err
+	}
+	excludes, err := validateExcludes(req.Excludes)
+	if err != nil {
+		return Project{}, err
+	}
+	if req.Compression == "" {
+		req.Compression = string(snapshotter.Estargz)
+	}
+	if !compressions[req.Compression] {
+		return Project{}, fmt.Errorf("compression %q: must be estargz, zstd or gzip: %w", req.Compression, errdefs.ErrInvalidArgument)
+	}
+	base, err := s.resolveBase(ctx, req.Base)
+	if err != nil {
+		return Project{}, err
+	}
+	proj, _, err := s.store.CreateProject(ctx, versions.Project{
+		Tenant: p.Tenant, Name: req.Name, BaseImage: base.Ref(),
+		Excludes: excludes, Compression: req.Compression,
+	}, versions.Version{Kind: "base", State: "ready", Image: base.Ref(), SizeBytes: base.Size,
+		Layers: len(base.Layers), Message: "base image " + req.Base})
+	if err != nil {
+		return Project{}, fmt.Errorf("create project %q: %w", req.Name, err)
+	}
+	return toProject(proj), nil
+}
+
+func toProject(p versions.Project) Project {
+	return Project{Name: p.Name, BaseImage: p.BaseImage, Current: p.Current, Excludes: p.Excludes,
+		Compression: p.Compression, CreatedAt: p.CreatedAt}
+}
+
+func toVersion(v versions.Version) Version {
+	return Version{Project: v.Project, Number: v.Number, Kind: v.Kind, State: v.State, Image: v.Image,
+		Parent: v.Parent, Message: v.Message, SizeBytes: v.SizeBytes, Layers: v.Layers, Pinned: v.Pinned,
+		Current: v.Current, InstanceID: v.InstanceID, CreatedAt: v.CreatedAt}
+}
+
+// ListProjects lists the tenant's projects.
+func (s *Service) ListProjects(ctx context.Context, p Principal) ([]Project, error) {
+	ps, err := s.store.ListProjects(ctx, p.Tenant)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Project, 0, len(ps))
+	for _, x := range ps {
+		out = append(out, toProject(x))
+	}
+	return out, nil
+}
+
+// GetProject returns one project.
+func (s *Service) GetProject(ctx context.Context, p Principal, name string) (Project, error) {
+	if err := ValidateName("project", name); err != nil {
+		return Project{}, err
+	}
+	proj, err := s.store.GetProject(ctx, p.Tenant, name)
+	if err != nil {
+		return Project{}, err
+	}
+	return toProject(proj), nil
+}
+
+// DeleteProject deletes a project that has no live instances. Its images
+// stay in the registry until garbage collection.
+func (s *Service) DeleteProject(ctx context.Context, p Principal, name string) error {
+	if err := ValidateName("project", name); err != nil {
+		return err
+	}
+	return s.store.DeleteProject(ctx, p.Tenant, name)
+}
+
+// ListVersions lists a project's versions, oldest first.
+func (s *Service) ListVersions(ctx context.Context, p Principal, project string) ([]Version, error) {
+	if err := ValidateName("project", project); err != nil {
+		return nil, err
+	}
+	vs, err := s.store.ListVersions(ctx, p.Tenant, project)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Version, 0, len(vs))
+	for _, v := range vs {
+		out = append(out, toVersion(v))
+	}
+	return out, nil
+}
+
+// GetVersion returns one version.
+func (s *Service) GetVersion(ctx context.Context, p Principal, project string, n int) (Version, error) {
+	if err := ValidateName("project", project); err != nil {
+		return Version{}, err
+	}
+	v, err := s.store.GetVersion(ctx, p.Tenant, project, n)
+	if err != nil {
+		return Version{}, err
+	}
+	return toVersion(v), nil
+}
+
+// SetCurrent switches the project's current version by compare-and-swap.
+func (s *Service) SetCurrent(ctx context.Context, p Principal, project string, req SetCurrentRequest) (Project, error) {
+	if err := ValidateName("project", project); err != nil {
+		return Project{}, err
+	}
+	if req.Version <= 0 {
+		return Project{}, fmt.Errorf("version %d: must be a positive version number: %w", req.Version, errdefs.ErrInvalidArgument)
+	}
+	expected := -1
+	if req.ExpectedCurrent != nil {
+		expected = *req.ExpectedCurrent
+	}
+	proj, err := s.store.SetCurrent(ctx, p.Tenant, project, req.Version, expected)
+	if err != nil {
+		return Project{}, err
+	}
+	return toProject(proj), nil
+}
+
+// PinVersion pins or unpins a version; pinned versions are kept by retention.
+func (s *Service) PinVersion(ctx context.Context, p Principal, project string, n int, pinned bool) (Version, error) {
+	if err := ValidateName("project", project); err != nil {
+		return Version{}, err
+	}
+	v, err := s.store.Pin(ctx, p.Tenant, project, n, pinned)
+	if err != nil {
+		return Version{}, err
+	}
+	return toVersion(v), nil
+}

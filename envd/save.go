@@ -1,0 +1,192 @@
+package envd
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/registry"
+	"github.com/envd-dev/envd/snapshotter"
+	"github.com/envd-dev/envd/versions"
+)
+
+// injectedFiles are bind-mounted into every instance by the runtime; runc
+// creates empty files for them in the upper dir when the image lacks them.
+// They belong to the node, not to the environment.
+var injectedFiles = []string{"/etc/resolv.conf", "/etc/hosts", "/etc/hostname"}
+
+// saveJob is everything a save needs, fixed when it is requested, so that a
+// resumed save does exactly what was asked.
+type saveJob struct {
+	InstanceID string `json:"instance_id"`
+	Generation int64  `json:"generation"`
+	Expected   int    `json:"expected_current"`
+	Message    string `json:"message,omitempty"`
+}
+
+// Save starts a save of the instance's changes as a new version (step 1 of
+// the save path: record the expected current and the generation).
+func (s *Service) Save(ctx context.Context, p Principal, id string, req SaveRequest, idempotencyKey string) (Operation, error) {
+	in, err := s.instance(ctx, p, id)
+	if err != nil {
+		return Operation{}, err
+	}
+	if in.State != StateRunning {
+		return Operation{}, fmt.Errorf("instance %q is %s, save needs Running: %w", id, in.State, errdefs.ErrFailedPrecondition)
+	}
+	if in.Node != s.cfg.Node {
+		return Operation{}, fmt.Errorf("instance %q runs on node %q, not on %q: %w", id, in.Node, s.cfg.Node, errdefs.ErrFailedPrecondition)
+	}
+	if len(req.Message) > 4096 {
+		return Operation{}, fmt.Errorf("message: longer than 4096 bytes: %w", errdefs.ErrInvalidArgument)
+	}
+	job := saveJob{InstanceID: id, Generation: in.Generation, Message: req.Message, Expected: in.Version}
+	if in.LastSavedVersion > 0 {
+		job.Expected = in.LastSavedVersion
+	}
+	if req.ExpectedCurrent != nil {
+		if *req.ExpectedCurrent < 0 {
+			return Operation{}, fmt.Errorf("expected_current %d: %w", *req.ExpectedCurrent, errdefs.ErrInvalidArgument)
+		}
+		job.Expected = *req.ExpectedCurrent
+	}
+	return s.startOp(ctx, p, "save", id, idempotencyKey, req, job, func(ctx context.Context, oc *opCtx) (any, error) {
+		return s.runSave(ctx, oc, job)
+	})
+}
+
+// runSave is steps 2-7 of the save path in DESIGN.md.
+func (s *Service) runSave(ctx context.Context, oc *opCtx, job saveJob) (SaveResult, error) {
+	start := time.Now()
+	in, err := s.store.GetInstance(ctx, "", job.InstanceID)
+	if err != nil {
+		return SaveResult{}, err
+	}
+	if in.Generation != job.Generation {
+		return SaveResult{}, fmt.Errorf("instance %q generation %d, save was for %d: %w", in.ID, in.Generation, job.Generation, errdefs.ErrStaleGeneration)
+	}
+	if in.State != StateRunning {
+		return SaveResult{}, fmt.Errorf("instance %q is %s: %w", in.ID, in.State, errdefs.ErrFailedPrecondition)
+	}
+	proj, err := s.store.GetProject(ctx, in.Tenant, in.Project)
+	if err != nil {
+		return SaveResult{}, err
+	}
+	// The new image is the started-from version's layers plus one layer of
+	// everything changed since: repeated saves replace that layer.
+	base, err := s.store.GetVersion(ctx, in.Tenant, in.Project, in.Version)
+	if err != nil {
+		return SaveResult{}, err
+	}
+	mounts, err := s.rt.Mounts(ctx, in.ID)
+	if err != nil {
+		return SaveResult{}, fmt.Errorf("rootfs of %q: %w", in.ID, err)
+	}
+	upper, err := snapshotter.UpperDir(mounts)
+	if err != nil {
+		return SaveResult{}, fmt.Errorf("rootfs of %q: %w", in.ID, err)
+	}
+
+	dir := s.spoolDir(oc.id)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return SaveResult{}, err
+	}
+	defer os.RemoveAll(dir)
+
+	excludes := append(append(append([]string{}, snapshotter.DefaultExcludes...), injectedFiles...), proj.Excludes...)
+	spoolPath := filepath.Join(dir, "layer.tar")
+	stats, freeze, err := s.spool(ctx, in.ID, upper, spoolPath, excludes)
+	if err != nil {
+		return SaveResult{}, err
+	}
+	oc.event(ctx, "spooled", fmt.Sprintf("read %d entries (%d bytes) while frozen for %s", stats.Entries, stats.Bytes, freeze.Round(time.Millisecond)),
+		map[string]any{"entries": stats.Entries, "bytes": stats.Bytes, "whiteouts": stats.Whiteouts, "freeze_ms": freeze.Milliseconds()})
+
+	encStart := time.Now()
+	layer, err := snapshotter.Encode(ctx, spoolPath, dir, snapshotter.EncodeOptions{Compression: snapshotter.Compression(proj.Compression)})
+	if err != nil {
+		return SaveResult{}, fmt.Errorf("encode layer: %w", err)
+	}
+	encode := time.Since(encStart)
+	_ = os.Remove(spoolPath)
+	oc.event(ctx, "encoded", fmt.Sprintf("%s layer of %d bytes in %s", proj.Compression, layer.Size, encode.Round(time.Millisecond)),
+		map[string]any{"layer_bytes": layer.Size, "encode_ms": encode.Milliseconds()})
+
+	pushStart := time.Now()
+	parent, err := s.reg.Get(ctx, base.Image)
+	if err != nil {
+		return SaveResult{}, fmt.Errorf("parent image of version %d: %w", base.Number, err)
+	}
+	img, err := s.reg.Append(ctx, parent, registry.LayerFile{
+		Path: layer.Path, MediaType: layer.MediaType, Digest: layer.Digest.String(), DiffID: layer.DiffID.String(),
+		Size: layer.Size, Annotations: layer.Annotations,
+	}, projectRepo(in.Tenant, in.Project), "", map[string]string{
+		"org.envd.project": in.Project, "org.envd.instance": in.ID, "org.envd.parent-version": fmt.Sprint(base.Number),
+	})
+	if err != nil {
+		return SaveResult{}, fmt.Errorf("push version image: %w", err)
+	}
+	push := time.Since(pushStart)
+	oc.event(ctx, "pushed", fmt.Sprintf("pushed and verified %s in %s", img.Ref(), push.Round(time.Millisecond)),
+		map[string]any{"image": img.Ref(), "push_ms": push.Milliseconds()})
+
+	commitStart := time.Now()
+	v, switched, err := s.store.CommitVersion(ctx, versions.Commit{
+		Tenant: in.Tenant, Project: in.Project, Expected: job.Expected, InstanceID: in.ID, Generation: job.Generation,
+		Kind: "snapshot", Image: img.Ref(), Message: job.Message, Parent: base.Number, SizeBytes: img.Size, Layers: len(img.Layers),
+	})
+	if err != nil {
+		return SaveResult{}, err
+	}
+	res := SaveResult{
+		Project: in.Project, Version: v.Number, Current: switched, Conflict: !switched, Expected: job.Expected,
+		Image: img.Ref(), FreezeMS: freeze.Milliseconds(), SpoolMS: stats.Duration.Milliseconds(),
+		EncodeMS: encode.Milliseconds(), PushMS: push.Milliseconds(), CommitMS: time.Since(commitStart).Milliseconds(),
+		TotalMS: time.Since(start).Milliseconds(), LayerBytes: layer.Size, Entries: stats.Entries, Compression: proj.Compression,
+	}
+	if switched {
+		oc.event(ctx, "committed", fmt.Sprintf("version %d is current", v.Number), res)
+	} else {
+		oc.event(ctx, "conflict", fmt.Sprintf("version %d is ready but not current: current is no longer %d", v.Number, job.Expected), res)
+	}
+	return res, nil
+}
+
+// spool freezes the instance only while its upper dir is copied into a
+// local tar (step 2), and always thaws it, even when ctx is canceled.
+func (s *Service) spool(ctx context.Context, id, upper, path string, excludes []string) (snapshotter.SpoolStats, time.Duration, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return snapshotter.SpoolStats{}, 0, err
+	}
+	defer f.Close()
+	// The thaw runs whatever happens after the freeze was asked for: a
+	// canceled Pause call may still have frozen the task.
+	rctx, cancel := detach(ctx, 30*time.Second)
+	defer cancel()
+	thaw := s.frozen.freeze(id)
+	defer thaw()
+	frozen := time.Now()
+	if err := s.rt.Pause(ctx, id); err != nil {
+		if rerr := s.rt.Resume(rctx, id); rerr != nil {
+			s.log.Warn("thaw after failed freeze", "instance", id, "err", rerr)
+		}
+		return snapshotter.SpoolStats{}, 0, fmt.Errorf("freeze %q: %w", id, err)
+	}
+	stats, spoolErr := snapshotter.Spool(ctx, upper, f, snapshotter.SpoolOptions{Excludes: excludes})
+	resumeErr := s.rt.Resume(rctx, id)
+	freeze := time.Since(frozen)
+	if spoolErr != nil {
+		return stats, freeze, fmt.Errorf("read changes of %q: %w", id, spoolErr)
+	}
+	if resumeErr != nil {
+		return stats, freeze, fmt.Errorf("thaw %q: %w", id, resumeErr)
+	}
+	if err := f.Close(); err != nil {
+		return stats, freeze, err
+	}
+	return stats, freeze, nil
+}

@@ -1,0 +1,214 @@
+// Package envd is the service core: projects, instances and their lifecycle,
+// operations, and the save path. It composes the store (versions), the
+// registry client (registry), the container runtime (runtime) and the layer
+// capture (snapshotter); api/ calls it and nothing else.
+package envd
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/containerd/containerd/v2/core/mount"
+	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/registry"
+	"github.com/envd-dev/envd/runtime"
+	"github.com/envd-dev/envd/versions"
+)
+
+// ImageStore is what the core needs of the registry.
+type ImageStore interface {
+	Addr() string
+	ImportRootfs(ctx context.Context, src, repo, tag string) (registry.Image, error)
+	Append(ctx context.Context, parent registry.Image, layer registry.LayerFile, targetRepo, tag string, annotations map[string]string) (registry.Image, error)
+	Get(ctx context.Context, ref string) (registry.Image, error)
+}
+
+// Runtime is what the core needs of the container runtime.
+type Runtime interface {
+	Pull(ctx context.Context, ref string) error
+	Create(ctx context.Context, spec runtime.InstanceSpec) error
+	Exec(ctx context.Context, id string, spec runtime.ExecSpec) (int, error)
+	Pause(ctx context.Context, id string) error
+	Resume(ctx context.Context, id string) error
+	Remove(ctx context.Context, id string) error
+	Mounts(ctx context.Context, id string) ([]mount.Mount, error)
+	Status(ctx context.Context, id string) (runtime.Status, error)
+}
+
+// Config of the core. Zero values get defaults in New.
+type Config struct {
+	Node       string        // this node's name, recorded on instances
+	WorkDir    string        // spool and layer files of saves in progress
+	DefaultTTL time.Duration // default 8h
+	MaxTTL     time.Duration // 0 = no maximum
+	// Components are reported by Info (name -> version or address).
+	Components map[string]string
+	DataDir    string
+	Logger     *slog.Logger
+}
+
+// Service implements the API's core.
+type Service struct {
+	cfg   Config
+	store *versions.Store
+	reg   ImageStore
+	rt    Runtime
+	log   *slog.Logger
+
+	frozen freezeGate
+
+	mu   sync.Mutex
+	ops  map[string]context.CancelFunc // operations running in this process
+	wg   sync.WaitGroup
+	stop context.CancelFunc
+	ctx  context.Context // lives as long as the service; parents operations
+}
+
+// New makes the core. Call Resume once after to settle operations a previous
+// process left unfinished, and Close at the end.
+func New(cfg Config, store *versions.Store, reg ImageStore, rt Runtime) (*Service, error) {
+	if cfg.Node == "" {
+		h, _ := os.Hostname()
+		cfg.Node = h
+	}
+	if cfg.WorkDir == "" {
+		return nil, fmt.Errorf("work dir: %w", errdefs.ErrInvalidArgument)
+	}
+	if err := os.MkdirAll(cfg.WorkDir, 0o700); err != nil {
+		return nil, err
+	}
+	if cfg.DefaultTTL == 0 {
+		cfg.DefaultTTL = 8 * time.Hour
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Service{cfg: cfg, store: store, reg: reg, rt: rt, log: cfg.Logger,
+		ops: map[string]context.CancelFunc{}, ctx: ctx, stop: cancel}, nil
+}
+
+// Close cancels running operations and waits for them to settle.
+func (s *Service) Close() {
+	s.stop()
+	s.wg.Wait()
+}
+
+// Authenticate resolves a bearer token.
+func (s *Service) Authenticate(ctx context.Context, token string) (Principal, error) {
+	if token == "" {
+		return Principal{}, fmt.Errorf("missing bearer token: %w", errdefs.ErrUnauthenticated)
+	}
+	p, err := s.store.Authenticate(ctx, token)
+	if err != nil {
+		return Principal{}, err
+	}
+	return Principal{Tenant: p.Tenant, Admin: p.Admin}, nil
+}
+
+// Info describes this server.
+func (s *Service) Info(ctx context.Context) (Info, error) {
+	return Info{Version: BuildVersion, Node: s.cfg.Node, DataDir: s.cfg.DataDir,
+		Registry: s.reg.Addr(), Components: s.cfg.Components}, nil
+}
+
+// BuildVersion of envd, set at build time.
+var BuildVersion = "0.1.0-dev"
+
+func imageRepo(name string) string              { return "envd/images/" + name }
+func projectRepo(tenant, project string) string { return "envd/" + tenant + "/" + project }
+
+// ImportImage stores a root filesystem tar as a base image named name.
+func (s *Service) ImportImage(ctx context.Context, p Principal, name string, tarball io.Reader) (Image, error) {
+	if !p.Admin {
+		return Image{}, fmt.Errorf("importing images needs an admin token: %w", errdefs.ErrPermissionDenied)
+	}
+	if err := ValidateName("image", name); err != nil {
+		return Image{}, err
+	}
+	f, err := os.CreateTemp(s.cfg.WorkDir, "import-*.tar")
+	if err != nil {
+		return Image{}, err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	if _, err := io.Copy(f, tarball); err != nil {
+		return Image{}, fmt.Errorf("receive image %q: %w", name, err)
+	}
+	if err := f.Sync(); err != nil {
+		return Image{}, err
+	}
+	img, err := s.reg.ImportRootfs(ctx, f.Name(), imageRepo(name), "latest")
+	if err != nil {
+		return Image{}, fmt.Errorf("import image %q: %w", name, err)
+	}
+	// The registry holds the content first; the name is recorded last.
+	rec, err := s.store.PutImage(ctx, versions.Image{Name: name, Repo: img.Repo, Digest: img.Digest, SizeBytes: img.Size})
+	if err != nil {
+		return Image{}, err
+	}
+	return toImage(rec), nil
+}
+
+func toImage(img versions.Image) Image {
+	return Image{Name: img.Name, Ref: img.Repo + "@" + img.Digest, Digest: img.Digest, Size: img.SizeBytes}
+}
+
+// ListImages lists imported base images.
+func (s *Service) ListImages(ctx context.Context, p Principal) ([]Image, error) {
+	imgs, err := s.store.ListImages(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Image, 0, len(imgs))
+	for _, img := range imgs {
+		out = append(out, toImage(img))
+	}
+	return out, nil
+}
+
+// resolveBase turns a base given as an image name or repo@digest into a
+// stored image.
+func (s *Service) resolveBase(ctx context.Context, base string) (registry.Image, error) {
+	if base == "" {
+		return registry.Image{}, fmt.Errorf("base image: required: %w", errdefs.ErrInvalidArgument)
+	}
+	ref := base
+	if ValidateName("image", base) == nil {
+		rec, err := s.store.GetImage(ctx, base)
+		if err != nil {
+			return registry.Image{}, fmt.Errorf("base image: %w", err)
+		}
+		ref = rec.Repo + "@" + rec.Digest
+	}
+	img, err := s.reg.Get(ctx, ref)
+	if err != nil {
+		return registry.Image{}, fmt.Errorf("base image %q: %w", base, err)
+	}
+	return img, nil
+}
+
+func newID(prefix string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return prefix + "-" + hex.EncodeToString(b[:])
+}
+
+// detach returns a context for cleanup that must run even when ctx is done.
+func detach(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), d)
+}
+
+// spoolDir is where a save writes its temporary files.
+func (s *Service) spoolDir(opID string) string { return filepath.Join(s.cfg.WorkDir, opID) }
+
+var errNotImplemented = errors.New("not implemented")

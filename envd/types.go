@@ -1,0 +1,225 @@
+package envd
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Terms (see DESIGN.md):
+//
+//   - A version is an immutable, numbered image of a project's environment.
+//     Only ready versions can be current or restored.
+//   - current is the version new instances start from. It changes only by a
+//     compare-and-swap: the caller states the version it expects to replace.
+//   - expected current of a save is the version the instance last saved, or
+//     the one it started from; a save whose expectation no longer holds still
+//     becomes a ready version but does not move current (result "conflict").
+//   - generation is an instance's fencing token, bumped at every start; only
+//     the newest generation may act on the instance.
+
+// Principal is who a request acts for.
+type Principal struct {
+	Tenant string `json:"tenant"`
+	Admin  bool   `json:"admin"`
+}
+
+// Info describes the server and its components.
+type Info struct {
+	Version    string            `json:"version"`
+	Node       string            `json:"node"`
+	DataDir    string            `json:"data_dir,omitempty"`
+	Registry   string            `json:"registry"`
+	Components map[string]string `json:"components"`
+}
+
+// Image is a base image known to the registry.
+type Image struct {
+	Name   string `json:"name"`
+	Ref    string `json:"ref"` // repo@digest, without the registry host
+	Digest string `json:"digest"`
+	Size   int64  `json:"size_bytes"`
+}
+
+// Instance states. Clients must treat states as an open set of strings.
+const (
+	StatePending    = "Pending"
+	StateRunning    = "Running"
+	StatePausing    = "Pausing"
+	StatePaused     = "Paused"
+	StateResuming   = "Resuming"
+	StateStopping   = "Stopping"
+	StateStopped    = "Stopped"
+	StateTerminated = "Terminated"
+	StateFailed     = "Failed"
+)
+
+// Reasons for state transitions, machine-readable.
+const (
+	ReasonCreated         = "created"
+	ReasonStarted         = "started"
+	ReasonUserDelete      = "user_delete"
+	ReasonUserStop        = "user_stop"
+	ReasonUserPause       = "user_pause"
+	ReasonUserResume      = "user_resume"
+	ReasonTTLExpiry       = "ttl_expiry"
+	ReasonProvisionFailed = "provision_failed"
+	ReasonNodeLost        = "node_lost"
+)
+
+// Project is one lineage of environments.
+type Project struct {
+	Name        string    `json:"name"`
+	BaseImage   string    `json:"base_image"`
+	Current     int       `json:"current_version"`
+	Excludes    []string  `json:"excludes,omitempty"`
+	Compression string    `json:"compression"`
+	CreatedAt   time.Time `json:"created_at"`
+}
+
+// CreateProjectRequest is the body of POST /v1/projects.
+type CreateProjectRequest struct {
+	Name        string   `json:"name"`
+	Base        string   `json:"base"` // an imported image name ("busybox") or repo@digest
+	Excludes    []string `json:"excludes,omitempty"`
+	Compression string   `json:"compression,omitempty"` // estargz (default), zstd, gzip
+}
+
+// Version is one immutable environment of a project.
+type Version struct {
+	Project    string    `json:"project"`
+	Number     int       `json:"version"`
+	Kind       string    `json:"kind"`
+	State      string    `json:"state"`
+	Image      string    `json:"image"`
+	Parent     int       `json:"parent,omitempty"`
+	Message    string    `json:"message,omitempty"`
+	SizeBytes  int64     `json:"size_bytes"`
+	Layers     int       `json:"layers"`
+	Pinned     bool      `json:"pinned"`
+	Current    bool      `json:"current"`
+	InstanceID string    `json:"instance_id,omitempty"`
+	CreatedAt  time.Time `json:"created_at"`
+}
+
+// SetCurrentRequest is the body of POST /v1/projects/{p}/current.
+// ExpectedCurrent nil means the caller does not check.
+type SetCurrentRequest struct {
+	Version         int  `json:"version"`
+	ExpectedCurrent *int `json:"expected_current,omitempty"`
+}
+
+// Instance is a container of a project on one node.
+type Instance struct {
+	ID               string     `json:"id"`
+	Project          string     `json:"project"`
+	Node             string     `json:"node"`
+	Version          int        `json:"version"` // started from
+	LastSavedVersion int        `json:"last_saved_version,omitempty"`
+	Generation       int64      `json:"generation"`
+	State            string     `json:"state"`
+	Reason           string     `json:"reason"`
+	Message          string     `json:"message,omitempty"`
+	Retain           bool       `json:"retain"`
+	ExpiresAt        *time.Time `json:"expires_at,omitempty"`
+	CreatedAt        time.Time  `json:"created_at"`
+	LastTransitionAt time.Time  `json:"last_transition_at"`
+}
+
+// CreateInstanceRequest is the body of POST /v1/projects/{p}/instances.
+type CreateInstanceRequest struct {
+	Version int    `json:"version,omitempty"` // 0 = current
+	TTL     string `json:"ttl,omitempty"`     // Go duration; "" = server default, "none" = no expiry
+	Retain  bool   `json:"retain,omitempty"`
+}
+
+// ExecRequest is the body of POST /v1/instances/{i}/exec.
+type ExecRequest struct {
+	Args  []string `json:"args"`
+	Env   []string `json:"env,omitempty"`
+	Cwd   string   `json:"cwd,omitempty"`
+	Stdin string   `json:"stdin,omitempty"`
+	// Timeout is a Go duration; "" = server default (10m).
+	Timeout string `json:"timeout,omitempty"`
+}
+
+// MaxExecOutput is the most of stdout and of stderr that a non-interactive
+// exec returns; beyond it output is cut and Truncated is set.
+const MaxExecOutput = 4 << 20
+
+// ExecResult is the answer to a non-interactive exec.
+type ExecResult struct {
+	ExitCode  int    `json:"exit_code"`
+	Stdout    string `json:"stdout"`
+	Stderr    string `json:"stderr"`
+	Truncated bool   `json:"truncated,omitempty"`
+}
+
+// SaveRequest is the body of POST /v1/instances/{i}/save.
+type SaveRequest struct {
+	Message string `json:"message,omitempty"`
+	// ExpectedCurrent overrides the instance's own expectation.
+	ExpectedCurrent *int `json:"expected_current,omitempty"`
+}
+
+// SaveResult is the result of a finished save operation.
+type SaveResult struct {
+	Project  string `json:"project"`
+	Version  int    `json:"version"`
+	Current  bool   `json:"current"`
+	Conflict bool   `json:"conflict"` // true: ready but not current, expected current was replaced meanwhile
+	Expected int    `json:"expected_current"`
+	Image    string `json:"image"`
+	// Timings in milliseconds; the freeze window is how long the instance's
+	// processes were frozen.
+	FreezeMS int64 `json:"freeze_ms"`
+	SpoolMS  int64 `json:"spool_ms"`
+	EncodeMS int64 `json:"encode_ms"`
+	PushMS   int64 `json:"push_ms"`
+	CommitMS int64 `json:"commit_ms"`
+	TotalMS  int64 `json:"total_ms"`
+	// LayerBytes is the compressed size of the new layer, Entries its tar entries.
+	LayerBytes  int64  `json:"layer_bytes"`
+	Entries     int    `json:"entries"`
+	Compression string `json:"compression"`
+}
+
+// Operation states.
+const (
+	OpPending   = "pending"
+	OpRunning   = "running"
+	OpSucceeded = "succeeded"
+	OpFailed    = "failed"
+	OpCanceled  = "canceled"
+)
+
+// Operation is a long-running asynchronous job.
+type Operation struct {
+	ID        string          `json:"id"`
+	Kind      string          `json:"kind"`
+	Target    string          `json:"target"`
+	State     string          `json:"state"`
+	Result    json.RawMessage `json:"result,omitempty"`
+	Error     *OpError        `json:"error,omitempty"`
+	CreatedAt time.Time       `json:"created_at"`
+	UpdatedAt time.Time       `json:"updated_at"`
+}
+
+// Done reports whether the operation reached a terminal state.
+func (o Operation) Done() bool {
+	return o.State == OpSucceeded || o.State == OpFailed || o.State == OpCanceled
+}
+
+// OpError is a failed operation's error, with a stable code.
+type OpError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Event is one entry of an operation's ordered log.
+type Event struct {
+	Seq     int             `json:"seq"`
+	At      time.Time       `json:"at"`
+	Type    string          `json:"type"`
+	Message string          `json:"message"`
+	Data    json.RawMessage `json:"data,omitempty"`
+}

@@ -1,0 +1,88 @@
+// Package errdefs defines the few error kinds envd uses across packages.
+//
+// Packages wrap a kind with the identifying value:
+//
+//	fmt.Errorf("version %d of project %q: %w", n, p, errdefs.ErrNotFound)
+//
+// and callers branch with errors.Is. The API maps kinds to HTTP statuses and
+// stable codes in one place (Code and HTTPStatus below). Driver errors (pgx,
+// containerd, registry) are translated into these kinds where the driver is
+// used and go no further.
+package errdefs
+
+import (
+	"context"
+	"errors"
+	"net/http"
+)
+
+var (
+	ErrInvalidArgument    = errors.New("invalid argument")
+	ErrNotFound           = errors.New("not found")
+	ErrAlreadyExists      = errors.New("already exists")
+	ErrConflict           = errors.New("conflict")            // a compare-and-swap lost the race
+	ErrFailedPrecondition = errors.New("failed precondition") // wrong state for the request
+	ErrStaleGeneration    = errors.New("stale generation")    // a fencing token older than the newest
+	ErrUnauthenticated    = errors.New("unauthenticated")
+	ErrPermissionDenied   = errors.New("permission denied")
+	ErrQuotaExceeded      = errors.New("quota exceeded")
+	ErrUnavailable        = errors.New("unavailable") // a dependency (registry, database, runtime) is down
+	ErrIdempotencyReuse   = errors.New("idempotency key reused with a different request")
+	ErrCanceled           = errors.New("canceled")
+)
+
+type kind struct {
+	err    error
+	code   string
+	status int
+}
+
+// kinds is ordered: the first match wins, so more specific kinds come first.
+var kinds = []kind{
+	{ErrInvalidArgument, "invalid_argument", http.StatusBadRequest},
+	{ErrNotFound, "not_found", http.StatusNotFound},
+	{ErrAlreadyExists, "already_exists", http.StatusConflict},
+	{ErrStaleGeneration, "stale_generation", http.StatusConflict},
+	{ErrConflict, "conflict", http.StatusConflict},
+	{ErrFailedPrecondition, "failed_precondition", http.StatusConflict},
+	{ErrUnauthenticated, "unauthenticated", http.StatusUnauthorized},
+	{ErrPermissionDenied, "permission_denied", http.StatusForbidden},
+	{ErrQuotaExceeded, "quota_exceeded", http.StatusInsufficientStorage},
+	{ErrUnavailable, "unavailable", http.StatusServiceUnavailable},
+	{ErrIdempotencyReuse, "idempotency_key_reused", http.StatusUnprocessableEntity},
+	{ErrCanceled, "canceled", 499},
+	{context.Canceled, "canceled", 499},
+	{context.DeadlineExceeded, "deadline_exceeded", http.StatusGatewayTimeout},
+}
+
+// Code returns the stable machine-readable code of err, "internal" when it
+// carries no known kind.
+func Code(err error) string {
+	for _, k := range kinds {
+		if errors.Is(err, k.err) {
+			return k.code
+		}
+	}
+	return "internal"
+}
+
+// HTTPStatus returns the HTTP status for err's kind, 500 when unknown.
+func HTTPStatus(err error) int {
+	for _, k := range kinds {
+		if errors.Is(err, k.err) {
+			return k.status
+		}
+	}
+	return http.StatusInternalServerError
+}
+
+// FromCode returns the kind for a stable code, so a client can rebuild a
+// typed error from an API response. Unknown codes give nil.
+func FromCode(code string) error {
+	for _, k := range kinds {
+		if k.code == code {
+			return k.err
+		}
+	}
+	return nil
+}

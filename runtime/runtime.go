@@ -1,0 +1,803 @@
+// Package runtime runs envd instances as containerd containers.
+//
+// Terms:
+//   - An instance is a containerd container named by its ID, with an active
+//     overlayfs snapshot of the same name (its writable layer, kept across
+//     Stop/Start), a network namespace at StateDir/netns/ID attached to the
+//     runtime's CNI bridge, and instance files (resolv.conf, hosts, hostname)
+//     under StateDir/instances/ID.
+//   - Its init task is a shell that only waits; the real work is done in exec
+//     sessions (Exec). Task states are "running", "paused", "stopped", or ""
+//     when the instance has no task (after Stop).
+//   - Stop releases compute (the task and its network) and keeps the
+//     container and snapshot; Remove deletes everything.
+//
+// Callers serialize operations on one instance ID; operations on different IDs
+// may run concurrently. Errors carry envd's kinds (internal/errdefs):
+// ErrNotFound for an unknown instance or image, ErrAlreadyExists for a taken
+// ID, ErrFailedPrecondition for an instance in the wrong state,
+// ErrInvalidArgument for a bad spec, ErrUnavailable when containerd is down.
+package runtime
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/containerd/containerd/api/types/runc/options"
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/core/mount"
+	"github.com/containerd/containerd/v2/core/remotes/docker"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/containerd/v2/pkg/identifiers"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/containerd/containerd/v2/plugins"
+	cerrdefs "github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/envd-dev/envd/internal/errdefs"
+)
+
+// snapshotter is the containerd snapshotter instances' writable layers use.
+const snapshotter = "overlayfs"
+
+// initScript is the init process of every instance: it waits, and exits on
+// SIGTERM. PID 1 in a PID namespace only receives signals it handles, so the
+// trap is what makes a graceful Stop possible.
+const initScript = `trap "exit 0" TERM; while :; do sleep 3600 & wait $!; done`
+
+// Config configures a Runtime.
+type Config struct {
+	// Address is the containerd socket. Required.
+	Address string
+	// Namespace is the containerd namespace. Default: "envd".
+	Namespace string
+	// StateDir holds per-instance files, network namespaces, CNI state, runc
+	// state and exec FIFOs. Required; absolute. Its path also names the
+	// runtime's bridge, CNI network, cgroup parent and firewall chain, so two
+	// runtimes with different StateDirs share none of them.
+	StateDir string
+	// Network is the bridge network instances join.
+	Network NetworkConfig
+	// PlainHTTPRegistries are host:port of registries pulled from over plain
+	// HTTP (the embedded registry). Others use HTTPS.
+	PlainHTTPRegistries []string
+	// StopGrace is how long Stop waits after SIGTERM before SIGKILL.
+	// Default: 10s.
+	StopGrace time.Duration
+}
+
+// Runtime creates and drives instances on one containerd.
+type Runtime struct {
+	cfg      Config
+	client   *client.Client
+	net      *network
+	scope    string // hex hash of StateDir
+	runcRoot string
+	fifoDir  string
+}
+
+// New connects to containerd at cfg.Address and prepares the instance
+// network (bridge config, IP forwarding, host isolation rules).
+func New(ctx context.Context, cfg Config) (*Runtime, error) {
+	if cfg.Address == "" {
+		return nil, fmt.Errorf("runtime address is empty: %w", errdefs.ErrInvalidArgument)
+	}
+	if cfg.StateDir == "" || !filepath.IsAbs(cfg.StateDir) {
+		return nil, fmt.Errorf("runtime state dir %q must be absolute: %w", cfg.StateDir, errdefs.ErrInvalidArgument)
+	}
+	if cfg.Namespace == "" {
+		cfg.Namespace = "envd"
+	}
+	if err := identifiers.Validate(cfg.Namespace); err != nil {
+		return nil, fmt.Errorf("namespace %q: %w", cfg.Namespace, errdefs.ErrInvalidArgument)
+	}
+	if cfg.StopGrace <= 0 {
+		cfg.StopGrace = 10 * time.Second
+	}
+	sum := sha256.Sum256([]byte(filepath.Clean(cfg.StateDir)))
+	r := &Runtime{
+		cfg:      cfg,
+		scope:    hex.EncodeToString(sum[:]),
+		runcRoot: filepath.Join(cfg.StateDir, "runc"),
+		fifoDir:  filepath.Join(cfg.StateDir, "fifo"),
+	}
+	for _, d := range []string{cfg.StateDir, r.instancesDir(), r.runcRoot, r.fifoDir} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return nil, fmt.Errorf("runtime state dir: %w", err)
+		}
+	}
+	var err error
+	if r.net, err = newNetwork(cfg.Network, r.scope, cfg.StateDir); err != nil {
+		return nil, err
+	}
+	c, err := client.New(cfg.Address, client.WithDefaultNamespace(cfg.Namespace), client.WithTimeout(10*time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("connect to containerd at %s: %w", cfg.Address, &kindError{errdefs.ErrUnavailable, err})
+	}
+	r.client = c
+	if ok, err := c.IsServing(ctx); err != nil || !ok {
+		c.Close()
+		return nil, fmt.Errorf("containerd at %s is not serving: %w", cfg.Address, errdefs.ErrUnavailable)
+	}
+	return r, nil
+}
+
+// Close closes the connection to containerd. Instances keep running.
+func (r *Runtime) Close() error { return r.client.Close() }
+
+// Client is the containerd client, for packages that work on snapshots and
+// content directly. Its default namespace is Config.Namespace.
+func (r *Runtime) Client() *client.Client { return r.client }
+
+func (r *Runtime) ctx(ctx context.Context) context.Context {
+	return namespaces.WithNamespace(ctx, r.cfg.Namespace)
+}
+
+func (r *Runtime) instancesDir() string         { return filepath.Join(r.cfg.StateDir, "instances") }
+func (r *Runtime) instanceDir(id string) string { return filepath.Join(r.instancesDir(), id) }
+
+// Pull fetches ref ("host:port/repo@sha256:...") into containerd and unpacks
+// it for the overlayfs snapshotter.
+func (r *Runtime) Pull(ctx context.Context, ref string) error {
+	ctx = r.ctx(ctx)
+	resolver := docker.NewResolver(docker.ResolverOptions{
+		Hosts: docker.ConfigureDefaultRegistries(docker.WithPlainHTTP(r.plainHTTP)),
+	})
+	_, err := r.client.Pull(ctx, ref,
+		client.WithResolver(resolver),
+		client.WithPullUnpack,
+		client.WithPullSnapshotter(snapshotter),
+	)
+	return translate(err, "pull %s", ref)
+}
+
+func (r *Runtime) plainHTTP(host string) (bool, error) {
+	return slices.Contains(r.cfg.PlainHTTPRegistries, host), nil
+}
+
+// InstanceSpec describes an instance to create.
+type InstanceSpec struct {
+	ID       string            // container ID; also the hostname unless Hostname is set
+	Image    string            // a pulled ref
+	Hostname string            // default: ID
+	Env      []string          // KEY=VALUE, over the image's environment
+	Mounts   []Mount           // bind mounts
+	Labels   map[string]string // container labels, e.g. envd.generation
+}
+
+// Mount is a bind mount of a host path into an instance.
+type Mount struct {
+	Source      string // absolute host path; must exist
+	Destination string // absolute path in the instance
+	ReadOnly    bool
+}
+
+var validID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
+
+func (s InstanceSpec) validate() error {
+	if !validID.MatchString(s.ID) {
+		return fmt.Errorf("instance id %q: %w", s.ID, errdefs.ErrInvalidArgument)
+	}
+	if s.Image == "" {
+		return fmt.Errorf("instance %q has no image: %w", s.ID, errdefs.ErrInvalidArgument)
+	}
+	if s.Hostname != "" && (len(s.Hostname) > 63 || strings.ContainsAny(s.Hostname, " \t\n/")) {
+		return fmt.Errorf("hostname %q: %w", s.Hostname, errdefs.ErrInvalidArgument)
+	}
+	for _, kv := range s.Env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return fmt.Errorf("environment entry %q is not KEY=VALUE: %w", kv, errdefs.ErrInvalidArgument)
+		}
+	}
+	for _, m := range s.Mounts {
+		if !filepath.IsAbs(m.Source) || !filepath.IsAbs(m.Destination) {
+			return fmt.Errorf("mount %s:%s: paths must be absolute: %w", m.Source, m.Destination, errdefs.ErrInvalidArgument)
+		}
+		if _, err := os.Stat(m.Source); err != nil {
+			return fmt.Errorf("mount source %s: %w", m.Source, errdefs.ErrInvalidArgument)
+		}
+	}
+	return nil
+}
+
+// Create makes the container (a new overlayfs snapshot named after the ID),
+// its network namespace and instance files, and starts its init task. On
+// failure nothing is left behind.
+func (r *Runtime) Create(ctx context.Context, spec InstanceSpec) (retErr error) {
+	if err := spec.validate(); err != nil {
+		return err
+	}
+	ctx = r.ctx(ctx)
+	id := spec.ID
+	if _, err := r.client.LoadContainer(ctx, id); err == nil {
+		return fmt.Errorf("instance %q: %w", id, errdefs.ErrAlreadyExists)
+	}
+	img, err := r.client.GetImage(ctx, spec.Image)
+	if err != nil {
+		return translate(err, "image %s of instance %q", spec.Image, id)
+	}
+	if ok, err := img.IsUnpacked(ctx, snapshotter); err != nil || !ok {
+		if err := img.Unpack(ctx, snapshotter); err != nil {
+			return translate(err, "unpack image %s", spec.Image)
+		}
+	}
+	hostname := spec.Hostname
+	if hostname == "" {
+		hostname = id
+	}
+	dir := r.instanceDir(id)
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return fmt.Errorf("instance dir: %w", err)
+	}
+	defer func() {
+		if retErr != nil {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			_ = r.Remove(cctx, id)
+		}
+	}()
+	if err := r.writeInstanceFiles(id, hostname, nil); err != nil {
+		return err
+	}
+
+	mounts := []specs.Mount{
+		bindMount(filepath.Join(dir, "resolv.conf"), "/etc/resolv.conf", false),
+		bindMount(filepath.Join(dir, "hosts"), "/etc/hosts", false),
+		bindMount(filepath.Join(dir, "hostname"), "/etc/hostname", false),
+	}
+	for _, m := range spec.Mounts {
+		mounts = append(mounts, bindMount(m.Source, m.Destination, m.ReadOnly))
+	}
+	labels := map[string]string{}
+	for k, v := range spec.Labels {
+		labels[k] = v
+	}
+	_, err = r.client.NewContainer(ctx, id,
+		client.WithImage(img),
+		client.WithSnapshotter(snapshotter),
+		client.WithNewSnapshot(id, img),
+		// runc state under our StateDir: the shim's default root,
+		// /run/containerd/runc/<namespace>, would be shared with every other
+		// daemon on the machine using the same namespace.
+		client.WithRuntime(plugins.RuntimeRuncV2, &options.Options{Root: r.runcRoot}),
+		client.WithContainerLabels(labels),
+		client.WithNewSpec(
+			oci.WithImageConfig(img),
+			oci.WithProcessArgs("/bin/sh", "-c", initScript),
+			oci.WithHostname(hostname),
+			oci.WithEnv(spec.Env),
+			oci.WithMounts(mounts),
+			oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: r.net.nsPath(id)}),
+			// The default cgroup is /<namespace>/<id>, the same for every
+			// daemon; put ours under a parent named by StateDir.
+			oci.WithCgroup(r.cgroupPath(id)),
+		),
+	)
+	if err != nil {
+		return translate(err, "create container %q", id)
+	}
+	return r.startTask(ctx, id, hostname)
+}
+
+func (r *Runtime) cgroupPath(id string) string {
+	return "/envd-" + r.scope[:12] + "/" + r.cfg.Namespace + "/" + id
+}
+
+func bindMount(src, dst string, ro bool) specs.Mount {
+	opt := "rw"
+	if ro {
+		opt = "ro"
+	}
+	return specs.Mount{Type: "bind", Source: src, Destination: dst, Options: []string{"rbind", opt}}
+}
+
+// Start runs a new init task on an existing container and its snapshot (after
+// Stop), with a fresh network attachment. Starting a running instance is a
+// no-op; a paused one is ErrFailedPrecondition.
+func (r *Runtime) Start(ctx context.Context, id string) error {
+	ctx = r.ctx(ctx)
+	c, err := r.client.LoadContainer(ctx, id)
+	if err != nil {
+		return translate(err, "instance %q", id)
+	}
+	if t, err := c.Task(ctx, nil); err == nil {
+		st, err := t.Status(ctx)
+		if err != nil {
+			return translate(err, "task of instance %q", id)
+		}
+		switch st.Status {
+		case client.Running:
+			return nil
+		case client.Paused, client.Pausing:
+			return fmt.Errorf("instance %q is paused: %w", id, errdefs.ErrFailedPrecondition)
+		}
+		if _, err := t.Delete(ctx, client.WithProcessKill); err != nil && !cerrdefs.IsNotFound(err) {
+			return translate(err, "delete old task of instance %q", id)
+		}
+	} else if !cerrdefs.IsNotFound(err) {
+		return translate(err, "task of instance %q", id)
+	}
+	spec, err := c.Spec(ctx)
+	if err != nil {
+		return translate(err, "spec of instance %q", id)
+	}
+	return r.startTask(ctx, id, spec.Hostname)
+}
+
+// startTask attaches the network, writes /etc/hosts with the new address and
+// starts the init task. On failure the network is detached again.
+func (r *Runtime) startTask(ctx context.Context, id, hostname string) (retErr error) {
+	ip, err := r.net.setup(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if retErr != nil {
+			_ = r.net.teardown(context.WithoutCancel(ctx), id)
+		}
+	}()
+	if err := r.writeInstanceFiles(id, hostname, ip); err != nil {
+		return err
+	}
+	c, err := r.client.LoadContainer(ctx, id)
+	if err != nil {
+		return translate(err, "instance %q", id)
+	}
+	t, err := c.NewTask(ctx, cio.NullIO)
+	if err != nil {
+		return translate(err, "create task of instance %q", id)
+	}
+	if err := t.Start(ctx); err != nil {
+		_, _ = t.Delete(context.WithoutCancel(ctx), client.WithProcessKill)
+		return translate(err, "start task of instance %q", id)
+	}
+	return nil
+}
+
+// writeInstanceFiles writes hostname, hosts (with ip when known) and a
+// resolv.conf derived from the host's.
+func (r *Runtime) writeInstanceFiles(id, hostname string, ip net.IP) error {
+	dir := r.instanceDir(id)
+	hosts := "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+	if ip != nil {
+		hosts += ip.String() + "\t" + hostname + "\n"
+	}
+	resolv, err := resolvConf("/etc/resolv.conf")
+	if err != nil {
+		return err
+	}
+	files := map[string]string{"hostname": hostname + "\n", "hosts": hosts, "resolv.conf": resolv}
+	for name, content := range files {
+		// Rewritten in place, not renamed: a running task's bind mount holds
+		// the inode.
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			return fmt.Errorf("instance file %s of %q: %w", name, id, err)
+		}
+	}
+	return nil
+}
+
+// resolvConf is the host's resolv.conf without loopback nameservers (a
+// resolver on 127.0.0.0/8 or ::1 is the instance's own loopback inside the
+// network namespace; reaching the host's would need an INPUT exception).
+func resolvConf(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return "", nil
+		}
+		return "", fmt.Errorf("host resolv.conf: %w", err)
+	}
+	var out strings.Builder
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == "nameserver" {
+			if ip := net.ParseIP(f[1]); ip != nil && ip.IsLoopback() {
+				continue
+			}
+		}
+		out.WriteString(line)
+		out.WriteString("\n")
+	}
+	return strings.TrimRight(out.String(), "\n") + "\n", nil
+}
+
+// ExecSpec describes a process run in an instance.
+type ExecSpec struct {
+	Args   []string
+	Env    []string // KEY=VALUE over the instance's environment
+	Cwd    string   // default: the image's working directory, else /
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer // unused with TTY: the terminal carries both streams
+	TTY    bool
+}
+
+// Exec runs a process in a running instance and waits for it, returning its
+// exit code. Canceling ctx kills the process (SIGKILL). Output has been
+// written to Stdout and Stderr in full when Exec returns.
+func (r *Runtime) Exec(ctx context.Context, id string, spec ExecSpec) (int, error) {
+	if len(spec.Args) == 0 {
+		return -1, fmt.Errorf("exec in %q: no command: %w", id, errdefs.ErrInvalidArgument)
+	}
+	ctx = r.ctx(ctx)
+	c, err := r.client.LoadContainer(ctx, id)
+	if err != nil {
+		return -1, translate(err, "instance %q", id)
+	}
+	t, err := c.Task(ctx, nil)
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return -1, fmt.Errorf("instance %q is stopped: %w", id, errdefs.ErrFailedPrecondition)
+		}
+		return -1, translate(err, "task of instance %q", id)
+	}
+	st, err := t.Status(ctx)
+	if err != nil {
+		return -1, translate(err, "task of instance %q", id)
+	}
+	if st.Status != client.Running {
+		return -1, fmt.Errorf("instance %q is %s: %w", id, st.Status, errdefs.ErrFailedPrecondition)
+	}
+	cspec, err := c.Spec(ctx)
+	if err != nil {
+		return -1, translate(err, "spec of instance %q", id)
+	}
+	pspec := *cspec.Process
+	pspec.Args = spec.Args
+	pspec.Env = mergeEnv(cspec.Process.Env, spec.Env)
+	pspec.Terminal = spec.TTY
+	if spec.Cwd != "" {
+		pspec.Cwd = spec.Cwd
+	}
+	if pspec.Cwd == "" {
+		pspec.Cwd = "/"
+	}
+
+	stdout, stderr := spec.Stdout, spec.Stderr
+	if stdout == nil {
+		stdout = io.Discard
+	}
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	// cio closes its end of the stdin FIFO at EOF, but the process only sees
+	// EOF once the shim is told to close its end too (CloseIO).
+	var stdin io.Reader
+	stdinEOF := make(chan struct{})
+	if spec.Stdin != nil {
+		stdin = &eofNotifier{r: spec.Stdin, eof: stdinEOF}
+	}
+	opts := []cio.Opt{cio.WithStreams(stdin, stdout, stderr), cio.WithFIFODir(r.fifoDir)}
+	if spec.TTY {
+		opts = append(opts, cio.WithTerminal)
+	}
+	execID := "exec-" + randomHex(8)
+	p, err := t.Exec(ctx, execID, &pspec, cio.NewCreator(opts...))
+	if err != nil {
+		return -1, translate(err, "exec in instance %q", id)
+	}
+	cleanup := context.WithoutCancel(ctx)
+	defer func() {
+		dctx, cancel := context.WithTimeout(cleanup, 10*time.Second)
+		defer cancel()
+		_, _ = p.Delete(dctx, client.WithProcessKill)
+	}()
+	statusC, err := p.Wait(ctx)
+	if err != nil {
+		return -1, translate(err, "exec in instance %q", id)
+	}
+	if err := p.Start(ctx); err != nil {
+		return -1, translate(err, "start %q in instance %q", spec.Args[0], id)
+	}
+	if spec.Stdin != nil {
+		go func() {
+			select {
+			case <-stdinEOF:
+				_ = p.CloseIO(cleanup, client.WithStdinCloser)
+			case <-statusC:
+			}
+		}()
+	}
+	var status client.ExitStatus
+	select {
+	case status = <-statusC:
+	case <-ctx.Done():
+	}
+	// The wait stream is bound to ctx: on cancellation statusC may deliver
+	// an error status before ctx.Done is seen, so check ctx either way.
+	if ctx.Err() != nil {
+		kctx, cancel := context.WithTimeout(cleanup, 10*time.Second)
+		defer cancel()
+		_ = p.Kill(kctx, syscall.SIGKILL)
+		if exitC, err := p.Wait(kctx); err == nil {
+			select {
+			case <-exitC:
+			case <-kctx.Done():
+			}
+		}
+		return -1, fmt.Errorf("exec in instance %q: %w", id, ctx.Err())
+	}
+	code, _, err := status.Result()
+	if err != nil {
+		return -1, translate(err, "exec in instance %q", id)
+	}
+	// The shim closes the output FIFOs after the process exits; wait for the
+	// copies so the caller has all output.
+	p.IO().Wait()
+	return int(code), nil
+}
+
+type eofNotifier struct {
+	r    io.Reader
+	eof  chan struct{}
+	done bool
+}
+
+func (e *eofNotifier) Read(b []byte) (int, error) {
+	n, err := e.r.Read(b)
+	if err != nil && !e.done {
+		e.done = true
+		close(e.eof)
+	}
+	return n, err
+}
+
+// mergeEnv returns base with extra's entries replacing those of the same key.
+func mergeEnv(base, extra []string) []string {
+	out := slices.Clone(base)
+	for _, kv := range extra {
+		k, _, _ := strings.Cut(kv, "=")
+		i := slices.IndexFunc(out, func(e string) bool { return strings.HasPrefix(e, k+"=") })
+		if i >= 0 {
+			out[i] = kv
+		} else {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Pause freezes the instance's task (cgroup freezer).
+func (r *Runtime) Pause(ctx context.Context, id string) error {
+	ctx = r.ctx(ctx)
+	t, err := r.task(ctx, id)
+	if err != nil {
+		return err
+	}
+	return translate(t.Pause(ctx), "pause instance %q", id)
+}
+
+// Resume thaws a paused instance.
+func (r *Runtime) Resume(ctx context.Context, id string) error {
+	ctx = r.ctx(ctx)
+	t, err := r.task(ctx, id)
+	if err != nil {
+		return err
+	}
+	return translate(t.Resume(ctx), "resume instance %q", id)
+}
+
+func (r *Runtime) task(ctx context.Context, id string) (client.Task, error) {
+	c, err := r.client.LoadContainer(ctx, id)
+	if err != nil {
+		return nil, translate(err, "instance %q", id)
+	}
+	t, err := c.Task(ctx, nil)
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return nil, fmt.Errorf("instance %q is stopped: %w", id, errdefs.ErrFailedPrecondition)
+		}
+		return nil, translate(err, "task of instance %q", id)
+	}
+	return t, nil
+}
+
+// Stop kills the instance's task (SIGTERM, SIGKILL after Config.StopGrace),
+// deletes it and detaches the network. The container and its snapshot are
+// kept. Stopping a stopped instance is a no-op.
+func (r *Runtime) Stop(ctx context.Context, id string) error {
+	ctx = r.ctx(ctx)
+	c, err := r.client.LoadContainer(ctx, id)
+	if err != nil {
+		return translate(err, "instance %q", id)
+	}
+	if err := r.stopTask(ctx, c); err != nil {
+		return err
+	}
+	return r.net.teardown(ctx, id)
+}
+
+func (r *Runtime) stopTask(ctx context.Context, c client.Container) error {
+	id := c.ID()
+	t, err := c.Task(ctx, nil)
+	if cerrdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return translate(err, "task of instance %q", id)
+	}
+	st, err := t.Status(ctx)
+	if err != nil {
+		return translate(err, "task of instance %q", id)
+	}
+	if st.Status == client.Paused || st.Status == client.Pausing {
+		// Frozen processes do not act on signals until thawed.
+		if err := t.Resume(ctx); err != nil {
+			return translate(err, "resume instance %q to stop it", id)
+		}
+	}
+	if st.Status != client.Stopped && st.Status != client.Created {
+		exitC, err := t.Wait(ctx)
+		if err != nil {
+			return translate(err, "wait for instance %q", id)
+		}
+		if err := t.Kill(ctx, syscall.SIGTERM); err != nil && !cerrdefs.IsNotFound(err) {
+			return translate(err, "signal instance %q", id)
+		}
+		timer := time.NewTimer(r.cfg.StopGrace)
+		defer timer.Stop()
+		select {
+		case <-exitC:
+		case <-timer.C:
+			if err := t.Kill(ctx, syscall.SIGKILL, client.WithKillAll); err != nil && !cerrdefs.IsNotFound(err) {
+				return translate(err, "kill instance %q", id)
+			}
+			select {
+			case <-exitC:
+			case <-ctx.Done():
+				return fmt.Errorf("stop instance %q: %w", id, ctx.Err())
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("stop instance %q: %w", id, ctx.Err())
+		}
+	}
+	if _, err := t.Delete(ctx, client.WithProcessKill); err != nil && !cerrdefs.IsNotFound(err) {
+		return translate(err, "delete task of instance %q", id)
+	}
+	return nil
+}
+
+// Remove stops the instance if needed and deletes its container, snapshot,
+// network attachment and instance files. Removing an unknown instance is not
+// an error.
+func (r *Runtime) Remove(ctx context.Context, id string) error {
+	if !validID.MatchString(id) {
+		return fmt.Errorf("instance id %q: %w", id, errdefs.ErrInvalidArgument)
+	}
+	ctx = r.ctx(ctx)
+	var errs []error
+	c, err := r.client.LoadContainer(ctx, id)
+	switch {
+	case err == nil:
+		if err := r.stopTask(ctx, c); err != nil {
+			return err
+		}
+		if err := c.Delete(ctx, client.WithSnapshotCleanup); err != nil && !cerrdefs.IsNotFound(err) {
+			return translate(err, "delete container %q", id)
+		}
+	case !cerrdefs.IsNotFound(err):
+		return translate(err, "instance %q", id)
+	}
+	// A snapshot left by a Create that failed half way.
+	if err := r.client.SnapshotService(snapshotter).Remove(ctx, id); err != nil && !cerrdefs.IsNotFound(err) {
+		errs = append(errs, translate(err, "remove snapshot %q", id))
+	}
+	if err := r.net.teardown(ctx, id); err != nil {
+		errs = append(errs, err)
+	}
+	if err := os.RemoveAll(r.instanceDir(id)); err != nil {
+		errs = append(errs, fmt.Errorf("remove instance files of %q: %w", id, err))
+	}
+	return errors.Join(errs...)
+}
+
+// Mounts returns the mounts of the instance's active snapshot: for
+// overlayfs, one overlay mount whose options include upperdir=..., the
+// instance's writable layer.
+func (r *Runtime) Mounts(ctx context.Context, id string) ([]mount.Mount, error) {
+	ctx = r.ctx(ctx)
+	info, err := r.containerInfo(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	ms, err := r.client.SnapshotService(info.Snapshotter).Mounts(ctx, info.SnapshotKey)
+	if err != nil {
+		return nil, translate(err, "snapshot of instance %q", id)
+	}
+	return ms, nil
+}
+
+func (r *Runtime) containerInfo(ctx context.Context, id string) (containers.Container, error) {
+	c, err := r.client.LoadContainer(ctx, id)
+	if err != nil {
+		return containers.Container{}, translate(err, "instance %q", id)
+	}
+	info, err := c.Info(ctx, client.WithoutRefreshedMetadata)
+	if err != nil {
+		return containers.Container{}, translate(err, "instance %q", id)
+	}
+	return info, nil
+}
+
+// Status describes an instance. An unknown instance has Exists false.
+type Status struct {
+	Exists bool
+	Task   string // "running", "paused", "stopped" (exited, not yet deleted), "" (no task)
+	Pid    uint32
+	Labels map[string]string
+}
+
+// Status reports whether the instance exists and the state of its task.
+func (r *Runtime) Status(ctx context.Context, id string) (Status, error) {
+	ctx = r.ctx(ctx)
+	info, err := r.containerInfo(ctx, id)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return Status{}, nil
+	}
+	if err != nil {
+		return Status{}, err
+	}
+	s := Status{Exists: true, Labels: info.Labels}
+	c, err := r.client.LoadContainer(ctx, id)
+	if err != nil {
+		return Status{}, translate(err, "instance %q", id)
+	}
+	t, err := c.Task(ctx, nil)
+	if cerrdefs.IsNotFound(err) {
+		return s, nil
+	}
+	if err != nil {
+		return Status{}, translate(err, "task of instance %q", id)
+	}
+	st, err := t.Status(ctx)
+	if err != nil {
+		return Status{}, translate(err, "task of instance %q", id)
+	}
+	switch st.Status {
+	case client.Pausing:
+		s.Task = string(client.Paused)
+	case client.Created:
+		s.Task = string(client.Running)
+	default:
+		s.Task = string(st.Status)
+	}
+	s.Pid = t.Pid()
+	return s, nil
+}
+
+// List returns the IDs of all containers in the runtime's namespace, sorted.
+func (r *Runtime) List(ctx context.Context) ([]string, error) {
+	ctx = r.ctx(ctx)
+	cs, err := r.client.Containers(ctx)
+	if err != nil {
+		return nil, translate(err, "list containers")
+	}
+	ids := make([]string, 0, len(cs))
+	for _, c := range cs {
+		ids = append(ids, c.ID())
+	}
+	slices.Sort(ids)
+	return ids, nil
+}

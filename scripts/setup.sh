@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs everything envd and its tests need on a fresh Debian machine, as root.
+# Idempotent: a second run only checks. Go programs are pinned; Debian packages come
+# from the machine's own apt sources.
+set -euo pipefail
+
+CONTAINERD_VERSION=v2.4.2
+VERSITYGW_VERSION=v1.8.0
+GOBIN_DIR=${GOBIN_DIR:-/usr/local/lib/envd/bin}
+
+need_apt=()
+for pkg in runc busybox-static debootstrap containernetworking-plugins iptables \
+           postgresql e2fsprogs fuse3 zstd iproute2 tar jq curl; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
+done
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "setup: apt-get install ${need_apt[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+mkdir -p "$GOBIN_DIR"
+if ! "$GOBIN_DIR/containerd" --version 2>/dev/null | grep -q "$CONTAINERD_VERSION" || [ ! -x "$GOBIN_DIR/ctr" ]; then
+  echo "setup: go install containerd $CONTAINERD_VERSION"
+  GOBIN="$GOBIN_DIR" GOFLAGS=-tags=no_btrfs go install \
+    "github.com/containerd/containerd/v2/cmd/containerd@$CONTAINERD_VERSION" \
+    "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@$CONTAINERD_VERSION" \
+    "github.com/containerd/containerd/v2/cmd/ctr@$CONTAINERD_VERSION"
+fi
+if [ ! -x "$GOBIN_DIR/versitygw" ]; then
+  echo "setup: go install versitygw $VERSITYGW_VERSION"
+  GOBIN="$GOBIN_DIR" go install "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION"
+fi
+modprobe overlay 2>/dev/null || true
+modprobe fuse 2>/dev/null || true
+echo "setup: ok ($GOBIN_DIR)"

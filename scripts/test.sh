@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Runs every test, as root, against real containerd, PostgreSQL, registry and S3.
+# Installs what it needs first (scripts/setup.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ "$(id -u)" = 0 ] || { echo "tests need root (containerd, overlayfs, network namespaces)" >&2; exit 1; }
+bash scripts/setup.sh
+export PATH=/usr/local/lib/envd/bin:$PATH
+go vet ./...
+# -p 2: the machine has 2 cores; packages start their own daemons.
+go test -count=1 -p 2 -timeout 75m "$@" ./...

@@ -1,0 +1,173 @@
+package versions
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/envd-dev/envd/internal/errdefs"
+)
+
+// Instance is a container of a project on one node.
+type Instance struct {
+	ID      string
+	Tenant  string
+	Project string // project name
+	Node    string
+	// Version is the version the instance started from: the expected
+	// current of its next save. LastSavedVersion is its latest committed
+	// save (0 = none).
+	Version          int
+	LastSavedVersion int
+	Generation       int64 // fencing token; 1 at creation
+	State            string
+	Reason           string // machine-readable cause of the last transition
+	Message          string
+	Retain           bool       // keep the writable layer when stopped
+	ExpiresAt        *time.Time // absolute; nil = no TTL
+	CreatedAt        time.Time
+	LastTransitionAt time.Time
+	Spec             json.RawMessage // {} when none
+}
+
+// instanceCols needs instances as i joined with projects as p.
+const instanceCols = `i.id, i.tenant_id, p.name, i.node, i.version, COALESCE(i.last_saved_version, 0), i.generation,
+	i.state, i.reason, i.message, i.retain, i.expires_at, i.created_at, i.last_transition_at, i.spec`
+
+const instanceFrom = " FROM instances i JOIN projects p ON p.id = i.project_id "
+
+func scanInstance(row pgx.Row) (Instance, error) {
+	var in Instance
+	err := row.Scan(&in.ID, &in.Tenant, &in.Project, &in.Node, &in.Version, &in.LastSavedVersion, &in.Generation,
+		&in.State, &in.Reason, &in.Message, &in.Retain, &in.ExpiresAt, &in.CreatedAt, &in.LastTransitionAt, &in.Spec)
+	return in, err
+}
+
+func collectInstances(rows pgx.Rows, err error) ([]Instance, error) {
+	if err != nil {
+		return nil, translate(err, "list instances")
+	}
+	ins, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Instance, error) { return scanInstance(r) })
+	return ins, translate(err, "list instances")
+}
+
+// CreateInstance records a new instance of in.Project (of in.Tenant) with
+// generation 1; State defaults to "Pending". Fails with ErrNotFound if the
+// project does not exist, ErrAlreadyExists if the id is taken.
+func (s *Store) CreateInstance(ctx context.Context, in Instance) (Instance, error) {
+	if in.ID == "" {
+		return Instance{}, fmt.Errorf("empty instance id: %w", errdefs.ErrInvalidArgument)
+	}
+	if in.State == "" {
+		in.State = "Pending"
+	}
+	return WithTxV(ctx, s.db, func(tx pgx.Tx) (Instance, error) {
+		spec := rawJSON(in.Spec)
+		tag, err := tx.Exec(ctx, `INSERT INTO instances
+				(id, project_id, tenant_id, node, version, generation, state, reason, message, retain, expires_at, spec)
+			SELECT $1, p.id, p.tenant_id, $4, $5, 1, $6, $7, $8, $9, $10, COALESCE($11::jsonb, '{}')
+			FROM projects p WHERE p.tenant_id = $2 AND p.name = $3`,
+			in.ID, in.Tenant, in.Project, in.Node, in.Version, in.State, in.Reason, in.Message, in.Retain, in.ExpiresAt, spec)
+		if err != nil {
+			return Instance{}, translate(err, fmt.Sprintf("instance %q", in.ID))
+		}
+		if tag.RowsAffected() == 0 {
+			return Instance{}, fmt.Errorf("project %q: %w", in.Project, errdefs.ErrNotFound)
+		}
+		return scanInstance(tx.QueryRow(ctx, "SELECT "+instanceCols+instanceFrom+"WHERE i.id = $1", in.ID))
+	})
+}
+
+// GetInstance returns instance id of tenant; tenant "" matches any tenant
+// (internal callers: reconciler, reaper).
+func (s *Store) GetInstance(ctx context.Context, tenant, id string) (Instance, error) {
+	in, err := scanInstance(s.db.QueryRow(ctx, "SELECT "+instanceCols+instanceFrom+
+		"WHERE i.id = $1 AND ($2 = '' OR i.tenant_id = $2)", id, tenant))
+	if err != nil {
+		return Instance{}, translate(err, fmt.Sprintf("instance %q", id))
+	}
+	return in, nil
+}
+
+// ListInstances returns tenant's instances, of one project or of all
+// (project ""), oldest first. ErrNotFound if a named project does not exist.
+func (s *Store) ListInstances(ctx context.Context, tenant, project string) ([]Instance, error) {
+	ins, err := collectInstances(s.db.Query(ctx, "SELECT "+instanceCols+instanceFrom+
+		"WHERE i.tenant_id = $1 AND ($2 = '' OR p.name = $2) ORDER BY i.created_at, i.id", tenant, project))
+	if err != nil || len(ins) > 0 || project == "" {
+		return ins, err
+	}
+	if _, err := s.GetProject(ctx, tenant, project); err != nil {
+		return nil, err
+	}
+	return ins, nil
+}
+
+// ListNodeInstances returns every instance placed on node, oldest first.
+func (s *Store) ListNodeInstances(ctx context.Context, node string) ([]Instance, error) {
+	return collectInstances(s.db.Query(ctx, "SELECT "+instanceCols+instanceFrom+
+		"WHERE i.node = $1 ORDER BY i.created_at, i.id", node))
+}
+
+// Transition sets an instance's state, reason and message (and
+// last_transition_at) only if its state is one of from; an empty from
+// matches any state. Otherwise it fails with ErrFailedPrecondition, naming
+// the current state, and changes nothing.
+func (s *Store) Transition(ctx context.Context, id string, from []string, to, reason, message string) (Instance, error) {
+	if from == nil {
+		from = []string{}
+	}
+	in, err := scanInstance(s.db.QueryRow(ctx, `UPDATE instances i
+		SET state = $2, reason = $3, message = $4, last_transition_at = now()
+		FROM projects p WHERE p.id = i.project_id AND i.id = $1 AND (cardinality($5::text[]) = 0 OR i.state = ANY($5))
+		RETURNING `+instanceCols, id, to, reason, message, from))
+	if err == nil {
+		return in, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return Instance{}, translate(err, fmt.Sprintf("instance %q", id))
+	}
+	var state string
+	if err := s.db.QueryRow(ctx, "SELECT state FROM instances WHERE id = $1", id).Scan(&state); err != nil {
+		return Instance{}, translate(err, fmt.Sprintf("instance %q", id))
+	}
+	return Instance{}, fmt.Errorf("instance %q is %s, not %s: cannot become %s: %w",
+		id, state, strings.Join(from, " or "), to, errdefs.ErrFailedPrecondition)
+}
+
+// BumpGeneration increments an instance's generation (on every start or
+// ownership move) and returns the new one. Saves made under older
+// generations are then refused by CommitVersion.
+func (s *Store) BumpGeneration(ctx context.Context, id string) (int64, error) {
+	var gen int64
+	err := s.db.QueryRow(ctx, "UPDATE instances SET generation = generation + 1 WHERE id = $1 RETURNING generation", id).Scan(&gen)
+	if err != nil {
+		return 0, translate(err, fmt.Sprintf("instance %q", id))
+	}
+	return gen, nil
+}
+
+// SetNode records the node an instance is placed on (use with
+// BumpGeneration when ownership moves).
+func (s *Store) SetNode(ctx context.Context, id, node string) (Instance, error) {
+	return s.updateInstance(ctx, id, "node = $2", node)
+}
+
+// SetExpiry sets an instance's absolute expiry; nil removes it.
+func (s *Store) SetExpiry(ctx context.Context, id string, at *time.Time) (Instance, error) {
+	return s.updateInstance(ctx, id, "expires_at = $2", at)
+}
+
+func (s *Store) updateInstance(ctx context.Context, id, set string, arg any) (Instance, error) {
+	in, err := scanInstance(s.db.QueryRow(ctx, "UPDATE instances i SET "+set+
+		" FROM projects p WHERE p.id = i.project_id AND i.id = $1 RETURNING "+instanceCols, id, arg))
+	if err != nil {
+		return Instance{}, translate(err, fmt.Sprintf("instance %q", id))
+	}
+	return in, nil
+}

@@ -1,0 +1,389 @@
+package versions
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/envd-dev/envd/internal/errdefs"
+)
+
+// Version kinds.
+const (
+	KindBase      = "base"
+	KindBuild     = "build"
+	KindSnapshot  = "snapshot"
+	KindMigration = "migration"
+)
+
+// Version states. Only StateReady versions can be current or restored.
+const (
+	StateCreating = "creating"
+	StateReady    = "ready"
+	StateFailed   = "failed"
+	StateDeleting = "deleting"
+)
+
+// InstanceTerminated is the instance state DeleteProject waits for.
+const InstanceTerminated = "Terminated"
+
+// Project is one lineage of versions of a tenant.
+type Project struct {
+	ID          int64
+	Tenant      string
+	Name        string
+	BaseImage   string          // repo@digest
+	Spec        json.RawMessage // declared spec; {} when none
+	Excludes    []string        // paths a save skips, besides the built-in ones
+	Compression string          // layer encoding of saves; "" = default
+	Current     int             // current version; 0 = none
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+}
+
+// Version is one numbered version of a project.
+type Version struct {
+	Project    string // project name
+	Number     int
+	Kind       string // KindBase, KindBuild, KindSnapshot, KindMigration
+	State      string // StateCreating, StateReady, StateFailed, StateDeleting
+	Image      string // repo@digest
+	Parent     int    // 0 = none
+	Message    string
+	SizeBytes  int64
+	Layers     int
+	Pinned     bool   // kept by retention
+	InstanceID string // the instance a snapshot was saved from; "" = none
+	CreatedAt  time.Time
+	Current    bool // computed: the project's current version
+}
+
+const projectCols = `p.id, p.tenant_id, p.name, p.base_image, p.spec, p.excludes, p.compression,
+	COALESCE(p.current_version, 0), p.created_at, p.updated_at`
+
+func scanProject(row pgx.Row) (Project, error) {
+	var p Project
+	err := row.Scan(&p.ID, &p.Tenant, &p.Name, &p.BaseImage, &p.Spec, &p.Excludes, &p.Compression,
+		&p.Current, &p.CreatedAt, &p.UpdatedAt)
+	return p, err
+}
+
+// versionCols needs versions as v joined with projects as p.
+const versionCols = `p.name, v.number, v.kind, v.state, v.image, COALESCE(v.parent, 0), v.message,
+	v.size_bytes, v.layers, v.pinned, COALESCE(v.instance_id, ''), v.created_at,
+	COALESCE(v.number = p.current_version, false)`
+
+func scanVersion(row pgx.Row) (Version, error) {
+	var v Version
+	err := row.Scan(&v.Project, &v.Number, &v.Kind, &v.State, &v.Image, &v.Parent, &v.Message,
+		&v.SizeBytes, &v.Layers, &v.Pinned, &v.InstanceID, &v.CreatedAt, &v.Current)
+	return v, err
+}
+
+func nullInt(n int) *int {
+	if n == 0 {
+		return nil
+	}
+	return &n
+}
+
+func nullString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// CreateProject creates project p of p.Tenant (creating the tenant if
+// needed) with version 1 as its current version, in one transaction. Version
+// 1 is base (ready): its Kind defaults to KindBase and its Image to
+// p.BaseImage; its Message, SizeBytes, Layers and Pinned are taken from base.
+// Fails with ErrAlreadyExists if the tenant has a project of that name.
+func (s *Store) CreateProject(ctx context.Context, p Project, base Version) (Project, Version, error) {
+	if base.Kind == "" {
+		base.Kind = KindBase
+	}
+	if base.Image == "" {
+		base.Image = p.BaseImage
+	}
+	type pv struct {
+		p Project
+		v Version
+	}
+	r, err := WithTxV(ctx, s.db, func(tx pgx.Tx) (pv, error) {
+		if err := ensureTenant(ctx, tx, p.Tenant); err != nil {
+			return pv{}, err
+		}
+		// current_version=1 before version 1 exists: the foreign key is
+		// deferred to commit.
+		np, err := scanProject(tx.QueryRow(ctx, `INSERT INTO projects AS p
+				(tenant_id, name, base_image, spec, excludes, compression, current_version, next_version)
+			VALUES ($1, $2, $3, COALESCE($4::jsonb, '{}'), COALESCE($5::text[], '{}'), $6, 1, 2)
+			RETURNING `+projectCols,
+			p.Tenant, p.Name, p.BaseImage, rawJSON(p.Spec), p.Excludes, p.Compression))
+		if err != nil {
+			return pv{}, translate(err, fmt.Sprintf("project %q", p.Name))
+		}
+		var v Version
+		err = tx.QueryRow(ctx, `INSERT INTO versions (project_id, number, kind, state, image, message, size_bytes, layers, pinned)
+			VALUES ($1, 1, $2, 'ready', $3, $4, $5, $6, $7) RETURNING created_at`,
+			np.ID, base.Kind, base.Image, base.Message, base.SizeBytes, base.Layers, base.Pinned).Scan(&v.CreatedAt)
+		if err != nil {
+			return pv{}, translate(err, fmt.Sprintf("version 1 of project %q", p.Name))
+		}
+		v.Project, v.Number, v.Kind, v.State, v.Image = np.Name, 1, base.Kind, StateReady, base.Image
+		v.Message, v.SizeBytes, v.Layers, v.Pinned, v.Current = base.Message, base.SizeBytes, base.Layers, base.Pinned, true
+		return pv{np, v}, nil
+	})
+	return r.p, r.v, err
+}
+
+// GetProject returns project name of tenant; ErrNotFound if there is none.
+func (s *Store) GetProject(ctx context.Context, tenant, name string) (Project, error) {
+	p, err := scanProject(s.db.QueryRow(ctx, "SELECT "+projectCols+" FROM projects p WHERE p.tenant_id = $1 AND p.name = $2",
+		tenant, name))
+	if err != nil {
+		return Project{}, translate(err, fmt.Sprintf("project %q", name))
+	}
+	return p, nil
+}
+
+// ListProjects returns tenant's projects ordered by name.
+func (s *Store) ListProjects(ctx context.Context, tenant string) ([]Project, error) {
+	rows, err := s.db.Query(ctx, "SELECT "+projectCols+" FROM projects p WHERE p.tenant_id = $1 ORDER BY p.name", tenant)
+	if err != nil {
+		return nil, translate(err, "list projects")
+	}
+	ps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Project, error) { return scanProject(r) })
+	return ps, translate(err, "list projects")
+}
+
+// DeleteProject deletes a project with its versions and instance rows. It
+// fails with ErrFailedPrecondition while any of its instances is not
+// Terminated (the message names one). Images and blobs are left to GC.
+func (s *Store) DeleteProject(ctx context.Context, tenant, name string) error {
+	return WithTx(ctx, s.db, func(tx pgx.Tx) error {
+		var id int64
+		// FOR UPDATE conflicts with the key-share lock an instance insert
+		// takes on its project: no instance can appear after the check.
+		err := tx.QueryRow(ctx, "SELECT id FROM projects WHERE tenant_id = $1 AND name = $2 FOR UPDATE", tenant, name).Scan(&id)
+		if err != nil {
+			return translate(err, fmt.Sprintf("project %q", name))
+		}
+		rows, err := tx.Query(ctx, `SELECT id || ' is ' || state FROM instances
+			WHERE project_id = $1 AND state <> $2 ORDER BY created_at, id`, id, InstanceTerminated)
+		if err != nil {
+			return err
+		}
+		live, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		if len(live) > 0 {
+			return fmt.Errorf("project %q has %d instances not %s (%s): %w",
+				name, len(live), InstanceTerminated, strings.Join(live[:min(len(live), 3)], ", "), errdefs.ErrFailedPrecondition)
+		}
+		_, err = tx.Exec(ctx, "DELETE FROM projects WHERE id = $1", id)
+		return err
+	})
+}
+
+// GetVersion returns version n of a project; ErrNotFound if the project or
+// the version does not exist.
+func (s *Store) GetVersion(ctx context.Context, tenant, project string, n int) (Version, error) {
+	v, err := scanVersion(s.db.QueryRow(ctx, "SELECT "+versionCols+` FROM versions v JOIN projects p ON p.id = v.project_id
+		WHERE p.tenant_id = $1 AND p.name = $2 AND v.number = $3`, tenant, project, n))
+	if err != nil {
+		return Version{}, translate(err, fmt.Sprintf("version %d of project %q", n, project))
+	}
+	return v, nil
+}
+
+// ListVersions returns a project's versions by number; ErrNotFound if the
+// project does not exist.
+func (s *Store) ListVersions(ctx context.Context, tenant, project string) ([]Version, error) {
+	return WithTxV(ctx, s.db, func(tx pgx.Tx) ([]Version, error) {
+		var id int64
+		if err := tx.QueryRow(ctx, "SELECT id FROM projects WHERE tenant_id = $1 AND name = $2", tenant, project).Scan(&id); err != nil {
+			return nil, translate(err, fmt.Sprintf("project %q", project))
+		}
+		rows, err := tx.Query(ctx, "SELECT "+versionCols+` FROM versions v JOIN projects p ON p.id = v.project_id
+			WHERE p.id = $1 ORDER BY v.number`, id)
+		if err != nil {
+			return nil, err
+		}
+		return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Version, error) { return scanVersion(r) })
+	})
+}
+
+// Commit describes a version to record (step 6 of the save path).
+type Commit struct {
+	Tenant, Project string
+	// Expected is the current the new version is based on (0 = none).
+	Expected int
+	// InstanceID, if set, is the instance saved from, and Generation the
+	// generation the save was made under.
+	InstanceID string
+	Generation int64
+	Kind       string // default KindSnapshot
+	Image      string // repo@digest, already pushed and verified
+	Message    string
+	Parent     int // 0 = none
+	SizeBytes  int64
+	Layers     int
+	// NoSwitch records the version without trying to make it current
+	// (a build asked not to switch).
+	NoSwitch bool
+}
+
+// CommitVersion records a version whose image is pushed, in one transaction:
+//
+//  1. lock the project row (serialises commits of a project);
+//  2. if c.InstanceID is set, lock the instance row and refuse with
+//     ErrStaleGeneration, writing nothing, if its generation is not
+//     c.Generation (a newer start or owner exists);
+//  3. insert the version as ready with the project's next number;
+//  4. compare-and-swap current: UPDATE projects SET current_version = new
+//     WHERE current_version IS NOT DISTINCT FROM expected;
+//  5. record the version as the instance's last_saved_version.
+//
+// If current is no longer c.Expected, the version stays (ready, not current),
+// switched is false and err is nil: the caller reports the conflict and the
+// user may switch to it later with SetCurrent.
+func (s *Store) CommitVersion(ctx context.Context, c Commit) (v Version, switched bool, err error) {
+	if c.Kind == "" {
+		c.Kind = KindSnapshot
+	}
+	type res struct {
+		v        Version
+		switched bool
+	}
+	r, err := WithTxV(ctx, s.db, func(tx pgx.Tx) (res, error) {
+		var pid int64
+		var n int
+		// Locks are taken project first, then instance, everywhere both
+		// are locked (DeleteProject locks the project, then deletes
+		// instances), so the two cannot deadlock. NO KEY UPDATE blocks
+		// other commits and SetCurrent, not instance inserts.
+		err := tx.QueryRow(ctx, `SELECT id, next_version FROM projects WHERE tenant_id = $1 AND name = $2 FOR NO KEY UPDATE`,
+			c.Tenant, c.Project).Scan(&pid, &n)
+		if err != nil {
+			return res{}, translate(err, fmt.Sprintf("project %q", c.Project))
+		}
+		if c.InstanceID != "" {
+			var gen int64
+			var ipid int64
+			err := tx.QueryRow(ctx, "SELECT generation, project_id FROM instances WHERE id = $1 FOR NO KEY UPDATE", c.InstanceID).
+				Scan(&gen, &ipid)
+			if err != nil {
+				return res{}, translate(err, fmt.Sprintf("instance %q", c.InstanceID))
+			}
+			if ipid != pid {
+				return res{}, fmt.Errorf("instance %q is not of project %q: %w", c.InstanceID, c.Project, errdefs.ErrInvalidArgument)
+			}
+			if gen != c.Generation {
+				return res{}, fmt.Errorf("save of instance %q under generation %d, newest is %d: %w",
+					c.InstanceID, c.Generation, gen, errdefs.ErrStaleGeneration)
+			}
+		}
+		if _, err := tx.Exec(ctx, "UPDATE projects SET next_version = $2 WHERE id = $1", pid, n+1); err != nil {
+			return res{}, err
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO versions (project_id, number, kind, state, image, parent, message, size_bytes, layers, instance_id)
+			VALUES ($1, $2, $3, 'ready', $4, $5, $6, $7, $8, $9)`,
+			pid, n, c.Kind, c.Image, nullInt(c.Parent), c.Message, c.SizeBytes, c.Layers, nullString(c.InstanceID))
+		if err != nil {
+			return res{}, translate(err, fmt.Sprintf("version %d of project %q", n, c.Project))
+		}
+		switched := false
+		if !c.NoSwitch {
+			tag, err := tx.Exec(ctx, `UPDATE projects SET current_version = $2, updated_at = now()
+				WHERE id = $1 AND current_version IS NOT DISTINCT FROM $3`, pid, n, nullInt(c.Expected))
+			if err != nil {
+				return res{}, err
+			}
+			switched = tag.RowsAffected() == 1
+		}
+		if c.InstanceID != "" {
+			if _, err := tx.Exec(ctx, "UPDATE instances SET last_saved_version = $2 WHERE id = $1", c.InstanceID, n); err != nil {
+				return res{}, err
+			}
+		}
+		v, err := scanVersion(tx.QueryRow(ctx, "SELECT "+versionCols+` FROM versions v JOIN projects p ON p.id = v.project_id
+			WHERE v.project_id = $1 AND v.number = $2`, pid, n))
+		return res{v, switched}, err
+	})
+	return r.v, r.switched, err
+}
+
+// SetCurrent makes version n the project's current by compare-and-swap:
+// expected is the current the caller saw (0 = none); expected < 0 skips the
+// check. Fails with ErrNotFound if the project or version does not exist,
+// ErrFailedPrecondition if the version is not ready, ErrConflict if current
+// is not expected (nothing changed). Setting the version that is already
+// current is a no-op.
+func (s *Store) SetCurrent(ctx context.Context, tenant, project string, n, expected int) (Project, error) {
+	return WithTxV(ctx, s.db, func(tx pgx.Tx) (Project, error) {
+		p, err := scanProject(tx.QueryRow(ctx, "SELECT "+projectCols+` FROM projects p
+			WHERE p.tenant_id = $1 AND p.name = $2 FOR NO KEY UPDATE`, tenant, project))
+		if err != nil {
+			return Project{}, translate(err, fmt.Sprintf("project %q", project))
+		}
+		var state string
+		err = tx.QueryRow(ctx, "SELECT state FROM versions WHERE project_id = $1 AND number = $2", p.ID, n).Scan(&state)
+		if err != nil {
+			return Project{}, translate(err, fmt.Sprintf("version %d of project %q", n, project))
+		}
+		if state != StateReady {
+			return Project{}, fmt.Errorf("version %d of project %q is %s, not %s: %w", n, project, state, StateReady, errdefs.ErrFailedPrecondition)
+		}
+		if expected >= 0 && p.Current != expected {
+			return Project{}, fmt.Errorf("current version of project %q is %d, expected %d: %w", project, p.Current, expected, errdefs.ErrConflict)
+		}
+		if p.Current == n {
+			return p, nil
+		}
+		return scanProject(tx.QueryRow(ctx, `UPDATE projects p SET current_version = $2, updated_at = now()
+			WHERE p.id = $1 RETURNING `+projectCols, p.ID, n))
+	})
+}
+
+// Pin sets whether version n is pinned (kept by retention whatever its age).
+func (s *Store) Pin(ctx context.Context, tenant, project string, n int, pinned bool) (Version, error) {
+	v, err := scanVersion(s.db.QueryRow(ctx, `UPDATE versions v SET pinned = $4 FROM projects p
+		WHERE p.id = v.project_id AND p.tenant_id = $1 AND p.name = $2 AND v.number = $3
+		RETURNING `+versionCols, tenant, project, n, pinned))
+	if err != nil {
+		return Version{}, translate(err, fmt.Sprintf("version %d of project %q", n, project))
+	}
+	return v, nil
+}
+
+// rawJSON passes empty JSON as NULL (so column defaults apply) and anything
+// else as text for a ::jsonb cast.
+func rawJSON(b json.RawMessage) *string {
+	if len(b) == 0 {
+		return nil
+	}
+	s := string(b)
+	return &s
+}
+
+// marshalJSON encodes v for a jsonb argument; nil stays NULL.
+func marshalJSON(v any) (*string, error) {
+	if v == nil {
+		return nil, nil
+	}
+	if r, ok := v.(json.RawMessage); ok {
+		return rawJSON(r), nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode %T: %v: %w", v, err, errdefs.ErrInvalidArgument)
+	}
+	return rawJSON(b), nil
+}
