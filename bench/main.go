@@ -1,0 +1,272 @@
+// Command bench measures envd's save path on a real change: Graphviz
+// installed with apt-get in a Debian bookworm instance, then the same upper
+// dir saved by envd (eStargz, zstd, gzip), by containerd's DiffService, and
+// by tar | zstd as a speed reference. It needs root and prints a markdown
+// report on stdout; progress goes to stderr.
+//
+//	go run ./bench [-runs 3] [-rootfs DIR] [-work DIR]
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	goruntime "runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/envd-dev/envd/runtime"
+	"github.com/envd-dev/envd/snapshotter"
+)
+
+const refName = "containerd DiffService (gzip)"
+
+// variantKeys name the variants for -variants, in the default order.
+var variantKeys = []string{"estargz", "zstd", "gzip", "diffservice", "tar"}
+
+type config struct {
+	rootfs string
+	work   string
+	runs   int
+	bridge string
+	subnet string
+	// prefault: before every measured run, write and delete a scratch file
+	// (see prefault).
+	prefault bool
+	only     []string // variant keys, in run order
+}
+
+func main() {
+	var cfg config
+	flag.StringVar(&cfg.rootfs, "rootfs", "/var/tmp/envd-bench/rootfs-debian", "Debian bookworm minbase rootfs (made with scripts/debian-rootfs.sh if missing)")
+	flag.StringVar(&cfg.work, "work", "/var/tmp/envd-bench/work", "work dir for containerd, the registry and spools; wiped at start")
+	flag.IntVar(&cfg.runs, "runs", 3, "runs per variant; the table shows medians")
+	flag.StringVar(&cfg.bridge, "bridge", "envdbench0", "bridge interface of the instance network")
+	flag.StringVar(&cfg.subnet, "subnet", "10.231.7.0/24", "IPv4 subnet of the instance network")
+	flag.BoolVar(&cfg.prefault, "prefault", true, "before every measured run, write and delete a scratch file of twice the upper dir so the run gets recently touched guest memory (see prefault.go)")
+	variantsFlag := flag.String("variants", strings.Join(variantKeys, ","), "variants to run, in this order (round-robin)")
+	flag.Parse()
+	for _, k := range strings.Split(*variantsFlag, ",") {
+		if k = strings.TrimSpace(k); k == "" {
+			continue
+		}
+		if !slices.Contains(variantKeys, k) {
+			fmt.Fprintf(os.Stderr, "bench: unknown variant %q (want some of %s)\n", k, strings.Join(variantKeys, ","))
+			os.Exit(2)
+		}
+		cfg.only = append(cfg.only, k)
+	}
+	if len(cfg.only) == 0 {
+		fmt.Fprintln(os.Stderr, "bench: no variants")
+		os.Exit(2)
+	}
+	if cfg.runs < 1 {
+		fmt.Fprintln(os.Stderr, "bench: -runs must be at least 1")
+		os.Exit(2)
+	}
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "bench: needs root (containerd, runc, network namespaces, iptables)")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
+}
+
+func run(ctx context.Context, cfg config, out io.Writer) (rErr error) {
+	if err := ensureRootfs(ctx, cfg.rootfs); err != nil {
+		return err
+	}
+	if err := resetWork(cfg.work); err != nil {
+		return err
+	}
+	// estargz.Build stages its parts in $TMPDIR; keep them on the work disk.
+	tmp := cfg.work + "/tmp"
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return err
+	}
+	os.Setenv("TMPDIR", tmp)
+
+	e := &env{work: cfg.work}
+	defer func() {
+		logf("cleanup: removing the instance, stopping containerd, closing the registry")
+		if err := e.close(); err != nil {
+			rErr = errors.Join(rErr, fmt.Errorf("cleanup: %w", err))
+		}
+	}()
+	if err := e.setup(ctx, cfg.rootfs, runtime.NetworkConfig{Bridge: cfg.bridge, Subnet: cfg.subnet}); err != nil {
+		return err
+	}
+	logf("install: %s", installCmd)
+	aptLine, aptTime, err := e.install(ctx)
+	if err != nil {
+		return err
+	}
+	logf("install: %s: %s", seconds(aptTime), aptLine)
+
+	mounts, err := e.rt.Mounts(ctx, instanceID)
+	if err != nil {
+		return err
+	}
+	if e.upper, err = snapshotter.UpperDir(mounts); err != nil {
+		return err
+	}
+	us, err := measureUpper(e.upper)
+	if err != nil {
+		return fmt.Errorf("measure upper dir: %w", err)
+	}
+	logf("upper dir %s: %d bytes in %d entries", e.upper, us.Bytes, us.Entries)
+	warm, err := warmUp(ctx, e.upper)
+	if err != nil {
+		return fmt.Errorf("warm-up read: %w", err)
+	}
+	logf("warm-up read: %s", seconds(warm))
+
+	type variant struct {
+		key  string
+		name string
+		note string
+		run  func(i int) (saveRun, error)
+	}
+	save := func(c snapshotter.Compression) func(int) (saveRun, error) {
+		return func(int) (saveRun, error) { return e.envdSave(ctx, c) }
+	}
+	all := []variant{
+		{key: "estargz", name: "envd save, eStargz", run: save(snapshotter.Estargz)},
+		{key: "zstd", name: "envd save, zstd", run: save(snapshotter.Zstd)},
+		{key: "gzip", name: "envd save, gzip (pgzip)", run: save(snapshotter.Gzip)},
+		{key: "diffservice", name: refName, run: func(i int) (saveRun, error) { return e.diffService(ctx, i) }},
+		{key: "tar", name: "tar \\| zstd -1 -T2", note: "no whiteouts, not frozen",
+			run: func(int) (saveRun, error) { return tarZstd(ctx, e.upper) }},
+	}
+	var variants []variant
+	for _, k := range cfg.only {
+		for _, v := range all {
+			if v.key == k {
+				variants = append(variants, v)
+			}
+		}
+	}
+	runs := make([][]saveRun, len(variants))
+	scratch := 2*us.Bytes + 64<<20
+	var prefaults []time.Duration
+	// Round-robin, so a drift of the machine over time hits every variant.
+	for i := 0; i < cfg.runs; i++ {
+		for j, v := range variants {
+			if cfg.prefault {
+				d, err := prefault(tmp, scratch)
+				if err != nil {
+					return err
+				}
+				prefaults = append(prefaults, d)
+			}
+			r, err := v.run(i)
+			if err != nil {
+				return fmt.Errorf("%s, run %d: %w", v.name, i+1, err)
+			}
+			logf("run %d %-32s freeze %-8s total %-8s %s MB", i+1, v.name, seconds(r.Freeze), seconds(r.Total), megabytes(r.Bytes))
+			runs[j] = append(runs[j], r)
+		}
+	}
+	var results []result
+	var sizeNotes []string
+	for j, v := range variants {
+		res := result{Name: strings.ReplaceAll(v.name, `\|`, "|"), Note: v.note, Bytes: runs[j][0].Bytes}
+		var fr, sp, en, to []time.Duration
+		for _, r := range runs[j] {
+			fr, sp, en, to = append(fr, r.Freeze), append(sp, r.Spool), append(en, r.Encode), append(to, r.Total)
+			if r.Bytes != res.Bytes {
+				sizeNotes = append(sizeNotes, fmt.Sprintf("%s: layer size varied between runs (%d, %d bytes)", res.Name, res.Bytes, r.Bytes))
+			}
+		}
+		res.Freeze, res.Spool, res.Encode, res.Total = median(fr), median(sp), median(en), median(to)
+		results = append(results, res)
+	}
+
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "Machine: %s\n\n", machine())
+	fmt.Fprintf(&b, "Date: %s\n\n", time.Now().UTC().Format("Mon Jan _2 15:04:05 UTC 2006"))
+	fmt.Fprintf(&b, "Command: `%s`\n\n", command())
+	fmt.Fprintf(&b, "Change: `%s` in a Debian bookworm minbase instance, %s; last line: `%s`\n\n", installCmd, seconds(aptTime), aptLine)
+	fmt.Fprintf(&b, "Upper dir: %s MB (%d bytes of regular files) in %d entries\n\n", megabytes(us.Bytes), us.Bytes, us.Entries)
+	fmt.Fprintf(&b, "Each variant ran %d times on the same upper dir, round-robin; the table shows medians. "+
+		"The page cache was not dropped: one warm-up read of the whole upper dir (%s) ran first, so every variant reads from a warm cache.\n\n",
+		cfg.runs, seconds(warm))
+	if cfg.prefault {
+		fmt.Fprintf(&b, "Memory: right before every measured run a %s MB scratch file was written and deleted (`-prefault`, median %s), "+
+			"so each run starts with recently touched guest memory; on this VM freed memory goes back to the host within seconds "+
+			"(virtio balloon driver present: %v) and first touches are slow.\n\n",
+			megabytes(scratch), seconds(median(prefaults)), balloonReportsFreePages())
+	} else {
+		fmt.Fprintf(&b, "Memory: no prefault (`-prefault=false`): runs that follow an idle moment may pay for first touches of guest memory (virtio balloon driver present: %v).\n\n",
+			balloonReportsFreePages())
+	}
+	writeTable(&b, results, refName)
+	fmt.Fprintln(&b)
+	fmt.Fprintln(&b, "- freeze window: from Pause to the end of Resume (cgroup freezer). envd: Pause, snapshotter.Spool of the upper dir into a local uncompressed tar, Resume; encode runs after the thaw. DiffService: the container stays paused for the whole Compare.")
+	fmt.Fprintln(&b, "- total: from Pause (DiffService: from looking up the parent chain and making its view) to the layer file on disk, synced (envd) or committed to containerd's content store (DiffService); no push.")
+	fmt.Fprintln(&b, "- envd skips /proc, /sys, /dev, /run, /tmp (snapshotter.DefaultExcludes) and translates whiteouts; DiffService and tar take the whole upper dir, and tar | zstd writes overlay whiteouts as char devices, not `.wh.` files. Its layer MB is the zstd output size.")
+	fmt.Fprintln(&b, "- layer MB: compressed bytes, 1 MB = 10^6 bytes. ratio vs DiffService: DiffService total / variant total.")
+	for _, n := range sizeNotes {
+		fmt.Fprintln(&b, "- "+n)
+	}
+	_, err = out.Write(b.Bytes())
+	return err
+}
+
+// command is how this program was started, as a go run line.
+func command() string {
+	return strings.TrimSpace("go run ./bench " + strings.Join(os.Args[1:], " "))
+}
+
+// machine describes the host: CPUs, memory, kernel.
+func machine() string {
+	var parts []string
+	cpus := fmt.Sprintf("nproc %d", goruntime.NumCPU())
+	if m := cpuModel(); m != "" {
+		cpus += " (" + m + ")"
+	}
+	parts = append(parts, cpus)
+	var si unix.Sysinfo_t
+	if unix.Sysinfo(&si) == nil {
+		parts = append(parts, fmt.Sprintf("%.1f GiB memory", float64(si.Totalram)*float64(si.Unit)/(1<<30)))
+	}
+	var u unix.Utsname
+	if unix.Uname(&u) == nil {
+		parts = append(parts, "kernel "+unix.ByteSliceToString(u.Release[:]))
+	}
+	parts = append(parts, goruntime.Version(), goruntime.GOOS+"/"+goruntime.GOARCH)
+	return strings.Join(parts, ", ")
+}
+
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
