@@ -252,6 +252,11 @@ func (n *Node) Shutdown(ctx context.Context) {
 			}
 		}
 	}
+	if n.rt != nil {
+		if err := n.rt.DestroyNetwork(); err != nil {
+			n.cfg.Logger.Warn("remove network", "err", err)
+		}
+	}
 	n.Close(ctx)
 	if n.daemon != nil {
 		if err := n.daemon.Stop(ctx); err != nil {
