@@ -1,0 +1,195 @@
+package workspace
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/envd-dev/envd/internal/errdefs"
+)
+
+// Facts this file relies on (checked on Linux 6.x, util-linux 2.38,
+// e2fsprogs 1.47):
+//
+//   - `mount -o loop IMG DIR` attaches a free loop device with the autoclear
+//     flag: the device is detached by the kernel when the last reference to
+//     the file system goes, so a plain umount(2) frees it (`losetup -a` shows
+//     nothing left). No losetup bookkeeping is needed.
+//   - A file system bind-mounted into a container lives in the container's
+//     mount namespace too: umount(2) on the host then succeeds without EBUSY
+//     while the container keeps writing to the image. So "busy" is checked
+//     across all mount namespaces (/proc/*/mountinfo) before unmounting.
+//   - Mounts do not survive a reboot, and a private mount namespace of envd
+//     (systemd PrivateMounts) would hide them from runc: ensureMounted checks
+//     /proc/self/mountinfo each time.
+
+// mountInfo is one line of /proc/<pid>/mountinfo.
+type mountInfo struct {
+	dev        string // major:minor
+	mountPoint string
+	fsType     string
+	source     string
+}
+
+// unescapeMount undoes the octal escapes (\040 for space, ...) of mountinfo.
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func readMountInfo(file string) ([]mountInfo, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	var out []mountInfo
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		// 36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		if !ok {
+			continue
+		}
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if len(f) < 5 || len(g) < 2 {
+			continue
+		}
+		out = append(out, mountInfo{dev: f[2], mountPoint: unescapeMount(f[4]), fsType: g[0], source: unescapeMount(g[1])})
+	}
+	return out, sc.Err()
+}
+
+// mountedAt returns the mount on dir in this process's namespace (the last,
+// topmost one), if any.
+func mountedAt(dir string) (mountInfo, bool, error) {
+	infos, err := readMountInfo("/proc/self/mountinfo")
+	if err != nil {
+		return mountInfo{}, false, fmt.Errorf("read mounts: %w", err)
+	}
+	var found mountInfo
+	ok := false
+	for _, mi := range infos {
+		if mi.mountPoint == dir {
+			found, ok = mi, true
+		}
+	}
+	return found, ok, nil
+}
+
+// loopBacking returns the backing file of a /dev/loopN source.
+func loopBacking(source string) string {
+	name := filepath.Base(source)
+	if !strings.HasPrefix(name, "loop") {
+		return ""
+	}
+	b, err := os.ReadFile(filepath.Join("/sys/block", name, "loop", "backing_file"))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// loopOf returns the loop device backed by img, "" when none is.
+func loopOf(img string) string {
+	devs, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, f := range devs {
+		b, err := os.ReadFile(f)
+		if err == nil && strings.TrimSpace(string(b)) == img {
+			return "/dev/" + filepath.Base(filepath.Dir(filepath.Dir(f)))
+		}
+	}
+	return ""
+}
+
+// mountImage loop-mounts the ext4 image img on dir. nodev and nosuid: a
+// volume holds user data, never device nodes or set-id programs that
+// should take effect. exec is allowed: tools live in volumes.
+func mountImage(ctx context.Context, img, dir string) error {
+	out, err := exec.CommandContext(ctx, "mount", "-t", "ext4", "-o", "loop,nodev,nosuid", img, dir).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("mount %s on %s: %w: %s", img, dir, err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// usedElsewhere reports whether the file system with device number dev
+// (major:minor) is mounted in a mount namespace other than ours (a
+// container's bind mount), naming a process that holds it.
+func usedElsewhere(dev string) (string, error) {
+	self, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		return "", fmt.Errorf("own mount namespace: %w", err)
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return "", err
+	}
+	seen := map[string]bool{self: true}
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		ns, err := os.Readlink(filepath.Join("/proc", e.Name(), "ns", "mnt"))
+		if err != nil || seen[ns] {
+			continue // exited, or a namespace already read
+		}
+		seen[ns] = true
+		infos, err := readMountInfo(filepath.Join("/proc", e.Name(), "mountinfo"))
+		if err != nil {
+			continue
+		}
+		for _, mi := range infos {
+			if mi.dev == dev {
+				return fmt.Sprintf("pid %s (mounted at %s in its namespace)", e.Name(), mi.mountPoint), nil
+			}
+		}
+	}
+	return "", nil
+}
+
+// unmount unmounts dir if something is mounted there, refusing with
+// errdefs.ErrFailedPrecondition while the file system is in use: open
+// files or working directories under dir (EBUSY), or a bind mount in
+// another mount namespace. Never lazy: a lazy unmount would let a
+// deleted image keep receiving writes.
+func unmount(dir string) error {
+	mi, ok, err := mountedAt(dir)
+	if err != nil || !ok {
+		return err
+	}
+	if who, err := usedElsewhere(mi.dev); err != nil {
+		return err
+	} else if who != "" {
+		return fmt.Errorf("volume at %s is in use by %s: %w", dir, who, errdefs.ErrFailedPrecondition)
+	}
+	if err := unix.Unmount(dir, 0); err != nil {
+		if errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("volume at %s is busy (open files): %w", dir, errdefs.ErrFailedPrecondition)
+		}
+		return fmt.Errorf("unmount %s: %w", dir, err)
+	}
+	return nil
+}
