@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containerd/containerd/v2/pkg/archive"
 	"github.com/containerd/stargz-snapshotter/estargz"
@@ -256,7 +257,17 @@ func mountOverlay(t *testing.T, lower, upper, work, merged string) func() {
 	mounted := true
 	unmount := func() {
 		if mounted {
-			require.NoError(t, unix.Unmount(merged, 0))
+			// Under load (other packages' tests creating mount namespaces,
+			// writeback of a 110 MB file) the first unmount can be EBUSY
+			// for a moment: retry briefly before calling it a failure.
+			var err error
+			for i := 0; i < 50; i++ {
+				if err = unix.Unmount(merged, 0); err != unix.EBUSY {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			require.NoError(t, err)
 			mounted = false
 		}
 	}

@@ -1,0 +1,63 @@
+package snapshotter
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestEstargzDiffID checks the DiffID that Encode computes without
+// decompressing (diffTee) against a decompression of the blob (checkLayer),
+// for several part counts and with prioritized files, and that the
+// decompressing fallback gives the same layer.
+func TestEstargzDiffID(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	upper := filepath.Join(dir, "upper")
+	for i, name := range []string{"a/one.txt", "a/b/two.txt", "c/three.bin", "d/four.txt", "e/five.txt"} {
+		p := filepath.Join(upper, name)
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		data := make([]byte, (i+1)*700_000) // several parts, chunks of 4 MiB not reached
+		for j := range data {
+			data[j] = byte(j*(i+7)) ^ byte(j>>9)
+		}
+		require.NoError(t, os.WriteFile(p, data, 0o644))
+	}
+	spoolPath := filepath.Join(dir, "spool.tar")
+	f, err := os.Create(spoolPath)
+	require.NoError(t, err)
+	_, err = Spool(ctx, upper, f, SpoolOptions{})
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+
+	for _, tc := range []struct {
+		name       string
+		opts       EncodeOptions
+		decompress bool
+	}{
+		{"1 worker", EncodeOptions{Workers: 1}, false},
+		{"2 workers", EncodeOptions{Workers: 2}, false},
+		{"5 workers", EncodeOptions{Workers: 5}, false},
+		{"prioritized", EncodeOptions{Workers: 3, PrioritizedFiles: []string{"/d/four.txt", "/a/one.txt"}}, false},
+		{"first prioritized missing", EncodeOptions{Workers: 3, PrioritizedFiles: []string{"/not/there", "/e/five.txt"}}, false},
+		{"fallback", EncodeOptions{Workers: 3}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			testForceDecompressDiffID = tc.decompress
+			defer func() { testForceDecompressDiffID = false }()
+			before := estargzDiffIDFallbacks.Load()
+			outDir := t.TempDir()
+			tc.opts.Compression = Estargz
+			layer, err := Encode(ctx, spoolPath, outDir, tc.opts)
+			require.NoError(t, err)
+			checkLayer(t, layer, Estargz, spoolPath) // decompresses and compares the DiffID
+			if !tc.decompress && tc.name != "first prioritized missing" {
+				assert.Equal(t, before, estargzDiffIDFallbacks.Load(), "DiffID without decompression")
+			}
+		})
+	}
+}

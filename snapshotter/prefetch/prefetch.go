@@ -1,0 +1,231 @@
+//go:build linux
+
+// Package prefetch records which files a running instance reads, so that the
+// next save of its project can put them first in the eStargz layer
+// (EncodeOptions.PrioritizedFiles) and the stargz snapshotter fetches them in
+// one go before the first command of the next restore runs.
+//
+// Terms: root is a directory on the host, normally a container's rootfs
+// mount (the overlay or stargz mount containerd made for the task); a
+// recorded path is relative to root, with a leading "/" ("/usr/bin/dot"),
+// and ends in "/" when it names a directory ("/usr/lib/").
+package prefetch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/envd-dev/envd/internal/errdefs"
+)
+
+// Events recorded. FAN_OPEN and FAN_OPEN_EXEC (execve and the loader's
+// opens of shared libraries) catch the first use of almost every file;
+// FAN_ACCESS adds files read through descriptors opened before Record
+// started. The kernel merges repeated unread events of one file and process,
+// so a large sequential read costs a few events, not one per read(2).
+// FAN_ONDIR reports directories too (opened to be listed); without it the
+// kernel leaves them out.
+const mask = unix.FAN_OPEN | unix.FAN_OPEN_EXEC | unix.FAN_ACCESS | unix.FAN_ONDIR
+
+// Record watches the mounted rootfs at root (the container's rootfs mount
+// on the host, e.g. the path containerd mounted for the task, or any
+// directory tree) for file opens and reads for duration d (or until ctx is
+// done), and returns the paths (relative to root, with leading "/") in
+// first-access order, deduplicated, capped at max entries (max <= 0: no
+// cap). Directories that were opened (listed) end in "/". It returns as soon
+// as max paths are recorded.
+//
+// Record needs CAP_SYS_ADMIN (fanotify). It marks the whole mount that holds
+// root (FAN_MARK_MOUNT) and keeps the events of files under root, so root
+// may be any directory; a container's overlay rootfs is a mount of its own,
+// so the mark covers exactly it. The events of Record's own process are
+// ignored. A file renamed or deleted between its event and Record resolving
+// it is dropped; so are events lost when the kernel's queue (16,384 events)
+// overflows.
+//
+// A root that does not exist gives errdefs.ErrNotFound; one that is not a
+// directory, errdefs.ErrInvalidArgument. Cancelling ctx ends the recording
+// early and returns what was recorded with ctx's error.
+func Record(ctx context.Context, root string, d time.Duration, max int) ([]string, error) {
+	abs, err := filepath.Abs(root)
+	if err == nil {
+		// readlink of /proc/self/fd/N gives the resolved path.
+		abs, err = filepath.EvalSymlinks(abs)
+	}
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("record %q: %w", root, errors.Join(errdefs.ErrNotFound, err))
+		}
+		return nil, fmt.Errorf("record %q: %w", root, err)
+	}
+	fi, err := os.Stat(abs)
+	if err != nil {
+		return nil, fmt.Errorf("record %q: %w", root, errors.Join(errdefs.ErrNotFound, err))
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("record %q: not a directory: %w", root, errdefs.ErrInvalidArgument)
+	}
+
+	fd, err := unix.FanotifyInit(unix.FAN_CLASS_NOTIF|unix.FAN_CLOEXEC|unix.FAN_NONBLOCK,
+		unix.O_RDONLY|unix.O_LARGEFILE|unix.O_CLOEXEC|unix.O_NOATIME)
+	if err != nil {
+		return nil, fmt.Errorf("fanotify_init: %w", err)
+	}
+	defer unix.Close(fd)
+	if err := unix.FanotifyMark(fd, unix.FAN_MARK_ADD|unix.FAN_MARK_MOUNT, mask, unix.AT_FDCWD, abs); err != nil {
+		return nil, fmt.Errorf("fanotify_mark %q: %w", root, err)
+	}
+
+	r := &recorder{root: abs, max: max, seen: make(map[string]bool), self: int32(os.Getpid())}
+	deadline := time.Now().Add(d)
+	buf := make([]byte, 64<<10)
+	for {
+		wait := time.Until(deadline)
+		if wait <= 0 || r.full() {
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			return r.paths, err
+		}
+		// Poll in short slices so that a cancelled ctx ends the wait.
+		ms := int(min(wait, 50*time.Millisecond) / time.Millisecond)
+		if ms < 1 {
+			ms = 1
+		}
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, ms)
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			return r.paths, fmt.Errorf("poll fanotify: %w", err)
+		}
+		if n > 0 {
+			if err := r.drain(fd, buf); err != nil {
+				return r.paths, err
+			}
+		}
+	}
+	// Events that arrived just before the deadline are queued already.
+	if !r.full() {
+		if err := r.drain(fd, buf); err != nil {
+			return r.paths, err
+		}
+	}
+	return r.paths, ctx.Err()
+}
+
+type recorder struct {
+	root  string
+	max   int
+	self  int32
+	seen  map[string]bool
+	paths []string
+}
+
+func (r *recorder) full() bool { return r.max > 0 && len(r.paths) >= r.max }
+
+// drain reads and resolves every queued event. Each event carries an open
+// descriptor of the file, which is closed here whatever happens.
+func (r *recorder) drain(fd int, buf []byte) error {
+	const metaLen = int(unsafe.Sizeof(unix.FanotifyEventMetadata{}))
+	for {
+		n, err := unix.Read(fd, buf)
+		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read fanotify: %w", err)
+		}
+		if n <= 0 {
+			return nil
+		}
+		for off := 0; off+metaLen <= n; {
+			m := (*unix.FanotifyEventMetadata)(unsafe.Pointer(&buf[off]))
+			if m.Vers != unix.FANOTIFY_METADATA_VERSION {
+				return fmt.Errorf("fanotify metadata version %d, want %d", m.Vers, unix.FANOTIFY_METADATA_VERSION)
+			}
+			if m.Event_len < uint32(metaLen) {
+				return fmt.Errorf("fanotify event of %d bytes", m.Event_len)
+			}
+			off += int(m.Event_len)
+			if m.Fd < 0 { // FAN_NOFD: the queue overflowed
+				continue
+			}
+			r.add(int(m.Fd), m.Pid)
+			unix.Close(int(m.Fd))
+		}
+	}
+}
+
+func (r *recorder) add(fd int, pid int32) {
+	if pid == r.self || r.full() {
+		return
+	}
+	p, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	if err != nil || strings.HasSuffix(p, " (deleted)") {
+		return
+	}
+	var rel string
+	switch {
+	case p == r.root:
+		rel = "/"
+	case r.root == "/":
+		rel = p
+	case strings.HasPrefix(p, r.root+"/"):
+		rel = p[len(r.root):]
+	default:
+		return // elsewhere on the same mount
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && rel != "/" {
+		rel += "/"
+	}
+	if r.seen[rel] {
+		return
+	}
+	r.seen[rel] = true
+	r.paths = append(r.paths, rel)
+}
+
+// Excluded are the runtime mount points of a container (as
+// snapshotter.DefaultExcludes): nothing under them is in a layer.
+var Excluded = []string{"/proc", "/sys", "/dev", "/run", "/tmp"}
+
+// Prioritize turns a recorded list into EncodeOptions.PrioritizedFiles: it
+// drops directories (paths ending in "/", and "/"), paths under Excluded,
+// and duplicates, and keeps the order. Paths stay absolute ("/usr/bin/dot"):
+// estargz.WithPrioritizedFiles treats "usr/bin/dot", "/usr/bin/dot" and
+// "./usr/bin/dot" alike, as paths from the layer root, and moves each file's
+// parent directories (and a hard link's target) up with it; paths that are
+// not in the layer are skipped by Encode (WithAllowPrioritizeNotFound).
+func Prioritize(recorded []string) []string {
+	out := make([]string, 0, len(recorded))
+	seen := make(map[string]bool, len(recorded))
+	for _, p := range recorded {
+		if p == "" || strings.HasSuffix(p, "/") {
+			continue
+		}
+		p = filepath.Clean("/" + p)
+		if p == "/" || seen[p] || excluded(p) {
+			continue
+		}
+		seen[p] = true
+		out = append(out, p)
+	}
+	return out
+}
+
+func excluded(p string) bool {
+	for _, e := range Excluded {
+		if p == e || strings.HasPrefix(p, e+"/") {
+			return true
+		}
+	}
+	return false
+}

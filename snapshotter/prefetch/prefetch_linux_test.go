@@ -1,0 +1,165 @@
+package prefetch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/envd-dev/envd/internal/errdefs"
+)
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("this test uses fanotify and overlayfs and must run as root")
+	}
+}
+
+// mountOverlay makes lower (with files), upper, work and merged under a temp
+// dir, mounts the overlay and returns merged.
+func mountOverlay(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	lower, upper, work, merged := filepath.Join(dir, "lower"), filepath.Join(dir, "upper"), filepath.Join(dir, "work"), filepath.Join(dir, "merged")
+	for _, d := range []string{lower, upper, work, merged} {
+		require.NoError(t, os.Mkdir(d, 0o755))
+	}
+	for name, content := range files {
+		p := filepath.Join(lower, name)
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, []byte(content), 0o644))
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, upper, work)
+	require.NoError(t, unix.Mount("overlay", merged, "overlay", 0, opts), "mount overlay")
+	t.Cleanup(func() { _ = unix.Unmount(merged, unix.MNT_DETACH) })
+	return merged
+}
+
+var rootfs = map[string]string{
+	"etc/hosts":           "127.0.0.1 localhost\n",
+	"usr/bin/tool":        "#!/bin/sh\necho tool\n",
+	"usr/share/doc/a.txt": "doc\n",
+	"tmp/scratch":         "tmp\n",
+	"never/read":          "x\n",
+}
+
+func TestRootRecordOverlay(t *testing.T) {
+	requireRoot(t)
+	merged := mountOverlay(t, rootfs)
+	type result struct {
+		paths []string
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		paths, err := Record(context.Background(), merged, 2*time.Second, 100)
+		done <- result{paths, err}
+	}()
+	time.Sleep(300 * time.Millisecond) // let Record place its mark
+	// A child process reads three files through the merged dir, one by one.
+	for _, name := range []string{"usr/share/doc/a.txt", "etc/hosts", "usr/bin/tool"} {
+		out, err := exec.Command("cat", filepath.Join(merged, name)).CombinedOutput()
+		require.NoError(t, err, string(out))
+		assert.Equal(t, rootfs[name], string(out))
+	}
+	res := <-done
+	require.NoError(t, res.err)
+	var files []string
+	for _, p := range res.paths {
+		if p[len(p)-1] != '/' {
+			files = append(files, p)
+		}
+	}
+	assert.Equal(t, []string{"/usr/share/doc/a.txt", "/etc/hosts", "/usr/bin/tool"}, files)
+	assert.NotContains(t, res.paths, "/never/read")
+}
+
+func TestRootRecordMax(t *testing.T) {
+	requireRoot(t)
+	merged := mountOverlay(t, rootfs)
+	done := make(chan []string, 1)
+	go func() {
+		paths, err := Record(context.Background(), merged, 10*time.Second, 2)
+		assert.NoError(t, err)
+		done <- paths
+	}()
+	time.Sleep(300 * time.Millisecond)
+	start := time.Now()
+	for _, name := range []string{"etc/hosts", "usr/bin/tool", "usr/share/doc/a.txt"} {
+		require.NoError(t, exec.Command("cat", filepath.Join(merged, name)).Run())
+	}
+	paths := <-done
+	assert.Less(t, time.Since(start), 5*time.Second, "Record returns once it has max paths")
+	assert.Equal(t, []string{"/etc/hosts", "/usr/bin/tool"}, paths)
+}
+
+func TestRootRecordCancel(t *testing.T) {
+	requireRoot(t)
+	merged := mountOverlay(t, rootfs)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(200*time.Millisecond, cancel)
+	start := time.Now()
+	_, err := Record(ctx, merged, time.Minute, 0)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.Less(t, time.Since(start), 5*time.Second)
+}
+
+func TestRootRecordBadRoot(t *testing.T) {
+	requireRoot(t)
+	_, err := Record(context.Background(), filepath.Join(t.TempDir(), "missing"), time.Second, 0)
+	require.Error(t, err)
+	assert.True(t, errors.Is(err, errdefs.ErrNotFound), err)
+
+	file := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	_, err = Record(context.Background(), file, time.Second, 0)
+	assert.ErrorIs(t, err, errdefs.ErrInvalidArgument)
+}
+
+// TestRootRecordPrioritize reads files under excluded dirs too: Record keeps
+// them, Prioritize drops them and the directories.
+func TestRootRecordPrioritize(t *testing.T) {
+	requireRoot(t)
+	merged := mountOverlay(t, rootfs)
+	done := make(chan []string, 1)
+	go func() {
+		paths, err := Record(context.Background(), merged, 1500*time.Millisecond, 0)
+		assert.NoError(t, err)
+		done <- paths
+	}()
+	time.Sleep(300 * time.Millisecond)
+	require.NoError(t, exec.Command("cat", filepath.Join(merged, "tmp/scratch"), filepath.Join(merged, "etc/hosts")).Run())
+	require.NoError(t, exec.Command("ls", filepath.Join(merged, "usr/share")).Run())
+	paths := <-done
+	assert.Contains(t, paths, "/tmp/scratch")
+	assert.Contains(t, paths, "/usr/share/")
+	assert.Equal(t, []string{"/etc/hosts"}, Prioritize(paths))
+}
+
+func TestPrioritize(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		in   []string
+		want []string
+	}{
+		{"keeps order", []string{"/usr/bin/dot", "/etc/hosts"}, []string{"/usr/bin/dot", "/etc/hosts"}},
+		{"drops directories", []string{"/", "/usr/", "/usr/lib/libc.so.6"}, []string{"/usr/lib/libc.so.6"}},
+		{"drops runtime mounts", []string{"/proc/self/maps", "/sys/fs/cgroup/x", "/dev/null", "/run/secrets/k", "/tmp/x", "/tmpfile", "/proc"}, []string{"/tmpfile"}},
+		{"dedups and cleans", []string{"usr/bin/dot", "/usr/bin/dot", "/usr/./bin/dot"}, []string{"/usr/bin/dot"}},
+		{"empty", nil, []string{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, Prioritize(tc.in))
+		})
+	}
+}
