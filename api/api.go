@@ -2,7 +2,8 @@
 //
 // Handlers parse the request, authenticate it, call the Core and map its
 // errors; they hold no business logic. Every route under /v1 needs an
-// "Authorization: Bearer <token>" header. Errors are JSON:
+// "Authorization: Bearer <token>" header (a WebSocket upgrade may carry the
+// token as a subprotocol instead, see exec_ws.go). Errors are JSON:
 //
 //	{"error": {"code": "not_found", "message": "project \"p\": not found"}}
 //
@@ -34,17 +35,39 @@ type Core interface {
 	// ImportImage stores a base image from a tar stream (plain or gzip).
 	ImportImage(ctx context.Context, p envd.Principal, name string, tarball io.Reader) (envd.Image, error)
 	ListImages(ctx context.Context, p envd.Principal) ([]envd.Image, error)
-	CreateProject(ctx context.Context, p envd.Principal, req envd.CreateProjectRequest) (envd.Project, error)
+	// CreateProject creates a project. A repeated call with the same
+	// non-empty idempotencyKey and request returns the same project; with a
+	// different request it is an errdefs.ErrIdempotencyReuse.
+	CreateProject(ctx context.Context, p envd.Principal, req envd.CreateProjectRequest, idempotencyKey string) (envd.Project, error)
 	ListProjects(ctx context.Context, p envd.Principal) ([]envd.Project, error)
 	GetProject(ctx context.Context, p envd.Principal, name string) (envd.Project, error)
 	DeleteProject(ctx context.Context, p envd.Principal, name string) error
-	CreateInstance(ctx context.Context, p envd.Principal, project string, req envd.CreateInstanceRequest) (envd.Instance, error)
+	// CreateInstance starts an instance; idempotencyKey as for CreateProject.
+	CreateInstance(ctx context.Context, p envd.Principal, project string, req envd.CreateInstanceRequest, idempotencyKey string) (envd.Instance, error)
 	// ListInstances lists the instances of project, of all projects when
 	// project is "".
 	ListInstances(ctx context.Context, p envd.Principal, project string) ([]envd.Instance, error)
 	GetInstance(ctx context.Context, p envd.Principal, id string) (envd.Instance, error)
 	DeleteInstance(ctx context.Context, p envd.Principal, id string) (envd.Instance, error)
+	// StopInstance, StartInstance, PauseInstance and ResumeInstance move
+	// the instance through its lifecycle; an illegal transition is an
+	// errdefs.ErrFailedPrecondition whose details hold the current "state".
+	StopInstance(ctx context.Context, p envd.Principal, id string) (envd.Instance, error)
+	StartInstance(ctx context.Context, p envd.Principal, id string) (envd.Instance, error)
+	PauseInstance(ctx context.Context, p envd.Principal, id string) (envd.Instance, error)
+	ResumeInstance(ctx context.Context, p envd.Principal, id string) (envd.Instance, error)
+	// RenewInstance sets the instance's expiry to now + ttl ("none": never).
+	RenewInstance(ctx context.Context, p envd.Principal, id, ttl string) (envd.Instance, error)
+	HibernateInstance(ctx context.Context, p envd.Principal, id string) (envd.Instance, error)
+	ListVolumes(ctx context.Context, p envd.Principal, project string) ([]envd.Volume, error)
+	AddVolume(ctx context.Context, p envd.Principal, project string, req envd.AddVolumeRequest) (envd.Project, error)
+	RemoveVolume(ctx context.Context, p envd.Principal, project, name string) (envd.Project, error)
+	ArchiveVolume(ctx context.Context, p envd.Principal, project, name string, req envd.VolumeArchiveRequest) (envd.VolumeArchive, error)
+	RestoreVolume(ctx context.Context, p envd.Principal, project, name string, req envd.VolumeArchiveRequest) (envd.Volume, error)
 	Exec(ctx context.Context, p envd.Principal, id string, req envd.ExecRequest) (envd.ExecResult, error)
+	// ExecStream runs a command with its streams connected to stdio and
+	// returns its exit code when it ends; canceling ctx kills it.
+	ExecStream(ctx context.Context, p envd.Principal, id string, req envd.ExecRequest, stdio envd.Stdio) (int, error)
 	// Save starts a save operation. A repeated call with the same non-empty
 	// idempotencyKey returns the same operation.
 	Save(ctx context.Context, p envd.Principal, id string, req envd.SaveRequest, idempotencyKey string) (envd.Operation, error)
@@ -168,13 +191,9 @@ type route struct {
 	handler gin.HandlerFunc
 }
 
-// lifecycleActions are the instance verbs of the user's contract that are
-// not served yet; each answers 501 not_implemented until it lands.
-var lifecycleActions = []string{"stop", "start", "pause", "resume", "renew"}
-
 // routes is the /v1 route table. Adding a route is adding a line.
 func (h *handlers) routes() []route {
-	rs := []route{
+	return []route{
 		{http.MethodGet, "/info", h.info},
 
 		{http.MethodPost, "/images", h.importImage},
@@ -190,8 +209,22 @@ func (h *handlers) routes() []route {
 		{http.MethodGet, "/instances", h.listInstances},
 		{http.MethodGet, "/instances/:i", h.getInstance},
 		{http.MethodDelete, "/instances/:i", h.deleteInstance},
+		{http.MethodPost, "/instances/:i/stop", h.instanceVerb(h.core.StopInstance)},
+		{http.MethodPost, "/instances/:i/start", h.instanceVerb(h.core.StartInstance)},
+		{http.MethodPost, "/instances/:i/pause", h.instanceVerb(h.core.PauseInstance)},
+		{http.MethodPost, "/instances/:i/resume", h.instanceVerb(h.core.ResumeInstance)},
+		{http.MethodPost, "/instances/:i/renew", h.renew},
 		{http.MethodPost, "/instances/:i/exec", h.exec},
+		{http.MethodGet, "/instances/:i/exec/ws", h.execWebSocket},
 		{http.MethodPost, "/instances/:i/save", h.save},
+
+		{http.MethodPost, "/instances/:i/hibernate", h.instanceVerb(h.core.HibernateInstance)},
+
+		{http.MethodGet, "/projects/:p/volumes", h.listVolumes},
+		{http.MethodPost, "/projects/:p/volumes", h.addVolume},
+		{http.MethodDelete, "/projects/:p/volumes/:v", h.removeVolume},
+		{http.MethodPost, "/projects/:p/volumes/:v/archive", h.archiveVolume},
+		{http.MethodPost, "/projects/:p/volumes/:v/restore", h.restoreVolume},
 
 		{http.MethodGet, "/projects/:p/versions", h.listVersions},
 		{http.MethodGet, "/projects/:p/versions/:n", h.getVersion},
@@ -203,8 +236,4 @@ func (h *handlers) routes() []route {
 		{http.MethodDelete, "/operations/:id", h.cancelOperation},
 		{http.MethodGet, "/operations/:id/events", h.operationEvents},
 	}
-	for _, a := range lifecycleActions {
-		rs = append(rs, route{http.MethodPost, "/instances/:i/" + a, notImplemented("instance " + a)})
-	}
-	return rs
 }

@@ -161,7 +161,7 @@ func TestEmptyBodyIsZeroRequest(t *testing.T) {
 	r := do(t, srv, http.MethodPost, "/v1/projects/p/instances", nil, nil)
 	require.Equal(t, http.StatusCreated, r.status, "body %s", r.body)
 	call, _ := core.LastCall("CreateInstance")
-	assert.Equal(t, []any{"p", envd.CreateInstanceRequest{}}, call.Args)
+	assert.Equal(t, []any{"p", envd.CreateInstanceRequest{}, ""}, call.Args)
 }
 
 func TestBadVersionNumbers(t *testing.T) {
@@ -241,16 +241,86 @@ func TestErrorDetails(t *testing.T) {
 		"details": {"used_bytes": 10, "limit_bytes": 5}}}`, string(r.body))
 }
 
-func TestLifecycleRoutesAreNotImplemented(t *testing.T) {
+func TestLifecycleRoutesReachTheCore(t *testing.T) {
 	t.Parallel()
-	_, srv := newServer(t)
-	for _, a := range []string{"stop", "start", "pause", "resume", "renew"} {
-		r := do(t, srv, http.MethodPost, "/v1/instances/i-1/"+a, nil, nil)
-		assert.Equal(t, http.StatusNotImplemented, r.status, a)
-		e := errorOf(t, r)
-		assert.Equal(t, api.CodeNotImplemented, e.Code)
-		assert.Contains(t, e.Message, "instance "+a)
+	core, srv := newServer(t)
+	for _, tc := range []struct {
+		verb, body, call string
+		args             []any
+		state            string
+	}{
+		{"stop", "", "StopInstance", []any{"i-1"}, envd.StateStopped},
+		{"start", "", "StartInstance", []any{"i-1"}, envd.StateRunning},
+		{"pause", "", "PauseInstance", []any{"i-1"}, envd.StatePaused},
+		{"resume", "", "ResumeInstance", []any{"i-1"}, envd.StateRunning},
+		{"renew", `{"ttl": "30m"}`, "RenewInstance", []any{"i-1", "30m"}, envd.StateRunning},
+		{"renew", `{"ttl": "none"}`, "RenewInstance", []any{"i-1", "none"}, envd.StateRunning},
+	} {
+		t.Run(tc.verb+tc.body, func(t *testing.T) {
+			r := do(t, srv, http.MethodPost, "/v1/instances/i-1/"+tc.verb, strings.NewReader(tc.body), nil)
+			require.Equal(t, http.StatusOK, r.status, "body %s", r.body)
+			var in envd.Instance
+			require.NoError(t, json.Unmarshal(r.body, &in))
+			assert.Equal(t, "i-1", in.ID)
+			assert.Equal(t, tc.state, in.State)
+			call, ok := core.LastCall(tc.call)
+			require.True(t, ok)
+			assert.Equal(t, tc.args, call.Args)
+			assert.Equal(t, "t1", call.Principal.Tenant)
+		})
 	}
+	r := do(t, srv, http.MethodPost, "/v1/instances/i-1/renew", strings.NewReader(`{"ttl": "1h"}`), nil)
+	var in envd.Instance
+	require.NoError(t, json.Unmarshal(r.body, &in))
+	require.NotNil(t, in.ExpiresAt)
+	assert.Equal(t, apitest.Epoch.Add(time.Hour), in.ExpiresAt.UTC())
+
+	r = do(t, srv, http.MethodPost, "/v1/instances/i-1/renew", strings.NewReader(`{"ttl": 5}`), nil)
+	assert.Equal(t, http.StatusBadRequest, r.status)
+}
+
+func TestIllegalTransitionIs409WithState(t *testing.T) {
+	t.Parallel()
+	core, srv := newServer(t)
+	illegal := func(verb string) func(context.Context, string) (envd.Instance, error) {
+		return func(_ context.Context, id string) (envd.Instance, error) {
+			return envd.Instance{}, errdefs.WithDetails(
+				fmt.Errorf("instance %q is Paused, cannot %s: %w", id, verb, errdefs.ErrFailedPrecondition),
+				map[string]any{"state": envd.StatePaused})
+		}
+	}
+	core.PauseInstanceFunc = illegal("pause")
+	core.StartInstanceFunc = illegal("start")
+	for _, verb := range []string{"pause", "start"} {
+		r := do(t, srv, http.MethodPost, "/v1/instances/i-1/"+verb, nil, nil)
+		assert.Equal(t, http.StatusConflict, r.status)
+		e := errorOf(t, r)
+		assert.Equal(t, "failed_precondition", e.Code)
+		assert.Equal(t, map[string]any{"state": "Paused"}, e.Details)
+		assert.Contains(t, e.Message, "cannot "+verb)
+	}
+}
+
+func TestIdempotencyKeyReachesCreates(t *testing.T) {
+	t.Parallel()
+	core, srv := newServer(t)
+	key := map[string]string{"Idempotency-Key": "k-1"}
+	r := do(t, srv, http.MethodPost, "/v1/projects", strings.NewReader(`{"name":"web","base":"busybox"}`), key)
+	require.Equal(t, http.StatusCreated, r.status, "body %s", r.body)
+	call, _ := core.LastCall("CreateProject")
+	assert.Equal(t, []any{envd.CreateProjectRequest{Name: "web", Base: "busybox"}, "k-1"}, call.Args)
+
+	r = do(t, srv, http.MethodPost, "/v1/projects/web/instances", strings.NewReader(`{"ttl":"1h"}`), key)
+	require.Equal(t, http.StatusCreated, r.status, "body %s", r.body)
+	call, _ = core.LastCall("CreateInstance")
+	assert.Equal(t, []any{"web", envd.CreateInstanceRequest{TTL: "1h"}, "k-1"}, call.Args)
+
+	core.CreateInstanceFunc = func(context.Context, string, envd.CreateInstanceRequest, string) (envd.Instance, error) {
+		return envd.Instance{}, fmt.Errorf("idempotency key %q: %w", "k-1", errdefs.ErrIdempotencyReuse)
+	}
+	r = do(t, srv, http.MethodPost, "/v1/projects/web/instances", strings.NewReader(`{"ttl":"2h"}`), key)
+	assert.Equal(t, http.StatusUnprocessableEntity, r.status)
+	assert.Equal(t, "idempotency_key_reused", errorOf(t, r).Code)
 }
 
 func TestSave(t *testing.T) {
@@ -293,12 +363,12 @@ func TestRoutesReachTheCore(t *testing.T) {
 	}{
 		{"GET", "/v1/info", "", 200, "Info", nil},
 		{"GET", "/v1/images", "", 200, "ListImages", nil},
-		{"POST", "/v1/projects", `{"name":"web","base":"busybox"}`, 201, "CreateProject", []any{envd.CreateProjectRequest{Name: "web", Base: "busybox"}}},
+		{"POST", "/v1/projects", `{"name":"web","base":"busybox"}`, 201, "CreateProject", []any{envd.CreateProjectRequest{Name: "web", Base: "busybox"}, ""}},
 		{"GET", "/v1/projects", "", 200, "ListProjects", nil},
 		{"GET", "/v1/projects/web", "", 200, "GetProject", []any{"web"}},
 		{"DELETE", "/v1/projects/web", "", 204, "DeleteProject", []any{"web"}},
 		{"POST", "/v1/projects/web/instances", `{"version":2,"ttl":"1h","retain":true}`, 201, "CreateInstance",
-			[]any{"web", envd.CreateInstanceRequest{Version: 2, TTL: "1h", Retain: true}}},
+			[]any{"web", envd.CreateInstanceRequest{Version: 2, TTL: "1h", Retain: true}, ""}},
 		{"GET", "/v1/projects/web/instances", "", 200, "ListInstances", []any{"web"}},
 		{"GET", "/v1/instances", "", 200, "ListInstances", []any{""}},
 		{"GET", "/v1/instances/i-1", "", 200, "GetInstance", []any{"i-1"}},

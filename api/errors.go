@@ -3,7 +3,6 @@ package api
 import (
 	"errors"
 	"fmt"
-	"net/http"
 
 	"github.com/gin-gonic/gin"
 
@@ -13,13 +12,7 @@ import (
 var (
 	errNotFound        = errdefs.ErrNotFound
 	errInvalidArgument = errdefs.ErrInvalidArgument
-	// errNotImplemented marks a route of the contract that is not served
-	// yet. It is local to the API: the core never returns it.
-	errNotImplemented = errors.New("not implemented")
 )
-
-// CodeNotImplemented is the error code of routes that are not served yet.
-const CodeNotImplemented = "not_implemented"
 
 // ErrorBody is the JSON body of every error response.
 type ErrorBody struct {
@@ -43,9 +36,6 @@ type detailer interface {
 // errorResponse is the one place an error becomes an HTTP status and body.
 func errorResponse(err error) (int, ErrorBody) {
 	status, code := errdefs.HTTPStatus(err), errdefs.Code(err)
-	if errors.Is(err, errNotImplemented) {
-		status, code = http.StatusNotImplemented, CodeNotImplemented
-	}
 	body := ErrorBody{Error: ErrorDetail{Code: code, Message: err.Error()}}
 	var d detailer
 	if errors.As(err, &d) {
@@ -62,10 +52,4 @@ func writeError(c *gin.Context, err error) {
 
 func invalidArgument(format string, args ...any) error {
 	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), errInvalidArgument)
-}
-
-func notImplemented(what string) gin.HandlerFunc {
-	return func(c *gin.Context) {
-		writeError(c, fmt.Errorf("%s is not implemented by this server yet: %w", what, errNotImplemented))
-	}
 }

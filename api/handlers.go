@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,8 +25,13 @@ type handlers struct {
 const principalKey = "envd.principal"
 
 // authenticate resolves the bearer token to a principal, or answers 401.
+// The token comes from the Authorization header or, on a WebSocket upgrade
+// (which browsers cannot give headers), from the bearer subprotocol.
 func (h *handlers) authenticate(c *gin.Context) {
 	token, ok := bearerToken(c.GetHeader("Authorization"))
+	if !ok && strings.EqualFold(c.GetHeader("Upgrade"), "websocket") {
+		token, ok = subprotocolToken(c.Request)
+	}
 	if !ok {
 		c.Header("WWW-Authenticate", `Bearer realm="envd"`)
 		writeError(c, fmt.Errorf("missing bearer token in the Authorization header: %w", errdefs.ErrUnauthenticated))
@@ -178,7 +184,7 @@ func (h *handlers) createProject(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
-	v, err := h.core.CreateProject(c.Request.Context(), principal(c), req)
+	v, err := h.core.CreateProject(c.Request.Context(), principal(c), req, c.GetHeader(IdempotencyKeyHeader))
 	respond(c, http.StatusCreated, v, err)
 }
 
@@ -206,7 +212,7 @@ func (h *handlers) createInstance(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
-	v, err := h.core.CreateInstance(c.Request.Context(), principal(c), c.Param("p"), req)
+	v, err := h.core.CreateInstance(c.Request.Context(), principal(c), c.Param("p"), req, c.GetHeader(IdempotencyKeyHeader))
 	respond(c, http.StatusCreated, v, err)
 }
 
@@ -226,6 +232,25 @@ func (h *handlers) deleteInstance(c *gin.Context) {
 	respond(c, http.StatusOK, v, err)
 }
 
+// instanceVerb serves a lifecycle verb without a body (stop, start, pause,
+// resume).
+func (h *handlers) instanceVerb(verb func(ctx context.Context, p envd.Principal, id string) (envd.Instance, error)) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		v, err := verb(c.Request.Context(), principal(c), c.Param("i"))
+		respond(c, http.StatusOK, v, err)
+	}
+}
+
+func (h *handlers) renew(c *gin.Context) {
+	var req envd.RenewRequest
+	if err := decodeJSON(c, &req); err != nil {
+		writeError(c, err)
+		return
+	}
+	v, err := h.core.RenewInstance(c.Request.Context(), principal(c), c.Param("i"), req.TTL)
+	respond(c, http.StatusOK, v, err)
+}
+
 func (h *handlers) exec(c *gin.Context) {
 	var req envd.ExecRequest
 	if err := decodeJSON(c, &req); err != nil {
@@ -236,8 +261,10 @@ func (h *handlers) exec(c *gin.Context) {
 	respond(c, http.StatusOK, v, err)
 }
 
-// IdempotencyKeyHeader carries a client-chosen key: a save retried with the
-// same key returns the same operation.
+// IdempotencyKeyHeader carries a client-chosen key on creating POSTs
+// (projects, instances, saves): a retry with the same key and body returns
+// the same object or operation; the same key with a different body is 422
+// idempotency_key_reused.
 const IdempotencyKeyHeader = "Idempotency-Key"
 
 func (h *handlers) save(c *gin.Context) {
@@ -298,4 +325,44 @@ func (h *handlers) getOperation(c *gin.Context) {
 func (h *handlers) cancelOperation(c *gin.Context) {
 	v, err := h.core.CancelOperation(c.Request.Context(), principal(c), c.Param("id"))
 	respond(c, http.StatusAccepted, v, err)
+}
+
+func (h *handlers) listVolumes(c *gin.Context) {
+	v, err := h.core.ListVolumes(c.Request.Context(), principal(c), c.Param("p"))
+	list(c, v, err)
+}
+
+func (h *handlers) addVolume(c *gin.Context) {
+	var req envd.AddVolumeRequest
+	if err := decodeJSON(c, &req); err != nil {
+		writeError(c, err)
+		return
+	}
+	v, err := h.core.AddVolume(c.Request.Context(), principal(c), c.Param("p"), req)
+	respond(c, http.StatusCreated, v, err)
+}
+
+func (h *handlers) removeVolume(c *gin.Context) {
+	v, err := h.core.RemoveVolume(c.Request.Context(), principal(c), c.Param("p"), c.Param("v"))
+	respond(c, http.StatusOK, v, err)
+}
+
+func (h *handlers) archiveVolume(c *gin.Context) {
+	var req envd.VolumeArchiveRequest
+	if err := decodeJSON(c, &req); err != nil {
+		writeError(c, err)
+		return
+	}
+	v, err := h.core.ArchiveVolume(c.Request.Context(), principal(c), c.Param("p"), c.Param("v"), req)
+	respond(c, http.StatusOK, v, err)
+}
+
+func (h *handlers) restoreVolume(c *gin.Context) {
+	var req envd.VolumeArchiveRequest
+	if err := decodeJSON(c, &req); err != nil {
+		writeError(c, err)
+		return
+	}
+	v, err := h.core.RestoreVolume(c.Request.Context(), principal(c), c.Param("p"), c.Param("v"), req)
+	respond(c, http.StatusOK, v, err)
 }

@@ -275,9 +275,39 @@ func (c *Client) ListImages(ctx context.Context) ([]envd.Image, error) {
 	return get[[]envd.Image](ctx, c, "/v1/images")
 }
 
+// RequestOption sets something on one request.
+type RequestOption func(*requestOptions)
+
+type requestOptions struct {
+	header http.Header
+}
+
+// WithIdempotencyKey sends key as the Idempotency-Key header: a retry of
+// the request with the same key and body returns the same object or
+// operation, while the same key with a different body fails with code
+// idempotency_key_reused (errdefs.ErrIdempotencyReuse). Default: no key,
+// every request creates anew. An empty key sends nothing.
+func WithIdempotencyKey(key string) RequestOption {
+	return func(o *requestOptions) {
+		if key != "" {
+			o.header.Set("Idempotency-Key", key)
+		}
+	}
+}
+
+func headerOf(opts []RequestOption) http.Header {
+	o := requestOptions{header: http.Header{}}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o.header
+}
+
 // CreateProject: POST /v1/projects.
-func (c *Client) CreateProject(ctx context.Context, req envd.CreateProjectRequest) (envd.Project, error) {
-	return post[envd.Project](ctx, c, http.MethodPost, "/v1/projects", req)
+func (c *Client) CreateProject(ctx context.Context, req envd.CreateProjectRequest, opts ...RequestOption) (envd.Project, error) {
+	var p envd.Project
+	err := c.call(ctx, http.MethodPost, "/v1/projects", req, &p, headerOf(opts))
+	return p, err
 }
 
 // ListProjects: GET /v1/projects.
@@ -295,9 +325,12 @@ func (c *Client) DeleteProject(ctx context.Context, name string) error {
 	return c.call(ctx, http.MethodDelete, "/v1/projects/"+esc(name), nil, nil, nil)
 }
 
-// CreateInstance starts an instance of project: POST /v1/projects/{p}/instances.
-func (c *Client) CreateInstance(ctx context.Context, project string, req envd.CreateInstanceRequest) (envd.Instance, error) {
-	return post[envd.Instance](ctx, c, http.MethodPost, "/v1/projects/"+esc(project)+"/instances", req)
+// CreateInstance starts an instance of project and returns it running (or
+// failed): POST /v1/projects/{p}/instances.
+func (c *Client) CreateInstance(ctx context.Context, project string, req envd.CreateInstanceRequest, opts ...RequestOption) (envd.Instance, error) {
+	var in envd.Instance
+	err := c.call(ctx, http.MethodPost, "/v1/projects/"+esc(project)+"/instances", req, &in, headerOf(opts))
+	return in, err
 }
 
 // ListInstances lists the instances of project, of all projects when
@@ -338,36 +371,75 @@ func (c *Client) Save(ctx context.Context, id string, req envd.SaveRequest, idem
 	return op, err
 }
 
-// instanceAction posts an instance lifecycle verb. Until the server serves
-// them these answer an *Error with code "not_implemented".
+// instanceAction posts an instance lifecycle verb. An illegal transition
+// is an *Error with code failed_precondition (errdefs.ErrFailedPrecondition)
+// and the current state in Details["state"].
 func (c *Client) instanceAction(ctx context.Context, id, action string, body any) (envd.Instance, error) {
 	return post[envd.Instance](ctx, c, http.MethodPost, "/v1/instances/"+esc(id)+"/"+action, body)
 }
 
-// Stop: POST /v1/instances/{i}/stop.
-func (c *Client) Stop(ctx context.Context, id string) (envd.Instance, error) {
+// StopInstance kills the instance's processes and keeps its writable layer
+// (state Stopped): POST /v1/instances/{i}/stop.
+func (c *Client) StopInstance(ctx context.Context, id string) (envd.Instance, error) {
 	return c.instanceAction(ctx, id, "stop", nil)
 }
 
-// Start: POST /v1/instances/{i}/start.
-func (c *Client) Start(ctx context.Context, id string) (envd.Instance, error) {
+// StartInstance starts a stopped instance with a new generation:
+// POST /v1/instances/{i}/start.
+func (c *Client) StartInstance(ctx context.Context, id string) (envd.Instance, error) {
 	return c.instanceAction(ctx, id, "start", nil)
 }
 
-// Pause: POST /v1/instances/{i}/pause.
-func (c *Client) Pause(ctx context.Context, id string) (envd.Instance, error) {
+// PauseInstance freezes the instance's processes, memory kept:
+// POST /v1/instances/{i}/pause.
+func (c *Client) PauseInstance(ctx context.Context, id string) (envd.Instance, error) {
 	return c.instanceAction(ctx, id, "pause", nil)
 }
 
-// Resume: POST /v1/instances/{i}/resume.
-func (c *Client) Resume(ctx context.Context, id string) (envd.Instance, error) {
+// ResumeInstance thaws a paused instance; the answer carries its current
+// address: POST /v1/instances/{i}/resume.
+func (c *Client) ResumeInstance(ctx context.Context, id string) (envd.Instance, error) {
 	return c.instanceAction(ctx, id, "resume", nil)
 }
 
-// Renew sets the instance's expiry to now + ttl (a Go duration):
-// POST /v1/instances/{i}/renew.
-func (c *Client) Renew(ctx context.Context, id, ttl string) (envd.Instance, error) {
-	return c.instanceAction(ctx, id, "renew", map[string]string{"ttl": ttl})
+// RenewInstance sets the instance's expiry to now + ttl, a Go duration (it
+// may shorten it), or removes it with "none": POST /v1/instances/{i}/renew.
+func (c *Client) RenewInstance(ctx context.Context, id, ttl string) (envd.Instance, error) {
+	return c.instanceAction(ctx, id, "renew", envd.RenewRequest{TTL: ttl})
+}
+
+// HibernateInstance saves a stopped retained instance's layer as a version
+// and frees it on the node: POST /v1/instances/{i}/hibernate.
+func (c *Client) HibernateInstance(ctx context.Context, id string) (envd.Instance, error) {
+	return c.instanceAction(ctx, id, "hibernate", nil)
+}
+
+// ListVolumes lists a project's volumes with their usage:
+// GET /v1/projects/{p}/volumes.
+func (c *Client) ListVolumes(ctx context.Context, project string) ([]envd.Volume, error) {
+	return get[[]envd.Volume](ctx, c, "/v1/projects/"+esc(project)+"/volumes")
+}
+
+// AddVolume declares a volume: POST /v1/projects/{p}/volumes.
+func (c *Client) AddVolume(ctx context.Context, project string, req envd.AddVolumeRequest) (envd.Project, error) {
+	return post[envd.Project](ctx, c, http.MethodPost, "/v1/projects/"+esc(project)+"/volumes", req)
+}
+
+// RemoveVolume removes a volume and its data: DELETE /v1/projects/{p}/volumes/{v}.
+func (c *Client) RemoveVolume(ctx context.Context, project, name string) (envd.Project, error) {
+	return post[envd.Project](ctx, c, http.MethodDelete, "/v1/projects/"+esc(project)+"/volumes/"+esc(name), nil)
+}
+
+// ArchiveVolume copies a volume to object storage:
+// POST /v1/projects/{p}/volumes/{v}/archive.
+func (c *Client) ArchiveVolume(ctx context.Context, project, name string, req envd.VolumeArchiveRequest) (envd.VolumeArchive, error) {
+	return post[envd.VolumeArchive](ctx, c, http.MethodPost, "/v1/projects/"+esc(project)+"/volumes/"+esc(name)+"/archive", req)
+}
+
+// RestoreVolume replaces a volume's content on the node with an archive:
+// POST /v1/projects/{p}/volumes/{v}/restore.
+func (c *Client) RestoreVolume(ctx context.Context, project, name string, req envd.VolumeArchiveRequest) (envd.Volume, error) {
+	return post[envd.Volume](ctx, c, http.MethodPost, "/v1/projects/"+esc(project)+"/volumes/"+esc(name)+"/restore", req)
 }
 
 // ListVersions: GET /v1/projects/{p}/versions.

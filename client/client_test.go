@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -56,17 +55,45 @@ func TestRoundTrip(t *testing.T) {
 		{"ListImages", func() (any, error) { return c.ListImages(ctx) }, "ListImages", nil, []envd.Image{}},
 		{"CreateProject", func() (any, error) {
 			return c.CreateProject(ctx, envd.CreateProjectRequest{Name: "web", Base: "busybox", Excludes: []string{"/cache"}, Compression: "zstd"})
-		}, "CreateProject", []any{envd.CreateProjectRequest{Name: "web", Base: "busybox", Excludes: []string{"/cache"}, Compression: "zstd"}},
+		}, "CreateProject", []any{envd.CreateProjectRequest{Name: "web", Base: "busybox", Excludes: []string{"/cache"}, Compression: "zstd"}, ""},
 			envd.Project{Name: "web", BaseImage: "busybox", Current: 1, Excludes: []string{"/cache"}, Compression: "zstd", CreatedAt: apitest.Epoch}},
+		{"CreateProject with key", func() (any, error) {
+			return c.CreateProject(ctx, envd.CreateProjectRequest{Name: "web", Base: "busybox"}, client.WithIdempotencyKey("k-1"))
+		}, "CreateProject", []any{envd.CreateProjectRequest{Name: "web", Base: "busybox"}, "k-1"}, nil},
 		{"ListProjects", func() (any, error) { return c.ListProjects(ctx) }, "ListProjects", nil, []envd.Project{}},
 		{"GetProject", func() (any, error) { return c.GetProject(ctx, "we b") }, "GetProject", []any{"we b"},
 			envd.Project{Name: "we b", BaseImage: "busybox", Current: 1, Compression: "estargz", CreatedAt: apitest.Epoch}},
 		{"DeleteProject", func() (any, error) { return nil, c.DeleteProject(ctx, "web") }, "DeleteProject", []any{"web"}, nil},
 		{"CreateInstance", func() (any, error) {
 			return c.CreateInstance(ctx, "web", envd.CreateInstanceRequest{Version: 2, TTL: "1h", Retain: true})
-		}, "CreateInstance", []any{"web", envd.CreateInstanceRequest{Version: 2, TTL: "1h", Retain: true}},
+		}, "CreateInstance", []any{"web", envd.CreateInstanceRequest{Version: 2, TTL: "1h", Retain: true}, ""},
 			envd.Instance{ID: "i-1", Project: "web", Node: "node-1", Version: 2, Generation: 1, State: "Running",
 				Reason: "started", Retain: true, CreatedAt: apitest.Epoch, LastTransitionAt: apitest.Epoch}},
+		{"CreateInstance with key", func() (any, error) {
+			return c.CreateInstance(ctx, "web", envd.CreateInstanceRequest{TTL: "1h"}, client.WithIdempotencyKey("k-2"))
+		}, "CreateInstance", []any{"web", envd.CreateInstanceRequest{TTL: "1h"}, "k-2"}, nil},
+		{"StopInstance", func() (any, error) { return c.StopInstance(ctx, "i-9") }, "StopInstance", []any{"i-9"},
+			envd.Instance{ID: "i-9", Project: "p", Node: "node-1", Version: 1, Generation: 1, State: "Stopped",
+				Reason: "user_stop", CreatedAt: apitest.Epoch, LastTransitionAt: apitest.Epoch}},
+		{"StartInstance", func() (any, error) { return c.StartInstance(ctx, "i-9") }, "StartInstance", []any{"i-9"},
+			envd.Instance{ID: "i-9", Project: "p", Node: "node-1", Version: 1, Generation: 2, State: "Running",
+				Reason: "started", CreatedAt: apitest.Epoch, LastTransitionAt: apitest.Epoch}},
+		{"PauseInstance", func() (any, error) { return c.PauseInstance(ctx, "i-9") }, "PauseInstance", []any{"i-9"},
+			envd.Instance{ID: "i-9", Project: "p", Node: "node-1", Version: 1, Generation: 1, State: "Paused",
+				Reason: "user_pause", CreatedAt: apitest.Epoch, LastTransitionAt: apitest.Epoch}},
+		{"ResumeInstance", func() (any, error) { return c.ResumeInstance(ctx, "i-9") }, "ResumeInstance", []any{"i-9"},
+			envd.Instance{ID: "i-9", Project: "p", Node: "node-1", Version: 1, Generation: 1, State: "Running",
+				Reason: "user_resume", CreatedAt: apitest.Epoch, LastTransitionAt: apitest.Epoch}},
+		{"RenewInstance", func() (any, error) {
+			in, err := c.RenewInstance(ctx, "i-9", "90m")
+			if in.ExpiresAt != nil {
+				at := in.ExpiresAt.UTC()
+				in.ExpiresAt = &at
+			}
+			return in, err
+		}, "RenewInstance", []any{"i-9", "90m"},
+			envd.Instance{ID: "i-9", Project: "p", Node: "node-1", Version: 1, Generation: 1, State: "Running",
+				Reason: "started", ExpiresAt: ptr(apitest.Epoch.Add(90 * time.Minute)), CreatedAt: apitest.Epoch, LastTransitionAt: apitest.Epoch}},
 		{"ListInstances project", func() (any, error) { return c.ListInstances(ctx, "web") }, "ListInstances", []any{"web"}, []envd.Instance{}},
 		{"ListInstances all", func() (any, error) { return c.ListInstances(ctx, "") }, "ListInstances", []any{""}, []envd.Instance{}},
 		{"GetInstance", func() (any, error) { return c.GetInstance(ctx, "i-9") }, "GetInstance", []any{"i-9"},
@@ -183,11 +210,16 @@ func TestErrors(t *testing.T) {
 	_, err = c.SetCurrent(ctx, "web", envd.SetCurrentRequest{Version: 2})
 	assert.ErrorIs(t, err, errdefs.ErrConflict)
 
-	_, err = c.Stop(ctx, "i-1")
+	core.PauseInstanceFunc = func(_ context.Context, id string) (envd.Instance, error) {
+		return envd.Instance{}, errdefs.WithDetails(fmt.Errorf("instance %q is Stopped: %w", id, errdefs.ErrFailedPrecondition),
+			map[string]any{"state": "Stopped"})
+	}
+	_, err = c.PauseInstance(ctx, "i-1")
 	require.ErrorAs(t, err, &e)
-	assert.Equal(t, 501, e.Status)
-	assert.Equal(t, "not_implemented", e.Code)
-	assert.Nil(t, errors.Unwrap(err), "an unknown code has no errdefs kind")
+	assert.Equal(t, 409, e.Status)
+	assert.Equal(t, "failed_precondition", e.Code)
+	assert.Equal(t, map[string]any{"state": "Stopped"}, e.Details)
+	assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition)
 
 	_, err = client.New(c.BaseURL(), "wrong").Info(ctx)
 	assert.ErrorIs(t, err, errdefs.ErrUnauthenticated)
@@ -357,3 +389,5 @@ func TestWaitOperationErrors(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, envd.OpRunning, got.State, "giving up waiting does not cancel the operation")
 }
+
+func ptr[T any](v T) *T { return &v }

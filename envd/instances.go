@@ -3,8 +3,8 @@ package envd
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -24,20 +24,81 @@ func toInstance(in versions.Instance) Instance {
 	return Instance{ID: in.ID, Project: in.Project, Node: in.Node, Version: in.Version,
 		LastSavedVersion: in.LastSavedVersion, Generation: in.Generation, State: in.State,
 		Reason: in.Reason, Message: in.Message, Retain: in.Retain, ExpiresAt: in.ExpiresAt,
-		CreatedAt: in.CreatedAt, LastTransitionAt: in.LastTransitionAt}
+		HibernatedVersion: in.HibernatedVersion, CreatedAt: in.CreatedAt, LastTransitionAt: in.LastTransitionAt}
+}
+
+// view is the instance as a user sees it: with its current address and
+// what protects its data.
+func (s *Service) view(ctx context.Context, in versions.Instance) Instance {
+	out := s.withEndpoint(ctx, toInstance(in))
+	pr := Protection{RetainedLayer: in.Retain, LastSavedVersion: in.LastSavedVersion}
+	if proj, err := s.store.GetProject(ctx, in.Tenant, in.Project); err == nil {
+		ps, _ := parseProjectSpec(proj.Spec)
+		for _, v := range ps.Volumes {
+			pr.Volumes = append(pr.Volumes, v.Path)
+		}
+	}
+	saved := fmt.Sprintf("version %d", in.Version)
+	if in.LastSavedVersion > 0 {
+		saved = fmt.Sprintf("version %d (its last save)", in.LastSavedVersion)
+	}
+	switch {
+	case in.State == StateTerminated:
+		pr.LostOnStop, pr.LostOnRemove = "nothing more: the instance is gone", "nothing more: the instance is gone"
+	case in.Retain:
+		pr.LostOnStop = "memory and running processes; files are kept on the node"
+		pr.LostOnRemove = "root filesystem changes not saved since " + saved
+	default:
+		pr.LostOnStop = "stop is refused: the instance is not retained"
+		pr.LostOnRemove = "root filesystem changes not saved since " + saved
+	}
+	if len(pr.Volumes) > 0 {
+		pr.LostOnRemove += "; volumes are kept"
+	}
+	out.Protection = pr
+	return out
+}
+
+func (s *Service) views(ctx context.Context, ins []versions.Instance) []Instance {
+	out := make([]Instance, 0, len(ins))
+	for _, in := range ins {
+		out = append(out, s.view(ctx, in))
+	}
+	return out
 }
 
 // CreateInstance starts an instance of project from req.Version or the
-// current version. It returns when the instance runs (or has failed).
-func (s *Service) CreateInstance(ctx context.Context, p Principal, project string, req CreateInstanceRequest) (Instance, error) {
+// current version. It returns when the instance runs (or has failed). A
+// retry with the same idempotency key and request returns the same instance.
+func (s *Service) CreateInstance(ctx context.Context, p Principal, project string, req CreateInstanceRequest, idempotencyKey string) (Instance, error) {
 	if err := ValidateName("project", project); err != nil {
 		return Instance{}, err
 	}
+	id := newID(project)
+	existing, release, err := s.claim(ctx, p, idempotencyKey, "create_instance",
+		struct {
+			Project string
+			Req     CreateInstanceRequest
+		}{project, req}, id)
+	if err != nil {
+		return Instance{}, err
+	}
+	if existing != "" {
+		return await(ctx, func(ctx context.Context) (Instance, error) { return s.GetInstance(ctx, p, existing) })
+	}
+	in, err := s.createInstance(ctx, p, id, project, req)
+	if err != nil && !errors.Is(err, errProvision) {
+		release() // nothing was made; a provisioning failure leaves a Failed instance the key points at
+	}
+	return in, err
+}
+
+// errProvision marks a failure after the instance was recorded.
+var errProvision = errors.New("provisioning failed")
+
+func (s *Service) createInstance(ctx context.Context, p Principal, id, project string, req CreateInstanceRequest) (Instance, error) {
 	if req.Version < 0 {
 		return Instance{}, fmt.Errorf("version %d: %w", req.Version, errdefs.ErrInvalidArgument)
-	}
-	if req.Retain {
-		return Instance{}, fmt.Errorf("retained writable layers: %w (not yet)", errdefs.ErrFailedPrecondition)
 	}
 	expires, err := parseTTL(req.TTL, time.Now(), s.cfg.DefaultTTL, s.cfg.MaxTTL)
 	if err != nil {
@@ -59,14 +120,14 @@ func (s *Service) CreateInstance(ctx context.Context, p Principal, project strin
 		return Instance{}, fmt.Errorf("version %d of project %q is %s, only ready versions can be started: %w", n, project, v.State, errdefs.ErrFailedPrecondition)
 	}
 	in, err := s.store.CreateInstance(ctx, versions.Instance{
-		ID: newID(project), Tenant: p.Tenant, Project: project, Node: s.cfg.Node, Version: n,
+		ID: id, Tenant: p.Tenant, Project: project, Node: s.cfg.Node, Version: n,
 		State: StatePending, Reason: ReasonCreated, Message: fmt.Sprintf("starting from version %d", n),
-		ExpiresAt: expires,
+		ExpiresAt: expires, Retain: req.Retain,
 	})
 	if err != nil {
 		return Instance{}, err
 	}
-	if err := s.provision(ctx, in, v.Image); err != nil {
+	if err := s.provision(ctx, in, proj, v.Image); err != nil {
 		cctx, cancel := detach(ctx, time.Minute)
 		defer cancel()
 		if rmErr := s.rt.Remove(cctx, in.ID); rmErr != nil {
@@ -75,27 +136,33 @@ func (s *Service) CreateInstance(ctx context.Context, p Principal, project strin
 		if _, terr := s.store.Transition(cctx, in.ID, []string{StatePending}, StateFailed, ReasonProvisionFailed, err.Error()); terr != nil {
 			s.log.Warn("record failed instance", "instance", in.ID, "err", terr)
 		}
-		return Instance{}, fmt.Errorf("start instance of %q from version %d: %w", project, n, err)
+		return Instance{}, fmt.Errorf("start instance of %q from version %d: %w: %w", project, n, errProvision, err)
 	}
 	in, err = s.store.Transition(ctx, in.ID, []string{StatePending}, StateRunning, ReasonStarted, fmt.Sprintf("running version %d", n))
 	if err != nil {
 		return Instance{}, err
 	}
-	return toInstance(in), nil
+	return s.view(ctx, in), nil
 }
 
-// provision pulls the version's image and creates the running container.
-func (s *Service) provision(ctx context.Context, in versions.Instance, image string) error {
+// provision pulls the version's image and creates the running container
+// with the project's volumes.
+func (s *Service) provision(ctx context.Context, in versions.Instance, proj versions.Project, image string) error {
+	mounts, env, err := s.volumeMounts(ctx, proj)
+	if err != nil {
+		return err
+	}
 	ref := s.reg.Addr() + "/" + image
 	if err := s.rt.Pull(ctx, ref); err != nil {
 		return fmt.Errorf("pull %s: %w", image, err)
 	}
 	return s.rt.Create(ctx, runtime.InstanceSpec{
-		ID: in.ID, Image: ref, Hostname: in.Project,
+		ID: in.ID, Image: ref, Hostname: in.Project, Mounts: mounts, Env: env,
 		Labels: map[string]string{
-			LabelGeneration: strconv.FormatInt(in.Generation, 10),
+			LabelGeneration: generationLabel(in.Generation),
 			LabelProject:    in.Project,
 			LabelTenant:     in.Tenant,
+			LabelNode:       s.cfg.Node,
 		},
 	})
 }
@@ -111,11 +178,7 @@ func (s *Service) ListInstances(ctx context.Context, p Principal, project string
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Instance, 0, len(ins))
-	for _, in := range ins {
-		out = append(out, toInstance(in))
-	}
-	return out, nil
+	return s.views(ctx, ins), nil
 }
 
 // GetInstance returns one instance.
@@ -124,7 +187,7 @@ func (s *Service) GetInstance(ctx context.Context, p Principal, id string) (Inst
 	if err != nil {
 		return Instance{}, err
 	}
-	return toInstance(in), nil
+	return s.view(ctx, in), nil
 }
 
 func (s *Service) instance(ctx context.Context, p Principal, id string) (versions.Instance, error) {
@@ -144,15 +207,11 @@ func (s *Service) DeleteInstance(ctx context.Context, p Principal, id string) (I
 	if in.State == StateTerminated {
 		return toInstance(in), nil
 	}
-	if err := s.rt.Remove(ctx, id); err != nil {
-		return Instance{}, fmt.Errorf("remove instance %q: %w", id, err)
-	}
-	in, err = s.store.Transition(ctx, id, []string{StatePending, StateRunning, StatePaused, StateStopped, StateFailed},
-		StateTerminated, ReasonUserDelete, "deleted by the user")
+	in, err = s.terminate(ctx, in, ReasonUserDelete, "deleted by the user")
 	if err != nil {
 		return Instance{}, err
 	}
-	return toInstance(in), nil
+	return s.view(ctx, in), nil
 }
 
 // Exec runs a command in a running instance and returns its output, each
@@ -173,8 +232,15 @@ func (s *Service) Exec(ctx context.Context, p Principal, id string, req ExecRequ
 	if err != nil {
 		return ExecResult{}, err
 	}
+	if err := checkGeneration(in, req.Generation); err != nil {
+		return ExecResult{}, err
+	}
+	if in.Node != s.cfg.Node && in.State == StateRunning {
+		return ExecResult{}, fmt.Errorf("instance %q runs on node %q, not on %q: %w", id, in.Node, s.cfg.Node, errdefs.ErrFailedPrecondition)
+	}
 	if in.State != StateRunning {
-		return ExecResult{}, fmt.Errorf("instance %q is %s, exec needs Running: %w", id, in.State, errdefs.ErrFailedPrecondition)
+		return ExecResult{}, errdefs.WithDetails(fmt.Errorf("instance %q is %s, exec needs Running: %w", id, in.State, errdefs.ErrFailedPrecondition),
+			map[string]any{"state": in.State})
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -188,6 +254,8 @@ func (s *Service) Exec(ctx context.Context, p Principal, id string, req ExecRequ
 		if err := s.frozen.wait(ctx, id); err != nil {
 			return ExecResult{}, fmt.Errorf("exec in %q: waiting for a save's freeze to end: %w", id, err)
 		}
+		stdout.Reset()
+		stderr.Reset()
 		code, err = s.rt.Exec(ctx, id, runtime.ExecSpec{
 			Args: req.Args, Env: req.Env, Cwd: req.Cwd,
 			Stdin: strings.NewReader(req.Stdin), Stdout: stdout, Stderr: stderr,
@@ -227,4 +295,20 @@ func (b *limitedBuffer) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	return b.Buffer.Write(p)
+}
+
+// checkGeneration fences a request that names a generation: only the
+// instance's newest one may act.
+func checkGeneration(in versions.Instance, g int64) error {
+	if g != 0 && g != in.Generation {
+		return errdefs.WithDetails(fmt.Errorf("instance %q: generation %d is stale, the newest is %d: %w", in.ID, g, in.Generation, errdefs.ErrStaleGeneration),
+			map[string]any{"generation": in.Generation})
+	}
+	return nil
+}
+
+// Reset empties the buffer for a retried exec.
+func (b *limitedBuffer) Reset() {
+	b.Buffer.Reset()
+	b.truncated = false
 }

@@ -1,6 +1,7 @@
 package envd
 
 import (
+	"errors"
 	"fmt"
 	"path"
 	"regexp"
@@ -80,3 +81,5 @@ func parseTTL(s string, now time.Time, def, max time.Duration) (*time.Time, erro
 	t := now.Add(d).UTC()
 	return &t, nil
 }
+
+func errorsIsNotFound(err error) bool { return errors.Is(err, errdefs.ErrNotFound) }

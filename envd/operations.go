@@ -32,6 +32,9 @@ type opCtx struct {
 // event appends to the operation's log. A failed append is logged, never
 // fatal: progress reporting must not fail the work.
 func (o *opCtx) event(ctx context.Context, typ, msg string, data any) {
+	if o == nil {
+		return // work done outside an operation (hibernation)
+	}
 	if _, err := o.s.store.AppendEvent(ctx, o.id, typ, msg, data); err != nil {
 		o.s.log.Warn("append operation event", "op", o.id, "type", typ, "err", err)
 	}
@@ -106,12 +109,9 @@ func (s *Service) launch(op versions.Operation, run opFunc) {
 	}()
 }
 
-// Resume runs again the operations that a previous envd process on this
+// resumeOperations runs again the operations that a previous envd process on this
 // node left unfinished, or settles them when they cannot run again.
-func (s *Service) Resume(ctx context.Context) error {
-	if err := s.thawInterruptedSaves(ctx); err != nil {
-		return err
-	}
+func (s *Service) resumeOperations(ctx context.Context) error {
 	ops, err := s.store.UnfinishedOperations(ctx, s.cfg.Node)
 	if err != nil {
 		return fmt.Errorf("unfinished operations: %w", err)

@@ -2,6 +2,7 @@ package envd
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	"github.com/envd-dev/envd/internal/errdefs"
@@ -13,11 +14,27 @@ var compressions = map[string]bool{
 	string(snapshotter.Estargz): true, string(snapshotter.Zstd): true, string(snapshotter.Gzip): true,
 }
 
-// CreateProject creates a project whose version 1 is the base image.
-func (s *Service) CreateProject(ctx context.Context, p Principal, req CreateProjectRequest) (Project, error) {
+// CreateProject creates a project whose version 1 is the base image. A
+// retry with the same idempotency key and request returns the same project.
+func (s *Service) CreateProject(ctx context.Context, p Principal, req CreateProjectRequest, idempotencyKey string) (Project, error) {
 	if err := ValidateName("project", req.Name); err != nil {
 		return Project{}, err
 	}
+	existing, release, err := s.claim(ctx, p, idempotencyKey, "create_project", req, req.Name)
+	if err != nil {
+		return Project{}, err
+	}
+	if existing != "" {
+		return await(ctx, func(ctx context.Context) (Project, error) { return s.GetProject(ctx, p, existing) })
+	}
+	proj, err := s.createProject(ctx, p, req)
+	if err != nil {
+		release()
+	}
+	return proj, err
+}
+
+func (s *Service) createProject(ctx context.Context, p Principal, req CreateProjectRequest) (Project, error) {
 	excludes, err := validateExcludes(req.Excludes)
 	if err != nil {
 		return Project{}, err
@@ -28,12 +45,23 @@ func (s *Service) CreateProject(ctx context.Context, p Principal, req CreateProj
 	if !compressions[req.Compression] {
 		return Project{}, fmt.Errorf("compression %q: must be estargz, zstd or gzip: %w", req.Compression, errdefs.ErrInvalidArgument)
 	}
+	var ps projectSpec
+	for _, spec := range req.Volumes {
+		v, err := parseVolume(spec, nil)
+		if err != nil {
+			return Project{}, err
+		}
+		if ps.Volumes, err = addVolume(ps.Volumes, v); err != nil {
+			return Project{}, err
+		}
+	}
+	rawSpec, _ := json.Marshal(ps)
 	base, err := s.resolveBase(ctx, req.Base)
 	if err != nil {
 		return Project{}, err
 	}
 	proj, _, err := s.store.CreateProject(ctx, versions.Project{
-		Tenant: p.Tenant, Name: req.Name, BaseImage: base.Ref(),
+		Tenant: p.Tenant, Name: req.Name, BaseImage: base.Ref(), Spec: rawSpec,
 		Excludes: excludes, Compression: req.Compression,
 	}, versions.Version{Kind: "base", State: "ready", Image: base.Ref(), SizeBytes: base.Size,
 		Layers: len(base.Layers), Message: "base image " + req.Base})
@@ -44,8 +72,9 @@ func (s *Service) CreateProject(ctx context.Context, p Principal, req CreateProj
 }
 
 func toProject(p versions.Project) Project {
+	ps, _ := parseProjectSpec(p.Spec)
 	return Project{Name: p.Name, BaseImage: p.BaseImage, Current: p.Current, Excludes: p.Excludes,
-		Compression: p.Compression, CreatedAt: p.CreatedAt}
+		Compression: p.Compression, Volumes: ps.Volumes, CreatedAt: p.CreatedAt}
 }
 
 func toVersion(v versions.Version) Version {

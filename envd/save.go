@@ -34,8 +34,12 @@ func (s *Service) Save(ctx context.Context, p Principal, id string, req SaveRequ
 	if err != nil {
 		return Operation{}, err
 	}
+	if err := checkGeneration(in, req.Generation); err != nil {
+		return Operation{}, err
+	}
 	if in.State != StateRunning {
-		return Operation{}, fmt.Errorf("instance %q is %s, save needs Running: %w", id, in.State, errdefs.ErrFailedPrecondition)
+		return Operation{}, errdefs.WithDetails(fmt.Errorf("instance %q is %s, save needs Running: %w", id, in.State, errdefs.ErrFailedPrecondition),
+			map[string]any{"state": in.State})
 	}
 	if in.Node != s.cfg.Node {
 		return Operation{}, fmt.Errorf("instance %q runs on node %q, not on %q: %w", id, in.Node, s.cfg.Node, errdefs.ErrFailedPrecondition)
@@ -71,81 +75,23 @@ func (s *Service) runSave(ctx context.Context, oc *opCtx, job saveJob) (SaveResu
 	if in.State != StateRunning {
 		return SaveResult{}, fmt.Errorf("instance %q is %s: %w", in.ID, in.State, errdefs.ErrFailedPrecondition)
 	}
-	proj, err := s.store.GetProject(ctx, in.Tenant, in.Project)
+	c, err := s.capture(ctx, oc, oc.id, in, true)
 	if err != nil {
 		return SaveResult{}, err
 	}
-	// The new image is the started-from version's layers plus one layer of
-	// everything changed since: repeated saves replace that layer.
-	base, err := s.store.GetVersion(ctx, in.Tenant, in.Project, in.Version)
-	if err != nil {
-		return SaveResult{}, err
-	}
-	mounts, err := s.rt.Mounts(ctx, in.ID)
-	if err != nil {
-		return SaveResult{}, fmt.Errorf("rootfs of %q: %w", in.ID, err)
-	}
-	upper, err := snapshotter.UpperDir(mounts)
-	if err != nil {
-		return SaveResult{}, fmt.Errorf("rootfs of %q: %w", in.ID, err)
-	}
-
-	dir := s.spoolDir(oc.id)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return SaveResult{}, err
-	}
-	defer os.RemoveAll(dir)
-
-	excludes := append(append(append([]string{}, snapshotter.DefaultExcludes...), injectedFiles...), proj.Excludes...)
-	spoolPath := filepath.Join(dir, "layer.tar")
-	stats, freeze, err := s.spool(ctx, in.ID, upper, spoolPath, excludes)
-	if err != nil {
-		return SaveResult{}, err
-	}
-	oc.event(ctx, "spooled", fmt.Sprintf("read %d entries (%d bytes) while frozen for %s", stats.Entries, stats.Bytes, freeze.Round(time.Millisecond)),
-		map[string]any{"entries": stats.Entries, "bytes": stats.Bytes, "whiteouts": stats.Whiteouts, "freeze_ms": freeze.Milliseconds()})
-
-	encStart := time.Now()
-	layer, err := snapshotter.Encode(ctx, spoolPath, dir, snapshotter.EncodeOptions{Compression: snapshotter.Compression(proj.Compression)})
-	if err != nil {
-		return SaveResult{}, fmt.Errorf("encode layer: %w", err)
-	}
-	encode := time.Since(encStart)
-	_ = os.Remove(spoolPath)
-	oc.event(ctx, "encoded", fmt.Sprintf("%s layer of %d bytes in %s", proj.Compression, layer.Size, encode.Round(time.Millisecond)),
-		map[string]any{"layer_bytes": layer.Size, "encode_ms": encode.Milliseconds()})
-
-	pushStart := time.Now()
-	parent, err := s.reg.Get(ctx, base.Image)
-	if err != nil {
-		return SaveResult{}, fmt.Errorf("parent image of version %d: %w", base.Number, err)
-	}
-	img, err := s.reg.Append(ctx, parent, registry.LayerFile{
-		Path: layer.Path, MediaType: layer.MediaType, Digest: layer.Digest.String(), DiffID: layer.DiffID.String(),
-		Size: layer.Size, Annotations: layer.Annotations,
-	}, projectRepo(in.Tenant, in.Project), "", map[string]string{
-		"org.envd.project": in.Project, "org.envd.instance": in.ID, "org.envd.parent-version": fmt.Sprint(base.Number),
-	})
-	if err != nil {
-		return SaveResult{}, fmt.Errorf("push version image: %w", err)
-	}
-	push := time.Since(pushStart)
-	oc.event(ctx, "pushed", fmt.Sprintf("pushed and verified %s in %s", img.Ref(), push.Round(time.Millisecond)),
-		map[string]any{"image": img.Ref(), "push_ms": push.Milliseconds()})
-
 	commitStart := time.Now()
 	v, switched, err := s.store.CommitVersion(ctx, versions.Commit{
 		Tenant: in.Tenant, Project: in.Project, Expected: job.Expected, InstanceID: in.ID, Generation: job.Generation,
-		Kind: "snapshot", Image: img.Ref(), Message: job.Message, Parent: base.Number, SizeBytes: img.Size, Layers: len(img.Layers),
+		Kind: "snapshot", Image: c.img.Ref(), Message: job.Message, Parent: c.base.Number, SizeBytes: c.img.Size, Layers: len(c.img.Layers),
 	})
 	if err != nil {
 		return SaveResult{}, err
 	}
 	res := SaveResult{
 		Project: in.Project, Version: v.Number, Current: switched, Conflict: !switched, Expected: job.Expected,
-		Image: img.Ref(), FreezeMS: freeze.Milliseconds(), SpoolMS: stats.Duration.Milliseconds(),
-		EncodeMS: encode.Milliseconds(), PushMS: push.Milliseconds(), CommitMS: time.Since(commitStart).Milliseconds(),
-		TotalMS: time.Since(start).Milliseconds(), LayerBytes: layer.Size, Entries: stats.Entries, Compression: proj.Compression,
+		Image: c.img.Ref(), FreezeMS: c.freeze.Milliseconds(), SpoolMS: c.stats.Duration.Milliseconds(),
+		EncodeMS: c.encode.Milliseconds(), PushMS: c.push.Milliseconds(), CommitMS: time.Since(commitStart).Milliseconds(),
+		TotalMS: time.Since(start).Milliseconds(), LayerBytes: c.layer.Size, Entries: c.stats.Entries, Compression: c.compression,
 	}
 	if switched {
 		oc.event(ctx, "committed", fmt.Sprintf("version %d is current", v.Number), res)
@@ -155,14 +101,112 @@ func (s *Service) runSave(ctx context.Context, oc *opCtx, job saveJob) (SaveResu
 	return res, nil
 }
 
+// captured is an instance's rootfs changes pushed as an image.
+type captured struct {
+	img                  registry.Image
+	base                 versions.Version // the version whose layers the image extends
+	stats                snapshotter.SpoolStats
+	layer                snapshotter.Layer
+	compression          string
+	freeze, encode, push time.Duration
+}
+
+// capture is steps 2-5 of the save path: read the instance's upper dir
+// (frozen when freeze is set; a stopped instance has nothing to freeze),
+// encode it, and push it on top of the version the rootfs sits on. work
+// names the spool directory.
+func (s *Service) capture(ctx context.Context, oc *opCtx, work string, in versions.Instance, freeze bool) (captured, error) {
+	var c captured
+	proj, err := s.store.GetProject(ctx, in.Tenant, in.Project)
+	if err != nil {
+		return c, err
+	}
+	// The new image is the layers the rootfs sits on plus one layer of
+	// everything changed since: repeated saves replace that layer.
+	layerVersion := in.Version
+	if in.LayerVersion > 0 {
+		layerVersion = in.LayerVersion
+	}
+	if c.base, err = s.store.GetVersion(ctx, in.Tenant, in.Project, layerVersion); err != nil {
+		return c, err
+	}
+	mounts, err := s.rt.Mounts(ctx, in.ID)
+	if err != nil {
+		return c, fmt.Errorf("rootfs of %q: %w", in.ID, err)
+	}
+	upper, err := snapshotter.UpperDir(mounts)
+	if err != nil {
+		return c, fmt.Errorf("rootfs of %q: %w", in.ID, err)
+	}
+
+	dir := s.spoolDir(work)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return c, err
+	}
+	defer os.RemoveAll(dir)
+
+	excludes := append(append(append([]string{}, snapshotter.DefaultExcludes...), injectedFiles...), proj.Excludes...)
+	ps, err := parseProjectSpec(proj.Spec)
+	if err != nil {
+		return c, err
+	}
+	for _, v := range ps.Volumes {
+		excludes = append(excludes, v.Path) // volumes are never part of a snapshot
+	}
+	spoolPath := filepath.Join(dir, "layer.tar")
+	c.stats, c.freeze, err = s.spool(ctx, in.ID, upper, spoolPath, excludes, freeze)
+	if err != nil {
+		return c, err
+	}
+	oc.event(ctx, "spooled", fmt.Sprintf("read %d entries (%d bytes) while frozen for %s", c.stats.Entries, c.stats.Bytes, c.freeze.Round(time.Millisecond)),
+		map[string]any{"entries": c.stats.Entries, "bytes": c.stats.Bytes, "whiteouts": c.stats.Whiteouts, "freeze_ms": c.freeze.Milliseconds()})
+
+	encStart := time.Now()
+	c.compression = proj.Compression
+	c.layer, err = snapshotter.Encode(ctx, spoolPath, dir, snapshotter.EncodeOptions{Compression: snapshotter.Compression(proj.Compression)})
+	if err != nil {
+		return c, fmt.Errorf("encode layer: %w", err)
+	}
+	c.encode = time.Since(encStart)
+	_ = os.Remove(spoolPath)
+	oc.event(ctx, "encoded", fmt.Sprintf("%s layer of %d bytes in %s", proj.Compression, c.layer.Size, c.encode.Round(time.Millisecond)),
+		map[string]any{"layer_bytes": c.layer.Size, "encode_ms": c.encode.Milliseconds()})
+
+	pushStart := time.Now()
+	parent, err := s.reg.Get(ctx, c.base.Image)
+	if err != nil {
+		return c, fmt.Errorf("parent image of version %d: %w", c.base.Number, err)
+	}
+	c.img, err = s.reg.Append(ctx, parent, registry.LayerFile{
+		Path: c.layer.Path, MediaType: c.layer.MediaType, Digest: c.layer.Digest.String(), DiffID: c.layer.DiffID.String(),
+		Size: c.layer.Size, Annotations: c.layer.Annotations,
+	}, projectRepo(in.Tenant, in.Project), "", map[string]string{
+		"org.envd.project": in.Project, "org.envd.instance": in.ID, "org.envd.parent-version": fmt.Sprint(c.base.Number),
+	})
+	if err != nil {
+		return c, fmt.Errorf("push version image: %w", err)
+	}
+	c.push = time.Since(pushStart)
+	oc.event(ctx, "pushed", fmt.Sprintf("pushed and verified %s in %s", c.img.Ref(), c.push.Round(time.Millisecond)),
+		map[string]any{"image": c.img.Ref(), "push_ms": c.push.Milliseconds()})
+	return c, nil
+}
+
 // spool freezes the instance only while its upper dir is copied into a
 // local tar (step 2), and always thaws it, even when ctx is canceled.
-func (s *Service) spool(ctx context.Context, id, upper, path string, excludes []string) (snapshotter.SpoolStats, time.Duration, error) {
+func (s *Service) spool(ctx context.Context, id, upper, path string, excludes []string, freeze bool) (snapshotter.SpoolStats, time.Duration, error) {
 	f, err := os.Create(path)
 	if err != nil {
 		return snapshotter.SpoolStats{}, 0, err
 	}
 	defer f.Close()
+	if !freeze {
+		stats, err := snapshotter.Spool(ctx, upper, f, snapshotter.SpoolOptions{Excludes: excludes})
+		if err == nil {
+			err = f.Close()
+		}
+		return stats, 0, err
+	}
 	// The thaw runs whatever happens after the freeze was asked for: a
 	// canceled Pause call may still have frozen the task.
 	rctx, cancel := detach(ctx, 30*time.Second)
@@ -178,15 +222,15 @@ func (s *Service) spool(ctx context.Context, id, upper, path string, excludes []
 	}
 	stats, spoolErr := snapshotter.Spool(ctx, upper, f, snapshotter.SpoolOptions{Excludes: excludes})
 	resumeErr := s.rt.Resume(rctx, id)
-	freeze := time.Since(frozen)
+	window := time.Since(frozen)
 	if spoolErr != nil {
-		return stats, freeze, fmt.Errorf("read changes of %q: %w", id, spoolErr)
+		return stats, window, fmt.Errorf("read changes of %q: %w", id, spoolErr)
 	}
 	if resumeErr != nil {
-		return stats, freeze, fmt.Errorf("thaw %q: %w", id, resumeErr)
+		return stats, window, fmt.Errorf("thaw %q: %w", id, resumeErr)
 	}
 	if err := f.Close(); err != nil {
-		return stats, freeze, err
+		return stats, window, err
 	}
-	return stats, freeze, nil
+	return stats, window, nil
 }

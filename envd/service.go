@@ -19,9 +19,11 @@ import (
 
 	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/internal/objstore"
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/runtime"
 	"github.com/envd-dev/envd/versions"
+	"github.com/envd-dev/envd/workspace"
 )
 
 // ImageStore is what the core needs of the registry.
@@ -39,7 +41,11 @@ type Runtime interface {
 	Exec(ctx context.Context, id string, spec runtime.ExecSpec) (int, error)
 	Pause(ctx context.Context, id string) error
 	Resume(ctx context.Context, id string) error
+	Stop(ctx context.Context, id string) error
+	Start(ctx context.Context, id string) error
+	SetLabels(ctx context.Context, id string, labels map[string]string) error
 	Remove(ctx context.Context, id string) error
+	List(ctx context.Context) ([]string, error)
 	Mounts(ctx context.Context, id string) ([]mount.Mount, error)
 	Status(ctx context.Context, id string) (runtime.Status, error)
 }
@@ -54,6 +60,18 @@ type Config struct {
 	Components map[string]string
 	DataDir    string
 	Logger     *slog.Logger
+
+	// Volumes stores the node's project volumes and Objects the archives;
+	// nil = this node offers none.
+	Volumes *workspace.Manager
+	Objects objstore.Store
+	// HibernateAfter is how long a stopped retained instance stays on the
+	// node before it is saved as a version and its layer freed; 0 = never.
+	HibernateAfter time.Duration
+
+	ReapInterval      time.Duration // longest sleep of the TTL reaper; default 5s
+	ReconcileInterval time.Duration // default 30s
+	ProvisionTimeout  time.Duration // a Pending instance older than this fails; default 10m
 }
 
 // Service implements the API's core.
@@ -64,7 +82,8 @@ type Service struct {
 	rt    Runtime
 	log   *slog.Logger
 
-	frozen freezeGate
+	frozen   freezeGate
+	reapWake chan struct{}
 
 	mu   sync.Mutex
 	ops  map[string]context.CancelFunc // operations running in this process
@@ -73,8 +92,7 @@ type Service struct {
 	ctx  context.Context // lives as long as the service; parents operations
 }
 
-// New makes the core. Call Resume once after to settle operations a previous
-// process left unfinished, and Close at the end.
+// New makes the core. Call Start once after, and Close at the end.
 func New(cfg Config, store *versions.Store, reg ImageStore, rt Runtime) (*Service, error) {
 	if cfg.Node == "" {
 		h, _ := os.Hostname()
@@ -92,9 +110,18 @@ func New(cfg Config, store *versions.Store, reg ImageStore, rt Runtime) (*Servic
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.ReapInterval == 0 {
+		cfg.ReapInterval = 5 * time.Second
+	}
+	if cfg.ReconcileInterval == 0 {
+		cfg.ReconcileInterval = 30 * time.Second
+	}
+	if cfg.ProvisionTimeout == 0 {
+		cfg.ProvisionTimeout = 10 * time.Minute
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Service{cfg: cfg, store: store, reg: reg, rt: rt, log: cfg.Logger,
-		ops: map[string]context.CancelFunc{}, ctx: ctx, stop: cancel}, nil
+		ops: map[string]context.CancelFunc{}, ctx: ctx, stop: cancel, reapWake: make(chan struct{}, 1)}, nil
 }
 
 // Close cancels running operations and waits for them to settle.

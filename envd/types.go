@@ -2,6 +2,7 @@ package envd
 
 import (
 	"encoding/json"
+	"io"
 	"time"
 )
 
@@ -64,6 +65,9 @@ const (
 	ReasonTTLExpiry       = "ttl_expiry"
 	ReasonProvisionFailed = "provision_failed"
 	ReasonNodeLost        = "node_lost"
+	ReasonTaskExited      = "task_exited"
+	ReasonProvisionTimout = "provision_timeout"
+	ReasonOrphan          = "orphan"
 )
 
 // Project is one lineage of environments.
@@ -73,6 +77,7 @@ type Project struct {
 	Current     int       `json:"current_version"`
 	Excludes    []string  `json:"excludes,omitempty"`
 	Compression string    `json:"compression"`
+	Volumes     []Volume  `json:"volumes,omitempty"`
 	CreatedAt   time.Time `json:"created_at"`
 }
 
@@ -82,6 +87,43 @@ type CreateProjectRequest struct {
 	Base        string   `json:"base"` // an imported image name ("busybox") or repo@digest
 	Excludes    []string `json:"excludes,omitempty"`
 	Compression string   `json:"compression,omitempty"` // estargz (default), zstd, gzip
+	// Volumes are "NAME:PATH[:UID:GID][:SIZE]", e.g. "work:/workspace",
+	// "tools:/home/dev/.tools:1000:1000:2G".
+	Volumes []string `json:"volumes,omitempty"`
+}
+
+// Volume is a persistent directory mounted into every instance of a
+// project (strategy 1). It outlives instances and is never part of a
+// snapshot.
+type Volume struct {
+	Name      string   `json:"name"`
+	Path      string   `json:"path"`
+	UID       int      `json:"uid"`
+	GID       int      `json:"gid"`
+	SizeBytes int64    `json:"size_bytes"`
+	PathAdd   []string `json:"path_add,omitempty"` // directories added to instances' PATH
+	// UsedBytes is filled in listings from the node's filesystem; -1 when
+	// the volume is not present on this node.
+	UsedBytes int64 `json:"used_bytes,omitempty"`
+}
+
+// AddVolumeRequest is the body of POST /v1/projects/{p}/volumes.
+type AddVolumeRequest struct {
+	Spec    string   `json:"spec"` // NAME:PATH[:UID:GID][:SIZE]
+	PathAdd []string `json:"path_add,omitempty"`
+}
+
+// VolumeArchiveRequest is the body of POST .../volumes/{v}/archive and
+// .../restore: the object key ("" on archive = a generated one).
+type VolumeArchiveRequest struct {
+	Key string `json:"key,omitempty"`
+}
+
+// VolumeArchive describes an archive of a volume in object storage.
+type VolumeArchive struct {
+	Key   string `json:"key"`
+	Bytes int64  `json:"bytes"`
+	Files int    `json:"files"`
 }
 
 // Version is one immutable environment of a project.
@@ -110,19 +152,35 @@ type SetCurrentRequest struct {
 
 // Instance is a container of a project on one node.
 type Instance struct {
-	ID               string     `json:"id"`
-	Project          string     `json:"project"`
-	Node             string     `json:"node"`
-	Version          int        `json:"version"` // started from
-	LastSavedVersion int        `json:"last_saved_version,omitempty"`
-	Generation       int64      `json:"generation"`
-	State            string     `json:"state"`
-	Reason           string     `json:"reason"`
-	Message          string     `json:"message,omitempty"`
-	Retain           bool       `json:"retain"`
+	ID               string `json:"id"`
+	Project          string `json:"project"`
+	Node             string `json:"node"`
+	Version          int    `json:"version"` // started from
+	LastSavedVersion int    `json:"last_saved_version,omitempty"`
+	Generation       int64  `json:"generation"`
+	State            string `json:"state"`
+	Reason           string `json:"reason"`
+	Message          string `json:"message,omitempty"`
+	Retain           bool   `json:"retain"`
+	Address          string `json:"address,omitempty"` // IP on the node's bridge while running, read from the runtime
+	// HibernatedVersion is set while a stopped retained instance has no
+	// local layer and lives as that version; start brings it back.
+	HibernatedVersion int `json:"hibernated_version,omitempty"`
+	// Protection says what keeps the instance's data, and what a stop or a
+	// removal loses, so a user can tell "installed" from "saved".
+	Protection       Protection `json:"protection"`
 	ExpiresAt        *time.Time `json:"expires_at,omitempty"`
 	CreatedAt        time.Time  `json:"created_at"`
 	LastTransitionAt time.Time  `json:"last_transition_at"`
+}
+
+// Protection is what keeps an instance's data.
+type Protection struct {
+	Volumes          []string `json:"volumes,omitempty"`            // paths kept across stop, removal and new instances
+	RetainedLayer    bool     `json:"retained_layer"`               // the writable layer survives stop (on the node, or hibernated)
+	LastSavedVersion int      `json:"last_saved_version,omitempty"` // newest version saved from this instance
+	LostOnStop       string   `json:"lost_on_stop"`
+	LostOnRemove     string   `json:"lost_on_remove"`
 }
 
 // CreateInstanceRequest is the body of POST /v1/projects/{p}/instances.
@@ -140,6 +198,9 @@ type ExecRequest struct {
 	Stdin string   `json:"stdin,omitempty"`
 	// Timeout is a Go duration; "" = server default (10m).
 	Timeout string `json:"timeout,omitempty"`
+	// Generation, when set, fences the request: it is refused with
+	// stale_generation unless it is the instance's newest generation.
+	Generation int64 `json:"generation,omitempty"`
 }
 
 // MaxExecOutput is the most of stdout and of stderr that a non-interactive
@@ -159,6 +220,8 @@ type SaveRequest struct {
 	Message string `json:"message,omitempty"`
 	// ExpectedCurrent overrides the instance's own expectation.
 	ExpectedCurrent *int `json:"expected_current,omitempty"`
+	// Generation, when set, fences the save like ExecRequest.Generation.
+	Generation int64 `json:"generation,omitempty"`
 }
 
 // SaveResult is the result of a finished save operation.
@@ -222,4 +285,23 @@ type Event struct {
 	Type    string          `json:"type"`
 	Message string          `json:"message"`
 	Data    json.RawMessage `json:"data,omitempty"`
+}
+
+// RenewRequest is the body of POST /v1/instances/{i}/renew.
+type RenewRequest struct {
+	TTL string `json:"ttl"` // Go duration from now, or "none"
+}
+
+// TermSize is a terminal's size in characters.
+type TermSize struct {
+	Cols uint16 `json:"cols"`
+	Rows uint16 `json:"rows"`
+}
+
+// Stdio are the streams of a streaming or interactive exec.
+type Stdio struct {
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer // with TTY, Stderr is unused: the terminal merges both
+	TTY            bool
+	Resize         <-chan TermSize // terminal size changes; nil = none
 }

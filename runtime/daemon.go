@@ -264,6 +264,8 @@ func (d *Daemon) serving(ctx context.Context) (int, bool) {
 // opt (/opt/containerd).
 func daemonConfig(dir, address string, proxies []proxyPlugin) []byte {
 	var b bytes.Buffer
+	// containerd v2.4.2 logs "Configuration migrated from version 3" at
+	// start: it migrates in memory to its newer config version; harmless.
 	fmt.Fprintf(&b, "version = 3\n")
 	fmt.Fprintf(&b, "root = %q\n", filepath.Join(dir, "root"))
 	fmt.Fprintf(&b, "state = %q\n", filepath.Join(dir, "state"))

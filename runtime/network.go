@@ -60,9 +60,10 @@ func newNetwork(cfg NetworkConfig, scope, stateDir string) (*network, error) {
 		return nil, fmt.Errorf("bridge name %q: %w", cfg.Bridge, errdefs.ErrInvalidArgument)
 	}
 	if cfg.Subnet == "" {
-		var n uint8
-		fmt.Sscanf(scope[:2], "%02x", &n)
-		cfg.Subnet = fmt.Sprintf("10.89.%d.0/24", n)
+		var err error
+		if cfg.Subnet, err = defaultSubnet(scope, cfg.Bridge); err != nil {
+			return nil, err
+		}
 	}
 	ip, ipnet, err := net.ParseCIDR(cfg.Subnet)
 	if err != nil || ip.To4() == nil {
@@ -116,6 +117,40 @@ func newNetwork(cfg NetworkConfig, scope, stateDir string) (*network, error) {
 		return nil, err
 	}
 	return n, nil
+}
+
+// defaultSubnet picks 10.89.N.0/24, N from scope, skipping subnets that an
+// interface other than bridge already has an address in; the choice is
+// stable for a scope as long as the machine's other addresses are.
+func defaultSubnet(scope, bridge string) (string, error) {
+	var n int
+	fmt.Sscanf(scope[:2], "%02x", &n)
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		return "", fmt.Errorf("list interfaces: %w", err)
+	}
+	for i := range 256 {
+		cand := &net.IPNet{IP: net.IPv4(10, 89, byte((n+i)%256), 0).To4(), Mask: net.CIDRMask(24, 32)}
+		if !subnetInUse(ifaces, cand, bridge) {
+			return cand.String(), nil
+		}
+	}
+	return "", fmt.Errorf("no free subnet in 10.89.0.0/16 for bridge %s: %w", bridge, errdefs.ErrUnavailable)
+}
+
+func subnetInUse(ifaces []net.Interface, subnet *net.IPNet, except string) bool {
+	for _, ifc := range ifaces {
+		if ifc.Name == except {
+			continue
+		}
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && (subnet.Contains(ipn.IP) || ipn.Contains(subnet.IP)) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // conflist is bridge (gateway + NAT) with host-local IPAM, then the firewall
@@ -195,8 +230,19 @@ func (n *network) isolateHost() error {
 	return nil
 }
 
-// removeHostRules deletes what isolateHost added. Used by tests to leave the
-// machine clean; a node keeps its rules.
+// destroy removes the bridge and the rules isolateHost added.
+func (n *network) destroy() error {
+	n.removeHostRules()
+	if _, err := net.InterfaceByName(n.cfg.Bridge); err != nil {
+		return nil
+	}
+	if out, err := exec.Command("ip", "link", "del", n.cfg.Bridge).CombinedOutput(); err != nil {
+		return fmt.Errorf("delete bridge %s: %v: %s", n.cfg.Bridge, err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// removeHostRules deletes what isolateHost added.
 func (n *network) removeHostRules() {
 	chain := "ENVD-IN-" + n.cfg.Bridge
 	for _, bin := range []string{"iptables", "ip6tables"} {

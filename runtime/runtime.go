@@ -2,7 +2,7 @@
 //
 // Terms:
 //   - An instance is a containerd container named by its ID, with an active
-//     overlayfs snapshot of the same name (its writable layer, kept across
+//     snapshot of the same name, overlayfs or lazy (lazy.go), (its writable layer, kept across
 //     Stop/Start), a network namespace at StateDir/netns/ID attached to the
 //     runtime's CNI bridge, and instance files (resolv.conf, hosts, hostname)
 //     under StateDir/instances/ID.
@@ -55,6 +55,10 @@ import (
 // snapshotter is the containerd snapshotter instances' writable layers use.
 const snapshotter = "overlayfs"
 
+// ioDrainGrace is how long Exec waits, after the process exits, for its
+// output streams to close.
+const ioDrainGrace = time.Second
+
 // initScript is the init process of every instance: it waits, and exits on
 // SIGTERM. PID 1 in a PID namespace only receives signals it handles, so the
 // trap is what makes a graceful Stop possible.
@@ -79,6 +83,11 @@ type Config struct {
 	// StopGrace is how long Stop waits after SIGTERM before SIGKILL.
 	// Default: 10s.
 	StopGrace time.Duration
+	// LazySnapshotter is the containerd snapshotter images with eStargz
+	// layers are pulled lazily with (the stargz proxy plugin's name, e.g.
+	// "stargz"); "" = every image is pulled in full for overlayfs. See
+	// lazy.go.
+	LazySnapshotter string
 }
 
 // Runtime creates and drives instances on one containerd.
@@ -89,6 +98,7 @@ type Runtime struct {
 	scope    string // hex hash of StateDir
 	runcRoot string
 	fifoDir  string
+	lazyErr  error // why LazySnapshotter was turned off
 }
 
 // New connects to containerd at cfg.Address and prepares the instance
@@ -134,6 +144,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		c.Close()
 		return nil, fmt.Errorf("containerd at %s is not serving: %w", cfg.Address, errdefs.ErrUnavailable)
 	}
+	r.checkLazySnapshotter(ctx)
 	return r, nil
 }
 
@@ -152,17 +163,23 @@ func (r *Runtime) instancesDir() string         { return filepath.Join(r.cfg.Sta
 func (r *Runtime) instanceDir(id string) string { return filepath.Join(r.instancesDir(), id) }
 
 // Pull fetches ref ("host:port/repo@sha256:...") into containerd and unpacks
-// it for the overlayfs snapshotter.
+// it: lazily for Config.LazySnapshotter when it has eStargz layers, in full
+// for overlayfs otherwise (lazy.go). The choice is recorded on the image
+// (LabelSnapshotter) for Create.
 func (r *Runtime) Pull(ctx context.Context, ref string) error {
 	ctx = r.ctx(ctx)
 	resolver := docker.NewResolver(docker.ResolverOptions{
 		Hosts: docker.ConfigureDefaultRegistries(docker.WithPlainHTTP(r.plainHTTP)),
 	})
-	_, err := r.client.Pull(ctx, ref,
+	sn, opts, err := r.pullOptions(ctx, ref, resolver)
+	if err != nil {
+		return err
+	}
+	_, err = r.client.Pull(ctx, ref, append(opts,
 		client.WithResolver(resolver),
 		client.WithPullUnpack,
-		client.WithPullSnapshotter(snapshotter),
-	)
+		client.WithPullLabel(LabelSnapshotter, sn),
+	)...)
 	return translate(err, "pull %s", ref)
 }
 
@@ -215,7 +232,8 @@ func (s InstanceSpec) validate() error {
 	return nil
 }
 
-// Create makes the container (a new overlayfs snapshot named after the ID),
+// Create makes the container (a new snapshot named after the ID, in the
+// snapshotter the image was pulled for),
 // its network namespace and instance files, and starts its init task. On
 // failure nothing is left behind.
 func (r *Runtime) Create(ctx context.Context, spec InstanceSpec) (retErr error) {
@@ -231,8 +249,9 @@ func (r *Runtime) Create(ctx context.Context, spec InstanceSpec) (retErr error) 
 	if err != nil {
 		return translate(err, "image %s of instance %q", spec.Image, id)
 	}
-	if ok, err := img.IsUnpacked(ctx, snapshotter); err != nil || !ok {
-		if err := img.Unpack(ctx, snapshotter); err != nil {
+	sn := r.imageSnapshotter(img)
+	if ok, err := img.IsUnpacked(ctx, sn); err != nil || !ok {
+		if err := img.Unpack(ctx, sn); err != nil {
 			return translate(err, "unpack image %s", spec.Image)
 		}
 	}
@@ -269,7 +288,7 @@ func (r *Runtime) Create(ctx context.Context, spec InstanceSpec) (retErr error) 
 	}
 	_, err = r.client.NewContainer(ctx, id,
 		client.WithImage(img),
-		client.WithSnapshotter(snapshotter),
+		client.WithSnapshotter(sn),
 		client.WithNewSnapshot(id, img),
 		// runc state under our StateDir: the shim's default root,
 		// /run/containerd/runc/<namespace>, would be shared with every other
@@ -381,7 +400,10 @@ func (r *Runtime) writeInstanceFiles(id, hostname string, ip net.IP) error {
 	if err != nil {
 		return err
 	}
-	files := map[string]string{"hostname": hostname + "\n", "hosts": hosts, "resolv.conf": resolv}
+	files := map[string]string{"hostname": hostname + "\n", "hosts": hosts, "resolv.conf": resolv, "address": ""}
+	if ip != nil {
+		files["address"] = ip.String()
+	}
 	for name, content := range files {
 		// Rewritten in place, not renamed: a running task's bind mount holds
 		// the inode.
@@ -426,7 +448,14 @@ type ExecSpec struct {
 	Stdout io.Writer
 	Stderr io.Writer // unused with TTY: the terminal carries both streams
 	TTY    bool
+	// Resize carries terminal size changes of a TTY session; each size
+	// received is applied to the process's terminal, the first one right
+	// after the process starts. Ignored without TTY; nil = none.
+	Resize <-chan TermSize
 }
+
+// TermSize is a terminal's size in characters.
+type TermSize struct{ Cols, Rows uint16 }
 
 // Exec runs a process in a running instance and waits for it, returning its
 // exit code. Canceling ctx kills the process (SIGKILL). Output has been
@@ -462,6 +491,20 @@ func (r *Runtime) Exec(ctx context.Context, id string, spec ExecSpec) (int, erro
 	pspec.Args = spec.Args
 	pspec.Env = mergeEnv(cspec.Process.Env, spec.Env)
 	pspec.Terminal = spec.TTY
+	var initial *TermSize
+	if spec.TTY && spec.Resize != nil {
+		// A size already waiting is the initial one: the terminal is made
+		// with it (the OCI console size), so the process's first look at
+		// its terminal sees it, without racing a resize after the start.
+		select {
+		case sz, ok := <-spec.Resize:
+			if ok && sz.Cols > 0 && sz.Rows > 0 {
+				initial = &sz
+				pspec.ConsoleSize = &specs.Box{Height: uint(sz.Rows), Width: uint(sz.Cols)}
+			}
+		default:
+		}
+	}
 	if spec.Cwd != "" {
 		pspec.Cwd = spec.Cwd
 	}
@@ -493,7 +536,15 @@ func (r *Runtime) Exec(ctx context.Context, id string, spec ExecSpec) (int, erro
 		return -1, translate(err, "exec in instance %q", id)
 	}
 	cleanup := context.WithoutCancel(ctx)
+	detached := false
 	defer func() {
+		if detached {
+			// The shim's DeleteProcess waits for the process's stdio to close,
+			// that is, for the background child; do it in the background. It
+			// returns at the latest when the task stops.
+			go func() { _, _ = p.Delete(cleanup, client.WithProcessKill) }()
+			return
+		}
 		dctx, cancel := context.WithTimeout(cleanup, 10*time.Second)
 		defer cancel()
 		_, _ = p.Delete(dctx, client.WithProcessKill)
@@ -505,14 +556,27 @@ func (r *Runtime) Exec(ctx context.Context, id string, spec ExecSpec) (int, erro
 	if err := p.Start(ctx); err != nil {
 		return -1, translate(err, "start %q in instance %q", spec.Args[0], id)
 	}
+	// statusC delivers the exit status once and is then closed: only the
+	// wait below may receive from it (a second receiver would take the
+	// status and leave a zero one, exit code 0, to the wait). Helpers stop
+	// on returned instead.
+	returned := make(chan struct{})
+	defer close(returned)
 	if spec.Stdin != nil {
 		go func() {
 			select {
 			case <-stdinEOF:
 				_ = p.CloseIO(cleanup, client.WithStdinCloser)
-			case <-statusC:
+			case <-returned:
 			}
 		}()
+	}
+	if spec.TTY && spec.Resize != nil {
+		// Some runtimes ignore the console size of an exec: set it again.
+		if initial != nil {
+			_ = p.Resize(ctx, uint32(initial.Cols), uint32(initial.Rows))
+		}
+		go resizeLoop(ctx, p, spec.Resize, returned)
 	}
 	var status client.ExitStatus
 	select {
@@ -537,10 +601,41 @@ func (r *Runtime) Exec(ctx context.Context, id string, spec ExecSpec) (int, erro
 	if err != nil {
 		return -1, translate(err, "exec in instance %q", id)
 	}
-	// The shim closes the output FIFOs after the process exits; wait for the
-	// copies so the caller has all output.
-	p.IO().Wait()
+	// Output is complete once every writer of the FIFOs has closed them. A
+	// background child (`sh -c 'server &'`) inherits them and would keep
+	// Exec waiting forever, so the copies get ioDrainGrace after the exit
+	// and are then cut off; the child keeps running, detached.
+	ioDone := make(chan struct{})
+	go func() { p.IO().Wait(); close(ioDone) }()
+	select {
+	case <-ioDone:
+	case <-time.After(ioDrainGrace):
+		p.IO().Cancel()
+		detached = true
+	}
 	return int(code), nil
+}
+
+// resizeLoop applies each terminal size received on sizes to p until the
+// channel closes or done is closed. A failed resize is not fatal: the
+// process may just have exited.
+func resizeLoop(ctx context.Context, p client.Process, sizes <-chan TermSize, done <-chan struct{}) {
+	for {
+		select {
+		case sz, ok := <-sizes:
+			if !ok {
+				return
+			}
+			if sz.Cols == 0 || sz.Rows == 0 {
+				continue
+			}
+			_ = p.Resize(ctx, uint32(sz.Cols), uint32(sz.Rows))
+		case <-done:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 type eofNotifier struct {
@@ -700,9 +795,12 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 	case !cerrdefs.IsNotFound(err):
 		return translate(err, "instance %q", id)
 	}
-	// A snapshot left by a Create that failed half way.
-	if err := r.client.SnapshotService(snapshotter).Remove(ctx, id); err != nil && !cerrdefs.IsNotFound(err) {
-		errs = append(errs, translate(err, "remove snapshot %q", id))
+	// A snapshot left by a Create that failed half way, in whichever
+	// snapshotter it was made.
+	for _, sn := range r.snapshotters() {
+		if err := r.client.SnapshotService(sn).Remove(ctx, id); err != nil && !cerrdefs.IsNotFound(err) {
+			errs = append(errs, translate(err, "remove snapshot %q", id))
+		}
 	}
 	if err := r.net.teardown(ctx, id); err != nil {
 		errs = append(errs, err)
@@ -710,7 +808,29 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 	if err := os.RemoveAll(r.instanceDir(id)); err != nil {
 		errs = append(errs, fmt.Errorf("remove instance files of %q: %w", id, err))
 	}
+	r.removeCgroupParents()
 	return errors.Join(errs...)
+}
+
+// removeCgroupParents removes the cgroup parents of our instances
+// (/envd-SCOPE/NAMESPACE, /envd-SCOPE) in every hierarchy once they are
+// empty; runc removes only the instance's own cgroup. rmdir fails on a
+// cgroup with children, so this cannot touch a running instance.
+func (r *Runtime) removeCgroupParents() {
+	parent := filepath.Dir(r.cgroupPath("x"))
+	hierarchies, _ := filepath.Glob("/sys/fs/cgroup/*")
+	hierarchies = append(hierarchies, "/sys/fs/cgroup")
+	for _, h := range hierarchies {
+		_ = os.Remove(filepath.Join(h, parent))
+		_ = os.Remove(filepath.Join(h, filepath.Dir(parent)))
+	}
+}
+
+// DestroyNetwork deletes the runtime's bridge and its host firewall rules.
+// Call it only when no instance is left: when a node is decommissioned, or
+// in test cleanup. A later Create sets both up again.
+func (r *Runtime) DestroyNetwork() error {
+	return r.net.destroy()
 }
 
 // Mounts returns the mounts of the instance's active snapshot: for
@@ -743,10 +863,11 @@ func (r *Runtime) containerInfo(ctx context.Context, id string) (containers.Cont
 
 // Status describes an instance. An unknown instance has Exists false.
 type Status struct {
-	Exists bool
-	Task   string // "running", "paused", "stopped" (exited, not yet deleted), "" (no task)
-	Pid    uint32
-	Labels map[string]string
+	Exists  bool
+	Task    string // "running", "paused", "stopped" (exited, not yet deleted), "" (no task)
+	Pid     uint32
+	Labels  map[string]string
+	Address string // the instance's IP address on the bridge while its task runs, "" otherwise
 }
 
 // Status reports whether the instance exists and the state of its task.
@@ -784,6 +905,9 @@ func (r *Runtime) Status(ctx context.Context, id string) (Status, error) {
 		s.Task = string(st.Status)
 	}
 	s.Pid = t.Pid()
+	if b, err := os.ReadFile(filepath.Join(r.instanceDir(id), "address")); err == nil {
+		s.Address = strings.TrimSpace(string(b))
+	}
 	return s, nil
 }
 

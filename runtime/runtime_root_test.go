@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"fmt"
 	"net"
 	"os"
@@ -77,7 +78,28 @@ func newTestEnv(t *testing.T, subnet string) *testEnv {
 	return env
 }
 
+// freeSubnet picks a random 10.X.Y.0/24 (X in 160..191) that no interface
+// has an address in, so concurrent test processes on one machine (and nodes
+// they start) do not collide.
+func freeSubnet(t *testing.T) string {
+	t.Helper()
+	ifaces, err := net.Interfaces()
+	require.NoError(t, err)
+	for range 100 {
+		b := make([]byte, 2)
+		_, _ = rand.Read(b)
+		cand := &net.IPNet{IP: net.IPv4(10, 160+b[0]%32, b[1], 0).To4(), Mask: net.CIDRMask(24, 32)}
+		if !subnetInUse(ifaces, cand, "") {
+			return cand.String()
+		}
+	}
+	t.Fatal("no free test subnet")
+	return ""
+}
+
 func (env *testEnv) cleanup(t *testing.T) {
+	start := time.Now()
+	defer func() { t.Logf("cleanup: %v", time.Since(start)) }()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	ids, err := env.rt.List(ctx)
@@ -86,18 +108,18 @@ func (env *testEnv) cleanup(t *testing.T) {
 		assert.NoError(t, env.rt.Remove(ctx, id), "remove %s", id)
 	}
 	assert.Empty(t, mountsUnder(t, env.dir), "mounts left behind after Remove")
-	env.rt.net.removeHostRules()
-	_ = exec.Command("ip", "link", "del", env.rt.net.cfg.Bridge).Run()
+	assert.NoError(t, env.rt.DestroyNetwork())
 	_ = env.rt.Close()
 	assert.NoError(t, env.daemon.Stop(ctx))
 	for _, m := range mountsUnder(t, env.dir) {
 		_ = unix.Unmount(m, unix.MNT_DETACH)
 	}
 	cg, _ := filepath.Glob("/sys/fs/cgroup/*/envd-" + env.rt.scope[:12])
-	for _, p := range cg {
-		_ = os.Remove(filepath.Join(p, "envd"))
-		_ = os.Remove(p)
-	}
+	assert.Empty(t, cg, "cgroup parents left after Remove")
+	out, _ := exec.Command("iptables", "-S").Output()
+	assert.NotContains(t, string(out), env.rt.net.cfg.Bridge, "iptables rules left")
+	_, err = net.InterfaceByName(env.rt.net.cfg.Bridge)
+	assert.Error(t, err, "bridge left")
 }
 
 // mountsUnder lists mount points at or below dir, deepest first.
@@ -132,8 +154,12 @@ func (env *testEnv) run(t *testing.T, id string, args ...string) (string, string
 	var stdout, stderr bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	start := time.Now()
 	code, err := env.rt.Exec(ctx, id, ExecSpec{Args: args, Stdout: &stdout, Stderr: &stderr})
 	require.NoError(t, err, "exec %v", args)
+	if d := time.Since(start); d > 500*time.Millisecond {
+		t.Logf("exec %v took %v", args, d)
+	}
 	return stdout.String(), stderr.String(), code
 }
 
@@ -202,7 +228,7 @@ func TestStartDaemonRejectsLongSocketPath(t *testing.T) {
 }
 
 func TestRootInstanceLifecycle(t *testing.T) {
-	env := newTestEnv(t, "10.231.1.0/24")
+	env := newTestEnv(t, freeSubnet(t))
 	ctx := context.Background()
 	rt := env.rt
 	const id = "life"
@@ -248,6 +274,14 @@ func TestRootInstanceLifecycle(t *testing.T) {
 
 		_, err = rt.Exec(ctx, id, ExecSpec{Args: []string{"/does/not/exist"}})
 		assert.Error(t, err)
+
+		// A background child keeps the output streams open; Exec returns
+		// anyway, shortly after the shell exits.
+		start = time.Now()
+		out, _, code = env.run(t, id, "sh", "-c", "sleep 30 & echo started")
+		assert.Equal(t, "started\n", out)
+		assert.Equal(t, 0, code)
+		assert.Less(t, time.Since(start), 5*time.Second)
 	})
 
 	t.Run("exec cancel kills", func(t *testing.T) {
@@ -332,7 +366,7 @@ func TestRootInstanceLifecycle(t *testing.T) {
 }
 
 func TestRootExecTTY(t *testing.T) {
-	env := newTestEnv(t, "10.231.2.0/24")
+	env := newTestEnv(t, freeSubnet(t))
 	env.create(t, InstanceSpec{ID: "tty"})
 	var out bytes.Buffer
 	code, err := env.rt.Exec(context.Background(), "tty", ExecSpec{Args: []string{"sh", "-c", "tty"}, TTY: true, Stdout: &out})
@@ -342,7 +376,7 @@ func TestRootExecTTY(t *testing.T) {
 }
 
 func TestRootBindMount(t *testing.T) {
-	env := newTestEnv(t, "10.231.3.0/24")
+	env := newTestEnv(t, freeSubnet(t))
 	ws, ro := t.TempDir(), t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(ro, "r"), []byte("ro\n"), 0o644))
 	env.create(t, InstanceSpec{ID: "bind", Mounts: []Mount{
@@ -387,7 +421,7 @@ func listenTCP(t *testing.T, addr string) (port int, accepted *atomic.Int32) {
 }
 
 func TestRootNetwork(t *testing.T) {
-	const subnet = "10.231.4.0/24"
+	subnet := freeSubnet(t)
 	env := newTestEnv(t, subnet)
 	_, ipnet, _ := net.ParseCIDR(subnet)
 	gw := env.rt.net.gateway.String()
@@ -454,24 +488,26 @@ func TestRootNetwork(t *testing.T) {
 	assert.Zero(t, anyAccepted.Load())
 }
 
-// hostAddrs returns the host's IPv4 addresses outside lo and the bridge subnet.
+// hostAddrs returns the host's primary IPv4 address (the source address of
+// its default route), if it has one outside the bridge subnet. Dialing UDP
+// sends no packet.
 func hostAddrs(t *testing.T, bridge *net.IPNet) []string {
-	addrs, err := net.InterfaceAddrs()
-	require.NoError(t, err)
-	var out []string
-	for _, a := range addrs {
-		ipn, ok := a.(*net.IPNet)
-		if !ok || ipn.IP.To4() == nil || ipn.IP.IsLoopback() || bridge.Contains(ipn.IP) {
-			continue
-		}
-		out = append(out, ipn.IP.String())
+	c, err := net.Dial("udp4", "203.0.113.1:9")
+	if err != nil {
+		t.Logf("no default route: %v", err)
+		return nil
 	}
-	return out
+	defer c.Close()
+	ip := c.LocalAddr().(*net.UDPAddr).IP
+	if ip.IsLoopback() || bridge.Contains(ip) {
+		return nil
+	}
+	return []string{ip.String()}
 }
 
 func TestRootTwoDaemons(t *testing.T) {
-	a := newTestEnv(t, "10.231.5.0/24")
-	b := newTestEnv(t, "10.231.6.0/24")
+	a := newTestEnv(t, freeSubnet(t))
+	b := newTestEnv(t, freeSubnet(t))
 	ctx := context.Background()
 	assert.NotEqual(t, a.rt.net.cfg.Bridge, b.rt.net.cfg.Bridge)
 	assert.NotEqual(t, a.rt.net.name, b.rt.net.name)

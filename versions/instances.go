@@ -28,23 +28,31 @@ type Instance struct {
 	State            string
 	Reason           string // machine-readable cause of the last transition
 	Message          string
-	Retain           bool       // keep the writable layer when stopped
-	ExpiresAt        *time.Time // absolute; nil = no TTL
-	CreatedAt        time.Time
-	LastTransitionAt time.Time
-	Spec             json.RawMessage // {} when none
+	Retain           bool // keep the writable layer when stopped
+	// LayerVersion is the version whose image the rootfs sits on when that
+	// is not Version (after waking from hibernation); 0 = Version.
+	LayerVersion int
+	// HibernatedVersion is set while a stopped instance has no local layer
+	// and lives as that version; 0 = not hibernated.
+	HibernatedVersion int
+	ExpiresAt         *time.Time // absolute; nil = no TTL
+	CreatedAt         time.Time
+	LastTransitionAt  time.Time
+	Spec              json.RawMessage // {} when none
 }
 
 // instanceCols needs instances as i joined with projects as p.
 const instanceCols = `i.id, i.tenant_id, p.name, i.node, i.version, COALESCE(i.last_saved_version, 0), i.generation,
-	i.state, i.reason, i.message, i.retain, i.expires_at, i.created_at, i.last_transition_at, i.spec`
+	i.state, i.reason, i.message, i.retain, i.expires_at, i.created_at, i.last_transition_at, i.spec,
+	COALESCE(i.layer_version, 0), COALESCE(i.hibernated_version, 0)`
 
 const instanceFrom = " FROM instances i JOIN projects p ON p.id = i.project_id "
 
 func scanInstance(row pgx.Row) (Instance, error) {
 	var in Instance
 	err := row.Scan(&in.ID, &in.Tenant, &in.Project, &in.Node, &in.Version, &in.LastSavedVersion, &in.Generation,
-		&in.State, &in.Reason, &in.Message, &in.Retain, &in.ExpiresAt, &in.CreatedAt, &in.LastTransitionAt, &in.Spec)
+		&in.State, &in.Reason, &in.Message, &in.Retain, &in.ExpiresAt, &in.CreatedAt, &in.LastTransitionAt, &in.Spec,
+		&in.LayerVersion, &in.HibernatedVersion)
 	return in, err
 }
 
@@ -136,8 +144,8 @@ func (s *Store) Transition(ctx context.Context, id string, from []string, to, re
 	if err := s.db.QueryRow(ctx, "SELECT state FROM instances WHERE id = $1", id).Scan(&state); err != nil {
 		return Instance{}, translate(err, fmt.Sprintf("instance %q", id))
 	}
-	return Instance{}, fmt.Errorf("instance %q is %s, not %s: cannot become %s: %w",
-		id, state, strings.Join(from, " or "), to, errdefs.ErrFailedPrecondition)
+	return Instance{}, errdefs.WithDetails(fmt.Errorf("instance %q is %s, not %s: cannot become %s: %w",
+		id, state, strings.Join(from, " or "), to, errdefs.ErrFailedPrecondition), map[string]any{"state": state})
 }
 
 // BumpGeneration increments an instance's generation (on every start or
@@ -170,4 +178,59 @@ func (s *Store) updateInstance(ctx context.Context, id, set string, arg any) (In
 		return Instance{}, translate(err, fmt.Sprintf("instance %q", id))
 	}
 	return in, nil
+}
+
+// ExpiredInstances lists the instances of node whose expiry has passed and
+// that are not yet Terminated or Failed.
+func (s *Store) ExpiredInstances(ctx context.Context, node string, now time.Time) ([]Instance, error) {
+	rows, err := s.db.Query(ctx, "SELECT "+instanceCols+instanceFrom+
+		`WHERE i.node = $1 AND i.expires_at IS NOT NULL AND i.expires_at <= $2
+		   AND i.state NOT IN ('Terminated', 'Failed') AND NOT (i.retain AND i.state = 'Stopped')
+		 ORDER BY i.expires_at`, node, now)
+	return collectInstances(rows, err)
+}
+
+// NextExpiry returns the earliest expiry among node's live instances, nil
+// when none expires.
+func (s *Store) NextExpiry(ctx context.Context, node string) (*time.Time, error) {
+	var at *time.Time
+	err := s.db.QueryRow(ctx, `SELECT min(expires_at) FROM instances
+		WHERE node = $1 AND state NOT IN ('Terminated', 'Failed') AND NOT (retain AND state = 'Stopped')`, node).Scan(&at)
+	if err != nil {
+		return nil, translate(err, "next expiry")
+	}
+	return at, nil
+}
+
+// SetHibernated records that a stopped instance now lives as version v
+// (its local layer is to be freed); v = 0 clears it.
+func (s *Store) SetHibernated(ctx context.Context, id string, v int) (Instance, error) {
+	return s.updateInstance(ctx, id, "hibernated_version = NULLIF($2::int, 0)", v)
+}
+
+// Rehome places a hibernated instance on node, sitting on layerVersion,
+// with a new generation, and clears the hibernation: the caller then
+// provisions it there. It fails with ErrFailedPrecondition unless the
+// instance is hibernated and in state from.
+func (s *Store) Rehome(ctx context.Context, id, from, node string, layerVersion int) (Instance, error) {
+	in, err := scanInstance(s.db.QueryRow(ctx, `UPDATE instances i
+		SET node = $2, layer_version = $3, hibernated_version = NULL, generation = i.generation + 1
+		FROM projects p WHERE p.id = i.project_id AND i.id = $1 AND i.state = $4 AND i.hibernated_version IS NOT NULL
+		RETURNING `+instanceCols, id, node, layerVersion, from))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Instance{}, fmt.Errorf("instance %q is not a hibernated %s instance: %w", id, from, errdefs.ErrFailedPrecondition)
+	}
+	if err != nil {
+		return Instance{}, translate(err, fmt.Sprintf("instance %q", id))
+	}
+	return in, nil
+}
+
+// IdleRetained lists node's stopped, retained, not hibernated instances
+// whose last transition is older than before.
+func (s *Store) IdleRetained(ctx context.Context, node string, before time.Time) ([]Instance, error) {
+	rows, err := s.db.Query(ctx, "SELECT "+instanceCols+instanceFrom+
+		`WHERE i.node = $1 AND i.retain AND i.state = 'Stopped' AND i.hibernated_version IS NULL
+		   AND i.last_transition_at < $2 ORDER BY i.last_transition_at`, node, before)
+	return collectInstances(rows, err)
 }

@@ -387,3 +387,13 @@ func marshalJSON(v any) (*string, error) {
 	}
 	return rawJSON(b), nil
 }
+
+// SetProjectSpec replaces a project's declared spec (volumes, packages).
+func (s *Store) SetProjectSpec(ctx context.Context, tenant, name string, spec json.RawMessage) (Project, error) {
+	p, err := scanProject(s.db.QueryRow(ctx, `UPDATE projects p SET spec = $3, updated_at = now()
+		WHERE p.tenant_id = $1 AND p.name = $2 RETURNING `+projectCols, tenant, name, rawJSON(spec)))
+	if err != nil {
+		return Project{}, translate(err, fmt.Sprintf("project %q", name))
+	}
+	return p, nil
+}

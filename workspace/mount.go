@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -180,10 +181,23 @@ func unmount(dir string) error {
 	if err != nil || !ok {
 		return err
 	}
-	if who, err := usedElsewhere(mi.dev); err != nil {
-		return err
-	} else if who != "" {
-		return fmt.Errorf("volume at %s is in use by %s: %w", dir, who, errdefs.ErrFailedPrecondition)
+	// A container being set up on this node (any, not only one using the
+	// volume) briefly holds a copy of every host mount in its new mount
+	// namespace, until it pivots into its rootfs: a use that goes away
+	// within a few seconds is that, not a real user.
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		who, err := usedElsewhere(mi.dev)
+		if err != nil {
+			return err
+		}
+		if who == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("volume at %s is in use by %s: %w", dir, who, errdefs.ErrFailedPrecondition)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	if err := unix.Unmount(dir, 0); err != nil {
 		if errors.Is(err, unix.EBUSY) {

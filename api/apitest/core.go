@@ -43,18 +43,35 @@ type Core struct {
 	Token     string
 	Principal envd.Principal
 
-	InfoFunc            func(ctx context.Context) (envd.Info, error)
-	ImportImageFunc     func(ctx context.Context, name string, tarball io.Reader) (envd.Image, error)
-	ListImagesFunc      func(ctx context.Context) ([]envd.Image, error)
-	CreateProjectFunc   func(ctx context.Context, req envd.CreateProjectRequest) (envd.Project, error)
-	ListProjectsFunc    func(ctx context.Context) ([]envd.Project, error)
-	GetProjectFunc      func(ctx context.Context, name string) (envd.Project, error)
-	DeleteProjectFunc   func(ctx context.Context, name string) error
-	CreateInstanceFunc  func(ctx context.Context, project string, req envd.CreateInstanceRequest) (envd.Instance, error)
-	ListInstancesFunc   func(ctx context.Context, project string) ([]envd.Instance, error)
-	GetInstanceFunc     func(ctx context.Context, id string) (envd.Instance, error)
-	DeleteInstanceFunc  func(ctx context.Context, id string) (envd.Instance, error)
-	ExecFunc            func(ctx context.Context, id string, req envd.ExecRequest) (envd.ExecResult, error)
+	InfoFunc           func(ctx context.Context) (envd.Info, error)
+	ImportImageFunc    func(ctx context.Context, name string, tarball io.Reader) (envd.Image, error)
+	ListImagesFunc     func(ctx context.Context) ([]envd.Image, error)
+	CreateProjectFunc  func(ctx context.Context, req envd.CreateProjectRequest, key string) (envd.Project, error)
+	ListProjectsFunc   func(ctx context.Context) ([]envd.Project, error)
+	GetProjectFunc     func(ctx context.Context, name string) (envd.Project, error)
+	DeleteProjectFunc  func(ctx context.Context, name string) error
+	CreateInstanceFunc func(ctx context.Context, project string, req envd.CreateInstanceRequest, key string) (envd.Instance, error)
+	ListInstancesFunc  func(ctx context.Context, project string) ([]envd.Instance, error)
+	GetInstanceFunc    func(ctx context.Context, id string) (envd.Instance, error)
+	DeleteInstanceFunc func(ctx context.Context, id string) (envd.Instance, error)
+	ExecFunc           func(ctx context.Context, id string, req envd.ExecRequest) (envd.ExecResult, error)
+	// ExecStreamFunc scripts a streaming exec. Without it the fake echoes
+	// stdin to stdout until stdin ends, records the sizes received (Sizes)
+	// and returns exit code 0.
+	ExecStreamFunc func(ctx context.Context, id string, req envd.ExecRequest, stdio envd.Stdio) (int, error)
+	// The lifecycle verbs; without them each answers the instance in the
+	// state the verb leads to.
+	StopInstanceFunc    func(ctx context.Context, id string) (envd.Instance, error)
+	StartInstanceFunc   func(ctx context.Context, id string) (envd.Instance, error)
+	PauseInstanceFunc   func(ctx context.Context, id string) (envd.Instance, error)
+	ResumeInstanceFunc  func(ctx context.Context, id string) (envd.Instance, error)
+	RenewInstanceFunc   func(ctx context.Context, id, ttl string) (envd.Instance, error)
+	HibernateFunc       func(ctx context.Context, id string) (envd.Instance, error)
+	ListVolumesFunc     func(ctx context.Context, project string) ([]envd.Volume, error)
+	AddVolumeFunc       func(ctx context.Context, project string, req envd.AddVolumeRequest) (envd.Project, error)
+	RemoveVolumeFunc    func(ctx context.Context, project, name string) (envd.Project, error)
+	ArchiveVolumeFunc   func(ctx context.Context, project, name string, req envd.VolumeArchiveRequest) (envd.VolumeArchive, error)
+	RestoreVolumeFunc   func(ctx context.Context, project, name string, req envd.VolumeArchiveRequest) (envd.Volume, error)
 	SaveFunc            func(ctx context.Context, id string, req envd.SaveRequest, key string) (envd.Operation, error)
 	ListVersionsFunc    func(ctx context.Context, project string) ([]envd.Version, error)
 	GetVersionFunc      func(ctx context.Context, project string, n int) (envd.Version, error)
@@ -65,6 +82,7 @@ type Core struct {
 
 	mu    sync.Mutex
 	calls []Call
+	sizes []envd.TermSize
 	ops   map[string]*opLog
 	nOps  int
 }
@@ -192,10 +210,11 @@ func (c *Core) ListImages(ctx context.Context, p envd.Principal) ([]envd.Image, 
 	return nil, nil
 }
 
-func (c *Core) CreateProject(ctx context.Context, p envd.Principal, req envd.CreateProjectRequest) (envd.Project, error) {
-	c.record("CreateProject", p, req)
+// CreateProject records the request and the idempotency key.
+func (c *Core) CreateProject(ctx context.Context, p envd.Principal, req envd.CreateProjectRequest, key string) (envd.Project, error) {
+	c.record("CreateProject", p, req, key)
 	if c.CreateProjectFunc != nil {
-		return c.CreateProjectFunc(ctx, req)
+		return c.CreateProjectFunc(ctx, req, key)
 	}
 	comp := req.Compression
 	if comp == "" {
@@ -229,10 +248,11 @@ func (c *Core) DeleteProject(ctx context.Context, p envd.Principal, name string)
 	return nil
 }
 
-func (c *Core) CreateInstance(ctx context.Context, p envd.Principal, project string, req envd.CreateInstanceRequest) (envd.Instance, error) {
-	c.record("CreateInstance", p, project, req)
+// CreateInstance records the project, the request and the idempotency key.
+func (c *Core) CreateInstance(ctx context.Context, p envd.Principal, project string, req envd.CreateInstanceRequest, key string) (envd.Instance, error) {
+	c.record("CreateInstance", p, project, req, key)
 	if c.CreateInstanceFunc != nil {
-		return c.CreateInstanceFunc(ctx, project, req)
+		return c.CreateInstanceFunc(ctx, project, req, key)
 	}
 	v := req.Version
 	if v == 0 {
@@ -275,6 +295,114 @@ func (c *Core) Exec(ctx context.Context, p envd.Principal, id string, req envd.E
 		return c.ExecFunc(ctx, id, req)
 	}
 	return envd.ExecResult{Stdout: fmt.Sprintln(req.Args)}, nil
+}
+
+// instanceIn is the fake's instance id in state, entered for reason.
+func instanceIn(id, state, reason string) envd.Instance {
+	return envd.Instance{ID: id, Project: "p", Node: "node-1", Version: 1, Generation: 1,
+		State: state, Reason: reason, CreatedAt: Epoch, LastTransitionAt: Epoch}
+}
+
+func (c *Core) StopInstance(ctx context.Context, p envd.Principal, id string) (envd.Instance, error) {
+	c.record("StopInstance", p, id)
+	if c.StopInstanceFunc != nil {
+		return c.StopInstanceFunc(ctx, id)
+	}
+	return instanceIn(id, envd.StateStopped, envd.ReasonUserStop), nil
+}
+
+func (c *Core) StartInstance(ctx context.Context, p envd.Principal, id string) (envd.Instance, error) {
+	c.record("StartInstance", p, id)
+	if c.StartInstanceFunc != nil {
+		return c.StartInstanceFunc(ctx, id)
+	}
+	in := instanceIn(id, envd.StateRunning, envd.ReasonStarted)
+	in.Generation = 2
+	return in, nil
+}
+
+func (c *Core) PauseInstance(ctx context.Context, p envd.Principal, id string) (envd.Instance, error) {
+	c.record("PauseInstance", p, id)
+	if c.PauseInstanceFunc != nil {
+		return c.PauseInstanceFunc(ctx, id)
+	}
+	return instanceIn(id, envd.StatePaused, envd.ReasonUserPause), nil
+}
+
+func (c *Core) ResumeInstance(ctx context.Context, p envd.Principal, id string) (envd.Instance, error) {
+	c.record("ResumeInstance", p, id)
+	if c.ResumeInstanceFunc != nil {
+		return c.ResumeInstanceFunc(ctx, id)
+	}
+	return instanceIn(id, envd.StateRunning, envd.ReasonUserResume), nil
+}
+
+// RenewInstance answers a Running instance expiring at Epoch + ttl, or
+// never with "none".
+func (c *Core) RenewInstance(ctx context.Context, p envd.Principal, id, ttl string) (envd.Instance, error) {
+	c.record("RenewInstance", p, id, ttl)
+	if c.RenewInstanceFunc != nil {
+		return c.RenewInstanceFunc(ctx, id, ttl)
+	}
+	in := instanceIn(id, envd.StateRunning, envd.ReasonStarted)
+	if ttl == "none" {
+		return in, nil
+	}
+	d, err := time.ParseDuration(ttl)
+	if err != nil || d <= 0 {
+		return envd.Instance{}, fmt.Errorf("ttl %q: %w", ttl, errdefs.ErrInvalidArgument)
+	}
+	at := Epoch.Add(d)
+	in.ExpiresAt = &at
+	return in, nil
+}
+
+// ExecStream records the id, the request and whether a TTY was asked for.
+func (c *Core) ExecStream(ctx context.Context, p envd.Principal, id string, req envd.ExecRequest, stdio envd.Stdio) (int, error) {
+	c.record("ExecStream", p, id, req, stdio.TTY)
+	if c.ExecStreamFunc != nil {
+		return c.ExecStreamFunc(ctx, id, req, stdio)
+	}
+	done := make(chan struct{})
+	defer close(done)
+	if stdio.Resize != nil {
+		go func() {
+			for {
+				select {
+				case sz, ok := <-stdio.Resize:
+					if !ok {
+						return
+					}
+					c.mu.Lock()
+					c.sizes = append(c.sizes, sz)
+					c.mu.Unlock()
+				case <-done:
+					return
+				}
+			}
+		}()
+	}
+	if stdio.Stdin == nil {
+		return 0, nil
+	}
+	out := stdio.Stdout
+	if out == nil {
+		out = io.Discard
+	}
+	if _, err := io.Copy(out, stdio.Stdin); err != nil {
+		if ctx.Err() != nil {
+			return -1, ctx.Err()
+		}
+		return -1, err
+	}
+	return 0, nil
+}
+
+// Sizes returns the terminal sizes the default ExecStream received.
+func (c *Core) Sizes() []envd.TermSize {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]envd.TermSize(nil), c.sizes...)
 }
 
 // Save starts a running operation of kind "save" unless SaveFunc is set.
@@ -369,3 +497,59 @@ func (c *Core) OperationEvents(ctx context.Context, p envd.Principal, id string,
 }
 
 var _ api.Core = (*Core)(nil)
+
+// HibernateInstance answers a Stopped instance hibernated as version 2.
+func (c *Core) HibernateInstance(ctx context.Context, p envd.Principal, id string) (envd.Instance, error) {
+	c.record("HibernateInstance", p, id)
+	if c.HibernateFunc != nil {
+		return c.HibernateFunc(ctx, id)
+	}
+	in := instanceIn(id, envd.StateStopped, "hibernated")
+	in.HibernatedVersion = 2
+	return in, nil
+}
+
+// ListVolumes answers no volumes.
+func (c *Core) ListVolumes(ctx context.Context, p envd.Principal, project string) ([]envd.Volume, error) {
+	c.record("ListVolumes", p, project)
+	if c.ListVolumesFunc != nil {
+		return c.ListVolumesFunc(ctx, project)
+	}
+	return nil, nil
+}
+
+// AddVolume answers the project with the spec as its only volume's name.
+func (c *Core) AddVolume(ctx context.Context, p envd.Principal, project string, req envd.AddVolumeRequest) (envd.Project, error) {
+	c.record("AddVolume", p, project, req)
+	if c.AddVolumeFunc != nil {
+		return c.AddVolumeFunc(ctx, project, req)
+	}
+	return envd.Project{Name: project, Volumes: []envd.Volume{{Name: req.Spec}}, CreatedAt: Epoch}, nil
+}
+
+// RemoveVolume answers the project without volumes.
+func (c *Core) RemoveVolume(ctx context.Context, p envd.Principal, project, name string) (envd.Project, error) {
+	c.record("RemoveVolume", p, project, name)
+	if c.RemoveVolumeFunc != nil {
+		return c.RemoveVolumeFunc(ctx, project, name)
+	}
+	return envd.Project{Name: project, CreatedAt: Epoch}, nil
+}
+
+// ArchiveVolume answers an archive under the requested key.
+func (c *Core) ArchiveVolume(ctx context.Context, p envd.Principal, project, name string, req envd.VolumeArchiveRequest) (envd.VolumeArchive, error) {
+	c.record("ArchiveVolume", p, project, name, req)
+	if c.ArchiveVolumeFunc != nil {
+		return c.ArchiveVolumeFunc(ctx, project, name, req)
+	}
+	return envd.VolumeArchive{Key: req.Key, Bytes: 1, Files: 1}, nil
+}
+
+// RestoreVolume answers the volume by name.
+func (c *Core) RestoreVolume(ctx context.Context, p envd.Principal, project, name string, req envd.VolumeArchiveRequest) (envd.Volume, error) {
+	c.record("RestoreVolume", p, project, name, req)
+	if c.RestoreVolumeFunc != nil {
+		return c.RestoreVolumeFunc(ctx, project, name, req)
+	}
+	return envd.Volume{Name: name}, nil
+}

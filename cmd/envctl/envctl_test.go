@@ -97,7 +97,7 @@ func TestUp(t *testing.T) {
 	assert.Equal(t, "Running", inst["state"])
 	assert.Equal(t, float64(3), inst["version"])
 	call, _ := core.LastCall("CreateInstance")
-	assert.Equal(t, []any{"web", envd.CreateInstanceRequest{Version: 3, TTL: "2h", Retain: true}}, call.Args)
+	assert.Equal(t, []any{"web", envd.CreateInstanceRequest{Version: 3, TTL: "2h", Retain: true}, ""}, call.Args)
 
 	r = envctl(t, env, nil, "up", "web")
 	require.Equal(t, 0, r.code, r.stderr)

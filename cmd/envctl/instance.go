@@ -8,13 +8,17 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/envd-dev/envd/client"
 	"github.com/envd-dev/envd/envd"
 )
 
 func (a *app) upCommand() *cobra.Command {
-	var req envd.CreateInstanceRequest
+	var (
+		req envd.CreateInstanceRequest
+		key string
+	)
 	cmd := &cobra.Command{
-		Use:   "up PROJECT [--version N] [--ttl D] [--retain]",
+		Use:   "up PROJECT [--version N] [--ttl D] [--retain] [--idempotency-key K]",
 		Short: "Start an instance of a project",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -22,7 +26,7 @@ func (a *app) upCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			inst, err := c.CreateInstance(cmd.Context(), args[0], req)
+			inst, err := c.CreateInstance(cmd.Context(), args[0], req, client.WithIdempotencyKey(key))
 			if err != nil {
 				return err
 			}
@@ -32,6 +36,7 @@ func (a *app) upCommand() *cobra.Command {
 	cmd.Flags().IntVar(&req.Version, "version", 0, "version to start from (default: the project's current)")
 	cmd.Flags().StringVar(&req.TTL, "ttl", "", `time to live, a Go duration such as 8h, or "none" (default: the server's)`)
 	cmd.Flags().BoolVar(&req.Retain, "retain", false, "keep the writable layer when the instance stops")
+	cmd.Flags().StringVar(&key, "idempotency-key", "", "retrying with the same key and flags returns the same instance")
 	return cmd
 }
 
@@ -41,17 +46,26 @@ const maxStdin = 960 << 10
 
 func (a *app) execCommand() *cobra.Command {
 	var (
-		req     envd.ExecRequest
-		noStdin bool
+		req                  envd.ExecRequest
+		noStdin              bool
+		interactive, withTTY bool
 	)
 	cmd := &cobra.Command{
-		Use:   "exec INSTANCE [--env K=V]... [--cwd DIR] -- CMD [ARGS...]",
+		Use:   "exec [-i] [-t] INSTANCE [--env K=V]... [--cwd DIR] -- CMD [ARGS...]",
 		Short: "Run a command in an instance; envctl exits with its exit code",
 		Long: `Run a command in an instance and wait for it.
 
-Its stdout and stderr are written as returned and envctl exits with the
+Without -i and -t, the command runs to its end and then its stdout and stderr
+are written as returned (each cut at 4 MiB) and envctl exits with the
 command's exit code. Stdin is forwarded (up to 960 KiB) when it is not a
-terminal, unless --no-stdin. With -o json the result object is printed instead.`,
+terminal, unless --no-stdin. With -o json the result object is printed instead.
+
+With -i or -t the command's streams are connected live over a WebSocket,
+without size limits: -i forwards stdin as it comes (closing it at EOF), -t
+gives the command a terminal. With -it on a terminal, the local terminal is
+put in raw mode (Ctrl-C, Ctrl-D and Ctrl-Z go to the remote command), its
+size follows the local one, and it is restored on exit. envctl exits with the
+command's exit code.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) < 2 {
 				return usageError{fmt.Errorf("exec: want INSTANCE -- CMD [ARGS...] (usage: %s)", cmd.UseLine())}
@@ -64,6 +78,9 @@ terminal, unless --no-stdin. With -o json the result object is printed instead.`
 				return err
 			}
 			req.Args = args[1:]
+			if interactive || withTTY {
+				return a.execStream(cmd.Context(), c, args[0], req, interactive && !noStdin, withTTY)
+			}
 			if !noStdin && a.stdin != nil && !isTerminal(a.stdin) {
 				b, err := io.ReadAll(io.LimitReader(a.stdin, maxStdin+1))
 				if err != nil {
@@ -103,6 +120,8 @@ terminal, unless --no-stdin. With -o json the result object is printed instead.`
 	cmd.Flags().StringVar(&req.Cwd, "cwd", "", "working directory")
 	cmd.Flags().StringVar(&req.Timeout, "timeout", "", "time limit, a Go duration (default: the server's, 10m)")
 	cmd.Flags().BoolVar(&noStdin, "no-stdin", false, "do not forward stdin")
+	cmd.Flags().BoolVarP(&interactive, "interactive", "i", false, "stream stdin to the command as it comes")
+	cmd.Flags().BoolVarP(&withTTY, "tty", "t", false, "give the command a terminal")
 	return cmd
 }
 

@@ -61,6 +61,18 @@ func formatTimePtr(t *time.Time) string {
 	return formatTime(*t)
 }
 
+// formatExpiry shows an absolute expiry with the time left.
+func formatExpiry(t *time.Time) string {
+	if t == nil {
+		return "never"
+	}
+	left := time.Until(*t).Round(time.Second)
+	if left <= 0 {
+		return formatTime(*t) + " (expired)"
+	}
+	return fmt.Sprintf("%s (in %s)", formatTime(*t), left)
+}
+
 func formatBytes(n int64) string {
 	const unit = 1024
 	if n < unit {
@@ -109,7 +121,23 @@ func projectDetail(w io.Writer, p envd.Project) {
 	row(w, "CURRENT:", p.Current)
 	row(w, "COMPRESSION:", p.Compression)
 	row(w, "EXCLUDES:", orDash(strings.Join(p.Excludes, ", ")))
+	vols := make([]string, 0, len(p.Volumes))
+	for _, v := range p.Volumes {
+		vols = append(vols, v.Name+":"+v.Path)
+	}
+	row(w, "VOLUMES:", orDash(strings.Join(vols, ", ")))
 	row(w, "CREATED:", formatTime(p.CreatedAt))
+}
+
+func volumeTable(w io.Writer, vs ...envd.Volume) {
+	row(w, "NAME", "PATH", "OWNER", "USED", "SIZE", "PATH ADDITIONS")
+	for _, v := range vs {
+		used := "-"
+		if v.UsedBytes >= 0 {
+			used = formatBytes(v.UsedBytes)
+		}
+		row(w, v.Name, v.Path, fmt.Sprintf("%d:%d", v.UID, v.GID), used, formatBytes(v.SizeBytes), orDash(strings.Join(v.PathAdd, ":")))
+	}
 }
 
 func instanceTable(w io.Writer, is ...envd.Instance) {
@@ -132,9 +160,16 @@ func instanceDetail(w io.Writer, i envd.Instance) {
 		row(w, "LAST SAVED:", i.LastSavedVersion)
 	}
 	row(w, "NODE:", orDash(i.Node))
+	row(w, "ADDRESS:", orDash(i.Address))
 	row(w, "GENERATION:", i.Generation)
 	row(w, "RETAIN:", yesNo(i.Retain))
-	row(w, "EXPIRES:", formatTimePtr(i.ExpiresAt))
+	if i.HibernatedVersion != 0 {
+		row(w, "HIBERNATED AS:", fmt.Sprintf("version %d (start brings it back, on any node)", i.HibernatedVersion))
+	}
+	row(w, "VOLUMES:", orDash(strings.Join(i.Protection.Volumes, ", ")))
+	row(w, "LOST ON STOP:", orDash(i.Protection.LostOnStop))
+	row(w, "LOST ON RM:", orDash(i.Protection.LostOnRemove))
+	row(w, "EXPIRES:", formatExpiry(i.ExpiresAt))
 	row(w, "CREATED:", formatTime(i.CreatedAt))
 	row(w, "LAST TRANSITION:", formatTime(i.LastTransitionAt))
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/envd-dev/envd/client"
 	"github.com/envd-dev/envd/envd"
 )
 
@@ -19,7 +20,10 @@ func sortedKeys(m map[string]string) []string {
 }
 
 func (a *app) projectCommand() *cobra.Command {
-	var req envd.CreateProjectRequest
+	var (
+		req envd.CreateProjectRequest
+		key string
+	)
 	create := &cobra.Command{
 		Use:   "create NAME --base IMAGE",
 		Short: "Create a project on a base image",
@@ -30,7 +34,7 @@ func (a *app) projectCommand() *cobra.Command {
 				return err
 			}
 			req.Name = args[0]
-			p, err := c.CreateProject(cmd.Context(), req)
+			p, err := c.CreateProject(cmd.Context(), req, client.WithIdempotencyKey(key))
 			if err != nil {
 				return err
 			}
@@ -40,6 +44,8 @@ func (a *app) projectCommand() *cobra.Command {
 	create.Flags().StringVar(&req.Base, "base", "", "base image: an imported image name or repo@digest (required)")
 	create.Flags().StringArrayVar(&req.Excludes, "exclude", nil, "path never saved in versions (repeatable)")
 	create.Flags().StringVar(&req.Compression, "compression", "", "layer compression: estargz (default), zstd or gzip")
+	create.Flags().StringArrayVar(&req.Volumes, "volume", nil, "persistent volume NAME:PATH[:UID:GID][:SIZE], e.g. work:/workspace (repeatable)")
+	create.Flags().StringVar(&key, "idempotency-key", "", "retrying with the same key and flags returns the same project")
 	_ = create.MarkFlagRequired("base")
 
 	ls := &cobra.Command{

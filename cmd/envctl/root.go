@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -96,7 +98,11 @@ func (a *app) exitCode(err error) int {
 func (a *app) printError(err error) {
 	var cer *client.Error
 	if errors.As(err, &cer) {
-		fmt.Fprintf(a.stderr, "envctl: %s (%s)\n", cer.Message, cer.Code)
+		details := ""
+		for _, k := range slices.Sorted(maps.Keys(cer.Details)) {
+			details += fmt.Sprintf(", %s: %v", k, cer.Details[k])
+		}
+		fmt.Fprintf(a.stderr, "envctl: %s (%s%s)\n", cer.Message, cer.Code, details)
 		return
 	}
 	fmt.Fprintf(a.stderr, "envctl: %v\n", err)
@@ -123,6 +129,19 @@ The server is found from --url and --token (or ENVD_URL and ENVD_TOKEN), else
 from the data dir of a local "envd up" (--data-dir or ENVD_DATA_DIR; default
 /var/lib/envd as root, else ~/.local/share/envd): DIR/envd.url and
 DIR/admin.token.
+
+What is kept, three ways (a project can use all three):
+  save              envctl save INSTANCE writes the instance's root filesystem changes
+                    (apt-get installs, edits, deletions) as a new numbered version in the
+                    registry; new instances, on any node, start from it. Until you save,
+                    envctl rm loses those changes.
+  retained layer    envctl up P --retain: envctl stop releases memory and CPU but keeps the
+                    root filesystem on the node; envctl start brings it back without a save.
+                    A long-stopped one is hibernated as a version and can start on any node.
+  volume            project create --volume work:/workspace (or envctl volume add): a
+                    directory kept across every instance of the project, never part of a
+                    version; envctl volume archive/restore moves it between nodes.
+envctl show INSTANCE says what protects an instance and what stop or rm would lose.
 
 Exit codes: 0 success, 1 error, 2 usage error, 3 save conflict (see save);
 exec exits with the command's own exit code.`,
@@ -154,6 +173,9 @@ exec exits with the command's own exit code.`,
 		a.versionsCommand(), a.versionCommand(), a.switchCommand(), a.pinCommand(true), a.pinCommand(false),
 		a.opCommand(),
 	)
+	root.AddCommand(a.lifecycleCommands()...)
+	root.AddCommand(a.volumeCommand(), a.lifecycleCommand("hibernate",
+		"Save a stopped retained instance as a version and free its layer on the node", (*client.Client).HibernateInstance))
 	return root
 }
 

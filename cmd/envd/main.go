@@ -16,6 +16,8 @@ import (
 
 	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/envd/node"
+	"github.com/envd-dev/envd/internal/objstore"
+	"github.com/envd-dev/envd/snapshotter/stargz"
 )
 
 func main() {
@@ -34,7 +36,7 @@ func env(name, def string) string {
 
 func root() *cobra.Command {
 	cmd := &cobra.Command{Use: "envd", Short: "keeps per-project development environments alive and versioned", SilenceUsage: true, SilenceErrors: true}
-	cmd.AddCommand(upCmd(), serveCmd(), &cobra.Command{
+	cmd.AddCommand(upCmd(), serveCmd(), snapshotterCmd(), &cobra.Command{
 		Use: "version", Short: "print the version",
 		Run: func(*cobra.Command, []string) { fmt.Println(envd.BuildVersion) },
 	})
@@ -42,9 +44,11 @@ func root() *cobra.Command {
 }
 
 type flags struct {
-	cfg        node.Config
-	defaultTTL string
-	maxTTL     string
+	cfg            node.Config
+	defaultTTL     string
+	maxTTL         string
+	hibernateAfter string
+	s3             objstore.S3Config
 }
 
 func (f *flags) register(cmd *cobra.Command, external bool) {
@@ -54,7 +58,12 @@ func (f *flags) register(cmd *cobra.Command, external bool) {
 	fl.StringVar(&f.cfg.Node, "node", env("ENVD_NODE", ""), "node name (default: generated once, kept in DATA_DIR/node) (ENVD_NODE)")
 	fl.StringVar(&f.defaultTTL, "default-ttl", env("ENVD_DEFAULT_TTL", "8h"), "instance lifetime when none is asked (ENVD_DEFAULT_TTL)")
 	fl.StringVar(&f.maxTTL, "max-ttl", env("ENVD_MAX_TTL", "0"), "longest instance lifetime a client may ask, 0 = no limit (ENVD_MAX_TTL)")
+	fl.StringVar(&f.hibernateAfter, "hibernate-after", env("ENVD_HIBERNATE_AFTER", "0"), "save and free the layer of a retained instance stopped this long, 0 = never (ENVD_HIBERNATE_AFTER)")
 	if external {
+		fl.StringVar(&f.s3.Endpoint, "s3-endpoint", env("ENVD_S3_ENDPOINT", ""), "S3 host:port for volume archives; empty = a directory in the data dir (ENVD_S3_ENDPOINT)")
+		fl.StringVar(&f.s3.Bucket, "s3-bucket", env("ENVD_S3_BUCKET", "envd"), "S3 bucket (ENVD_S3_BUCKET)")
+		fl.BoolVar(&f.s3.Secure, "s3-tls", env("ENVD_S3_TLS", "") == "1", "use TLS for S3 (ENVD_S3_TLS=1)")
+		f.s3.AccessKey, f.s3.SecretKey = os.Getenv("ENVD_S3_ACCESS_KEY"), os.Getenv("ENVD_S3_SECRET_KEY")
 		fl.StringVar(&f.cfg.DSN, "database", env("ENVD_DATABASE_URL", ""), "PostgreSQL DSN; empty = private cluster in the data dir (ENVD_DATABASE_URL)")
 		fl.StringVar(&f.cfg.Registry, "registry", env("ENVD_REGISTRY", ""), "registry host:port (plain HTTP); empty = embedded (ENVD_REGISTRY)")
 		fl.StringVar(&f.cfg.Containerd, "containerd", env("ENVD_CONTAINERD", ""), "containerd socket; empty = private daemon in the data dir (ENVD_CONTAINERD)")
@@ -69,6 +78,12 @@ func (f *flags) run(cmd *cobra.Command) error {
 	}
 	if f.cfg.MaxTTL, err = time.ParseDuration(f.maxTTL); err != nil {
 		return fmt.Errorf("--max-ttl: %w", err)
+	}
+	if f.cfg.HibernateAfter, err = time.ParseDuration(f.hibernateAfter); err != nil {
+		return fmt.Errorf("--hibernate-after: %w", err)
+	}
+	if f.s3.Endpoint != "" {
+		f.cfg.S3 = &f.s3 // credentials from ENVD_S3_ACCESS_KEY / ENVD_S3_SECRET_KEY only, never flags
 	}
 	f.cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -113,4 +128,21 @@ node's PostgreSQL and registry. Parts left empty are embedded under the data dir
 	}
 	f.register(cmd, true)
 	return cmd
+}
+
+func snapshotterCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "snapshotter --root DIR --socket PATH [--plain-http HOST:PORT]...",
+		Short: "serve the stargz lazy snapshotter to containerd (started by envd up)",
+		Long: `Serves the stargz snapshotter as a containerd proxy snapshotter on a unix socket,
+with its snapshots, FUSE mounts and layer cache under --root. envd up starts it in its
+own session under DATA_DIR/stargz, so its FUSE mounts outlive restarts of envd.`,
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if code := stargz.Main(cmd.Context(), args, os.Stderr); code != 0 {
+				os.Exit(code)
+			}
+			return nil
+		},
+	}
 }

@@ -22,10 +22,13 @@ import (
 
 	"github.com/envd-dev/envd/api"
 	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/internal/objstore"
 	"github.com/envd-dev/envd/internal/pgserver"
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/runtime"
+	"github.com/envd-dev/envd/snapshotter/stargz"
 	"github.com/envd-dev/envd/versions"
+	"github.com/envd-dev/envd/workspace"
 )
 
 // Config of a node. Empty external addresses mean "embedded, under DataDir".
@@ -39,9 +42,14 @@ type Config struct {
 	Containerd string // external containerd socket; "" = private daemon in DataDir/containerd
 	Namespace  string // containerd namespace; default "envd"
 
-	DefaultTTL time.Duration
-	MaxTTL     time.Duration
-	Logger     *slog.Logger
+	// S3 is the object store for volume archives (and, later, logs and
+	// hibernated layers); nil = a directory under DataDir/objects.
+	S3 *objstore.S3Config
+
+	DefaultTTL     time.Duration
+	MaxTTL         time.Duration
+	HibernateAfter time.Duration // 0 = never
+	Logger         *slog.Logger
 }
 
 // DefaultDataDir is /var/lib/envd for root, ~/.local/share/envd otherwise.
@@ -65,9 +73,12 @@ type Node struct {
 	ln      net.Listener
 
 	// Embedded parts this node started; nil when external.
-	pg     *pgserver.Server
-	daemon *runtime.Daemon
-	rt     *runtime.Runtime
+	pg      *pgserver.Server
+	daemon  *runtime.Daemon
+	stargz  *stargz.Process // the lazy snapshotter process; nil when not running
+	rt      *runtime.Runtime
+	regAddr string
+	dsn     string
 }
 
 // Start brings the node up and starts serving; Wait or Close end it.
@@ -122,6 +133,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	} else {
 		components["postgresql"] = "external"
 	}
+	n.dsn = dsn
 	store, err := versions.Open(ctx, dsn)
 	if err != nil {
 		return nil, fmt.Errorf("metadata store: %w", err)
@@ -153,12 +165,28 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	} else {
 		components["registry"] = "external " + regAddr
 	}
+	n.regAddr = regAddr
 	reg := registry.NewClient(regAddr)
 
 	// containerd
 	ctrdAddr := cfg.Containerd
+	lazy := ""
 	if ctrdAddr == "" {
-		d, err := runtime.StartDaemon(ctx, filepath.Join(cfg.DataDir, "containerd"))
+		// --- lazy snapshotter: its own process, started before containerd,
+		// which uses it as the proxy plugin stargz.Name. Without it (no FUSE,
+		// say) every restore is a full pull for overlayfs.
+		var dopts []runtime.DaemonOption
+		if sp, err := stargz.Start(ctx, "", filepath.Join(cfg.DataDir, "stargz"), []string{regAddr}); err != nil {
+			log.Warn("lazy snapshotter unavailable, restores pull images in full (overlayfs)", "err", err)
+			components["lazy snapshotter"] = "unavailable: " + err.Error()
+		} else {
+			n.stargz = sp
+			lazy = stargz.Name
+			dopts = append(dopts, runtime.WithProxySnapshotter(stargz.Name, sp.Socket()))
+			components["lazy snapshotter"] = "embedded stargz at " + sp.Socket()
+		}
+		// --- end lazy snapshotter
+		d, err := runtime.StartDaemon(ctx, filepath.Join(cfg.DataDir, "containerd"), dopts...)
 		if err != nil {
 			return nil, fmt.Errorf("embedded containerd: %w", err)
 		}
@@ -172,16 +200,39 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Address: ctrdAddr, Namespace: cfg.Namespace, StateDir: filepath.Join(cfg.DataDir, "runtime"),
 		Network:             networkFor(cfg.DataDir),
 		PlainHTTPRegistries: []string{regAddr},
+		LazySnapshotter:     lazy,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("runtime: %w", err)
 	}
+	if err := rt.LazyErr(); err != nil {
+		log.Warn("lazy snapshotter not usable, restores pull images in full (overlayfs)", "err", err)
+		components["lazy snapshotter"] = "unavailable: " + err.Error()
+	}
 	n.rt = rt
 	n.closers = append(n.closers, func(context.Context) error { return rt.Close() })
+
+	vols, err := workspace.NewManager(filepath.Join(cfg.DataDir, "volumes"))
+	if err != nil {
+		return nil, fmt.Errorf("volumes: %w", err)
+	}
+	var objects objstore.Store
+	if cfg.S3 != nil {
+		if objects, err = objstore.NewS3(ctx, *cfg.S3); err != nil {
+			return nil, fmt.Errorf("object store: %w", err)
+		}
+		components["objects"] = "s3 " + cfg.S3.Endpoint + "/" + cfg.S3.Bucket
+	} else {
+		if objects, err = objstore.NewDir(filepath.Join(cfg.DataDir, "objects")); err != nil {
+			return nil, fmt.Errorf("object store: %w", err)
+		}
+		components["objects"] = "directory " + filepath.Join(cfg.DataDir, "objects")
+	}
 
 	svc, err := envd.New(envd.Config{
 		Node: cfg.Node, WorkDir: filepath.Join(cfg.DataDir, "work"), DataDir: cfg.DataDir,
 		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, Components: components, Logger: log,
+		Volumes: vols, Objects: objects, HibernateAfter: cfg.HibernateAfter,
 	}, store, reg, rt)
 	if err != nil {
 		return nil, err
@@ -202,7 +253,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := store.EnsureAdminToken(ctx, "admin", n.Token); err != nil {
 		return nil, fmt.Errorf("admin token: %w", err)
 	}
-	if err := svc.Resume(ctx); err != nil {
+	if err := svc.Start(ctx); err != nil {
 		return nil, err
 	}
 
@@ -240,6 +291,20 @@ func (n *Node) Close(ctx context.Context) {
 	n.closers = nil
 }
 
+// Runtime is the node's container runtime (for tests and tools that act
+// behind the service's back, like a crash would).
+func (n *Node) Runtime() *runtime.Runtime { return n.rt }
+
+// DSN is the PostgreSQL connection string the node uses (so a second node
+// can join it).
+func (n *Node) DSN() string { return n.dsn }
+
+// RegistryAddr is the host:port of the registry the node uses.
+func (n *Node) RegistryAddr() string { return n.regAddr }
+
+// Name is the node's name.
+func (n *Node) Name() string { return n.cfg.Node }
+
 // Shutdown closes the node and also removes its containers and stops the
 // embedded containerd and PostgreSQL: the node is gone, its data dir stays.
 func (n *Node) Shutdown(ctx context.Context) {
@@ -261,6 +326,12 @@ func (n *Node) Shutdown(ctx context.Context) {
 	if n.daemon != nil {
 		if err := n.daemon.Stop(ctx); err != nil {
 			n.cfg.Logger.Warn("stop containerd", "err", err)
+		}
+	}
+	// After the containers: their lower layers are its FUSE mounts.
+	if n.stargz != nil {
+		if err := n.stargz.Stop(ctx); err != nil {
+			n.cfg.Logger.Warn("stop lazy snapshotter", "err", err)
 		}
 	}
 	if n.pg != nil {

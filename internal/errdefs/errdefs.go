@@ -86,3 +86,31 @@ func FromCode(code string) error {
 	}
 	return nil
 }
+
+// detailed is an error with machine-readable details for the API's error
+// body (the current state of an instance, the numbers of a quota).
+type detailed struct {
+	err     error
+	details map[string]any
+}
+
+func (d *detailed) Error() string           { return d.err.Error() }
+func (d *detailed) Unwrap() error           { return d.err }
+func (d *detailed) Details() map[string]any { return d.details }
+
+// WithDetails attaches details to err; errors.Is still sees err's kind.
+func WithDetails(err error, details map[string]any) error {
+	if err == nil {
+		return nil
+	}
+	return &detailed{err: err, details: details}
+}
+
+// Details returns the details attached anywhere in err's chain, or nil.
+func Details(err error) map[string]any {
+	var d interface{ Details() map[string]any }
+	if errors.As(err, &d) {
+		return d.Details()
+	}
+	return nil
+}

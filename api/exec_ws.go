@@ -1,0 +1,256 @@
+package api
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/gin-gonic/gin"
+
+	"github.com/envd-dev/envd/envd"
+)
+
+// Interactive and streaming exec: GET /v1/instances/:i/exec/ws, upgraded
+// to a WebSocket (docs/api.md, "Streaming exec").
+//
+// Query: cmd (repeated, the argv), env (repeated, K=V), cwd, tty (1 or
+// true). Every message is binary; its first byte is the channel and the
+// rest its payload:
+//
+//	0 stdin   client -> server  bytes for the process's stdin
+//	1 stdout  server -> client  output (with tty: all output)
+//	2 stderr  server -> client  error output (never with tty)
+//	3 resize  client -> server  {"cols": N, "rows": N}
+//	4 exit    server -> client  {"exit_code": N} or {"exit_code": -1, "error": {...}}, then close
+//	5 eof     client -> server  closes the process's stdin
+//
+// Authentication is the usual Authorization header or, for browsers that
+// cannot set headers on a WebSocket, the subprotocol
+// "base64url.bearer.envd.dev.<token, base64url without padding>" offered
+// next to ExecSubprotocol. A client disconnect kills the process.
+const (
+	ExecChannelStdin  byte = 0
+	ExecChannelStdout byte = 1
+	ExecChannelStderr byte = 2
+	ExecChannelResize byte = 3
+	ExecChannelExit   byte = 4
+	ExecChannelEOF    byte = 5
+
+	// ExecSubprotocol is the WebSocket subprotocol of the exec stream; the
+	// server selects it when the client offers it.
+	ExecSubprotocol = "v1.exec.envd.dev"
+	// BearerSubprotocolPrefix starts the subprotocol that carries a bearer
+	// token, base64url-encoded without padding. The server never selects it.
+	BearerSubprotocolPrefix = "base64url.bearer.envd.dev."
+
+	// MaxExecMessage is the largest message the server reads.
+	MaxExecMessage = 1 << 20
+	// execChunk is the most payload the server puts in one output message.
+	execChunk = 32 << 10
+)
+
+// ExecExit is the payload of an exit message. Error is set when the exec
+// could not run (the instance is not Running, the command does not exist);
+// ExitCode is then -1.
+type ExecExit struct {
+	ExitCode int          `json:"exit_code"`
+	Error    *ErrorDetail `json:"error,omitempty"`
+}
+
+// Close codes of the exec stream besides the normal 1000: 4000 + the HTTP
+// status of the error in the exit message (4409 for failed_precondition).
+const execCloseErrorBase = 4000
+
+// subprotocolToken returns the bearer token carried in the
+// Sec-WebSocket-Protocol header, if any.
+func subprotocolToken(r *http.Request) (string, bool) {
+	for _, h := range r.Header.Values("Sec-WebSocket-Protocol") {
+		for p := range strings.SplitSeq(h, ",") {
+			enc, ok := strings.CutPrefix(strings.TrimSpace(p), BearerSubprotocolPrefix)
+			if !ok {
+				continue
+			}
+			b, err := base64.RawURLEncoding.DecodeString(enc)
+			if err != nil || len(b) == 0 {
+				return "", false
+			}
+			return string(b), true
+		}
+	}
+	return "", false
+}
+
+func (h *handlers) execWebSocket(c *gin.Context) {
+	req := envd.ExecRequest{Args: c.QueryArray("cmd"), Env: c.QueryArray("env"), Cwd: c.Query("cwd")}
+	if len(req.Args) == 0 || req.Args[0] == "" {
+		writeError(c, invalidArgument("query parameter cmd is required, once per argument (?cmd=sh&cmd=-l)"))
+		return
+	}
+	var tty bool
+	switch c.Query("tty") {
+	case "", "0", "false":
+	case "1", "true":
+		tty = true
+	default:
+		writeError(c, invalidArgument("query parameter tty %q: must be 1, true, 0 or false", c.Query("tty")))
+		return
+	}
+	conn, err := websocket.Accept(c.Writer, c.Request, &websocket.AcceptOptions{
+		Subprotocols: []string{ExecSubprotocol},
+		// Any origin may connect: the API authenticates with bearer tokens,
+		// never with cookies, so a foreign page cannot ride on a user's
+		// session (cross-site WebSocket hijacking needs ambient credentials).
+		InsecureSkipVerify: true,
+	})
+	if err != nil {
+		return // Accept has answered the request
+	}
+	defer conn.CloseNow()
+	conn.SetReadLimit(MaxExecMessage)
+
+	// The session ends when the process exits or the client goes away;
+	// canceling ctx kills the process.
+	ctx, cancel := context.WithCancel(c.Request.Context())
+	defer cancel()
+	s := &execSession{conn: conn}
+	stdinR, stdinW := io.Pipe()
+	resize := make(chan envd.TermSize, 1)
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		err := s.readLoop(ctx, stdinW, resize)
+		// The connection is closed or broken: when the process still runs,
+		// nobody can see it any more, so it is killed.
+		_ = stdinW.CloseWithError(err)
+		cancel()
+	}()
+	stdio := envd.Stdio{
+		Stdin:  stdinR,
+		Stdout: &execWriter{s: s, ctx: ctx, channel: ExecChannelStdout},
+		Stderr: &execWriter{s: s, ctx: ctx, channel: ExecChannelStderr},
+		TTY:    tty,
+	}
+	if tty {
+		stdio.Resize = resize
+	}
+	code, err := h.core.ExecStream(ctx, principal(c), c.Param("i"), req, stdio)
+	_ = stdinR.CloseWithError(io.ErrClosedPipe) // unblock a reader stuck on a pipe write
+
+	exit := ExecExit{ExitCode: code}
+	closeCode, reason := websocket.StatusNormalClosure, ""
+	if err != nil {
+		status, body := errorResponse(err)
+		exit = ExecExit{ExitCode: -1, Error: &body.Error}
+		closeCode, reason = websocket.StatusCode(execCloseErrorBase+status), body.Error.Code
+	}
+	select {
+	case <-readDone:
+		return // the client is gone; nobody to tell
+	default:
+	}
+	b, _ := json.Marshal(exit)
+	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer wcancel()
+	if err := s.write(wctx, ExecChannelExit, b); err != nil {
+		return
+	}
+	// Close waits for the client's close frame, which the read loop sees.
+	_ = conn.Close(closeCode, reason)
+	<-readDone
+}
+
+// execSession serializes the writes of the exec stream.
+type execSession struct {
+	conn *websocket.Conn
+	mu   sync.Mutex
+}
+
+func (s *execSession) write(ctx context.Context, channel byte, payload []byte) error {
+	msg := make([]byte, 1+len(payload))
+	msg[0] = channel
+	copy(msg[1:], payload)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conn.Write(ctx, websocket.MessageBinary, msg)
+}
+
+// readLoop reads client messages until the connection closes, and returns
+// why it did: stdin goes to stdin, sizes to resize (the newest replacing
+// one not yet taken).
+func (s *execSession) readLoop(ctx context.Context, stdin *io.PipeWriter, resize chan envd.TermSize) error {
+	// Reads use a context that is never canceled: canceling a read closes
+	// the connection, and the exit message still has to go out.
+	rctx := context.WithoutCancel(ctx)
+	for {
+		_, msg, err := s.conn.Read(rctx)
+		if err != nil {
+			if websocket.CloseStatus(err) != -1 {
+				return errors.New("the client closed the exec stream")
+			}
+			return err
+		}
+		if len(msg) == 0 {
+			continue
+		}
+		payload := msg[1:]
+		switch msg[0] {
+		case ExecChannelStdin:
+			if len(payload) == 0 {
+				continue
+			}
+			if _, err := stdin.Write(payload); err != nil {
+				// The process closed its stdin or ended; keep reading so
+				// resizes and the close handshake are still seen.
+				continue
+			}
+		case ExecChannelEOF:
+			_ = stdin.Close()
+		case ExecChannelResize:
+			var sz envd.TermSize
+			if err := json.Unmarshal(payload, &sz); err != nil || sz.Cols == 0 || sz.Rows == 0 {
+				continue // a bad size is ignored, not fatal
+			}
+			for sent := false; !sent; {
+				select {
+				case resize <- sz:
+					sent = true
+				default:
+					select {
+					case <-resize:
+					default:
+					}
+				}
+			}
+		default:
+			// Unknown channels are ignored so that clients may grow.
+		}
+	}
+}
+
+// execWriter sends what the process writes on one channel, in chunks.
+type execWriter struct {
+	s       *execSession
+	ctx     context.Context
+	channel byte
+}
+
+func (w *execWriter) Write(p []byte) (int, error) {
+	n := 0
+	for len(p) > 0 {
+		chunk := p[:min(len(p), execChunk)]
+		if err := w.s.write(w.ctx, w.channel, chunk); err != nil {
+			return n, fmt.Errorf("exec stream: %w", err)
+		}
+		n += len(chunk)
+		p = p[len(chunk):]
+	}
+	return n, nil
+}

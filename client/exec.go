@@ -1,0 +1,205 @@
+package client
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+
+	"github.com/coder/websocket"
+
+	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/internal/errdefs"
+)
+
+// The exec stream's protocol (see package api and docs/api.md): binary
+// messages whose first byte is the channel.
+const (
+	chanStdin  byte = 0
+	chanStdout byte = 1
+	chanStderr byte = 2
+	chanResize byte = 3
+	chanExit   byte = 4
+	chanEOF    byte = 5
+
+	execSubprotocol = "v1.exec.envd.dev"
+	// execChunk is the most stdin ExecStream puts in one message.
+	execChunk = 32 << 10
+	// maxExecMessage is the largest message ExecStream reads.
+	maxExecMessage = 1 << 20
+)
+
+// execExit mirrors api.ExecExit.
+type execExit struct {
+	ExitCode int `json:"exit_code"`
+	Error    *struct {
+		Code    string         `json:"code"`
+		Message string         `json:"message"`
+		Details map[string]any `json:"details"`
+	} `json:"error"`
+}
+
+// ExecStream runs a command in the instance with its streams connected to
+// stdio and returns its exit code when it ends: GET
+// /v1/instances/{i}/exec/ws, a WebSocket. req.Stdin and req.Timeout are not
+// used. With stdio.TTY the command gets a terminal: all its output arrives
+// on stdio.Stdout, and sizes sent on stdio.Resize resize it (send the
+// initial size before or right after the call starts). When stdio.Stdin
+// ends, the command's stdin is closed; a nil Stdin gives it none (EOF at
+// once). A non-zero exit code is not an error. Canceling ctx ends the
+// session and the server kills the command.
+//
+// ExecStream does not wait for a Read of stdio.Stdin in progress when the
+// command exits: that read's data is lost.
+func (c *Client) ExecStream(ctx context.Context, id string, req envd.ExecRequest, stdio envd.Stdio) (int, error) {
+	u, err := c.execURL(id, req, stdio.TTY)
+	if err != nil {
+		return -1, err
+	}
+	header := http.Header{"User-Agent": {c.userAgent}}
+	if c.token != "" {
+		header.Set("Authorization", "Bearer "+c.token)
+	}
+	conn, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{
+		HTTPClient:   c.hc,
+		HTTPHeader:   header,
+		Subprotocols: []string{execSubprotocol},
+	})
+	if err != nil {
+		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols && resp.Body != nil {
+			return -1, decodeError(resp)
+		}
+		return -1, fmt.Errorf("exec in %q: connect: %w", id, err)
+	}
+	defer conn.CloseNow()
+	conn.SetReadLimit(maxExecMessage)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	send := func(channel byte, payload []byte) error {
+		msg := make([]byte, 1+len(payload))
+		msg[0] = channel
+		copy(msg[1:], payload)
+		return conn.Write(ctx, websocket.MessageBinary, msg)
+	}
+	if stdio.Resize != nil {
+		go func() {
+			for {
+				select {
+				case sz, ok := <-stdio.Resize:
+					if !ok {
+						return
+					}
+					b, _ := json.Marshal(sz)
+					if send(chanResize, b) != nil {
+						return
+					}
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
+	go func() {
+		if stdio.Stdin != nil {
+			buf := make([]byte, execChunk)
+			for {
+				n, err := stdio.Stdin.Read(buf)
+				if n > 0 {
+					if send(chanStdin, buf[:n]) != nil {
+						return
+					}
+				}
+				if err != nil {
+					break
+				}
+			}
+		}
+		_ = send(chanEOF, nil)
+	}()
+
+	stdout, stderr := stdio.Stdout, stdio.Stderr
+	if stdout == nil {
+		stdout = io.Discard
+	}
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	for {
+		_, msg, err := conn.Read(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return -1, ctx.Err()
+			}
+			return -1, fmt.Errorf("exec in %q: the stream ended before the exit status: %w", id, err)
+		}
+		if len(msg) == 0 {
+			continue
+		}
+		payload := msg[1:]
+		switch msg[0] {
+		case chanStdout:
+			if _, err := stdout.Write(payload); err != nil {
+				return -1, fmt.Errorf("exec in %q: write stdout: %w", id, err)
+			}
+		case chanStderr:
+			if _, err := stderr.Write(payload); err != nil {
+				return -1, fmt.Errorf("exec in %q: write stderr: %w", id, err)
+			}
+		case chanExit:
+			var ex execExit
+			if err := json.Unmarshal(payload, &ex); err != nil {
+				return -1, fmt.Errorf("exec in %q: decode exit status: %w", id, err)
+			}
+			_ = conn.Close(websocket.StatusNormalClosure, "")
+			if ex.Error != nil {
+				status := http.StatusInternalServerError
+				if k := errdefs.FromCode(ex.Error.Code); k != nil {
+					status = errdefs.HTTPStatus(k)
+				}
+				return -1, &Error{Status: status, Code: ex.Error.Code, Message: ex.Error.Message, Details: ex.Error.Details}
+			}
+			return ex.ExitCode, nil
+		}
+	}
+}
+
+// execURL is the WebSocket URL of an exec stream.
+func (c *Client) execURL(id string, req envd.ExecRequest, tty bool) (string, error) {
+	if len(req.Args) == 0 {
+		return "", errors.New("exec: no command")
+	}
+	u, err := url.Parse(c.base + "/v1/instances/" + esc(id) + "/exec/ws")
+	if err != nil {
+		return "", fmt.Errorf("exec in %q: %w", id, err)
+	}
+	switch u.Scheme {
+	case "http":
+		u.Scheme = "ws"
+	case "https":
+		u.Scheme = "wss"
+	}
+	q := url.Values{"cmd": req.Args}
+	if len(req.Env) > 0 {
+		q["env"] = req.Env
+	}
+	if req.Cwd != "" {
+		q.Set("cwd", req.Cwd)
+	}
+	if tty {
+		q.Set("tty", "1")
+	}
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}
+
+// BearerSubprotocol returns the WebSocket subprotocol that carries token,
+// for clients that cannot set an Authorization header (browsers): offer it
+// together with "v1.exec.envd.dev".
+func BearerSubprotocol(token string) string {
+	return "base64url.bearer.envd.dev." + base64.RawURLEncoding.EncodeToString([]byte(token))
+}

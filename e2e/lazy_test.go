@@ -1,0 +1,365 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/registry"
+	"github.com/envd-dev/envd/runtime"
+	"github.com/envd-dev/envd/snapshotter/stargz"
+)
+
+// stargzRoot is the state dir of the node's lazy snapshotter process.
+func stargzRoot() string { return filepath.Join(env.dataDir, "stargz", "root") }
+
+// containerSnapshotter is the snapshotter of the instance's container.
+func containerSnapshotter(t *testing.T, id string) string {
+	t.Helper()
+	c := env.node.Runtime().Client()
+	cctx := namespaces.WithNamespace(ctx(t), "envd")
+	ctr, err := c.LoadContainer(cctx, id)
+	require.NoError(t, err)
+	info, err := ctr.Info(cctx, client.WithoutRefreshedMetadata)
+	require.NoError(t, err)
+	return info.Snapshotter
+}
+
+// lazyLayer finds the lazy (FUSE) mount of the layer with this digest
+// under the snapshotter root, and its state.
+func lazyLayer(t *testing.T, root, digest string) (string, stargz.State) {
+	t.Helper()
+	mps, err := stargz.LazyMounts(root)
+	require.NoError(t, err)
+	for _, mp := range mps {
+		st, err := stargz.LayerState(mp)
+		if err == nil && st.Digest == digest {
+			return mp, st
+		}
+	}
+	t.Fatalf("no lazy mount of layer %s among %v", digest, mps)
+	return "", stargz.State{}
+}
+
+// topLayer is the digest of the last layer of the version's image.
+func topLayer(t *testing.T, project string, version int) (registry.Image, string) {
+	t.Helper()
+	v, err := env.c.GetVersion(ctx(t), project, version)
+	require.NoError(t, err)
+	img, err := registry.NewClient(env.node.RegistryAddr()).Get(ctx(t), v.Image)
+	require.NoError(t, err)
+	require.NotEmpty(t, img.Layers)
+	return img, img.Layers[len(img.Layers)-1].Digest
+}
+
+// TestRootLazyRestore: a version saved as eStargz (the default) restores
+// through the stargz snapshotter, its first command answers before the new
+// layer is fetched, and saves from it work; a zstd version restores with
+// overlayfs.
+func TestRootLazyRestore(t *testing.T) {
+	require.Equal(t, stargz.Name, env.node.Runtime().LazySnapshotter(), "the node must run the lazy snapshotter (see DATA_DIR/stargz/snapshotter.log)")
+
+	p := newProject(t, "lazy")
+	in := up(t, p, 0)
+	sum := mustSh(t, in.ID, "head -c 52428800 /dev/urandom > /big50 && sha256sum /big50")
+	_, res := save(t, in.ID, "50 MB file")
+	img, layer := topLayer(t, p, res.Version)
+	require.NotEmpty(t, img.Layers[len(img.Layers)-1].Annotations["containerd.io/snapshot/stargz/toc.digest"], "saved layer is not eStargz")
+
+	// The registry serves ranged blob reads (the stargz snapshotter's
+	// fetches are ranged GETs).
+	repo := strings.SplitN(img.Repo, "@", 2)[0]
+	req, err := http.NewRequestWithContext(ctx(t), http.MethodGet,
+		fmt.Sprintf("http://%s/v2/%s/blobs/%s", env.node.RegistryAddr(), repo, layer), nil)
+	require.NoError(t, err)
+	req.Header.Set("Range", "bytes=100-1123")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusPartialContent, resp.StatusCode)
+	assert.Len(t, body, 1024)
+
+	start := time.Now()
+	in2 := up(t, p, res.Version)
+	assert.Equal(t, "ok", mustSh(t, in2.ID, "echo ok"))
+	firstCmd := time.Since(start)
+	_, st := lazyLayer(t, stargzRoot(), layer)
+	t.Logf("restore to first command: %v; layer %s fetched %d of %d bytes", firstCmd, layer, st.FetchedSize, st.Size)
+	assert.Less(t, st.FetchedSize, st.Size, "the layer was fetched in full before the first command answered")
+	assert.Equal(t, stargz.Name, containerSnapshotter(t, in2.ID))
+	assert.Equal(t, sum, mustSh(t, in2.ID, "sha256sum /big50"))
+
+	// Saves read the upper dir of the stargz snapshotter's overlay.
+	mustSh(t, in2.ID, "echo lazy-change > /lazy-change && rm /fixtures/delete-me")
+	_, res3 := save(t, in2.ID, "change on a lazy instance")
+	in3 := up(t, p, res3.Version)
+	assert.Equal(t, "lazy-change", mustSh(t, in3.ID, "cat /lazy-change"))
+	assert.Equal(t, "gone", mustSh(t, in3.ID, "test -e /fixtures/delete-me || echo gone"))
+	assert.Equal(t, sum, mustSh(t, in3.ID, "sha256sum /big50"))
+	assert.Equal(t, stargz.Name, containerSnapshotter(t, in3.ID))
+
+	// zstd: no eStargz layer, so overlayfs and a full pull.
+	zp := fmt.Sprintf("lazy-zstd-%d", projectSeq.Add(1))
+	_, err = env.c.CreateProject(ctx(t), envd.CreateProjectRequest{Name: zp, Base: fixtureBase, Compression: "zstd"})
+	require.NoError(t, err)
+	zin := up(t, zp, 0)
+	mustSh(t, zin.ID, "echo zstd > /zstd-file")
+	_, zres := save(t, zin.ID, "zstd change")
+	zin2 := up(t, zp, zres.Version)
+	assert.Equal(t, "zstd", mustSh(t, zin2.ID, "cat /zstd-file"))
+	assert.Equal(t, "overlayfs", containerSnapshotter(t, zin2.ID))
+}
+
+// TestRootLazyRegistryOutage: an instance started lazily keeps answering
+// while the registry is gone, a read of a file not fetched yet fails with an
+// I/O error in bounded time instead of hanging, and once the registry is
+// back the layer is fetched in full so the instance no longer needs it.
+//
+// The version is saved on the shared node; a second runtime (own namespace
+// and state dir) on the node's containerd and lazy snapshotter pulls it
+// through a TCP proxy in front of the node's registry. Stopping the proxy is
+// the registry going away for that runtime; it is throttled while up the
+// first time so the background fetch of the 200 MB layer cannot finish
+// before the outage starts.
+func TestRootLazyRegistryOutage(t *testing.T) {
+	require.Equal(t, stargz.Name, env.node.Runtime().LazySnapshotter())
+	p := newProject(t, "outage")
+	in := up(t, p, 0)
+	sum := mustSh(t, in.ID, "head -c 209715200 /dev/urandom > /big200 && sha256sum /big200 | cut -d' ' -f1")
+	_, res := save(t, in.ID, "200 MB file")
+	_, layer := topLayer(t, p, res.Version)
+	v, err := env.c.GetVersion(ctx(t), p, res.Version)
+	require.NoError(t, err)
+
+	px := startProxy(t, env.node.RegistryAddr(), 4<<20)
+	rt, err := runtime.New(ctx(t), runtime.Config{
+		Address:             filepath.Join(env.dataDir, "containerd", "containerd.sock"),
+		Namespace:           "outage",
+		StateDir:            filepath.Join(filepath.Dir(env.dataDir), "outage-runtime"),
+		PlainHTTPRegistries: []string{px.addr},
+		LazySnapshotter:     stargz.Name,
+		StopGrace:           time.Second,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		px.start(0)
+		assert.NoError(t, rt.Remove(cctx, "outage-1"))
+		assert.NoError(t, rt.DestroyNetwork())
+		ns := namespaces.WithNamespace(cctx, "outage")
+		if imgs, err := rt.Client().ImageService().List(ns); err == nil {
+			for _, img := range imgs {
+				_ = rt.Client().ImageService().Delete(ns, img.Name)
+			}
+		}
+		_ = rt.Close()
+	})
+
+	ref := px.addr + "/" + v.Image
+	require.NoError(t, rt.Pull(ctx(t), ref))
+	require.NoError(t, rt.Create(ctx(t), runtime.InstanceSpec{ID: "outage-1", Image: ref}))
+	exec := func(timeout time.Duration, script string) (int, string, time.Duration) {
+		c, cancel := context.WithTimeout(ctx(t), timeout)
+		defer cancel()
+		var out bytes.Buffer
+		start := time.Now()
+		code, err := rt.Exec(c, "outage-1", runtime.ExecSpec{Args: []string{"/bin/sh", "-c", script}, Stdout: &out, Stderr: &out})
+		require.NoError(t, err, "exec %q: %s", script, out.String())
+		return code, strings.TrimSpace(out.String()), time.Since(start)
+	}
+	code, out, _ := exec(time.Minute, "echo ok")
+	require.Equal(t, 0, code, out)
+	mp, st := lazyLayer(t, stargzRoot(), layer)
+	require.Less(t, st.FetchedSize, st.Size/2, "background fetch went too far before the outage")
+
+	// The registry goes away.
+	px.stop()
+	stopped := time.Now()
+	code, out, took := exec(2*time.Minute, "cat /big200 > /dev/null")
+	t.Logf("read with the registry gone: exit %d after %v: %s", code, took, out)
+	assert.NotEqual(t, 0, code)
+	assert.Contains(t, out, "Input/output error") // EIO, as busybox words it
+	assert.Less(t, took, 60*time.Second)
+	// Files already there still answer.
+	code, out, _ = exec(time.Minute, "echo still-here && cat /fixtures/keep/untouched")
+	assert.Equal(t, 0, code, out)
+
+	// Long enough for the snapshotter's one-shot background fetch (it
+	// starts after 5 s without foreground checks) to start and give up.
+	time.Sleep(time.Until(stopped.Add(15 * time.Second)))
+
+	// Back, on the same address: the layer gets fetched in full without
+	// anyone reading it.
+	st, err = stargz.LayerState(mp)
+	require.NoError(t, err)
+	t.Logf("before the registry comes back: fetched %d of %d bytes", st.FetchedSize, st.Size)
+	px.start(0)
+	back := time.Now()
+	deadline := time.Now().Add(4 * time.Minute)
+	for {
+		st, err = stargz.LayerState(mp)
+		require.NoError(t, err)
+		if st.Cached || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	require.True(t, st.Cached, "layer not fully fetched after the registry came back: %+v", st)
+	t.Logf("layer cached %v after the registry came back (fetched %d of %d bytes by the background fetch)",
+		time.Since(back).Round(time.Second), st.FetchedSize, st.Size)
+	if b, err := os.ReadFile(filepath.Join(env.dataDir, "stargz", "snapshotter.log")); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, "fetch") || strings.Contains(line, "stalled") || strings.Contains(line, "fully cached") {
+				t.Log("snapshotter: " + line)
+			}
+		}
+	}
+
+	// And the instance no longer needs the registry.
+	px.stop()
+	code, out, _ = exec(2*time.Minute, "sha256sum /big200 | cut -d' ' -f1")
+	assert.Equal(t, 0, code, out)
+	assert.Equal(t, sum, out)
+}
+
+// proxy forwards TCP connections from addr to a backend; stop closes the
+// listener and every connection (connections are then refused), start
+// listens again on the same address.
+type proxy struct {
+	t       *testing.T
+	addr    string
+	backend string
+
+	mu    sync.Mutex
+	ln    net.Listener
+	conns map[net.Conn]bool
+	rate  int // bytes per second from backend to client per connection; 0 = unlimited
+}
+
+func startProxy(t *testing.T, backend string, rate int) *proxy {
+	p := &proxy{t: t, backend: backend, conns: map[net.Conn]bool{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p.addr = ln.Addr().String()
+	p.serve(ln, rate)
+	t.Cleanup(p.stop)
+	return p
+}
+
+func (p *proxy) start(rate int) {
+	p.mu.Lock()
+	running := p.ln != nil
+	p.mu.Unlock()
+	if running {
+		return
+	}
+	var ln net.Listener
+	var err error
+	for range 50 { // the port may linger a moment
+		if ln, err = net.Listen("tcp", p.addr); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.NoError(p.t, err)
+	p.serve(ln, rate)
+}
+
+func (p *proxy) serve(ln net.Listener, rate int) {
+	p.mu.Lock()
+	p.ln, p.rate = ln, rate
+	p.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.handle(c)
+		}
+	}()
+}
+
+func (p *proxy) track(cs ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln == nil {
+		return false
+	}
+	for _, c := range cs {
+		p.conns[c] = true
+	}
+	return true
+}
+
+func (p *proxy) handle(c net.Conn) {
+	b, err := net.Dial("tcp", p.backend)
+	if err != nil {
+		c.Close()
+		return
+	}
+	if !p.track(c, b) {
+		c.Close()
+		b.Close()
+		return
+	}
+	p.mu.Lock()
+	rate := p.rate
+	p.mu.Unlock()
+	go func() { _, _ = io.Copy(b, c); b.Close() }()
+	var src io.Reader = b
+	if rate > 0 {
+		src = &throttled{r: b, rate: rate, start: time.Now()}
+	}
+	_, _ = io.Copy(c, src)
+	c.Close()
+}
+
+func (p *proxy) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		p.ln.Close()
+		p.ln = nil
+	}
+	for c := range p.conns {
+		c.Close()
+		delete(p.conns, c)
+	}
+}
+
+type throttled struct {
+	r     io.Reader
+	rate  int
+	start time.Time
+	n     int
+}
+
+func (t *throttled) Read(b []byte) (int, error) {
+	if len(b) > 32<<10 {
+		b = b[:32<<10]
+	}
+	n, err := t.r.Read(b)
+	t.n += n
+	if ahead := time.Duration(float64(t.n)/float64(t.rate)*float64(time.Second)) - time.Since(t.start); ahead > 0 {
+		time.Sleep(ahead)
+	}
+	return n, err
+}

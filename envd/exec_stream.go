@@ -1,0 +1,108 @@
+package envd
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/runtime"
+)
+
+// ExecStream runs a command in a running instance with its streams
+// connected to stdio and returns its exit code. Output is streamed as it
+// comes, without the limit of Exec, and there is no timeout: the session
+// lasts until the process exits or ctx is canceled (the process is then
+// killed). With stdio.TTY the process gets a terminal: stdout carries both
+// output streams, stdin goes through the terminal's line discipline (a 0x03
+// byte interrupts the foreground process) and sizes received on
+// stdio.Resize are applied to it.
+//
+// An instance that is not Running is an errdefs.ErrFailedPrecondition with
+// its state in the details. req.Stdin and req.Timeout are not used.
+func (s *Service) ExecStream(ctx context.Context, p Principal, id string, req ExecRequest, stdio Stdio) (int, error) {
+	if len(req.Args) == 0 || req.Args[0] == "" {
+		return -1, fmt.Errorf("exec: args: at least the command is required: %w", errdefs.ErrInvalidArgument)
+	}
+	in, err := s.instance(ctx, p, id)
+	if err != nil {
+		return -1, err
+	}
+	if in.State != StateRunning {
+		return -1, errdefs.WithDetails(fmt.Errorf("instance %q is %s, exec needs Running: %w", id, in.State, errdefs.ErrFailedPrecondition),
+			map[string]any{"state": in.State})
+	}
+
+	var resize chan runtime.TermSize
+	if stdio.TTY && stdio.Resize != nil {
+		// Forward sizes, keeping only the newest when the runtime has not
+		// taken the previous one yet.
+		resize = make(chan runtime.TermSize, 1)
+		// A size the caller already sent is the initial one: the runtime
+		// finds it waiting and applies it first.
+		select {
+		case sz, ok := <-stdio.Resize:
+			if ok {
+				resize <- runtime.TermSize{Cols: sz.Cols, Rows: sz.Rows}
+			}
+		default:
+		}
+		fctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go forwardSizes(fctx, stdio.Resize, resize)
+	}
+	spec := runtime.ExecSpec{
+		Args: req.Args, Env: req.Env, Cwd: req.Cwd,
+		Stdin: stdio.Stdin, Stdout: stdio.Stdout, Stderr: stdio.Stderr,
+		TTY: stdio.TTY, Resize: resize,
+	}
+	// Like Exec: wait out a save's freeze window, and retry when a save froze
+	// the task between the state check and the exec (containerd refuses to
+	// exec in a paused task before the process starts).
+	for attempt := 0; ; attempt++ {
+		if err := s.frozen.wait(ctx, id); err != nil {
+			return -1, fmt.Errorf("exec in %q: waiting for a save's freeze to end: %w", id, err)
+		}
+		code, err := s.rt.Exec(ctx, id, spec)
+		if err == nil {
+			return code, nil
+		}
+		if attempt < 50 {
+			if st, serr := s.rt.Status(ctx, id); serr == nil && st.Task == "paused" {
+				select {
+				case <-time.After(100 * time.Millisecond):
+					continue
+				case <-ctx.Done():
+				}
+			}
+		}
+		return -1, fmt.Errorf("exec in %q: %w", id, err)
+	}
+}
+
+// forwardSizes converts sizes from in to out until in closes or ctx ends.
+// out has a buffer of one; a size not yet taken is replaced by a newer one.
+func forwardSizes(ctx context.Context, in <-chan TermSize, out chan runtime.TermSize) {
+	for {
+		select {
+		case sz, ok := <-in:
+			if !ok {
+				return
+			}
+			rs := runtime.TermSize{Cols: sz.Cols, Rows: sz.Rows}
+			for sent := false; !sent; {
+				select {
+				case out <- rs:
+					sent = true
+				default:
+					select {
+					case <-out: // drop the stale size
+					default:
+					}
+				}
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}

@@ -1,0 +1,83 @@
+package envd
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/versions"
+)
+
+// ReasonHibernated is the reason of a stopped instance whose layer was
+// saved as a version and freed.
+const ReasonHibernated = "hibernated"
+
+// hibernateIdle hibernates the retained instances of this node that have
+// been stopped longer than HibernateAfter.
+func (s *Service) hibernateIdle(ctx context.Context) {
+	if s.cfg.HibernateAfter <= 0 {
+		return
+	}
+	ins, err := s.store.IdleRetained(ctx, s.cfg.Node, time.Now().Add(-s.cfg.HibernateAfter))
+	if err != nil {
+		s.log.Warn("list idle retained instances", "err", err)
+		return
+	}
+	for _, in := range ins {
+		if _, err := s.hibernate(ctx, in); err != nil {
+			s.log.Warn("hibernate", "instance", in.ID, "err", err)
+		}
+	}
+}
+
+// HibernateInstance hibernates a stopped retained instance now, instead of
+// waiting for HibernateAfter.
+func (s *Service) HibernateInstance(ctx context.Context, p Principal, id string) (Instance, error) {
+	in, err := s.instance(ctx, p, id)
+	if err != nil {
+		return Instance{}, err
+	}
+	in, err = s.hibernate(ctx, in)
+	if err != nil {
+		return Instance{}, err
+	}
+	return s.view(ctx, in), nil
+}
+
+// hibernate saves a stopped retained instance's layer as a version that
+// does not become current, records it on the instance, then frees the
+// local layer. Until the record is committed nothing is freed, so a crash
+// at any step leaves the instance as it was (and at most an unreferenced
+// version or blobs).
+func (s *Service) hibernate(ctx context.Context, in versions.Instance) (versions.Instance, error) {
+	if !in.Retain || in.State != StateStopped || in.HibernatedVersion > 0 || in.Node != s.cfg.Node {
+		return in, errdefs.WithDetails(fmt.Errorf("instance %q: only a stopped, retained instance on this node can hibernate: %w", in.ID, errdefs.ErrFailedPrecondition),
+			map[string]any{"state": in.State})
+	}
+	c, err := s.capture(ctx, nil, "hibernate-"+in.ID, in, false)
+	if err != nil {
+		return in, err
+	}
+	v, _, err := s.store.CommitVersion(ctx, versions.Commit{
+		Tenant: in.Tenant, Project: in.Project, InstanceID: in.ID, Generation: in.Generation, NoSwitch: true,
+		Kind: "snapshot", Image: c.img.Ref(), Parent: c.base.Number, SizeBytes: c.img.Size, Layers: len(c.img.Layers),
+		Message: fmt.Sprintf("hibernation of instance %s", in.ID),
+	})
+	if err != nil {
+		return in, err
+	}
+	if in, err = s.store.SetHibernated(ctx, in.ID, v.Number); err != nil {
+		return in, err
+	}
+	if err := s.rt.Remove(ctx, in.ID); err != nil {
+		s.log.Warn("free hibernated layer", "instance", in.ID, "err", err) // the reconciler retries: no live owner on this node
+	}
+	in, err = s.store.Transition(ctx, in.ID, []string{StateStopped}, StateStopped, ReasonHibernated,
+		fmt.Sprintf("hibernated as version %d; start brings it back on any node", v.Number))
+	if err != nil {
+		return in, err
+	}
+	s.log.Info("instance hibernated", "instance", in.ID, "version", v.Number)
+	return in, nil
+}

@@ -1,0 +1,271 @@
+package envd
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/registry"
+	"github.com/envd-dev/envd/runtime"
+	"github.com/envd-dev/envd/versions"
+	"github.com/envd-dev/envd/workspace"
+)
+
+// projectSpec is what a project declares beyond its base: it is stored as
+// the project's spec document.
+type projectSpec struct {
+	Volumes []Volume `json:"volumes,omitempty"`
+}
+
+func parseProjectSpec(raw json.RawMessage) (projectSpec, error) {
+	var ps projectSpec
+	if len(raw) == 0 {
+		return ps, nil
+	}
+	if err := json.Unmarshal(raw, &ps); err != nil {
+		return ps, fmt.Errorf("project spec: %w", err)
+	}
+	return ps, nil
+}
+
+func toSpec(v Volume) workspace.Spec {
+	return workspace.Spec{Name: v.Name, Path: v.Path, UID: v.UID, GID: v.GID, SizeBytes: v.SizeBytes, PathAdd: v.PathAdd}
+}
+
+func fromSpec(s workspace.Spec) Volume {
+	return Volume{Name: s.Name, Path: s.Path, UID: s.UID, GID: s.GID, SizeBytes: s.SizeBytes, PathAdd: s.PathAdd}
+}
+
+// parseVolume parses and checks "NAME:PATH[:UID:GID][:SIZE]".
+func parseVolume(spec string, pathAdd []string) (Volume, error) {
+	s, err := workspace.ParseSpec(spec)
+	if err != nil {
+		return Volume{}, err
+	}
+	s.PathAdd = pathAdd
+	if s.SizeBytes == 0 {
+		s.SizeBytes = workspace.DefaultSize
+	}
+	if err := s.Validate(); err != nil {
+		return Volume{}, err
+	}
+	return fromSpec(s), nil
+}
+
+// addVolume appends v to vols, refusing a name or a mount path that is
+// taken, or a path nested in another volume's.
+func addVolume(vols []Volume, v Volume) ([]Volume, error) {
+	for _, o := range vols {
+		if o.Name == v.Name {
+			return nil, fmt.Errorf("volume %q: %w", v.Name, errdefs.ErrAlreadyExists)
+		}
+		if o.Path == v.Path || strings.HasPrefix(v.Path+"/", o.Path+"/") || strings.HasPrefix(o.Path+"/", v.Path+"/") {
+			return nil, fmt.Errorf("volume %q at %s overlaps volume %q at %s: %w", v.Name, v.Path, o.Name, o.Path, errdefs.ErrInvalidArgument)
+		}
+	}
+	return append(vols, v), nil
+}
+
+func volumeOwner(tenant, project string) string { return tenant + "/" + project }
+
+// volumeMounts makes sure the project's volumes exist and are mounted on
+// this node, and returns their bind mounts and the instance's PATH.
+func (s *Service) volumeMounts(ctx context.Context, proj versions.Project) ([]runtime.Mount, []string, error) {
+	ps, err := parseProjectSpec(proj.Spec)
+	if err != nil || len(ps.Volumes) == 0 {
+		return nil, nil, err
+	}
+	if s.cfg.Volumes == nil {
+		return nil, nil, fmt.Errorf("project %q has volumes, but this node has no volume storage: %w", proj.Name, errdefs.ErrFailedPrecondition)
+	}
+	var mounts []runtime.Mount
+	var specs []workspace.Spec
+	for _, v := range ps.Volumes {
+		dir, err := s.cfg.Volumes.Ensure(ctx, volumeOwner(proj.Tenant, proj.Name), toSpec(v))
+		if err != nil {
+			return nil, nil, fmt.Errorf("volume %q: %w", v.Name, err)
+		}
+		mounts = append(mounts, runtime.Mount{Source: dir, Destination: v.Path})
+		specs = append(specs, toSpec(v))
+	}
+	var env []string
+	path := workspace.PathWith(strings.TrimPrefix(registry.DefaultPath, "PATH="), specs...)
+	if "PATH="+path != registry.DefaultPath {
+		env = append(env, "PATH="+path)
+	}
+	return mounts, env, nil
+}
+
+// liveInstances returns the project's instances that hold a node's
+// resources.
+func (s *Service) liveInstances(ctx context.Context, tenant, project string) ([]versions.Instance, error) {
+	ins, err := s.store.ListInstances(ctx, tenant, project)
+	if err != nil {
+		return nil, err
+	}
+	var out []versions.Instance
+	for _, in := range ins {
+		if slices.Contains(liveStates, in.State) {
+			out = append(out, in)
+		}
+	}
+	return out, nil
+}
+
+// AddVolume declares a new volume on a project; instances started from
+// now on mount it.
+func (s *Service) AddVolume(ctx context.Context, p Principal, project string, req AddVolumeRequest) (Project, error) {
+	v, err := parseVolume(req.Spec, req.PathAdd)
+	if err != nil {
+		return Project{}, err
+	}
+	proj, err := s.store.GetProject(ctx, p.Tenant, project)
+	if err != nil {
+		return Project{}, err
+	}
+	ps, err := parseProjectSpec(proj.Spec)
+	if err != nil {
+		return Project{}, err
+	}
+	if ps.Volumes, err = addVolume(ps.Volumes, v); err != nil {
+		return Project{}, err
+	}
+	raw, _ := json.Marshal(ps)
+	proj, err = s.store.SetProjectSpec(ctx, p.Tenant, project, raw)
+	if err != nil {
+		return Project{}, err
+	}
+	return toProject(proj), nil
+}
+
+// RemoveVolume removes a volume and deletes its data on this node. It is
+// refused while the project has live instances (they may have it mounted).
+func (s *Service) RemoveVolume(ctx context.Context, p Principal, project, name string) (Project, error) {
+	proj, err := s.store.GetProject(ctx, p.Tenant, project)
+	if err != nil {
+		return Project{}, err
+	}
+	ps, err := parseProjectSpec(proj.Spec)
+	if err != nil {
+		return Project{}, err
+	}
+	i := slices.IndexFunc(ps.Volumes, func(v Volume) bool { return v.Name == name })
+	if i < 0 {
+		return Project{}, fmt.Errorf("volume %q of project %q: %w", name, project, errdefs.ErrNotFound)
+	}
+	live, err := s.liveInstances(ctx, p.Tenant, project)
+	if err != nil {
+		return Project{}, err
+	}
+	if len(live) > 0 {
+		return Project{}, fmt.Errorf("project %q has %d live instance(s) (first %s): remove them before removing volume %q: %w",
+			project, len(live), live[0].ID, name, errdefs.ErrFailedPrecondition)
+	}
+	ps.Volumes = slices.Delete(ps.Volumes, i, i+1)
+	raw, _ := json.Marshal(ps)
+	proj, err = s.store.SetProjectSpec(ctx, p.Tenant, project, raw)
+	if err != nil {
+		return Project{}, err
+	}
+	// The declaration is gone first; the data after, so a failure leaves
+	// only an unreferenced volume directory.
+	if s.cfg.Volumes != nil {
+		if err := s.cfg.Volumes.Remove(ctx, volumeOwner(p.Tenant, project), name); err != nil {
+			s.log.Warn("remove volume data", "project", project, "volume", name, "err", err)
+		}
+	}
+	return toProject(proj), nil
+}
+
+// ListVolumes lists a project's volumes with their usage on this node.
+func (s *Service) ListVolumes(ctx context.Context, p Principal, project string) ([]Volume, error) {
+	proj, err := s.store.GetProject(ctx, p.Tenant, project)
+	if err != nil {
+		return nil, err
+	}
+	ps, err := parseProjectSpec(proj.Spec)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Volume, 0, len(ps.Volumes))
+	for _, v := range ps.Volumes {
+		v.UsedBytes = -1
+		if s.cfg.Volumes != nil {
+			if u, err := s.cfg.Volumes.Usage(ctx, volumeOwner(p.Tenant, project), toSpec(v)); err == nil {
+				v.UsedBytes, v.SizeBytes = u.UsedBytes, u.SizeBytes
+			}
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func (s *Service) volume(ctx context.Context, p Principal, project, name string) (Volume, error) {
+	proj, err := s.store.GetProject(ctx, p.Tenant, project)
+	if err != nil {
+		return Volume{}, err
+	}
+	ps, err := parseProjectSpec(proj.Spec)
+	if err != nil {
+		return Volume{}, err
+	}
+	for _, v := range ps.Volumes {
+		if v.Name == name {
+			if s.cfg.Volumes == nil || s.cfg.Objects == nil {
+				return Volume{}, fmt.Errorf("this node has no volume or object storage: %w", errdefs.ErrFailedPrecondition)
+			}
+			return v, nil
+		}
+	}
+	return Volume{}, fmt.Errorf("volume %q of project %q: %w", name, project, errdefs.ErrNotFound)
+}
+
+// ArchiveVolume copies a volume's content to object storage, so that it can
+// be restored on another node.
+func (s *Service) ArchiveVolume(ctx context.Context, p Principal, project, name string, req VolumeArchiveRequest) (VolumeArchive, error) {
+	v, err := s.volume(ctx, p, project, name)
+	if err != nil {
+		return VolumeArchive{}, err
+	}
+	key := req.Key
+	if key == "" {
+		key = fmt.Sprintf("volumes/%s/%s/%s/%s.tar.zst", p.Tenant, project, name, time.Now().UTC().Format("20060102T150405.000Z"))
+	}
+	info, err := s.cfg.Volumes.Archive(ctx, volumeOwner(p.Tenant, project), toSpec(v), s.cfg.Objects, key)
+	if err != nil {
+		return VolumeArchive{}, fmt.Errorf("archive volume %q: %w", name, err)
+	}
+	return VolumeArchive{Key: info.Key, Bytes: info.Bytes, Files: info.Files}, nil
+}
+
+// RestoreVolume replaces a volume's content on this node with an archive's.
+// Refused while the project has live instances on this node.
+func (s *Service) RestoreVolume(ctx context.Context, p Principal, project, name string, req VolumeArchiveRequest) (Volume, error) {
+	if req.Key == "" {
+		return Volume{}, fmt.Errorf("key: required: %w", errdefs.ErrInvalidArgument)
+	}
+	v, err := s.volume(ctx, p, project, name)
+	if err != nil {
+		return Volume{}, err
+	}
+	live, err := s.liveInstances(ctx, p.Tenant, project)
+	if err != nil {
+		return Volume{}, err
+	}
+	for _, in := range live {
+		if in.Node == s.cfg.Node {
+			return Volume{}, fmt.Errorf("instance %s of project %q uses the volume on this node: remove it first: %w", in.ID, project, errdefs.ErrFailedPrecondition)
+		}
+	}
+	if err := s.cfg.Volumes.Restore(ctx, volumeOwner(p.Tenant, project), toSpec(v), s.cfg.Objects, req.Key); err != nil {
+		return Volume{}, fmt.Errorf("restore volume %q from %q: %w", name, req.Key, err)
+	}
+	if u, err := s.cfg.Volumes.Usage(ctx, volumeOwner(p.Tenant, project), toSpec(v)); err == nil {
+		v.UsedBytes, v.SizeBytes = u.UsedBytes, u.SizeBytes
+	}
+	return v, nil
+}

@@ -1,0 +1,102 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// lockedBuffer is written by Exec's output copy and read by the test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// TestRootExecTTYResizeAndInterrupt runs an interactive shell on a TTY, as
+// envctl exec -it does: the terminal takes the sizes sent on Resize, and a
+// 0x03 byte on stdin interrupts the foreground command (SIGINT through the
+// terminal's line discipline), not the session.
+func TestRootExecTTYResizeAndInterrupt(t *testing.T) {
+	env := newTestEnv(t, freeSubnet(t))
+	env.create(t, InstanceSpec{ID: "tty-resize"})
+
+	stdinR, stdinW := io.Pipe()
+	resize := make(chan TermSize, 1)
+	resize <- TermSize{Cols: 100, Rows: 40}
+	var out lockedBuffer
+	type result struct {
+		code int
+		err  error
+	}
+	done := make(chan result, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	go func() {
+		code, err := env.rt.Exec(ctx, "tty-resize", ExecSpec{Args: []string{"sh"}, TTY: true,
+			Stdin: stdinR, Stdout: &out, Resize: resize})
+		done <- result{code, err}
+	}()
+	// The shell echoes what is typed, so each expected output is spelled
+	// differently from the command that prints it.
+	waitFor := func(s string, within time.Duration) {
+		t.Helper()
+		if !assert.Eventually(t, func() bool { return strings.Contains(out.String(), s) }, within, 20*time.Millisecond, "waiting for %q", s) {
+			t.Fatalf("output: %q", out.String())
+		}
+	}
+	typeLine := func(s string) {
+		t.Helper()
+		_, err := stdinW.Write([]byte(s))
+		require.NoError(t, err)
+	}
+
+	typeLine("echo size=$(stty size)\n")
+	waitFor("size=40 100", 10*time.Second)
+
+	resize <- TermSize{Cols: 132, Rows: 43}
+	time.Sleep(200 * time.Millisecond) // the resize is applied asynchronously
+	typeLine("echo size=$(stty size)\n")
+	waitFor("size=43 132", 10*time.Second)
+
+	// An interrupted command ends the shell's command line, so its status
+	// is asked for on the next one.
+	typeLine("echo sl''eeping; sleep 30\n")
+	waitFor("sleeping", 10*time.Second)
+	time.Sleep(300 * time.Millisecond) // let sleep start
+	interrupted := time.Now()
+	typeLine("\x03")
+	waitFor("^C", 5*time.Second)
+	typeLine("echo rc=$?\n")
+	waitFor("rc=130", 5*time.Second)
+	assert.Less(t, time.Since(interrupted), 5*time.Second, "Ctrl-C must interrupt sleep")
+
+	typeLine("exit 3\n")
+	select {
+	case r := <-done:
+		require.NoError(t, r.err)
+		assert.Equal(t, 3, r.code, "output %q", out.String())
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the shell did not exit; output %q", out.String())
+	}
+	assert.Less(t, time.Since(start), 25*time.Second, "sleep 30 must not have run to its end")
+}

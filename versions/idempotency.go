@@ -1,0 +1,46 @@
+package versions
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/envd-dev/envd/internal/errdefs"
+)
+
+// Claim is the outcome of claiming an idempotency key.
+type Claim struct {
+	ObjectID string // the object the key points at
+	Claimed  bool   // true: this call claimed the key and must make ObjectID
+}
+
+// ClaimIdempotencyKey claims key for a request of kind with requestHash,
+// pointing at objectID. If the key was claimed before with the same kind and
+// hash, it returns that claim's object (Claimed false); with a different
+// request it fails with ErrIdempotencyReuse.
+func (s *Store) ClaimIdempotencyKey(ctx context.Context, tenant, key, kind, requestHash, objectID string) (Claim, error) {
+	tag, err := s.db.Exec(ctx, `INSERT INTO idempotency_keys (tenant_id, key, kind, request_hash, object_id)
+		VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant_id, key) DO NOTHING`, tenant, key, kind, requestHash, objectID)
+	if err != nil {
+		return Claim{}, translate(err, fmt.Sprintf("idempotency key %q", key))
+	}
+	if tag.RowsAffected() == 1 {
+		return Claim{ObjectID: objectID, Claimed: true}, nil
+	}
+	var gotKind, gotHash, gotObject string
+	err = s.db.QueryRow(ctx, `SELECT kind, request_hash, object_id FROM idempotency_keys WHERE tenant_id = $1 AND key = $2`,
+		tenant, key).Scan(&gotKind, &gotHash, &gotObject)
+	if err != nil {
+		return Claim{}, translate(err, fmt.Sprintf("idempotency key %q", key))
+	}
+	if gotKind != kind || gotHash != requestHash {
+		return Claim{}, fmt.Errorf("idempotency key %q was used for another %s request: %w", key, gotKind, errdefs.ErrIdempotencyReuse)
+	}
+	return Claim{ObjectID: gotObject}, nil
+}
+
+// ReleaseIdempotencyKey forgets a claim whose object could not be made, so
+// a retry with the same key tries again.
+func (s *Store) ReleaseIdempotencyKey(ctx context.Context, tenant, key string) error {
+	_, err := s.db.Exec(ctx, `DELETE FROM idempotency_keys WHERE tenant_id = $1 AND key = $2`, tenant, key)
+	return translate(err, fmt.Sprintf("idempotency key %q", key))
+}
