@@ -58,6 +58,8 @@ type Core interface {
 	ResumeInstance(ctx context.Context, p envd.Principal, id string) (envd.Instance, error)
 	// RenewInstance sets the instance's expiry to now + ttl ("none": never).
 	RenewInstance(ctx context.Context, p envd.Principal, id, ttl string) (envd.Instance, error)
+	// Metrics is the Prometheus text exposition of the node (admin only).
+	Metrics(ctx context.Context, p envd.Principal) (string, error)
 	HibernateInstance(ctx context.Context, p envd.Principal, id string) (envd.Instance, error)
 	ListVolumes(ctx context.Context, p envd.Principal, project string) ([]envd.Volume, error)
 	AddVolume(ctx context.Context, p envd.Principal, project string, req envd.AddVolumeRequest) (envd.Project, error)
@@ -177,6 +179,7 @@ func New(core Core, opts ...Option) http.Handler {
 
 	h := &handlers{core: core, opts: o}
 	e.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
+	e.GET("/metrics", h.authenticate, h.metrics)
 	v1 := e.Group("/v1", h.authenticate)
 	for _, r := range h.routes() {
 		v1.Handle(r.method, r.path, r.handler)

@@ -366,3 +366,12 @@ func (h *handlers) restoreVolume(c *gin.Context) {
 	v, err := h.core.RestoreVolume(c.Request.Context(), principal(c), c.Param("p"), c.Param("v"), req)
 	respond(c, http.StatusOK, v, err)
 }
+
+func (h *handlers) metrics(c *gin.Context) {
+	text, err := h.core.Metrics(c.Request.Context(), principal(c))
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	c.Data(http.StatusOK, "text/plain; version=0.0.4; charset=utf-8", []byte(text))
+}

@@ -103,6 +103,9 @@ func TestRootLazyRestore(t *testing.T) {
 	t.Logf("restore to first command: %v; layer %s fetched %d of %d bytes", firstCmd, layer, st.FetchedSize, st.Size)
 	assert.Less(t, st.FetchedSize, st.Size, "the layer was fetched in full before the first command answered")
 	assert.Equal(t, stargz.Name, containerSnapshotter(t, in2.ID))
+	// The lazy mounts belong to the snapshotter process, not to envd: the
+	// instance keeps reading through a restart of the API process.
+	restartNode(t)
 	assert.Equal(t, sum, mustSh(t, in2.ID, "sha256sum /big50"))
 
 	// Saves read the upper dir of the stargz snapshotter's overlay.
@@ -362,4 +365,29 @@ func (t *throttled) Read(b []byte) (int, error) {
 		time.Sleep(ahead)
 	}
 	return n, err
+}
+
+// What a restored instance reads in its first window is recorded on the
+// project, and the next save puts those files first in its eStargz layer.
+func TestRootFirstReadsRecordedForPrefetch(t *testing.T) {
+	c := ctx(t)
+	p := newProject(t, "prefetch")
+	in := up(t, p, 0)
+	mustSh(t, in.ID, "cat /fixtures/keep/untouched /fixtures/link-target > /dev/null")
+	var proj envd.Project
+	require.Eventually(t, func() bool {
+		var err error
+		proj, err = env.c.GetProject(c, p)
+		return err == nil && len(proj.Prefetch) > 0
+	}, prefetchWindow+15*time.Second, 200*time.Millisecond, "the first reads are recorded")
+	assert.Contains(t, proj.Prefetch, "/fixtures/keep/untouched")
+	assert.Contains(t, proj.Prefetch, "/fixtures/link-target")
+	for _, f := range proj.Prefetch {
+		assert.NotRegexp(t, `^/(proc|sys|dev|run|tmp)/`, f)
+	}
+	mustSh(t, in.ID, "echo new > /fixtures/new-file")
+	_, res := save(t, in.ID, "with prioritized files")
+	assert.True(t, res.Current)
+	b := up(t, p, 0)
+	assert.Equal(t, "stays", mustSh(t, b.ID, "cat /fixtures/keep/untouched"))
 }

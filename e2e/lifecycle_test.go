@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"errors"
+	"io"
+	"net/http"
 	"testing"
 	"time"
 
@@ -122,6 +124,7 @@ func TestRootTTLExpiryAndRenew(t *testing.T) {
 	forever, err := env.c.CreateInstance(c, p, envd.CreateInstanceRequest{TTL: "none"})
 	require.NoError(t, err)
 	assert.Nil(t, forever.ExpiresAt, "no expiry only when asked for")
+	assert.Regexp(t, `envd_instances_without_expiry\{node="[^"]+"\} [1-9]`, metrics(t), "instances without expiry are counted")
 	t.Cleanup(func() { _, _ = env.c.DeleteInstance(c, forever.ID) })
 	t.Cleanup(func() { _, _ = env.c.DeleteInstance(c, extended.ID) })
 
@@ -216,4 +219,19 @@ func TestRootIdempotentCreates(t *testing.T) {
 	assert.Equal(t, p1, p2)
 	_, err = env.c.CreateProject(c, req)
 	require.ErrorIs(t, err, errdefs.ErrAlreadyExists, "without the key it is a duplicate")
+}
+
+// metrics fetches the node's /metrics with the admin token.
+func metrics(t *testing.T) string {
+	t.Helper()
+	req, err := http.NewRequest("GET", env.node.URL+"/metrics", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+env.node.Token)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, 200, resp.StatusCode, string(body))
+	return string(body)
 }

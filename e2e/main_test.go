@@ -45,7 +45,7 @@ func run(m *testing.M) int {
 	_ = os.Chmod(dir, 0o755) // the postgres user must reach its cluster dir
 	defer os.RemoveAll(dir)
 	env.dataDir = filepath.Join(dir, "data")
-	n, err := node.Start(ctx, node.Config{DataDir: env.dataDir, DefaultTTL: time.Hour})
+	n, err := node.Start(ctx, node.Config{DataDir: env.dataDir, DefaultTTL: time.Hour, PrefetchWindow: prefetchWindow})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: start node:", err)
 		return 1
@@ -63,6 +63,10 @@ func run(m *testing.M) int {
 	}
 	return m.Run()
 }
+
+// prefetchWindow is how long new instances' first reads are recorded here
+// (a minute in production).
+const prefetchWindow = 3 * time.Second
 
 // fixtureBase is the base image of the tests: busybox plus a /fixtures
 // tree that the tests modify and delete from.

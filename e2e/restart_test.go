@@ -22,7 +22,7 @@ func restartNode(t *testing.T) {
 	cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	env.node.Close(cctx)
-	n, err := node.Start(cctx, node.Config{DataDir: env.dataDir, DefaultTTL: time.Hour})
+	n, err := node.Start(cctx, node.Config{DataDir: env.dataDir, DefaultTTL: time.Hour, PrefetchWindow: prefetchWindow})
 	require.NoError(t, err)
 	env.node = n
 	env.c = client.New(n.URL, n.Token)

@@ -142,6 +142,7 @@ func (s *Service) createInstance(ctx context.Context, p Principal, id, project s
 	if err != nil {
 		return Instance{}, err
 	}
+	s.recordFirstReads(in, proj.Compression)
 	return s.view(ctx, in), nil
 }
 

@@ -167,6 +167,7 @@ func (s *Service) wake(ctx context.Context, p Principal, in versions.Instance) (
 	if err != nil {
 		return Instance{}, err
 	}
+	s.recordFirstReads(in, proj.Compression)
 	return s.view(ctx, in), nil
 }
 

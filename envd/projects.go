@@ -74,7 +74,7 @@ func (s *Service) createProject(ctx context.Context, p Principal, req CreateProj
 func toProject(p versions.Project) Project {
 	ps, _ := parseProjectSpec(p.Spec)
 	return Project{Name: p.Name, BaseImage: p.BaseImage, Current: p.Current, Excludes: p.Excludes,
-		Compression: p.Compression, Volumes: ps.Volumes, CreatedAt: p.CreatedAt}
+		Compression: p.Compression, Volumes: ps.Volumes, Prefetch: p.Prefetch, CreatedAt: p.CreatedAt}
 }
 
 func toVersion(v versions.Version) Version {

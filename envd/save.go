@@ -93,6 +93,7 @@ func (s *Service) runSave(ctx context.Context, oc *opCtx, job saveJob) (SaveResu
 		EncodeMS: c.encode.Milliseconds(), PushMS: c.push.Milliseconds(), CommitMS: time.Since(commitStart).Milliseconds(),
 		TotalMS: time.Since(start).Milliseconds(), LayerBytes: c.layer.Size, Entries: c.stats.Entries, Compression: c.compression,
 	}
+	s.saves.add(res)
 	if switched {
 		oc.event(ctx, "committed", fmt.Sprintf("version %d is current", v.Number), res)
 	} else {
@@ -163,7 +164,8 @@ func (s *Service) capture(ctx context.Context, oc *opCtx, work string, in versio
 
 	encStart := time.Now()
 	c.compression = proj.Compression
-	c.layer, err = snapshotter.Encode(ctx, spoolPath, dir, snapshotter.EncodeOptions{Compression: snapshotter.Compression(proj.Compression)})
+	c.layer, err = snapshotter.Encode(ctx, spoolPath, dir, snapshotter.EncodeOptions{
+		Compression: snapshotter.Compression(proj.Compression), PrioritizedFiles: proj.Prefetch})
 	if err != nil {
 		return c, fmt.Errorf("encode layer: %w", err)
 	}

@@ -69,6 +69,10 @@ type Config struct {
 	// node before it is saved as a version and its layer freed; 0 = never.
 	HibernateAfter time.Duration
 
+	// PrefetchWindow is how long a new instance's file reads are recorded
+	// to order the project's next eStargz layer; 0 = 60s, negative = off.
+	PrefetchWindow time.Duration
+
 	ReapInterval      time.Duration // longest sleep of the TTL reaper; default 5s
 	ReconcileInterval time.Duration // default 30s
 	ProvisionTimeout  time.Duration // a Pending instance older than this fails; default 10m
@@ -83,6 +87,7 @@ type Service struct {
 	log   *slog.Logger
 
 	frozen   freezeGate
+	saves    saveStats
 	reapWake chan struct{}
 
 	mu   sync.Mutex
@@ -109,6 +114,9 @@ func New(cfg Config, store *versions.Store, reg ImageStore, rt Runtime) (*Servic
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.PrefetchWindow == 0 {
+		cfg.PrefetchWindow = time.Minute
 	}
 	if cfg.ReapInterval == 0 {
 		cfg.ReapInterval = 5 * time.Second

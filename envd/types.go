@@ -72,13 +72,16 @@ const (
 
 // Project is one lineage of environments.
 type Project struct {
-	Name        string    `json:"name"`
-	BaseImage   string    `json:"base_image"`
-	Current     int       `json:"current_version"`
-	Excludes    []string  `json:"excludes,omitempty"`
-	Compression string    `json:"compression"`
-	Volumes     []Volume  `json:"volumes,omitempty"`
-	CreatedAt   time.Time `json:"created_at"`
+	Name        string   `json:"name"`
+	BaseImage   string   `json:"base_image"`
+	Current     int      `json:"current_version"`
+	Excludes    []string `json:"excludes,omitempty"`
+	Compression string   `json:"compression"`
+	Volumes     []Volume `json:"volumes,omitempty"`
+	// Prefetch are the files instances read first after a restore, recorded
+	// in their first minute; saves put them first in eStargz layers.
+	Prefetch  []string  `json:"prefetch,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
 }
 
 // CreateProjectRequest is the body of POST /v1/projects.

@@ -234,3 +234,30 @@ func (s *Store) IdleRetained(ctx context.Context, node string, before time.Time)
 		   AND i.last_transition_at < $2 ORDER BY i.last_transition_at`, node, before)
 	return collectInstances(rows, err)
 }
+
+// InstanceCount is the number of node's instances in one state, and how
+// many of them have no expiry.
+type InstanceCount struct {
+	State    string
+	Count    int
+	NoExpiry int
+}
+
+// CountInstances counts node's instances by state.
+func (s *Store) CountInstances(ctx context.Context, node string) ([]InstanceCount, error) {
+	rows, err := s.db.Query(ctx, `SELECT state, count(*), count(*) FILTER (WHERE expires_at IS NULL)
+		FROM instances WHERE node = $1 GROUP BY state ORDER BY state`, node)
+	if err != nil {
+		return nil, translate(err, "count instances")
+	}
+	defer rows.Close()
+	var out []InstanceCount
+	for rows.Next() {
+		var c InstanceCount
+		if err := rows.Scan(&c.State, &c.Count, &c.NoExpiry); err != nil {
+			return nil, translate(err, "count instances")
+		}
+		out = append(out, c)
+	}
+	return out, translate(rows.Err(), "count instances")
+}

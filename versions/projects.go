@@ -41,6 +41,7 @@ type Project struct {
 	Excludes    []string        // paths a save skips, besides the built-in ones
 	Compression string          // layer encoding of saves; "" = default
 	Current     int             // current version; 0 = none
+	Prefetch    []string        // files instances read first after a restore, in order
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
 }
@@ -63,12 +64,12 @@ type Version struct {
 }
 
 const projectCols = `p.id, p.tenant_id, p.name, p.base_image, p.spec, p.excludes, p.compression,
-	COALESCE(p.current_version, 0), p.created_at, p.updated_at`
+	COALESCE(p.current_version, 0), p.created_at, p.updated_at, p.prefetch`
 
 func scanProject(row pgx.Row) (Project, error) {
 	var p Project
 	err := row.Scan(&p.ID, &p.Tenant, &p.Name, &p.BaseImage, &p.Spec, &p.Excludes, &p.Compression,
-		&p.Current, &p.CreatedAt, &p.UpdatedAt)
+		&p.Current, &p.CreatedAt, &p.UpdatedAt, &p.Prefetch)
 	return p, err
 }
 
@@ -396,4 +397,17 @@ func (s *Store) SetProjectSpec(ctx context.Context, tenant, name string, spec js
 		return Project{}, translate(err, fmt.Sprintf("project %q", name))
 	}
 	return p, nil
+}
+
+// SetProjectPrefetch records the files the project's instances read first.
+func (s *Store) SetProjectPrefetch(ctx context.Context, tenant, name string, files []string) error {
+	tag, err := s.db.Exec(ctx, `UPDATE projects SET prefetch = $3, updated_at = now() WHERE tenant_id = $1 AND name = $2`,
+		tenant, name, files)
+	if err != nil {
+		return translate(err, fmt.Sprintf("project %q", name))
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("project %q: %w", name, errdefs.ErrNotFound)
+	}
+	return nil
 }

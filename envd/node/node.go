@@ -49,6 +49,7 @@ type Config struct {
 	DefaultTTL     time.Duration
 	MaxTTL         time.Duration
 	HibernateAfter time.Duration // 0 = never
+	PrefetchWindow time.Duration // 0 = envd's default (60s), negative = off
 	Logger         *slog.Logger
 }
 
@@ -232,7 +233,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	svc, err := envd.New(envd.Config{
 		Node: cfg.Node, WorkDir: filepath.Join(cfg.DataDir, "work"), DataDir: cfg.DataDir,
 		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, Components: components, Logger: log,
-		Volumes: vols, Objects: objects, HibernateAfter: cfg.HibernateAfter,
+		Volumes: vols, Objects: objects, HibernateAfter: cfg.HibernateAfter, PrefetchWindow: cfg.PrefetchWindow,
 	}, store, reg, rt)
 	if err != nil {
 		return nil, err

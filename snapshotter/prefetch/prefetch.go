@@ -81,7 +81,10 @@ func Record(ctx context.Context, root string, d time.Duration, max int) ([]strin
 		return nil, fmt.Errorf("fanotify_init: %w", err)
 	}
 	defer unix.Close(fd)
-	if err := unix.FanotifyMark(fd, unix.FAN_MARK_ADD|unix.FAN_MARK_MOUNT, mask, unix.AT_FDCWD, abs); err != nil {
+	// Mark the path as given, not as resolved here: for a container's
+	// /proc/PID/root the kernel follows the magic link to the container's
+	// rootfs mount, while the resolved "/" would be the host's root mount.
+	if err := unix.FanotifyMark(fd, unix.FAN_MARK_ADD|unix.FAN_MARK_MOUNT, mask, unix.AT_FDCWD, root); err != nil {
 		return nil, fmt.Errorf("fanotify_mark %q: %w", root, err)
 	}
 

@@ -1,0 +1,70 @@
+package envd
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/envd-dev/envd/internal/errdefs"
+)
+
+// saveStats accumulates the timings of this process's saves for /metrics.
+type saveStats struct {
+	mu                          sync.Mutex
+	count, conflicts            int
+	freeze, encode, push, total time.Duration
+}
+
+func (st *saveStats) add(r SaveResult) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.count++
+	if r.Conflict {
+		st.conflicts++
+	}
+	st.freeze += time.Duration(r.FreezeMS) * time.Millisecond
+	st.encode += time.Duration(r.EncodeMS) * time.Millisecond
+	st.push += time.Duration(r.PushMS) * time.Millisecond
+	st.total += time.Duration(r.TotalMS) * time.Millisecond
+}
+
+// Metrics renders the node's metrics in the Prometheus text format: the
+// instances of this node by state (and how many have no expiry: a TTL of
+// "none" is asked for explicitly and counted here), and the saves of this
+// process with their freeze windows.
+func (s *Service) Metrics(ctx context.Context, p Principal) (string, error) {
+	if !p.Admin {
+		return "", fmt.Errorf("metrics need an admin token: %w", errdefs.ErrPermissionDenied)
+	}
+	counts, err := s.store.CountInstances(ctx, s.cfg.Node)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	node := s.cfg.Node
+	fmt.Fprintf(&b, "# HELP envd_instances Instances on this node by state.\n# TYPE envd_instances gauge\n")
+	noExpiry := 0
+	for _, c := range counts {
+		fmt.Fprintf(&b, "envd_instances{node=%q,state=%q} %d\n", node, c.State, c.Count)
+		if c.State != StateTerminated && c.State != StateFailed {
+			noExpiry += c.NoExpiry
+		}
+	}
+	fmt.Fprintf(&b, "# HELP envd_instances_without_expiry Live instances started with ttl none.\n# TYPE envd_instances_without_expiry gauge\n")
+	fmt.Fprintf(&b, "envd_instances_without_expiry{node=%q} %d\n", node, noExpiry)
+	st := &s.saves
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	fmt.Fprintf(&b, "# HELP envd_saves_total Saves finished by this process.\n# TYPE envd_saves_total counter\n")
+	fmt.Fprintf(&b, "envd_saves_total{node=%q} %d\n", node, st.count)
+	fmt.Fprintf(&b, "envd_save_conflicts_total{node=%q} %d\n", node, st.conflicts)
+	for _, m := range []struct {
+		name string
+		d    time.Duration
+	}{{"freeze", st.freeze}, {"encode", st.encode}, {"push", st.push}, {"total", st.total}} {
+		fmt.Fprintf(&b, "envd_save_%s_seconds_sum{node=%q} %.3f\n", m.name, node, m.d.Seconds())
+	}
+	return b.String(), nil
+}
