@@ -7,12 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/envd-dev/envd/internal/syncbuf"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -629,26 +629,9 @@ func TestCancelOperation(t *testing.T) {
 
 func TestAccessLog(t *testing.T) {
 	t.Parallel()
-	var buf syncBuffer
+	var buf syncbuf.Buffer
 	srv := httptest.NewServer(api.New(apitest.New(), api.WithAccessLog(&buf)))
 	defer srv.Close()
 	do(t, srv, http.MethodGet, "/healthz", nil, nil)
 	assert.Contains(t, buf.String(), "/healthz")
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

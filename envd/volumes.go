@@ -72,6 +72,16 @@ func addVolume(vols []Volume, v Volume) ([]Volume, error) {
 
 func volumeOwner(tenant, project string) string { return tenant + "/" + project }
 
+// projectSpec loads a project and its declared spec.
+func (s *Service) projectSpec(ctx context.Context, tenant, project string) (versions.Project, projectSpec, error) {
+	proj, err := s.store.GetProject(ctx, tenant, project)
+	if err != nil {
+		return proj, projectSpec{}, err
+	}
+	ps, err := parseProjectSpec(proj.Spec)
+	return proj, ps, err
+}
+
 // volumeMounts makes sure the project's volumes exist and are mounted on
 // this node, and returns their bind mounts and the instance's PATH.
 func (s *Service) volumeMounts(ctx context.Context, proj versions.Project) ([]runtime.Mount, []string, error) {
@@ -123,11 +133,7 @@ func (s *Service) AddVolume(ctx context.Context, p Principal, project string, re
 	if err != nil {
 		return Project{}, err
 	}
-	proj, err := s.store.GetProject(ctx, p.Tenant, project)
-	if err != nil {
-		return Project{}, err
-	}
-	ps, err := parseProjectSpec(proj.Spec)
+	proj, ps, err := s.projectSpec(ctx, p.Tenant, project)
 	if err != nil {
 		return Project{}, err
 	}
@@ -145,11 +151,7 @@ func (s *Service) AddVolume(ctx context.Context, p Principal, project string, re
 // RemoveVolume removes a volume and deletes its data on this node. It is
 // refused while the project has live instances (they may have it mounted).
 func (s *Service) RemoveVolume(ctx context.Context, p Principal, project, name string) (Project, error) {
-	proj, err := s.store.GetProject(ctx, p.Tenant, project)
-	if err != nil {
-		return Project{}, err
-	}
-	ps, err := parseProjectSpec(proj.Spec)
+	proj, ps, err := s.projectSpec(ctx, p.Tenant, project)
 	if err != nil {
 		return Project{}, err
 	}
@@ -183,11 +185,7 @@ func (s *Service) RemoveVolume(ctx context.Context, p Principal, project, name s
 
 // ListVolumes lists a project's volumes with their usage on this node.
 func (s *Service) ListVolumes(ctx context.Context, p Principal, project string) ([]Volume, error) {
-	proj, err := s.store.GetProject(ctx, p.Tenant, project)
-	if err != nil {
-		return nil, err
-	}
-	ps, err := parseProjectSpec(proj.Spec)
+	_, ps, err := s.projectSpec(ctx, p.Tenant, project)
 	if err != nil {
 		return nil, err
 	}
@@ -205,11 +203,7 @@ func (s *Service) ListVolumes(ctx context.Context, p Principal, project string) 
 }
 
 func (s *Service) volume(ctx context.Context, p Principal, project, name string) (Volume, error) {
-	proj, err := s.store.GetProject(ctx, p.Tenant, project)
-	if err != nil {
-		return Volume{}, err
-	}
-	ps, err := parseProjectSpec(proj.Spec)
+	_, ps, err := s.projectSpec(ctx, p.Tenant, project)
 	if err != nil {
 		return Volume{}, err
 	}

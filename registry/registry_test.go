@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"github.com/envd-dev/envd/internal/syncbuf"
 	"io"
 	"net/http"
 	"os"
@@ -548,24 +549,6 @@ func TestServeBadAddress(t *testing.T) {
 	assert.Error(t, err)
 }
 
-// syncBuffer is a bytes.Buffer safe for the server's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestServerLogger checks that the registry logs through the Server's own
 // logger (found by distribution through the context) and not logrus'
 // standard logger.
@@ -582,7 +565,7 @@ func TestServerLogger(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			var buf syncBuffer
+			var buf syncbuf.Buffer
 			srv, err := Serve(context.Background(), t.TempDir(), "127.0.0.1:0", WithLogWriter(&buf), withLogLevel(tt.level))
 			require.NoError(t, err)
 			for _, u := range []string{"/v2/", "/v2/a/b/manifests/latest"} {

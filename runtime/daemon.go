@@ -3,7 +3,6 @@ package runtime
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -17,6 +16,7 @@ import (
 	"github.com/containerd/containerd/v2/client"
 
 	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/internal/proc"
 )
 
 // maxSocketPath is the longest path a unix socket address can have on Linux
@@ -166,7 +166,7 @@ func StartDaemon(ctx context.Context, dir string, opts ...DaemonOption) (*Daemon
 		select {
 		case <-d.done:
 			return nil, fmt.Errorf("containerd exited during start (see %s): %s: %w",
-				logf.Name(), logTail(logf.Name()), errdefs.ErrUnavailable)
+				logf.Name(), proc.LogTail(logf.Name()), errdefs.ErrUnavailable)
 		case <-ctx.Done():
 			_ = d.Stop(context.WithoutCancel(ctx))
 			return nil, ctx.Err()
@@ -193,46 +193,7 @@ func (d *Daemon) Pid() int { return d.pid }
 // pass), then sends SIGKILL. Running containers are not stopped: their shims
 // outlive the daemon and a new daemon on the same dir picks them up again.
 func (d *Daemon) Stop(ctx context.Context) error {
-	if d.pid <= 0 {
-		return nil
-	}
-	if err := syscall.Kill(d.pid, syscall.SIGTERM); err != nil {
-		if errors.Is(err, syscall.ESRCH) {
-			return nil
-		}
-		return fmt.Errorf("signal containerd %d: %w", d.pid, err)
-	}
-	if d.waitExit(ctx, 10*time.Second) {
-		return nil
-	}
-	_ = syscall.Kill(d.pid, syscall.SIGKILL)
-	if d.waitExit(context.WithoutCancel(ctx), 5*time.Second) {
-		return nil
-	}
-	return fmt.Errorf("containerd %d did not exit: %w", d.pid, errdefs.ErrUnavailable)
-}
-
-func (d *Daemon) waitExit(ctx context.Context, timeout time.Duration) bool {
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	for {
-		if d.done != nil {
-			select {
-			case <-d.done:
-				return true
-			default:
-			}
-		} else if syscall.Kill(d.pid, 0) != nil {
-			return true
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-			return false
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	return proc.Terminate(ctx, "containerd", d.pid, d.done, 10*time.Second)
 }
 
 // serving reports whether a containerd answers on d's socket, and its pid
@@ -320,15 +281,4 @@ func daemonEnv(binDir string) []string {
 		}
 	}
 	return env
-}
-
-func logTail(path string) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	if len(b) > 600 {
-		b = b[len(b)-600:]
-	}
-	return strings.TrimSpace(string(b))
 }

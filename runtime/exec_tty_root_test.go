@@ -1,35 +1,16 @@
 package runtime
 
 import (
-	"bytes"
 	"context"
+	"github.com/envd-dev/envd/internal/syncbuf"
 	"io"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// lockedBuffer is written by Exec's output copy and read by the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 // TestRootExecTTYResizeAndInterrupt runs an interactive shell on a TTY, as
 // envctl exec -it does: the terminal takes the sizes sent on Resize, and a
@@ -42,7 +23,7 @@ func TestRootExecTTYResizeAndInterrupt(t *testing.T) {
 	stdinR, stdinW := io.Pipe()
 	resize := make(chan TermSize, 1)
 	resize <- TermSize{Cols: 100, Rows: 40}
-	var out lockedBuffer
+	var out syncbuf.Buffer
 	type result struct {
 		code int
 		err  error

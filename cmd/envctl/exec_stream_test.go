@@ -2,9 +2,9 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
+	"github.com/envd-dev/envd/internal/syncbuf"
 	"io"
 	"os"
 	"os/exec"
@@ -82,24 +82,6 @@ func (sh *miniShell) Sizes() []envd.TermSize {
 	return append([]envd.TermSize(nil), sh.sizes...)
 }
 
-// syncBuffer collects output written by one goroutine, read by another.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // TestExecInteractiveTTY drives envctl exec -it on a pseudo-terminal as a
 // user would: type, read, resize, exit.
 func TestExecInteractiveTTY(t *testing.T) {
@@ -119,7 +101,7 @@ func TestExecInteractiveTTY(t *testing.T) {
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	require.NoError(t, cmd.Start())
-	var out syncBuffer
+	var out syncbuf.Buffer
 	go func() { _, _ = io.Copy(&out, master) }()
 	waitFor := func(s string) {
 		t.Helper()

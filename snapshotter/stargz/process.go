@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/internal/proc"
 )
 
 // reexecEnv makes any binary that links this package run the snapshotter
@@ -150,10 +151,10 @@ func Start(ctx context.Context, exe, dir string, plainHTTP []string) (*Process, 
 			return p, nil
 		}
 		_ = p.Stop(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("snapshotter (log %s): %s: %w", logPath, logTail(logPath), err)
+		return nil, fmt.Errorf("snapshotter (log %s): %s: %w", logPath, proc.LogTail(logPath), err)
 	case <-p.done:
 		cancel()
-		return nil, fmt.Errorf("snapshotter exited during start (log %s): %s: %w", logPath, logTail(logPath), errdefs.ErrUnavailable)
+		return nil, fmt.Errorf("snapshotter exited during start (log %s): %s: %w", logPath, proc.LogTail(logPath), errdefs.ErrUnavailable)
 	}
 }
 
@@ -182,15 +183,8 @@ func (p *Process) Stop(ctx context.Context) error {
 		p.pid = p.pidFromFile()
 	}
 	var errs []error
-	if p.pid > 0 {
-		if err := syscall.Kill(p.pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
-			errs = append(errs, fmt.Errorf("signal snapshotter %d: %w", p.pid, err))
-		} else if !p.waitExit(ctx, 20*time.Second) {
-			_ = syscall.Kill(p.pid, syscall.SIGKILL)
-			if !p.waitExit(context.WithoutCancel(ctx), 5*time.Second) {
-				errs = append(errs, fmt.Errorf("snapshotter %d did not exit: %w", p.pid, errdefs.ErrUnavailable))
-			}
-		}
+	if err := proc.Terminate(ctx, "snapshotter", p.pid, p.done, 20*time.Second); err != nil {
+		errs = append(errs, err)
 	}
 	if err := unmountAll(p.Root()); err != nil {
 		errs = append(errs, fmt.Errorf("unmount snapshotter mounts: %w", err))
@@ -198,29 +192,6 @@ func (p *Process) Stop(ctx context.Context) error {
 	_ = os.Remove(p.socket)
 	_ = os.Remove(p.pidFile())
 	return errors.Join(errs...)
-}
-
-func (p *Process) waitExit(ctx context.Context, timeout time.Duration) bool {
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	for {
-		if p.done != nil {
-			select {
-			case <-p.done:
-				return true
-			default:
-			}
-		} else if syscall.Kill(p.pid, 0) != nil {
-			return true
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-			return false
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
 }
 
 func unmount(target string) error {
@@ -237,15 +208,4 @@ func unmount(target string) error {
 		}
 		return nil
 	}
-}
-
-func logTail(path string) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	if len(b) > 600 {
-		b = b[len(b)-600:]
-	}
-	return strings.TrimSpace(string(b))
 }

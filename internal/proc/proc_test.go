@@ -1,0 +1,72 @@
+package proc
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// start runs a shell script as a child and returns its pid and a channel
+// closed when it is reaped.
+func start(t *testing.T, script string) (int, chan struct{}) {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", script)
+	require.NoError(t, cmd.Start())
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	return cmd.Process.Pid, done
+}
+
+func TestTerminate(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, script string
+		within       time.Duration
+	}{
+		{"exits on SIGTERM", "sleep 30", 2 * time.Second},
+		{"killed when it ignores SIGTERM", "trap '' TERM; sleep 30 & wait", 4 * time.Second},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pid, done := start(t, tc.script)
+			time.Sleep(100 * time.Millisecond) // let the trap be set
+			began := time.Now()
+			require.NoError(t, Terminate(context.Background(), "test", pid, done, time.Second))
+			assert.Less(t, time.Since(began), tc.within)
+			select {
+			case <-done:
+			default:
+				t.Fatal("the process is still running")
+			}
+		})
+	}
+}
+
+func TestTerminateGoneProcess(t *testing.T) {
+	t.Parallel()
+	pid, done := start(t, "exit 0")
+	<-done
+	assert.NoError(t, Terminate(context.Background(), "test", pid, nil, time.Second))
+	assert.NoError(t, Terminate(context.Background(), "test", 0, nil, time.Second))
+}
+
+func TestLogTail(t *testing.T) {
+	t.Parallel()
+	p := filepath.Join(t.TempDir(), "log")
+	long := make([]byte, 2000)
+	for i := range long {
+		long[i] = 'a'
+	}
+	require.NoError(t, os.WriteFile(p, append(long, []byte("\nlast line\n")...), 0o644))
+	tail := LogTail(p)
+	assert.LessOrEqual(t, len(tail), 600)
+	assert.Contains(t, tail, "last line")
+	assert.Empty(t, LogTail(filepath.Join(t.TempDir(), "missing")))
+}
