@@ -22,7 +22,8 @@ import (
 // env is the node shared by the tests of this package; each test uses its
 // own projects.
 var env struct {
-	dataDir string
+	dataDir    string
+	fixtureTar []byte // the fixture base image as a tar, for nodes a test starts itself
 	node    *node.Node
 	c       *client.Client
 }
@@ -104,6 +105,7 @@ func importFixtureImage(ctx context.Context, dir string) error {
 	if err != nil {
 		return err
 	}
+	env.fixtureTar = tarball
 	_, err = env.c.ImportImage(ctx, fixtureBase, bytes.NewReader(tarball))
 	return err
 }

@@ -62,3 +62,16 @@ func TestRootRestartKeepsEverything(t *testing.T) {
 	b := up(t, p, 0)
 	assert.Equal(t, "kept", mustSh(t, b.ID, "cat /marker"))
 }
+
+// A process that dies inside a save's freeze window leaves the instance
+// frozen; the next start of envd thaws it.
+func TestRootRestartThawsInstanceFrozenByACrash(t *testing.T) {
+	p := newProject(t, "frozen")
+	a := up(t, p, 0)
+	require.NoError(t, env.node.Runtime().Pause(ctx(t), a.ID)) // as a save's freeze would
+	restartNode(t)
+	st, err := env.node.Runtime().Status(ctx(t), a.ID)
+	require.NoError(t, err)
+	assert.Equal(t, "running", st.Task)
+	assert.Equal(t, "ok", mustSh(t, a.ID, "echo ok"))
+}

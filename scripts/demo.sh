@@ -85,7 +85,7 @@ envctl rm "$I1" >/dev/null
 step "node 2: fresh containerd, same PostgreSQL and registry; start version $V"
 REG=$(cat "$DATA/registry.addr")
 DSN="host=$DATA/pg/run dbname=envd user=postgres sslmode=disable"
-if [ -s "$DATA2/envd.pid" ] && kill -0 "$(cat "$DATA2/envd.pid")" 2>/dev/null; then kill "$(cat "$DATA2/envd.pid")"; sleep 1; fi
+[ -s "$DATA2/envd.pid" ] && envd down --data-dir "$DATA2" >/dev/null
 start_node "$DATA2" "$DATA2/envd.log" serve --database "$DSN" --registry "$REG"
 export ENVD_URL=$(cat "$DATA2/envd.url") ENVD_TOKEN=$(cat "$DATA2/admin.token")
 t0=$(ms)
@@ -102,7 +102,7 @@ envctl switch "$P" 1
 I3=$(envctl up "$P" -o json | jq -r .id)
 envctl exec "$I3" -- sh -c "$ABSENT && echo 'version 1 has no dot'"
 envctl rm "$I3" >/dev/null
-kill "$(cat "$DATA2/envd.pid")" 2>/dev/null || true
+envd down --data-dir "$DATA2" >/dev/null
 unset ENVD_URL ENVD_TOKEN
 
 step "timings"

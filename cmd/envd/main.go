@@ -36,7 +36,7 @@ func env(name, def string) string {
 
 func root() *cobra.Command {
 	cmd := &cobra.Command{Use: "envd", Short: "keeps per-project development environments alive and versioned", SilenceUsage: true, SilenceErrors: true}
-	cmd.AddCommand(upCmd(), serveCmd(), snapshotterCmd(), &cobra.Command{
+	cmd.AddCommand(upCmd(), serveCmd(), downCmd(), snapshotterCmd(), &cobra.Command{
 		Use: "version", Short: "print the version",
 		Run: func(*cobra.Command, []string) { fmt.Println(envd.BuildVersion) },
 	})
@@ -92,6 +92,9 @@ func (f *flags) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
+	if err := node.WritePID(f.cfg.DataDir); err != nil {
+		return err
+	}
 	fmt.Printf("envd is up: %s (data dir %s)\n", n.URL, f.cfg.DataDir)
 	<-ctx.Done()
 	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -145,4 +148,28 @@ own session under DATA_DIR/stargz, so its FUSE mounts outlive restarts of envd.`
 			return nil
 		},
 	}
+}
+
+func downCmd() *cobra.Command {
+	f := &flags{}
+	cmd := &cobra.Command{
+		Use:   "down",
+		Short: "stop a node: envd, its containers, its private containerd, snapshotter and PostgreSQL",
+		Long: `Stops everything "envd up" or "envd serve" started under the data dir, removing the
+node's containers (unsaved changes in them are lost; saved versions, volumes and the
+data dir stay). The parts a node was started with are remembered in DATA_DIR/parts.json.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f.cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Minute)
+			defer cancel()
+			if err := node.Down(ctx, f.cfg); err != nil {
+				return err
+			}
+			fmt.Printf("envd is down (data dir %s)\n", f.cfg.DataDir)
+			return nil
+		},
+	}
+	f.register(cmd, true)
+	return cmd
 }

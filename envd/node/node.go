@@ -110,6 +110,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 			return nil, err
 		}
 	}
+	if err := rememberParts(&cfg); err != nil {
+		return nil, err
+	}
 	n := &Node{cfg: cfg}
 	defer func() {
 		if err != nil {

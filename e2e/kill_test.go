@@ -1,0 +1,138 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/envd-dev/envd/client"
+	"github.com/envd-dev/envd/envd"
+)
+
+// envdProcess is `envd up` running as a separate process, so a test can
+// kill it the hard way.
+type envdProcess struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func buildEnvd(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "envd")
+	out, err := exec.Command("go", "build", "-o", bin, "../cmd/envd").CombinedOutput()
+	require.NoError(t, err, string(out))
+	return bin
+}
+
+func startEnvd(t *testing.T, bin, dataDir string) (*envdProcess, *client.Client) {
+	t.Helper()
+	_ = os.Remove(filepath.Join(dataDir, "envd.url"))
+	log, err := os.OpenFile(filepath.Join(dataDir, "envd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	require.NoError(t, err)
+	defer log.Close()
+	cmd := exec.Command(bin, "up", "--data-dir", dataDir)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	require.NoError(t, cmd.Start())
+	p := &envdProcess{cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	var url []byte
+	require.Eventually(t, func() bool {
+		url, err = os.ReadFile(filepath.Join(dataDir, "envd.url"))
+		return err == nil && len(url) > 0
+	}, 90*time.Second, 100*time.Millisecond, "envd up did not start; see %s/envd.log", dataDir)
+	token, err := os.ReadFile(filepath.Join(dataDir, "admin.token"))
+	require.NoError(t, err)
+	c := client.New(strings.TrimSpace(string(url)), strings.TrimSpace(string(token)))
+	require.Eventually(t, func() bool { return c.Healthz(context.Background()) == nil }, 30*time.Second, 100*time.Millisecond)
+	return p, c
+}
+
+func (p *envdProcess) kill(t *testing.T) {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
+	<-p.done
+}
+
+// envd killed with SIGKILL in the middle of a save: nothing half-made is
+// visible, the instance is not left frozen, and the next envd finishes the
+// save.
+func TestRootKillDuringSave(t *testing.T) {
+	bin := buildEnvd(t)
+	dir, err := os.MkdirTemp("", "envd-e2e-kill-")
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(dir, 0o755))
+	dataDir := filepath.Join(dir, "data")
+	require.NoError(t, os.MkdirAll(dataDir, 0o755))
+	t.Cleanup(func() {
+		out, err := exec.Command(bin, "down", "--data-dir", dataDir).CombinedOutput()
+		assert.NoError(t, err, "envd down: %s", out)
+		_ = os.RemoveAll(dir)
+	})
+
+	c := context.Background()
+	p, cl := startEnvd(t, bin, dataDir)
+	_, err = cl.ImportImage(c, "fixture", bytes.NewReader(env.fixtureTar))
+	require.NoError(t, err)
+	_, err = cl.CreateProject(c, envd.CreateProjectRequest{Name: "killed", Base: "fixture"})
+	require.NoError(t, err)
+	in, err := cl.CreateInstance(c, "killed", envd.CreateInstanceRequest{})
+	require.NoError(t, err)
+	res, err := cl.Exec(c, in.ID, envd.ExecRequest{Args: []string{"sh", "-c", "dd if=/dev/urandom of=/blob bs=1M count=150 2>/dev/null && echo kept > /marker"}})
+	require.NoError(t, err)
+	require.Equal(t, 0, res.ExitCode, res.Stderr)
+
+	op, err := cl.Save(c, in.ID, envd.SaveRequest{Message: "killed"}, "")
+	require.NoError(t, err)
+	// Kill it once the instance is frozen or the layer is being made.
+	require.Eventually(t, func() bool {
+		evs, err := cl.OperationEvents(c, op.ID, 0)
+		if err != nil {
+			return false
+		}
+		for _, e := range evs {
+			if e.Type == "spooled" {
+				return true
+			}
+		}
+		return false
+	}, 60*time.Second, 20*time.Millisecond)
+	p.kill(t)
+
+	p, cl = startEnvd(t, bin, dataDir)
+	defer p.kill(t)
+	got, err := cl.GetInstance(c, in.ID)
+	require.NoError(t, err)
+	assert.Equal(t, envd.StateRunning, got.State)
+	res, err = cl.Exec(c, in.ID, envd.ExecRequest{Args: []string{"cat", "/marker"}, Timeout: "10s"})
+	require.NoError(t, err, "the instance answers: not left frozen")
+	assert.Equal(t, "kept\n", res.Stdout)
+
+	done, err := cl.WaitOperation(c, op.ID, nil)
+	require.NoError(t, err)
+	require.Equalf(t, envd.OpSucceeded, done.State, "%+v", done.Error)
+	var sr envd.SaveResult
+	require.NoError(t, json.Unmarshal(done.Result, &sr))
+	assert.True(t, sr.Current)
+	vs, err := cl.ListVersions(c, "killed")
+	require.NoError(t, err)
+	assert.Len(t, vs, 2, "one save, one version")
+	for _, v := range vs {
+		assert.Equal(t, "ready", v.State)
+	}
+	b, err := cl.CreateInstance(c, "killed", envd.CreateInstanceRequest{})
+	require.NoError(t, err)
+	res, err = cl.Exec(c, b.ID, envd.ExecRequest{Args: []string{"cat", "/marker"}})
+	require.NoError(t, err)
+	assert.Equal(t, "kept\n", res.Stdout)
+}
