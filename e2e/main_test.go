@@ -24,8 +24,8 @@ import (
 var env struct {
 	dataDir    string
 	fixtureTar []byte // the fixture base image as a tar, for nodes a test starts itself
-	node    *node.Node
-	c       *client.Client
+	node       *node.Node
+	c          *client.Client
 }
 
 func TestMain(m *testing.M) {
