@@ -1,0 +1,92 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/envd-dev/envd/client"
+	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/envd/node"
+	"github.com/envd-dev/envd/internal/errdefs"
+)
+
+// When the registry or the database is down, requests fail with a clear
+// "unavailable" and nothing that existed is touched: the current version
+// stays, the instance keeps running, and work succeeds once they are back.
+func TestRootDependenciesDown(t *testing.T) {
+	c := ctx(t)
+	reg := startProxy(t, env.node.RegistryAddr(), 0) // the registry as this node sees it
+	dir, err := os.MkdirTemp("", "envd-e2e-outage-")
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(dir, 0o755))
+	// Its own PostgreSQL (so the test can stop it), the shared registry
+	// through the proxy.
+	n, err := node.Start(c, node.Config{DataDir: filepath.Join(dir, "data"), Registry: reg.addr, PrefetchWindow: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		n.Shutdown(sctx)
+		_ = os.RemoveAll(dir)
+	})
+	cl := client.New(n.URL, n.Token)
+	_, err = cl.ImportImage(c, "fixture", bytes.NewReader(env.fixtureTar))
+	require.NoError(t, err)
+	_, err = cl.CreateProject(c, envd.CreateProjectRequest{Name: "outage", Base: "fixture"})
+	require.NoError(t, err)
+	in, err := cl.CreateInstance(c, "outage", envd.CreateInstanceRequest{})
+	require.NoError(t, err)
+	_, err = cl.Exec(c, in.ID, envd.ExecRequest{Args: []string{"sh", "-c", "echo unsaved > /work"}})
+	require.NoError(t, err)
+
+	// Registry down: the save fails as unavailable, current stays 1.
+	reg.stop()
+	op, err := cl.Save(c, in.ID, envd.SaveRequest{Message: "registry down"}, "")
+	require.NoError(t, err)
+	done, err := cl.WaitOperation(c, op.ID, nil)
+	require.NoError(t, err)
+	assert.Equal(t, envd.OpFailed, done.State)
+	require.NotNil(t, done.Error)
+	assert.Equal(t, "unavailable", done.Error.Code, done.Error.Message)
+	proj, err := cl.GetProject(c, "outage")
+	require.NoError(t, err)
+	assert.Equal(t, 1, proj.Current)
+	vs, err := cl.ListVersions(c, "outage")
+	require.NoError(t, err)
+	assert.Len(t, vs, 1, "no half version")
+	res, err := cl.Exec(c, in.ID, envd.ExecRequest{Args: []string{"cat", "/work"}})
+	require.NoError(t, err)
+	assert.Equal(t, "unsaved\n", res.Stdout, "the instance and its changes are untouched")
+
+	// Back: the same save works.
+	reg.start(0)
+	op, err = cl.Save(c, in.ID, envd.SaveRequest{Message: "registry back"}, "")
+	require.NoError(t, err)
+	done, err = cl.WaitOperation(c, op.ID, nil)
+	require.NoError(t, err)
+	require.Equal(t, envd.OpSucceeded, done.State, "%+v", done.Error)
+
+	// Database down: requests answer 503 unavailable, quickly.
+	ctls, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pg_ctl")
+	require.NotEmpty(t, ctls, "Debian's postgresql is installed by scripts/setup.sh")
+	pgctl := ctls[len(ctls)-1]
+	out, err := exec.Command("runuser", "-u", "postgres", "--", pgctl, "-D", filepath.Join(dir, "data", "pg", "data"), "stop", "-m", "fast").CombinedOutput()
+	require.NoError(t, err, string(out))
+	start := time.Now()
+	_, err = cl.GetProject(c, "outage")
+	require.ErrorIs(t, err, errdefs.ErrUnavailable)
+	var ce *client.Error
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, 503, ce.Status)
+	assert.Less(t, time.Since(start), 15*time.Second)
+	_, err = cl.Save(c, in.ID, envd.SaveRequest{}, "")
+	require.ErrorIs(t, err, errdefs.ErrUnavailable)
+}
