@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/envd-dev/envd/internal/syncbuf"
 	"io"
 	"io/fs"
 	"os"
@@ -16,7 +17,6 @@ import (
 	goruntime "runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -190,7 +190,7 @@ func (e *env) setup(ctx context.Context, rootfs string, net runtime.NetworkConfi
 // output line. The full output goes to WORK/apt.log.
 func (e *env) install(ctx context.Context) (string, time.Duration, error) {
 	// stdout and stderr are copied by two goroutines: one buffer needs a lock.
-	out := &lockedBuffer{}
+	out := &syncbuf.Buffer{}
 	logPath := filepath.Join(e.work, "apt.log")
 	start := time.Now()
 	ictx, cancel := context.WithTimeout(ctx, 10*time.Minute)
@@ -211,25 +211,6 @@ func (e *env) install(ctx context.Context) (string, time.Duration, error) {
 	}
 	return summaryLine(out.String()), d, nil
 }
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) Bytes() []byte {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return bytes.Clone(l.b.Bytes())
-}
-
-func (l *lockedBuffer) String() string { return string(l.Bytes()) }
 
 // summaryLine picks apt-get's "N upgraded, N newly installed, ..." line, else
 // the last line without a URL (the mirror's name stays out of the report).
@@ -314,7 +295,7 @@ func (e *env) envdSave(ctx context.Context, comp snapshotter.Compression) (saveR
 	if err := e.rt.Pause(ctx, instanceID); err != nil {
 		return r, err
 	}
-	st, spoolErr := spoolTo(ctx, e.upper, spoolPath)
+	st, spoolErr := spoolTo(ctx, e.upper, spoolPath, snapshotter.SpoolOptions{Excludes: snapshotter.DefaultExcludes})
 	if err := e.rt.Resume(context.WithoutCancel(ctx), instanceID); err != nil {
 		return r, errors.Join(spoolErr, err)
 	}
@@ -335,13 +316,13 @@ func (e *env) envdSave(ctx context.Context, comp snapshotter.Compression) (saveR
 	return r, nil
 }
 
-func spoolTo(ctx context.Context, upper, path string) (snapshotter.SpoolStats, error) {
+func spoolTo(ctx context.Context, upper, path string, opts snapshotter.SpoolOptions) (snapshotter.SpoolStats, error) {
 	f, err := os.Create(path)
 	if err != nil {
 		return snapshotter.SpoolStats{}, err
 	}
 	bw := bufio.NewWriterSize(f, 1<<20)
-	st, err := snapshotter.Spool(ctx, upper, bw, snapshotter.SpoolOptions{Excludes: snapshotter.DefaultExcludes})
+	st, err := snapshotter.Spool(ctx, upper, bw, opts)
 	if err == nil {
 		err = bw.Flush()
 	}

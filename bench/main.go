@@ -1,10 +1,23 @@
-// Command bench measures envd's save path on a real change: Graphviz
-// installed with apt-get in a Debian bookworm instance, then the same upper
-// dir saved by envd (eStargz, zstd, gzip), by containerd's DiffService, and
-// by tar | zstd as a speed reference. It needs root and prints a markdown
-// report on stdout; progress goes to stderr.
+// Command bench measures envd's save and restore paths. It needs root and
+// prints a markdown report on stdout; progress goes to stderr.
 //
-//	go run ./bench [-runs 3] [-rootfs DIR] [-work DIR]
+// Scenarios (-scenario):
+//
+//   - save (default): Graphviz installed with apt-get in a Debian bookworm
+//     instance, then the same upper dir saved by envd (eStargz, zstd, gzip),
+//     by containerd's DiffService, and by tar | zstd as a speed reference.
+//
+//   - restore: time to first command of the Graphviz version, lazy (eStargz
+//     through the stargz snapshotter) vs full pull (zstd, overlayfs), on a
+//     fresh node joining the first one's PostgreSQL and registry.
+//
+//   - workloads: save and restore of 30,000 small files and of a 1 GiB file.
+//
+//   - scaling: save and lazy restore as the change and the image grow.
+//
+//   - all: every scenario, in this order.
+//
+//     go run ./bench [-scenario save|restore|workloads|scaling|all] [-runs 3] [-rootfs DIR] [-work DIR]
 package main
 
 import (
@@ -17,6 +30,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	goruntime "runtime"
 	"slices"
 	"strings"
@@ -44,7 +58,11 @@ type config struct {
 	// (see prefault).
 	prefault bool
 	only     []string // variant keys, in run order
+	scenario string
 }
+
+// scenarios in the order -scenario all runs them.
+var scenarios = []string{"save", "restore", "workloads", "scaling"}
 
 func main() {
 	var cfg config
@@ -54,6 +72,7 @@ func main() {
 	flag.StringVar(&cfg.bridge, "bridge", "envdbench0", "bridge interface of the instance network")
 	flag.StringVar(&cfg.subnet, "subnet", "10.231.7.0/24", "IPv4 subnet of the instance network")
 	flag.BoolVar(&cfg.prefault, "prefault", true, "before every measured run, write and delete a scratch file of twice the upper dir so the run gets recently touched guest memory (see prefault.go)")
+	flag.StringVar(&cfg.scenario, "scenario", "save", "scenario: "+strings.Join(scenarios, ", ")+", or all")
 	variantsFlag := flag.String("variants", strings.Join(variantKeys, ","), "variants to run, in this order (round-robin)")
 	flag.Parse()
 	for _, k := range strings.Split(*variantsFlag, ",") {
@@ -70,6 +89,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: no variants")
 		os.Exit(2)
 	}
+	if cfg.scenario != "all" && !slices.Contains(scenarios, cfg.scenario) {
+		fmt.Fprintf(os.Stderr, "bench: unknown scenario %q (want one of %s, or all)\n", cfg.scenario, strings.Join(scenarios, ", "))
+		os.Exit(2)
+	}
 	if cfg.runs < 1 {
 		fmt.Fprintln(os.Stderr, "bench: -runs must be at least 1")
 		os.Exit(2)
@@ -80,7 +103,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, cfg, os.Stdout); err != nil {
+	if err := runScenarios(ctx, cfg, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -88,6 +111,72 @@ func main() {
 
 func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
+}
+
+// runScenarios runs the chosen scenario, or all of them; the node scenarios
+// share one primary node.
+func runScenarios(ctx context.Context, cfg config, out io.Writer) (rErr error) {
+	want := []string{cfg.scenario}
+	if cfg.scenario == "all" {
+		want = scenarios
+	}
+	if slices.Contains(want, "save") {
+		if len(want) > 1 {
+			fmt.Fprintln(out, "### Save of the Graphviz change (`-scenario save`)")
+			fmt.Fprintln(out)
+		}
+		if err := run(ctx, cfg, out); err != nil {
+			return fmt.Errorf("save: %w", err)
+		}
+	}
+	node := []struct {
+		name, title string
+		run         func(context.Context, *bed, io.Writer) error
+	}{
+		{"restore", "Restore of the Graphviz version, lazy vs full pull", runRestore},
+		{"workloads", "Small-files and large-file workloads", runWorkloads},
+		{"scaling", "Growth with the size of the change and of the image", runScaling},
+	}
+	var b *bed
+	defer func() {
+		if b != nil {
+			logf("cleanup: shutting the primary node down, removing %s", b.dir)
+			if err := b.close(); err != nil {
+				rErr = errors.Join(rErr, fmt.Errorf("cleanup: %w", err))
+			}
+		}
+	}()
+	for _, sc := range node {
+		if !slices.Contains(want, sc.name) {
+			continue
+		}
+		if b == nil {
+			if err := ensureRootfs(ctx, cfg.rootfs); err != nil {
+				return err
+			}
+			if err := os.MkdirAll(cfg.work, 0o755); err != nil {
+				return err
+			}
+			// estargz.Build stages its parts in $TMPDIR; keep them on the work disk.
+			tmp := filepath.Join(cfg.work, "tmp")
+			if err := os.MkdirAll(tmp, 0o755); err != nil {
+				return err
+			}
+			os.Setenv("TMPDIR", tmp)
+			var err error
+			if b, err = startBed(ctx, cfg); err != nil {
+				return err
+			}
+		}
+		if len(want) > 1 {
+			fmt.Fprintf(out, "\n### %s (`-scenario %s`)\n\n", sc.title, sc.name)
+		}
+		logf("scenario %s", sc.name)
+		if err := sc.run(ctx, b, out); err != nil {
+			return fmt.Errorf("%s: %w", sc.name, err)
+		}
+	}
+	return nil
 }
 
 func run(ctx context.Context, cfg config, out io.Writer) (rErr error) {

@@ -10,14 +10,15 @@ import (
 
 // smallFilesScript writes n text files of 1-8 KiB (sizes uniform at random,
 // seeded) under dir/NN/, 100 directories, with mawk (Debian minbase has
-// it): lines of words from a small vocabulary, so they compress like text.
+// it): slices at random offsets of a ~80 KB pool of words from a small
+// vocabulary, so they compress like text.
 func smallFilesScript(dir string, n, seed int) string {
 	return fmt.Sprintf(`mkdir -p %[1]s && cd %[1]s && for d in $(seq -w 0 99); do mkdir -p $d; done && awk -v n=%[2]d -v seed=%[3]d 'BEGIN {
-  srand(seed); split("alpha beta gamma delta envd layer save restore lazy fetch node image file graph dot render apt cache debian ext4 overlay upper lower chunk", w, " ");
+  srand(seed); nw = split("alpha beta gamma delta envd layer save restore lazy fetch node image file graph dot render apt cache debian ext4 overlay upper lower chunk", w, " ");
+  for (j = 0; j < 12000; j++) { line = line w[1 + int(rand() * nw)] (rand() < 0.1 ? "\n" : " "); if (length(line) > 200) { pool = pool line; line = "" } }
   for (i = 0; i < n; i++) {
-    f = sprintf("%%02d/f%%05d.txt", i %% 100, i); size = 1024 + int(rand() * 7169); s = "";
-    while (length(s) < size) { s = s w[1 + int(rand() * 26)] (rand() < 0.1 ? "\n" : " ") }
-    printf "%%s", substr(s, 1, size) > f; close(f)
+    f = sprintf("%%02d/f%%05d.txt", i %% 100, i); size = 1024 + int(rand() * 7169);
+    printf "%%s", substr(pool, 1 + int(rand() * (length(pool) - size)), size) > f; close(f)
   }
 }' && find . -type f | wc -l && du -sb . | cut -f1`, dir, n, seed)
 }
