@@ -241,3 +241,34 @@ func TestRootTwoNodesShareDatabase(t *testing.T) {
 	assert.False(t, st.Exists, "node A removed its stale copy")
 	_ = b
 }
+
+// A retained instance stopped longer than HibernateAfter is hibernated by
+// the node on its own, and start brings it back.
+func TestRootIdleRetainedInstanceHibernates(t *testing.T) {
+	c := ctx(t)
+	s3 := s3test.Start(t)
+	n, cl := startJoiningNode(t, "node-h", &node.Config{S3: &s3, HibernateAfter: time.Second, ReconcileInterval: time.Second})
+	p := fmt.Sprintf("hibernate-%d", projectSeq.Add(1))
+	_, err := cl.CreateProject(c, envd.CreateProjectRequest{Name: p, Base: fixtureBase})
+	require.NoError(t, err)
+	in, err := cl.CreateInstance(c, p, envd.CreateInstanceRequest{Retain: true})
+	require.NoError(t, err)
+	_, err = cl.Exec(c, in.ID, envd.ExecRequest{Args: []string{"sh", "-c", "echo idle > /root/idle"}})
+	require.NoError(t, err)
+	_, err = cl.StopInstance(c, in.ID)
+	require.NoError(t, err)
+	var got envd.Instance
+	require.Eventually(t, func() bool {
+		got, err = cl.GetInstance(c, in.ID)
+		return err == nil && got.HibernatedVersion > 0
+	}, 30*time.Second, 250*time.Millisecond, "hibernated on its own")
+	assert.Equal(t, envd.ReasonHibernated, got.Reason)
+	st, err := n.Runtime().Status(c, in.ID)
+	require.NoError(t, err)
+	assert.False(t, st.Exists, "its layer was freed")
+	_, err = cl.StartInstance(c, in.ID)
+	require.NoError(t, err)
+	res, err := cl.Exec(c, in.ID, envd.ExecRequest{Args: []string{"cat", "/root/idle"}})
+	require.NoError(t, err)
+	assert.Equal(t, "idle\n", res.Stdout)
+}

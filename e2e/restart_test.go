@@ -75,3 +75,23 @@ func TestRootRestartThawsInstanceFrozenByACrash(t *testing.T) {
 	assert.Equal(t, "running", st.Task)
 	assert.Equal(t, "ok", mustSh(t, a.ID, "echo ok"))
 }
+
+// Cancelling a running save is a request: the operation reports canceled
+// once it stopped, no version appears and the instance is not left frozen.
+func TestRootCancelSave(t *testing.T) {
+	p := newProject(t, "cancel")
+	a := up(t, p, 0)
+	mustSh(t, a.ID, "dd if=/dev/urandom of=/blob bs=1M count=300 2>/dev/null")
+	op, err := env.c.Save(ctx(t), a.ID, envd.SaveRequest{Message: "to cancel"}, "")
+	require.NoError(t, err)
+	asked, err := env.c.CancelOperation(ctx(t), op.ID)
+	require.NoError(t, err)
+	assert.Contains(t, []string{envd.OpPending, envd.OpRunning}, asked.State, "cancel answers the operation as it is now")
+	done, err := env.c.WaitOperation(ctx(t), op.ID, nil)
+	require.NoError(t, err)
+	assert.Equal(t, envd.OpCanceled, done.State)
+	vs, err := env.c.ListVersions(ctx(t), p)
+	require.NoError(t, err)
+	assert.Len(t, vs, 1)
+	assert.Equal(t, "ok", mustSh(t, a.ID, "echo ok"))
+}

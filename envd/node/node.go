@@ -50,7 +50,10 @@ type Config struct {
 	MaxTTL         time.Duration
 	HibernateAfter time.Duration // 0 = never
 	PrefetchWindow time.Duration // 0 = envd's default (60s), negative = off
-	Logger         *slog.Logger
+	// ReconcileInterval is how often the reconciler (and hibernation) runs;
+	// 0 = envd's default (30s).
+	ReconcileInterval time.Duration
+	Logger            *slog.Logger
 }
 
 // DefaultDataDir is /var/lib/envd for root, ~/.local/share/envd otherwise.
@@ -236,7 +239,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	svc, err := envd.New(envd.Config{
 		Node: cfg.Node, WorkDir: filepath.Join(cfg.DataDir, "work"), DataDir: cfg.DataDir,
 		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, Components: components, Logger: log,
-		Volumes: vols, Objects: objects, HibernateAfter: cfg.HibernateAfter, PrefetchWindow: cfg.PrefetchWindow,
+		Volumes: vols, Objects: objects, HibernateAfter: cfg.HibernateAfter, PrefetchWindow: cfg.PrefetchWindow, ReconcileInterval: cfg.ReconcileInterval,
 	}, store, reg, rt)
 	if err != nil {
 		return nil, err
