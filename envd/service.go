@@ -8,7 +8,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -245,5 +244,3 @@ func detach(ctx context.Context, d time.Duration) (context.Context, context.Canc
 
 // spoolDir is where a save writes its temporary files.
 func (s *Service) spoolDir(opID string) string { return filepath.Join(s.cfg.WorkDir, opID) }
-
-var errNotImplemented = errors.New("not implemented")

@@ -67,7 +67,6 @@ const (
 	ReasonNodeLost        = "node_lost"
 	ReasonTaskExited      = "task_exited"
 	ReasonProvisionTimout = "provision_timeout"
-	ReasonOrphan          = "orphan"
 )
 
 // Project is one lineage of environments.
