@@ -150,7 +150,7 @@ func (s *Service) Reconcile(ctx context.Context) error {
 		switch {
 		case in.State == StatePending:
 			if time.Since(in.LastTransitionAt) > s.cfg.ProvisionTimeout {
-				s.fail(ctx, in.ID, in.State, ReasonProvisionTimout, fmt.Sprintf("still starting after %s", s.cfg.ProvisionTimeout))
+				s.fail(ctx, in.ID, in.State, ReasonProvisionTimeout, fmt.Sprintf("still starting after %s", s.cfg.ProvisionTimeout))
 				_ = s.rt.Remove(ctx, in.ID)
 			}
 		case !st.Exists && in.HibernatedVersion > 0:

@@ -56,17 +56,17 @@ const (
 
 // Reasons for state transitions, machine-readable.
 const (
-	ReasonCreated         = "created"
-	ReasonStarted         = "started"
-	ReasonUserDelete      = "user_delete"
-	ReasonUserStop        = "user_stop"
-	ReasonUserPause       = "user_pause"
-	ReasonUserResume      = "user_resume"
-	ReasonTTLExpiry       = "ttl_expiry"
-	ReasonProvisionFailed = "provision_failed"
-	ReasonNodeLost        = "node_lost"
-	ReasonTaskExited      = "task_exited"
-	ReasonProvisionTimout = "provision_timeout"
+	ReasonCreated          = "created"
+	ReasonStarted          = "started"
+	ReasonUserDelete       = "user_delete"
+	ReasonUserStop         = "user_stop"
+	ReasonUserPause        = "user_pause"
+	ReasonUserResume       = "user_resume"
+	ReasonTTLExpiry        = "ttl_expiry"
+	ReasonProvisionFailed  = "provision_failed"
+	ReasonNodeLost         = "node_lost"
+	ReasonTaskExited       = "task_exited"
+	ReasonProvisionTimeout = "provision_timeout"
 )
 
 // Project is one lineage of environments.
