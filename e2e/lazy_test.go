@@ -117,9 +117,19 @@ func TestRootLazyRestore(t *testing.T) {
 	assert.Equal(t, sum, mustSh(t, in3.ID, "sha256sum /big50"))
 	assert.Equal(t, stargz.Name, containerSnapshotter(t, in3.ID))
 
-	// zstd: no eStargz layer, so overlayfs and a full pull.
+	// Imported bases are eStargz too, so the base layer was lazy as well.
+	baseImg, err := registry.NewClient(env.node.RegistryAddr()).Get(ctx(t), img.Repo+"@"+img.Digest)
+	require.NoError(t, err)
+	assert.NotEmpty(t, baseImg.Layers[0].Annotations["containerd.io/snapshot/stargz/toc.digest"], "imported base is eStargz")
+
+	// A gzip base (as images from other tools are) and zstd saves: no
+	// eStargz layer at all, so overlayfs and a full pull.
+	tarPath := filepath.Join(t.TempDir(), "fixture.tar")
+	require.NoError(t, os.WriteFile(tarPath, env.fixtureTar, 0o644))
+	gz, err := registry.NewClient(env.node.RegistryAddr()).ImportRootfs(ctx(t), tarPath, "envd/images/gzip-fixture", "latest")
+	require.NoError(t, err)
 	zp := fmt.Sprintf("lazy-zstd-%d", projectSeq.Add(1))
-	_, err = env.c.CreateProject(ctx(t), envd.CreateProjectRequest{Name: zp, Base: fixtureBase, Compression: "zstd"})
+	_, err = env.c.CreateProject(ctx(t), envd.CreateProjectRequest{Name: zp, Base: gz.Ref(), Compression: "zstd"})
 	require.NoError(t, err)
 	zin := up(t, zp, 0)
 	mustSh(t, zin.ID, "echo zstd > /zstd-file")

@@ -21,6 +21,7 @@ import (
 	"github.com/envd-dev/envd/internal/objstore"
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/runtime"
+	"github.com/envd-dev/envd/snapshotter"
 	"github.com/envd-dev/envd/versions"
 	"github.com/envd-dev/envd/workspace"
 )
@@ -28,7 +29,7 @@ import (
 // ImageStore is what the core needs of the registry.
 type ImageStore interface {
 	Addr() string
-	ImportRootfs(ctx context.Context, src, repo, tag string) (registry.Image, error)
+	PushRootfsLayer(ctx context.Context, lf registry.LayerFile, repo, tag string) (registry.Image, error)
 	Append(ctx context.Context, parent registry.Image, layer registry.LayerFile, targetRepo, tag string, annotations map[string]string) (registry.Image, error)
 	Get(ctx context.Context, ref string) (registry.Image, error)
 }
@@ -181,7 +182,7 @@ func (s *Service) ImportImage(ctx context.Context, p Principal, name string, tar
 	if err := f.Sync(); err != nil {
 		return Image{}, err
 	}
-	img, err := s.reg.ImportRootfs(ctx, f.Name(), imageRepo(name), "latest")
+	img, err := s.importRootfs(ctx, f.Name(), imageRepo(name))
 	if err != nil {
 		return Image{}, fmt.Errorf("import image %q: %w", name, err)
 	}
@@ -191,6 +192,37 @@ func (s *Service) ImportImage(ctx context.Context, p Principal, name string, tar
 		return Image{}, err
 	}
 	return toImage(rec), nil
+}
+
+// importRootfs encodes a root filesystem tar as an eStargz layer, like a
+// save, so that restores are lazy from the base up, and pushes it as a
+// single-layer image.
+func (s *Service) importRootfs(ctx context.Context, src, repo string) (registry.Image, error) {
+	dir, err := os.MkdirTemp(s.cfg.WorkDir, "import-")
+	if err != nil {
+		return registry.Image{}, err
+	}
+	defer os.RemoveAll(dir)
+	tarPath := filepath.Join(dir, "rootfs.tar")
+	f, err := os.Create(tarPath)
+	if err != nil {
+		return registry.Image{}, err
+	}
+	err = registry.WriteRootfsTar(src, f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return registry.Image{}, err
+	}
+	layer, err := snapshotter.Encode(ctx, tarPath, dir, snapshotter.EncodeOptions{Compression: snapshotter.Estargz})
+	if err != nil {
+		return registry.Image{}, fmt.Errorf("encode base layer: %w", err)
+	}
+	return s.reg.PushRootfsLayer(ctx, registry.LayerFile{
+		Path: layer.Path, MediaType: layer.MediaType, Digest: layer.Digest.String(), DiffID: layer.DiffID.String(),
+		Size: layer.Size, Annotations: layer.Annotations,
+	}, repo, "latest")
 }
 
 func toImage(img versions.Image) Image {

@@ -165,6 +165,26 @@ func (c *Client) ImportRootfs(ctx context.Context, src, repo, tag string) (Image
 		return Image{}, err
 	}
 	defer os.Remove(lf.Path)
+	return c.pushRootfsLayer(ctx, r, lf, tag)
+}
+
+// PushRootfsLayer makes a single-layer base image in repo from a layer
+// file already encoded (for example as eStargz from WriteRootfsTar's
+// output), with the same config as ImportRootfs, and pushes it.
+func (c *Client) PushRootfsLayer(ctx context.Context, lf LayerFile, repo, tag string) (Image, error) {
+	r, err := c.repository(repo)
+	if err != nil {
+		return Image{}, err
+	}
+	if tag != "" {
+		if err := validateTag(tag); err != nil {
+			return Image{}, err
+		}
+	}
+	return c.pushRootfsLayer(ctx, r, lf, tag)
+}
+
+func (c *Client) pushRootfsLayer(ctx context.Context, r name.Repository, lf LayerFile, tag string) (Image, error) {
 	layer, err := newFileLayer(lf)
 	if err != nil {
 		return Image{}, err
@@ -187,8 +207,10 @@ func (c *Client) ImportRootfs(ctx context.Context, src, repo, tag string) (Image
 		return Image{}, fmt.Errorf("image config: %w", err)
 	}
 	img, err := mutate.Append(base, mutate.Addendum{
-		Layer:   layer,
-		History: v1.History{Created: v1.Time{Time: now}, CreatedBy: "envd import rootfs"},
+		Layer:       layer,
+		MediaType:   types.MediaType(lf.MediaType),
+		Annotations: lf.Annotations, // eStargz TOC digest: what lets the base restore lazily
+		History:     v1.History{Created: v1.Time{Time: now}, CreatedBy: "envd import rootfs"},
 	})
 	if err != nil {
 		return Image{}, fmt.Errorf("assemble image: %w", err)

@@ -49,20 +49,10 @@ func writeRootfsLayer(src, dir string) (LayerFile, error) {
 	uncompressed := &countingHash{h: sha256.New()}
 	bw := bufio.NewWriterSize(io.MultiWriter(out, compressed), 1<<20)
 	zw := gzip.NewWriter(bw)
-	tw := tar.NewWriter(io.MultiWriter(zw, uncompressed))
-
-	switch {
-	case st.IsDir():
-		err = tarDirectory(tw, src)
-	case st.Mode().IsRegular():
-		err = copyTar(tw, src)
-	default:
-		err = fmt.Errorf("rootfs source %q is neither a directory nor a file: %w", src, errdefs.ErrInvalidArgument)
-	}
-	if err != nil {
+	if err := writeRootfsTar(st, src, io.MultiWriter(zw, uncompressed)); err != nil {
 		return LayerFile{}, err
 	}
-	for _, step := range []func() error{tw.Close, zw.Close, bw.Flush, out.Sync, out.Close} {
+	for _, step := range []func() error{zw.Close, bw.Flush, out.Sync, out.Close} {
 		if err := step(); err != nil {
 			return LayerFile{}, fmt.Errorf("write layer file: %w", err)
 		}
@@ -72,6 +62,40 @@ func writeRootfsLayer(src, dir string) (LayerFile, error) {
 	lf.Size = compressed.n
 	ok = true
 	return lf, nil
+}
+
+// WriteRootfsTar writes src (a directory, or a tar file, plain or gzip) to
+// w as an uncompressed layer tar: names relative and clean, directories
+// before their contents, owners, modes, links, xattrs and device nodes
+// kept; entries that climb out with ".." are refused. envd encodes it (as
+// eStargz, so base images restore lazily too) and pushes it with
+// PushRootfsLayer.
+func WriteRootfsTar(src string, w io.Writer) error {
+	st, err := os.Stat(src)
+	if err != nil {
+		return fmt.Errorf("rootfs source %q: %w: %w", src, errdefs.ErrInvalidArgument, err)
+	}
+	return writeRootfsTar(st, src, w)
+}
+
+func writeRootfsTar(st os.FileInfo, src string, w io.Writer) error {
+	tw := tar.NewWriter(w)
+	var err error
+	switch {
+	case st.IsDir():
+		err = tarDirectory(tw, src)
+	case st.Mode().IsRegular():
+		err = copyTar(tw, src)
+	default:
+		err = fmt.Errorf("rootfs source %q is neither a directory nor a file: %w", src, errdefs.ErrInvalidArgument)
+	}
+	if err != nil {
+		return err
+	}
+	if err := tw.Close(); err != nil {
+		return fmt.Errorf("write layer tar: %w", err)
+	}
+	return nil
 }
 
 type countingHash struct {

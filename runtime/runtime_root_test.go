@@ -449,7 +449,9 @@ func TestRootNetwork(t *testing.T) {
 	out, _, _ = env.run(t, "net2", "ip", "-4", "-o", "addr", "show", "eth0")
 	ip2, _, err := net.ParseCIDR(strings.Fields(out)[3])
 	require.NoError(t, err)
-	_, _, code = env.run(t, "net2", "sh", "-c", "nc -l -p 7000 >/tmp/got </dev/null & sleep 0.2")
+	// The listener's stdin stays open (a closed one can make busybox nc
+	// hang up before it reads), and it gets time to listen under load.
+	_, _, code = env.run(t, "net2", "sh", "-c", "(sleep 20 | nc -l -p 7000 >/tmp/got) >/dev/null 2>&1 & sleep 0.5")
 	require.Equal(t, 0, code)
 	_, _, code = env.run(t, "net1", "sh", "-c", "echo ping | nc -w 2 "+ip2.String()+" 7000")
 	assert.Equal(t, 0, code, "instance cannot reach another instance")
