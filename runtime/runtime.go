@@ -33,6 +33,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -55,9 +56,11 @@ import (
 // snapshotter is the containerd snapshotter instances' writable layers use.
 const snapshotter = "overlayfs"
 
-// ioDrainGrace is how long Exec waits, after the process exits, for its
-// output streams to close.
-const ioDrainGrace = time.Second
+// ioDrainGrace is how long Exec waits, after the process exits and then
+// after each piece of output, for its output streams to close: a background
+// child holding them open is cut off after this much quiet (it was 1 s; the
+// shim's copy lagged the exit by more on a loaded node and output was lost).
+const ioDrainGrace = 2 * time.Second
 
 // initScript is the init process of every instance: it waits, and exits on
 // SIGTERM. PID 1 in a PID namespace only receives signals it handles, so the
@@ -519,6 +522,10 @@ func (r *Runtime) Exec(ctx context.Context, id string, spec ExecSpec) (int, erro
 	if stderr == nil {
 		stderr = io.Discard
 	}
+	// The drain after the exit below waits for output to go quiet.
+	var lastOutput atomic.Int64
+	stdout = activityWriter{stdout, &lastOutput}
+	stderr = activityWriter{stderr, &lastOutput}
 	// cio closes its end of the stdin FIFO at EOF, but the process only sees
 	// EOF once the shim is told to close its end too (CloseIO).
 	var stdin io.Reader
@@ -607,13 +614,36 @@ func (r *Runtime) Exec(ctx context.Context, id string, spec ExecSpec) (int, erro
 	// and are then cut off; the child keeps running, detached.
 	ioDone := make(chan struct{})
 	go func() { p.IO().Wait(); close(ioDone) }()
-	select {
-	case <-ioDone:
-	case <-time.After(ioDrainGrace):
-		p.IO().Cancel()
-		detached = true
+	exited := time.Now()
+	for {
+		// The shim copies the process's output to the FIFOs on its own
+		// schedule, so on a loaded node output still arrives after the exit
+		// event: wait until it has been quiet for ioDrainGrace.
+		quietSince := max(exited.UnixNano(), lastOutput.Load())
+		wait := time.Until(time.Unix(0, quietSince).Add(ioDrainGrace))
+		if wait <= 0 {
+			p.IO().Cancel()
+			detached = true
+			break
+		}
+		select {
+		case <-ioDone:
+			return int(code), nil
+		case <-time.After(wait):
+		}
 	}
 	return int(code), nil
+}
+
+// activityWriter records when output last arrived.
+type activityWriter struct {
+	w    io.Writer
+	last *atomic.Int64
+}
+
+func (a activityWriter) Write(p []byte) (int, error) {
+	a.last.Store(time.Now().UnixNano())
+	return a.w.Write(p)
 }
 
 // resizeLoop applies each terminal size received on sizes to p until the
