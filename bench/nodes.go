@@ -231,6 +231,12 @@ func (r restoreRun) firstCommand() time.Duration {
 // how many bytes were fetched, then deletes the instance, shuts the node
 // down and removes its data dir.
 func (b *bed) coldRestore(ctx context.Context, project string, version int, cmds []string) (r restoreRun, rErr error) {
+	return b.coldRestoreOn(ctx, project, version, cmds, false)
+}
+
+// coldRestoreOn is coldRestore on a joining node that pulls lazily, or, with
+// full, on one without the lazy snapshotter (whole images, overlayfs).
+func (b *bed) coldRestoreOn(ctx context.Context, project string, version int, cmds []string, full bool) (r restoreRun, rErr error) {
 	v, err := b.c.GetVersion(ctx, project, version)
 	if err != nil {
 		return r, err
@@ -247,7 +253,7 @@ func (b *bed) coldRestore(ctx context.Context, project string, version int, cmds
 		}
 	}
 	jn, err := node.Start(ctx, node.Config{DataDir: dir, DSN: b.primary.DSN(), Registry: b.primary.RegistryAddr(),
-		DefaultTTL: 2 * time.Hour, Logger: b.log})
+		DefaultTTL: 2 * time.Hour, Logger: b.log, DisableLazy: full})
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
 		defer cancel()
@@ -261,7 +267,7 @@ func (b *bed) coldRestore(ctx context.Context, project string, version int, cmds
 	if err != nil {
 		return r, fmt.Errorf("start joining node: %w", err)
 	}
-	if jn.Runtime().LazySnapshotter() != stargz.Name {
+	if !full && jn.Runtime().LazySnapshotter() != stargz.Name {
 		return r, fmt.Errorf("joining node has no lazy snapshotter (see %s)", filepath.Join(dir, "stargz", "snapshotter.log"))
 	}
 	jc := envdclient.New(jn.URL, jn.Token)

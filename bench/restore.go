@@ -21,6 +21,7 @@ type restoreVariant struct {
 	name        string
 	compression string
 	project     string
+	full        bool   // restore on a node without the lazy snapshotter
 	base        string // image name or repo@digest
 	install     time.Duration
 	save        envd.SaveResult
@@ -34,16 +35,17 @@ func runRestore(ctx context.Context, b *bed, out io.Writer) error {
 	started := time.Now()
 	vs := []*restoreVariant{
 		{name: "lazy (eStargz, stargz snapshotter)", compression: "estargz", project: "gv-estargz", base: baseImage},
-		{name: "full pull (zstd, overlayfs)", compression: "zstd", project: "gv-zstd", base: baseImage},
-		{name: "lazy, eStargz base too", compression: "estargz", project: "gv-estargz-esgzbase"},
+		{name: "full pull of the same eStargz image (overlayfs)", compression: "estargz", project: "gv-estargz", base: baseImage, full: true},
+		{name: "full pull, zstd project (overlayfs)", compression: "zstd", project: "gv-zstd", base: baseImage, full: true},
 	}
-	esgzBase, err := b.importEstargzBase(ctx)
-	if err != nil {
-		return err
-	}
-	vs[2].base = esgzBase.Ref()
 	var aptLine string
+	made := map[string]*restoreVariant{}
 	for _, v := range vs {
+		if m := made[v.project]; m != nil {
+			v.install, v.save = m.install, m.save // the same version, restored another way
+			continue
+		}
+		made[v.project] = v
 		if _, err := b.c.CreateProject(ctx, envd.CreateProjectRequest{Name: v.project, Base: v.base, Compression: v.compression}); err != nil {
 			return fmt.Errorf("project %s: %w", v.project, err)
 		}
@@ -59,7 +61,7 @@ func runRestore(ctx context.Context, b *bed, out io.Writer) error {
 	cmds := []string{dotVersionCmd, renderCmd}
 	for i := 0; i < b.cfg.runs; i++ {
 		for _, v := range vs {
-			r, err := b.coldRestore(ctx, v.project, v.save.Version, cmds)
+			r, err := b.coldRestoreOn(ctx, v.project, v.save.Version, cmds, v.full)
 			if err != nil {
 				return fmt.Errorf("%s, run %d: %w", v.name, i+1, err)
 			}
@@ -69,12 +71,11 @@ func runRestore(ctx context.Context, b *bed, out io.Writer) error {
 
 	var w bytes.Buffer
 	header(&w)
-	fmt.Fprintf(&w, "Primary node: `node.Start` in a fresh data dir, the Debian bookworm minbase rootfs imported as base image %q (%s MB, one gzip layer). "+
-		"Two projects on it, compression `estargz` and `zstd`, and a third `estargz` project on the same rootfs pushed with an eStargz layer by the bench (%s MB; "+
-		"`envd import` only makes gzip base layers, which the stargz snapshotter pulls whole). In each, one instance ran `%s` (%s, %s, %s; `%s`) and was saved as version %d.\n\n",
-		baseImage, megabytes(b.base.Size), megabytes(esgzBase.Layers[0].Size), installCmd, seconds(vs[0].install), seconds(vs[1].install), seconds(vs[2].install), aptLine, vs[0].save.Version)
+	fmt.Fprintf(&w, "Primary node: `node.Start` in a fresh data dir, the Debian bookworm minbase rootfs imported as base image %q (%s MB; "+
+		"envd imports bases as one eStargz layer). Two projects on it, compression `estargz` and `zstd`. In each, one instance ran `%s` (%s, %s; `%s`) and was saved as version %d.\n\n",
+		baseImage, megabytes(b.base.Size), installCmd, seconds(vs[0].install), seconds(vs[2].install), aptLine, vs[0].save.Version)
 	var srows []saveRow
-	for _, v := range vs {
+	for _, v := range []*restoreVariant{vs[0], vs[2]} {
 		srows = append(srows, saveRow{Label: v.project, Extra: []string{v.compression}, Res: v.save})
 	}
 	writeSaveTable(&w, "project", srows, "compression")
@@ -100,8 +101,8 @@ func runRestore(ctx context.Context, b *bed, out io.Writer) error {
 			megabytes(medianInt(fe)), megabytes(last.ImageBytes), last.LazyLayers, last.Layers, last.Snapshotter)
 	}
 	fmt.Fprintln(&w)
-	fmt.Fprintf(&w, "Ratio full / lazy, time to first command: **%s** with the gzip base envd imports, %s with the eStargz base (target of issue 5: at least 4×, i.e. lazy ≤ 1/4 of full).\n\n",
-		ratio(ttfc[1], ttfc[0]), ratio(ttfc[1], ttfc[2]))
+	fmt.Fprintf(&w, "Ratio full / lazy, time to first command: **%s** for the same eStargz image pulled whole on a node without the lazy snapshotter, %s against the zstd project's version (target of issue 5: at least 4×, i.e. lazy ≤ 1/4 of full).\n\n",
+		ratio(ttfc[1], ttfc[0]), ratio(ttfc[2], ttfc[0]))
 	fmt.Fprintln(&w, "Runs (create + first command, render, fetched MB):")
 	fmt.Fprintln(&w)
 	for _, v := range vs {
@@ -112,10 +113,10 @@ func runRestore(ctx context.Context, b *bed, out io.Writer) error {
 		fmt.Fprintf(&w, "- %s: %s\n", v.name, strings.Join(parts, "; "))
 	}
 	fmt.Fprintf(&w, "- `dot -V` answered: `%s`; the render wrote a %s-byte PNG.\n", firstLine(vs[0].runs[0].Outputs[0]), firstLine(vs[0].runs[0].Outputs[1]))
-	fmt.Fprintln(&w, "- fetched MB: for a lazily mounted layer, the bytes the stargz snapshotter had fetched (its layer state) right after the render; every other layer (the gzip base, all layers of the zstd image) is pulled whole, so it counts with its compressed size. image MB: compressed bytes of all layers. 1 MB = 10^6 bytes.")
+	fmt.Fprintln(&w, "- fetched MB: for a lazily mounted layer, the bytes the stargz snapshotter had fetched (its layer state) right after the render; every layer a full pull takes is counted whole, so it counts with its compressed size. image MB: compressed bytes of all layers. 1 MB = 10^6 bytes.")
 	fmt.Fprintln(&w, "- Registry, PostgreSQL and both nodes run on this one machine: the registry's blobs are read from its disk (page cache warm from the save), no network between nodes.")
 	fmt.Fprintf(&w, "- Scenario wall time: %s.\n", seconds(time.Since(started)))
-	_, err = out.Write(w.Bytes())
+	_, err := out.Write(w.Bytes())
 	return err
 }
 

@@ -50,6 +50,10 @@ type Config struct {
 	MaxTTL         time.Duration
 	HibernateAfter time.Duration // 0 = never
 	PrefetchWindow time.Duration // 0 = envd's default (60s), negative = off
+	// DisableLazy runs no lazy snapshotter: every restore pulls and unpacks
+	// whole images for overlayfs (the baseline lazy restore is measured
+	// against).
+	DisableLazy bool
 	// ReconcileInterval is how often the reconciler (and hibernation) runs;
 	// 0 = envd's default (30s).
 	ReconcileInterval time.Duration
@@ -183,7 +187,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		// which uses it as the proxy plugin stargz.Name. Without it (no FUSE,
 		// say) every restore is a full pull for overlayfs.
 		var dopts []runtime.DaemonOption
-		if sp, err := stargz.Start(ctx, "", filepath.Join(cfg.DataDir, "stargz"), []string{regAddr}); err != nil {
+		if cfg.DisableLazy {
+			components["lazy snapshotter"] = "disabled"
+		} else if sp, err := stargz.Start(ctx, "", filepath.Join(cfg.DataDir, "stargz"), []string{regAddr}); err != nil {
 			log.Warn("lazy snapshotter unavailable, restores pull images in full (overlayfs)", "err", err)
 			components["lazy snapshotter"] = "unavailable: " + err.Error()
 		} else {
