@@ -402,3 +402,24 @@ func syncFile(p string) error {
 	}
 	return nil
 }
+
+// Detach unmounts every volume of this manager from the host, leaving the
+// images in place (Ensure mounts them again). It is for a node going away:
+// instances that still have a volume bind-mounted keep their own mount.
+func (m *Manager) Detach(ctx context.Context) error {
+	infos, err := readMountInfo("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	var errs []error
+	prefix := m.root + string(filepath.Separator)
+	// Deepest first, so nested mounts go before their parents.
+	for i := len(infos) - 1; i >= 0; i-- {
+		if mp := infos[i].mountPoint; strings.HasPrefix(mp, prefix) {
+			if err := unix.Unmount(mp, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+				errs = append(errs, fmt.Errorf("unmount %s: %w", mp, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -538,3 +538,26 @@ func mountCount(t *testing.T, dir string) int {
 	}
 	return n
 }
+
+// Detach unmounts every volume of the manager and keeps the images, so a
+// later Ensure mounts them again with their content.
+func TestRootDetach(t *testing.T) {
+	requireRoot(t)
+	m, err := NewManager(t.TempDir())
+	require.NoError(t, err)
+	ctx := context.Background()
+	s := Spec{Name: "work", Path: "/workspace", SizeBytes: MinSize}
+	dir, err := m.Ensure(ctx, "t/p", s)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "kept"), []byte("yes"), 0o644))
+	require.NoError(t, m.Detach(ctx))
+	_, mounted, err := mountedAt(dir)
+	require.NoError(t, err)
+	assert.False(t, mounted)
+	dir, err = m.Ensure(ctx, "t/p", s)
+	require.NoError(t, err)
+	b, err := os.ReadFile(filepath.Join(dir, "kept"))
+	require.NoError(t, err)
+	assert.Equal(t, "yes", string(b))
+	require.NoError(t, m.Remove(ctx, "t/p", "work"))
+}

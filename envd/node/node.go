@@ -85,6 +85,7 @@ type Node struct {
 	daemon  *runtime.Daemon
 	stargz  *stargz.Process // the lazy snapshotter process; nil when not running
 	rt      *runtime.Runtime
+	vols    *workspace.Manager
 	regAddr string
 	dsn     string
 }
@@ -229,6 +230,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("volumes: %w", err)
 	}
+	n.vols = vols
 	var objects objstore.Store
 	if cfg.S3 != nil {
 		if objects, err = objstore.NewS3(ctx, *cfg.S3); err != nil {
@@ -336,6 +338,11 @@ func (n *Node) Shutdown(ctx context.Context) {
 		}
 	}
 	n.Close(ctx)
+	if n.vols != nil {
+		if err := n.vols.Detach(ctx); err != nil {
+			n.cfg.Logger.Warn("unmount volumes", "err", err)
+		}
+	}
 	if n.daemon != nil {
 		if err := n.daemon.Stop(ctx); err != nil {
 			n.cfg.Logger.Warn("stop containerd", "err", err)
