@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/envd-dev/envd/internal/mountinfo"
 	"github.com/envd-dev/envd/internal/syncbuf"
 	"io"
 	"io/fs"
@@ -117,24 +118,6 @@ func resetWork(dir string) error {
 		return fmt.Errorf("wipe work dir: %w", err)
 	}
 	return os.MkdirAll(dir, 0o755)
-}
-
-// mountsUnder lists mount points at or below dir, deepest (latest) first.
-func mountsUnder(dir string) []string {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && (fields[4] == dir || strings.HasPrefix(fields[4], dir+"/")) {
-			out = append([]string{fields[4]}, out...)
-		}
-	}
-	return out
 }
 
 // setup starts the registry and containerd, imports and pulls the rootfs, and
@@ -428,4 +411,11 @@ func removeHostNetwork(bridge string) {
 		_ = exec.Command(bin, "-w", "5", "-X", chain).Run()
 	}
 	_ = exec.Command("ip", "link", "del", bridge).Run()
+}
+
+// mountsUnder lists mount points at or below dir, deepest first (none when
+// mountinfo cannot be read).
+func mountsUnder(dir string) []string {
+	mps, _ := mountinfo.Under(dir)
+	return mps
 }

@@ -1,7 +1,6 @@
 package runtime
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -20,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/internal/mountinfo"
 )
 
 // Tests named TestRoot* need root (containerd, runc, netns, iptables). They
@@ -124,18 +124,9 @@ func (env *testEnv) cleanup(t *testing.T) {
 
 // mountsUnder lists mount points at or below dir, deepest first.
 func mountsUnder(t *testing.T, dir string) []string {
-	f, err := os.Open("/proc/self/mountinfo")
+	mps, err := mountinfo.Under(dir)
 	require.NoError(t, err)
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && (fields[4] == dir || strings.HasPrefix(fields[4], dir+"/")) {
-			out = append([]string{fields[4]}, out...)
-		}
-	}
-	return out
+	return mps
 }
 
 func (env *testEnv) create(t *testing.T, spec InstanceSpec) {

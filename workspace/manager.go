@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/internal/mountinfo"
 )
 
 const (
@@ -245,7 +246,7 @@ func mountAt(ctx context.Context, img, dir string) error {
 		return err
 	}
 	if ok {
-		if back := loopBacking(mi.source); back != "" && back != img {
+		if back := loopBacking(mi.Source); back != "" && back != img {
 			return fmt.Errorf("%s is mounted from %s, not %s: %w", dir, back, img, errdefs.ErrFailedPrecondition)
 		}
 		return nil
@@ -407,18 +408,14 @@ func syncFile(p string) error {
 // images in place (Ensure mounts them again). It is for a node going away:
 // instances that still have a volume bind-mounted keep their own mount.
 func (m *Manager) Detach(ctx context.Context) error {
-	infos, err := readMountInfo("/proc/self/mountinfo")
+	mps, err := mountinfo.Under(m.root)
 	if err != nil {
 		return err
 	}
 	var errs []error
-	prefix := m.root + string(filepath.Separator)
-	// Deepest first, so nested mounts go before their parents.
-	for i := len(infos) - 1; i >= 0; i-- {
-		if mp := infos[i].mountPoint; strings.HasPrefix(mp, prefix) {
-			if err := unix.Unmount(mp, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
-				errs = append(errs, fmt.Errorf("unmount %s: %w", mp, err))
-			}
+	for _, mp := range mps {
+		if err := unix.Unmount(mp, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", mp, err))
 		}
 	}
 	return errors.Join(errs...)

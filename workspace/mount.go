@@ -1,7 +1,6 @@
 package workspace
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -16,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/internal/mountinfo"
 )
 
 // Facts this file relies on (checked on Linux 6.x, util-linux 2.38,
@@ -33,67 +33,17 @@ import (
 //     (systemd PrivateMounts) would hide them from runc: ensureMounted checks
 //     /proc/self/mountinfo each time.
 
-// mountInfo is one line of /proc/<pid>/mountinfo.
-type mountInfo struct {
-	dev        string // major:minor
-	mountPoint string
-	fsType     string
-	source     string
-}
-
-// unescapeMount undoes the octal escapes (\040 for space, ...) of mountinfo.
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func readMountInfo(file string) ([]mountInfo, error) {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return nil, err
-	}
-	var out []mountInfo
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		// 36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		if !ok {
-			continue
-		}
-		f, g := strings.Fields(pre), strings.Fields(post)
-		if len(f) < 5 || len(g) < 2 {
-			continue
-		}
-		out = append(out, mountInfo{dev: f[2], mountPoint: unescapeMount(f[4]), fsType: g[0], source: unescapeMount(g[1])})
-	}
-	return out, sc.Err()
-}
-
 // mountedAt returns the mount on dir in this process's namespace (the last,
 // topmost one), if any.
-func mountedAt(dir string) (mountInfo, bool, error) {
-	infos, err := readMountInfo("/proc/self/mountinfo")
+func mountedAt(dir string) (mountinfo.Info, bool, error) {
+	infos, err := mountinfo.Read("/proc/self/mountinfo")
 	if err != nil {
-		return mountInfo{}, false, fmt.Errorf("read mounts: %w", err)
+		return mountinfo.Info{}, false, fmt.Errorf("read mounts: %w", err)
 	}
-	var found mountInfo
+	var found mountinfo.Info
 	ok := false
 	for _, mi := range infos {
-		if mi.mountPoint == dir {
+		if mi.MountPoint == dir {
 			found, ok = mi, true
 		}
 	}
@@ -158,13 +108,13 @@ func usedElsewhere(dev string) (string, error) {
 			continue // exited, or a namespace already read
 		}
 		seen[ns] = true
-		infos, err := readMountInfo(filepath.Join("/proc", e.Name(), "mountinfo"))
+		infos, err := mountinfo.Read(filepath.Join("/proc", e.Name(), "mountinfo"))
 		if err != nil {
 			continue
 		}
 		for _, mi := range infos {
-			if mi.dev == dev {
-				return fmt.Sprintf("pid %s (mounted at %s in its namespace)", e.Name(), mi.mountPoint), nil
+			if mi.Dev == dev {
+				return fmt.Sprintf("pid %s (mounted at %s in its namespace)", e.Name(), mi.MountPoint), nil
 			}
 		}
 	}
@@ -187,7 +137,7 @@ func unmount(dir string) error {
 	// within a few seconds is that, not a real user.
 	deadline := time.Now().Add(3 * time.Second)
 	for {
-		who, err := usedElsewhere(mi.dev)
+		who, err := usedElsewhere(mi.Dev)
 		if err != nil {
 			return err
 		}

@@ -81,9 +81,3 @@ func TestValidatePathAdd(t *testing.T) {
 	b := Spec{PathAdd: []string{"/t/bin", "/t/sbin"}}
 	assert.Equal(t, "/w/bin:/t/bin:/t/sbin:/usr/bin:/bin", PathWith("/usr/bin:/bin:/w/bin", a, b))
 }
-
-func TestUnescapeMount(t *testing.T) {
-	t.Parallel()
-	assert.Equal(t, "/a b/c\\d", unescapeMount(`/a\040b/c\134d`))
-	assert.Equal(t, `/x\`, unescapeMount(`/x\`))
-}

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/internal/mountinfo"
 	"github.com/envd-dev/envd/internal/objstore"
 	"github.com/envd-dev/envd/internal/s3test"
 )
@@ -64,12 +65,7 @@ func newManager(t *testing.T) *Manager {
 	m, err := NewManager(filepath.Join(t.TempDir(), "volumes"))
 	require.NoError(t, err)
 	t.Cleanup(func() { // unmount whatever a failed test left behind
-		infos, _ := readMountInfo("/proc/self/mountinfo")
-		for i := len(infos) - 1; i >= 0; i-- {
-			if strings.HasPrefix(infos[i].mountPoint, m.Root()+"/") {
-				_ = unix.Unmount(infos[i].mountPoint, unix.MNT_DETACH)
-			}
-		}
+		_ = m.Detach(context.Background())
 	})
 	return m
 }
@@ -91,7 +87,7 @@ func TestRootVolumeLifecycle(t *testing.T) {
 	mi, ok, err := mountedAt(dir)
 	require.NoError(t, err)
 	require.True(t, ok, "volume not mounted")
-	assert.Equal(t, "ext4", mi.fsType)
+	assert.Equal(t, "ext4", mi.FSType)
 	st := lstat(t, dir)
 	assert.Equal(t, uint32(1000), st.Uid)
 	assert.Equal(t, uint32(1001), st.Gid)
@@ -528,11 +524,11 @@ func lstat(t *testing.T, p string) *syscall.Stat_t {
 }
 
 func mountCount(t *testing.T, dir string) int {
-	infos, err := readMountInfo("/proc/self/mountinfo")
+	infos, err := mountinfo.Read("/proc/self/mountinfo")
 	require.NoError(t, err)
 	n := 0
 	for _, mi := range infos {
-		if mi.mountPoint == dir {
+		if mi.MountPoint == dir {
 			n++
 		}
 	}
