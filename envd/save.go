@@ -194,45 +194,61 @@ func (s *Service) capture(ctx context.Context, oc *opCtx, work string, in versio
 	return c, nil
 }
 
-// spool freezes the instance only while its upper dir is copied into a
-// local tar (step 2), and always thaws it, even when ctx is canceled.
+// spool writes the layer tar of the instance's upper dir to path. A running
+// instance is frozen only for the second pass of a two-pass spool (step 2):
+// the first pass copies every file while the instance runs, the frozen one
+// re-reads metadata and copies only what changed meanwhile, so the freeze
+// grows with what changed during the save, not with the size of the change.
+// The thaw always runs, even when ctx is canceled.
 func (s *Service) spool(ctx context.Context, id, upper, path string, excludes []string, freeze bool) (snapshotter.SpoolStats, time.Duration, error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return snapshotter.SpoolStats{}, 0, err
-	}
-	defer f.Close()
-	if !freeze {
-		stats, err := snapshotter.Spool(ctx, upper, f, snapshotter.SpoolOptions{Excludes: excludes})
+	opts := snapshotter.SpoolOptions{Excludes: excludes}
+	if !freeze { // a stopped instance: nothing runs, one pass
+		f, err := os.Create(path)
+		if err != nil {
+			return snapshotter.SpoolStats{}, 0, err
+		}
+		defer f.Close()
+		stats, err := snapshotter.Spool(ctx, upper, f, opts)
 		if err == nil {
 			err = f.Close()
 		}
 		return stats, 0, err
 	}
-	// The thaw runs whatever happens after the freeze was asked for: a
-	// canceled Pause call may still have frozen the task.
+	tp, err := snapshotter.Prepare(ctx, upper, filepath.Dir(path), opts)
+	if err != nil {
+		return snapshotter.SpoolStats{}, 0, fmt.Errorf("read changes of %q: %w", id, err)
+	}
+	defer tp.Close()
+
 	rctx, cancel := detach(ctx, 30*time.Second)
 	defer cancel()
 	thaw := s.frozen.freeze(id)
-	defer thaw()
 	frozen := time.Now()
 	if err := s.rt.Pause(ctx, id); err != nil {
-		if rerr := s.rt.Resume(rctx, id); rerr != nil {
+		if rerr := s.rt.Resume(rctx, id); rerr != nil { // a canceled Pause may still have frozen it
 			s.log.Warn("thaw after failed freeze", "instance", id, "err", rerr)
 		}
+		thaw()
 		return snapshotter.SpoolStats{}, 0, fmt.Errorf("freeze %q: %w", id, err)
 	}
-	stats, spoolErr := snapshotter.Spool(ctx, upper, f, snapshotter.SpoolOptions{Excludes: excludes})
+	fs, frozenErr := tp.Frozen(ctx)
 	resumeErr := s.rt.Resume(rctx, id)
 	window := time.Since(frozen)
-	if spoolErr != nil {
-		return stats, window, fmt.Errorf("read changes of %q: %w", id, spoolErr)
+	thaw()
+	if frozenErr != nil {
+		return fs.SpoolStats, window, fmt.Errorf("read changes of %q: %w", id, frozenErr)
 	}
 	if resumeErr != nil {
-		return stats, window, fmt.Errorf("thaw %q: %w", id, resumeErr)
+		return fs.SpoolStats, window, fmt.Errorf("thaw %q: %w", id, resumeErr)
 	}
-	if err := f.Close(); err != nil {
-		return stats, window, err
+
+	f, err := os.Create(path)
+	if err != nil {
+		return fs.SpoolStats, window, err
 	}
-	return stats, window, nil
+	defer f.Close()
+	if err := tp.WriteTar(ctx, f); err != nil {
+		return fs.SpoolStats, window, fmt.Errorf("write layer tar of %q: %w", id, err)
+	}
+	return fs.SpoolStats, window, f.Close()
 }

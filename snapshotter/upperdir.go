@@ -7,14 +7,17 @@
 //     file the container created or modified, plus overlay's own markers for
 //     deletions (whiteouts: 0/0 character devices) and for directories that
 //     hide the lower layers (opaque dirs: xattr trusted.overlay.opaque=y).
-//   - spool: an uncompressed OCI layer tar written by [Spool] while the
-//     container is frozen. Spool only reads and copies; it never compresses,
-//     so the freeze window stays as short as the disk allows.
+//   - spool: an uncompressed OCI layer tar of the upper dir. [Spool] writes
+//     it in one pass; [Prepare] / [TwoPass.Frozen] / [TwoPass.WriteTar]
+//     write the same bytes in passes, so that the container is frozen only
+//     for the pass that re-reads metadata and copies what changed since the
+//     first. Neither compresses.
 //   - layer: the compressed blob written by [Encode] from a spool after the
 //     container is thawed, with the digests and sizes a manifest needs.
 //
-// The save path is: [UpperDir] on the active snapshot's mounts, freeze,
-// [Spool] to a local file, thaw, [Encode], push.
+// The save path is: [UpperDir] on the active snapshot's mounts, [Prepare]
+// while the container runs, freeze, [TwoPass.Frozen], thaw,
+// [TwoPass.WriteTar] to a local file, [Encode], push.
 package snapshotter
 
 import (

@@ -1,0 +1,687 @@
+package snapshotter
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/envd-dev/envd/internal/errdefs"
+)
+
+// Terms used by TwoPass:
+//   - stamp: what lstat says of a file that any change to it also changes:
+//     device and inode number, type and mode, uid/gid, link count, size,
+//     mtime and ctime to the nanosecond. The kernel sets ctime to "now" on
+//     every change of content or metadata (write, truncate, fallocate, a
+//     store through a shared mapping after writeback, chmod, chown, link,
+//     rename, utimes, setxattr); no system call sets it to a chosen value.
+//   - Prepare copy: the content of a regular file copied by Prepare into the
+//     data file while the instance runs, together with the file's stamp.
+//   - trusted copy: a Prepare copy whose stamp did not change while it was
+//     copied and whose ctime is older than the start of the copy by more than
+//     TornMargin. Only trusted copies are kept.
+//   - plan: the tar headers Frozen records, in Spool's order, each regular
+//     file with the offset of its content in the data file.
+
+// TornMargin is how much older than the start of its copy a file's ctime must
+// be for Prepare to trust the copy. The kernel stamps ctime from a coarse
+// clock (one tick, 1-10 ms, behind the real time); a write in the same tick as
+// the previous change may leave ctime as it was. A copy started more than
+// TornMargin after the last change is safe: any later write is stamped with a
+// time after the copy started, so ctime moves.
+const TornMargin = 50 * time.Millisecond
+
+// FrozenStats describe what one Frozen pass planned.
+type FrozenStats struct {
+	// SpoolStats are those Spool would report for the same upper dir:
+	// entries, whiteouts and opaque dirs planned, Bytes the size of the tar
+	// WriteTar writes, Duration the time the Frozen pass took (the part of
+	// the save that needs the instance frozen).
+	SpoolStats
+	// RecopiedFiles and RecopiedBytes count the regular files (and their
+	// content bytes) that Frozen copied itself because they are new, changed
+	// since Prepare, or their Prepare copy may be torn. Their content is
+	// what the freeze window grows with.
+	RecopiedFiles int
+	RecopiedBytes int64
+}
+
+// PrepareStats describe what Prepare copied.
+type PrepareStats struct {
+	Files    int   // regular files whose copy is trusted (a hard-linked inode counts once)
+	Bytes    int64 // content bytes of those copies
+	Torn     int   // copies dropped: changed while copied, or changed less than TornMargin before
+	Duration time.Duration
+}
+
+// TwoPass makes the same layer tar as Spool, in passes, so that the instance
+// needs to be frozen only for the second:
+//
+//	p, err := Prepare(ctx, upperDir, workDir, opts) // not frozen: copies every regular file's content into workDir, records metadata
+//	stats, err := p.Frozen(ctx)                     // frozen: re-walks metadata only; copies the content of files that are new or changed since Prepare (or whose Prepare copy may be torn); records the final plan
+//	err = p.WriteTar(ctx, w)                        // thawed: writes the tar from the plan, content from the Prepare copies or the Frozen copies
+//	p.Close()                                       // removes workDir's files
+//
+// The tar WriteTar writes is byte for byte the one Spool would have written
+// at the moment of Frozen. Frozen reads every entry's metadata (type, mode,
+// owner, times, xattrs, opaque and whiteout markers, symlink targets, hard
+// link groups) afresh, exactly as Spool does; only the content of a regular
+// file is taken from Prepare, and only when the file's stamp is the one
+// Prepare recorded for that path and the copy was trusted.
+//
+// Why an unchanged stamp means unchanged content: Prepare starts each copy at
+// time t0 by writing back the file's dirty pages (so that every later store
+// through a shared mapping faults and updates the file's times, as plain
+// writes do), stats the open file, copies Size bytes, and stats it again. It
+// keeps the copy only if the two stats are equal and ctime < t0-TornMargin.
+// Any modification the copy could have missed happens after t0, and is
+// stamped with a ctime no earlier than t0 minus one clock tick, which is later
+// than the recorded ctime: either the second stat sees it (copy dropped) or
+// Frozen does (file copied again). A path that now names another inode has a
+// different inode number or, if the number was reused, a newer ctime. The
+// argument assumes the wall clock does not step back by more than TornMargin
+// between Prepare and Frozen, and that nothing writes to the upper dir's
+// block device below the filesystem.
+//
+// Memory holds metadata only (one record per regular file, one header per
+// entry); content goes to one unlinked, append-only data file in workDir, so
+// workDir needs room for the upper dir's regular files plus what Frozen
+// copies. A TwoPass is not safe for concurrent use.
+type TwoPass struct {
+	root     string
+	excludes []string
+	data     *os.File // unlinked; content copies appended at dataEnd
+	dataEnd  int64
+	prepEnd  int64              // dataEnd when Prepare returned
+	copies   map[string]copyRec // trusted Prepare copies by upper-dir path
+	byInode  map[inode]copyRec  // trusted Prepare copies of inodes with several links
+	buf      []byte
+	prepared PrepareStats
+
+	plan   []planEntry
+	stats  FrozenStats
+	frozen bool
+}
+
+// stamp is what Frozen compares with Prepare's record of a path.
+type stamp struct {
+	dev, ino     uint64
+	mode         uint32
+	uid, gid     uint32
+	nlink        uint64
+	size         int64
+	mtime, ctime unix.Timespec
+}
+
+func stampOf(st *unix.Stat_t) stamp {
+	return stamp{
+		dev: st.Dev, ino: st.Ino, mode: st.Mode, uid: st.Uid, gid: st.Gid,
+		nlink: uint64(st.Nlink), size: st.Size, mtime: st.Mtim, ctime: st.Ctim,
+	}
+}
+
+// copyRec is a trusted Prepare copy: stamp.size bytes at off in the data file.
+type copyRec struct {
+	stamp stamp
+	off   int64
+}
+
+// planEntry is one tar entry; a regular file's content is hdr.Size bytes at
+// off in the data file.
+type planEntry struct {
+	hdr *tar.Header
+	off int64
+}
+
+// Prepare walks upperDir as Spool would and copies the content of every
+// regular file into an unlinked data file in workDir, recording each file's
+// stamp. The instance keeps running. workDir must exist and must not be in
+// upperDir. See TwoPass.
+func Prepare(ctx context.Context, upperDir, workDir string, opts SpoolOptions) (*TwoPass, error) {
+	start := time.Now()
+	excludes, err := cleanExcludes(opts.Excludes)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range []string{upperDir, workDir} {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return nil, fmt.Errorf("directory %q: %w", d, errors.Join(errdefs.ErrNotFound, err))
+		}
+		if !fi.IsDir() {
+			return nil, fmt.Errorf("%q is not a directory: %w", d, errdefs.ErrInvalidArgument)
+		}
+	}
+	if inside, err := isWithin(workDir, upperDir); err != nil {
+		return nil, err
+	} else if inside {
+		return nil, fmt.Errorf("work dir %q is inside upper dir %q: %w", workDir, upperDir, errdefs.ErrInvalidArgument)
+	}
+	data, err := os.CreateTemp(workDir, ".envd-twopass-*.data")
+	if err != nil {
+		return nil, fmt.Errorf("create data file in %q: %w", workDir, err)
+	}
+	// Unlinked now, so that neither Close nor a crash can leave it behind.
+	if err := os.Remove(data.Name()); err != nil {
+		data.Close()
+		return nil, fmt.Errorf("unlink data file: %w", err)
+	}
+	p := &TwoPass{
+		root:     upperDir,
+		excludes: excludes,
+		data:     data,
+		copies:   make(map[string]copyRec),
+		byInode:  make(map[inode]copyRec),
+		buf:      make([]byte, 1<<20),
+	}
+	if err := p.prepareDir(ctx, ""); err != nil {
+		p.Close()
+		return nil, fmt.Errorf("prepare %q: %w", upperDir, err)
+	}
+	p.prepEnd = p.dataEnd
+	p.prepared.Duration = time.Since(start)
+	return p, nil
+}
+
+// isWithin reports whether dir is root or below it, symlinks resolved.
+func isWithin(dir, root string) (bool, error) {
+	d, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return false, fmt.Errorf("resolve %q: %w", dir, err)
+	}
+	r, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return false, fmt.Errorf("resolve %q: %w", root, err)
+	}
+	if d, err = filepath.Abs(d); err != nil {
+		return false, err
+	}
+	if r, err = filepath.Abs(r); err != nil {
+		return false, err
+	}
+	rel, err := filepath.Rel(r, d)
+	if err != nil {
+		return false, nil
+	}
+	return rel == "." || (rel != ".." && !strings.HasPrefix(rel, "../")), nil
+}
+
+// Prepared returns what Prepare copied.
+func (p *TwoPass) Prepared() PrepareStats { return p.prepared }
+
+// excluded applies the excludes as Spool does.
+func (p *TwoPass) excluded(rel string) bool {
+	return (&spooler{excludes: p.excludes}).excluded(rel)
+}
+
+// prepareDir copies the regular files below rel. Entries that vanish or
+// change type while it runs are skipped: Frozen sees them as they end up.
+func (p *TwoPass) prepareDir(ctx context.Context, rel string) error {
+	dir := filepath.Join(p.root, rel)
+	f, err := os.Open(dir)
+	if err != nil {
+		if rel != "" && (errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR)) {
+			return nil
+		}
+		return err
+	}
+	names, err := f.Readdirnames(-1)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("read dir %q: %w", dir, err)
+	}
+	slices.Sort(names) // the order Frozen and WriteTar read the copies in, near enough
+	for _, name := range names {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		childRel := path.Join(rel, name)
+		if p.excluded(childRel) {
+			continue
+		}
+		full := filepath.Join(dir, name)
+		var st unix.Stat_t
+		if err := unix.Lstat(full, &st); err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				continue
+			}
+			return fmt.Errorf("lstat %q: %w", full, err)
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+			// Refuse redirect_dir upper dirs now rather than in the freeze.
+			if _, _, err := readXattrs(full); err != nil && !errors.Is(err, unix.ENOENT) {
+				return err
+			}
+			if err := p.prepareDir(ctx, childRel); err != nil {
+				return err
+			}
+		case unix.S_IFREG:
+			if _, _, err := readXattrs(full); err != nil && !errors.Is(err, unix.ENOENT) {
+				return err // metacopy
+			}
+			if err := p.prepareFile(ctx, childRel, &st); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// prepareFile copies the content of the regular file rel and records it if
+// the copy is trusted (see TwoPass for the argument).
+func (p *TwoPass) prepareFile(ctx context.Context, rel string, lst *unix.Stat_t) error {
+	if lst.Nlink > 1 {
+		if rec, ok := p.byInode[inode{dev: lst.Dev, ino: lst.Ino}]; ok && rec.stamp == stampOf(lst) {
+			p.copies[rel] = rec // another name of an inode already copied
+			return nil
+		}
+	}
+	full := filepath.Join(p.root, rel)
+	t0 := time.Now()
+	// O_NONBLOCK: should the path have become a fifo, open must not wait.
+	fd, err := unix.Open(full, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENXIO) {
+			return nil
+		}
+		return fmt.Errorf("open %q: %w", full, err)
+	}
+	f := os.NewFile(uintptr(fd), full)
+	defer f.Close()
+
+	// Write back dirty pages: writeback write-protects them in every shared
+	// mapping, so a later store through a mapping faults and updates the
+	// file's times like write(2) does. Without this, stores to a page
+	// dirtied before the copy would change the content and not the ctime.
+	synced := unix.SyncFileRange(fd, 0, 0,
+		unix.SYNC_FILE_RANGE_WAIT_BEFORE|unix.SYNC_FILE_RANGE_WRITE|unix.SYNC_FILE_RANGE_WAIT_AFTER) == nil
+	var before, after unix.Stat_t
+	if err := unix.Fstat(fd, &before); err != nil {
+		return fmt.Errorf("fstat %q: %w", full, err)
+	}
+	if before.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil
+	}
+	off := p.dataEnd
+	n, err := p.copyContent(ctx, f, before.Size)
+	if err != nil {
+		return fmt.Errorf("copy %q: %w", full, err)
+	}
+	if err := unix.Fstat(fd, &after); err != nil {
+		return fmt.Errorf("fstat %q: %w", full, err)
+	}
+	s := stampOf(&after)
+	ctime := time.Unix(after.Ctim.Unix())
+	if !synced || n != before.Size || stampOf(&before) != s || !ctime.Before(t0.Add(-TornMargin)) {
+		// Possibly torn: drop the copy, Frozen copies the file again.
+		p.prepared.Torn++
+		if err := p.data.Truncate(off); err != nil {
+			return fmt.Errorf("truncate data file: %w", err)
+		}
+		p.dataEnd = off
+		return nil
+	}
+	rec := copyRec{stamp: s, off: off}
+	p.copies[rel] = rec
+	if after.Nlink > 1 {
+		p.byInode[inode{dev: after.Dev, ino: after.Ino}] = rec
+	}
+	p.prepared.Files++
+	p.prepared.Bytes += n
+	return nil
+}
+
+// copyContent appends up to size bytes of src (from its start) to the data
+// file and returns how many it copied: fewer if src is shorter.
+func (p *TwoPass) copyContent(ctx context.Context, src *os.File, size int64) (int64, error) {
+	const chunk = 8 << 20
+	var done int64
+	useCFR := true
+	for done < size {
+		if err := ctx.Err(); err != nil {
+			return done, err
+		}
+		want := min(size-done, chunk)
+		var n int
+		var err error
+		if useCFR {
+			srcOff, dstOff := done, p.dataEnd
+			n, err = unix.CopyFileRange(int(src.Fd()), &srcOff, int(p.data.Fd()), &dstOff, int(want), 0)
+			if err != nil && done == 0 && (errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EINVAL) ||
+				errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP)) {
+				useCFR = false
+				continue
+			}
+		} else {
+			n, err = src.ReadAt(p.buf[:min(want, int64(len(p.buf)))], done)
+			if n > 0 {
+				if _, werr := p.data.WriteAt(p.buf[:n], p.dataEnd); werr != nil {
+					return done, fmt.Errorf("write data file: %w", werr)
+				}
+			}
+			if errors.Is(err, io.EOF) {
+				err = nil
+				if n == 0 {
+					return done, nil
+				}
+			}
+		}
+		if err != nil {
+			return done, err
+		}
+		if n == 0 {
+			return done, nil // src shorter than size
+		}
+		done += int64(n)
+		p.dataEnd += int64(n)
+	}
+	return done, nil
+}
+
+// Frozen walks the upper dir again, as Spool does, and records the plan of
+// the tar: every entry's header read now, and for each regular file written
+// with content either its trusted Prepare copy, if the file's stamp is the
+// one Prepare recorded for that path, or a copy made now. Call it with the
+// instance frozen. It may be called again (after a failure, say): each call
+// starts from Prepare's copies.
+func (p *TwoPass) Frozen(ctx context.Context) (FrozenStats, error) {
+	start := time.Now()
+	if p.data == nil {
+		return FrozenStats{}, fmt.Errorf("two-pass spool of %q is closed: %w", p.root, errdefs.ErrFailedPrecondition)
+	}
+	p.frozen = false
+	p.plan = p.plan[:0]
+	p.stats = FrozenStats{}
+	if p.dataEnd != p.prepEnd { // copies of an earlier Frozen call
+		if err := p.data.Truncate(p.prepEnd); err != nil {
+			return p.stats, fmt.Errorf("truncate data file: %w", err)
+		}
+		p.dataEnd = p.prepEnd
+	}
+	fi, err := os.Stat(p.root)
+	if err != nil {
+		return p.stats, fmt.Errorf("upper dir %q: %w", p.root, errors.Join(errdefs.ErrNotFound, err))
+	}
+	if !fi.IsDir() {
+		return p.stats, fmt.Errorf("upper dir %q is not a directory: %w", p.root, errdefs.ErrInvalidArgument)
+	}
+	fz := &freezer{TwoPass: p, ctx: ctx, links: make(map[inode]string)}
+	err = fz.walkDir("")
+	if err == nil {
+		p.stats.Bytes, err = planSize(p.plan)
+	}
+	p.stats.Duration = time.Since(start)
+	if err != nil {
+		return p.stats, fmt.Errorf("frozen pass of %q: %w", p.root, err)
+	}
+	p.frozen = true
+	return p.stats, nil
+}
+
+// freezer is Spool's spooler with "write" replaced by "plan".
+type freezer struct {
+	*TwoPass
+	ctx   context.Context
+	links map[inode]string // first name planned for an inode with more than one link
+}
+
+// walkDir plans the entries below rel exactly as spooler.walkDir writes them.
+func (z *freezer) walkDir(rel string) error {
+	dir := filepath.Join(z.root, rel)
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	names, err := f.Readdirnames(-1)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("read dir %q: %w", dir, err)
+	}
+	children := make([]child, 0, len(names))
+	for _, name := range names {
+		childRel := path.Join(rel, name)
+		if z.excluded(childRel) {
+			continue
+		}
+		c := child{name: name, outName: name}
+		if err := unix.Lstat(filepath.Join(dir, name), &c.st); err != nil {
+			return fmt.Errorf("lstat %q: %w", filepath.Join(dir, name), err)
+		}
+		if isWhiteout(&c.st) {
+			c.outName = whiteoutPrefix + name
+		}
+		children = append(children, c)
+	}
+	slices.SortFunc(children, func(a, b child) int { return strings.Compare(a.outName, b.outName) })
+	for i := range children {
+		if err := z.ctx.Err(); err != nil {
+			return err
+		}
+		if err := z.planEntry(rel, &children[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (z *freezer) add(h *tar.Header, off int64) {
+	z.plan = append(z.plan, planEntry{hdr: h, off: off})
+	z.stats.Entries++
+}
+
+// planEntry mirrors spooler.writeEntry; keep the two in step (the tests
+// compare TwoPass's tar with Spool's byte for byte).
+func (z *freezer) planEntry(dirRel string, c *child) error {
+	rel := path.Join(dirRel, c.name)
+	full := filepath.Join(z.root, rel)
+	st := &c.st
+	mtime := time.Unix(st.Mtim.Sec, 0)
+
+	if isWhiteout(st) {
+		z.stats.Whiteouts++
+		z.add(&tar.Header{
+			Typeflag: tar.TypeReg,
+			Name:     path.Join(dirRel, c.outName),
+			ModTime:  markerTime,
+			Format:   tar.FormatPAX,
+		}, 0)
+		return nil
+	}
+
+	xattrs, opaque, err := readXattrs(full)
+	if err != nil {
+		return err
+	}
+	h := &tar.Header{
+		Name:    rel,
+		Mode:    int64(st.Mode & 0o7777),
+		Uid:     int(st.Uid),
+		Gid:     int(st.Gid),
+		ModTime: mtime,
+		Format:  tar.FormatPAX,
+	}
+	for k, v := range xattrs {
+		if h.PAXRecords == nil {
+			h.PAXRecords = make(map[string]string, len(xattrs))
+		}
+		h.PAXRecords["SCHILY.xattr."+k] = v
+	}
+
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		h.Typeflag = tar.TypeDir
+		h.Name = rel + "/"
+		z.add(h, 0)
+		if opaque {
+			z.stats.OpaqueDirs++
+			z.add(&tar.Header{
+				Typeflag: tar.TypeReg,
+				Name:     path.Join(rel, whiteoutOpaque),
+				ModTime:  markerTime,
+				Format:   tar.FormatPAX,
+			}, 0)
+		}
+		return z.walkDir(rel)
+	case unix.S_IFLNK:
+		target, err := os.Readlink(full)
+		if err != nil {
+			return fmt.Errorf("readlink %q: %w", full, err)
+		}
+		h.Typeflag = tar.TypeSymlink
+		h.Linkname = target
+		z.add(h, 0)
+		return nil
+	case unix.S_IFIFO:
+		h.Typeflag = tar.TypeFifo
+		z.add(h, 0)
+		return nil
+	case unix.S_IFCHR, unix.S_IFBLK:
+		h.Typeflag = tar.TypeChar
+		if st.Mode&unix.S_IFMT == unix.S_IFBLK {
+			h.Typeflag = tar.TypeBlock
+		}
+		h.Devmajor = int64(unix.Major(st.Rdev))
+		h.Devminor = int64(unix.Minor(st.Rdev))
+		z.add(h, 0)
+		return nil
+	case unix.S_IFSOCK:
+		return nil
+	case unix.S_IFREG:
+		if st.Nlink > 1 {
+			key := inode{dev: st.Dev, ino: st.Ino}
+			if first, ok := z.links[key]; ok {
+				h.Typeflag = tar.TypeLink
+				h.Linkname = first
+				z.add(h, 0)
+				return nil
+			}
+			z.links[key] = rel
+		}
+		h.Typeflag = tar.TypeReg
+		h.Size = st.Size
+		off, err := z.content(rel, st)
+		if err != nil {
+			return err
+		}
+		z.add(h, off)
+		return nil
+	default:
+		return fmt.Errorf("%q has unknown file type %o", full, st.Mode&unix.S_IFMT)
+	}
+}
+
+// content returns the offset in the data file of the content of the regular
+// file rel, whose lstat is st: Prepare's copy if its stamp is st's, else a
+// copy made now.
+func (z *freezer) content(rel string, st *unix.Stat_t) (int64, error) {
+	s := stampOf(st)
+	if rec, ok := z.copies[rel]; ok && rec.stamp == s {
+		return rec.off, nil
+	}
+	full := filepath.Join(z.root, rel)
+	fd, err := unix.Open(full, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return 0, fmt.Errorf("open %q: %w", full, err)
+	}
+	f := os.NewFile(uintptr(fd), full)
+	defer f.Close()
+	var now unix.Stat_t
+	if err := unix.Fstat(fd, &now); err != nil {
+		return 0, fmt.Errorf("fstat %q: %w", full, err)
+	}
+	if stampOf(&now) != s {
+		return 0, fmt.Errorf("%q changed while frozen: %w", full, errdefs.ErrConflict)
+	}
+	off := z.dataEnd
+	n, err := z.copyContent(z.ctx, f, st.Size)
+	if err != nil {
+		return 0, fmt.Errorf("copy %q: %w", full, err)
+	}
+	if n != st.Size {
+		return 0, fmt.Errorf("%q shrank from %d to %d bytes while frozen: %w", full, st.Size, n, errdefs.ErrConflict)
+	}
+	z.stats.RecopiedFiles++
+	z.stats.RecopiedBytes += n
+	return off, nil
+}
+
+// planSize returns the size of the tar the plan makes: each header as
+// tar.Writer encodes it, content padded to 512-byte blocks, and the two zero
+// blocks that end the archive.
+func planSize(plan []planEntry) (int64, error) {
+	var size int64
+	for _, e := range plan {
+		cw := &countingWriter{w: io.Discard}
+		if err := tar.NewWriter(cw).WriteHeader(e.hdr); err != nil {
+			return 0, fmt.Errorf("encode header %q: %w", e.hdr.Name, err)
+		}
+		size += cw.n + (e.hdr.Size+511)/512*512
+	}
+	return size + 2*512, nil
+}
+
+// WriteTar writes the tar Frozen planned to w, the content of regular files
+// from the data file. The instance need not be frozen. It may be called more
+// than once.
+func (p *TwoPass) WriteTar(ctx context.Context, w io.Writer) error {
+	if p.data == nil {
+		return fmt.Errorf("two-pass spool of %q is closed: %w", p.root, errdefs.ErrFailedPrecondition)
+	}
+	if !p.frozen {
+		return fmt.Errorf("two-pass spool of %q has no plan (call Frozen first): %w", p.root, errdefs.ErrFailedPrecondition)
+	}
+	cw := &countingWriter{w: w}
+	tw := tar.NewWriter(cw)
+	for _, e := range p.plan {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := tw.WriteHeader(e.hdr); err != nil {
+			return fmt.Errorf("write header %q: %w", e.hdr.Name, err)
+		}
+		if e.hdr.Typeflag != tar.TypeReg || e.hdr.Size == 0 {
+			continue
+		}
+		// Hide ReaderFrom/WriterTo so the 1 MiB buffer is used.
+		n, err := io.CopyBuffer(struct{ io.Writer }{tw}, struct{ io.Reader }{io.NewSectionReader(p.data, e.off, e.hdr.Size)}, p.buf)
+		if err != nil {
+			return fmt.Errorf("write content of %q: %w", e.hdr.Name, err)
+		}
+		if n != e.hdr.Size {
+			return fmt.Errorf("data file holds %d of the %d bytes of %q", n, e.hdr.Size, e.hdr.Name)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return fmt.Errorf("close tar: %w", err)
+	}
+	if cw.n != p.stats.Bytes {
+		return fmt.Errorf("wrote %d bytes of tar, planned %d", cw.n, p.stats.Bytes)
+	}
+	return nil
+}
+
+// Close releases the data file (already unlinked, so its space is freed).
+// It is safe to call more than once.
+func (p *TwoPass) Close() error {
+	if p.data == nil {
+		return nil
+	}
+	err := p.data.Close()
+	p.data = nil
+	p.plan = nil
+	p.copies = nil
+	p.byInode = nil
+	p.frozen = false
+	return err
+}
