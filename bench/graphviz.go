@@ -262,9 +262,12 @@ type saveRun struct {
 	Bytes                        int64
 }
 
-// envdSave is the save path of DESIGN.md: Pause, Spool the upper dir into a
-// local file, Resume (the freeze window), then Encode. The spool and layer
-// files are removed afterwards.
+// envdSave is envd's save path (envd/save.go): a first spool pass while the
+// instance runs (snapshotter.Prepare), Pause, the frozen pass that copies
+// only what changed since (TwoPass.Frozen), Resume (the freeze window), the
+// tar written from both passes, then Encode. Spool in the table is the
+// first pass plus the tar write. The spool and layer files are removed
+// afterwards.
 func (e *env) envdSave(ctx context.Context, comp snapshotter.Compression) (saveRun, error) {
 	var r saveRun
 	dir := filepath.Join(e.work, "out")
@@ -275,18 +278,27 @@ func (e *env) envdSave(ctx context.Context, comp snapshotter.Compression) (saveR
 	defer os.Remove(spoolPath)
 
 	start := time.Now()
+	tp, err := snapshotter.Prepare(ctx, e.upper, dir, snapshotter.SpoolOptions{Excludes: snapshotter.DefaultExcludes})
+	if err != nil {
+		return r, err
+	}
+	defer tp.Close()
+	frozen := time.Now()
 	if err := e.rt.Pause(ctx, instanceID); err != nil {
 		return r, err
 	}
-	st, spoolErr := spoolTo(ctx, e.upper, spoolPath, snapshotter.SpoolOptions{Excludes: snapshotter.DefaultExcludes})
+	_, frozenErr := tp.Frozen(ctx)
 	if err := e.rt.Resume(context.WithoutCancel(ctx), instanceID); err != nil {
-		return r, errors.Join(spoolErr, err)
+		return r, errors.Join(frozenErr, err)
 	}
-	r.Freeze = time.Since(start)
-	if spoolErr != nil {
-		return r, spoolErr
+	r.Freeze = time.Since(frozen)
+	if frozenErr != nil {
+		return r, frozenErr
 	}
-	r.Spool = st.Duration
+	if err := writeTarTo(ctx, tp, spoolPath); err != nil {
+		return r, err
+	}
+	r.Spool = time.Since(start) - r.Freeze
 
 	layer, err := snapshotter.Encode(ctx, spoolPath, dir, snapshotter.EncodeOptions{Compression: comp})
 	if err != nil {
@@ -299,20 +311,20 @@ func (e *env) envdSave(ctx context.Context, comp snapshotter.Compression) (saveR
 	return r, nil
 }
 
-func spoolTo(ctx context.Context, upper, path string, opts snapshotter.SpoolOptions) (snapshotter.SpoolStats, error) {
+func writeTarTo(ctx context.Context, tp *snapshotter.TwoPass, path string) error {
 	f, err := os.Create(path)
 	if err != nil {
-		return snapshotter.SpoolStats{}, err
+		return err
 	}
 	bw := bufio.NewWriterSize(f, 1<<20)
-	st, err := snapshotter.Spool(ctx, upper, bw, opts)
+	err = tp.WriteTar(ctx, bw)
 	if err == nil {
 		err = bw.Flush()
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	return st, err
+	return err
 }
 
 // tarZstd is the speed reference from the issue:
