@@ -464,6 +464,16 @@ type TermSize struct{ Cols, Rows uint16 }
 // exit code. Canceling ctx kills the process (SIGKILL). Output has been
 // written to Stdout and Stderr in full when Exec returns.
 func (r *Runtime) Exec(ctx context.Context, id string, spec ExecSpec) (int, error) {
+	code, err := r.exec(ctx, id, spec)
+	// A deadline or cancel that lands inside a containerd call comes back
+	// as a gRPC status; callers branch on the context's own error.
+	if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+		err = fmt.Errorf("%w: %w", ctx.Err(), err)
+	}
+	return code, err
+}
+
+func (r *Runtime) exec(ctx context.Context, id string, spec ExecSpec) (int, error) {
 	if len(spec.Args) == 0 {
 		return -1, fmt.Errorf("exec in %q: no command: %w", id, errdefs.ErrInvalidArgument)
 	}
