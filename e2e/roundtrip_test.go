@@ -1,10 +1,13 @@
 package e2e
 
 import (
+	"fmt"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 // A change made inside an instance, and what a new instance restored from
@@ -47,6 +50,13 @@ func TestRootSaveRestoreRoundTrip(t *testing.T) {
 		res := sh(t, a.ID, "set -e; "+tc.change)
 		require.Equalf(t, 0, res.ExitCode, "change %q: %s", tc.name, res.Stderr)
 	}
+	// Extended attributes: busybox has no setfattr, so they are set through
+	// the instance's own root (/proc/PID/root goes through its overlay, as
+	// a write inside it would).
+	xattrFile := instanceRoot(t, a.ID) + "/data/xattr-file"
+	require.NoError(t, os.WriteFile(xattrFile, []byte("x"), 0o644))
+	require.NoError(t, unix.Setxattr(xattrFile, "user.envd.note", []byte("kept across save"), 0))
+
 	op, res := save(t, a.ID, "round trip")
 	assert.True(t, res.Current, "the save must become current")
 	assert.False(t, res.Conflict)
@@ -63,7 +73,24 @@ func TestRootSaveRestoreRoundTrip(t *testing.T) {
 		})
 	}
 
+	t.Run("user xattrs", func(t *testing.T) {
+		buf := make([]byte, 64)
+		n, err := unix.Getxattr(instanceRoot(t, b.ID)+"/data/xattr-file", "user.envd.note", buf)
+		require.NoError(t, err)
+		assert.Equal(t, "kept across save", string(buf[:n]))
+	})
+
 	// Version 1 still has the base as it was.
 	c := up(t, p, 1)
 	mustSh(t, c.ID, `[ -e /fixtures/delete-me ] && [ "$(cat /fixtures/modify-me)" = "base content" ] && [ ! -e /data ]`)
+}
+
+// instanceRoot is the instance's root filesystem as seen from the host,
+// through its init process.
+func instanceRoot(t *testing.T, id string) string {
+	t.Helper()
+	st, err := env.node.Runtime().Status(ctx(t), id)
+	require.NoError(t, err)
+	require.NotZero(t, st.Pid)
+	return fmt.Sprintf("/proc/%d/root", st.Pid)
 }
