@@ -145,7 +145,8 @@ func TestRootStaleGenerationFenced(t *testing.T) {
 }
 
 // startJoiningNode starts a node that joins the test node's PostgreSQL and
-// registry, with its own containerd and the given object store.
+// (unless cfg names another) registry, with its own containerd and the given
+// object store.
 func startJoiningNode(t *testing.T, name string, s3 *node.Config) (*node.Node, *client.Client) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "envd-e2e-"+name+"-")
@@ -153,7 +154,10 @@ func startJoiningNode(t *testing.T, name string, s3 *node.Config) (*node.Node, *
 	require.NoError(t, os.Chmod(dir, 0o755))
 	cfg := *s3
 	cfg.DataDir, cfg.Node = filepath.Join(dir, "data"), name
-	cfg.DSN, cfg.Registry = env.node.DSN(), env.node.RegistryAddr()
+	cfg.DSN = env.node.DSN()
+	if cfg.Registry == "" {
+		cfg.Registry = env.node.RegistryAddr()
+	}
 	n, err := node.Start(ctx(t), cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() {

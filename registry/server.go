@@ -33,6 +33,7 @@ import (
 
 	// The filesystem storage driver registers itself with the driver factory.
 	_ "github.com/distribution/distribution/v3/registry/storage/driver/filesystem"
+	_ "github.com/distribution/distribution/v3/registry/storage/driver/s3-aws"
 
 	"github.com/envd-dev/envd/internal/errdefs"
 )
@@ -52,6 +53,34 @@ type Server struct {
 type options struct {
 	logOut   io.Writer
 	logLevel logrus.Level
+	s3       *S3Storage
+}
+
+// S3Storage is an S3 bucket for the registry's blobs and manifests.
+type S3Storage struct {
+	Endpoint  string // host:port
+	Region    string // default "us-east-1"
+	Bucket    string
+	AccessKey string
+	SecretKey string
+	Secure    bool
+}
+
+// WithS3Storage stores the registry's content in S3 instead of rootDir
+// (distribution's s3-aws driver, path-style). Blob GETs are answered with a
+// redirect to a presigned URL of the object, which clients follow, ranged
+// reads included. Default: filesystem storage under rootDir.
+func WithS3Storage(s S3Storage) Option {
+	return func(o *options) error {
+		if s.Endpoint == "" || s.Bucket == "" {
+			return fmt.Errorf("s3 storage needs an endpoint and a bucket: %w", errdefs.ErrInvalidArgument)
+		}
+		if s.Region == "" {
+			s.Region = "us-east-1"
+		}
+		o.s3 = &s
+		return nil
+	}
 }
 
 // Option configures Serve.
@@ -99,6 +128,18 @@ func Serve(ctx context.Context, rootDir, listenAddr string, opts ...Option) (*Se
 			// The in-memory descriptor cache avoids a stat per blob HEAD.
 			"cache": configuration.Parameters{"blobdescriptor": "inmemory"},
 		},
+	}
+	if o.s3 != nil {
+		delete(cfg.Storage, "filesystem")
+		scheme := "http://"
+		if o.s3.Secure {
+			scheme = "https://"
+		}
+		cfg.Storage["s3"] = configuration.Parameters{
+			"region": o.s3.Region, "regionendpoint": scheme + o.s3.Endpoint, "bucket": o.s3.Bucket,
+			"accesskey": o.s3.AccessKey, "secretkey": o.s3.SecretKey,
+			"secure": o.s3.Secure, "forcepathstyle": true, "v4auth": true,
+		}
 	}
 	// Upload state is signed with this secret. One process serves all of
 	// its uploads, so a random per-process value is enough; setting one

@@ -1,0 +1,95 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/envd/node"
+	"github.com/envd-dev/envd/internal/objstore"
+	"github.com/envd-dev/envd/internal/s3test"
+	"github.com/envd-dev/envd/registry"
+	"github.com/envd-dev/envd/snapshotter/stargz"
+)
+
+// With the registry's storage on S3, distribution answers blob GETs with a
+// redirect to the object; full and lazy pulls follow it with the Range kept,
+// so a lazy restore works against an S3-backed registry.
+func TestRootLazyRestoreFromS3BackedRegistry(t *testing.T) {
+	c := ctx(t)
+	s3 := s3test.Start(t)
+	s3.Bucket = "registry"
+	_, err := objstore.NewS3(c, s3) // creates the bucket
+	require.NoError(t, err)
+	reg, err := registry.Serve(c, t.TempDir(), "127.0.0.1:0", registry.WithLogWriter(io.Discard),
+		registry.WithS3Storage(registry.S3Storage{Endpoint: s3.Endpoint, Bucket: s3.Bucket, AccessKey: s3.AccessKey, SecretKey: s3.SecretKey}))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = reg.Close(cctx)
+	})
+
+	joining := &node.Config{Registry: reg.Addr(), DefaultTTL: time.Hour, PrefetchWindow: -1}
+	a, ca := startJoiningNode(t, "node-s3a", joining)
+	require.Equal(t, stargz.Name, a.Runtime().LazySnapshotter())
+	_, err = ca.ImportImage(c, "fixture-s3", bytes.NewReader(env.fixtureTar))
+	require.NoError(t, err)
+	p := fmt.Sprintf("s3reg-%d", projectSeq.Add(1))
+	_, err = ca.CreateProject(c, envd.CreateProjectRequest{Name: p, Base: "fixture-s3"})
+	require.NoError(t, err)
+	in, err := ca.CreateInstance(c, p, envd.CreateInstanceRequest{})
+	require.NoError(t, err)
+	res, err := ca.Exec(c, in.ID, envd.ExecRequest{Args: []string{"sh", "-c", "head -c 31457280 /dev/urandom > /big30 && sha256sum /big30"}})
+	require.NoError(t, err)
+	require.Equal(t, 0, res.ExitCode, res.Stderr)
+	sum := strings.Fields(res.Stdout)[0]
+	op, err := ca.Save(c, in.ID, envd.SaveRequest{Message: "on s3"}, "")
+	require.NoError(t, err)
+	done, err := ca.WaitOperation(c, op.ID, nil)
+	require.NoError(t, err)
+	require.Equal(t, envd.OpSucceeded, done.State, "%+v", done.Error)
+
+	// The registry redirects a blob GET to S3, and a ranged GET through the
+	// redirect answers 206 with the range.
+	v, err := ca.GetVersion(c, p, 2)
+	require.NoError(t, err)
+	img, err := registry.NewClient(reg.Addr()).Get(c, v.Image)
+	require.NoError(t, err)
+	top := img.Layers[len(img.Layers)-1]
+	url := fmt.Sprintf("http://%s/v2/%s/blobs/%s", reg.Addr(), img.Repo, top.Digest)
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noFollow.Get(url)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusTemporaryRedirect, resp.StatusCode, "distribution redirects blob GETs to S3")
+	assert.Contains(t, resp.Header.Get("Location"), s3.Endpoint)
+	req, err := http.NewRequestWithContext(c, http.MethodGet, url, nil)
+	require.NoError(t, err)
+	req.Header.Set("Range", "bytes=10-1033")
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusPartialContent, resp.StatusCode)
+	assert.Len(t, body, 1024)
+
+	// A second node restores the version lazily through the redirect.
+	b, cb := startJoiningNode(t, "node-s3b", joining)
+	require.Equal(t, stargz.Name, b.Runtime().LazySnapshotter())
+	in2, err := cb.CreateInstance(c, p, envd.CreateInstanceRequest{Version: 2})
+	require.NoError(t, err)
+	res, err = cb.Exec(c, in2.ID, envd.ExecRequest{Args: []string{"sha256sum", "/big30"}})
+	require.NoError(t, err)
+	require.Equal(t, 0, res.ExitCode, res.Stderr)
+	assert.Equal(t, sum, strings.Fields(res.Stdout)[0])
+}
