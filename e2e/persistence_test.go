@@ -155,8 +155,11 @@ func startJoiningNode(t *testing.T, name string, s3 *node.Config) (*node.Node, *
 	cfg := *s3
 	cfg.DataDir, cfg.Node = filepath.Join(dir, "data"), name
 	cfg.DSN = env.node.DSN()
-	if cfg.Registry == "" {
+	switch cfg.Registry {
+	case "":
 		cfg.Registry = env.node.RegistryAddr()
+	case "-": // its own embedded registry
+		cfg.Registry = ""
 	}
 	n, err := node.Start(ctx(t), cfg)
 	require.NoError(t, err)

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/envd/node"
-	"github.com/envd-dev/envd/internal/objstore"
 	"github.com/envd-dev/envd/internal/s3test"
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/snapshotter/stargz"
@@ -27,22 +25,13 @@ import (
 func TestRootLazyRestoreFromS3BackedRegistry(t *testing.T) {
 	c := ctx(t)
 	s3 := s3test.Start(t)
-	s3.Bucket = "registry"
-	_, err := objstore.NewS3(c, s3) // creates the bucket
-	require.NoError(t, err)
-	reg, err := registry.Serve(c, t.TempDir(), "127.0.0.1:0", registry.WithLogWriter(io.Discard),
-		registry.WithS3Storage(registry.S3Storage{Endpoint: s3.Endpoint, Bucket: s3.Bucket, AccessKey: s3.AccessKey, SecretKey: s3.SecretKey}))
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = reg.Close(cctx)
-	})
-
-	joining := &node.Config{Registry: reg.Addr(), DefaultTTL: time.Hour, PrefetchWindow: -1}
-	a, ca := startJoiningNode(t, "node-s3a", joining)
+	// Node A runs the embedded registry on S3 (as `envd serve
+	// --registry-s3-endpoint` does); node B uses it as its external registry.
+	a, ca := startJoiningNode(t, "node-s3a", &node.Config{Registry: "-", DefaultTTL: time.Hour, PrefetchWindow: -1,
+		RegistryS3: &registry.S3Storage{Endpoint: s3.Endpoint, Bucket: "registry", AccessKey: s3.AccessKey, SecretKey: s3.SecretKey}})
+	joining := &node.Config{Registry: a.RegistryAddr(), DefaultTTL: time.Hour, PrefetchWindow: -1}
 	require.Equal(t, stargz.Name, a.Runtime().LazySnapshotter())
-	_, err = ca.ImportImage(c, "fixture-s3", bytes.NewReader(env.fixtureTar))
+	_, err := ca.ImportImage(c, "fixture-s3", bytes.NewReader(env.fixtureTar))
 	require.NoError(t, err)
 	p := fmt.Sprintf("s3reg-%d", projectSeq.Add(1))
 	_, err = ca.CreateProject(c, envd.CreateProjectRequest{Name: p, Base: "fixture-s3"})
@@ -63,10 +52,10 @@ func TestRootLazyRestoreFromS3BackedRegistry(t *testing.T) {
 	// redirect answers 206 with the range.
 	v, err := ca.GetVersion(c, p, 2)
 	require.NoError(t, err)
-	img, err := registry.NewClient(reg.Addr()).Get(c, v.Image)
+	img, err := registry.NewClient(a.RegistryAddr()).Get(c, v.Image)
 	require.NoError(t, err)
 	top := img.Layers[len(img.Layers)-1]
-	url := fmt.Sprintf("http://%s/v2/%s/blobs/%s", reg.Addr(), img.Repo, top.Digest)
+	url := fmt.Sprintf("http://%s/v2/%s/blobs/%s", a.RegistryAddr(), img.Repo, top.Digest)
 	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	resp, err := noFollow.Get(url)
 	require.NoError(t, err)

@@ -17,6 +17,7 @@ import (
 	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/envd/node"
 	"github.com/envd-dev/envd/internal/objstore"
+	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/snapshotter/stargz"
 )
 
@@ -49,6 +50,7 @@ type flags struct {
 	maxTTL         string
 	hibernateAfter string
 	s3             objstore.S3Config
+	regS3          registry.S3Storage
 }
 
 func (f *flags) register(cmd *cobra.Command, external bool) {
@@ -64,6 +66,10 @@ func (f *flags) register(cmd *cobra.Command, external bool) {
 		fl.StringVar(&f.s3.Bucket, "s3-bucket", env("ENVD_S3_BUCKET", "envd"), "S3 bucket (ENVD_S3_BUCKET)")
 		fl.BoolVar(&f.s3.Secure, "s3-tls", env("ENVD_S3_TLS", "") == "1", "use TLS for S3 (ENVD_S3_TLS=1)")
 		f.s3.AccessKey, f.s3.SecretKey = os.Getenv("ENVD_S3_ACCESS_KEY"), os.Getenv("ENVD_S3_SECRET_KEY")
+		fl.StringVar(&f.regS3.Endpoint, "registry-s3-endpoint", env("ENVD_REGISTRY_S3_ENDPOINT", ""), "S3 host:port for the embedded registry's storage; empty = DATA_DIR/registry (ENVD_REGISTRY_S3_ENDPOINT)")
+		fl.StringVar(&f.regS3.Bucket, "registry-s3-bucket", env("ENVD_REGISTRY_S3_BUCKET", "envd-registry"), "S3 bucket of the embedded registry (ENVD_REGISTRY_S3_BUCKET)")
+		fl.BoolVar(&f.regS3.Secure, "registry-s3-tls", env("ENVD_REGISTRY_S3_TLS", "") == "1", "use TLS for the registry's S3 (ENVD_REGISTRY_S3_TLS=1)")
+		f.regS3.AccessKey, f.regS3.SecretKey = os.Getenv("ENVD_REGISTRY_S3_ACCESS_KEY"), os.Getenv("ENVD_REGISTRY_S3_SECRET_KEY")
 		fl.StringVar(&f.cfg.DSN, "database", env("ENVD_DATABASE_URL", ""), "PostgreSQL DSN; empty = private cluster in the data dir (ENVD_DATABASE_URL)")
 		fl.StringVar(&f.cfg.Registry, "registry", env("ENVD_REGISTRY", ""), "registry host:port (plain HTTP); empty = embedded (ENVD_REGISTRY)")
 		fl.StringVar(&f.cfg.Containerd, "containerd", env("ENVD_CONTAINERD", ""), "containerd socket; empty = private daemon in the data dir (ENVD_CONTAINERD)")
@@ -81,6 +87,9 @@ func (f *flags) run(cmd *cobra.Command) error {
 	}
 	if f.cfg.HibernateAfter, err = time.ParseDuration(f.hibernateAfter); err != nil {
 		return fmt.Errorf("--hibernate-after: %w", err)
+	}
+	if f.regS3.Endpoint != "" {
+		f.cfg.RegistryS3 = &f.regS3 // credentials from the environment only
 	}
 	if f.s3.Endpoint != "" {
 		f.cfg.S3 = &f.s3 // credentials from ENVD_S3_ACCESS_KEY / ENVD_S3_SECRET_KEY only, never flags

@@ -42,6 +42,9 @@ type Config struct {
 	Containerd string // external containerd socket; "" = private daemon in DataDir/containerd
 	Namespace  string // containerd namespace; default "envd"
 
+	// RegistryS3 stores the embedded registry's content in S3 instead of
+	// DataDir/registry; nil = the filesystem.
+	RegistryS3 *registry.S3Storage
 	// S3 is the object store for volume archives (and, later, logs and
 	// hibernated layers); nil = a directory under DataDir/objects.
 	S3 *objstore.S3Config
@@ -160,10 +163,19 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		if b, err := os.ReadFile(addrFile); err == nil {
 			listen = strings.TrimSpace(string(b)) // keep the address: image refs in containerd name it
 		}
-		srv, err := registry.Serve(ctx, filepath.Join(cfg.DataDir, "registry"), listen)
+		var ropts []registry.Option
+		if rs := cfg.RegistryS3; rs != nil {
+			// distribution's driver does not create its bucket.
+			if _, err := objstore.NewS3(ctx, objstore.S3Config{Endpoint: rs.Endpoint, Bucket: rs.Bucket,
+				AccessKey: rs.AccessKey, SecretKey: rs.SecretKey, Secure: rs.Secure, Region: rs.Region}); err != nil {
+				return nil, fmt.Errorf("registry bucket: %w", err)
+			}
+			ropts = append(ropts, registry.WithS3Storage(*rs))
+		}
+		srv, err := registry.Serve(ctx, filepath.Join(cfg.DataDir, "registry"), listen, ropts...)
 		if err != nil && listen != "127.0.0.1:0" {
 			log.Warn("registry address taken, choosing another", "addr", listen, "err", err)
-			srv, err = registry.Serve(ctx, filepath.Join(cfg.DataDir, "registry"), "127.0.0.1:0")
+			srv, err = registry.Serve(ctx, filepath.Join(cfg.DataDir, "registry"), "127.0.0.1:0", ropts...)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("embedded registry: %w", err)
