@@ -99,18 +99,10 @@ func Spool(ctx context.Context, upperDir string, w io.Writer, opts SpoolOptions)
 		return stats, fmt.Errorf("upper dir %q is not a directory: %w", upperDir, errdefs.ErrInvalidArgument)
 	}
 	cw := &countingWriter{w: w}
-	s := &spooler{
-		ctx:      ctx,
-		root:     upperDir,
-		tw:       tar.NewWriter(cw),
-		excludes: excludes,
-		links:    make(map[inode]string),
-		buf:      make([]byte, 1<<20),
-		stats:    &stats,
-	}
-	err = s.walkDir("")
+	sink := &tarSink{tw: tar.NewWriter(cw), buf: make([]byte, 1<<20)}
+	err = newWalker(ctx, upperDir, excludes, sink, &stats).walkDir("")
 	if err == nil {
-		err = s.tw.Close()
+		err = sink.tw.Close()
 	}
 	stats.Bytes = cw.n
 	stats.Duration = time.Since(start)
@@ -137,18 +129,36 @@ func cleanExcludes(in []string) ([]string, error) {
 
 type inode struct{ dev, ino uint64 }
 
-type spooler struct {
+// entrySink receives the entries of a layer tar in order. Spool's sink
+// writes them; the frozen pass of TwoPass plans them, taking content from
+// copies. Both see the same entries because one walker makes them.
+type entrySink interface {
+	// entry takes an entry without content (everything but a regular file).
+	entry(h *tar.Header) error
+	// file takes a regular file: h.Size bytes of content from full, whose
+	// lstat is st.
+	file(h *tar.Header, rel, full string, st *unix.Stat_t) error
+}
+
+// walker walks an upper dir in layer order and turns each entry into a tar
+// header for its sink: whiteouts and opaque markers translated, excludes
+// skipped, hard links grouped, xattrs kept.
+type walker struct {
 	ctx      context.Context
 	root     string
-	tw       *tar.Writer
 	excludes []string
-	links    map[inode]string // first name written for an inode with more than one link
-	buf      []byte
+	links    map[inode]string // first name given for an inode with more than one link
+	sink     entrySink
 	stats    *SpoolStats
 }
 
-func (s *spooler) excluded(rel string) bool {
-	for _, e := range s.excludes {
+func newWalker(ctx context.Context, root string, excludes []string, sink entrySink, stats *SpoolStats) *walker {
+	return &walker{ctx: ctx, root: root, excludes: excludes, links: make(map[inode]string), sink: sink, stats: stats}
+}
+
+// excluded reports whether rel (relative, clean) is at or under an exclude.
+func excluded(excludes []string, rel string) bool {
+	for _, e := range excludes {
 		if rel == e || (strings.HasPrefix(rel, e) && rel[len(e)] == '/') {
 			return true
 		}
@@ -168,7 +178,7 @@ func isWhiteout(st *unix.Stat_t) bool {
 }
 
 // walkDir writes the entries below the directory rel ("" for the root).
-func (s *spooler) walkDir(rel string) error {
+func (s *walker) walkDir(rel string) error {
 	dir := filepath.Join(s.root, rel)
 	f, err := os.Open(dir)
 	if err != nil {
@@ -182,7 +192,7 @@ func (s *spooler) walkDir(rel string) error {
 	children := make([]child, 0, len(names))
 	for _, name := range names {
 		childRel := path.Join(rel, name)
-		if s.excluded(childRel) {
+		if excluded(s.excludes, childRel) {
 			continue
 		}
 		c := child{name: name, outName: name}
@@ -206,15 +216,12 @@ func (s *spooler) walkDir(rel string) error {
 	return nil
 }
 
-func (s *spooler) writeHeader(h *tar.Header) error {
-	if err := s.tw.WriteHeader(h); err != nil {
-		return fmt.Errorf("write header %q: %w", h.Name, err)
-	}
+func (s *walker) writeHeader(h *tar.Header) error {
 	s.stats.Entries++
-	return nil
+	return s.sink.entry(h)
 }
 
-func (s *spooler) writeEntry(dirRel string, c *child) error {
+func (s *walker) writeEntry(dirRel string, c *child) error {
 	rel := path.Join(dirRel, c.name)
 	full := filepath.Join(s.root, rel)
 	st := &c.st
@@ -306,19 +313,33 @@ func (s *spooler) writeEntry(dirRel string, c *child) error {
 		}
 		h.Typeflag = tar.TypeReg
 		h.Size = st.Size
-		return s.writeFile(h, full)
+		s.stats.Entries++
+		return s.sink.file(h, rel, full, st)
 	default:
 		return fmt.Errorf("%q has unknown file type %o", full, st.Mode&unix.S_IFMT)
 	}
 }
 
-func (s *spooler) writeFile(h *tar.Header, full string) error {
+// tarSink writes entries to a tar, content read from the files themselves.
+type tarSink struct {
+	tw  *tar.Writer
+	buf []byte
+}
+
+func (s *tarSink) entry(h *tar.Header) error {
+	if err := s.tw.WriteHeader(h); err != nil {
+		return fmt.Errorf("write header %q: %w", h.Name, err)
+	}
+	return nil
+}
+
+func (s *tarSink) file(h *tar.Header, _, full string, _ *unix.Stat_t) error {
 	f, err := os.Open(full)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	if err := s.writeHeader(h); err != nil {
+	if err := s.entry(h); err != nil {
 		return err
 	}
 	// Hide ReaderFrom/WriterTo so the 1 MiB buffer is used (tar.Writer's

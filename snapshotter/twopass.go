@@ -220,9 +220,7 @@ func isWithin(dir, root string) (bool, error) {
 func (p *TwoPass) Prepared() PrepareStats { return p.prepared }
 
 // excluded applies the excludes as Spool does.
-func (p *TwoPass) excluded(rel string) bool {
-	return (&spooler{excludes: p.excludes}).excluded(rel)
-}
+func (p *TwoPass) excluded(rel string) bool { return excluded(p.excludes, rel) }
 
 // prepareDir copies the regular files below rel. Entries that vanish or
 // change type while it runs are skipped: Frozen sees them as they end up.
@@ -416,8 +414,8 @@ func (p *TwoPass) Frozen(ctx context.Context) (FrozenStats, error) {
 	if !fi.IsDir() {
 		return p.stats, fmt.Errorf("upper dir %q is not a directory: %w", p.root, errdefs.ErrInvalidArgument)
 	}
-	fz := &freezer{TwoPass: p, ctx: ctx, links: make(map[inode]string)}
-	err = fz.walkDir("")
+	fz := &freezer{TwoPass: p, ctx: ctx}
+	err = newWalker(ctx, p.root, p.excludes, fz, &p.stats.SpoolStats).walkDir("")
 	if err == nil {
 		p.stats.Bytes, err = planSize(p.plan)
 	}
@@ -429,156 +427,26 @@ func (p *TwoPass) Frozen(ctx context.Context) (FrozenStats, error) {
 	return p.stats, nil
 }
 
-// freezer is Spool's spooler with "write" replaced by "plan".
+// freezer is the sink of the frozen pass: it plans the entries Spool's
+// walker gives, a regular file's content taken from its Prepare copy when
+// the file is unchanged, else copied now.
 type freezer struct {
 	*TwoPass
-	ctx   context.Context
-	links map[inode]string // first name planned for an inode with more than one link
+	ctx context.Context
 }
 
-// walkDir plans the entries below rel exactly as spooler.walkDir writes them.
-func (z *freezer) walkDir(rel string) error {
-	dir := filepath.Join(z.root, rel)
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	names, err := f.Readdirnames(-1)
-	f.Close()
-	if err != nil {
-		return fmt.Errorf("read dir %q: %w", dir, err)
-	}
-	children := make([]child, 0, len(names))
-	for _, name := range names {
-		childRel := path.Join(rel, name)
-		if z.excluded(childRel) {
-			continue
-		}
-		c := child{name: name, outName: name}
-		if err := unix.Lstat(filepath.Join(dir, name), &c.st); err != nil {
-			return fmt.Errorf("lstat %q: %w", filepath.Join(dir, name), err)
-		}
-		if isWhiteout(&c.st) {
-			c.outName = whiteoutPrefix + name
-		}
-		children = append(children, c)
-	}
-	slices.SortFunc(children, func(a, b child) int { return strings.Compare(a.outName, b.outName) })
-	for i := range children {
-		if err := z.ctx.Err(); err != nil {
-			return err
-		}
-		if err := z.planEntry(rel, &children[i]); err != nil {
-			return err
-		}
-	}
+func (z *freezer) entry(h *tar.Header) error {
+	z.plan = append(z.plan, planEntry{hdr: h})
 	return nil
 }
 
-func (z *freezer) add(h *tar.Header, off int64) {
-	z.plan = append(z.plan, planEntry{hdr: h, off: off})
-	z.stats.Entries++
-}
-
-// planEntry mirrors spooler.writeEntry; keep the two in step (the tests
-// compare TwoPass's tar with Spool's byte for byte).
-func (z *freezer) planEntry(dirRel string, c *child) error {
-	rel := path.Join(dirRel, c.name)
-	full := filepath.Join(z.root, rel)
-	st := &c.st
-	mtime := time.Unix(st.Mtim.Sec, 0)
-
-	if isWhiteout(st) {
-		z.stats.Whiteouts++
-		z.add(&tar.Header{
-			Typeflag: tar.TypeReg,
-			Name:     path.Join(dirRel, c.outName),
-			ModTime:  markerTime,
-			Format:   tar.FormatPAX,
-		}, 0)
-		return nil
-	}
-
-	xattrs, opaque, err := readXattrs(full)
+func (z *freezer) file(h *tar.Header, rel, _ string, st *unix.Stat_t) error {
+	off, err := z.content(rel, st)
 	if err != nil {
 		return err
 	}
-	h := &tar.Header{
-		Name:    rel,
-		Mode:    int64(st.Mode & 0o7777),
-		Uid:     int(st.Uid),
-		Gid:     int(st.Gid),
-		ModTime: mtime,
-		Format:  tar.FormatPAX,
-	}
-	for k, v := range xattrs {
-		if h.PAXRecords == nil {
-			h.PAXRecords = make(map[string]string, len(xattrs))
-		}
-		h.PAXRecords["SCHILY.xattr."+k] = v
-	}
-
-	switch st.Mode & unix.S_IFMT {
-	case unix.S_IFDIR:
-		h.Typeflag = tar.TypeDir
-		h.Name = rel + "/"
-		z.add(h, 0)
-		if opaque {
-			z.stats.OpaqueDirs++
-			z.add(&tar.Header{
-				Typeflag: tar.TypeReg,
-				Name:     path.Join(rel, whiteoutOpaque),
-				ModTime:  markerTime,
-				Format:   tar.FormatPAX,
-			}, 0)
-		}
-		return z.walkDir(rel)
-	case unix.S_IFLNK:
-		target, err := os.Readlink(full)
-		if err != nil {
-			return fmt.Errorf("readlink %q: %w", full, err)
-		}
-		h.Typeflag = tar.TypeSymlink
-		h.Linkname = target
-		z.add(h, 0)
-		return nil
-	case unix.S_IFIFO:
-		h.Typeflag = tar.TypeFifo
-		z.add(h, 0)
-		return nil
-	case unix.S_IFCHR, unix.S_IFBLK:
-		h.Typeflag = tar.TypeChar
-		if st.Mode&unix.S_IFMT == unix.S_IFBLK {
-			h.Typeflag = tar.TypeBlock
-		}
-		h.Devmajor = int64(unix.Major(st.Rdev))
-		h.Devminor = int64(unix.Minor(st.Rdev))
-		z.add(h, 0)
-		return nil
-	case unix.S_IFSOCK:
-		return nil
-	case unix.S_IFREG:
-		if st.Nlink > 1 {
-			key := inode{dev: st.Dev, ino: st.Ino}
-			if first, ok := z.links[key]; ok {
-				h.Typeflag = tar.TypeLink
-				h.Linkname = first
-				z.add(h, 0)
-				return nil
-			}
-			z.links[key] = rel
-		}
-		h.Typeflag = tar.TypeReg
-		h.Size = st.Size
-		off, err := z.content(rel, st)
-		if err != nil {
-			return err
-		}
-		z.add(h, off)
-		return nil
-	default:
-		return fmt.Errorf("%q has unknown file type %o", full, st.Mode&unix.S_IFMT)
-	}
+	z.plan = append(z.plan, planEntry{hdr: h, off: off})
+	return nil
 }
 
 // content returns the offset in the data file of the content of the regular
