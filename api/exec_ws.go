@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/gin-gonic/gin"
 
+	"github.com/envd-dev/envd/api/execproto"
 	"github.com/envd-dev/envd/envd"
 )
 
@@ -37,24 +37,24 @@ import (
 // "base64url.bearer.envd.dev.<token, base64url without padding>" offered
 // next to ExecSubprotocol. A client disconnect kills the process.
 const (
-	ExecChannelStdin  byte = 0
-	ExecChannelStdout byte = 1
-	ExecChannelStderr byte = 2
-	ExecChannelResize byte = 3
-	ExecChannelExit   byte = 4
-	ExecChannelEOF    byte = 5
+	ExecChannelStdin  = execproto.Stdin
+	ExecChannelStdout = execproto.Stdout
+	ExecChannelStderr = execproto.Stderr
+	ExecChannelResize = execproto.Resize
+	ExecChannelExit   = execproto.Exit
+	ExecChannelEOF    = execproto.EOF
 
 	// ExecSubprotocol is the WebSocket subprotocol of the exec stream; the
 	// server selects it when the client offers it.
-	ExecSubprotocol = "v1.exec.envd.dev"
+	ExecSubprotocol = execproto.Subprotocol
 	// BearerSubprotocolPrefix starts the subprotocol that carries a bearer
 	// token, base64url-encoded without padding. The server never selects it.
-	BearerSubprotocolPrefix = "base64url.bearer.envd.dev."
+	BearerSubprotocolPrefix = execproto.BearerPrefix
 
 	// MaxExecMessage is the largest message the server reads.
-	MaxExecMessage = 1 << 20
+	MaxExecMessage = execproto.MaxMessage
 	// execChunk is the most payload the server puts in one output message.
-	execChunk = 32 << 10
+	execChunk = execproto.Chunk
 )
 
 // ExecExit is the payload of an exit message. Error is set when the exec
@@ -74,15 +74,10 @@ const execCloseErrorBase = 4000
 func subprotocolToken(r *http.Request) (string, bool) {
 	for _, h := range r.Header.Values("Sec-WebSocket-Protocol") {
 		for p := range strings.SplitSeq(h, ",") {
-			enc, ok := strings.CutPrefix(strings.TrimSpace(p), BearerSubprotocolPrefix)
-			if !ok {
-				continue
+			p = strings.TrimSpace(p)
+			if strings.HasPrefix(p, BearerSubprotocolPrefix) {
+				return execproto.BearerToken(p)
 			}
-			b, err := base64.RawURLEncoding.DecodeString(enc)
-			if err != nil || len(b) == 0 {
-				return "", false
-			}
-			return string(b), true
 		}
 	}
 	return "", false

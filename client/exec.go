@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,25 +11,22 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/envd-dev/envd/api/execproto"
 	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/internal/errdefs"
 )
 
-// The exec stream's protocol (see package api and docs/api.md): binary
-// messages whose first byte is the channel.
+// The exec stream's protocol is package execproto (see docs/api.md).
 const (
-	chanStdin  byte = 0
-	chanStdout byte = 1
-	chanStderr byte = 2
-	chanResize byte = 3
-	chanExit   byte = 4
-	chanEOF    byte = 5
-
-	execSubprotocol = "v1.exec.envd.dev"
-	// execChunk is the most stdin ExecStream puts in one message.
-	execChunk = 32 << 10
-	// maxExecMessage is the largest message ExecStream reads.
-	maxExecMessage = 1 << 20
+	chanStdin       = execproto.Stdin
+	chanStdout      = execproto.Stdout
+	chanStderr      = execproto.Stderr
+	chanResize      = execproto.Resize
+	chanExit        = execproto.Exit
+	chanEOF         = execproto.EOF
+	execSubprotocol = execproto.Subprotocol
+	execChunk       = execproto.Chunk
+	maxExecMessage  = execproto.MaxMessage
 )
 
 // execExit mirrors api.ExecExit.
@@ -201,5 +197,5 @@ func (c *Client) execURL(id string, req envd.ExecRequest, tty bool) (string, err
 // for clients that cannot set an Authorization header (browsers): offer it
 // together with "v1.exec.envd.dev".
 func BearerSubprotocol(token string) string {
-	return "base64url.bearer.envd.dev." + base64.RawURLEncoding.EncodeToString([]byte(token))
+	return execproto.BearerSubprotocol(token)
 }
