@@ -30,13 +30,28 @@ func toInstance(in versions.Instance) Instance {
 // view is the instance as a user sees it: with its current address and
 // what protects its data.
 func (s *Service) view(ctx context.Context, in versions.Instance) Instance {
+	return s.viewWith(ctx, in, s.volumePaths(ctx, in.Tenant, in.Project))
+}
+
+// volumePaths are the mount paths of a project's volumes (none if the
+// project cannot be read: the view is still worth answering).
+func (s *Service) volumePaths(ctx context.Context, tenant, project string) []string {
+	_, ps, err := s.projectSpec(ctx, tenant, project)
+	if err != nil {
+		return nil
+	}
+	paths := make([]string, 0, len(ps.Volumes))
+	for _, v := range ps.Volumes {
+		paths = append(paths, v.Path)
+	}
+	return paths
+}
+
+func (s *Service) viewWith(ctx context.Context, in versions.Instance, volumes []string) Instance {
 	out := s.withEndpoint(ctx, toInstance(in))
 	pr := Protection{RetainedLayer: in.Retain, LastSavedVersion: in.LastSavedVersion}
-	if proj, err := s.store.GetProject(ctx, in.Tenant, in.Project); err == nil {
-		ps, _ := parseProjectSpec(proj.Spec)
-		for _, v := range ps.Volumes {
-			pr.Volumes = append(pr.Volumes, v.Path)
-		}
+	if len(volumes) > 0 {
+		pr.Volumes = volumes
 	}
 	saved := fmt.Sprintf("version %d", in.Version)
 	if in.LastSavedVersion > 0 {
@@ -59,10 +74,17 @@ func (s *Service) view(ctx context.Context, in versions.Instance) Instance {
 	return out
 }
 
+// views is view for a list, reading each project's volumes once.
 func (s *Service) views(ctx context.Context, ins []versions.Instance) []Instance {
 	out := make([]Instance, 0, len(ins))
+	volumes := map[string][]string{}
 	for _, in := range ins {
-		out = append(out, s.view(ctx, in))
+		vs, ok := volumes[in.Project]
+		if !ok {
+			vs = s.volumePaths(ctx, in.Tenant, in.Project)
+			volumes[in.Project] = vs
+		}
+		out = append(out, s.viewWith(ctx, in, vs))
 	}
 	return out
 }
