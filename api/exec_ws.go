@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -98,6 +99,11 @@ func (h *handlers) execWebSocket(c *gin.Context) {
 		writeError(c, invalidArgument("query parameter tty %q: must be 1, true, 0 or false", c.Query("tty")))
 		return
 	}
+	initial, err := initialSize(c.Query("cols"), c.Query("rows"))
+	if err != nil {
+		writeError(c, err)
+		return
+	}
 	conn, err := websocket.Accept(c.Writer, c.Request, &websocket.AcceptOptions{
 		Subprotocols: []string{ExecSubprotocol},
 		// Any origin may connect: the API authenticates with bearer tokens,
@@ -118,6 +124,12 @@ func (h *handlers) execWebSocket(c *gin.Context) {
 	s := &execSession{conn: conn}
 	stdinR, stdinW := io.Pipe()
 	resize := make(chan envd.TermSize, 1)
+	if initial != nil {
+		// Waiting before the exec starts, the size becomes the terminal's
+		// size at creation: the command's first look at it sees it. A
+		// resize message would race the command's first read of stdin.
+		resize <- *initial
+	}
 	readDone := make(chan struct{})
 	go func() {
 		defer close(readDone)
@@ -248,4 +260,17 @@ func (w *execWriter) Write(p []byte) (int, error) {
 		p = p[len(chunk):]
 	}
 	return n, nil
+}
+
+// initialSize parses the cols and rows query parameters: both or neither.
+func initialSize(cols, rows string) (*envd.TermSize, error) {
+	if cols == "" && rows == "" {
+		return nil, nil
+	}
+	c, cerr := strconv.ParseUint(cols, 10, 16)
+	r, rerr := strconv.ParseUint(rows, 10, 16)
+	if cerr != nil || rerr != nil || c == 0 || r == 0 {
+		return nil, invalidArgument("query parameters cols %q and rows %q: both are needed, each from 1 to 65535", cols, rows)
+	}
+	return &envd.TermSize{Cols: uint16(c), Rows: uint16(r)}, nil
 }

@@ -127,6 +127,28 @@ func TestExecWebSocketTTYResize(t *testing.T) {
 	assert.Equal(t, []any{"i-1", envd.ExecRequest{Args: []string{"bash", "-l"}}, true}, call.Args)
 }
 
+// The size in the URL is waiting on Resize when the core is called, so the
+// terminal is made with it: no resize message can race the command's start.
+func TestExecWebSocketInitialSize(t *testing.T) {
+	t.Parallel()
+	core, srv := newServer(t)
+	atStart := make(chan envd.TermSize, 1)
+	core.ExecStreamFunc = func(_ context.Context, _ string, _ envd.ExecRequest, stdio envd.Stdio) (int, error) {
+		select {
+		case sz := <-stdio.Resize:
+			atStart <- sz
+		default:
+			close(atStart)
+		}
+		return 0, nil
+	}
+	c, _, err := dialExec(t, srv, "cmd=sh&tty=1&cols=100&rows=40", nil)
+	require.NoError(t, err)
+	_, exit, _ := c.readUntilExit()
+	assert.Equal(t, 0, exit.ExitCode)
+	assert.Equal(t, envd.TermSize{Cols: 100, Rows: 40}, <-atStart)
+}
+
 func TestExecWebSocketCoreError(t *testing.T) {
 	t.Parallel()
 	core, srv := newServer(t)
@@ -201,6 +223,9 @@ func TestExecWebSocketAuthAndArguments(t *testing.T) {
 		}, http.StatusUnauthorized},
 		{"no command", "tty=1", nil, http.StatusBadRequest},
 		{"bad tty", "cmd=cat&tty=yes", nil, http.StatusBadRequest},
+		{"cols without rows", "cmd=cat&tty=1&cols=80", nil, http.StatusBadRequest},
+		{"zero rows", "cmd=cat&tty=1&cols=80&rows=0", nil, http.StatusBadRequest},
+		{"size too large", "cmd=cat&tty=1&cols=70000&rows=24", nil, http.StatusBadRequest},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, resp, err := dialExec(t, srv, tc.query, tc.opts)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 
 	"github.com/coder/websocket"
 
@@ -43,8 +44,10 @@ type execExit struct {
 // stdio and returns its exit code when it ends: GET
 // /v1/instances/{i}/exec/ws, a WebSocket. req.Stdin and req.Timeout are not
 // used. With stdio.TTY the command gets a terminal: all its output arrives
-// on stdio.Stdout, and sizes sent on stdio.Resize resize it (send the
-// initial size before or right after the call starts). When stdio.Stdin
+// on stdio.Stdout, and sizes sent on stdio.Resize resize it. Send the
+// initial size before the call: the terminal is then made with it, and the
+// command's first look sees it. Later sizes are applied as they arrive, like
+// a SIGWINCH, with no order against stdin sent meanwhile. When stdio.Stdin
 // ends, the command's stdin is closed; a nil Stdin gives it none (EOF at
 // once). A non-zero exit code is not an error. Canceling ctx ends the
 // session and the server kills the command.
@@ -52,7 +55,19 @@ type execExit struct {
 // ExecStream does not wait for a Read of stdio.Stdin in progress when the
 // command exits: that read's data is lost.
 func (c *Client) ExecStream(ctx context.Context, id string, req envd.ExecRequest, stdio envd.Stdio) (int, error) {
-	u, err := c.execURL(id, req, stdio.TTY)
+	var initial *envd.TermSize
+	if stdio.TTY && stdio.Resize != nil {
+		// A size already sent goes in the URL: the terminal is made with
+		// it, so the command's first look at it cannot race a resize.
+		select {
+		case sz, ok := <-stdio.Resize:
+			if ok && sz.Cols > 0 && sz.Rows > 0 {
+				initial = &sz
+			}
+		default:
+		}
+	}
+	u, err := c.execURL(id, req, stdio.TTY, initial)
 	if err != nil {
 		return -1, err
 	}
@@ -165,7 +180,7 @@ func (c *Client) ExecStream(ctx context.Context, id string, req envd.ExecRequest
 }
 
 // execURL is the WebSocket URL of an exec stream.
-func (c *Client) execURL(id string, req envd.ExecRequest, tty bool) (string, error) {
+func (c *Client) execURL(id string, req envd.ExecRequest, tty bool, size *envd.TermSize) (string, error) {
 	if len(req.Args) == 0 {
 		return "", errors.New("exec: no command")
 	}
@@ -188,6 +203,10 @@ func (c *Client) execURL(id string, req envd.ExecRequest, tty bool) (string, err
 	}
 	if tty {
 		q.Set("tty", "1")
+		if size != nil {
+			q.Set("cols", strconv.Itoa(int(size.Cols)))
+			q.Set("rows", strconv.Itoa(int(size.Rows)))
+		}
 	}
 	u.RawQuery = q.Encode()
 	return u.String(), nil

@@ -74,6 +74,30 @@ func TestExecStreamTTYResize(t *testing.T) {
 	assert.Equal(t, true, call.Args[2], "tty")
 }
 
+// A size sent before the call is the terminal's size from the start: the
+// core finds it waiting when it is called.
+func TestExecStreamInitialSize(t *testing.T) {
+	t.Parallel()
+	core, c := newServer(t, nil)
+	atStart := make(chan envd.TermSize, 1)
+	core.ExecStreamFunc = func(_ context.Context, _ string, _ envd.ExecRequest, stdio envd.Stdio) (int, error) {
+		select {
+		case sz := <-stdio.Resize:
+			atStart <- sz
+		default:
+			close(atStart)
+		}
+		return 0, nil
+	}
+	sizes := make(chan envd.TermSize, 1)
+	sizes <- envd.TermSize{Cols: 90, Rows: 30}
+	code, err := c.ExecStream(context.Background(), "i-1", envd.ExecRequest{Args: []string{"sh"}},
+		envd.Stdio{TTY: true, Resize: sizes})
+	require.NoError(t, err)
+	assert.Equal(t, 0, code)
+	assert.Equal(t, envd.TermSize{Cols: 90, Rows: 30}, <-atStart)
+}
+
 func TestExecStreamErrors(t *testing.T) {
 	t.Parallel()
 	core, c := newServer(t, nil)

@@ -117,15 +117,31 @@ func TestRootInteractiveTerminal(t *testing.T) {
 		_, err := stdinW.Write([]byte(s))
 		require.NoError(t, err)
 	}
+	// The size sent before the call is the terminal's from the start.
 	write("echo size=$(stty size)\n")
 	waitFor("size=40 100")
+	// A later size is applied as it arrives, like a SIGWINCH, in no order
+	// with stdin: ask until the terminal has it.
 	resize <- envd.TermSize{Cols: 132, Rows: 43}
-	time.Sleep(300 * time.Millisecond)
-	write("echo size=$(stty size)\n")
-	waitFor("size=43 132")
+	asked := time.Now()
+	for !strings.Contains(seen.String(), "size=43 132") {
+		require.Less(t, time.Since(asked), 15*time.Second, "the resize was not applied; terminal so far: %q", seen.String())
+		write("echo size=$(stty size)\n")
+		for quiet := time.After(500 * time.Millisecond); ; {
+			select {
+			case chunk := <-out.ch:
+				seen.WriteString(chunk)
+				continue
+			case <-quiet:
+			}
+			break
+		}
+	}
 	start := time.Now()
 	write("sleep 30\n")
-	time.Sleep(500 * time.Millisecond)
+	// ^C before sleep runs would interrupt the shell's reading instead.
+	require.Eventually(t, func() bool { return sh(t, in.ID, "pidof sleep").ExitCode == 0 },
+		15*time.Second, 100*time.Millisecond, "sleep started")
 	write("\x03") // ^C
 	write("echo rc=$?\n")
 	waitFor("rc=130")

@@ -54,16 +54,26 @@ func TestRootExecTTYResizeAndInterrupt(t *testing.T) {
 	typeLine("echo size=$(stty size)\n")
 	waitFor("size=40 100", 10*time.Second)
 
+	// A later size is applied as it arrives, like a SIGWINCH, in no order
+	// with stdin: ask until the terminal has it.
 	resize <- TermSize{Cols: 132, Rows: 43}
-	time.Sleep(200 * time.Millisecond) // the resize is applied asynchronously
-	typeLine("echo size=$(stty size)\n")
-	waitFor("size=43 132", 10*time.Second)
+	require.Eventually(t, func() bool {
+		if strings.Contains(out.String(), "size=43 132") {
+			return true
+		}
+		typeLine("echo size=$(stty size)\n")
+		return false
+	}, 15*time.Second, 300*time.Millisecond, "the resize was not applied: %q", out.String())
 
 	// An interrupted command ends the shell's command line, so its status
 	// is asked for on the next one.
 	typeLine("echo sl''eeping; sleep 30\n")
 	waitFor("sleeping", 10*time.Second)
-	time.Sleep(300 * time.Millisecond) // let sleep start
+	// ^C before sleep runs would interrupt the shell's reading instead.
+	require.Eventually(t, func() bool {
+		_, _, code := env.run(t, "tty-resize", "pidof", "sleep")
+		return code == 0
+	}, 15*time.Second, 100*time.Millisecond, "sleep started")
 	interrupted := time.Now()
 	typeLine("\x03")
 	waitFor("^C", 5*time.Second)
