@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/containerd/stargz-snapshotter/estargz"
 	"github.com/stretchr/testify/assert"
@@ -34,18 +33,15 @@ func TestRootEstargzPrioritizedFromRecord(t *testing.T) {
 	buildLower(t, lower)
 	mountOverlay(t, lower, upper, work, merged)
 
-	done := make(chan []string, 1)
-	go func() {
-		paths, err := prefetch.Record(ctx, merged, 1500*time.Millisecond, 1000)
-		assert.NoError(t, err)
-		done <- paths
-	}()
-	time.Sleep(300 * time.Millisecond)
+	rec, err := prefetch.Start(merged, 1000)
+	require.NoError(t, err)
+	defer rec.Close()
 	read := []string{"usr/bin/tool", "var/data/sub/deep.txt", "run/base.pid", "etc/hosts"}
 	for _, name := range read {
 		require.NoError(t, exec.Command("cat", filepath.Join(merged, name)).Run())
 	}
-	recorded := <-done
+	recorded, err := rec.Collect(ctx, 0)
+	require.NoError(t, err)
 	prioritized := prefetch.Prioritize(recorded)
 	require.Equal(t, []string{"/usr/bin/tool", "/var/data/sub/deep.txt", "/etc/hosts"}, prioritized,
 		"recorded %q", recorded)

@@ -42,7 +42,7 @@ const mask = unix.FAN_OPEN | unix.FAN_OPEN_EXEC | unix.FAN_ACCESS | unix.FAN_OND
 // done), and returns the paths (relative to root, with leading "/") in
 // first-access order, deduplicated, capped at max entries (max <= 0: no
 // cap). Directories that were opened (listed) end in "/". It returns as soon
-// as max paths are recorded.
+// as max paths are recorded. Record is Start, Collect and Close.
 //
 // Record needs CAP_SYS_ADMIN (fanotify). It marks the whole mount that holds
 // root (FAN_MARK_MOUNT) and keeps the events of files under root, so root
@@ -56,6 +56,24 @@ const mask = unix.FAN_OPEN | unix.FAN_OPEN_EXEC | unix.FAN_ACCESS | unix.FAN_OND
 // directory, errdefs.ErrInvalidArgument. Cancelling ctx ends the recording
 // early and returns what was recorded with ctx's error.
 func Record(ctx context.Context, root string, d time.Duration, max int) ([]string, error) {
+	rec, err := Start(root, max)
+	if err != nil {
+		return nil, err
+	}
+	defer rec.Close()
+	return rec.Collect(ctx, d)
+}
+
+// A Recording holds the fanotify mark of Start: every open and read under
+// its root from Start on is queued in the kernel until Collect reads it.
+type Recording struct {
+	fd int
+	r  *recorder
+}
+
+// Start marks root (see Record) and returns once the mark is in place, so a
+// caller can make reads after it knowing they are recorded.
+func Start(root string, max int) (*Recording, error) {
 	abs, err := filepath.Abs(root)
 	if err == nil {
 		// readlink of /proc/self/fd/N gives the resolved path.
@@ -80,15 +98,21 @@ func Record(ctx context.Context, root string, d time.Duration, max int) ([]strin
 	if err != nil {
 		return nil, fmt.Errorf("fanotify_init: %w", err)
 	}
-	defer unix.Close(fd)
 	// Mark the path as given, not as resolved here: for a container's
 	// /proc/PID/root the kernel follows the magic link to the container's
 	// rootfs mount, while the resolved "/" would be the host's root mount.
 	if err := unix.FanotifyMark(fd, unix.FAN_MARK_ADD|unix.FAN_MARK_MOUNT, mask, unix.AT_FDCWD, root); err != nil {
+		unix.Close(fd)
 		return nil, fmt.Errorf("fanotify_mark %q: %w", root, err)
 	}
+	return &Recording{fd: fd, r: &recorder{root: abs, max: max, seen: make(map[string]bool), self: int32(os.Getpid())}}, nil
+}
 
-	r := &recorder{root: abs, max: max, seen: make(map[string]bool), self: int32(os.Getpid())}
+// Collect reads events for d from now (or until ctx is done, or max paths
+// are recorded) and returns all paths recorded since Start. Events queued
+// before the call are read even when d is 0.
+func (rec *Recording) Collect(ctx context.Context, d time.Duration) ([]string, error) {
+	r, fd := rec.r, rec.fd
 	deadline := time.Now().Add(d)
 	buf := make([]byte, 64<<10)
 	for {
@@ -122,6 +146,9 @@ func Record(ctx context.Context, root string, d time.Duration, max int) ([]strin
 	}
 	return r.paths, ctx.Err()
 }
+
+// Close removes the mark.
+func (rec *Recording) Close() error { return unix.Close(rec.fd) }
 
 type recorder struct {
 	root  string

@@ -55,50 +55,41 @@ var rootfs = map[string]string{
 func TestRootRecordOverlay(t *testing.T) {
 	requireRoot(t)
 	merged := mountOverlay(t, rootfs)
-	type result struct {
-		paths []string
-		err   error
-	}
-	done := make(chan result, 1)
-	go func() {
-		paths, err := Record(context.Background(), merged, 2*time.Second, 100)
-		done <- result{paths, err}
-	}()
-	time.Sleep(300 * time.Millisecond) // let Record place its mark
+	rec, err := Start(merged, 100)
+	require.NoError(t, err)
+	defer rec.Close()
 	// A child process reads three files through the merged dir, one by one.
 	for _, name := range []string{"usr/share/doc/a.txt", "etc/hosts", "usr/bin/tool"} {
 		out, err := exec.Command("cat", filepath.Join(merged, name)).CombinedOutput()
 		require.NoError(t, err, string(out))
 		assert.Equal(t, rootfs[name], string(out))
 	}
-	res := <-done
-	require.NoError(t, res.err)
+	paths, err := rec.Collect(context.Background(), 0)
+	require.NoError(t, err)
 	var files []string
-	for _, p := range res.paths {
+	for _, p := range paths {
 		if p[len(p)-1] != '/' {
 			files = append(files, p)
 		}
 	}
 	assert.Equal(t, []string{"/usr/share/doc/a.txt", "/etc/hosts", "/usr/bin/tool"}, files)
-	assert.NotContains(t, res.paths, "/never/read")
+	assert.NotContains(t, paths, "/never/read")
 }
 
 func TestRootRecordMax(t *testing.T) {
 	requireRoot(t)
 	merged := mountOverlay(t, rootfs)
-	done := make(chan []string, 1)
-	go func() {
-		paths, err := Record(context.Background(), merged, 10*time.Second, 2)
-		assert.NoError(t, err)
-		done <- paths
-	}()
-	time.Sleep(300 * time.Millisecond)
-	start := time.Now()
+	rec, err := Start(merged, 2)
+	require.NoError(t, err)
+	defer rec.Close()
 	for _, name := range []string{"etc/hosts", "usr/bin/tool", "usr/share/doc/a.txt"} {
 		require.NoError(t, exec.Command("cat", filepath.Join(merged, name)).Run())
 	}
-	paths := <-done
-	assert.Less(t, time.Since(start), 5*time.Second, "Record returns once it has max paths")
+	// With max paths recorded, Collect does not wait out its hour.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	paths, err := rec.Collect(ctx, time.Hour)
+	require.NoError(t, err, "Collect returns once it has max paths")
 	assert.Equal(t, []string{"/etc/hosts", "/usr/bin/tool"}, paths)
 }
 
@@ -130,16 +121,13 @@ func TestRootRecordBadRoot(t *testing.T) {
 func TestRootRecordPrioritize(t *testing.T) {
 	requireRoot(t)
 	merged := mountOverlay(t, rootfs)
-	done := make(chan []string, 1)
-	go func() {
-		paths, err := Record(context.Background(), merged, 1500*time.Millisecond, 0)
-		assert.NoError(t, err)
-		done <- paths
-	}()
-	time.Sleep(300 * time.Millisecond)
+	rec, err := Start(merged, 0)
+	require.NoError(t, err)
+	defer rec.Close()
 	require.NoError(t, exec.Command("cat", filepath.Join(merged, "tmp/scratch"), filepath.Join(merged, "etc/hosts")).Run())
 	require.NoError(t, exec.Command("ls", filepath.Join(merged, "usr/share")).Run())
-	paths := <-done
+	paths, err := rec.Collect(context.Background(), 0)
+	require.NoError(t, err)
 	assert.Contains(t, paths, "/tmp/scratch")
 	assert.Contains(t, paths, "/usr/share/")
 	assert.Equal(t, []string{"/etc/hosts"}, Prioritize(paths))
