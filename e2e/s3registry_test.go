@@ -40,7 +40,10 @@ func TestRootLazyRestoreFromS3BackedRegistry(t *testing.T) {
 	require.NoError(t, err)
 	res, err := ca.Exec(c, in.ID, envd.ExecRequest{Args: []string{"sh", "-c", "head -c 31457280 /dev/urandom > /big30 && sha256sum /big30"}})
 	require.NoError(t, err)
-	require.Equal(t, 0, res.ExitCode, res.Stderr)
+	if res.ExitCode != 0 {
+		got, gerr := ca.GetInstance(c, in.ID)
+		t.Fatalf("exit %d, stderr %q; the instance now: %+v (%v)", res.ExitCode, res.Stderr, got, gerr)
+	}
 	sum := strings.Fields(res.Stdout)[0]
 	op, err := ca.Save(c, in.ID, envd.SaveRequest{Message: "on s3"}, "")
 	require.NoError(t, err)

@@ -9,8 +9,9 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/envd-dev/envd/internal/errdefs"
 )
@@ -18,49 +19,72 @@ import (
 // Terminate sends SIGTERM to pid and waits up to grace (or until ctx is
 // done) for it to exit, then sends SIGKILL and waits a little more. done,
 // when not nil, is closed by whoever reaps the process (its parent, when
-// this process started it); otherwise liveness is probed with signal 0. A
-// process that is already gone is not an error.
+// this process started it). A process that is already gone is not an error.
+//
+// The signals go through a pidfd opened first, so they reach that process
+// or none: a pid recorded earlier may by now name another process (pid_max
+// is 32768 on many machines), and a stray SIGTERM to an instance's init
+// ends the whole instance.
 func Terminate(ctx context.Context, name string, pid int, done <-chan struct{}, grace time.Duration) error {
-	if pid <= 0 {
+	if pid <= 0 || closed(done) {
 		return nil
 	}
-	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
-		if errors.Is(err, syscall.ESRCH) {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		if errors.Is(err, unix.ESRCH) {
+			return nil
+		}
+		return fmt.Errorf("pidfd of %s %d: %w", name, pid, err)
+	}
+	defer unix.Close(fd)
+	if closed(done) { // reaped, and pid maybe reused, before the pidfd
+		return nil
+	}
+	if err := unix.PidfdSendSignal(fd, unix.SIGTERM, nil, 0); err != nil {
+		if errors.Is(err, unix.ESRCH) {
 			return nil
 		}
 		return fmt.Errorf("signal %s %d: %w", name, pid, err)
 	}
-	if WaitExit(ctx, pid, done, grace) {
+	if waitPidfd(ctx, fd, done, grace) {
 		return nil
 	}
-	_ = syscall.Kill(pid, syscall.SIGKILL)
-	if WaitExit(context.WithoutCancel(ctx), pid, done, 5*time.Second) {
+	_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+	if waitPidfd(context.WithoutCancel(ctx), fd, done, 5*time.Second) {
 		return nil
 	}
 	return fmt.Errorf("%s %d did not exit: %w", name, pid, errdefs.ErrUnavailable)
 }
 
-// WaitExit reports whether pid exited within timeout (false when ctx ends
-// first). See Terminate for done.
-func WaitExit(ctx context.Context, pid int, done <-chan struct{}, timeout time.Duration) bool {
-	t := time.NewTimer(timeout)
-	defer t.Stop()
+func closed(done <-chan struct{}) bool {
+	if done == nil {
+		return false
+	}
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
+}
+
+// waitPidfd reports whether the process of fd exited within timeout (false
+// when ctx ends first): when done is given, once it is closed (reaped);
+// otherwise once the pidfd polls readable, which it does at the exit.
+func waitPidfd(ctx context.Context, fd int, done <-chan struct{}, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
 	for {
 		if done != nil {
 			select {
 			case <-done:
 				return true
-			default:
+			case <-time.After(20 * time.Millisecond):
 			}
-		} else if syscall.Kill(pid, 0) != nil {
+		} else if n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 20); err == nil && n > 0 {
 			return true
 		}
-		select {
-		case <-ctx.Done():
+		if ctx.Err() != nil || time.Now().After(deadline) {
 			return false
-		case <-t.C:
-			return false
-		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }

@@ -2,9 +2,11 @@ package proc
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,6 +57,42 @@ func TestTerminateGoneProcess(t *testing.T) {
 	<-done
 	assert.NoError(t, Terminate(context.Background(), "test", pid, nil, time.Second))
 	assert.NoError(t, Terminate(context.Background(), "test", 0, nil, time.Second))
+}
+
+// A process known to be reaped is not signaled: its pid may name another
+// process by now (here: one that is alive, standing for a reused pid).
+func TestTerminateReapedSendsNothing(t *testing.T) {
+	t.Parallel()
+	other, otherDone := start(t, "sleep 30")
+	t.Cleanup(func() { _ = Terminate(context.Background(), "other", other, otherDone, time.Second) })
+	reaped := make(chan struct{})
+	close(reaped)
+	require.NoError(t, Terminate(context.Background(), "test", other, reaped, time.Second))
+	select {
+	case <-otherDone:
+		t.Fatal("the process behind the reused pid was signaled")
+	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+// Without done, exit is seen through the pidfd, also for a process that is
+// not our child (reparented to init).
+func TestTerminateNotAChild(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command("sh", "-c", "sleep 30 >/dev/null 2>&1 & echo $!").Output()
+	require.NoError(t, err)
+	var pid int
+	_, err = fmt.Sscan(string(out), &pid)
+	require.NoError(t, err)
+	began := time.Now()
+	require.NoError(t, Terminate(context.Background(), "orphan", pid, nil, 5*time.Second))
+	assert.Less(t, time.Since(began), 4*time.Second, "seen to exit on SIGTERM, not after the grace")
+	// Exited: gone, or a zombie until init reaps it.
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err == nil {
+		_, after, _ := strings.Cut(string(b), ") ")
+		assert.True(t, strings.HasPrefix(after, "Z"), "state: %s", after)
+	}
 }
 
 func TestLogTail(t *testing.T) {
