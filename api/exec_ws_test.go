@@ -132,16 +132,7 @@ func TestExecWebSocketTTYResize(t *testing.T) {
 func TestExecWebSocketInitialSize(t *testing.T) {
 	t.Parallel()
 	core, srv := newServer(t)
-	atStart := make(chan envd.TermSize, 1)
-	core.ExecStreamFunc = func(_ context.Context, _ string, _ envd.ExecRequest, stdio envd.Stdio) (int, error) {
-		select {
-		case sz := <-stdio.Resize:
-			atStart <- sz
-		default:
-			close(atStart)
-		}
-		return 0, nil
-	}
+	atStart := core.SizeAtStart()
 	c, _, err := dialExec(t, srv, "cmd=sh&tty=1&cols=100&rows=40", nil)
 	require.NoError(t, err)
 	_, exit, _ := c.readUntilExit()

@@ -79,16 +79,7 @@ func TestExecStreamTTYResize(t *testing.T) {
 func TestExecStreamInitialSize(t *testing.T) {
 	t.Parallel()
 	core, c := newServer(t, nil)
-	atStart := make(chan envd.TermSize, 1)
-	core.ExecStreamFunc = func(_ context.Context, _ string, _ envd.ExecRequest, stdio envd.Stdio) (int, error) {
-		select {
-		case sz := <-stdio.Resize:
-			atStart <- sz
-		default:
-			close(atStart)
-		}
-		return 0, nil
-	}
+	atStart := core.SizeAtStart()
 	sizes := make(chan envd.TermSize, 1)
 	sizes <- envd.TermSize{Cols: 90, Rows: 30}
 	code, err := c.ExecStream(context.Background(), "i-1", envd.ExecRequest{Args: []string{"sh"}},

@@ -398,6 +398,23 @@ func (c *Core) ExecStream(ctx context.Context, p envd.Principal, id string, req 
 	return 0, nil
 }
 
+// SizeAtStart makes ExecStream answer exit code 0 at once, after looking
+// for a terminal size already waiting on stdio.Resize when it was called:
+// the channel returned delivers that size, or is closed when there was none.
+func (c *Core) SizeAtStart() <-chan envd.TermSize {
+	atStart := make(chan envd.TermSize, 1)
+	c.ExecStreamFunc = func(_ context.Context, _ string, _ envd.ExecRequest, stdio envd.Stdio) (int, error) {
+		select {
+		case sz := <-stdio.Resize:
+			atStart <- sz
+		default:
+			close(atStart)
+		}
+		return 0, nil
+	}
+	return atStart
+}
+
 // Sizes returns the terminal sizes the default ExecStream received.
 func (c *Core) Sizes() []envd.TermSize {
 	c.mu.Lock()
