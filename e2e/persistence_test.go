@@ -269,10 +269,12 @@ func TestRootIdleRetainedInstanceHibernates(t *testing.T) {
 		got, err = cl.GetInstance(c, in.ID)
 		return err == nil && got.HibernatedVersion > 0
 	}, 30*time.Second, 250*time.Millisecond, "hibernated on its own")
-	assert.Equal(t, envd.ReasonHibernated, got.Reason)
-	st, err := n.Runtime().Status(c, in.ID)
-	require.NoError(t, err)
-	assert.False(t, st.Exists, "its layer was freed")
+	assert.Equal(t, envd.ReasonHibernated, got.Reason, "the version and the reason are recorded together")
+	// The layer is freed once the hibernation is recorded.
+	require.Eventually(t, func() bool {
+		st, err := n.Runtime().Status(c, in.ID)
+		return err == nil && !st.Exists
+	}, 30*time.Second, 100*time.Millisecond, "its layer was freed")
 	_, err = cl.StartInstance(c, in.ID)
 	require.NoError(t, err)
 	res, err := cl.Exec(c, in.ID, envd.ExecRequest{Args: []string{"cat", "/root/idle"}})

@@ -67,16 +67,13 @@ func (s *Service) hibernate(ctx context.Context, in versions.Instance) (versions
 	if err != nil {
 		return in, err
 	}
-	if in, err = s.store.SetHibernated(ctx, in.ID, v.Number); err != nil {
+	in, err = s.store.Hibernated(ctx, in.ID, v.Number, ReasonHibernated,
+		fmt.Sprintf("hibernated as version %d; start brings it back on any node", v.Number))
+	if err != nil {
 		return in, err
 	}
 	if err := s.rt.Remove(ctx, in.ID); err != nil {
 		s.log.Warn("free hibernated layer", "instance", in.ID, "err", err) // the reconciler retries: no live owner on this node
-	}
-	in, err = s.store.Transition(ctx, in.ID, []string{StateStopped}, StateStopped, ReasonHibernated,
-		fmt.Sprintf("hibernated as version %d; start brings it back on any node", v.Number))
-	if err != nil {
-		return in, err
 	}
 	s.log.Info("instance hibernated", "instance", in.ID, "version", v.Number)
 	return in, nil

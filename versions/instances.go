@@ -127,13 +127,30 @@ func (s *Store) ListNodeInstances(ctx context.Context, node string) ([]Instance,
 // matches any state. Otherwise it fails with ErrFailedPrecondition, naming
 // the current state, and changes nothing.
 func (s *Store) Transition(ctx context.Context, id string, from []string, to, reason, message string) (Instance, error) {
+	return s.transition(ctx, id, from, to, reason, message, 0)
+}
+
+// Hibernated records, in the same update as the transition to Stopped with
+// reason and message, that a Stopped instance now lives as version v (its
+// local layer is to be freed): no reader sees one without the other.
+func (s *Store) Hibernated(ctx context.Context, id string, v int, reason, message string) (Instance, error) {
+	if v <= 0 {
+		return Instance{}, fmt.Errorf("hibernation version %d: %w", v, errdefs.ErrInvalidArgument)
+	}
+	return s.transition(ctx, id, []string{"Stopped"}, "Stopped", reason, message, v)
+}
+
+// transition is Transition that also sets hibernated_version when
+// hibernated > 0.
+func (s *Store) transition(ctx context.Context, id string, from []string, to, reason, message string, hibernated int) (Instance, error) {
 	if from == nil {
 		from = []string{}
 	}
 	in, err := scanInstance(s.db.QueryRow(ctx, `UPDATE instances i
-		SET state = $2, reason = $3, message = $4, last_transition_at = now()
+		SET state = $2, reason = $3, message = $4, last_transition_at = now(),
+		    hibernated_version = COALESCE(NULLIF($6::int, 0), i.hibernated_version)
 		FROM projects p WHERE p.id = i.project_id AND i.id = $1 AND (cardinality($5::text[]) = 0 OR i.state = ANY($5))
-		RETURNING `+instanceCols, id, to, reason, message, from))
+		RETURNING `+instanceCols, id, to, reason, message, from, hibernated))
 	if err == nil {
 		return in, nil
 	}
@@ -202,11 +219,6 @@ func (s *Store) NextExpiry(ctx context.Context, node string) (*time.Time, error)
 	return at, nil
 }
 
-// SetHibernated records that a stopped instance now lives as version v
-// (its local layer is to be freed); v = 0 clears it.
-func (s *Store) SetHibernated(ctx context.Context, id string, v int) (Instance, error) {
-	return s.updateInstance(ctx, id, "hibernated_version = NULLIF($2::int, 0)", v)
-}
 
 // Rehome places a hibernated instance on node, sitting on layerVersion,
 // with a new generation, and clears the hibernation: the caller then

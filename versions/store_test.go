@@ -345,6 +345,21 @@ func TestInstances(t *testing.T) {
 	_, err = s.GetInstance(ctx, "other", "i1")
 	assert.ErrorIs(t, err, errdefs.ErrNotFound, "another tenant's instance")
 
+	// Hibernation is recorded with its reason in one update, only on a
+	// Stopped instance; a later transition keeps the version.
+	_, err = s.Hibernated(ctx, "i1", 1, "hibernated", "as version 1")
+	require.ErrorIs(t, err, errdefs.ErrFailedPrecondition, "a Running instance does not hibernate")
+	_, err = s.Transition(ctx, "i1", []string{"Running"}, "Stopped", "user_stop", "")
+	require.NoError(t, err)
+	in, err = s.Hibernated(ctx, "i1", 1, "hibernated", "as version 1")
+	require.NoError(t, err)
+	assert.Equal(t, 1, in.HibernatedVersion)
+	assert.Equal(t, "hibernated", in.Reason)
+	assert.Equal(t, "as version 1", in.Message)
+	in, err = s.Transition(ctx, "i1", []string{"Stopped"}, "Running", "Started", "")
+	require.NoError(t, err)
+	assert.Equal(t, 1, in.HibernatedVersion, "an ordinary transition leaves it")
+
 	in, err = s.SetExpiry(ctx, "i1", nil)
 	require.NoError(t, err)
 	assert.Nil(t, in.ExpiresAt)
