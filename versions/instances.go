@@ -219,7 +219,6 @@ func (s *Store) NextExpiry(ctx context.Context, node string) (*time.Time, error)
 	return at, nil
 }
 
-
 // Rehome places a hibernated instance on node, sitting on layerVersion,
 // with a new generation, and clears the hibernation: the caller then
 // provisions it there. It fails with ErrFailedPrecondition unless the
