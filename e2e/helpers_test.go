@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -75,4 +76,16 @@ func waitSave(t *testing.T, opID string) (envd.Operation, envd.SaveResult) {
 	var res envd.SaveResult
 	require.NoError(t, json.Unmarshal(op.Result, &res))
 	return op, res
+}
+
+// logTail logs the last n lines of a daemon's log, to say why a test failed.
+func logTail(t *testing.T, path string, n int) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Logf("%s: %v", path, err)
+		return
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	t.Logf("the last %d lines of %s:\n%s", min(n, len(lines)), path, strings.Join(lines[max(0, len(lines)-n):], "\n"))
 }

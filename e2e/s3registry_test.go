@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -42,6 +43,7 @@ func TestRootLazyRestoreFromS3BackedRegistry(t *testing.T) {
 	require.NoError(t, err)
 	if res.ExitCode != 0 {
 		got, gerr := ca.GetInstance(c, in.ID)
+		logTail(t, filepath.Join(a.DataDir(), "stargz", "snapshotter.log"), 80)
 		t.Fatalf("exit %d, stderr %q; the instance now: %+v (%v)", res.ExitCode, res.Stderr, got, gerr)
 	}
 	sum := strings.Fields(res.Stdout)[0]

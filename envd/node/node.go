@@ -332,6 +332,9 @@ func (n *Node) RegistryAddr() string { return n.regAddr }
 // Name is the node's name.
 func (n *Node) Name() string { return n.cfg.Node }
 
+// DataDir is the directory the node keeps everything in.
+func (n *Node) DataDir() string { return n.cfg.DataDir }
+
 // Shutdown closes the node and also removes its containers and stops the
 // embedded containerd and PostgreSQL: the node is gone, its data dir stays.
 func (n *Node) Shutdown(ctx context.Context) {

@@ -128,10 +128,11 @@ func start(bin, addr, data, access, secret, logPath string) (*server, error) {
 	cmd := exec.Command(bin, "--port", addr, "--quiet", "posix", data)
 	cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY="+access, "ROOT_SECRET_KEY="+secret)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	// Die with the test binary even if cleanup does not run (Pdeathsig
-	// follows the starting OS thread; Go does not end threads it has not
-	// locked, so in practice that is the process).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// No Pdeathsig: it fires when the OS thread that forked the child ends,
+	// and Go ends every thread a goroutine locked and never unlocked, which
+	// runtime.newNetNSAt does for each instance it creates. With Pdeathsig
+	// the server was killed at a random instance creation, and lazy reads
+	// through the registry on it failed with EIO. Cleanup stops it.
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
