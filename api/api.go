@@ -44,6 +44,9 @@ type Core interface {
 	DeleteProject(ctx context.Context, p envd.Principal, name string) error
 	// CreateInstance starts an instance; idempotencyKey as for CreateProject.
 	CreateInstance(ctx context.Context, p envd.Principal, project string, req envd.CreateInstanceRequest, idempotencyKey string) (envd.Instance, error)
+	// Restore starts an instance as an operation of kind "restore" (POST
+	// .../instances with Prefer: respond-async).
+	Restore(ctx context.Context, p envd.Principal, project string, req envd.CreateInstanceRequest, idempotencyKey string) (envd.Operation, error)
 	// ListInstances lists the instances of project, of all projects when
 	// project is "".
 	ListInstances(ctx context.Context, p envd.Principal, project string) ([]envd.Instance, error)

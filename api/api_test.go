@@ -341,6 +341,35 @@ func TestSave(t *testing.T) {
 	assert.Equal(t, []any{"i-7", envd.SaveRequest{Message: "graphviz", ExpectedCurrent: &three}, "key-42"}, call.Args)
 }
 
+// Prefer: respond-async turns starting an instance into a restore
+// operation; refusals stay synchronous errors.
+func TestRestoreAsync(t *testing.T) {
+	t.Parallel()
+	core, srv := newServer(t)
+	r := do(t, srv, http.MethodPost, "/v1/projects/web/instances", strings.NewReader(`{"version": 2, "ttl": "1h"}`),
+		map[string]string{"Prefer": "wait=10, respond-async", "Idempotency-Key": "k-9"})
+	require.Equal(t, http.StatusAccepted, r.status, "body %s", r.body)
+	var op envd.Operation
+	require.NoError(t, json.Unmarshal(r.body, &op))
+	assert.Equal(t, "restore", op.Kind)
+	assert.Equal(t, "/v1/operations/"+op.ID, r.header.Get("Location"))
+	assert.Equal(t, "respond-async", r.header.Get("Preference-Applied"))
+	call, ok := core.LastCall("Restore")
+	require.True(t, ok)
+	assert.Equal(t, []any{"web", envd.CreateInstanceRequest{Version: 2, TTL: "1h"}, "k-9"}, call.Args)
+	_, ok = core.LastCall("CreateInstance")
+	assert.False(t, ok, "no synchronous create")
+
+	core.RestoreFunc = func(_ context.Context, p string, req envd.CreateInstanceRequest, _ string) (envd.Operation, error) {
+		return envd.Operation{}, fmt.Errorf("version %d of project %q: %w", req.Version, p, errdefs.ErrNotFound)
+	}
+	r = do(t, srv, http.MethodPost, "/v1/projects/web/instances", strings.NewReader(`{"version": 9}`),
+		map[string]string{"Prefer": "respond-async"})
+	assert.Equal(t, http.StatusNotFound, r.status)
+	assert.Equal(t, "not_found", errorOf(t, r).Code)
+	assert.Empty(t, r.header.Get("Location"))
+}
+
 func TestSetCurrentConflict(t *testing.T) {
 	t.Parallel()
 	core, srv := newServer(t)

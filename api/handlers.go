@@ -212,8 +212,36 @@ func (h *handlers) createInstance(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
+	if respondAsync(c) {
+		op, err := h.core.Restore(c.Request.Context(), principal(c), c.Param("p"), req, c.GetHeader(IdempotencyKeyHeader))
+		accepted(c, op, err)
+		return
+	}
 	v, err := h.core.CreateInstance(c.Request.Context(), principal(c), c.Param("p"), req, c.GetHeader(IdempotencyKeyHeader))
 	respond(c, http.StatusCreated, v, err)
+}
+
+// respondAsync reports whether the client asked for an operation instead of
+// waiting (RFC 7240 Prefer: respond-async).
+func respondAsync(c *gin.Context) bool {
+	for _, h := range c.Request.Header.Values("Prefer") {
+		for pref := range strings.SplitSeq(h, ",") {
+			name, _, _ := strings.Cut(strings.TrimSpace(pref), "=")
+			if strings.EqualFold(strings.TrimSpace(name), "respond-async") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// accepted answers a started operation: 202 with a Location to follow it.
+func accepted(c *gin.Context, op envd.Operation, err error) {
+	if err == nil {
+		c.Header("Location", "/v1/operations/"+op.ID)
+		c.Header("Preference-Applied", "respond-async")
+	}
+	respond(c, http.StatusAccepted, op, err)
 }
 
 // listInstances serves both /projects/:p/instances and /instances (all).

@@ -333,6 +333,19 @@ func (c *Client) CreateInstance(ctx context.Context, project string, req envd.Cr
 	return in, err
 }
 
+// Restore starts an instance as an operation of kind "restore": POST
+// /v1/projects/{p}/instances with Prefer: respond-async. The operation's
+// target is the new instance's id; its result, once it succeeds, is the
+// running instance (an envd.Instance in its Result). What CreateInstance
+// refuses is refused here too, as an *Error, before any operation exists.
+func (c *Client) Restore(ctx context.Context, project string, req envd.CreateInstanceRequest, opts ...RequestOption) (envd.Operation, error) {
+	h := headerOf(opts)
+	h.Set("Prefer", "respond-async")
+	var op envd.Operation
+	err := c.call(ctx, http.MethodPost, "/v1/projects/"+esc(project)+"/instances", req, &op, h)
+	return op, err
+}
+
 // ListInstances lists the instances of project, of all projects when
 // project is "": GET /v1/projects/{p}/instances or GET /v1/instances.
 func (c *Client) ListInstances(ctx context.Context, project string) ([]envd.Instance, error) {

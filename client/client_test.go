@@ -152,6 +152,17 @@ func TestSaveAndCancel(t *testing.T) {
 	assert.Equal(t, envd.OpCanceled, op.State)
 }
 
+func TestRestore(t *testing.T) {
+	t.Parallel()
+	core, c := newServer(t, nil)
+	op, err := c.Restore(context.Background(), "web", envd.CreateInstanceRequest{Version: 3}, client.WithIdempotencyKey("k-2"))
+	require.NoError(t, err)
+	assert.Equal(t, "restore", op.Kind)
+	call, ok := core.LastCall("Restore")
+	require.True(t, ok)
+	assert.Equal(t, []any{"web", envd.CreateInstanceRequest{Version: 3}, "k-2"}, call.Args)
+}
+
 func TestImportImage(t *testing.T) {
 	t.Parallel()
 	var (

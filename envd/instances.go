@@ -119,16 +119,35 @@ func (s *Service) CreateInstance(ctx context.Context, p Principal, project strin
 var errProvision = errors.New("provisioning failed")
 
 func (s *Service) createInstance(ctx context.Context, p Principal, id, project string, req CreateInstanceRequest) (Instance, error) {
+	plan, err := s.planInstance(ctx, p, project, req)
+	if err != nil {
+		return Instance{}, err
+	}
+	return s.startPlanned(ctx, p, id, plan)
+}
+
+// instancePlan is a checked request to start an instance.
+type instancePlan struct {
+	proj    versions.Project
+	version versions.Version
+	expires *time.Time
+	retain  bool
+}
+
+// planInstance checks a request to start an instance of project: the
+// version (0 = current) exists and is ready, the TTL is allowed. It changes
+// nothing.
+func (s *Service) planInstance(ctx context.Context, p Principal, project string, req CreateInstanceRequest) (instancePlan, error) {
 	if req.Version < 0 {
-		return Instance{}, fmt.Errorf("version %d: %w", req.Version, errdefs.ErrInvalidArgument)
+		return instancePlan{}, fmt.Errorf("version %d: %w", req.Version, errdefs.ErrInvalidArgument)
 	}
 	expires, err := parseTTL(req.TTL, time.Now(), s.cfg.DefaultTTL, s.cfg.MaxTTL)
 	if err != nil {
-		return Instance{}, err
+		return instancePlan{}, err
 	}
 	proj, err := s.store.GetProject(ctx, p.Tenant, project)
 	if err != nil {
-		return Instance{}, err
+		return instancePlan{}, err
 	}
 	n := req.Version
 	if n == 0 {
@@ -136,36 +155,50 @@ func (s *Service) createInstance(ctx context.Context, p Principal, id, project s
 	}
 	v, err := s.store.GetVersion(ctx, p.Tenant, project, n)
 	if err != nil {
-		return Instance{}, err
+		return instancePlan{}, err
 	}
 	if v.State != "ready" {
-		return Instance{}, fmt.Errorf("version %d of project %q is %s, only ready versions can be started: %w", n, project, v.State, errdefs.ErrFailedPrecondition)
+		return instancePlan{}, fmt.Errorf("version %d of project %q is %s, only ready versions can be started: %w", n, project, v.State, errdefs.ErrFailedPrecondition)
 	}
+	return instancePlan{proj: proj, version: v, expires: expires, retain: req.Retain}, nil
+}
+
+// startPlanned records the instance as Pending, provisions it and returns
+// it Running. A provisioning failure leaves it Failed (errProvision).
+func (s *Service) startPlanned(ctx context.Context, p Principal, id string, plan instancePlan) (Instance, error) {
+	n, project := plan.version.Number, plan.proj.Name
 	in, err := s.store.CreateInstance(ctx, versions.Instance{
 		ID: id, Tenant: p.Tenant, Project: project, Node: s.cfg.Node, Version: n,
 		State: StatePending, Reason: ReasonCreated, Message: fmt.Sprintf("starting from version %d", n),
-		ExpiresAt: expires, Retain: req.Retain,
+		ExpiresAt: plan.expires, Retain: plan.retain,
 	})
 	if err != nil {
 		return Instance{}, err
 	}
-	if err := s.provision(ctx, in, proj, v.Image); err != nil {
-		cctx, cancel := detach(ctx, time.Minute)
-		defer cancel()
-		if rmErr := s.rt.Remove(cctx, in.ID); rmErr != nil {
-			s.log.Warn("remove failed instance", "instance", in.ID, "err", rmErr)
-		}
-		if _, terr := s.store.Transition(cctx, in.ID, []string{StatePending}, StateFailed, ReasonProvisionFailed, err.Error()); terr != nil {
-			s.log.Warn("record failed instance", "instance", in.ID, "err", terr)
-		}
+	if err := s.provision(ctx, in, plan.proj, plan.version.Image); err != nil {
+		s.abandonPending(ctx, in.ID, err.Error())
 		return Instance{}, fmt.Errorf("start instance of %q from version %d: %w: %w", project, n, errProvision, err)
 	}
 	in, err = s.store.Transition(ctx, in.ID, []string{StatePending}, StateRunning, ReasonStarted, fmt.Sprintf("running version %d", n))
 	if err != nil {
 		return Instance{}, err
 	}
-	s.recordFirstReads(in, proj.Compression)
+	s.recordFirstReads(in, plan.proj.Compression)
 	return s.view(ctx, in), nil
+}
+
+// abandonPending removes what provisioning made of a Pending instance and
+// marks it Failed (provision_failed) with msg.
+func (s *Service) abandonPending(ctx context.Context, id, msg string) {
+	cctx, cancel := detach(ctx, time.Minute)
+	defer cancel()
+	if err := s.rt.Remove(cctx, id); err != nil {
+		s.log.Warn("remove failed instance", "instance", id, "err", err)
+	}
+	_, err := s.store.Transition(cctx, id, []string{StatePending}, StateFailed, ReasonProvisionFailed, msg)
+	if err != nil && !errors.Is(err, errdefs.ErrFailedPrecondition) { // no longer Pending: settled already
+		s.log.Warn("record failed instance", "instance", id, "err", err)
+	}
 }
 
 // provision pulls the version's image and creates the running container

@@ -44,7 +44,11 @@ func (o *opCtx) event(ctx context.Context, typ, msg string, data any) {
 // key) and runs it in the background. asked is the client's request, which
 // identifies a retry; job is what the operation will do, kept to run it
 // again after a crash.
-func (s *Service) startOp(ctx context.Context, p Principal, kind, target, idemKey string, asked, job any, run opFunc) (Operation, error) {
+//
+// The idempotency digest covers kind, scope and asked: scope is what the
+// request names (the instance of a save, the project of a restore), while
+// target may be made anew by each request (a restore's new instance id).
+func (s *Service) startOp(ctx context.Context, p Principal, kind, target, scope, idemKey string, asked, job any, run opFunc) (Operation, error) {
 	askedBody, err := json.Marshal(asked)
 	if err != nil {
 		return Operation{}, err
@@ -53,7 +57,7 @@ func (s *Service) startOp(ctx context.Context, p Principal, kind, target, idemKe
 	if err != nil {
 		return Operation{}, err
 	}
-	sum := sha256.Sum256(append([]byte(kind+"\x00"+target+"\x00"), askedBody...))
+	sum := sha256.Sum256(append([]byte(kind+"\x00"+scope+"\x00"), askedBody...))
 	op, created, err := s.store.CreateOperation(ctx, versions.Operation{
 		ID: newID("op"), Tenant: p.Tenant, Kind: kind, Target: target, State: OpPending,
 		IdempotencyKey: idemKey, RequestHash: hex.EncodeToString(sum[:]), Request: body, Node: s.cfg.Node,
@@ -127,6 +131,8 @@ func (s *Service) resumeOperations(ctx context.Context) error {
 			}
 			oc.event(ctx, "resumed", "envd restarted during the save; running it again", nil)
 			s.launch(op, func(ctx context.Context, oc *opCtx) (any, error) { return s.runSave(ctx, oc, job) })
+		case "restore":
+			s.settleRestore(ctx, op)
 		default:
 			s.settle(ctx, op, fmt.Errorf("operation kind %q cannot be resumed after a restart: %w", op.Kind, errdefs.ErrFailedPrecondition))
 		}

@@ -57,7 +57,7 @@ func (s *Service) Save(ctx context.Context, p Principal, id string, req SaveRequ
 		}
 		job.Expected = *req.ExpectedCurrent
 	}
-	return s.startOp(ctx, p, "save", id, idempotencyKey, req, job, func(ctx context.Context, oc *opCtx) (any, error) {
+	return s.startOp(ctx, p, "save", id, id, idempotencyKey, req, job, func(ctx context.Context, oc *opCtx) (any, error) {
 		return s.runSave(ctx, oc, job)
 	})
 }

@@ -51,6 +51,7 @@ type Core struct {
 	GetProjectFunc     func(ctx context.Context, name string) (envd.Project, error)
 	DeleteProjectFunc  func(ctx context.Context, name string) error
 	CreateInstanceFunc func(ctx context.Context, project string, req envd.CreateInstanceRequest, key string) (envd.Instance, error)
+	RestoreFunc        func(ctx context.Context, project string, req envd.CreateInstanceRequest, key string) (envd.Operation, error)
 	ListInstancesFunc  func(ctx context.Context, project string) ([]envd.Instance, error)
 	GetInstanceFunc    func(ctx context.Context, id string) (envd.Instance, error)
 	DeleteInstanceFunc func(ctx context.Context, id string) (envd.Instance, error)
@@ -423,6 +424,16 @@ func (c *Core) Sizes() []envd.TermSize {
 }
 
 // Save starts a running operation of kind "save" unless SaveFunc is set.
+// Restore starts a running operation of kind "restore" on a new instance
+// id unless RestoreFunc is set.
+func (c *Core) Restore(ctx context.Context, p envd.Principal, project string, req envd.CreateInstanceRequest, key string) (envd.Operation, error) {
+	c.record("Restore", p, project, req, key)
+	if c.RestoreFunc != nil {
+		return c.RestoreFunc(ctx, project, req, key)
+	}
+	return c.NewOperation("restore", project+"-i1"), nil
+}
+
 func (c *Core) Save(ctx context.Context, p envd.Principal, id string, req envd.SaveRequest, key string) (envd.Operation, error) {
 	c.record("Save", p, id, req, key)
 	if c.SaveFunc != nil {

@@ -212,6 +212,19 @@ func TestSaveNoWait(t *testing.T) {
 	assert.Equal(t, envd.OpRunning, op.State)
 }
 
+func TestUpNoWaitIsARestoreOperation(t *testing.T) {
+	t.Parallel()
+	core, env := server(t)
+	r := envctl(t, env, nil, "-o", "json", "up", "web", "--version", "2", "--no-wait")
+	require.Equal(t, 0, r.code, r.stderr)
+	var op envd.Operation
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &op))
+	assert.Equal(t, "restore", op.Kind)
+	call, ok := core.LastCall("Restore")
+	require.True(t, ok)
+	assert.Equal(t, []any{"web", envd.CreateInstanceRequest{Version: 2}, ""}, call.Args)
+}
+
 func TestNotFoundPrintsCode(t *testing.T) {
 	t.Parallel()
 	_, env := server(t, func(core *apitest.Core) {

@@ -14,17 +14,30 @@ import (
 
 func (a *app) upCommand() *cobra.Command {
 	var (
-		req envd.CreateInstanceRequest
-		key string
+		req    envd.CreateInstanceRequest
+		key    string
+		noWait bool
 	)
 	cmd := &cobra.Command{
-		Use:   "up PROJECT [--version N] [--ttl D] [--retain] [--idempotency-key K]",
+		Use:   "up PROJECT [--version N] [--ttl D] [--retain] [--no-wait] [--idempotency-key K]",
 		Short: "Start an instance of a project",
-		Args:  exactArgs(1),
+		Long: `Start an instance of a project from a version (default: current) and wait
+until it runs.
+
+With --no-wait the start is a restore operation: it is printed at once (its
+target is the new instance) and runs on; follow it with "envctl op watch ID".`,
+		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.client()
 			if err != nil {
 				return err
+			}
+			if noWait {
+				op, err := c.Restore(cmd.Context(), args[0], req, client.WithIdempotencyKey(key))
+				if err != nil {
+					return err
+				}
+				return a.emit(op, func(w io.Writer) { operationDetail(w, op) })
 			}
 			inst, err := c.CreateInstance(cmd.Context(), args[0], req, client.WithIdempotencyKey(key))
 			if err != nil {
@@ -36,7 +49,8 @@ func (a *app) upCommand() *cobra.Command {
 	cmd.Flags().IntVar(&req.Version, "version", 0, "version to start from (default: the project's current)")
 	cmd.Flags().StringVar(&req.TTL, "ttl", "", `time to live, a Go duration such as 8h, or "none" (default: the server's)`)
 	cmd.Flags().BoolVar(&req.Retain, "retain", false, "keep the writable layer when the instance stops")
-	cmd.Flags().StringVar(&key, "idempotency-key", "", "retrying with the same key and flags returns the same instance")
+	cmd.Flags().BoolVar(&noWait, "no-wait", false, "start it as a restore operation, print the operation and do not wait")
+	cmd.Flags().StringVar(&key, "idempotency-key", "", "retrying with the same key and flags returns the same instance (or operation)")
 	return cmd
 }
 

@@ -1,0 +1,87 @@
+package e2e
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/envd-dev/envd/client"
+	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/internal/errdefs"
+)
+
+// Starting an instance with Prefer: respond-async is a restore operation:
+// its target is the new instance, its result the instance running the
+// version asked for; a retry with the same key is the same operation, and
+// what cannot start is refused before any operation exists.
+func TestRootRestoreOperation(t *testing.T) {
+	p := newProject(t, "restore")
+	a := up(t, p, 0)
+	mustSh(t, a.ID, "echo saved > /marker")
+	_, saved := save(t, a.ID, "marker")
+
+	c := ctx(t)
+	req := envd.CreateInstanceRequest{Version: saved.Version}
+	op, err := env.c.Restore(c, p, req, client.WithIdempotencyKey("restore-key"))
+	require.NoError(t, err)
+	assert.Equal(t, "restore", op.Kind)
+	t.Cleanup(func() { _, _ = env.c.DeleteInstance(c, op.Target) })
+
+	again, err := env.c.Restore(c, p, req, client.WithIdempotencyKey("restore-key"))
+	require.NoError(t, err)
+	assert.Equal(t, op.ID, again.ID, "the same key and request: the same operation")
+	_, err = env.c.Restore(c, p, envd.CreateInstanceRequest{Version: 1}, client.WithIdempotencyKey("restore-key"))
+	assert.ErrorIs(t, err, errdefs.ErrIdempotencyReuse)
+
+	done, err := env.c.WaitOperation(c, op.ID, nil)
+	require.NoError(t, err)
+	require.Equalf(t, envd.OpSucceeded, done.State, "%+v", done.Error)
+	var in envd.Instance
+	require.NoError(t, json.Unmarshal(done.Result, &in))
+	assert.Equal(t, op.Target, in.ID)
+	assert.Equal(t, envd.StateRunning, in.State)
+	assert.Equal(t, saved.Version, in.Version)
+	assert.Equal(t, "saved", mustSh(t, in.ID, "cat /marker"))
+
+	_, err = env.c.Restore(c, p, envd.CreateInstanceRequest{Version: 99})
+	assert.ErrorIs(t, err, errdefs.ErrNotFound, "an unknown version is refused at once")
+	_, err = env.c.Restore(c, p, envd.CreateInstanceRequest{TTL: "soon"})
+	assert.ErrorIs(t, err, errdefs.ErrInvalidArgument)
+	list, err := env.c.ListInstances(c, p)
+	require.NoError(t, err)
+	assert.Len(t, list, 2, "refusals made no instance")
+}
+
+// A restore that envd's restart interrupts does not stay running: it is
+// settled (failed, code interrupted) with its instance Failed, or it
+// finished before the restart with its instance Running.
+func TestRootRestoreInterruptedByRestart(t *testing.T) {
+	p := newProject(t, "restorerestart")
+	op, err := env.c.Restore(ctx(t), p, envd.CreateInstanceRequest{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = env.c.DeleteInstance(ctx(t), op.Target) })
+	restartNode(t)
+
+	done, err := env.c.WaitOperation(ctx(t), op.ID, nil)
+	require.NoError(t, err)
+	in, err := env.c.GetInstance(ctx(t), op.Target)
+	switch done.State {
+	case envd.OpSucceeded:
+		require.NoError(t, err)
+		assert.Equal(t, envd.StateRunning, in.State)
+	case envd.OpFailed:
+		require.NotNil(t, done.Error)
+		assert.Equal(t, "interrupted", done.Error.Code, done.Error.Message)
+		if err == nil { // recorded before the restart: not left Pending
+			assert.Equal(t, envd.StateFailed, in.State)
+			assert.Equal(t, envd.ReasonProvisionFailed, in.Reason)
+		} else {
+			assert.ErrorIs(t, err, errdefs.ErrNotFound)
+		}
+	default:
+		t.Fatalf("operation %s after the restart: %+v", done.State, done)
+	}
+	t.Logf("restore %s: %s", done.State, in.State)
+}

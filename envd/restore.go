@@ -1,0 +1,65 @@
+package envd
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/versions"
+)
+
+// restoreJob is what a restore operation does, kept to settle it after a
+// crash.
+type restoreJob struct {
+	InstanceID string                `json:"instance_id"`
+	Project    string                `json:"project"`
+	Request    CreateInstanceRequest `json:"request"`
+}
+
+// Restore starts an instance of project from a version (req.Version, 0 =
+// current) as an operation of kind "restore", for a client that should not
+// hold a request open while an image is pulled. It refuses what
+// CreateInstance refuses, before any operation exists. The operation's
+// target is the new instance's id; the instance is recorded Pending as soon
+// as the operation runs, and the operation's result is the instance once it
+// runs. A provisioning failure fails the operation and leaves the instance
+// Failed (provision_failed).
+func (s *Service) Restore(ctx context.Context, p Principal, project string, req CreateInstanceRequest, idempotencyKey string) (Operation, error) {
+	if err := ValidateName("project", project); err != nil {
+		return Operation{}, err
+	}
+	plan, err := s.planInstance(ctx, p, project, req)
+	if err != nil {
+		return Operation{}, err
+	}
+	job := restoreJob{InstanceID: newID(project), Project: project, Request: req}
+	asked := struct {
+		Project string
+		Req     CreateInstanceRequest
+	}{project, req}
+	return s.startOp(ctx, p, "restore", job.InstanceID, project, idempotencyKey, asked, job, func(ctx context.Context, oc *opCtx) (any, error) {
+		oc.event(ctx, "started", fmt.Sprintf("starting instance %s of %s from version %d", job.InstanceID, project, plan.version.Number), nil)
+		in, err := s.startPlanned(ctx, p, job.InstanceID, plan)
+		if err != nil {
+			return nil, err
+		}
+		oc.event(ctx, "running", fmt.Sprintf("instance %s runs version %d", in.ID, in.Version), nil)
+		return in, nil
+	})
+}
+
+// settleRestore ends a restore that a previous envd left unfinished: its
+// instance, if still Pending, is removed and marked Failed, and the
+// operation is settled. It is not run again: the client may have given up,
+// and a second instance would surprise it.
+func (s *Service) settleRestore(ctx context.Context, op versions.Operation) {
+	var job restoreJob
+	if err := json.Unmarshal(op.Request, &job); err != nil {
+		s.settle(ctx, op, fmt.Errorf("unreadable request: %v: %w", err, errdefs.ErrFailedPrecondition))
+		return
+	}
+	const msg = "envd restarted while the instance was starting; start a new one"
+	s.abandonPending(ctx, job.InstanceID, msg)
+	s.settle(ctx, op, fmt.Errorf("restore of %s: %s: %w", job.InstanceID, msg, errdefs.ErrFailedPrecondition))
+}
