@@ -44,6 +44,10 @@ type Core interface {
 	DeleteProject(ctx context.Context, p envd.Principal, name string) error
 	// CreateInstance starts an instance; idempotencyKey as for CreateProject.
 	CreateInstance(ctx context.Context, p envd.Principal, project string, req envd.CreateInstanceRequest, idempotencyKey string) (envd.Instance, error)
+	// SetRetention sets a project's version retention policy.
+	SetRetention(ctx context.Context, p envd.Principal, project string, r envd.Retention) (envd.Project, error)
+	// GC starts an operation of kind "gc" (admin only).
+	GC(ctx context.Context, p envd.Principal, req envd.GCRequest, idempotencyKey string) (envd.Operation, error)
 	// Restore starts an instance as an operation of kind "restore" (POST
 	// .../instances with Prefer: respond-async).
 	Restore(ctx context.Context, p envd.Principal, project string, req envd.CreateInstanceRequest, idempotencyKey string) (envd.Operation, error)
@@ -235,6 +239,8 @@ func (h *handlers) routes() []route {
 		{http.MethodGet, "/projects/:p/versions", h.listVersions},
 		{http.MethodGet, "/projects/:p/versions/:n", h.getVersion},
 		{http.MethodPost, "/projects/:p/current", h.setCurrent},
+		{http.MethodPut, "/projects/:p/retention", h.setRetention},
+		{http.MethodPost, "/admin/gc", h.gc},
 		{http.MethodPost, "/projects/:p/versions/:n/pin", h.pin(true)},
 		{http.MethodDelete, "/projects/:p/versions/:n/pin", h.pin(false)},
 

@@ -370,6 +370,33 @@ func TestRestoreAsync(t *testing.T) {
 	assert.Empty(t, r.header.Get("Location"))
 }
 
+func TestRetentionAndGC(t *testing.T) {
+	t.Parallel()
+	core, srv := newServer(t)
+	r := do(t, srv, http.MethodPut, "/v1/projects/web/retention", strings.NewReader(`{"keep_last": 3, "keep_newer_than": "72h"}`), nil)
+	require.Equal(t, http.StatusOK, r.status, "body %s", r.body)
+	call, ok := core.LastCall("SetRetention")
+	require.True(t, ok)
+	assert.Equal(t, []any{"web", envd.Retention{KeepLast: 3, KeepNewerThan: "72h"}}, call.Args)
+	var p envd.Project
+	require.NoError(t, json.Unmarshal(r.body, &p))
+	require.NotNil(t, p.Retention)
+	assert.Equal(t, 3, p.Retention.KeepLast)
+
+	r = do(t, srv, http.MethodPut, "/v1/projects/web/retention", strings.NewReader(`{"keep_last": "three"}`), nil)
+	assert.Equal(t, http.StatusBadRequest, r.status)
+
+	r = do(t, srv, http.MethodPost, "/v1/admin/gc", strings.NewReader(`{"dry_run": true}`), map[string]string{"Idempotency-Key": "gc-1"})
+	require.Equal(t, http.StatusAccepted, r.status, "body %s", r.body)
+	var op envd.Operation
+	require.NoError(t, json.Unmarshal(r.body, &op))
+	assert.Equal(t, "gc", op.Kind)
+	assert.Equal(t, "/v1/operations/"+op.ID, r.header.Get("Location"))
+	call, ok = core.LastCall("GC")
+	require.True(t, ok)
+	assert.Equal(t, []any{envd.GCRequest{DryRun: true}, "gc-1"}, call.Args)
+}
+
 func TestSetCurrentConflict(t *testing.T) {
 	t.Parallel()
 	core, srv := newServer(t)

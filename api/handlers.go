@@ -308,6 +308,29 @@ func (h *handlers) save(c *gin.Context) {
 	respond(c, http.StatusAccepted, op, err)
 }
 
+func (h *handlers) setRetention(c *gin.Context) {
+	var req envd.Retention
+	if err := decodeJSON(c, &req); err != nil {
+		writeError(c, err)
+		return
+	}
+	v, err := h.core.SetRetention(c.Request.Context(), principal(c), c.Param("p"), req)
+	respond(c, http.StatusOK, v, err)
+}
+
+func (h *handlers) gc(c *gin.Context) {
+	var req envd.GCRequest
+	if err := decodeJSON(c, &req); err != nil {
+		writeError(c, err)
+		return
+	}
+	op, err := h.core.GC(c.Request.Context(), principal(c), req, c.GetHeader(IdempotencyKeyHeader))
+	if err == nil {
+		c.Header("Location", "/v1/operations/"+op.ID)
+	}
+	respond(c, http.StatusAccepted, op, err)
+}
+
 func (h *handlers) listVersions(c *gin.Context) {
 	v, err := h.core.ListVersions(c.Request.Context(), principal(c), c.Param("p"))
 	list(c, v, err)

@@ -333,6 +333,20 @@ func (c *Client) CreateInstance(ctx context.Context, project string, req envd.Cr
 	return in, err
 }
 
+// SetRetention sets a project's version retention policy: PUT
+// /v1/projects/{p}/retention. An empty policy keeps every version.
+func (c *Client) SetRetention(ctx context.Context, project string, r envd.Retention) (envd.Project, error) {
+	return post[envd.Project](ctx, c, http.MethodPut, "/v1/projects/"+esc(project)+"/retention", r)
+}
+
+// GC starts a garbage collection (admin token): POST /v1/admin/gc. The
+// operation's result is an envd.GCResult.
+func (c *Client) GC(ctx context.Context, req envd.GCRequest, opts ...RequestOption) (envd.Operation, error) {
+	var op envd.Operation
+	err := c.call(ctx, http.MethodPost, "/v1/admin/gc", req, &op, headerOf(opts))
+	return op, err
+}
+
 // Restore starts an instance as an operation of kind "restore": POST
 // /v1/projects/{p}/instances with Prefer: respond-async. The operation's
 // target is the new instance's id; its result, once it succeeds, is the

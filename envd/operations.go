@@ -133,6 +133,14 @@ func (s *Service) resumeOperations(ctx context.Context) error {
 			s.launch(op, func(ctx context.Context, oc *opCtx) (any, error) { return s.runSave(ctx, oc, job) })
 		case "restore":
 			s.settleRestore(ctx, op)
+		case "gc":
+			var job gcJob
+			if err := json.Unmarshal(op.Request, &job); err != nil {
+				s.settle(ctx, op, fmt.Errorf("unreadable request: %v: %w", err, errdefs.ErrFailedPrecondition))
+				continue
+			}
+			oc.event(ctx, "resumed", "envd restarted during the gc; running it again", nil)
+			s.launch(op, func(ctx context.Context, oc *opCtx) (any, error) { return s.runGC(ctx, oc, job) })
 		default:
 			s.settle(ctx, op, fmt.Errorf("operation kind %q cannot be resumed after a restart: %w", op.Kind, errdefs.ErrFailedPrecondition))
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/envd-dev/envd/internal/errdefs"
 	"github.com/envd-dev/envd/snapshotter"
@@ -73,8 +74,38 @@ func (s *Service) createProject(ctx context.Context, p Principal, req CreateProj
 
 func toProject(p versions.Project) Project {
 	ps, _ := parseProjectSpec(p.Spec)
-	return Project{Name: p.Name, BaseImage: p.BaseImage, Current: p.Current, Excludes: p.Excludes,
+	out := Project{Name: p.Name, BaseImage: p.BaseImage, Current: p.Current, Excludes: p.Excludes,
 		Compression: p.Compression, Volumes: ps.Volumes, Prefetch: p.Prefetch, CreatedAt: p.CreatedAt}
+	if r := p.Retention; r.KeepLast > 0 || r.KeepNewerThan > 0 {
+		out.Retention = &Retention{KeepLast: r.KeepLast}
+		if r.KeepNewerThan > 0 {
+			out.Retention.KeepNewerThan = r.KeepNewerThan.String()
+		}
+	}
+	return out
+}
+
+// SetRetention sets a project's version retention policy; an empty one
+// keeps every version. It deletes nothing: a GC applies it.
+func (s *Service) SetRetention(ctx context.Context, p Principal, project string, r Retention) (Project, error) {
+	if err := ValidateName("project", project); err != nil {
+		return Project{}, err
+	}
+	if r.KeepLast < 0 {
+		return Project{}, fmt.Errorf("keep_last %d: must be at least 1, or 0 for no count limit: %w", r.KeepLast, errdefs.ErrInvalidArgument)
+	}
+	var d time.Duration
+	if r.KeepNewerThan != "" {
+		var err error
+		if d, err = time.ParseDuration(r.KeepNewerThan); err != nil || d <= 0 {
+			return Project{}, fmt.Errorf("keep_newer_than %q: a positive Go duration such as 720h: %w", r.KeepNewerThan, errdefs.ErrInvalidArgument)
+		}
+	}
+	proj, err := s.store.SetRetention(ctx, p.Tenant, project, versions.Retention{KeepLast: r.KeepLast, KeepNewerThan: d})
+	if err != nil {
+		return Project{}, err
+	}
+	return toProject(proj), nil
 }
 
 func toVersion(v versions.Version) Version {

@@ -179,11 +179,14 @@ func (s *Service) capture(ctx context.Context, oc *opCtx, work string, in versio
 	if err != nil {
 		return c, fmt.Errorf("parent image of version %d: %w", c.base.Number, err)
 	}
-	c.img, err = s.reg.Append(ctx, parent, registry.LayerFile{
-		Path: c.layer.Path, MediaType: c.layer.MediaType, Digest: c.layer.Digest.String(), DiffID: c.layer.DiffID.String(),
-		Size: c.layer.Size, Annotations: c.layer.Annotations,
-	}, projectRepo(in.Tenant, in.Project), "", map[string]string{
-		"org.envd.project": in.Project, "org.envd.instance": in.ID, "org.envd.parent-version": fmt.Sprint(c.base.Number),
+	err = s.push(func() (err error) {
+		c.img, err = s.reg.Append(ctx, parent, registry.LayerFile{
+			Path: c.layer.Path, MediaType: c.layer.MediaType, Digest: c.layer.Digest.String(), DiffID: c.layer.DiffID.String(),
+			Size: c.layer.Size, Annotations: c.layer.Annotations,
+		}, projectRepo(in.Tenant, in.Project), "", map[string]string{
+			"org.envd.project": in.Project, "org.envd.instance": in.ID, "org.envd.parent-version": fmt.Sprint(c.base.Number),
+		})
+		return err
 	})
 	if err != nil {
 		return c, fmt.Errorf("push version image: %w", err)

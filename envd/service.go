@@ -32,6 +32,7 @@ type ImageStore interface {
 	PushRootfsLayer(ctx context.Context, lf registry.LayerFile, repo, tag string) (registry.Image, error)
 	Append(ctx context.Context, parent registry.Image, layer registry.LayerFile, targetRepo, tag string, annotations map[string]string) (registry.Image, error)
 	Get(ctx context.Context, ref string) (registry.Image, error)
+	DeleteManifest(ctx context.Context, img registry.Image) error
 }
 
 // Runtime is what the core needs of the container runtime.
@@ -73,6 +74,10 @@ type Config struct {
 	// to order the project's next eStargz layer; 0 = 60s, negative = off.
 	PrefetchWindow time.Duration
 
+	// Sweeper sweeps the registry's unreferenced blobs after a GC deleted
+	// manifests; nil when the registry is not this node's.
+	Sweeper Sweeper
+
 	ReapInterval      time.Duration // longest sleep of the TTL reaper; default 5s
 	ReconcileInterval time.Duration // default 30s
 	ProvisionTimeout  time.Duration // a Pending instance older than this fails; default 10m
@@ -87,6 +92,7 @@ type Service struct {
 	log   *slog.Logger
 
 	frozen   freezeGate
+	pushes   sync.RWMutex // pushes hold it shared, a GC sweep exclusively
 	saves    saveStats
 	reapWake chan struct{}
 
@@ -219,10 +225,15 @@ func (s *Service) importRootfs(ctx context.Context, src, repo string) (registry.
 	if err != nil {
 		return registry.Image{}, fmt.Errorf("encode base layer: %w", err)
 	}
-	return s.reg.PushRootfsLayer(ctx, registry.LayerFile{
-		Path: layer.Path, MediaType: layer.MediaType, Digest: layer.Digest.String(), DiffID: layer.DiffID.String(),
-		Size: layer.Size, Annotations: layer.Annotations,
-	}, repo, "latest")
+	var img registry.Image
+	err = s.push(func() (err error) {
+		img, err = s.reg.PushRootfsLayer(ctx, registry.LayerFile{
+			Path: layer.Path, MediaType: layer.MediaType, Digest: layer.Digest.String(), DiffID: layer.DiffID.String(),
+			Size: layer.Size, Annotations: layer.Annotations,
+		}, repo, "latest")
+		return err
+	})
+	return img, err
 }
 
 func toImage(img versions.Image) Image {

@@ -79,8 +79,51 @@ type Project struct {
 	Volumes     []Volume `json:"volumes,omitempty"`
 	// Prefetch are the files instances read first after a restore, recorded
 	// in their first minute; saves put them first in eStargz layers.
-	Prefetch  []string  `json:"prefetch,omitempty"`
-	CreatedAt time.Time `json:"created_at"`
+	Prefetch []string `json:"prefetch,omitempty"`
+	// Retention is the project's version retention policy; absent = keep
+	// every version.
+	Retention *Retention `json:"retention,omitempty"`
+	CreatedAt time.Time  `json:"created_at"`
+}
+
+// Retention says which versions of a project a GC keeps besides the
+// current one, pinned ones and those an instance uses: the newest KeepLast
+// and those newer than KeepNewerThan (a Go duration). Zero or "" = no limit
+// of that kind; both unset keep everything. The body of PUT
+// /v1/projects/{p}/retention.
+type Retention struct {
+	KeepLast      int    `json:"keep_last,omitempty"`
+	KeepNewerThan string `json:"keep_newer_than,omitempty"`
+}
+
+// GCRequest is the body of POST /v1/admin/gc.
+type GCRequest struct {
+	// DryRun lists what would be collected and deletes nothing.
+	DryRun bool `json:"dry_run,omitempty"`
+}
+
+// GCResult is the result of a gc operation.
+type GCResult struct {
+	DryRun bool `json:"dry_run,omitempty"`
+	// Versions deleted (with DryRun: that would be).
+	Versions []GCVersion `json:"versions"`
+	// Swept: the registry's unreferenced blobs were deleted; the counts are
+	// the registry's blobs before and after.
+	Swept       bool   `json:"swept"`
+	BlobsBefore int    `json:"blobs_before,omitempty"`
+	BlobsAfter  int    `json:"blobs_after,omitempty"`
+	BytesBefore int64  `json:"bytes_before,omitempty"`
+	BytesAfter  int64  `json:"bytes_after,omitempty"`
+	Note        string `json:"note,omitempty"`
+}
+
+// GCVersion is a version a GC deleted.
+type GCVersion struct {
+	Tenant    string `json:"tenant"`
+	Project   string `json:"project"`
+	Version   int    `json:"version"`
+	Image     string `json:"image"`
+	SizeBytes int64  `json:"size_bytes"`
 }
 
 // CreateProjectRequest is the body of POST /v1/projects.

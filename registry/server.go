@@ -29,9 +29,11 @@ import (
 
 	"github.com/distribution/distribution/v3/configuration"
 	"github.com/distribution/distribution/v3/registry/handlers"
+	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
+	"github.com/distribution/distribution/v3/registry/storage/driver/factory"
 	"github.com/sirupsen/logrus"
 
-	// The filesystem storage driver registers itself with the driver factory.
+	// The storage drivers register themselves with the driver factory.
 	_ "github.com/distribution/distribution/v3/registry/storage/driver/filesystem"
 	_ "github.com/distribution/distribution/v3/registry/storage/driver/s3-aws"
 
@@ -40,10 +42,14 @@ import (
 
 // Server is an embedded distribution registry serving one storage directory.
 type Server struct {
-	addr string
-	app  *handlers.App
-	srv  *http.Server
-	done chan struct{} // closed when the HTTP server's Serve returns
+	addr   string
+	app    *handlers.App
+	driver storagedriver.StorageDriver // the app's storage, for GarbageCollect
+	log    *logrus.Entry
+	srv    *http.Server
+	done   chan struct{} // closed when the HTTP server's Serve returns
+
+	gcMu sync.Mutex // one sweep at a time: a second would delete the same blobs
 
 	closeOnce sync.Once
 	closeErr  error
@@ -125,8 +131,11 @@ func Serve(ctx context.Context, rootDir, listenAddr string, opts ...Option) (*Se
 		Storage: configuration.Storage{
 			"filesystem": configuration.Parameters{"rootdirectory": rootDir},
 			"delete":     configuration.Parameters{"enabled": true},
-			// The in-memory descriptor cache avoids a stat per blob HEAD.
-			"cache": configuration.Parameters{"blobdescriptor": "inmemory"},
+			// No "cache" (blobdescriptor: inmemory): GarbageCollect sweeps
+			// beside the app, and the app's cache would go on answering
+			// "exists" for the blobs it deleted: a re-push skips the upload
+			// and a GET answers 200, then cuts the body off. Without it a
+			// blob HEAD costs a stat.
 		},
 	}
 	if o.s3 != nil {
@@ -152,6 +161,11 @@ func Serve(ctx context.Context, rootDir, listenAddr string, opts ...Option) (*Se
 	logger.SetFormatter(registryFormatter{&logrus.TextFormatter{}})
 	entry := logrus.NewEntry(logger).WithField("component", "registry")
 
+	// A second driver on the same storage: the app keeps its own private.
+	driver, err := factory.Create(context.WithoutCancel(ctx), cfg.Storage.Type(), cfg.Storage.Parameters())
+	if err != nil {
+		return nil, fmt.Errorf("registry storage driver %q: %w", cfg.Storage.Type(), err)
+	}
 	app, err := newApp(withRegistryLogger(context.WithoutCancel(ctx), entry), cfg)
 	if err != nil {
 		return nil, err
@@ -163,8 +177,10 @@ func Serve(ctx context.Context, rootDir, listenAddr string, opts ...Option) (*Se
 		return nil, fmt.Errorf("listen on %q: %w", listenAddr, err)
 	}
 	s := &Server{
-		addr: ln.Addr().String(),
-		app:  app,
+		addr:   ln.Addr().String(),
+		app:    app,
+		driver: driver,
+		log:    entry,
 		srv: &http.Server{
 			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				app.ServeHTTP(w, r.WithContext(withRegistryLogger(r.Context(), entry)))

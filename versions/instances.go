@@ -75,6 +75,25 @@ func (s *Store) CreateInstance(ctx context.Context, in Instance) (Instance, erro
 		in.State = "Pending"
 	}
 	return WithTxV(ctx, s.db, func(tx pgx.Tx) (Instance, error) {
+		// The project's row, shared, orders this with a GC's marking (which
+		// holds it exclusively): either the GC sees this instance and keeps
+		// its version, or this sees the version deleting and refuses.
+		var state *string
+		err := tx.QueryRow(ctx, `SELECT v.state FROM projects p
+			LEFT JOIN versions v ON v.project_id = p.id AND v.number = $3
+			WHERE p.tenant_id = $1 AND p.name = $2 FOR SHARE OF p`, in.Tenant, in.Project, in.Version).Scan(&state)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return Instance{}, fmt.Errorf("project %q: %w", in.Project, errdefs.ErrNotFound)
+		}
+		if err != nil {
+			return Instance{}, translate(err, fmt.Sprintf("instance %q", in.ID))
+		}
+		if state == nil {
+			return Instance{}, fmt.Errorf("version %d of project %q: %w", in.Version, in.Project, errdefs.ErrNotFound)
+		}
+		if *state != StateReady {
+			return Instance{}, fmt.Errorf("version %d of project %q is %s, only ready versions can be started: %w", in.Version, in.Project, *state, errdefs.ErrFailedPrecondition)
+		}
 		spec := rawJSON(in.Spec)
 		tag, err := tx.Exec(ctx, `INSERT INTO instances
 				(id, project_id, tenant_id, node, version, generation, state, reason, message, retain, expires_at, spec)

@@ -3,6 +3,7 @@ package versions
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -42,6 +43,7 @@ type Project struct {
 	Compression string          // layer encoding of saves; "" = default
 	Current     int             // current version; 0 = none
 	Prefetch    []string        // files instances read first after a restore, in order
+	Retention   Retention       // which versions GC keeps; zero = all
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
 }
@@ -64,12 +66,15 @@ type Version struct {
 }
 
 const projectCols = `p.id, p.tenant_id, p.name, p.base_image, p.spec, p.excludes, p.compression,
-	COALESCE(p.current_version, 0), p.created_at, p.updated_at, p.prefetch`
+	COALESCE(p.current_version, 0), p.created_at, p.updated_at, p.prefetch,
+	COALESCE(p.keep_last, 0), COALESCE(p.keep_newer_than_s, 0)`
 
 func scanProject(row pgx.Row) (Project, error) {
 	var p Project
+	var keepSeconds int64
 	err := row.Scan(&p.ID, &p.Tenant, &p.Name, &p.BaseImage, &p.Spec, &p.Excludes, &p.Compression,
-		&p.Current, &p.CreatedAt, &p.UpdatedAt, &p.Prefetch)
+		&p.Current, &p.CreatedAt, &p.UpdatedAt, &p.Prefetch, &p.Retention.KeepLast, &keepSeconds)
+	p.Retention.KeepNewerThan = secondsDuration(keepSeconds)
 	return p, err
 }
 
@@ -354,10 +359,16 @@ func (s *Store) SetCurrent(ctx context.Context, tenant, project string, n, expec
 }
 
 // Pin sets whether version n is pinned (kept by retention whatever its age).
+// It fails with ErrFailedPrecondition for a version GC is deleting.
 func (s *Store) Pin(ctx context.Context, tenant, project string, n int, pinned bool) (Version, error) {
+	// The state test is in the UPDATE so that it is checked again after
+	// waiting for a MarkCollectable that holds the row.
 	v, err := scanVersion(s.db.QueryRow(ctx, `UPDATE versions v SET pinned = $4 FROM projects p
-		WHERE p.id = v.project_id AND p.tenant_id = $1 AND p.name = $2 AND v.number = $3
+		WHERE p.id = v.project_id AND p.tenant_id = $1 AND p.name = $2 AND v.number = $3 AND v.state <> 'deleting'
 		RETURNING `+versionCols, tenant, project, n, pinned))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Version{}, s.whyNotPinned(ctx, tenant, project, n)
+	}
 	if err != nil {
 		return Version{}, translate(err, fmt.Sprintf("version %d of project %q", n, project))
 	}

@@ -325,6 +325,8 @@ func TestInstances(t *testing.T) {
 	assert.ErrorIs(t, err, errdefs.ErrNotFound)
 	_, err = s.CreateInstance(ctx, versions.Instance{ID: "i3", Tenant: "other", Project: "p", Version: 1})
 	assert.ErrorIs(t, err, errdefs.ErrNotFound, "another tenant's project")
+	_, err = s.CreateInstance(ctx, versions.Instance{ID: "i4", Tenant: tenant, Project: "p", Version: 9})
+	assert.ErrorIs(t, err, errdefs.ErrNotFound, "an unknown version")
 
 	in, err = s.Transition(ctx, "i1", []string{"Pending"}, "Running", "Started", "")
 	require.NoError(t, err)

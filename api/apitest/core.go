@@ -52,6 +52,8 @@ type Core struct {
 	DeleteProjectFunc  func(ctx context.Context, name string) error
 	CreateInstanceFunc func(ctx context.Context, project string, req envd.CreateInstanceRequest, key string) (envd.Instance, error)
 	RestoreFunc        func(ctx context.Context, project string, req envd.CreateInstanceRequest, key string) (envd.Operation, error)
+	SetRetentionFunc   func(ctx context.Context, project string, r envd.Retention) (envd.Project, error)
+	GCFunc             func(ctx context.Context, req envd.GCRequest, key string) (envd.Operation, error)
 	ListInstancesFunc  func(ctx context.Context, project string) ([]envd.Instance, error)
 	GetInstanceFunc    func(ctx context.Context, id string) (envd.Instance, error)
 	DeleteInstanceFunc func(ctx context.Context, id string) (envd.Instance, error)
@@ -424,6 +426,25 @@ func (c *Core) Sizes() []envd.TermSize {
 }
 
 // Save starts a running operation of kind "save" unless SaveFunc is set.
+// SetRetention answers the project with the policy unless SetRetentionFunc
+// is set.
+func (c *Core) SetRetention(ctx context.Context, p envd.Principal, project string, r envd.Retention) (envd.Project, error) {
+	c.record("SetRetention", p, project, r)
+	if c.SetRetentionFunc != nil {
+		return c.SetRetentionFunc(ctx, project, r)
+	}
+	return envd.Project{Name: project, Current: 1, Retention: &r, CreatedAt: Epoch}, nil
+}
+
+// GC starts a running operation of kind "gc" unless GCFunc is set.
+func (c *Core) GC(ctx context.Context, p envd.Principal, req envd.GCRequest, key string) (envd.Operation, error) {
+	c.record("GC", p, req, key)
+	if c.GCFunc != nil {
+		return c.GCFunc(ctx, req, key)
+	}
+	return c.NewOperation("gc", "registry"), nil
+}
+
 // Restore starts a running operation of kind "restore" on a new instance
 // id unless RestoreFunc is set.
 func (c *Core) Restore(ctx context.Context, p envd.Principal, project string, req envd.CreateInstanceRequest, key string) (envd.Operation, error) {

@@ -225,6 +225,41 @@ func TestUpNoWaitIsARestoreOperation(t *testing.T) {
 	assert.Equal(t, []any{"web", envd.CreateInstanceRequest{Version: 2}, ""}, call.Args)
 }
 
+func TestRetentionAndGC(t *testing.T) {
+	t.Parallel()
+	core, env := server(t)
+	r := envctl(t, env, nil, "project", "retention", "web", "--keep-last", "3", "--keep-newer-than", "720h")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "the newest 3 and those newer than 720h")
+	call, ok := core.LastCall("SetRetention")
+	require.True(t, ok)
+	assert.Equal(t, []any{"web", envd.Retention{KeepLast: 3, KeepNewerThan: "720h"}}, call.Args)
+
+	core.GCFunc = func(_ context.Context, req envd.GCRequest, _ string) (envd.Operation, error) {
+		op := core.NewOperation("gc", "registry")
+		go func() {
+			time.Sleep(20 * time.Millisecond)
+			core.Finish(op.ID, envd.OpSucceeded, envd.GCResult{DryRun: req.DryRun,
+				Versions: []envd.GCVersion{{Tenant: "t1", Project: "web", Version: 2, SizeBytes: 2 << 20}},
+				Swept:    true, BlobsBefore: 9, BlobsAfter: 4, BytesBefore: 10 << 20, BytesAfter: 8 << 20}, nil)
+		}()
+		return op, nil
+	}
+	r = envctl(t, env, nil, "gc")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "web")
+	assert.Contains(t, r.stdout, "registry: 9 -> 4 blobs")
+	call, _ = core.LastCall("GC")
+	assert.Equal(t, envd.GCRequest{}, call.Args[0])
+
+	r = envctl(t, env, nil, "-o", "json", "gc", "--dry-run")
+	require.Equal(t, 0, r.code, r.stderr)
+	var res envd.GCResult
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &res))
+	assert.True(t, res.DryRun)
+	assert.Len(t, res.Versions, 1)
+}
+
 func TestNotFoundPrintsCode(t *testing.T) {
 	t.Parallel()
 	_, env := server(t, func(core *apitest.Core) {

@@ -249,12 +249,8 @@ Exit codes: 0 saved and current; 1 the save failed or was canceled;
 			if noWait {
 				return a.emit(op, func(w io.Writer) { operationDetail(w, op) })
 			}
-			p := a.newProgress()
-			id := op.ID
-			op, err = c.WaitOperation(ctx, id, p.event)
-			p.done()
-			if err != nil {
-				return fmt.Errorf("wait for save operation %s: %w", id, err)
+			if op, err = a.follow(ctx, c, "save", op); err != nil {
+				return err
 			}
 			var res envd.SaveResult
 			if op.State == envd.OpSucceeded {

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 
 	"github.com/spf13/cobra"
 
+	"github.com/envd-dev/envd/client"
 	"github.com/envd-dev/envd/envd"
 )
 
@@ -70,4 +73,74 @@ not cancel the operation.`,
 		},
 	}
 	return group("op", "Inspect and follow operations", show, watch, cancel)
+}
+
+func (a *app) gcCommand() *cobra.Command {
+	var (
+		req    envd.GCRequest
+		noWait bool
+	)
+	cmd := &cobra.Command{
+		Use:   "gc [--dry-run] [--no-wait]",
+		Short: "Delete the versions retention policies do not keep, and their unused blobs (admin)",
+		Long: `Run a garbage collection (admin token): for every project with a retention
+policy ("envctl project retention"), delete the versions the policy does not
+keep (never the current one, a pinned one or one an instance uses), their
+manifests, then the registry's blobs no manifest references. --dry-run lists
+what would go and deletes nothing.`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			op, err := c.GC(ctx, req)
+			if err != nil {
+				return err
+			}
+			if noWait {
+				return a.emit(op, func(w io.Writer) { operationDetail(w, op) })
+			}
+			if op, err = a.follow(ctx, c, "gc", op); err != nil {
+				return err
+			}
+			if op.State != envd.OpSucceeded {
+				return &exitCodeError{code: exitError, err: opFailure("gc", op)}
+			}
+			var res envd.GCResult
+			if err := json.Unmarshal(op.Result, &res); err != nil {
+				return fmt.Errorf("gc operation %s: decode result: %w", op.ID, err)
+			}
+			return a.emit(res, func(w io.Writer) { gcTable(w, res) })
+		},
+	}
+	cmd.Flags().BoolVar(&req.DryRun, "dry-run", false, "list what would be deleted, delete nothing")
+	cmd.Flags().BoolVar(&noWait, "no-wait", false, "print the operation and do not wait")
+	return cmd
+}
+
+func gcTable(w io.Writer, res envd.GCResult) {
+	row(w, "TENANT", "PROJECT", "VERSION", "SIZE")
+	for _, v := range res.Versions {
+		row(w, v.Tenant, v.Project, v.Version, formatBytes(v.SizeBytes))
+	}
+	if res.Swept {
+		row(w, fmt.Sprintf("registry: %d -> %d blobs, %s -> %s", res.BlobsBefore, res.BlobsAfter,
+			formatBytes(res.BytesBefore), formatBytes(res.BytesAfter)))
+	}
+	if res.Note != "" {
+		row(w, res.Note)
+	}
+}
+
+// follow waits for op to end, showing its events as progress.
+func (a *app) follow(ctx context.Context, c *client.Client, what string, op envd.Operation) (envd.Operation, error) {
+	p := a.newProgress()
+	done, err := c.WaitOperation(ctx, op.ID, p.event)
+	p.done()
+	if err != nil {
+		return done, fmt.Errorf("wait for %s operation %s: %w", what, op.ID, err)
+	}
+	return done, nil
 }

@@ -126,6 +126,18 @@ func projectDetail(w io.Writer, p envd.Project) {
 		vols = append(vols, v.Name+":"+v.Path)
 	}
 	row(w, "VOLUMES:", orDash(strings.Join(vols, ", ")))
+	keep := "every version"
+	if r := p.Retention; r != nil {
+		var parts []string
+		if r.KeepLast > 0 {
+			parts = append(parts, fmt.Sprintf("the newest %d", r.KeepLast))
+		}
+		if r.KeepNewerThan != "" {
+			parts = append(parts, "those newer than "+r.KeepNewerThan)
+		}
+		keep = strings.Join(parts, " and ")
+	}
+	row(w, "KEEPS:", keep)
 	row(w, "CREATED:", formatTime(p.CreatedAt))
 }
 

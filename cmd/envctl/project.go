@@ -97,5 +97,33 @@ func (a *app) projectCommand() *cobra.Command {
 			})
 		},
 	}
-	return group("project", "Manage projects", create, ls, show, rm)
+	return group("project", "Manage projects", create, ls, show, rm, a.retentionCommand())
+}
+
+func (a *app) retentionCommand() *cobra.Command {
+	var r envd.Retention
+	cmd := &cobra.Command{
+		Use:   "retention NAME [--keep-last N] [--keep-newer-than D]",
+		Short: "Set which versions a GC keeps",
+		Long: `Set a project's version retention policy. A GC ("envctl gc", admin) deletes
+the versions the policy does not keep: it keeps the newest --keep-last N and
+those newer than --keep-newer-than D (a Go duration such as 720h). The
+current version, pinned versions and versions an instance uses are always
+kept. Without either flag every version is kept.`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			p, err := c.SetRetention(cmd.Context(), args[0], r)
+			if err != nil {
+				return err
+			}
+			return a.emit(p, func(w io.Writer) { projectDetail(w, p) })
+		},
+	}
+	cmd.Flags().IntVar(&r.KeepLast, "keep-last", 0, "keep the newest N versions (0: no count limit)")
+	cmd.Flags().StringVar(&r.KeepNewerThan, "keep-newer-than", "", "keep versions newer than this duration")
+	return cmd
 }

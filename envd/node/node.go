@@ -157,6 +157,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 
 	// Registry
 	regAddr := cfg.Registry
+	var sweeper envd.Sweeper // the embedded registry; an external one sweeps itself
 	if regAddr == "" {
 		addrFile := filepath.Join(cfg.DataDir, "registry.addr")
 		listen := "127.0.0.1:0"
@@ -181,6 +182,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 			return nil, fmt.Errorf("embedded registry: %w", err)
 		}
 		n.closers = append(n.closers, srv.Close)
+		sweeper = srv
 		regAddr = srv.Addr()
 		if err := writeFileAtomic(addrFile, []byte(regAddr+"\n"), 0o644); err != nil {
 			return nil, err
@@ -260,6 +262,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Node: cfg.Node, WorkDir: filepath.Join(cfg.DataDir, "work"), DataDir: cfg.DataDir,
 		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, Components: components, Logger: log,
 		Volumes: vols, Objects: objects, HibernateAfter: cfg.HibernateAfter, PrefetchWindow: cfg.PrefetchWindow, ReconcileInterval: cfg.ReconcileInterval,
+		Sweeper: sweeper,
 	}, store, reg, rt)
 	if err != nil {
 		return nil, err
