@@ -46,6 +46,12 @@ type Core interface {
 	CreateInstance(ctx context.Context, p envd.Principal, project string, req envd.CreateInstanceRequest, idempotencyKey string) (envd.Instance, error)
 	// SetRetention sets a project's version retention policy.
 	SetRetention(ctx context.Context, p envd.Principal, project string, r envd.Retention) (envd.Project, error)
+	// SetQuota sets a tenant's quota (admin only).
+	SetQuota(ctx context.Context, p envd.Principal, tenant string, q envd.Quota) (envd.Quota, error)
+	// Usage reports a tenant's usage and quota ("" = the caller's).
+	Usage(ctx context.Context, p envd.Principal, tenant string) (envd.Usage, error)
+	// CreateToken creates an API token of a tenant (admin only).
+	CreateToken(ctx context.Context, p envd.Principal, tenant string, req envd.CreateTokenRequest) (envd.Token, error)
 	// GC starts an operation of kind "gc" (admin only).
 	GC(ctx context.Context, p envd.Principal, req envd.GCRequest, idempotencyKey string) (envd.Operation, error)
 	// Restore starts an instance as an operation of kind "restore" (POST
@@ -241,6 +247,10 @@ func (h *handlers) routes() []route {
 		{http.MethodPost, "/projects/:p/current", h.setCurrent},
 		{http.MethodPut, "/projects/:p/retention", h.setRetention},
 		{http.MethodPost, "/admin/gc", h.gc},
+		{http.MethodPost, "/admin/tenants/:t/tokens", h.createToken},
+		{http.MethodPut, "/admin/tenants/:t/quota", h.setQuota},
+		{http.MethodGet, "/admin/tenants/:t/usage", h.usage},
+		{http.MethodGet, "/usage", h.usage},
 		{http.MethodPost, "/projects/:p/versions/:n/pin", h.pin(true)},
 		{http.MethodDelete, "/projects/:p/versions/:n/pin", h.pin(false)},
 

@@ -397,6 +397,29 @@ func TestRetentionAndGC(t *testing.T) {
 	assert.Equal(t, []any{envd.GCRequest{DryRun: true}, "gc-1"}, call.Args)
 }
 
+func TestTenantAdminRoutes(t *testing.T) {
+	t.Parallel()
+	core, srv := newServer(t)
+	r := do(t, srv, http.MethodPost, "/v1/admin/tenants/t2/tokens", strings.NewReader(`{}`), nil)
+	require.Equal(t, http.StatusCreated, r.status, "body %s", r.body)
+	call, _ := core.LastCall("CreateToken")
+	assert.Equal(t, []any{"t2", envd.CreateTokenRequest{}}, call.Args)
+
+	r = do(t, srv, http.MethodPut, "/v1/admin/tenants/t2/quota", strings.NewReader(`{"max_instances": 3, "max_ttl": "8h"}`), nil)
+	require.Equal(t, http.StatusOK, r.status, "body %s", r.body)
+	call, _ = core.LastCall("SetQuota")
+	assert.Equal(t, []any{"t2", envd.Quota{MaxInstances: 3, MaxTTL: "8h"}}, call.Args)
+
+	r = do(t, srv, http.MethodGet, "/v1/admin/tenants/t2/usage", nil, nil)
+	require.Equal(t, http.StatusOK, r.status, "body %s", r.body)
+	call, _ = core.LastCall("Usage")
+	assert.Equal(t, []any{"t2"}, call.Args)
+	r = do(t, srv, http.MethodGet, "/v1/usage", nil, nil)
+	require.Equal(t, http.StatusOK, r.status, "body %s", r.body)
+	call, _ = core.LastCall("Usage")
+	assert.Equal(t, []any{""}, call.Args, "the caller's own tenant")
+}
+
 func TestSetCurrentConflict(t *testing.T) {
 	t.Parallel()
 	core, srv := newServer(t)

@@ -318,6 +318,32 @@ func (h *handlers) setRetention(c *gin.Context) {
 	respond(c, http.StatusOK, v, err)
 }
 
+func (h *handlers) createToken(c *gin.Context) {
+	var req envd.CreateTokenRequest
+	if err := decodeJSON(c, &req); err != nil {
+		writeError(c, err)
+		return
+	}
+	v, err := h.core.CreateToken(c.Request.Context(), principal(c), c.Param("t"), req)
+	respond(c, http.StatusCreated, v, err)
+}
+
+func (h *handlers) setQuota(c *gin.Context) {
+	var req envd.Quota
+	if err := decodeJSON(c, &req); err != nil {
+		writeError(c, err)
+		return
+	}
+	v, err := h.core.SetQuota(c.Request.Context(), principal(c), c.Param("t"), req)
+	respond(c, http.StatusOK, v, err)
+}
+
+// usage serves /usage (the caller's tenant) and /admin/tenants/:t/usage.
+func (h *handlers) usage(c *gin.Context) {
+	v, err := h.core.Usage(c.Request.Context(), principal(c), c.Param("t"))
+	respond(c, http.StatusOK, v, err)
+}
+
 func (h *handlers) gc(c *gin.Context) {
 	var req envd.GCRequest
 	if err := decodeJSON(c, &req); err != nil {

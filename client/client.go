@@ -339,6 +339,27 @@ func (c *Client) SetRetention(ctx context.Context, project string, r envd.Retent
 	return post[envd.Project](ctx, c, http.MethodPut, "/v1/projects/"+esc(project)+"/retention", r)
 }
 
+// SetQuota sets a tenant's quota (admin token): PUT
+// /v1/admin/tenants/{t}/quota. Zero fields are no limit.
+func (c *Client) SetQuota(ctx context.Context, tenant string, q envd.Quota) (envd.Quota, error) {
+	return post[envd.Quota](ctx, c, http.MethodPut, "/v1/admin/tenants/"+esc(tenant)+"/quota", q)
+}
+
+// Usage reports a tenant's usage and quota: GET /v1/usage for the caller's
+// own (tenant ""), GET /v1/admin/tenants/{t}/usage for another (admin).
+func (c *Client) Usage(ctx context.Context, tenant string) (envd.Usage, error) {
+	if tenant == "" {
+		return get[envd.Usage](ctx, c, "/v1/usage")
+	}
+	return get[envd.Usage](ctx, c, "/v1/admin/tenants/"+esc(tenant)+"/usage")
+}
+
+// CreateToken creates an API token of a tenant (admin token): POST
+// /v1/admin/tenants/{t}/tokens. The token is shown only here.
+func (c *Client) CreateToken(ctx context.Context, tenant string, req envd.CreateTokenRequest) (envd.Token, error) {
+	return post[envd.Token](ctx, c, http.MethodPost, "/v1/admin/tenants/"+esc(tenant)+"/tokens", req)
+}
+
 // GC starts a garbage collection (admin token): POST /v1/admin/gc. The
 // operation's result is an envd.GCResult.
 func (c *Client) GC(ctx context.Context, req envd.GCRequest, opts ...RequestOption) (envd.Operation, error) {

@@ -61,7 +61,7 @@ func (s *Service) hibernate(ctx context.Context, in versions.Instance) (versions
 	}
 	v, _, err := s.store.CommitVersion(ctx, versions.Commit{
 		Tenant: in.Tenant, Project: in.Project, InstanceID: in.ID, Generation: in.Generation, NoSwitch: true,
-		Kind: "snapshot", Image: c.img.Ref(), Parent: c.base.Number, SizeBytes: c.img.Size, Layers: len(c.img.Layers),
+		Kind: "snapshot", Image: c.img.Ref(), Parent: c.base.Number, SizeBytes: c.img.Size, Layers: len(c.img.Layers), LayerBytes: c.layer.Size,
 		Message: fmt.Sprintf("hibernation of instance %s", in.ID),
 	})
 	if err != nil {

@@ -141,7 +141,7 @@ func (s *Service) planInstance(ctx context.Context, p Principal, project string,
 	if req.Version < 0 {
 		return instancePlan{}, fmt.Errorf("version %d: %w", req.Version, errdefs.ErrInvalidArgument)
 	}
-	expires, err := parseTTL(req.TTL, time.Now(), s.cfg.DefaultTTL, s.cfg.MaxTTL)
+	expires, err := s.ttlFor(ctx, p.Tenant, req.TTL)
 	if err != nil {
 		return instancePlan{}, err
 	}

@@ -104,6 +104,11 @@ func (s *Service) StartInstance(ctx context.Context, p Principal, id string) (In
 	if err != nil {
 		return Instance{}, err
 	}
+	if in.State == StateStopped {
+		if err := s.checkStartQuota(ctx, in.Tenant); err != nil {
+			return Instance{}, err
+		}
+	}
 	if in.HibernatedVersion > 0 && in.State == StateStopped {
 		return s.wake(ctx, p, in)
 	}
@@ -177,11 +182,11 @@ func (s *Service) RenewInstance(ctx context.Context, p Principal, id, ttl string
 	if ttl == "" {
 		return Instance{}, fmt.Errorf("ttl: required (a Go duration such as 30m, or \"none\"): %w", errdefs.ErrInvalidArgument)
 	}
-	expires, err := parseTTL(ttl, time.Now(), s.cfg.DefaultTTL, s.cfg.MaxTTL)
+	in, err := s.instance(ctx, p, id)
 	if err != nil {
 		return Instance{}, err
 	}
-	in, err := s.instance(ctx, p, id)
+	expires, err := s.ttlFor(ctx, in.Tenant, ttl)
 	if err != nil {
 		return Instance{}, err
 	}

@@ -56,6 +56,9 @@ func (s *Service) createProject(ctx context.Context, p Principal, req CreateProj
 			return Project{}, err
 		}
 	}
+	if err := s.checkVolumeQuota(ctx, p.Tenant, volumeBytes(ps.Volumes)); err != nil {
+		return Project{}, err
+	}
 	rawSpec, _ := json.Marshal(ps)
 	base, err := s.resolveBase(ctx, req.Base)
 	if err != nil {

@@ -83,6 +83,7 @@ func (s *Service) runSave(ctx context.Context, oc *opCtx, job saveJob) (SaveResu
 	v, switched, err := s.store.CommitVersion(ctx, versions.Commit{
 		Tenant: in.Tenant, Project: in.Project, Expected: job.Expected, InstanceID: in.ID, Generation: job.Generation,
 		Kind: "snapshot", Image: c.img.Ref(), Message: job.Message, Parent: c.base.Number, SizeBytes: c.img.Size, Layers: len(c.img.Layers),
+		LayerBytes: c.layer.Size,
 	})
 	if err != nil {
 		return SaveResult{}, err
@@ -174,6 +175,10 @@ func (s *Service) capture(ctx context.Context, oc *opCtx, work string, in versio
 	oc.event(ctx, "encoded", fmt.Sprintf("%s layer of %d bytes in %s", proj.Compression, c.layer.Size, c.encode.Round(time.Millisecond)),
 		map[string]any{"layer_bytes": c.layer.Size, "encode_ms": c.encode.Milliseconds()})
 
+	// The quota is checked on the encoded size, before anything is uploaded.
+	if err := s.checkSaveQuota(ctx, in.Tenant, in.Project, c.layer.Size); err != nil {
+		return c, err
+	}
 	pushStart := time.Now()
 	parent, err := s.reg.Get(ctx, c.base.Image)
 	if err != nil {

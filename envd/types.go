@@ -350,3 +350,37 @@ type Stdio struct {
 	TTY            bool
 	Resize         <-chan TermSize // terminal size changes; nil = none
 }
+
+// Quota limits a tenant; zero or "" is no limit. The body of PUT
+// /v1/admin/tenants/{t}/quota.
+type Quota struct {
+	MaxInstances   int    `json:"max_instances,omitempty"`    // live instances at once
+	MaxVersions    int    `json:"max_versions,omitempty"`     // versions of any one project
+	MaxStoredBytes int64  `json:"max_stored_bytes,omitempty"` // layers added by versions + volume sizes
+	MaxTTL         string `json:"max_ttl,omitempty"`          // a Go duration; with it, ttl "none" is refused
+}
+
+// Usage is what a tenant uses, with its quota.
+type Usage struct {
+	Tenant    string `json:"tenant"`
+	Instances int    `json:"instances"` // live: Pending to Stopping
+	// StoredBytes = VersionBytes (the layers its versions added) +
+	// VolumeBytes (the declared sizes of its volumes).
+	StoredBytes  int64          `json:"stored_bytes"`
+	VersionBytes int64          `json:"version_bytes"`
+	VolumeBytes  int64          `json:"volume_bytes"`
+	Versions     map[string]int `json:"versions"` // per project
+	Quota        Quota          `json:"quota"`
+}
+
+// CreateTokenRequest is the body of POST /v1/admin/tenants/{t}/tokens.
+type CreateTokenRequest struct {
+	Admin bool `json:"admin,omitempty"`
+}
+
+// Token is a new API token, shown once.
+type Token struct {
+	Tenant string `json:"tenant"`
+	Token  string `json:"token"`
+	Admin  bool   `json:"admin"`
+}

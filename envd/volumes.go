@@ -140,6 +140,9 @@ func (s *Service) AddVolume(ctx context.Context, p Principal, project string, re
 	if ps.Volumes, err = addVolume(ps.Volumes, v); err != nil {
 		return Project{}, err
 	}
+	if err := s.checkVolumeQuota(ctx, p.Tenant, v.SizeBytes); err != nil {
+		return Project{}, err
+	}
 	raw, _ := json.Marshal(ps)
 	proj, err = s.store.SetProjectSpec(ctx, p.Tenant, project, raw)
 	if err != nil {

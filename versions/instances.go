@@ -94,6 +94,9 @@ func (s *Store) CreateInstance(ctx context.Context, in Instance) (Instance, erro
 		if *state != StateReady {
 			return Instance{}, fmt.Errorf("version %d of project %q is %s, only ready versions can be started: %w", in.Version, in.Project, *state, errdefs.ErrFailedPrecondition)
 		}
+		if err := checkInstanceQuota(ctx, tx, in.Tenant); err != nil {
+			return Instance{}, err
+		}
 		spec := rawJSON(in.Spec)
 		tag, err := tx.Exec(ctx, `INSERT INTO instances
 				(id, project_id, tenant_id, node, version, generation, state, reason, message, retain, expires_at, spec)

@@ -436,6 +436,27 @@ func (c *Core) SetRetention(ctx context.Context, p envd.Principal, project strin
 	return envd.Project{Name: project, Current: 1, Retention: &r, CreatedAt: Epoch}, nil
 }
 
+// SetQuota answers the quota as asked.
+func (c *Core) SetQuota(ctx context.Context, p envd.Principal, tenant string, q envd.Quota) (envd.Quota, error) {
+	c.record("SetQuota", p, tenant, q)
+	return q, nil
+}
+
+// Usage answers an empty usage of the tenant ("" = the caller's).
+func (c *Core) Usage(ctx context.Context, p envd.Principal, tenant string) (envd.Usage, error) {
+	c.record("Usage", p, tenant)
+	if tenant == "" {
+		tenant = p.Tenant
+	}
+	return envd.Usage{Tenant: tenant, Versions: map[string]int{}}, nil
+}
+
+// CreateToken answers a fixed token of the tenant.
+func (c *Core) CreateToken(ctx context.Context, p envd.Principal, tenant string, req envd.CreateTokenRequest) (envd.Token, error) {
+	c.record("CreateToken", p, tenant, req)
+	return envd.Token{Tenant: tenant, Token: "tok-" + tenant, Admin: req.Admin}, nil
+}
+
 // GC starts a running operation of kind "gc" unless GCFunc is set.
 func (c *Core) GC(ctx context.Context, p envd.Principal, req envd.GCRequest, key string) (envd.Operation, error) {
 	c.record("GC", p, req, key)

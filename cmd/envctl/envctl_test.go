@@ -260,6 +260,28 @@ func TestRetentionAndGC(t *testing.T) {
 	assert.Len(t, res.Versions, 1)
 }
 
+func TestAdminQuotaAndUsage(t *testing.T) {
+	t.Parallel()
+	core, env := server(t)
+	r := envctl(t, env, nil, "admin", "quota", "t2", "--max-instances", "3", "--max-stored", "2G", "--max-ttl", "8h")
+	require.Equal(t, 0, r.code, r.stderr)
+	call, ok := core.LastCall("SetQuota")
+	require.True(t, ok)
+	assert.Equal(t, []any{"t2", envd.Quota{MaxInstances: 3, MaxStoredBytes: 2 << 30, MaxTTL: "8h"}}, call.Args)
+	assert.Contains(t, r.stdout, "no limit", "max versions was not given")
+
+	r = envctl(t, env, nil, "admin", "quota", "t2", "--max-stored", "lots")
+	assert.Equal(t, 2, r.code, "a bad size is a usage error")
+
+	r = envctl(t, env, nil, "admin", "token", "t2")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Equal(t, "tok-t2", strings.TrimSpace(r.stdout))
+
+	r = envctl(t, env, nil, "usage")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "TENANT:")
+}
+
 func TestNotFoundPrintsCode(t *testing.T) {
 	t.Parallel()
 	_, env := server(t, func(core *apitest.Core) {

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sort"
+
+	"github.com/spf13/cobra"
+
+	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/workspace"
+)
+
+func (a *app) adminCommand() *cobra.Command {
+	var tokReq envd.CreateTokenRequest
+	token := &cobra.Command{
+		Use:   "token TENANT [--admin]",
+		Short: "Create an API token of a tenant (creating the tenant); it is shown once",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			t, err := c.CreateToken(cmd.Context(), args[0], tokReq)
+			if err != nil {
+				return err
+			}
+			return a.emit(t, func(w io.Writer) { row(w, t.Token) })
+		},
+	}
+	token.Flags().BoolVar(&tokReq.Admin, "admin", false, "an admin token (quotas, gc, images, every tenant's usage)")
+
+	var (
+		q      envd.Quota
+		stored string
+	)
+	quota := &cobra.Command{
+		Use:   "quota TENANT [--max-instances N] [--max-versions N] [--max-stored SIZE] [--max-ttl D]",
+		Short: "Set a tenant's quota (flags not given are no limit)",
+		Long: `Set a tenant's quota. Each flag not given is no limit:
+  --max-instances  live instances at once (Pending to Stopping)
+  --max-versions   versions of any one project
+  --max-stored     bytes of the layers its versions added plus its volumes' sizes (e.g. 20G)
+  --max-ttl        the longest instance TTL (a Go duration); with it, --ttl none is refused
+What would exceed a quota is refused before anything is made, with code
+quota_exceeded (HTTP 507) and the numbers.`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			if stored != "" {
+				if q.MaxStoredBytes, err = workspace.ParseSize(stored); err != nil {
+					return usageError{fmt.Errorf("--max-stored: %w", err)}
+				}
+			}
+			got, err := c.SetQuota(cmd.Context(), args[0], q)
+			if err != nil {
+				return err
+			}
+			return a.emit(got, func(w io.Writer) { quotaRows(w, got) })
+		},
+	}
+	f := quota.Flags()
+	f.IntVar(&q.MaxInstances, "max-instances", 0, "live instances at once")
+	f.IntVar(&q.MaxVersions, "max-versions", 0, "versions of any one project")
+	f.StringVar(&stored, "max-stored", "", "stored bytes (version layers + volumes), e.g. 20G")
+	f.StringVar(&q.MaxTTL, "max-ttl", "", "longest instance TTL")
+	return group("admin", "Tenants, tokens and quotas (admin token)", token, quota)
+}
+
+func (a *app) usageCommand() *cobra.Command {
+	var tenant string
+	cmd := &cobra.Command{
+		Use:   "usage [--tenant T]",
+		Short: "Show what a tenant uses of its quota (default: your own)",
+		Args:  exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			u, err := c.Usage(cmd.Context(), tenant)
+			if err != nil {
+				return err
+			}
+			return a.emit(u, func(w io.Writer) { usageRows(w, u) })
+		},
+	}
+	cmd.Flags().StringVar(&tenant, "tenant", "", "another tenant (admin token)")
+	return cmd
+}
+
+func limit(n int64, format func(int64) string) string {
+	if n == 0 {
+		return "no limit"
+	}
+	return format(n)
+}
+
+func count(n int64) string { return fmt.Sprint(n) }
+
+func quotaRows(w io.Writer, q envd.Quota) {
+	row(w, "MAX INSTANCES:", limit(int64(q.MaxInstances), count))
+	row(w, "MAX VERSIONS:", limit(int64(q.MaxVersions), count))
+	row(w, "MAX STORED:", limit(q.MaxStoredBytes, formatBytes))
+	row(w, "MAX TTL:", orDash(q.MaxTTL))
+}
+
+func usageRows(w io.Writer, u envd.Usage) {
+	row(w, "TENANT:", u.Tenant)
+	row(w, "INSTANCES:", fmt.Sprintf("%d of %s", u.Instances, limit(int64(u.Quota.MaxInstances), count)))
+	row(w, "STORED:", fmt.Sprintf("%s of %s (versions %s, volumes %s)", formatBytes(u.StoredBytes),
+		limit(u.Quota.MaxStoredBytes, formatBytes), formatBytes(u.VersionBytes), formatBytes(u.VolumeBytes)))
+	names := make([]string, 0, len(u.Versions))
+	for n := range u.Versions {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		row(w, "VERSIONS "+n+":", fmt.Sprintf("%d of %s", u.Versions[n], limit(int64(u.Quota.MaxVersions), count)))
+	}
+	row(w, "MAX TTL:", orDash(u.Quota.MaxTTL))
+}
