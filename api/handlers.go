@@ -214,6 +214,9 @@ func (h *handlers) createInstance(c *gin.Context) {
 	}
 	if respondAsync(c) {
 		op, err := h.core.Restore(c.Request.Context(), principal(c), c.Param("p"), req, c.GetHeader(IdempotencyKeyHeader))
+		if err == nil {
+			c.Header("Preference-Applied", "respond-async")
+		}
 		accepted(c, op, err)
 		return
 	}
@@ -239,7 +242,6 @@ func respondAsync(c *gin.Context) bool {
 func accepted(c *gin.Context, op envd.Operation, err error) {
 	if err == nil {
 		c.Header("Location", "/v1/operations/"+op.ID)
-		c.Header("Preference-Applied", "respond-async")
 	}
 	respond(c, http.StatusAccepted, op, err)
 }
@@ -302,10 +304,7 @@ func (h *handlers) save(c *gin.Context) {
 		return
 	}
 	op, err := h.core.Save(c.Request.Context(), principal(c), c.Param("i"), req, c.GetHeader(IdempotencyKeyHeader))
-	if err == nil {
-		c.Header("Location", "/v1/operations/"+op.ID)
-	}
-	respond(c, http.StatusAccepted, op, err)
+	accepted(c, op, err)
 }
 
 func (h *handlers) setRetention(c *gin.Context) {
@@ -316,6 +315,16 @@ func (h *handlers) setRetention(c *gin.Context) {
 	}
 	v, err := h.core.SetRetention(c.Request.Context(), principal(c), c.Param("p"), req)
 	respond(c, http.StatusOK, v, err)
+}
+
+func (h *handlers) build(c *gin.Context) {
+	var req envd.BuildRequest
+	if err := decodeJSON(c, &req); err != nil {
+		writeError(c, err)
+		return
+	}
+	op, err := h.core.Build(c.Request.Context(), principal(c), c.Param("p"), req, c.GetHeader(IdempotencyKeyHeader))
+	accepted(c, op, err)
 }
 
 func (h *handlers) createToken(c *gin.Context) {
@@ -351,10 +360,7 @@ func (h *handlers) gc(c *gin.Context) {
 		return
 	}
 	op, err := h.core.GC(c.Request.Context(), principal(c), req, c.GetHeader(IdempotencyKeyHeader))
-	if err == nil {
-		c.Header("Location", "/v1/operations/"+op.ID)
-	}
-	respond(c, http.StatusAccepted, op, err)
+	accepted(c, op, err)
 }
 
 func (h *handlers) listVersions(c *gin.Context) {

@@ -333,6 +333,14 @@ func (c *Client) CreateInstance(ctx context.Context, project string, req envd.Cr
 	return in, err
 }
 
+// Build starts a build of packages on a version of project: POST
+// /v1/projects/{p}/builds. The operation's result is an envd.BuildResult.
+func (c *Client) Build(ctx context.Context, project string, req envd.BuildRequest, opts ...RequestOption) (envd.Operation, error) {
+	var op envd.Operation
+	err := c.call(ctx, http.MethodPost, "/v1/projects/"+esc(project)+"/builds", req, &op, headerOf(opts))
+	return op, err
+}
+
 // SetRetention sets a project's version retention policy: PUT
 // /v1/projects/{p}/retention. An empty policy keeps every version.
 func (c *Client) SetRetention(ctx context.Context, project string, r envd.Retention) (envd.Project, error) {

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -74,13 +73,7 @@ func TestRootGCCollectsAnAbandonedBranch(t *testing.T) {
 func runGC(t *testing.T, dryRun bool) envd.GCResult {
 	t.Helper()
 	op, err := env.c.GC(ctx(t), envd.GCRequest{DryRun: dryRun})
-	require.NoError(t, err)
-	done, err := env.c.WaitOperation(ctx(t), op.ID, nil)
-	require.NoError(t, err)
-	require.Equalf(t, envd.OpSucceeded, done.State, "gc: %+v", done.Error)
-	var res envd.GCResult
-	require.NoError(t, json.Unmarshal(done.Result, &res))
-	return res
+	return succeeded[envd.GCResult](t, op, err)
 }
 
 // collected lists the versions of project p a GC result names.

@@ -89,3 +89,17 @@ func logTail(t *testing.T, path string, n int) {
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	t.Logf("the last %d lines of %s:\n%s", min(n, len(lines)), path, strings.Join(lines[max(0, len(lines)-n):], "\n"))
 }
+
+// succeeded waits for an operation that was started without error (op,
+// err as its start returned them), requires that it succeeded, and
+// returns its result.
+func succeeded[T any](t *testing.T, op envd.Operation, err error) T {
+	t.Helper()
+	require.NoError(t, err)
+	done, err := env.c.WaitOperation(ctx(t), op.ID, nil)
+	require.NoError(t, err)
+	require.Equalf(t, envd.OpSucceeded, done.State, "%s operation %s: %+v", done.Kind, done.ID, done.Error)
+	var res T
+	require.NoError(t, json.Unmarshal(done.Result, &res))
+	return res
+}

@@ -132,6 +132,9 @@ type instancePlan struct {
 	version versions.Version
 	expires *time.Time
 	retain  bool
+	// isolated: a build or trial container: no volumes, its reads not
+	// recorded for prefetch.
+	isolated bool
 }
 
 // planInstance checks a request to start an instance of project: the
@@ -175,7 +178,11 @@ func (s *Service) startPlanned(ctx context.Context, p Principal, id string, plan
 	if err != nil {
 		return Instance{}, err
 	}
-	if err := s.provision(ctx, in, plan.proj, plan.version.Image); err != nil {
+	proj := plan.proj
+	if plan.isolated {
+		proj.Spec = nil // no volumes
+	}
+	if err := s.provision(ctx, in, proj, plan.version.Image); err != nil {
 		s.abandonPending(ctx, in.ID, err.Error())
 		return Instance{}, fmt.Errorf("start instance of %q from version %d: %w: %w", project, n, errProvision, err)
 	}
@@ -183,7 +190,9 @@ func (s *Service) startPlanned(ctx context.Context, p Principal, id string, plan
 	if err != nil {
 		return Instance{}, err
 	}
-	s.recordFirstReads(in, plan.proj.Compression)
+	if !plan.isolated {
+		s.recordFirstReads(in, plan.proj.Compression)
+	}
 	return s.view(ctx, in), nil
 }
 

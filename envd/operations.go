@@ -133,6 +133,8 @@ func (s *Service) resumeOperations(ctx context.Context) error {
 			s.launch(op, func(ctx context.Context, oc *opCtx) (any, error) { return s.runSave(ctx, oc, job) })
 		case "restore":
 			s.settleRestore(ctx, op)
+		case "build":
+			s.settleBuild(ctx, op)
 		case "gc":
 			var job gcJob
 			if err := json.Unmarshal(op.Request, &job); err != nil {

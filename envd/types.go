@@ -67,6 +67,7 @@ const (
 	ReasonNodeLost         = "node_lost"
 	ReasonTaskExited       = "task_exited"
 	ReasonProvisionTimeout = "provision_timeout"
+	ReasonBuildFinished    = "build_finished" // a build's or trial's container, removed when the build ended
 )
 
 // Project is one lineage of environments.
@@ -383,4 +384,38 @@ type Token struct {
 	Tenant string `json:"tenant"`
 	Token  string `json:"token"`
 	Admin  bool   `json:"admin"`
+}
+
+// BuildRequest is the body of POST /v1/projects/{p}/builds: packages
+// installed on a version in an isolated build container, saved as a new
+// version of kind build.
+type BuildRequest struct {
+	// Manager is the base's package manager: "apt" or "apk".
+	Manager string `json:"manager"`
+	// Packages are "name" or "name=version", checked against the manager's
+	// grammar; they never reach a shell.
+	Packages []string `json:"packages"`
+	// Validate are commands (argv, no shell) run in a trial instance of the
+	// new version; each must exit 0, or the version is marked failed.
+	Validate [][]string `json:"validate,omitempty"`
+	// From is the version to build on; 0 = the project's first version
+	// (its base).
+	From int `json:"from,omitempty"`
+	// Switch makes the new version current if current is still what it was
+	// when the build started (else the result says conflict).
+	Switch bool `json:"switch,omitempty"`
+}
+
+// BuildResult is the result of a build operation.
+type BuildResult struct {
+	Project  string `json:"project"`
+	Version  int    `json:"version"`
+	From     int    `json:"from"`
+	Key      string `json:"key"`    // base image + normalized spec; equal keys reuse a build
+	Cached   bool   `json:"cached"` // an earlier build with the same key was reused
+	Current  bool   `json:"current"`
+	Conflict bool   `json:"conflict,omitempty"` // Switch asked, but current had moved
+	BuildMS  int64  `json:"build_ms"`
+	// Validated are the validation commands that passed.
+	Validated int `json:"validated"`
 }

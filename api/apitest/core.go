@@ -54,6 +54,7 @@ type Core struct {
 	RestoreFunc        func(ctx context.Context, project string, req envd.CreateInstanceRequest, key string) (envd.Operation, error)
 	SetRetentionFunc   func(ctx context.Context, project string, r envd.Retention) (envd.Project, error)
 	GCFunc             func(ctx context.Context, req envd.GCRequest, key string) (envd.Operation, error)
+	BuildFunc          func(ctx context.Context, project string, req envd.BuildRequest, key string) (envd.Operation, error)
 	ListInstancesFunc  func(ctx context.Context, project string) ([]envd.Instance, error)
 	GetInstanceFunc    func(ctx context.Context, id string) (envd.Instance, error)
 	DeleteInstanceFunc func(ctx context.Context, id string) (envd.Instance, error)
@@ -434,6 +435,15 @@ func (c *Core) SetRetention(ctx context.Context, p envd.Principal, project strin
 		return c.SetRetentionFunc(ctx, project, r)
 	}
 	return envd.Project{Name: project, Current: 1, Retention: &r, CreatedAt: Epoch}, nil
+}
+
+// Build starts a running operation of kind "build" unless BuildFunc is set.
+func (c *Core) Build(ctx context.Context, p envd.Principal, project string, req envd.BuildRequest, key string) (envd.Operation, error) {
+	c.record("Build", p, project, req, key)
+	if c.BuildFunc != nil {
+		return c.BuildFunc(ctx, project, req, key)
+	}
+	return c.NewOperation("build", project), nil
 }
 
 // SetQuota answers the quota as asked.

@@ -282,6 +282,30 @@ func TestAdminQuotaAndUsage(t *testing.T) {
 	assert.Contains(t, r.stdout, "TENANT:")
 }
 
+func TestBuildRequests(t *testing.T) {
+	t.Parallel()
+	core, env := server(t)
+	r := envctl(t, env, nil, "-o", "json", "build", "web", "--apt", "tree", "--apt", "jq=1.6-2.1", "--validate", "tree --version", "--switch", "--no-wait")
+	require.Equal(t, 0, r.code, r.stderr)
+	call, ok := core.LastCall("Build")
+	require.True(t, ok)
+	assert.Equal(t, []any{"web", envd.BuildRequest{Manager: "apt", Packages: []string{"tree", "jq=1.6-2.1"},
+		Validate: [][]string{{"tree", "--version"}}, Switch: true}, ""}, call.Args)
+
+	spec := `{"manager": "apk", "packages": ["graphviz"], "validate": [["dot", "-V"]]}`
+	r = envctl(t, env, strings.NewReader(spec), "build", "web", "-f", "-", "--from", "2", "--no-wait")
+	require.Equal(t, 0, r.code, r.stderr)
+	call, _ = core.LastCall("Build")
+	assert.Equal(t, envd.BuildRequest{Manager: "apk", Packages: []string{"graphviz"}, Validate: [][]string{{"dot", "-V"}}, From: 2}, call.Args[1])
+
+	r = envctl(t, env, strings.NewReader(`{"manager": "apt", "pkgs": []}`), "build", "web", "-f", "-")
+	assert.Equal(t, 2, r.code, "an unknown field in the spec is a usage error")
+	r = envctl(t, env, nil, "build", "web")
+	assert.Equal(t, 2, r.code, "no packages")
+	r = envctl(t, env, nil, "build", "web", "--apt", "a", "--apk", "b")
+	assert.Equal(t, 2, r.code, "two managers")
+}
+
 func TestNotFoundPrintsCode(t *testing.T) {
 	t.Parallel()
 	_, env := server(t, func(core *apitest.Core) {
