@@ -1,6 +1,9 @@
 package e2e
 
 import (
+	"fmt"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -82,6 +85,45 @@ func collected(res envd.GCResult, p string) []int {
 	for _, v := range res.Versions {
 		if v.Project == p {
 			out = append(out, v.Version)
+		}
+	}
+	return out
+}
+
+// A deleted project's volumes stay on the node until a gc there removes
+// them (a dry run only lists them).
+func TestRootGCRemovesVolumesOfDeletedProjects(t *testing.T) {
+	c := ctx(t)
+	p := fmt.Sprintf("gcvol-%d", projectSeq.Add(1))
+	_, err := env.c.CreateProject(c, envd.CreateProjectRequest{Name: p, Base: fixtureBase, Volumes: []string{"work:/workspace:0:0:16M"}})
+	require.NoError(t, err)
+	in, err := env.c.CreateInstance(c, p, envd.CreateInstanceRequest{})
+	require.NoError(t, err)
+	mustSh(t, in.ID, "echo kept > /workspace/f")
+	_, err = env.c.DeleteInstance(c, in.ID)
+	require.NoError(t, err)
+	require.NoError(t, env.c.DeleteProject(c, p))
+	left, _ := filepath.Glob(filepath.Join(env.dataDir, "volumes", "*", p, "work", "disk.img"))
+	require.Len(t, left, 1, "the volume outlives its project until a gc")
+
+	res := runGC(t, true)
+	assert.Equal(t, []string{"/" + p + "/work"}, orphansOf(res, p), "listed by a dry run")
+	left, _ = filepath.Glob(filepath.Join(env.dataDir, "volumes", "*", p, "work", "disk.img"))
+	assert.Len(t, left, 1, "kept by a dry run")
+
+	res = runGC(t, false)
+	assert.Equal(t, []string{"/" + p + "/work"}, orphansOf(res, p))
+	left, _ = filepath.Glob(filepath.Join(env.dataDir, "volumes", "*", p))
+	assert.Empty(t, left, "removed")
+}
+
+// orphansOf returns the orphan volumes of project p in res, without their
+// tenant.
+func orphansOf(res envd.GCResult, p string) []string {
+	var out []string
+	for _, v := range res.OrphanVolumes {
+		if i := strings.Index(v, "/"+p+"/"); i >= 0 {
+			out = append(out, v[i:])
 		}
 	}
 	return out

@@ -63,6 +63,9 @@ func (s *Service) runGC(ctx context.Context, oc *opCtx, job gcJob) (GCResult, er
 			oc.event(ctx, "collected", fmt.Sprintf("%s/%s: %d versions", proj.Tenant, proj.Name, len(vs)), nil)
 		}
 	}
+	if res.OrphanVolumes, err = s.orphanVolumes(ctx, job.DryRun); err != nil {
+		return res, err
+	}
 	if job.DryRun {
 		res.Note = "dry run: nothing deleted"
 		return res, nil
@@ -117,4 +120,43 @@ func (s *Service) push(f func() error) error {
 	s.pushes.RLock()
 	defer s.pushes.RUnlock()
 	return f()
+}
+
+// orphanVolumes removes (unless dryRun) this node's volumes whose project
+// no longer exists: a deleted project's volumes stay on every node that
+// had them until a gc there. It returns them as tenant/project/volume.
+func (s *Service) orphanVolumes(ctx context.Context, dryRun bool) ([]string, error) {
+	if s.cfg.Volumes == nil {
+		return nil, nil
+	}
+	owners, err := s.cfg.Volumes.Owners(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, owner := range owners {
+		tenant, project, ok := strings.Cut(owner, "/")
+		if !ok {
+			continue
+		}
+		if _, err := s.store.GetProject(ctx, tenant, project); !errors.Is(err, errdefs.ErrNotFound) {
+			if err != nil {
+				return out, err
+			}
+			continue
+		}
+		names, err := s.cfg.Volumes.List(ctx, owner)
+		if err != nil {
+			return out, err
+		}
+		for _, name := range names {
+			if !dryRun {
+				if err := s.cfg.Volumes.Remove(ctx, owner, name); err != nil {
+					return out, err
+				}
+			}
+			out = append(out, owner+"/"+name)
+		}
+	}
+	return out, nil
 }

@@ -108,6 +108,10 @@ type GCResult struct {
 	DryRun bool `json:"dry_run,omitempty"`
 	// Versions deleted (with DryRun: that would be).
 	Versions []GCVersion `json:"versions"`
+	// OrphanVolumes are volumes on the node that ran the gc whose project
+	// no longer exists, removed (with DryRun: that would be), as
+	// "tenant/project/volume".
+	OrphanVolumes []string `json:"orphan_volumes,omitempty"`
 	// Swept: the registry's unreferenced blobs were deleted; the counts are
 	// the registry's blobs before and after.
 	Swept       bool   `json:"swept"`

@@ -420,3 +420,37 @@ func (m *Manager) Detach(ctx context.Context) error {
 	}
 	return errors.Join(errs...)
 }
+
+// Owners returns the owners that have volumes on this node, sorted: with
+// List, what an orphan scan compares with the projects that still exist.
+func (m *Manager) Owners(ctx context.Context) ([]string, error) {
+	owners := map[string]bool{}
+	err := filepath.WalkDir(m.root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		if _, err := os.Lstat(filepath.Join(p, imageName)); err != nil {
+			return nil
+		}
+		// A volume directory: never walk into its mounted file system.
+		if owner, err := filepath.Rel(m.root, filepath.Dir(p)); err == nil && owner != "." {
+			owners[filepath.ToSlash(owner)] = true
+		}
+		return filepath.SkipDir
+	})
+	if err != nil {
+		return nil, fmt.Errorf("volume owners: %w", err)
+	}
+	out := make([]string, 0, len(owners))
+	for o := range owners {
+		out = append(out, o)
+	}
+	sort.Strings(out)
+	return out, nil
+}
