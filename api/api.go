@@ -44,6 +44,8 @@ type Core interface {
 	DeleteProject(ctx context.Context, p envd.Principal, name string) error
 	// CreateInstance starts an instance; idempotencyKey as for CreateProject.
 	CreateInstance(ctx context.Context, p envd.Principal, project string, req envd.CreateInstanceRequest, idempotencyKey string) (envd.Instance, error)
+	// Migrate starts an operation of kind "migrate".
+	Migrate(ctx context.Context, p envd.Principal, project string, req envd.MigrateRequest, idempotencyKey string) (envd.Operation, error)
 	// Build starts an operation of kind "build".
 	Build(ctx context.Context, p envd.Principal, project string, req envd.BuildRequest, idempotencyKey string) (envd.Operation, error)
 	// SetRetention sets a project's version retention policy.
@@ -249,6 +251,7 @@ func (h *handlers) routes() []route {
 		{http.MethodPost, "/projects/:p/current", h.setCurrent},
 		{http.MethodPut, "/projects/:p/retention", h.setRetention},
 		{http.MethodPost, "/projects/:p/builds", h.build},
+		{http.MethodPost, "/projects/:p/migrations", h.migrate},
 		{http.MethodPost, "/admin/gc", h.gc},
 		{http.MethodPost, "/admin/tenants/:t/tokens", h.createToken},
 		{http.MethodPut, "/admin/tenants/:t/quota", h.setQuota},

@@ -327,6 +327,16 @@ func (h *handlers) build(c *gin.Context) {
 	accepted(c, op, err)
 }
 
+func (h *handlers) migrate(c *gin.Context) {
+	var req envd.MigrateRequest
+	if err := decodeJSON(c, &req); err != nil {
+		writeError(c, err)
+		return
+	}
+	op, err := h.core.Migrate(c.Request.Context(), principal(c), c.Param("p"), req, c.GetHeader(IdempotencyKeyHeader))
+	accepted(c, op, err)
+}
+
 func (h *handlers) createToken(c *gin.Context) {
 	var req envd.CreateTokenRequest
 	if err := decodeJSON(c, &req); err != nil {

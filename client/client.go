@@ -333,6 +333,15 @@ func (c *Client) CreateInstance(ctx context.Context, project string, req envd.Cr
 	return in, err
 }
 
+// Migrate starts a migration of project's current version onto another
+// base image: POST /v1/projects/{p}/migrations. The operation's result is
+// an envd.MigrateResult.
+func (c *Client) Migrate(ctx context.Context, project string, req envd.MigrateRequest, opts ...RequestOption) (envd.Operation, error) {
+	var op envd.Operation
+	err := c.call(ctx, http.MethodPost, "/v1/projects/"+esc(project)+"/migrations", req, &op, headerOf(opts))
+	return op, err
+}
+
 // Build starts a build of packages on a version of project: POST
 // /v1/projects/{p}/builds. The operation's result is an envd.BuildResult.
 func (c *Client) Build(ctx context.Context, project string, req envd.BuildRequest, opts ...RequestOption) (envd.Operation, error) {

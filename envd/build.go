@@ -43,10 +43,8 @@ func (s *Service) Build(ctx context.Context, p Principal, project string, req Bu
 	if err := builder.Check(req.Manager, req.Packages); err != nil {
 		return Operation{}, err
 	}
-	for _, c := range req.Validate {
-		if len(c) == 0 || c[0] == "" {
-			return Operation{}, fmt.Errorf("validate: an empty command: %w", errdefs.ErrInvalidArgument)
-		}
+	if err := checkCommands(req.Validate); err != nil {
+		return Operation{}, err
 	}
 	if req.From < 0 {
 		return Operation{}, fmt.Errorf("from %d: %w", req.From, errdefs.ErrInvalidArgument)
@@ -62,11 +60,7 @@ func (s *Service) Build(ctx context.Context, p Principal, project string, req Bu
 		return Operation{}, err
 	}
 	job := buildJob{Project: project, Request: req, Expected: proj.Current, Builder: newID(project), Trial: newID(project)}
-	asked := struct {
-		Project string
-		Req     BuildRequest
-	}{project, req}
-	return s.startOp(ctx, p, "build", project, project, idempotencyKey, asked, job, func(ctx context.Context, oc *opCtx) (any, error) {
+	return s.startOp(ctx, p, "build", project, project, idempotencyKey, req, job, func(ctx context.Context, oc *opCtx) (any, error) {
 		return s.runBuild(ctx, oc, p, job)
 	})
 }
@@ -89,7 +83,7 @@ func (s *Service) runBuild(ctx context.Context, oc *opCtx, p Principal, job buil
 		if v, err = s.buildVersion(ctx, oc, p, job, from, res.Key); err != nil {
 			return res, err
 		}
-		if res.Validated, err = s.validateBuild(ctx, oc, p, job, v); err != nil {
+		if res.Validated, err = s.validateIn(ctx, oc, p, job.Project, job.Trial, job.Request.Validate, v); err != nil {
 			return res, err
 		}
 	default:
@@ -145,27 +139,37 @@ func (s *Service) buildVersion(ctx context.Context, oc *opCtx, p Principal, job 
 	return v, nil
 }
 
-// validateBuild runs the validation commands in a trial instance of v; a
+// checkCommands refuses an empty validation command.
+func checkCommands(cmds [][]string) error {
+	for _, c := range cmds {
+		if len(c) == 0 || c[0] == "" {
+			return fmt.Errorf("validate: an empty command: %w", errdefs.ErrInvalidArgument)
+		}
+	}
+	return nil
+}
+
+// validateIn runs validation commands in a trial instance (id) of v; a
 // failure marks v failed. It returns how many passed.
-func (s *Service) validateBuild(ctx context.Context, oc *opCtx, p Principal, job buildJob, v versions.Version) (int, error) {
-	if len(job.Request.Validate) == 0 {
+func (s *Service) validateIn(ctx context.Context, oc *opCtx, p Principal, project, id string, commands [][]string, v versions.Version) (int, error) {
+	if len(commands) == 0 {
 		return 0, nil
 	}
-	in, err := s.startIsolated(ctx, p, job.Trial, job.Project, v.Number)
+	in, err := s.startIsolated(ctx, p, id, project, v.Number)
 	if err != nil {
 		return 0, fmt.Errorf("trial instance: %w", err)
 	}
-	defer s.removeIsolated(job.Trial)
-	for i, args := range job.Request.Validate {
+	defer s.removeIsolated(id)
+	for i, args := range commands {
 		if err := s.runStep(ctx, oc, in.ID, args, nil); err != nil {
-			if ferr := s.store.FailVersion(context.WithoutCancel(ctx), p.Tenant, job.Project, v.Number); ferr != nil {
-				s.log.Warn("mark build failed", "project", job.Project, "version", v.Number, "err", ferr)
+			if ferr := s.store.FailVersion(context.WithoutCancel(ctx), p.Tenant, project, v.Number); ferr != nil {
+				s.log.Warn("mark version failed", "project", project, "version", v.Number, "err", ferr)
 			}
 			return i, fmt.Errorf("validation of version %d (marked failed): %w", v.Number, err)
 		}
 	}
-	oc.event(ctx, "validated", fmt.Sprintf("%d commands passed in version %d", len(job.Request.Validate), v.Number), nil)
-	return len(job.Request.Validate), nil
+	oc.event(ctx, "validated", fmt.Sprintf("%d commands passed in version %d", len(commands), v.Number), nil)
+	return len(commands), nil
 }
 
 // startIsolated starts a build or trial container: an instance of project

@@ -135,6 +135,8 @@ func (s *Service) resumeOperations(ctx context.Context) error {
 			s.settleRestore(ctx, op)
 		case "build":
 			s.settleBuild(ctx, op)
+		case "migrate":
+			s.settleMigrate(ctx, op)
 		case "gc":
 			var job gcJob
 			if err := json.Unmarshal(op.Request, &job); err != nil {

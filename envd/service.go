@@ -33,6 +33,8 @@ type ImageStore interface {
 	Append(ctx context.Context, parent registry.Image, layer registry.LayerFile, targetRepo, tag string, annotations map[string]string) (registry.Image, error)
 	Get(ctx context.Context, ref string) (registry.Image, error)
 	DeleteManifest(ctx context.Context, img registry.Image) error
+	Rebase(ctx context.Context, img registry.Image, baseLayers int, newBase registry.Image, targetRepo string, annotations map[string]string) (registry.Image, error)
+	OpenLayer(ctx context.Context, img registry.Image, i int) (io.ReadCloser, error)
 }
 
 // Runtime is what the core needs of the container runtime.

@@ -423,3 +423,35 @@ type BuildResult struct {
 	// Validated are the validation commands that passed.
 	Validated int `json:"validated"`
 }
+
+// MigrateRequest is the body of POST /v1/projects/{p}/migrations: the
+// current version's own layers put on a new base image.
+type MigrateRequest struct {
+	// Base is the new base: an imported image name or repo@digest.
+	Base string `json:"base"`
+	// Validate are commands (argv, no shell) run in a trial instance of the
+	// new version; each must exit 0, or the version is marked failed.
+	Validate [][]string `json:"validate,omitempty"`
+	// Switch makes the new version current if current is still the version
+	// migrated (else the result says conflict).
+	Switch bool `json:"switch,omitempty"`
+}
+
+// MigrateResult is the result of a migrate operation.
+type MigrateResult struct {
+	Project string `json:"project"`
+	Version int    `json:"version"` // the new version, of kind migration
+	From    int    `json:"from"`    // the version migrated, kept for rollback
+	OldBase string `json:"old_base"`
+	NewBase string `json:"new_base"`
+	// Conflicts are the paths both the base update and the project's layers
+	// changed (the project's version wins in the result), package
+	// databases first; DatabaseConflict says one of them is a package
+	// database: the package manager then sees the project's package set,
+	// not the new base's.
+	Conflicts        []string `json:"conflicts"`
+	DatabaseConflict bool     `json:"database_conflict"`
+	Validated        int      `json:"validated"`
+	Current          bool     `json:"current"`
+	Conflict         bool     `json:"conflict,omitempty"` // Switch asked, but current had moved
+}

@@ -437,6 +437,12 @@ func (c *Core) SetRetention(ctx context.Context, p envd.Principal, project strin
 	return envd.Project{Name: project, Current: 1, Retention: &r, CreatedAt: Epoch}, nil
 }
 
+// Migrate starts a running operation of kind "migrate".
+func (c *Core) Migrate(ctx context.Context, p envd.Principal, project string, req envd.MigrateRequest, key string) (envd.Operation, error) {
+	c.record("Migrate", p, project, req, key)
+	return c.NewOperation("migrate", project), nil
+}
+
 // Build starts a running operation of kind "build" unless BuildFunc is set.
 func (c *Core) Build(ctx context.Context, p envd.Principal, project string, req envd.BuildRequest, key string) (envd.Operation, error) {
 	c.record("Build", p, project, req, key)

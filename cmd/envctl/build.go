@@ -48,31 +48,9 @@ current (--switch lost to another change of current).`,
 			if err := buildRequest(cmd, &req, file, apt, apk, validate); err != nil {
 				return err
 			}
-			ctx := cmd.Context()
-			op, err := c.Build(ctx, args[0], req, client.WithIdempotencyKey(key))
-			if err != nil {
-				return err
-			}
-			if noWait {
-				return a.emit(op, func(w io.Writer) { operationDetail(w, op) })
-			}
-			if op, err = a.follow(ctx, c, "build", op); err != nil {
-				return err
-			}
-			if op.State != envd.OpSucceeded {
-				return &exitCodeError{code: exitError, err: opFailure("build", op)}
-			}
-			var res envd.BuildResult
-			if err := json.Unmarshal(op.Result, &res); err != nil {
-				return fmt.Errorf("build operation %s: decode result: %w", op.ID, err)
-			}
-			if err := a.emit(res, func(w io.Writer) { buildRows(w, res) }); err != nil {
-				return err
-			}
-			if res.Conflict {
-				return &exitCodeError{code: exitConflict}
-			}
-			return nil
+			op, err := c.Build(cmd.Context(), args[0], req, client.WithIdempotencyKey(key))
+			return runOperation(a, cmd, c, "build", op, err, noWait, buildRows,
+				func(r envd.BuildResult) bool { return r.Conflict })
 		},
 	}
 	f := cmd.Flags()
@@ -141,4 +119,65 @@ func buildRows(w io.Writer, r envd.BuildResult) {
 		row(w, "CONFLICT:", "current moved during the build; the version is kept, not current")
 	}
 	row(w, "KEY:", r.Key)
+}
+
+func (a *app) migrateCommand() *cobra.Command {
+	var (
+		req      envd.MigrateRequest
+		validate []string
+		noWait   bool
+		key      string
+	)
+	cmd := &cobra.Command{
+		Use:   "migrate PROJECT --base IMAGE [--validate CMD]... [--switch]",
+		Short: "Move the current version onto a new base image, keeping the old one",
+		Long: `Migrate a project to a new base image: the current version's own layers are
+put on the new base as a new version of kind migration; paths that both the
+base update and the project changed are listed as conflicts (the project's
+file wins; a package database among them means the package manager sees the
+project's package set); the --validate commands run in a trial instance (a
+failure marks the version failed); with --switch it becomes current if
+current did not move. The old version stays for rollback ("envctl switch").
+
+Exit codes: 0 migrated (and current with --switch); 1 failed; 3 migrated but
+NOT current (--switch lost to another change of current).`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			if req.Base == "" {
+				return usageError{fmt.Errorf("--base is required")}
+			}
+			for _, v := range validate {
+				req.Validate = append(req.Validate, strings.Fields(v))
+			}
+			op, err := c.Migrate(cmd.Context(), args[0], req, client.WithIdempotencyKey(key))
+			return runOperation(a, cmd, c, "migrate", op, err, noWait, migrateRows,
+				func(r envd.MigrateResult) bool { return r.Conflict })
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&req.Base, "base", "", "the new base: an imported image name or repo@digest")
+	f.StringArrayVar(&validate, "validate", nil, "a validation command, split on spaces (repeat)")
+	f.BoolVar(&req.Switch, "switch", false, "make the new version current")
+	f.BoolVar(&noWait, "no-wait", false, "print the operation and do not wait")
+	f.StringVar(&key, "idempotency-key", "", "retrying with the same key returns the same operation")
+	return cmd
+}
+
+func migrateRows(w io.Writer, r envd.MigrateResult) {
+	row(w, "PROJECT:", r.Project)
+	row(w, "VERSION:", fmt.Sprintf("%d (from %d)", r.Version, r.From))
+	row(w, "BASE:", r.OldBase+" -> "+r.NewBase)
+	row(w, "CURRENT:", r.Current)
+	row(w, "VALIDATED:", r.Validated)
+	row(w, "CONFLICTS:", len(r.Conflicts))
+	if r.DatabaseConflict {
+		row(w, "", "a package database is among them: the package manager sees the project's package set")
+	}
+	for _, c := range r.Conflicts {
+		row(w, "", c)
+	}
 }

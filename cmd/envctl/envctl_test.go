@@ -306,6 +306,18 @@ func TestBuildRequests(t *testing.T) {
 	assert.Equal(t, 2, r.code, "two managers")
 }
 
+func TestMigrateRequest(t *testing.T) {
+	t.Parallel()
+	core, env := server(t)
+	r := envctl(t, env, nil, "migrate", "web", "--base", "debian-13", "--validate", "dot -V", "--switch", "--no-wait")
+	require.Equal(t, 0, r.code, r.stderr)
+	call, ok := core.LastCall("Migrate")
+	require.True(t, ok)
+	assert.Equal(t, []any{"web", envd.MigrateRequest{Base: "debian-13", Validate: [][]string{{"dot", "-V"}}, Switch: true}, ""}, call.Args)
+	r = envctl(t, env, nil, "migrate", "web")
+	assert.Equal(t, 2, r.code, "--base is required")
+}
+
 func TestNotFoundPrintsCode(t *testing.T) {
 	t.Parallel()
 	_, env := server(t, func(core *apitest.Core) {

@@ -94,25 +94,8 @@ what would go and deletes nothing.`,
 			if err != nil {
 				return err
 			}
-			ctx := cmd.Context()
-			op, err := c.GC(ctx, req)
-			if err != nil {
-				return err
-			}
-			if noWait {
-				return a.emit(op, func(w io.Writer) { operationDetail(w, op) })
-			}
-			if op, err = a.follow(ctx, c, "gc", op); err != nil {
-				return err
-			}
-			if op.State != envd.OpSucceeded {
-				return &exitCodeError{code: exitError, err: opFailure("gc", op)}
-			}
-			var res envd.GCResult
-			if err := json.Unmarshal(op.Result, &res); err != nil {
-				return fmt.Errorf("gc operation %s: decode result: %w", op.ID, err)
-			}
-			return a.emit(res, func(w io.Writer) { gcTable(w, res) })
+			op, err := c.GC(cmd.Context(), req)
+			return runOperation(a, cmd, c, "gc", op, err, noWait, gcTable, nil)
 		},
 	}
 	cmd.Flags().BoolVar(&req.DryRun, "dry-run", false, "list what would be deleted, delete nothing")
@@ -143,4 +126,35 @@ func (a *app) follow(ctx context.Context, c *client.Client, what string, op envd
 		return done, fmt.Errorf("wait for %s operation %s: %w", what, op.ID, err)
 	}
 	return done, nil
+}
+
+// runOperation finishes a command that started an operation (op, err as the
+// start returned them): with noWait it prints the operation; otherwise it
+// follows it, prints its result with rows, and exits 1 if it failed, 3 if
+// conflict (may be nil) says its result lost a compare-and-swap.
+func runOperation[T any](a *app, cmd *cobra.Command, c *client.Client, what string, op envd.Operation, err error,
+	noWait bool, rows func(io.Writer, T), conflict func(T) bool) error {
+	if err != nil {
+		return err
+	}
+	if noWait {
+		return a.emit(op, func(w io.Writer) { operationDetail(w, op) })
+	}
+	if op, err = a.follow(cmd.Context(), c, what, op); err != nil {
+		return err
+	}
+	if op.State != envd.OpSucceeded {
+		return &exitCodeError{code: exitError, err: opFailure(what, op)}
+	}
+	var res T
+	if err := json.Unmarshal(op.Result, &res); err != nil {
+		return fmt.Errorf("%s operation %s: decode result: %w", what, op.ID, err)
+	}
+	if err := a.emit(res, func(w io.Writer) { rows(w, res) }); err != nil {
+		return err
+	}
+	if conflict != nil && conflict(res) {
+		return &exitCodeError{code: exitConflict}
+	}
+	return nil
 }

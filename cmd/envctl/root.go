@@ -171,7 +171,7 @@ exec exits with the command's own exit code.`,
 		a.projectCommand(),
 		a.upCommand(), a.execCommand(), a.lsCommand(), a.showCommand(), a.rmCommand(), a.saveCommand(),
 		a.versionsCommand(), a.versionCommand(), a.switchCommand(), a.pinCommand(true), a.pinCommand(false),
-		a.opCommand(), a.buildCommand(), a.gcCommand(), a.adminCommand(), a.usageCommand(),
+		a.opCommand(), a.buildCommand(), a.migrateCommand(), a.gcCommand(), a.adminCommand(), a.usageCommand(),
 	)
 	root.AddCommand(a.lifecycleCommands()...)
 	root.AddCommand(a.volumeCommand(), a.lifecycleCommand("hibernate",

@@ -1,0 +1,152 @@
+package builder
+
+import (
+	"archive/tar"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"sort"
+	"strings"
+)
+
+// Entries of an eStargz layer's tar that are not part of the file system.
+var estargzMeta = map[string]bool{
+	"stargz.index.json": true, ".prefetch.landmark": true, ".no.prefetch.landmark": true,
+}
+
+// DatabasePaths are the package databases: a rebase whose base update and
+// user changes both touch one has merged two package sets by file, and the
+// package manager's view of the result is the user's, not the new base's.
+var DatabasePaths = []string{"/var/lib/dpkg/status", "/lib/apk/db/installed"}
+
+// Tree is a flattened file system: path -> a signature of the entry (type,
+// mode, owner, size, link target, content digest).
+type Tree map[string]string
+
+// Apply adds one layer (an uncompressed OCI layer tar) to t: whiteouts
+// delete, opaque markers empty their directory, other entries replace.
+func (t Tree) Apply(layer io.Reader) error {
+	tr := tar.NewReader(layer)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read layer: %w", err)
+		}
+		p, ok := cleanPath(h.Name)
+		if !ok {
+			continue
+		}
+		dir, base := path.Split(p)
+		dir = path.Clean(dir)
+		switch {
+		case base == ".wh..wh..opq":
+			t.removeUnder(dir, false)
+		case strings.HasPrefix(base, ".wh."):
+			t.removeUnder(path.Join(dir, strings.TrimPrefix(base, ".wh.")), true)
+		default:
+			sig, err := signature(h, tr)
+			if err != nil {
+				return fmt.Errorf("read %s: %w", p, err)
+			}
+			t[p] = sig
+		}
+	}
+}
+
+// removeUnder deletes everything below p, and p itself when self is set.
+func (t Tree) removeUnder(p string, self bool) {
+	if self {
+		delete(t, p)
+	}
+	prefix := strings.TrimSuffix(p, "/") + "/"
+	for k := range t {
+		if strings.HasPrefix(k, prefix) {
+			delete(t, k)
+		}
+	}
+}
+
+func signature(h *tar.Header, r io.Reader) (string, error) {
+	sig := fmt.Sprintf("%c %o %d:%d %d %s", h.Typeflag, h.Mode&0o7777, h.Uid, h.Gid, h.Size, h.Linkname)
+	if h.Typeflag == tar.TypeReg {
+		d := sha256.New()
+		if _, err := io.Copy(d, r); err != nil {
+			return "", err
+		}
+		sig += " " + hex.EncodeToString(d.Sum(nil))
+	}
+	return sig, nil
+}
+
+// cleanPath returns a tar entry's name as an absolute, clean path, and
+// false for the eStargz metadata entries and the root.
+func cleanPath(name string) (string, bool) {
+	name = strings.TrimPrefix(name, "./")
+	if estargzMeta[name] {
+		return "", false
+	}
+	p := path.Clean("/" + name)
+	return p, p != "/"
+}
+
+// Changes lists the paths of a layer (uncompressed tar): added, modified,
+// or deleted (a whiteout names the deleted path; an opaque marker its
+// directory).
+func Changes(layer io.Reader) ([]string, error) {
+	var out []string
+	tr := tar.NewReader(layer)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read layer: %w", err)
+		}
+		p, ok := cleanPath(h.Name)
+		if !ok {
+			continue
+		}
+		dir, base := path.Split(p)
+		switch {
+		case base == ".wh..wh..opq":
+			p = path.Clean(dir)
+		case strings.HasPrefix(base, ".wh."):
+			p = path.Join(dir, strings.TrimPrefix(base, ".wh."))
+		}
+		out = append(out, p)
+	}
+}
+
+// Conflicts returns the paths that the base update changed (they differ
+// between the old and the new base) and that the user's layers also
+// changed, sorted, package databases first. Directories count only when
+// their own metadata changed on both sides.
+func Conflicts(oldBase, newBase Tree, userChanges []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, p := range userChanges {
+		if seen[p] || oldBase[p] == newBase[p] {
+			continue
+		}
+		seen[p] = true
+		out = append(out, p)
+	}
+	db := map[string]bool{}
+	for _, p := range DatabasePaths {
+		db[p] = true
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if db[out[i]] != db[out[j]] {
+			return db[out[i]]
+		}
+		return out[i] < out[j]
+	})
+	return out
+}

@@ -1,0 +1,204 @@
+package envd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/envd-dev/envd/builder"
+	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/registry"
+	"github.com/envd-dev/envd/versions"
+)
+
+// migrateJob is what a migrate operation does.
+type migrateJob struct {
+	Project string         `json:"project"`
+	Request MigrateRequest `json:"request"`
+	From    int            `json:"from"` // the current version when asked
+	NewBase string         `json:"new_base"`
+	Trial   string         `json:"trial_instance"`
+}
+
+// maxConflicts bounds the conflicts a result lists.
+const maxConflicts = 200
+
+// Migrate starts an operation of kind "migrate": the project's current
+// version is rebased onto a new base image (its own layers, those above the
+// base it sits on, are put on the new base's), the paths both the base
+// update and those layers changed are reported, the validation commands
+// run in a trial instance, and with Switch the result becomes current. The
+// migrated version stays for rollback.
+func (s *Service) Migrate(ctx context.Context, p Principal, project string, req MigrateRequest, idempotencyKey string) (Operation, error) {
+	if err := ValidateName("project", project); err != nil {
+		return Operation{}, err
+	}
+	if err := checkCommands(req.Validate); err != nil {
+		return Operation{}, err
+	}
+	newBase, err := s.resolveBase(ctx, req.Base)
+	if err != nil {
+		return Operation{}, err
+	}
+	proj, err := s.store.GetProject(ctx, p.Tenant, project)
+	if err != nil {
+		return Operation{}, err
+	}
+	job := migrateJob{Project: project, Request: req, From: proj.Current, NewBase: newBase.Ref(), Trial: newID(project)}
+	return s.startOp(ctx, p, "migrate", project, project, idempotencyKey, req, job, func(ctx context.Context, oc *opCtx) (any, error) {
+		return s.runMigrate(ctx, oc, p, job)
+	})
+}
+
+func (s *Service) runMigrate(ctx context.Context, oc *opCtx, p Principal, job migrateJob) (MigrateResult, error) {
+	res := MigrateResult{Project: job.Project, From: job.From, NewBase: job.NewBase, Conflicts: []string{}}
+	from, err := s.store.GetVersion(ctx, p.Tenant, job.Project, job.From)
+	if err != nil {
+		return res, err
+	}
+	src, err := s.reg.Get(ctx, from.Image)
+	if err != nil {
+		return res, err
+	}
+	newBase, err := s.reg.Get(ctx, job.NewBase)
+	if err != nil {
+		return res, err
+	}
+	oldBase, err := s.baseOf(ctx, src)
+	if err != nil {
+		return res, fmt.Errorf("version %d: %w", from.Number, err)
+	}
+	res.OldBase = oldBase.Ref()
+	if oldBase.Digest == newBase.Digest {
+		return res, fmt.Errorf("version %d already sits on %s: %w", from.Number, newBase.Ref(), errdefs.ErrFailedPrecondition)
+	}
+	conflicts, err := s.rebaseConflicts(ctx, src, oldBase, newBase)
+	if err != nil {
+		return res, err
+	}
+	res.DatabaseConflict = slices.ContainsFunc(conflicts, func(c string) bool { return slices.Contains(builder.DatabasePaths, c) })
+	res.Conflicts = conflicts[:min(len(conflicts), maxConflicts)]
+	oc.event(ctx, "conflicts", fmt.Sprintf("%d paths changed by both the base update and the project", len(conflicts)),
+		map[string]any{"conflicts": res.Conflicts})
+
+	if err := s.checkSaveQuota(ctx, p.Tenant, job.Project, 0); err != nil {
+		return res, err
+	}
+	var img registry.Image
+	err = s.push(func() (err error) {
+		img, err = s.reg.Rebase(ctx, src, len(oldBase.Layers), newBase, projectRepo(p.Tenant, job.Project), map[string]string{
+			"org.envd.project": job.Project, "org.envd.migrated-version": fmt.Sprint(from.Number),
+		})
+		return err
+	})
+	if err != nil {
+		return res, fmt.Errorf("rebase version %d: %w", from.Number, err)
+	}
+	v, _, err := s.store.CommitVersion(ctx, versions.Commit{
+		Tenant: p.Tenant, Project: job.Project, NoSwitch: true, Kind: "migration", Image: img.Ref(), Parent: from.Number,
+		SizeBytes: img.Size, Layers: len(img.Layers),
+		Message: fmt.Sprintf("version %d moved from %s onto %s; %d conflicts", from.Number, oldBase.Ref(), newBase.Ref(), len(conflicts)),
+	})
+	if err != nil {
+		return res, err
+	}
+	res.Version = v.Number
+	oc.event(ctx, "rebased", fmt.Sprintf("version %d is version %d on the new base", v.Number, from.Number), nil)
+	if res.Validated, err = s.validateIn(ctx, oc, p, job.Project, job.Trial, job.Request.Validate, v); err != nil {
+		return res, err
+	}
+	if !job.Request.Switch {
+		return res, nil
+	}
+	_, err = s.store.SetCurrent(ctx, p.Tenant, job.Project, v.Number, job.From)
+	switch {
+	case err == nil:
+		res.Current = true
+	case errors.Is(err, errdefs.ErrConflict):
+		res.Conflict = true
+	default:
+		return res, err
+	}
+	return res, nil
+}
+
+// baseOf finds the imported base image that img sits on: the one whose
+// layers are the longest prefix of img's.
+func (s *Service) baseOf(ctx context.Context, img registry.Image) (registry.Image, error) {
+	imgs, err := s.store.ListImages(ctx)
+	if err != nil {
+		return registry.Image{}, err
+	}
+	var best registry.Image
+	for _, rec := range imgs {
+		b, err := s.reg.Get(ctx, rec.Repo+"@"+rec.Digest)
+		if err != nil {
+			continue
+		}
+		if len(b.Layers) > len(best.Layers) && len(b.Layers) <= len(img.Layers) &&
+			slices.EqualFunc(b.Layers, img.Layers[:len(b.Layers)], func(x, y registry.LayerInfo) bool { return x.Digest == y.Digest }) {
+			best = b
+		}
+	}
+	if len(best.Layers) == 0 {
+		return registry.Image{}, fmt.Errorf("it sits on no imported base image: %w", errdefs.ErrFailedPrecondition)
+	}
+	return best, nil
+}
+
+// rebaseConflicts returns the paths that differ between the old and the new
+// base and that img's own layers (above the old base) also change.
+func (s *Service) rebaseConflicts(ctx context.Context, img, oldBase, newBase registry.Image) ([]string, error) {
+	oldTree, err := s.tree(ctx, oldBase)
+	if err != nil {
+		return nil, err
+	}
+	newTree, err := s.tree(ctx, newBase)
+	if err != nil {
+		return nil, err
+	}
+	var changes []string
+	for i := len(oldBase.Layers); i < len(img.Layers); i++ {
+		rc, err := s.reg.OpenLayer(ctx, img, i)
+		if err != nil {
+			return nil, err
+		}
+		c, err := builder.Changes(rc)
+		rc.Close()
+		if err != nil {
+			return nil, fmt.Errorf("layer %d of %s: %w", i, img.Ref(), err)
+		}
+		changes = append(changes, c...)
+	}
+	return builder.Conflicts(oldTree, newTree, changes), nil
+}
+
+// tree flattens an image's layers.
+func (s *Service) tree(ctx context.Context, img registry.Image) (builder.Tree, error) {
+	t := builder.Tree{}
+	for i := range img.Layers {
+		rc, err := s.reg.OpenLayer(ctx, img, i)
+		if err != nil {
+			return nil, err
+		}
+		err = t.Apply(rc)
+		rc.Close()
+		if err != nil {
+			return nil, fmt.Errorf("layer %d of %s: %w", i, img.Ref(), err)
+		}
+	}
+	return t, nil
+}
+
+// settleMigrate ends a migration a previous envd left unfinished: its trial
+// instance is removed and the operation settled; the project is as it was
+// (a rebased version already recorded stays, not current).
+func (s *Service) settleMigrate(ctx context.Context, op versions.Operation) {
+	var job migrateJob
+	if err := json.Unmarshal(op.Request, &job); err == nil {
+		s.removeIsolated(job.Trial)
+	}
+	s.settle(ctx, op, fmt.Errorf("envd restarted during the migration; ask again: %w", errdefs.ErrFailedPrecondition))
+}
