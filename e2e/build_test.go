@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -30,9 +31,19 @@ func importDebian(t *testing.T) string {
 	t.Helper()
 	const name = "debian"
 	debianOnce.Do(func() {
-		out, err := exec.Command("bash", "../scripts/debian-rootfs.sh", debianRootfs).CombinedOutput()
+		// A mirror hiccup should not fail the suite: try three times
+		// (debootstrap starts over in a fresh directory).
+		var err error
+		for attempt := 0; attempt < 3; attempt++ {
+			var out []byte
+			if out, err = exec.Command("bash", "../scripts/debian-rootfs.sh", debianRootfs).CombinedOutput(); err == nil {
+				break
+			}
+			err = fmt.Errorf("debian-rootfs.sh: %v: %s", err, out)
+			_ = os.RemoveAll(debianRootfs)
+		}
 		if err != nil {
-			debianOnce.err = fmt.Errorf("debian-rootfs.sh: %v: %s", err, out)
+			debianOnce.err = err
 			return
 		}
 		tarCmd := exec.Command("tar", "-C", debianRootfs, "-cf", "-", ".")

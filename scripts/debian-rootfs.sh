@@ -12,8 +12,15 @@ if [ -z "$mirror" ]; then
 fi
 [ -n "$mirror" ] || { echo "no Debian mirror found in apt sources; pass one" >&2; exit 1; }
 if [ -x "$dir/usr/bin/apt-get" ]; then echo "debian rootfs already in $dir"; exit 0; fi
-debootstrap --variant=minbase "$suite" "$dir" "$mirror" >/dev/null
+# Built beside and renamed when complete, so an interrupted run never
+# leaves a half-made rootfs that a later run would take for done.
+tmp="$dir.tmp"
+rm -rf "$tmp"
+mkdir -p "$(dirname "$dir")"
+debootstrap --variant=minbase "$suite" "$tmp" "$mirror" >/dev/null
 # Point the image's apt at the same mirror, and keep apt lists out of the base.
-echo "deb $mirror $suite main" > "$dir/etc/apt/sources.list"
-rm -rf "$dir"/var/lib/apt/lists/* "$dir"/var/cache/apt/archives/*.deb
+echo "deb $mirror $suite main" > "$tmp/etc/apt/sources.list"
+rm -rf "$tmp"/var/lib/apt/lists/* "$tmp"/var/cache/apt/archives/*.deb
+rm -rf "$dir"
+mv "$tmp" "$dir"
 echo "debian $suite rootfs in $dir"
