@@ -143,7 +143,8 @@ What is kept, three ways (a project can use all three):
                     version; envctl volume archive/restore moves it between nodes.
 envctl show INSTANCE says what protects an instance and what stop or rm would lose.
 
-Exit codes: 0 success, 1 error, 2 usage error, 3 save conflict (see save);
+Exit codes: 0 success, 1 error, 2 usage error, 3 a version was made but is not
+current (a save conflict, or build or migrate --switch lost to another change);
 exec exits with the command's own exit code.`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
