@@ -95,19 +95,24 @@ func cleanPath(name string) (string, bool) {
 	return p, p != "/"
 }
 
-// Changes lists the paths of a layer (uncompressed tar): added, modified,
-// or deleted (a whiteout names the deleted path; an opaque marker its
-// directory).
-func Changes(layer io.Reader) ([]string, error) {
-	var out []string
+// Changed is what a layer changes: Paths it adds, modifies or deletes, and
+// Hidden, the paths below which it hides everything of the layers under it
+// (a whiteout's deleted path, an opaque directory).
+type Changed struct {
+	Paths  []string
+	Hidden []string
+}
+
+// Changes reads a layer (uncompressed tar) and adds what it changes to c.
+func (c *Changed) Changes(layer io.Reader) error {
 	tr := tar.NewReader(layer)
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			return out, nil
+			return nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("read layer: %w", err)
+			return fmt.Errorf("read layer: %w", err)
 		}
 		p, ok := cleanPath(h.Name)
 		if !ok {
@@ -116,27 +121,44 @@ func Changes(layer io.Reader) ([]string, error) {
 		dir, base := path.Split(p)
 		switch {
 		case base == ".wh..wh..opq":
-			p = path.Clean(dir)
+			c.Hidden = append(c.Hidden, path.Clean(dir))
 		case strings.HasPrefix(base, ".wh."):
-			p = path.Join(dir, strings.TrimPrefix(base, ".wh."))
+			gone := path.Join(dir, strings.TrimPrefix(base, ".wh."))
+			c.Paths = append(c.Paths, gone)
+			c.Hidden = append(c.Hidden, gone)
+		default:
+			c.Paths = append(c.Paths, p)
 		}
-		out = append(out, p)
 	}
 }
 
 // Conflicts returns the paths that the base update changed (they differ
 // between the old and the new base) and that the user's layers also
-// changed, sorted, package databases first. Directories count only when
-// their own metadata changed on both sides.
-func Conflicts(oldBase, newBase Tree, userChanges []string) []string {
+// changed, sorted, package databases first: a path the user wrote, or any
+// path below one the user deleted or made opaque (the new base's version
+// of it is hidden). Directories count only when their own metadata
+// changed on both sides.
+func Conflicts(oldBase, newBase Tree, user Changed) []string {
 	seen := map[string]bool{}
 	var out []string
-	for _, p := range userChanges {
-		if seen[p] || oldBase[p] == newBase[p] {
-			continue
+	add := func(p string) {
+		if !seen[p] && oldBase[p] != newBase[p] {
+			seen[p] = true
+			out = append(out, p)
 		}
-		seen[p] = true
-		out = append(out, p)
+	}
+	for _, p := range user.Paths {
+		add(p)
+	}
+	for _, h := range user.Hidden {
+		prefix := strings.TrimSuffix(h, "/") + "/"
+		for _, t := range []Tree{oldBase, newBase} {
+			for p := range t {
+				if strings.HasPrefix(p, prefix) {
+					add(p)
+				}
+			}
+		}
 	}
 	db := map[string]bool{}
 	for _, p := range DatabasePaths {

@@ -43,11 +43,11 @@ func TestConflicts(t *testing.T) {
 		entry{name: "./var/lib/dpkg/status", body: "a b"}, entry{name: "./etc/issue", body: "12"})))
 	assert.NotContains(t, oldBase, "/stargz.index.json", "eStargz metadata is not a file")
 
-	user, err := Changes(layer(t,
+	var user Changed
+	require.NoError(t, user.Changes(layer(t,
 		entry{name: "etc/motd", body: "mine"}, entry{name: "etc/hosts", body: "mine"}, entry{name: "home/u/f", body: "f"},
-		entry{name: "var/lib/dpkg/status", body: "a c"}, entry{name: "usr/bin/.wh.gone"}, entry{name: "etc/issue", body: "mine"}))
-	require.NoError(t, err)
-	assert.Contains(t, user, "/usr/bin/gone", "a whiteout names the deleted path")
+		entry{name: "var/lib/dpkg/status", body: "a c"}, entry{name: "usr/bin/.wh.gone"}, entry{name: "etc/issue", body: "mine"})))
+	assert.Contains(t, user.Paths, "/usr/bin/gone", "a whiteout names the deleted path")
 	assert.Equal(t, []string{"/var/lib/dpkg/status", "/etc/issue", "/etc/motd", "/usr/bin/gone"}, Conflicts(oldBase, newBase, user),
 		"the package database first; /etc/hosts did not change in the base, /home/u/f is the user's alone")
 }
@@ -65,4 +65,17 @@ func TestTreeWhiteouts(t *testing.T) {
 	assert.Contains(t, tr, "/a/y")
 	assert.Contains(t, tr, "/b/w")
 	assert.Contains(t, tr, "/b", "the opaque directory itself stays")
+}
+
+// A directory the user emptied and made again (opaque) hides the new
+// base's changes below it: they are conflicts too.
+func TestConflictsBelowOpaqueDirectory(t *testing.T) {
+	t.Parallel()
+	oldBase, newBase := Tree{}, Tree{}
+	require.NoError(t, oldBase.Apply(layer(t, entry{name: "etc/foo/", dir: true}, entry{name: "etc/foo/bar", body: "1"}, entry{name: "etc/other", body: "o"})))
+	require.NoError(t, newBase.Apply(layer(t, entry{name: "etc/foo/", dir: true}, entry{name: "etc/foo/bar", body: "2"}, entry{name: "etc/foo/new", body: "n"}, entry{name: "etc/other", body: "p"})))
+	var user Changed
+	require.NoError(t, user.Changes(layer(t, entry{name: "etc/foo/", dir: true}, entry{name: "etc/foo/.wh..wh..opq"}, entry{name: "etc/foo/mine", body: "m"})))
+	assert.Equal(t, []string{"/etc/foo/bar", "/etc/foo/new"}, Conflicts(oldBase, newBase, user),
+		"not /etc/other, which the user did not touch")
 }

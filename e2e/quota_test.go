@@ -83,6 +83,14 @@ func TestRootQuotas(t *testing.T) {
 	assert.ErrorIs(t, err, errdefs.ErrPermissionDenied)
 	_, err = tc.SetQuota(c, tenant, envd.Quota{})
 	assert.ErrorIs(t, err, errdefs.ErrPermissionDenied, "a tenant cannot lift its own quota")
+
+	// Another tenant's version is no base for this one, even by digest.
+	other := newProject(t, "xtenant")
+	oi := up(t, other, 0)
+	mustSh(t, oi.ID, "echo private > /secret")
+	_, saved := save(t, oi.ID, "private")
+	_, err = tc.CreateProject(c, envd.CreateProjectRequest{Name: "steal", Base: saved.Image})
+	assert.ErrorIs(t, err, errdefs.ErrNotFound)
 }
 
 func quotaRefusal(t *testing.T, err error, what string, limit, used float64) {

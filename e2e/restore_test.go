@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -10,6 +11,7 @@ import (
 	"github.com/envd-dev/envd/client"
 	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/versions"
 )
 
 // Starting an instance with Prefer: respond-async is a restore operation:
@@ -84,4 +86,35 @@ func TestRootRestoreInterruptedByRestart(t *testing.T) {
 		t.Fatalf("operation %s after the restart: %+v", done.State, done)
 	}
 	t.Logf("restore %s: %s", done.State, in.State)
+}
+
+// A restore whose instance got to Running but whose operation's end was
+// never recorded (envd killed right then) is settled as succeeded at the
+// next start, and its instance is left running: never removed.
+func TestRootRestoreSettledAfterItsInstanceRan(t *testing.T) {
+	c := ctx(t)
+	p := newProject(t, "restoreran")
+	in := up(t, p, 0)
+	mustSh(t, in.ID, "echo unsaved > /work")
+
+	store, err := versions.Open(c, env.node.DSN())
+	require.NoError(t, err)
+	defer store.Close()
+	row, err := store.GetInstance(c, "", in.ID)
+	require.NoError(t, err)
+	job, err := json.Marshal(map[string]any{"instance_id": in.ID, "project": p})
+	require.NoError(t, err)
+	opID := fmt.Sprintf("op-lost%d", projectSeq.Add(1))
+	_, _, err = store.CreateOperation(c, versions.Operation{ID: opID, Tenant: row.Tenant, Kind: "restore", Target: in.ID,
+		State: envd.OpRunning, Node: env.node.Name(), Request: job})
+	require.NoError(t, err)
+
+	restartNode(t)
+	done, err := env.c.WaitOperation(c, opID, nil)
+	require.NoError(t, err)
+	assert.Equal(t, envd.OpSucceeded, done.State, "%+v", done.Error)
+	got, err := env.c.GetInstance(c, in.ID)
+	require.NoError(t, err)
+	assert.Equal(t, envd.StateRunning, got.State)
+	assert.Equal(t, "unsaved", mustSh(t, in.ID, "cat /work"), "the instance and its changes are untouched")
 }

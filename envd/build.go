@@ -131,6 +131,7 @@ func (s *Service) buildVersion(ctx context.Context, oc *opCtx, p Principal, job 
 		Tenant: in.Tenant, Project: in.Project, InstanceID: in.ID, Generation: in.Generation, NoSwitch: true,
 		Kind: "build", Image: c.img.Ref(), Parent: c.base.Number, SizeBytes: c.img.Size, Layers: len(c.img.Layers),
 		LayerBytes: c.layer.Size, Message: fmt.Sprintf("build %s %s: %s", key, job.Request.Manager, pkgs),
+		Validated: len(job.Request.Validate) == 0,
 	})
 	if err != nil {
 		return versions.Version{}, err
@@ -149,12 +150,28 @@ func checkCommands(cmds [][]string) error {
 	return nil
 }
 
-// validateIn runs validation commands in a trial instance (id) of v; a
-// failure marks v failed. It returns how many passed.
+// validateIn runs validation commands in a trial instance (id) of v and
+// marks v validated when they pass; any failure, the trial's start
+// included, marks v failed. It returns how many passed.
 func (s *Service) validateIn(ctx context.Context, oc *opCtx, p Principal, project, id string, commands [][]string, v versions.Version) (int, error) {
 	if len(commands) == 0 {
-		return 0, nil
+		return 0, nil // committed validated
 	}
+	passed, err := s.runValidation(ctx, oc, p, project, id, commands, v)
+	if err != nil {
+		if ferr := s.store.FailVersion(context.WithoutCancel(ctx), p.Tenant, project, v.Number); ferr != nil {
+			s.log.Warn("mark version failed", "project", project, "version", v.Number, "err", ferr)
+		}
+		return passed, fmt.Errorf("validation of version %d (marked failed): %w", v.Number, err)
+	}
+	if err := s.store.MarkValidated(ctx, p.Tenant, project, v.Number); err != nil {
+		return passed, err
+	}
+	oc.event(ctx, "validated", fmt.Sprintf("%d commands passed in version %d", len(commands), v.Number), nil)
+	return passed, nil
+}
+
+func (s *Service) runValidation(ctx context.Context, oc *opCtx, p Principal, project, id string, commands [][]string, v versions.Version) (int, error) {
 	in, err := s.startIsolated(ctx, p, id, project, v.Number)
 	if err != nil {
 		return 0, fmt.Errorf("trial instance: %w", err)
@@ -162,13 +179,9 @@ func (s *Service) validateIn(ctx context.Context, oc *opCtx, p Principal, projec
 	defer s.removeIsolated(id)
 	for i, args := range commands {
 		if err := s.runStep(ctx, oc, in.ID, args, nil); err != nil {
-			if ferr := s.store.FailVersion(context.WithoutCancel(ctx), p.Tenant, project, v.Number); ferr != nil {
-				s.log.Warn("mark version failed", "project", project, "version", v.Number, "err", ferr)
-			}
-			return i, fmt.Errorf("validation of version %d (marked failed): %w", v.Number, err)
+			return i, err
 		}
 	}
-	oc.event(ctx, "validated", fmt.Sprintf("%d commands passed in version %d", len(commands), v.Number), nil)
 	return len(commands), nil
 }
 
@@ -180,6 +193,7 @@ func (s *Service) startIsolated(ctx context.Context, p Principal, id, project st
 		return versions.Instance{}, err
 	}
 	plan.isolated = true
+	plan.expires = nil // the build removes it; a tenant's short max TTL must not cut a long install
 	if _, err := s.startPlanned(ctx, p, id, plan); err != nil {
 		return versions.Instance{}, err
 	}
@@ -260,6 +274,13 @@ func (s *Service) settleBuild(ctx context.Context, op versions.Operation) {
 	if err := json.Unmarshal(op.Request, &job); err == nil {
 		s.removeIsolated(job.Builder)
 		s.removeIsolated(job.Trial)
+		// A version it committed but did not validate must not be reused.
+		if from, err := s.store.GetVersion(ctx, op.Tenant, job.Project, job.Request.From); err == nil {
+			key := builder.Key(from.Image, job.Request.Manager, job.Request.Packages, job.Request.Validate)
+			if err := s.store.FailUnvalidatedBuilds(ctx, op.Tenant, job.Project, key); err != nil {
+				s.log.Warn("fail interrupted build", "op", op.ID, "err", err)
+			}
+		}
 	}
 	s.settle(ctx, op, fmt.Errorf("envd restarted during the build; ask again: %w", errdefs.ErrFailedPrecondition))
 }

@@ -148,6 +148,11 @@ func (s *Service) planInstance(ctx context.Context, p Principal, project string,
 	if err != nil {
 		return instancePlan{}, err
 	}
+	// Early, so that an async restore is refused before its operation
+	// exists; the store checks again, atomically, when it records one.
+	if err := s.checkStartQuota(ctx, p.Tenant); err != nil {
+		return instancePlan{}, err
+	}
 	proj, err := s.store.GetProject(ctx, p.Tenant, project)
 	if err != nil {
 		return instancePlan{}, err
@@ -198,16 +203,24 @@ func (s *Service) startPlanned(ctx context.Context, p Principal, id string, plan
 
 // abandonPending removes what provisioning made of a Pending instance and
 // marks it Failed (provision_failed) with msg.
-func (s *Service) abandonPending(ctx context.Context, id, msg string) {
+//
+// The transition comes first and the removal only if it happened: an
+// instance that got past Pending (a restore whose operation was not
+// recorded as finished before a crash) is left alone, never removed.
+func (s *Service) abandonPending(ctx context.Context, id, msg string) bool {
 	cctx, cancel := detach(ctx, time.Minute)
 	defer cancel()
+	_, err := s.store.Transition(cctx, id, []string{StatePending}, StateFailed, ReasonProvisionFailed, msg)
+	if err != nil {
+		if !errors.Is(err, errdefs.ErrFailedPrecondition) && !errors.Is(err, errdefs.ErrNotFound) {
+			s.log.Warn("record failed instance", "instance", id, "err", err)
+		}
+		return false
+	}
 	if err := s.rt.Remove(cctx, id); err != nil {
 		s.log.Warn("remove failed instance", "instance", id, "err", err)
 	}
-	_, err := s.store.Transition(cctx, id, []string{StatePending}, StateFailed, ReasonProvisionFailed, msg)
-	if err != nil && !errors.Is(err, errdefs.ErrFailedPrecondition) { // no longer Pending: settled already
-		s.log.Warn("record failed instance", "instance", id, "err", err)
-	}
+	return true
 }
 
 // provision pulls the version's image and creates the running container

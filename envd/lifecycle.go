@@ -134,8 +134,11 @@ func (s *Service) renewOnStart(ctx context.Context, in versions.Instance) error 
 	if in.ExpiresAt == nil {
 		return nil
 	}
-	exp := time.Now().Add(s.cfg.DefaultTTL).UTC()
-	_, err := s.store.SetExpiry(ctx, in.ID, &exp)
+	exp, err := s.ttlFor(ctx, in.Tenant, "") // the default, cut to the tenant's maximum
+	if err != nil {
+		return err
+	}
+	_, err = s.store.SetExpiry(ctx, in.ID, exp)
 	return err
 }
 

@@ -38,7 +38,7 @@ func (s *Service) Migrate(ctx context.Context, p Principal, project string, req 
 	if err := checkCommands(req.Validate); err != nil {
 		return Operation{}, err
 	}
-	newBase, err := s.resolveBase(ctx, req.Base)
+	newBase, err := s.resolveBase(ctx, p.Tenant, req.Base)
 	if err != nil {
 		return Operation{}, err
 	}
@@ -98,7 +98,7 @@ func (s *Service) runMigrate(ctx context.Context, oc *opCtx, p Principal, job mi
 	}
 	v, _, err := s.store.CommitVersion(ctx, versions.Commit{
 		Tenant: p.Tenant, Project: job.Project, NoSwitch: true, Kind: "migration", Image: img.Ref(), Parent: from.Number,
-		SizeBytes: img.Size, Layers: len(img.Layers),
+		SizeBytes: img.Size, Layers: len(img.Layers), Validated: len(job.Request.Validate) == 0,
 		Message: fmt.Sprintf("version %d moved from %s onto %s; %d conflicts", from.Number, oldBase.Ref(), newBase.Ref(), len(conflicts)),
 	})
 	if err != nil {
@@ -159,18 +159,17 @@ func (s *Service) rebaseConflicts(ctx context.Context, img, oldBase, newBase reg
 	if err != nil {
 		return nil, err
 	}
-	var changes []string
+	var changes builder.Changed
 	for i := len(oldBase.Layers); i < len(img.Layers); i++ {
 		rc, err := s.reg.OpenLayer(ctx, img, i)
 		if err != nil {
 			return nil, err
 		}
-		c, err := builder.Changes(rc)
+		err = changes.Changes(rc)
 		rc.Close()
 		if err != nil {
 			return nil, fmt.Errorf("layer %d of %s: %w", i, img.Ref(), err)
 		}
-		changes = append(changes, c...)
 	}
 	return builder.Conflicts(oldTree, newTree, changes), nil
 }

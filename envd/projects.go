@@ -60,7 +60,7 @@ func (s *Service) createProject(ctx context.Context, p Principal, req CreateProj
 		return Project{}, err
 	}
 	rawSpec, _ := json.Marshal(ps)
-	base, err := s.resolveBase(ctx, req.Base)
+	base, err := s.resolveBase(ctx, p.Tenant, req.Base)
 	if err != nil {
 		return Project{}, err
 	}

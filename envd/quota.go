@@ -182,6 +182,9 @@ func (s *Service) CreateToken(ctx context.Context, p Principal, tenant string, r
 	if err := ValidateName("tenant", tenant); err != nil {
 		return Token{}, err
 	}
+	if imageRepo("") == projectRepo(tenant, "") {
+		return Token{}, fmt.Errorf("tenant %q: reserved (its repositories would be the base images'): %w", tenant, errdefs.ErrInvalidArgument)
+	}
 	tok, err := s.store.CreateToken(ctx, tenant, req.Admin)
 	if err != nil {
 		return Token{}, err

@@ -60,6 +60,15 @@ func (s *Service) settleRestore(ctx context.Context, op versions.Operation) {
 		return
 	}
 	const msg = "envd restarted while the instance was starting; start a new one"
-	s.abandonPending(ctx, job.InstanceID, msg)
+	if !s.abandonPending(ctx, job.InstanceID, msg) {
+		// Not Pending: it got further (Running, or already settled) and
+		// only the operation's end was lost. Report what it is.
+		if in, err := s.store.GetInstance(ctx, "", job.InstanceID); err == nil && in.State != StateFailed && in.State != StatePending {
+			if ferr := s.store.FinishOperation(ctx, op.ID, OpSucceeded, s.view(ctx, in), nil); ferr != nil {
+				s.log.Error("settle operation", "op", op.ID, "err", ferr)
+			}
+			return
+		}
+	}
 	s.settle(ctx, op, fmt.Errorf("restore of %s: %s: %w", job.InstanceID, msg, errdefs.ErrFailedPrecondition))
 }

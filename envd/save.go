@@ -175,9 +175,14 @@ func (s *Service) capture(ctx context.Context, oc *opCtx, work string, in versio
 	oc.event(ctx, "encoded", fmt.Sprintf("%s layer of %d bytes in %s", proj.Compression, c.layer.Size, c.encode.Round(time.Millisecond)),
 		map[string]any{"layer_bytes": c.layer.Size, "encode_ms": c.encode.Milliseconds()})
 
-	// The quota is checked on the encoded size, before anything is uploaded.
-	if err := s.checkSaveQuota(ctx, in.Tenant, in.Project, c.layer.Size); err != nil {
-		return c, err
+	// The quota is checked on the encoded size, before anything is
+	// uploaded. Not for a hibernation (no operation): it is the node's
+	// housekeeping, and a refusal would make it re-read the layer on every
+	// pass without ever freeing the node's disk.
+	if oc != nil {
+		if err := s.checkSaveQuota(ctx, in.Tenant, in.Project, c.layer.Size); err != nil {
+			return c, err
+		}
 	}
 	pushStart := time.Now()
 	parent, err := s.reg.Get(ctx, c.base.Image)

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -257,7 +258,10 @@ func (s *Service) ListImages(ctx context.Context, p Principal) ([]Image, error) 
 
 // resolveBase turns a base given as an image name or repo@digest into a
 // stored image.
-func (s *Service) resolveBase(ctx context.Context, base string) (registry.Image, error) {
+//
+// A repo@digest must be an imported image or one of tenant's own project
+// images: another tenant's private layers are not a base.
+func (s *Service) resolveBase(ctx context.Context, tenant, base string) (registry.Image, error) {
 	if base == "" {
 		return registry.Image{}, fmt.Errorf("base image: required: %w", errdefs.ErrInvalidArgument)
 	}
@@ -272,6 +276,10 @@ func (s *Service) resolveBase(ctx context.Context, base string) (registry.Image,
 	img, err := s.reg.Get(ctx, ref)
 	if err != nil {
 		return registry.Image{}, fmt.Errorf("base image %q: %w", base, err)
+	}
+	// Answered like a missing image, so it tells nothing about the other's.
+	if !strings.HasPrefix(img.Repo, imageRepo("")) && !strings.HasPrefix(img.Repo, projectRepo(tenant, "")) {
+		return registry.Image{}, fmt.Errorf("base image %q: not an imported image nor one of this tenant's: %w", base, errdefs.ErrNotFound)
 	}
 	return img, nil
 }

@@ -15,7 +15,7 @@ import (
 // ErrNotFound when there is none: a build with the same key can reuse it.
 func (s *Store) FindBuild(ctx context.Context, tenant, project, key string) (Version, error) {
 	v, err := scanVersion(s.db.QueryRow(ctx, "SELECT "+versionCols+` FROM versions v JOIN projects p ON p.id = v.project_id
-		WHERE p.tenant_id = $1 AND p.name = $2 AND v.kind = 'build' AND v.state = 'ready'
+		WHERE p.tenant_id = $1 AND p.name = $2 AND v.kind = 'build' AND v.state = 'ready' AND v.validated
 		  AND starts_with(v.message, 'build ' || $3 || ' ')
 		ORDER BY v.number DESC LIMIT 1`, tenant, project, key))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -40,4 +40,27 @@ func (s *Store) FailVersion(ctx context.Context, tenant, project string, n int) 
 		return fmt.Errorf("version %d of project %q: not a ready, non-current version: %w", n, project, errdefs.ErrFailedPrecondition)
 	}
 	return nil
+}
+
+// MarkValidated records that version n passed its validation.
+func (s *Store) MarkValidated(ctx context.Context, tenant, project string, n int) error {
+	tag, err := s.db.Exec(ctx, `UPDATE versions v SET validated = true FROM projects p
+		WHERE p.id = v.project_id AND p.tenant_id = $1 AND p.name = $2 AND v.number = $3 AND v.state = 'ready'`, tenant, project, n)
+	if err != nil {
+		return translate(err, fmt.Sprintf("version %d of project %q", n, project))
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("version %d of project %q: not ready: %w", n, project, errdefs.ErrFailedPrecondition)
+	}
+	return nil
+}
+
+// FailUnvalidatedBuilds marks failed the ready, unvalidated, non-current
+// builds of key (an interrupted build's): they are not reused or started.
+func (s *Store) FailUnvalidatedBuilds(ctx context.Context, tenant, project, key string) error {
+	_, err := s.db.Exec(ctx, `UPDATE versions v SET state = 'failed' FROM projects p
+		WHERE p.id = v.project_id AND p.tenant_id = $1 AND p.name = $2 AND v.kind = 'build' AND v.state = 'ready'
+		  AND NOT v.validated AND v.number IS DISTINCT FROM p.current_version
+		  AND starts_with(v.message, 'build ' || $3 || ' ')`, tenant, project, key)
+	return translate(err, fmt.Sprintf("builds of project %q", project))
 }

@@ -242,6 +242,7 @@ type Commit struct {
 	SizeBytes  int64
 	Layers     int
 	LayerBytes int64 // the size of the layer this version added
+	Validated  bool  // a build or migration without validation commands
 	// NoSwitch records the version without trying to make it current
 	// (a build asked not to switch).
 	NoSwitch bool
@@ -300,9 +301,9 @@ func (s *Store) CommitVersion(ctx context.Context, c Commit) (v Version, switche
 		if _, err := tx.Exec(ctx, "UPDATE projects SET next_version = $2 WHERE id = $1", pid, n+1); err != nil {
 			return res{}, err
 		}
-		_, err = tx.Exec(ctx, `INSERT INTO versions (project_id, number, kind, state, image, parent, message, size_bytes, layers, instance_id, layer_bytes)
-			VALUES ($1, $2, $3, 'ready', $4, $5, $6, $7, $8, $9, $10)`,
-			pid, n, c.Kind, c.Image, nullInt(c.Parent), c.Message, c.SizeBytes, c.Layers, nullString(c.InstanceID), c.LayerBytes)
+		_, err = tx.Exec(ctx, `INSERT INTO versions (project_id, number, kind, state, image, parent, message, size_bytes, layers, instance_id, layer_bytes, validated)
+			VALUES ($1, $2, $3, 'ready', $4, $5, $6, $7, $8, $9, $10, $11)`,
+			pid, n, c.Kind, c.Image, nullInt(c.Parent), c.Message, c.SizeBytes, c.Layers, nullString(c.InstanceID), c.LayerBytes, c.Validated)
 		if err != nil {
 			return res{}, translate(err, fmt.Sprintf("version %d of project %q", n, c.Project))
 		}

@@ -94,7 +94,7 @@ func (s *Store) Usage(ctx context.Context, tenant string) (Usage, error) {
 		return Usage{}, translate(err, fmt.Sprintf("usage of %q", tenant))
 	}
 	rows, err := s.db.Query(ctx, `SELECT p.name, count(v.number), COALESCE(sum(v.layer_bytes), 0)::bigint
-		FROM projects p LEFT JOIN versions v ON v.project_id = p.id AND v.state <> 'deleting'
+		FROM projects p LEFT JOIN versions v ON v.project_id = p.id AND v.state NOT IN ('deleting', 'failed')
 		WHERE p.tenant_id = $1 GROUP BY p.name`, tenant)
 	if err != nil {
 		return Usage{}, translate(err, fmt.Sprintf("usage of %q", tenant))

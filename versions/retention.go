@@ -16,8 +16,9 @@ import (
 //
 // Whatever the policy, a version is never collected while it is a base
 // (its image is the imported base image, shared with other projects),
-// pinned, current, or referenced by an instance of the project that is not
-// Terminated (as its version, last saved, layer or hibernated version).
+// pinned, current, referenced by an instance of the project that is not
+// Terminated (as its version, last saved, layer or hibernated version), or
+// the version a migration moved (kept for rollback).
 // Only ready versions are collected: creating and failed ones are left alone.
 //
 // GC runs in two steps, so that an interrupted run is finished by the next:
@@ -50,7 +51,10 @@ const collectableNumbers = `SELECT r.number
 	       OR r.created_at <= $2::timestamptz - make_interval(secs => p.keep_newer_than_s))
 	  AND NOT EXISTS (SELECT 1 FROM instances i
 	                  WHERE i.project_id = $1 AND i.state <> 'Terminated'
-	                    AND r.number IN (i.version, i.last_saved_version, i.layer_version, i.hibernated_version))`
+	                    AND r.number IN (i.version, i.last_saved_version, i.layer_version, i.hibernated_version))
+	  AND NOT EXISTS (SELECT 1 FROM versions d
+	                  WHERE d.project_id = $1 AND d.kind = 'migration' AND d.parent = r.number
+	                    AND d.state <> 'deleting')`
 
 // SetRetention sets a project's retention policy; a zero r removes it.
 // KeepNewerThan is stored in whole seconds, rounded up (so a policy never

@@ -312,3 +312,36 @@ func TestRetainedProjects(t *testing.T) {
 	assert.Equal(t, []string{"t2/b", "t1/a"}, got, "all tenants, by id")
 	assert.Equal(t, versions.Retention{KeepLast: 2}, ps[0].Retention)
 }
+
+// The version a migration moved stays for rollback, whatever the policy;
+// failed versions do not count against quotas; only validated builds are
+// found for reuse.
+func TestMigrationParentKeptAndFailedNotCounted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	sixVersions(t, s)
+	v7, _, err := s.CommitVersion(ctx, versions.Commit{Tenant: tenant, Project: "p", NoSwitch: true, Kind: "migration",
+		Image: "reg/p@sha256:7", Parent: 3})
+	require.NoError(t, err)
+	v8, _, err := s.CommitVersion(ctx, versions.Commit{Tenant: tenant, Project: "p", NoSwitch: true, Kind: "build",
+		Image: "reg/p@sha256:8", Message: "build sha256:k apt: tree"})
+	require.NoError(t, err)
+	_, err = s.FindBuild(ctx, tenant, "p", "sha256:k")
+	assert.ErrorIs(t, err, errdefs.ErrNotFound, "not validated yet: not reused")
+	require.NoError(t, s.MarkValidated(ctx, tenant, "p", v8.Number))
+	found, err := s.FindBuild(ctx, tenant, "p", "sha256:k")
+	require.NoError(t, err)
+	assert.Equal(t, v8.Number, found.Number)
+
+	require.NoError(t, s.FailVersion(ctx, tenant, "p", v7.Number))
+	u, err := s.Usage(ctx, tenant)
+	require.NoError(t, err)
+	assert.Equal(t, 7, u.Versions["p"], "the failed version 7 is not counted")
+
+	setRetention(t, s, versions.Retention{KeepLast: 1})
+	marked, err := s.MarkCollectable(ctx, tenant, "p", time.Now(), true)
+	require.NoError(t, err)
+	assert.NotContains(t, numbers(marked), 3, "migrated from (version 7 is failed but still names it)")
+	assert.Contains(t, numbers(marked), 2)
+}
