@@ -602,6 +602,18 @@ func (r *Runtime) exec(ctx context.Context, id string, spec ExecSpec) (int, erro
 	}
 	// The wait stream is bound to ctx: on cancellation statusC may deliver
 	// an error status before ctx.Done is seen, so check ctx either way.
+	// containerd enforces the deadline it is sent, and its timer may fire a
+	// moment before ctx's own: an error status with the deadline that close
+	// waits for it, so the caller sees ctx's error (a stressed run saw the
+	// bare gRPC "deadline exceeded").
+	if _, _, err := status.Result(); err != nil && ctx.Err() == nil {
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < time.Second {
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Until(dl) + 100*time.Millisecond):
+			}
+		}
+	}
 	if ctx.Err() != nil {
 		kctx, cancel := context.WithTimeout(cleanup, 10*time.Second)
 		defer cancel()
