@@ -29,6 +29,42 @@ type Tree map[string]string
 // Apply adds one layer (an uncompressed OCI layer tar) to t: whiteouts
 // delete, opaque markers empty their directory, other entries replace.
 func (t Tree) Apply(layer io.Reader) error {
+	return walkLayer(layer, func(e layerEntry) error {
+		switch e.kind {
+		case opaque:
+			t.removeUnder(e.path, false)
+		case whiteout:
+			t.removeUnder(e.path, true)
+		default:
+			sig, err := signature(e.header, e.body)
+			if err != nil {
+				return fmt.Errorf("read %s: %w", e.path, err)
+			}
+			t[e.path] = sig
+		}
+		return nil
+	})
+}
+
+// The kinds of a layer's entries.
+const (
+	file     = iota // an added or replaced entry, of any type
+	whiteout        // path was deleted
+	opaque          // path is a directory hiding everything below it
+)
+
+// layerEntry is one entry of a layer with its whiteout naming decoded:
+// path is the file system path it is about.
+type layerEntry struct {
+	kind   int
+	path   string
+	header *tar.Header
+	body   io.Reader
+}
+
+// walkLayer calls f for each entry of a layer (uncompressed tar), leaving
+// out the eStargz metadata entries.
+func walkLayer(layer io.Reader, f func(layerEntry) error) error {
 	tr := tar.NewReader(layer)
 	for {
 		h, err := tr.Next()
@@ -42,19 +78,16 @@ func (t Tree) Apply(layer io.Reader) error {
 		if !ok {
 			continue
 		}
+		e := layerEntry{kind: file, path: p, header: h, body: tr}
 		dir, base := path.Split(p)
-		dir = path.Clean(dir)
 		switch {
 		case base == ".wh..wh..opq":
-			t.removeUnder(dir, false)
+			e.kind, e.path = opaque, path.Clean(dir)
 		case strings.HasPrefix(base, ".wh."):
-			t.removeUnder(path.Join(dir, strings.TrimPrefix(base, ".wh.")), true)
-		default:
-			sig, err := signature(h, tr)
-			if err != nil {
-				return fmt.Errorf("read %s: %w", p, err)
-			}
-			t[p] = sig
+			e.kind, e.path = whiteout, path.Join(dir, strings.TrimPrefix(base, ".wh."))
+		}
+		if err := f(e); err != nil {
+			return err
 		}
 	}
 }
@@ -105,31 +138,18 @@ type Changed struct {
 
 // Changes reads a layer (uncompressed tar) and adds what it changes to c.
 func (c *Changed) Changes(layer io.Reader) error {
-	tr := tar.NewReader(layer)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("read layer: %w", err)
-		}
-		p, ok := cleanPath(h.Name)
-		if !ok {
-			continue
-		}
-		dir, base := path.Split(p)
-		switch {
-		case base == ".wh..wh..opq":
-			c.Hidden = append(c.Hidden, path.Clean(dir))
-		case strings.HasPrefix(base, ".wh."):
-			gone := path.Join(dir, strings.TrimPrefix(base, ".wh."))
-			c.Paths = append(c.Paths, gone)
-			c.Hidden = append(c.Hidden, gone)
+	return walkLayer(layer, func(e layerEntry) error {
+		switch e.kind {
+		case opaque:
+			c.Hidden = append(c.Hidden, e.path)
+		case whiteout:
+			c.Paths = append(c.Paths, e.path)
+			c.Hidden = append(c.Hidden, e.path)
 		default:
-			c.Paths = append(c.Paths, p)
+			c.Paths = append(c.Paths, e.path)
 		}
-	}
+		return nil
+	})
 }
 
 // Conflicts returns the paths that the base update changed (they differ
