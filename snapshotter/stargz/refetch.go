@@ -189,13 +189,23 @@ func LayerState(mountpoint string) (State, error) {
 	if len(files) != 1 {
 		return State{}, fmt.Errorf("no layer state under %s", mountpoint)
 	}
-	b, err := os.ReadFile(files[0])
-	if err != nil {
-		return State{}, err
-	}
+	// The file is made by the FUSE filesystem as it is read, and its size
+	// as it was looked up: once its numbers got longer, a read may come
+	// back cut (a stressed run saw "unexpected end of JSON input"). Read
+	// again after the kernel's attribute cache (1 s) has let go.
 	var st State
-	if err := json.Unmarshal(b, &st); err != nil {
-		return State{}, fmt.Errorf("layer state %s: %w", files[0], err)
+	for attempt := 0; ; attempt++ {
+		b, err := os.ReadFile(files[0])
+		if err != nil {
+			return State{}, err
+		}
+		if err = json.Unmarshal(b, &st); err == nil {
+			break
+		}
+		if attempt == 4 {
+			return State{}, fmt.Errorf("layer state %s: %w", files[0], err)
+		}
+		time.Sleep(300 * time.Millisecond)
 	}
 	if _, err := os.Stat(filepath.Join(filepath.Dir(mountpoint), cachedMarker)); err == nil || st.FetchedSize >= st.Size {
 		st.Cached = true
