@@ -8,6 +8,17 @@ CONTAINERD_VERSION=v2.4.2
 VERSITYGW_VERSION=v1.8.0
 GOBIN_DIR=${GOBIN_DIR:-/usr/local/lib/envd/bin}
 
+# What must already be there; each says what is wrong instead of failing later.
+fail() { echo "setup: $*" >&2; exit 1; }
+[ "$(id -u)" = 0 ] || fail "run as root (apt-get, containerd, overlayfs and network namespaces need it)"
+[ -r /etc/debian_version ] && [ "$(cut -d. -f1 /etc/debian_version)" = 12 ] ||
+  fail "needs Debian 12 (bookworm); this is $(cat /etc/debian_version 2>/dev/null || uname -sr)"
+command -v go >/dev/null || fail "go is not on PATH; install the Go version of go.mod ($(awk '/^go /{print $2}' "$(dirname "$0")/../go.mod"))"
+want_go=$(awk '/^go /{print $2}' "$(dirname "$0")/../go.mod")
+have_go=$(go env GOVERSION | sed 's/^go//')
+[ "$(printf '%s\n%s\n' "$want_go" "$have_go" | sort -V | head -n1)" = "$want_go" ] ||
+  fail "go.mod needs Go $want_go or newer; go on PATH is $have_go"
+
 need_apt=()
 for pkg in runc busybox-static debootstrap containernetworking-plugins iptables \
            postgresql e2fsprogs fuse3 zstd iproute2 tar jq curl; do
