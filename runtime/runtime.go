@@ -198,6 +198,7 @@ type InstanceSpec struct {
 	Env      []string          // KEY=VALUE, over the image's environment
 	Mounts   []Mount           // bind mounts
 	Labels   map[string]string // container labels, e.g. envd.generation
+	Limits   Limits            // resource limits; see Limits
 }
 
 // Mount is a bind mount of a host path into an instance.
