@@ -33,6 +33,8 @@ type Client struct {
 	reg       name.Registry
 	transport http.RoundTripper
 	backoff   remote.Backoff
+	auth      authn.Authenticator // every request but deletes
+	delAuth   authn.Authenticator // deletes
 }
 
 // ClientOption configures a Client.
@@ -57,6 +59,27 @@ func WithRetryBackoff(b remote.Backoff) ClientOption {
 	return func(c *Client) { c.backoff = b }
 }
 
+// WithCredential sets the credential of every request (HTTP Basic, sent
+// after the registry's challenge). Default: anonymous.
+func WithCredential(cr Credential) ClientOption {
+	return func(c *Client) {
+		if !cr.IsZero() {
+			c.auth = authn.FromConfig(authn.AuthConfig{Username: cr.User, Password: cr.Password})
+		}
+	}
+}
+
+// WithDeleteCredential sets the credential DeleteManifest uses: the
+// embedded registry lets only its GC credential delete. Default: the one of
+// WithCredential.
+func WithDeleteCredential(cr Credential) ClientOption {
+	return func(c *Client) {
+		if !cr.IsZero() {
+			c.delAuth = authn.FromConfig(authn.AuthConfig{Username: cr.User, Password: cr.Password})
+		}
+	}
+}
+
 // NewClient talks plain HTTP to a registry at addr ("host:port").
 // An invalid addr is reported by the first call, as errdefs.ErrInvalidArgument.
 func NewClient(addr string, opts ...ClientOption) *Client {
@@ -64,6 +87,7 @@ func NewClient(addr string, opts ...ClientOption) *Client {
 		addr:      addr,
 		transport: remote.DefaultTransport.(*http.Transport).Clone(),
 		backoff:   remote.Backoff{Duration: 250 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 3},
+		auth:      authn.Anonymous,
 	}
 	// name.Insecure makes go-containerregistry use http instead of https.
 	if reg, err := name.NewRegistry(addr, name.Insecure, name.StrictValidation); err == nil {
@@ -71,6 +95,9 @@ func NewClient(addr string, opts ...ClientOption) *Client {
 	}
 	for _, o := range opts {
 		o(c)
+	}
+	if c.delAuth == nil {
+		c.delAuth = c.auth
 	}
 	return c
 }
@@ -90,10 +117,14 @@ type Image struct {
 func (i Image) Ref() string { return i.Repo + "@" + i.Digest }
 
 func (c *Client) options(ctx context.Context) []remote.Option {
+	return c.optionsWith(ctx, c.auth)
+}
+
+func (c *Client) optionsWith(ctx context.Context, auth authn.Authenticator) []remote.Option {
 	return []remote.Option{
 		remote.WithContext(ctx),
 		remote.WithTransport(c.transport),
-		remote.WithAuth(authn.Anonymous),
+		remote.WithAuth(auth),
 		remote.WithRetryBackoff(c.backoff),
 		// An index resolves to the manifest for this machine.
 		remote.WithPlatform(v1.Platform{OS: "linux", Architecture: runtime.GOARCH}),
@@ -398,7 +429,7 @@ func (c *Client) Verify(ctx context.Context, img Image) error {
 		}
 	}
 
-	tr, err := transport.NewWithContext(ctx, c.reg, authn.Anonymous, c.transport,
+	tr, err := transport.NewWithContext(ctx, c.reg, c.auth, c.transport,
 		[]string{ref.Context().Scope(transport.PullScope)})
 	if err != nil {
 		return translate(err, fmt.Sprintf("registry %q", c.addr))
@@ -440,7 +471,7 @@ func (c *Client) DeleteManifest(ctx context.Context, img Image) error {
 	if err != nil {
 		return err
 	}
-	if err := remote.Delete(ref, c.options(ctx)...); err != nil {
+	if err := remote.Delete(ref, c.optionsWith(ctx, c.delAuth)...); err != nil {
 		return translate(err, fmt.Sprintf("delete manifest %q", img.Ref()))
 	}
 	return nil

@@ -37,6 +37,9 @@ func TestOCIConformance(t *testing.T) {
 		"OCI_REPO2=a/two",
 		"OCI_RESULTS_DIR="+results,
 		"OCI_LOG=error",
+		// The GC's credential: the suite deletes manifests, blobs and tags.
+		"OCI_USERNAME="+srv.Access().GC.User,
+		"OCI_PASSWORD="+srv.Access().GC.Password,
 	)
 	out, err := cmd.CombinedOutput()
 	// The suite exits non-zero when any check fails; the totals are the result.

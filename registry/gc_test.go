@@ -39,9 +39,12 @@ func blobFile(root, digest string) string {
 }
 
 // getBlob fetches a blob through the registry API: status and body.
-func getBlob(t *testing.T, addr, repo, digest string) (int, []byte) {
+func getBlob(t *testing.T, srv *Server, repo, digest string) (int, []byte) {
 	t.Helper()
-	resp, err := http.Get(fmt.Sprintf("http://%s/v2/%s/blobs/%s", addr, repo, digest))
+	req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("http://%s/v2/%s/blobs/%s", srv.Addr(), repo, digest), nil)
+	require.NoError(t, err)
+	req.SetBasicAuth(srv.Access().Node.User, srv.Access().Node.Password)
+	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
@@ -50,18 +53,18 @@ func getBlob(t *testing.T, addr, repo, digest string) (int, []byte) {
 }
 
 // configDigest returns the digest of img's config blob.
-func configDigest(t *testing.T, addr string, img Image) string {
+func configDigest(t *testing.T, srv *Server, img Image) string {
 	t.Helper()
-	d, err := remoteImage(t, addr, img).ConfigName()
+	d, err := remoteImage(t, srv, img).ConfigName()
 	require.NoError(t, err)
 	return d.String()
 }
 
 // requirePullable pulls img's config and layers and checks their digests.
-func requirePullable(t *testing.T, addr string, img Image) {
+func requirePullable(t *testing.T, srv *Server, img Image) {
 	t.Helper()
-	for _, d := range append([]string{configDigest(t, addr, img)}, layerDigests(img)...) {
-		status, body := getBlob(t, addr, img.Repo, d)
+	for _, d := range append([]string{configDigest(t, srv, img)}, layerDigests(img)...) {
+		status, body := getBlob(t, srv, img.Repo, d)
 		require.Equal(t, http.StatusOK, status, "blob %s", d)
 		assert.Equal(t, d, fmt.Sprintf("sha256:%x", sha256.Sum256(body)), "content of blob %s", d)
 	}
@@ -81,7 +84,7 @@ func TestGarbageCollect(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
 	srv := startRegistryIn(t, root)
-	c := NewClient(srv.Addr())
+	c := clientOf(srv)
 	ctx := context.Background()
 
 	// base holds the shared layer; a and b mount it and add one layer each.
@@ -92,12 +95,12 @@ func TestGarbageCollect(t *testing.T) {
 	require.NoError(t, err)
 	b, err := c.Append(ctx, base, makeLayerFile(t, map[string]string{"b.txt": "only in b"}, nil), "envd/gc/b", "", nil)
 	require.NoError(t, err)
-	baseConfig, aConfig, bConfig := configDigest(t, srv.Addr(), base), configDigest(t, srv.Addr(), a), configDigest(t, srv.Addr(), b)
+	baseConfig, aConfig, bConfig := configDigest(t, srv, base), configDigest(t, srv, a), configDigest(t, srv, b)
 	aLayer, bLayer := a.Layers[1].Digest, b.Layers[1].Digest
 
 	require.NoError(t, c.DeleteManifest(ctx, a))
 	require.NoError(t, c.DeleteManifest(ctx, base))
-	status, _ := getBlob(t, srv.Addr(), a.Repo, aLayer)
+	status, _ := getBlob(t, srv, a.Repo, aLayer)
 	require.Equal(t, http.StatusOK, status, "deleting a manifest leaves its blobs")
 
 	st, err := srv.GarbageCollect(ctx)
@@ -135,13 +138,13 @@ func TestGarbageCollect(t *testing.T) {
 		})
 	}
 
-	status, _ = getBlob(t, srv.Addr(), a.Repo, aLayer)
+	status, _ = getBlob(t, srv, a.Repo, aLayer)
 	assert.Equal(t, http.StatusNotFound, status, "a's swept layer through the API")
 	got, err := c.Get(ctx, b.Ref())
 	require.NoError(t, err)
 	assert.Equal(t, b, got)
 	assert.NoError(t, c.Verify(ctx, b))
-	requirePullable(t, srv.Addr(), b)
+	requirePullable(t, srv, b)
 
 	again, err := srv.GarbageCollect(ctx)
 	require.NoError(t, err)
@@ -167,13 +170,13 @@ func TestGarbageCollectThenPushAgain(t *testing.T) {
 			root := t.TempDir()
 			srv := startRegistryIn(t, root)
 			rec := &recorder{next: http.DefaultTransport}
-			c := NewClient(srv.Addr(), WithTransport(rec))
+			c := clientOf(srv, WithTransport(rec))
 			ctx := context.Background()
 
 			layer := makeLayerFile(t, map[string]string{"f.txt": "swept then pushed again"}, nil)
 			img, err := c.PushRootfsLayer(ctx, layer, "envd/gc/x", "")
 			require.NoError(t, err)
-			requirePullable(t, srv.Addr(), img) // pulled once, as a cache would remember it
+			requirePullable(t, srv, img) // pulled once, as a cache would remember it
 			require.NoError(t, c.DeleteManifest(ctx, img))
 			st, err := srv.GarbageCollect(ctx)
 			require.NoError(t, err)
@@ -185,10 +188,10 @@ func TestGarbageCollectThenPushAgain(t *testing.T) {
 			require.NoError(t, err)
 			uploaded, _ := rec.blobTraffic(start)
 			assert.True(t, uploaded[layer.Digest], "the swept layer is uploaded again")
-			requirePullable(t, srv.Addr(), again)
+			requirePullable(t, srv, again)
 			want, err := os.ReadFile(layer.Path)
 			require.NoError(t, err)
-			_, body := getBlob(t, srv.Addr(), tt.repo, layer.Digest)
+			_, body := getBlob(t, srv, tt.repo, layer.Digest)
 			assert.Equal(t, want, body)
 		})
 	}
@@ -210,7 +213,7 @@ func TestGarbageCollectStorageFailure(t *testing.T) {
 	srv := startRegistryIn(t, root)
 	src := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(src, "f"), []byte("x"), 0o644))
-	_, err := NewClient(srv.Addr()).ImportRootfs(context.Background(), src, "envd/gc/broken", "")
+	_, err := clientOf(srv).ImportRootfs(context.Background(), src, "envd/gc/broken", "")
 	require.NoError(t, err)
 	blobs := filepath.Join(root, "docker/registry/v2/blobs")
 	require.NoError(t, os.RemoveAll(blobs))

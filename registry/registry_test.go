@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -44,12 +45,20 @@ func startRegistry(t *testing.T) *Server {
 	return s
 }
 
+// clientOf is a Client of srv with the credentials a node has: the node's,
+// and the GC's for deletes.
+func clientOf(srv *Server, opts ...ClientOption) *Client {
+	a := srv.Access()
+	return clientOf(srv, append([]ClientOption{WithCredential(a.Node), WithDeleteCredential(a.GC)}, opts...)...)
+}
+
 // remoteImage opens img through go-containerregistry directly, bypassing Client.
-func remoteImage(t *testing.T, addr string, img Image) v1.Image {
+func remoteImage(t *testing.T, srv *Server, img Image) v1.Image {
 	t.Helper()
-	ref, err := name.NewDigest(addr+"/"+img.Ref(), name.Insecure)
+	ref, err := name.NewDigest(srv.Addr()+"/"+img.Ref(), name.Insecure)
 	require.NoError(t, err)
-	ri, err := remote.Image(ref)
+	node := srv.Access().Node
+	ri, err := remote.Image(ref, remote.WithAuth(&authn.Basic{Username: node.User, Password: node.Password}))
 	require.NoError(t, err)
 	return ri
 }
@@ -108,7 +117,7 @@ func TestImportRootfsDirectoryAsRoot(t *testing.T) {
 	}
 	t.Parallel()
 	srv := startRegistry(t)
-	c := NewClient(srv.Addr())
+	c := clientOf(srv)
 
 	root := t.TempDir()
 	must := func(err error) { t.Helper(); require.NoError(t, err) }
@@ -137,7 +146,7 @@ func TestImportRootfsDirectoryAsRoot(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, img, got)
 
-	ri := remoteImage(t, srv.Addr(), img)
+	ri := remoteImage(t, srv, img)
 	cfg, err := ri.ConfigFile()
 	require.NoError(t, err)
 	assert.Equal(t, "linux", cfg.OS)
@@ -205,7 +214,7 @@ func writeTar(t *testing.T, path string, gz bool, hdrs []*tar.Header, bodies map
 func TestImportRootfsTar(t *testing.T) {
 	t.Parallel()
 	srv := startRegistry(t)
-	c := NewClient(srv.Addr())
+	c := clientOf(srv)
 
 	rootfs := func() []*tar.Header {
 		return []*tar.Header{
@@ -242,7 +251,7 @@ func TestImportRootfsTar(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
-			layers, err := remoteImage(t, srv.Addr(), img).Layers()
+			layers, err := remoteImage(t, srv, img).Layers()
 			require.NoError(t, err)
 			require.Len(t, layers, 1)
 			names, entries := readLayer(t, layers[0])
@@ -339,7 +348,7 @@ func TestAppend(t *testing.T) {
 	t.Parallel()
 	srv := startRegistry(t)
 	rec := &recorder{next: http.DefaultTransport}
-	c := NewClient(srv.Addr(), WithTransport(rec))
+	c := clientOf(srv, WithTransport(rec))
 	ctx := context.Background()
 
 	src := t.TempDir()
@@ -397,7 +406,7 @@ func TestAppend(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, tt.img, got)
 
-			ri := remoteImage(t, srv.Addr(), tt.img)
+			ri := remoteImage(t, srv, tt.img)
 			cfg, err := ri.ConfigFile()
 			require.NoError(t, err)
 			var diffIDs []string
@@ -432,6 +441,7 @@ func TestAppend(t *testing.T) {
 			fmt.Sprintf("http://%s/v2/envd/projects/p2/blobs/%s", srv.Addr(), l1.Digest), nil)
 		require.NoError(t, err)
 		req.Header.Set("Range", "bytes=10-19")
+		req.SetBasicAuth(srv.Access().Node.User, srv.Access().Node.Password)
 		resp, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)
 		defer resp.Body.Close()
@@ -445,7 +455,7 @@ func TestAppend(t *testing.T) {
 func TestErrors(t *testing.T) {
 	t.Parallel()
 	srv := startRegistry(t)
-	c := NewClient(srv.Addr())
+	c := clientOf(srv)
 	ctx := context.Background()
 	src := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(src, "f"), []byte("x"), 0o644))
@@ -497,7 +507,7 @@ func TestErrors(t *testing.T) {
 func TestDeleteManifest(t *testing.T) {
 	t.Parallel()
 	srv := startRegistry(t)
-	c := NewClient(srv.Addr())
+	c := clientOf(srv)
 	ctx := context.Background()
 	src := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(src, "f"), []byte("x"), 0o644))
@@ -518,7 +528,7 @@ func TestClosedServerIsUnavailable(t *testing.T) {
 	t.Parallel()
 	srv, err := Serve(context.Background(), t.TempDir(), "127.0.0.1:0")
 	require.NoError(t, err)
-	c := NewClient(srv.Addr())
+	c := clientOf(srv)
 	src := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(src, "f"), []byte("x"), 0o644))
 	img, err := c.ImportRootfs(context.Background(), src, "envd/images/u", "t1")
@@ -569,7 +579,10 @@ func TestServerLogger(t *testing.T) {
 			srv, err := Serve(context.Background(), t.TempDir(), "127.0.0.1:0", WithLogWriter(&buf), withLogLevel(tt.level))
 			require.NoError(t, err)
 			for _, u := range []string{"/v2/", "/v2/a/b/manifests/latest"} {
-				resp, err := http.Get("http://" + srv.Addr() + u)
+				req, err := http.NewRequest(http.MethodGet, "http://"+srv.Addr()+u, nil)
+				require.NoError(t, err)
+				req.SetBasicAuth(srv.Access().Node.User, srv.Access().Node.Password)
+				resp, err := http.DefaultClient.Do(req)
 				require.NoError(t, err)
 				resp.Body.Close()
 			}

@@ -43,6 +43,7 @@ import (
 // Server is an embedded distribution registry serving one storage directory.
 type Server struct {
 	addr   string
+	access Access
 	app    *handlers.App
 	driver storagedriver.StorageDriver // the app's storage, for GarbageCollect
 	log    *logrus.Entry
@@ -60,6 +61,7 @@ type options struct {
 	logOut   io.Writer
 	logLevel logrus.Level
 	s3       *S3Storage
+	access   *Access
 }
 
 // S3Storage is an S3 bucket for the registry's blobs and manifests.
@@ -112,13 +114,18 @@ func withLogLevel(l logrus.Level) Option {
 
 // Serve starts the embedded registry with filesystem storage under rootDir,
 // deletes enabled, listening on listenAddr ("127.0.0.1:0" picks a port). It
-// returns when the registry is accepting connections. Close stops it.
+// returns when the registry is accepting connections. Close stops it. Every
+// request must carry one of the credentials of WithAccess (see Access).
 func Serve(ctx context.Context, rootDir, listenAddr string, opts ...Option) (*Server, error) {
 	o := options{logOut: os.Stderr, logLevel: logrus.WarnLevel}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, err
 		}
+	}
+	if o.access == nil {
+		a := NewAccess()
+		o.access = &a
 	}
 	if rootDir == "" {
 		return nil, fmt.Errorf("registry root directory is empty: %w", errdefs.ErrInvalidArgument)
@@ -176,14 +183,16 @@ func Serve(ctx context.Context, rootDir, listenAddr string, opts ...Option) (*Se
 		_ = app.Shutdown()
 		return nil, fmt.Errorf("listen on %q: %w", listenAddr, err)
 	}
+	authed := newAuthHandler(*o.access, app)
 	s := &Server{
 		addr:   ln.Addr().String(),
+		access: *o.access,
 		app:    app,
 		driver: driver,
 		log:    entry,
 		srv: &http.Server{
 			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				app.ServeHTTP(w, r.WithContext(withRegistryLogger(r.Context(), entry)))
+				authed.ServeHTTP(w, r.WithContext(withRegistryLogger(r.Context(), entry)))
 			}),
 			ReadHeaderTimeout: 30 * time.Second,
 		},
@@ -253,6 +262,9 @@ func newApp(ctx context.Context, cfg *configuration.Configuration) (app *handler
 
 // Addr returns "127.0.0.1:PORT", the address the registry listens on.
 func (s *Server) Addr() string { return s.addr }
+
+// Access returns the credentials the registry accepts.
+func (s *Server) Access() Access { return s.access }
 
 // Close stops accepting connections, waits for in-flight requests until ctx
 // ends (then closes them), and releases the registry. It is safe to call more

@@ -83,6 +83,10 @@ type Config struct {
 	// PlainHTTPRegistries are host:port of registries pulled from over plain
 	// HTTP (the embedded registry). Others use HTTPS.
 	PlainHTTPRegistries []string
+	// RegistryCredentials returns the user and password for a registry host
+	// ("host:port"), sent by HTTP Basic after the registry's challenge;
+	// "", "" means anonymous. Nil: anonymous everywhere.
+	RegistryCredentials func(host string) (user, password string, err error)
 	// StopGrace is how long Stop waits after SIGTERM before SIGKILL.
 	// Default: 10s.
 	StopGrace time.Duration
@@ -171,8 +175,12 @@ func (r *Runtime) instanceDir(id string) string { return filepath.Join(r.instanc
 // (LabelSnapshotter) for Create.
 func (r *Runtime) Pull(ctx context.Context, ref string) error {
 	ctx = r.ctx(ctx)
+	hostOpts := []docker.RegistryOpt{docker.WithPlainHTTP(r.plainHTTP)}
+	if r.cfg.RegistryCredentials != nil {
+		hostOpts = append(hostOpts, docker.WithAuthorizer(docker.NewDockerAuthorizer(docker.WithAuthCreds(r.cfg.RegistryCredentials))))
+	}
 	resolver := docker.NewResolver(docker.ResolverOptions{
-		Hosts: docker.ConfigureDefaultRegistries(docker.WithPlainHTTP(r.plainHTTP)),
+		Hosts: docker.ConfigureDefaultRegistries(hostOpts...),
 	})
 	sn, opts, err := r.pullOptions(ctx, ref, resolver)
 	if err != nil {
