@@ -49,7 +49,7 @@ func startRegistry(t *testing.T) *Server {
 // and the GC's for deletes.
 func clientOf(srv *Server, opts ...ClientOption) *Client {
 	a := srv.Access()
-	return clientOf(srv, append([]ClientOption{WithCredential(a.Node), WithDeleteCredential(a.GC)}, opts...)...)
+	return NewClient(srv.Addr(), append([]ClientOption{WithCredential(a.Node), WithDeleteCredential(a.GC)}, opts...)...)
 }
 
 // remoteImage opens img through go-containerregistry directly, bypassing Client.
