@@ -129,7 +129,7 @@ func (e *env) setup(ctx context.Context, rootfs string, net runtime.NetworkConfi
 	if err != nil {
 		return err
 	}
-	img, err := registry.NewClient(e.reg.Addr()).ImportRootfs(ctx, rootfs, imageRepo, imageTag)
+	img, err := registry.NewClient(e.reg.Addr(), registry.WithCredential(e.reg.Access().Node)).ImportRootfs(ctx, rootfs, imageRepo, imageTag)
 	if err != nil {
 		return fmt.Errorf("import rootfs: %w", err)
 	}
@@ -147,7 +147,10 @@ func (e *env) setup(ctx context.Context, rootfs string, net runtime.NetworkConfi
 		StateDir:            filepath.Join(e.work, "state"),
 		Network:             net,
 		PlainHTTPRegistries: []string{e.reg.Addr()},
-		StopGrace:           3 * time.Second,
+		RegistryCredentials: func(string) (string, string, error) {
+			return e.reg.Access().Node.User, e.reg.Access().Node.Password, nil
+		},
+		StopGrace: 3 * time.Second,
 	})
 	if err != nil {
 		return err

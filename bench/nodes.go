@@ -63,7 +63,7 @@ func startBed(ctx context.Context, cfg config) (*bed, error) {
 	}
 	b.primary = n
 	b.c = envdclient.New(n.URL, n.Token)
-	b.reg = registry.NewClient(n.RegistryAddr())
+	b.reg = n.RegistryClient()
 	if n.Runtime().LazySnapshotter() != stargz.Name {
 		return b, fmt.Errorf("the primary node has no lazy snapshotter (see %s)", filepath.Join(b.dir, "primary", "stargz", "snapshotter.log"))
 	}
@@ -252,7 +252,8 @@ func (b *bed) coldRestoreOn(ctx context.Context, project string, version int, cm
 			return r, err
 		}
 	}
-	jn, err := node.Start(ctx, node.Config{DataDir: dir, DSN: b.primary.DSN(), Registry: b.primary.RegistryAddr(),
+	nodeCred, _ := b.primary.RegistryCredentialFiles()
+	jn, err := node.Start(ctx, node.Config{DataDir: dir, DSN: b.primary.DSN(), Registry: b.primary.RegistryAddr(), RegistryCredentialFile: nodeCred,
 		DefaultTTL: 2 * time.Hour, Logger: b.log, DisableLazy: full})
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)

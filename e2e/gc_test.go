@@ -11,7 +11,6 @@ import (
 
 	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/internal/errdefs"
-	"github.com/envd-dev/envd/registry"
 )
 
 // A GC deletes what the retention policy does not keep: an abandoned
@@ -54,7 +53,7 @@ func TestRootGCCollectsAnAbandonedBranch(t *testing.T) {
 
 	_, err = env.c.GetVersion(c, p, v2.Version)
 	assert.ErrorIs(t, err, errdefs.ErrNotFound)
-	_, err = registry.NewClient(env.node.RegistryAddr()).Get(c, gone.Image)
+	_, err = env.node.RegistryClient().Get(c, gone.Image)
 	assert.ErrorIs(t, err, errdefs.ErrNotFound, "its manifest is deleted")
 
 	vs, err := env.c.ListVersions(c, p)

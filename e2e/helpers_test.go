@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -13,6 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/envd/node"
+	"github.com/envd-dev/envd/registry"
 )
 
 var projectSeq atomic.Int64
@@ -102,4 +105,20 @@ func succeeded[T any](t *testing.T, op envd.Operation, err error) T {
 	var res T
 	require.NoError(t, json.Unmarshal(done.Result, &res))
 	return res
+}
+
+// nodeCredential is n's registry credential for pulls and pushes.
+func nodeCredential(t *testing.T, n *node.Node) registry.Credential {
+	t.Helper()
+	f, _ := n.RegistryCredentialFiles()
+	c, err := registry.ReadCredentialFile(f)
+	require.NoError(t, err)
+	return c
+}
+
+// setNodeAuth has req sent with n's registry credential.
+func setNodeAuth(t *testing.T, req *http.Request, n *node.Node) {
+	t.Helper()
+	c := nodeCredential(t, n)
+	req.SetBasicAuth(c.User, c.Password)
 }

@@ -61,7 +61,7 @@ func topLayer(t *testing.T, project string, version int) (registry.Image, string
 	t.Helper()
 	v, err := env.c.GetVersion(ctx(t), project, version)
 	require.NoError(t, err)
-	img, err := registry.NewClient(env.node.RegistryAddr()).Get(ctx(t), v.Image)
+	img, err := env.node.RegistryClient().Get(ctx(t), v.Image)
 	require.NoError(t, err)
 	require.NotEmpty(t, img.Layers)
 	return img, img.Layers[len(img.Layers)-1].Digest
@@ -88,6 +88,7 @@ func TestRootLazyRestore(t *testing.T) {
 		fmt.Sprintf("http://%s/v2/%s/blobs/%s", env.node.RegistryAddr(), repo, layer), nil)
 	require.NoError(t, err)
 	req.Header.Set("Range", "bytes=100-1123")
+	setNodeAuth(t, req, env.node)
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	body, _ := io.ReadAll(resp.Body)
@@ -118,7 +119,7 @@ func TestRootLazyRestore(t *testing.T) {
 	assert.Equal(t, stargz.Name, containerSnapshotter(t, in3.ID))
 
 	// Imported bases are eStargz too, so the base layer was lazy as well.
-	baseImg, err := registry.NewClient(env.node.RegistryAddr()).Get(ctx(t), img.Repo+"@"+img.Digest)
+	baseImg, err := env.node.RegistryClient().Get(ctx(t), img.Repo+"@"+img.Digest)
 	require.NoError(t, err)
 	assert.NotEmpty(t, baseImg.Layers[0].Annotations["containerd.io/snapshot/stargz/toc.digest"], "imported base is eStargz")
 
@@ -126,7 +127,7 @@ func TestRootLazyRestore(t *testing.T) {
 	// eStargz layer at all, so overlayfs and a full pull.
 	tarPath := filepath.Join(t.TempDir(), "fixture.tar")
 	require.NoError(t, os.WriteFile(tarPath, env.fixtureTar, 0o644))
-	gz, err := registry.NewClient(env.node.RegistryAddr()).ImportRootfs(ctx(t), tarPath, "envd/images/gzip-fixture", "latest")
+	gz, err := env.node.RegistryClient().ImportRootfs(ctx(t), tarPath, "envd/images/gzip-fixture", "latest")
 	require.NoError(t, err)
 	zp := fmt.Sprintf("lazy-zstd-%d", projectSeq.Add(1))
 	_, err = env.c.CreateProject(ctx(t), envd.CreateProjectRequest{Name: zp, Base: gz.Ref(), Compression: "zstd"})
@@ -161,11 +162,20 @@ func TestRootLazyRegistryOutage(t *testing.T) {
 	require.NoError(t, err)
 
 	px := startProxy(t, env.node.RegistryAddr(), 4<<20)
+	// The proxy is another registry host to containerd and the node's lazy
+	// snapshotter: both need the node credential for it.
+	cred := nodeCredential(t, env.node)
+	credFile := filepath.Join(env.dataDir, "stargz", "registry.credentials")
+	require.NoError(t, stargz.WriteCredentials(credFile, map[string]registry.Credential{env.node.RegistryAddr(): cred, px.addr: cred}))
+	t.Cleanup(func() {
+		assert.NoError(t, stargz.WriteCredentials(credFile, map[string]registry.Credential{env.node.RegistryAddr(): cred}))
+	})
 	rt, err := runtime.New(ctx(t), runtime.Config{
 		Address:             filepath.Join(env.dataDir, "containerd", "containerd.sock"),
 		Namespace:           "outage",
 		StateDir:            filepath.Join(filepath.Dir(env.dataDir), "outage-runtime"),
 		PlainHTTPRegistries: []string{px.addr},
+		RegistryCredentials: func(string) (string, string, error) { return cred.User, cred.Password, nil },
 		LazySnapshotter:     stargz.Name,
 		StopGrace:           time.Second,
 	})

@@ -29,7 +29,8 @@ func TestRootDependenciesDown(t *testing.T) {
 	require.NoError(t, os.Chmod(dir, 0o755))
 	// Its own PostgreSQL (so the test can stop it), the shared registry
 	// through the proxy.
-	n, err := node.Start(c, node.Config{DataDir: filepath.Join(dir, "data"), Registry: reg.addr, PrefetchWindow: -1})
+	nodeCred, _ := env.node.RegistryCredentialFiles()
+	n, err := node.Start(c, node.Config{DataDir: filepath.Join(dir, "data"), Registry: reg.addr, RegistryCredentialFile: nodeCred, PrefetchWindow: -1})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -158,6 +158,7 @@ func startJoiningNode(t *testing.T, name string, s3 *node.Config) (*node.Node, *
 	switch cfg.Registry {
 	case "":
 		cfg.Registry = env.node.RegistryAddr()
+		cfg.RegistryCredentialFile, _ = env.node.RegistryCredentialFiles()
 	case "-": // its own embedded registry
 		cfg.Registry = ""
 	}

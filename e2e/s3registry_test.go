@@ -57,12 +57,15 @@ func TestRootLazyRestoreFromS3BackedRegistry(t *testing.T) {
 	// redirect answers 206 with the range.
 	v, err := ca.GetVersion(c, p, 2)
 	require.NoError(t, err)
-	img, err := registry.NewClient(a.RegistryAddr()).Get(c, v.Image)
+	img, err := a.RegistryClient().Get(c, v.Image)
 	require.NoError(t, err)
 	top := img.Layers[len(img.Layers)-1]
 	url := fmt.Sprintf("http://%s/v2/%s/blobs/%s", a.RegistryAddr(), img.Repo, top.Digest)
 	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := noFollow.Get(url)
+	authReq, err := http.NewRequestWithContext(c, http.MethodGet, url, nil)
+	require.NoError(t, err)
+	setNodeAuth(t, authReq, a)
+	resp, err := noFollow.Do(authReq)
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusTemporaryRedirect, resp.StatusCode, "distribution redirects blob GETs to S3")
@@ -70,6 +73,7 @@ func TestRootLazyRestoreFromS3BackedRegistry(t *testing.T) {
 	req, err := http.NewRequestWithContext(c, http.MethodGet, url, nil)
 	require.NoError(t, err)
 	req.Header.Set("Range", "bytes=10-1033")
+	setNodeAuth(t, req, a)
 	resp, err = http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	body, _ := io.ReadAll(resp.Body)

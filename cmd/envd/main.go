@@ -72,6 +72,10 @@ func (f *flags) register(cmd *cobra.Command, external bool) {
 		f.regS3.AccessKey, f.regS3.SecretKey = os.Getenv("ENVD_REGISTRY_S3_ACCESS_KEY"), os.Getenv("ENVD_REGISTRY_S3_SECRET_KEY")
 		fl.StringVar(&f.cfg.DSN, "database", env("ENVD_DATABASE_URL", ""), "PostgreSQL DSN; empty = private cluster in the data dir (ENVD_DATABASE_URL)")
 		fl.StringVar(&f.cfg.Registry, "registry", env("ENVD_REGISTRY", ""), "registry host:port (plain HTTP); empty = embedded (ENVD_REGISTRY)")
+		fl.StringVar(&f.cfg.RegistryCredentialFile, "registry-credential-file", env("ENVD_REGISTRY_CREDENTIAL_FILE", ""),
+			"file (0600) with the --registry credential as user:password, e.g. a copy of the first node's DATA_DIR/registry-node.credential; empty = anonymous (ENVD_REGISTRY_CREDENTIAL_FILE)")
+		fl.StringVar(&f.cfg.RegistryGCCredentialFile, "registry-gc-credential-file", env("ENVD_REGISTRY_GC_CREDENTIAL_FILE", ""),
+			"file (0600) with the --registry credential allowed to delete, for a node that runs the GC; empty = this node's GC cannot delete manifests (ENVD_REGISTRY_GC_CREDENTIAL_FILE)")
 		fl.StringVar(&f.cfg.Containerd, "containerd", env("ENVD_CONTAINERD", ""), "containerd socket; empty = private daemon in the data dir (ENVD_CONTAINERD)")
 		fl.StringVar(&f.cfg.Namespace, "namespace", env("ENVD_NAMESPACE", "envd"), "containerd namespace (ENVD_NAMESPACE)")
 	}

@@ -64,6 +64,9 @@ type parts struct {
 	Registry   string `json:"registry,omitempty"`
 	Containerd string `json:"containerd,omitempty"`
 	Namespace  string `json:"namespace,omitempty"`
+	// Paths of the external registry's credential files (never their content).
+	RegistryCredentialFile   string `json:"registry_credential_file,omitempty"`
+	RegistryGCCredentialFile string `json:"registry_gc_credential_file,omitempty"`
 }
 
 // rememberParts fills cfg's empty external parts from the data dir's record
@@ -86,7 +89,16 @@ func rememberParts(cfg *Config) error {
 	if saved.Namespace != "" && (cfg.Namespace == "" || cfg.Namespace == "envd") {
 		cfg.Namespace = saved.Namespace // "envd" is the flag's default, not a choice
 	}
-	now := parts{DSN: cfg.DSN, Registry: cfg.Registry, Containerd: cfg.Containerd, Namespace: cfg.Namespace}
+	if cfg.Registry != "" && cfg.Registry == saved.Registry {
+		if cfg.RegistryCredentialFile == "" {
+			cfg.RegistryCredentialFile = saved.RegistryCredentialFile
+		}
+		if cfg.RegistryGCCredentialFile == "" {
+			cfg.RegistryGCCredentialFile = saved.RegistryGCCredentialFile
+		}
+	}
+	now := parts{DSN: cfg.DSN, Registry: cfg.Registry, Containerd: cfg.Containerd, Namespace: cfg.Namespace,
+		RegistryCredentialFile: cfg.RegistryCredentialFile, RegistryGCCredentialFile: cfg.RegistryGCCredentialFile}
 	if now == saved {
 		return nil
 	}

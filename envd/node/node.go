@@ -42,6 +42,17 @@ type Config struct {
 	Containerd string // external containerd socket; "" = private daemon in DataDir/containerd
 	Namespace  string // containerd namespace; default "envd"
 
+	// RegistryCredentialFile holds the credential ("user:password", a 0600
+	// file) this node pulls and pushes with on the external Registry; ""
+	// = anonymous. The embedded registry's are generated at first start in
+	// DataDir/registry-node.credential and DataDir/registry-gc.credential
+	// (copy the first to a joining node; see docs/api.md).
+	RegistryCredentialFile string
+	// RegistryGCCredentialFile holds the external registry's GC credential,
+	// the one allowed to delete manifests; "" = deletes use
+	// RegistryCredentialFile's (which the embedded registry refuses), so
+	// this node's GC cannot delete.
+	RegistryGCCredentialFile string
 	// RegistryS3 stores the embedded registry's content in S3 instead of
 	// DataDir/registry; nil = the filesystem.
 	RegistryS3 *registry.S3Storage
@@ -89,7 +100,9 @@ type Node struct {
 	stargz  *stargz.Process // the lazy snapshotter process; nil when not running
 	rt      *runtime.Runtime
 	vols    *workspace.Manager
+	reg     *registry.Client
 	regAddr string
+	regCred registryFiles
 	dsn     string
 }
 
@@ -103,6 +116,13 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	if cfg.Listen == "" {
 		cfg.Listen = "127.0.0.1:0"
+	}
+	for _, f := range []*string{&cfg.RegistryCredentialFile, &cfg.RegistryGCCredentialFile} {
+		if *f != "" {
+			if *f, err = filepath.Abs(*f); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if cfg.Namespace == "" {
 		cfg.Namespace = "envd"
@@ -173,6 +193,13 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 			}
 			ropts = append(ropts, registry.WithS3Storage(*rs))
 		}
+		files := registryFiles{Node: filepath.Join(cfg.DataDir, nodeCredentialFile), GC: filepath.Join(cfg.DataDir, gcCredentialFile)}
+		access, err := files.loadOrCreate()
+		if err != nil {
+			return nil, err
+		}
+		n.regCred = files
+		ropts = append(ropts, registry.WithAccess(access))
 		srv, err := registry.Serve(ctx, filepath.Join(cfg.DataDir, "registry"), listen, ropts...)
 		if err != nil && listen != "127.0.0.1:0" {
 			log.Warn("registry address taken, choosing another", "addr", listen, "err", err)
@@ -184,15 +211,21 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		n.closers = append(n.closers, srv.Close)
 		sweeper = srv
 		regAddr = srv.Addr()
-		if err := writeFileAtomic(addrFile, []byte(regAddr+"\n"), 0o644); err != nil {
+		if err := writeFileAtomic(addrFile, []byte(regAddr+"\n"), 0o600); err != nil {
 			return nil, err
 		}
 		components["registry"] = "embedded distribution v3 at " + regAddr
 	} else {
 		components["registry"] = "external " + regAddr
+		n.regCred = registryFiles{Node: cfg.RegistryCredentialFile, GC: cfg.RegistryGCCredentialFile}
 	}
 	n.regAddr = regAddr
-	reg := registry.NewClient(regAddr)
+	regAccess, err := n.regCred.load()
+	if err != nil {
+		return nil, err
+	}
+	reg := registry.NewClient(regAddr, registry.WithCredential(regAccess.Node), registry.WithDeleteCredential(regAccess.GC))
+	n.reg = reg
 
 	// containerd
 	ctrdAddr := cfg.Containerd
@@ -204,7 +237,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		var dopts []runtime.DaemonOption
 		if cfg.DisableLazy {
 			components["lazy snapshotter"] = "disabled"
-		} else if sp, err := stargz.Start(ctx, "", filepath.Join(cfg.DataDir, "stargz"), []string{regAddr}); err != nil {
+		} else if sp, err := stargz.Start(ctx, "", filepath.Join(cfg.DataDir, "stargz"), []string{regAddr}, regAccess.stargzOptions(regAddr)...); err != nil {
 			log.Warn("lazy snapshotter unavailable, restores pull images in full (overlayfs)", "err", err)
 			components["lazy snapshotter"] = "unavailable: " + err.Error()
 		} else {
@@ -228,6 +261,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Address: ctrdAddr, Namespace: cfg.Namespace, StateDir: filepath.Join(cfg.DataDir, "runtime"),
 		Network:             networkFor(cfg.DataDir),
 		PlainHTTPRegistries: []string{regAddr},
+		RegistryCredentials: regAccess.nodeFor(regAddr),
 		LazySnapshotter:     lazy,
 	})
 	if err != nil {
@@ -292,7 +326,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
 	n.URL = "http://" + n.ln.Addr().String()
-	if err := writeFileAtomic(filepath.Join(cfg.DataDir, "envd.url"), []byte(n.URL+"\n"), 0o644); err != nil {
+	if err := writeFileAtomic(filepath.Join(cfg.DataDir, "envd.url"), []byte(n.URL+"\n"), 0o600); err != nil {
 		return nil, err
 	}
 	n.srv = &http.Server{Handler: api.New(svc), ReadHeaderTimeout: 10 * time.Second}
@@ -331,6 +365,14 @@ func (n *Node) DSN() string { return n.dsn }
 
 // RegistryAddr is the host:port of the registry the node uses.
 func (n *Node) RegistryAddr() string { return n.regAddr }
+
+// RegistryClient is the node's client of its registry, with its credentials.
+func (n *Node) RegistryClient() *registry.Client { return n.reg }
+
+// RegistryCredentialFiles are the files holding the node's registry
+// credentials: the node's (pull and push) and the GC's (also delete); ""
+// for one the node has none of.
+func (n *Node) RegistryCredentialFiles() (node, gc string) { return n.regCred.Node, n.regCred.GC }
 
 // Name is the node's name.
 func (n *Node) Name() string { return n.cfg.Node }

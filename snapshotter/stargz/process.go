@@ -19,6 +19,7 @@ import (
 
 	"github.com/envd-dev/envd/internal/errdefs"
 	"github.com/envd-dev/envd/internal/proc"
+	"github.com/envd-dev/envd/registry"
 )
 
 // reexecEnv makes any binary that links this package run the snapshotter
@@ -35,8 +36,8 @@ func init() {
 }
 
 // Main runs the snapshotter command: `snapshotter --root DIR --socket PATH
-// [--plain-http HOST:PORT]...` serving until SIGINT or SIGTERM. It returns
-// the exit code.
+// [--plain-http HOST:PORT]... [--credentials FILE]` serving until SIGINT or
+// SIGTERM. It returns the exit code.
 func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	fl := flag.NewFlagSet("snapshotter", flag.ContinueOnError)
 	fl.SetOutput(stderr)
@@ -44,6 +45,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	socket := fl.String("socket", "", "unix socket to serve the containerd snapshots API on")
 	var plain listFlag
 	fl.Var(&plain, "plain-http", "registry host:port to reach over plain HTTP (repeatable)")
+	credFile := fl.String("credentials", "", "0600 file of registry credentials, lines \"HOST:PORT USER:PASSWORD\", read at each authentication")
 	if err := fl.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -51,12 +53,12 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 		return 2
 	}
 	if *root == "" || *socket == "" || fl.NArg() > 0 {
-		fmt.Fprintln(stderr, "usage: snapshotter --root DIR --socket PATH [--plain-http HOST:PORT]...")
+		fmt.Fprintln(stderr, "usage: snapshotter --root DIR --socket PATH [--plain-http HOST:PORT]... [--credentials FILE]")
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := Serve(ctx, *root, *socket, Config{PlainHTTP: plain}); err != nil {
+	if err := Serve(ctx, *root, *socket, Config{PlainHTTP: plain, CredentialsFile: *credFile}); err != nil {
 		fmt.Fprintln(stderr, "envd snapshotter:", err)
 		return 1
 	}
@@ -85,15 +87,27 @@ func (p *Process) Socket() string { return p.socket }
 // Root is the snapshotter's state directory.
 func (p *Process) Root() string { return filepath.Join(p.dir, "root") }
 
+// CredentialsFile is the file the snapshotter reads registry credentials
+// from (see WriteCredentials).
+func (p *Process) CredentialsFile() string { return filepath.Join(p.dir, credentialsFileName) }
+
 // Pid is the process id (0 if unknown for a reused process).
 func (p *Process) Pid() int { return p.pid }
 
 // Start runs `EXE snapshotter --root DIR/root --socket DIR/stargz.sock
-// [--plain-http H]...` in its own session, so that it and its FUSE mounts
-// outlive the calling process, and waits until it serves (at most 30 s). If
-// a snapshotter already answers on the socket it is reused. exe "" means
-// os.Executable(). The pid is written to DIR/snapshotter.pid.
-func Start(ctx context.Context, exe, dir string, plainHTTP []string) (*Process, error) {
+// [--plain-http H]... --credentials DIR/registry.credentials` in its own
+// session, so that it and its FUSE mounts outlive the calling process, and
+// waits until it serves (at most 30 s). If a snapshotter already answers on
+// the socket it is reused. exe "" means os.Executable(). The pid is written
+// to DIR/snapshotter.pid. The credentials file is written (0600) first, so
+// a reused snapshotter also authenticates with the credentials given now.
+func Start(ctx context.Context, exe, dir string, plainHTTP []string, opts ...StartOption) (*Process, error) {
+	o := startOptions{creds: map[string]registry.Credential{}}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
 	dir, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
@@ -101,6 +115,12 @@ func Start(ctx context.Context, exe, dir string, plainHTTP []string) (*Process, 
 	p := &Process{dir: dir, socket: filepath.Join(dir, "stargz.sock")}
 	if len(p.socket) > maxSocketPath {
 		return nil, fmt.Errorf("snapshotter socket %q is longer than %d bytes: %w", p.socket, maxSocketPath, errdefs.ErrInvalidArgument)
+	}
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return nil, err
+	}
+	if err := WriteCredentials(p.CredentialsFile(), o.creds); err != nil {
+		return nil, err
 	}
 	if ping(ctx, p.socket) == nil {
 		p.pid = p.pidFromFile()
@@ -123,7 +143,7 @@ func Start(ctx context.Context, exe, dir string, plainHTTP []string) (*Process, 
 		return nil, fmt.Errorf("snapshotter log: %w", err)
 	}
 	defer logf.Close()
-	args := []string{"snapshotter", "--root", p.Root(), "--socket", p.socket}
+	args := []string{"snapshotter", "--root", p.Root(), "--socket", p.socket, "--credentials", p.CredentialsFile()}
 	for _, h := range plainHTTP {
 		args = append(args, "--plain-http", h)
 	}

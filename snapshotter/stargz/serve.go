@@ -62,6 +62,9 @@ type Config struct {
 	// PlainHTTP are registry host:port served over plain HTTP (the
 	// embedded registry). Loopback hosts always use plain HTTP.
 	PlainHTTP []string
+	// CredentialsFile holds the registries' credentials (see
+	// credentials.go); "" = every registry anonymously.
+	CredentialsFile string
 	// FetchTimeout bounds one on-demand fetch of a layer range, retries
 	// included. Default 20s (the library's default is 300 s, far beyond
 	// what a shell user waits for a read to fail).
@@ -134,7 +137,7 @@ func (c Config) serviceConfig() *service.Config {
 func (c Config) registryHosts() source.RegistryHosts {
 	base := resolver.RegistryHostsFromConfig(resolver.Config{
 		RequestTimeoutSec: int(max(1, c.RequestTimeout/time.Second)),
-	})
+	}, c.credentials)
 	return func(ref reference.Spec) ([]docker.RegistryHost, error) {
 		hosts, err := base(ref)
 		if err != nil || len(hosts) == 0 {
