@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/envd/node"
 	"github.com/envd-dev/envd/internal/errdefs"
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/snapshotter/stargz"
@@ -89,6 +90,14 @@ func TestRootHostileRegistry(t *testing.T) {
 	assert.ErrorIs(t, err, errdefs.ErrNotFound, "the GC deleted the manifest")
 	assert.Equal(t, http.StatusNotFound, status(t, http.MethodGet, manifest, &gcCred))
 
+	t.Run("a joining node without the credential is refused at start", func(t *testing.T) {
+		for name, file := range map[string]string{"none": "", "wrong": writeCredential(t, registry.Credential{User: nodeCred.User, Password: "guess"})} {
+			_, err := node.Start(c, node.Config{DataDir: filepath.Join(t.TempDir(), "data"), DSN: env.node.DSN(),
+				Registry: env.node.RegistryAddr(), RegistryCredentialFile: file})
+			assert.ErrorIs(t, err, errdefs.ErrUnauthenticated, name)
+		}
+	})
+
 	t.Run("files with addresses or credentials are 0600", func(t *testing.T) {
 		files := []string{"admin.token", "envd.url", "registry.addr", "registry-node.credential",
 			"registry-gc.credential", "stargz/registry.credentials"}
@@ -144,6 +153,14 @@ func TestRootHostileRegistry(t *testing.T) {
 			}
 		}
 	})
+}
+
+// writeCredential writes cr to a new 0600 credential file.
+func writeCredential(t *testing.T, cr registry.Credential) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "cred")
+	require.NoError(t, registry.WriteCredentialFile(f, cr))
+	return f
 }
 
 // status sends one request from the host, with cred by HTTP Basic unless

@@ -178,3 +178,32 @@ func TestCredentialFile(t *testing.T) {
 	_, err = ReadCredentialFile(filepath.Join(dir, "missing"))
 	assert.ErrorIs(t, err, errdefs.ErrNotFound)
 }
+
+func TestPing(t *testing.T) {
+	t.Parallel()
+	srv := startRegistry(t)
+	a := srv.Access()
+	tests := []struct {
+		name string
+		opts []ClientOption
+		want error
+	}{
+		{"node credential", []ClientOption{WithCredential(a.Node)}, nil},
+		{"gc credential", []ClientOption{WithCredential(a.GC)}, nil},
+		{"anonymous", nil, errdefs.ErrUnauthenticated},
+		{"wrong password", []ClientOption{WithCredential(Credential{User: a.Node.User, Password: "x"})}, errdefs.ErrUnauthenticated},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := NewClient(srv.Addr(), tt.opts...).Ping(context.Background())
+			if tt.want == nil {
+				assert.NoError(t, err)
+			} else {
+				assert.ErrorIs(t, err, tt.want)
+			}
+		})
+	}
+	closed := startRegistry(t)
+	require.NoError(t, closed.Close(context.Background()))
+	assert.ErrorIs(t, NewClient(closed.Addr()).Ping(context.Background()), errdefs.ErrUnavailable)
+}

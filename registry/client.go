@@ -476,3 +476,28 @@ func (c *Client) DeleteManifest(ctx context.Context, img Image) error {
 	}
 	return nil
 }
+
+// Ping asks the registry's base endpoint (GET /v2/) with the client's
+// credential, as every client does before its first request. A registry
+// that refuses the credential is errdefs.ErrUnauthenticated; one that
+// cannot be reached, errdefs.ErrUnavailable.
+func (c *Client) Ping(ctx context.Context) error {
+	if c.reg.RegistryStr() == "" {
+		return fmt.Errorf("registry address %q: %w", c.addr, errdefs.ErrInvalidArgument)
+	}
+	what := fmt.Sprintf("registry %q", c.addr)
+	tr, err := transport.NewWithContext(ctx, c.reg, c.auth, c.transport, nil)
+	if err != nil {
+		return translate(err, what)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s://%s/v2/", c.reg.Scheme(), c.reg.RegistryStr()), nil)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		return translate(err, what)
+	}
+	defer resp.Body.Close()
+	return translate(transport.CheckError(resp, http.StatusOK), what)
+}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/envd-dev/envd/api"
 	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/internal/errdefs"
 	"github.com/envd-dev/envd/internal/objstore"
 	"github.com/envd-dev/envd/internal/pgserver"
 	"github.com/envd-dev/envd/registry"
@@ -226,6 +227,15 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	reg := registry.NewClient(regAddr, registry.WithCredential(regAccess.Node), registry.WithDeleteCredential(regAccess.GC))
 	n.reg = reg
+	if cfg.Registry != "" {
+		// A refused credential would otherwise show only at the first
+		// save or restore; an unreachable registry may come back.
+		if err := reg.Ping(ctx); errors.Is(err, errdefs.ErrUnauthenticated) {
+			return nil, fmt.Errorf("registry %s refuses this node (give its node credential with --registry-credential-file): %w", regAddr, err)
+		} else if err != nil {
+			log.Warn("registry not reachable at start", "registry", regAddr, "err", err)
+		}
+	}
 
 	// containerd
 	ctrdAddr := cfg.Containerd
