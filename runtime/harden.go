@@ -120,8 +120,8 @@ func detectCgroups() cgroupSupport {
 
 func containsWord(s, w string) bool { return slices.Contains(strings.Fields(s), w) }
 
-// validate refuses limits outside what the kernel accepts.
-func (l Limits) validate() error {
+// Validate refuses limits outside what the kernel accepts.
+func (l Limits) Validate() error {
 	switch {
 	case l.MemoryBytes < 0 || (l.MemoryBytes > 0 && l.MemoryBytes < 6<<20):
 		return fmt.Errorf("memory limit %d: at least 6 MiB, or 0 for none: %w", l.MemoryBytes, errdefs.ErrInvalidArgument)

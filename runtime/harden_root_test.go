@@ -146,7 +146,7 @@ func TestLimitsValidate(t *testing.T) {
 		{"io weight too small", Limits{IOWeight: 5}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := tc.l.validate()
+			err := tc.l.Validate()
 			if tc.ok {
 				assert.NoError(t, err)
 			} else {

@@ -243,7 +243,7 @@ func (s InstanceSpec) validate() error {
 			return fmt.Errorf("mount source %s: %w", m.Source, errdefs.ErrInvalidArgument)
 		}
 	}
-	return s.Limits.validate()
+	return s.Limits.Validate()
 }
 
 // Create makes the container (a new snapshot named after the ID, in the
