@@ -388,14 +388,14 @@ type Usage struct {
 	Instances int    `json:"instances"` // live: Pending to Stopping
 	// StoredBytes = VersionBytes (the layers its versions added) +
 	// VolumeBytes (the declared sizes of its volumes).
-	StoredBytes  int64          `json:"stored_bytes"`
-	VersionBytes int64          `json:"version_bytes"`
-	VolumeBytes  int64          `json:"volume_bytes"`
+	StoredBytes  int64 `json:"stored_bytes"`
+	VersionBytes int64 `json:"version_bytes"`
+	VolumeBytes  int64 `json:"volume_bytes"`
 	// DiskBytes: the writable-layer limits of its instances that hold a
 	// layer on a node (part of StoredBytes).
-	DiskBytes int64 `json:"disk_bytes"`
-	Versions     map[string]int `json:"versions"` // per project
-	Quota        Quota          `json:"quota"`
+	DiskBytes int64          `json:"disk_bytes"`
+	Versions  map[string]int `json:"versions"` // per project
+	Quota     Quota          `json:"quota"`
 }
 
 // CreateTokenRequest is the body of POST /v1/admin/tenants/{t}/tokens.
