@@ -24,7 +24,8 @@ func toInstance(in versions.Instance) Instance {
 	return Instance{ID: in.ID, Project: in.Project, Node: in.Node, Version: in.Version,
 		LastSavedVersion: in.LastSavedVersion, Generation: in.Generation, State: in.State,
 		Reason: in.Reason, Message: in.Message, Retain: in.Retain, ExpiresAt: in.ExpiresAt,
-		HibernatedVersion: in.HibernatedVersion, CreatedAt: in.CreatedAt, LastTransitionAt: in.LastTransitionAt}
+		HibernatedVersion: in.HibernatedVersion, CreatedAt: in.CreatedAt, LastTransitionAt: in.LastTransitionAt,
+		Limits: instanceLimits(in.Spec)}
 }
 
 // view is the instance as a user sees it: with its current address and
@@ -175,10 +176,18 @@ func (s *Service) planInstance(ctx context.Context, p Principal, project string,
 // it Running. A provisioning failure leaves it Failed (errProvision).
 func (s *Service) startPlanned(ctx context.Context, p Principal, id string, plan instancePlan) (Instance, error) {
 	n, project := plan.version.Number, plan.proj.Name
+	ps, _ := parseProjectSpec(plan.proj.Spec)
+	limits, err := s.effectiveLimits(ctx, p.Tenant, ps.Limits)
+	if err != nil {
+		return Instance{}, err
+	}
+	if err := s.checkDiskQuota(ctx, p.Tenant, limits.DiskBytes); err != nil {
+		return Instance{}, err
+	}
 	in, err := s.store.CreateInstance(ctx, versions.Instance{
 		ID: id, Tenant: p.Tenant, Project: project, Node: s.cfg.Node, Version: n,
 		State: StatePending, Reason: ReasonCreated, Message: fmt.Sprintf("starting from version %d", n),
-		ExpiresAt: plan.expires, Retain: plan.retain,
+		ExpiresAt: plan.expires, Retain: plan.retain, Spec: marshalInstanceSpec(limits),
 	})
 	if err != nil {
 		return Instance{}, err
@@ -234,8 +243,13 @@ func (s *Service) provision(ctx context.Context, in versions.Instance, proj vers
 	if err := s.rt.Pull(ctx, ref); err != nil {
 		return fmt.Errorf("pull %s: %w", image, err)
 	}
+	var limits Limits
+	if l := instanceLimits(in.Spec); l != nil {
+		limits = *l
+	}
 	return s.rt.Create(ctx, runtime.InstanceSpec{
 		ID: in.ID, Image: ref, Hostname: in.Project, Mounts: mounts, Env: env,
+		Limits: limits.runtime(), AllowPrivilegeEscalation: limits.AllowPrivilegeEscalation,
 		Labels: map[string]string{
 			LabelGeneration: generationLabel(in.Generation),
 			LabelProject:    in.Project,
@@ -325,6 +339,7 @@ func (s *Service) Exec(ctx context.Context, p Principal, id string, req ExecRequ
 	stdout := &limitedBuffer{max: MaxExecOutput}
 	stderr := &limitedBuffer{max: MaxExecOutput}
 	var code int
+	started := time.Now()
 	// A save may freeze the task between our check and the exec: containerd
 	// then refuses to exec in a paused task before starting anything, and
 	// the exec waits for the thaw and tries again.
@@ -353,7 +368,7 @@ func (s *Service) Exec(ctx context.Context, p Principal, id string, req ExecRequ
 		return ExecResult{}, fmt.Errorf("exec in %q: %w", id, err)
 	}
 	return ExecResult{ExitCode: code, Stdout: stdout.String(), Stderr: stderr.String(),
-		Truncated: stdout.truncated || stderr.truncated}, nil
+		Truncated: stdout.truncated || stderr.truncated, OOMKilled: code == 137 && s.oomKilledSince(id, started)}, nil
 }
 
 // limitedBuffer keeps the first max bytes written and drops the rest, so a

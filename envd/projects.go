@@ -59,6 +59,10 @@ func (s *Service) createProject(ctx context.Context, p Principal, req CreateProj
 	if err := s.checkVolumeQuota(ctx, p.Tenant, volumeBytes(ps.Volumes)); err != nil {
 		return Project{}, err
 	}
+	if err := s.checkProjectLimits(ctx, p.Tenant, req.Limits); err != nil {
+		return Project{}, err
+	}
+	ps.Limits = req.Limits
 	rawSpec, _ := json.Marshal(ps)
 	base, err := s.resolveBase(ctx, p.Tenant, req.Base)
 	if err != nil {
@@ -78,7 +82,8 @@ func (s *Service) createProject(ctx context.Context, p Principal, req CreateProj
 func toProject(p versions.Project) Project {
 	ps, _ := parseProjectSpec(p.Spec)
 	out := Project{Name: p.Name, BaseImage: p.BaseImage, Current: p.Current, Excludes: p.Excludes,
-		Compression: p.Compression, Volumes: ps.Volumes, Prefetch: p.Prefetch, CreatedAt: p.CreatedAt}
+		Compression: p.Compression, Volumes: ps.Volumes, Prefetch: p.Prefetch, CreatedAt: p.CreatedAt,
+		Limits: ps.Limits}
 	if r := p.Retention; r.KeepLast > 0 || r.KeepNewerThan > 0 {
 		out.Retention = &Retention{KeepLast: r.KeepLast}
 		if r.KeepNewerThan > 0 {

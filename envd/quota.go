@@ -94,9 +94,10 @@ type tenantUsage struct {
 	versions.Usage
 	versions    map[string]int
 	volumeBytes int64
+	diskBytes   int64 // writable-layer limits of instances holding a layer
 }
 
-func (u tenantUsage) stored() int64 { return u.LayerBytes + u.volumeBytes }
+func (u tenantUsage) stored() int64 { return u.LayerBytes + u.volumeBytes + u.diskBytes }
 
 // usage is the store's usage plus the declared sizes of the tenant's
 // volumes, which live in project specs.
@@ -106,6 +107,9 @@ func (s *Service) usage(ctx context.Context, tenant string) (tenantUsage, error)
 		return tenantUsage{}, err
 	}
 	out := tenantUsage{Usage: u, versions: u.Versions}
+	if out.diskBytes, err = s.store.WritableLayerBytes(ctx, tenant); err != nil {
+		return tenantUsage{}, err
+	}
 	ps, err := s.store.ListProjects(ctx, tenant)
 	if err != nil {
 		return tenantUsage{}, err
@@ -137,7 +141,11 @@ func (s *Service) SetQuota(ctx context.Context, p Principal, tenant string, q Qu
 	if err != nil {
 		return Quota{}, err
 	}
-	return toQuota(stored), nil
+	maxima, err := s.setLimitMaxima(ctx, tenant, q)
+	if err != nil {
+		return Quota{}, err
+	}
+	return withMaxima(toQuota(stored), maxima), nil
 }
 
 func toQuota(q versions.Quota) Quota {
@@ -168,8 +176,12 @@ func (s *Service) Usage(ctx context.Context, p Principal, tenant string) (Usage,
 	if err != nil {
 		return Usage{}, err
 	}
+	maxima, err := s.store.LimitMaxima(ctx, tenant)
+	if err != nil {
+		return Usage{}, err
+	}
 	out := Usage{Tenant: tenant, Instances: u.Instances, StoredBytes: u.stored(), VersionBytes: u.LayerBytes,
-		VolumeBytes: u.volumeBytes, Versions: u.versions, Quota: toQuota(q)}
+		VolumeBytes: u.volumeBytes, DiskBytes: u.diskBytes, Versions: u.versions, Quota: withMaxima(toQuota(q), maxima)}
 	return out, nil
 }
 

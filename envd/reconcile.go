@@ -27,6 +27,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.resumeOperations(ctx); err != nil {
 		return err
 	}
+	s.watchOOM()
 	s.wg.Add(2)
 	go s.reapLoop()
 	go s.reconcileLoop()
@@ -157,6 +158,8 @@ func (s *Service) Reconcile(ctx context.Context) error {
 			// hibernated: it lives as a version, no container expected
 		case !st.Exists:
 			s.fail(ctx, in.ID, in.State, ReasonNodeLost, "its container is gone from node "+s.cfg.Node)
+		case in.State == StateRunning && st.Task != "running" && st.Task != "paused" && st.OOMKilled:
+			s.failOOM(ctx, in.ID)
 		case in.State == StateRunning && st.Task != "running" && st.Task != "paused":
 			s.fail(ctx, in.ID, in.State, ReasonTaskExited, "its processes exited; the writable layer is kept until removal")
 		case in.State == StatePausing || in.State == StateResuming || in.State == StateStopping:

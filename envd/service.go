@@ -81,6 +81,10 @@ type Config struct {
 	// manifests; nil when the registry is not this node's.
 	Sweeper Sweeper
 
+	// DefaultLimits are the limits of instances whose project sets none of
+	// a kind (see Limits); zero fields = no limit.
+	DefaultLimits Limits
+
 	ReapInterval      time.Duration // longest sleep of the TTL reaper; default 5s
 	ReconcileInterval time.Duration // default 30s
 	ProvisionTimeout  time.Duration // a Pending instance older than this fails; default 10m

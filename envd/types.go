@@ -68,6 +68,7 @@ const (
 	ReasonTaskExited       = "task_exited"
 	ReasonProvisionTimeout = "provision_timeout"
 	ReasonBuildFinished    = "build_finished" // a build's or trial's container, removed when the build ended
+	ReasonOOMKilled        = "oom_killed"     // the init was killed by the OOM killer (memory limit)
 )
 
 // Project is one lineage of environments.
@@ -85,6 +86,9 @@ type Project struct {
 	// every version.
 	Retention *Retention `json:"retention,omitempty"`
 	CreatedAt time.Time  `json:"created_at"`
+	// Limits are the project's own resource limits; fields unset take the
+	// node's defaults (see Limits).
+	Limits *Limits `json:"limits,omitempty"`
 }
 
 // Retention says which versions of a project a GC keeps besides the
@@ -140,6 +144,8 @@ type CreateProjectRequest struct {
 	// Volumes are "NAME:PATH[:UID:GID][:SIZE]", e.g. "work:/workspace",
 	// "tools:/home/dev/.tools:1000:1000:2G".
 	Volumes []string `json:"volumes,omitempty"`
+	// Limits are the project's resource limits; nil = the node's defaults.
+	Limits *Limits `json:"limits,omitempty"`
 }
 
 // Volume is a persistent directory mounted into every instance of a
@@ -222,6 +228,8 @@ type Instance struct {
 	ExpiresAt        *time.Time `json:"expires_at,omitempty"`
 	CreatedAt        time.Time  `json:"created_at"`
 	LastTransitionAt time.Time  `json:"last_transition_at"`
+	// Limits are the effective limits the instance was started with.
+	Limits *Limits `json:"limits,omitempty"`
 }
 
 // Protection is what keeps an instance's data.
@@ -263,6 +271,9 @@ type ExecResult struct {
 	Stdout    string `json:"stdout"`
 	Stderr    string `json:"stderr"`
 	Truncated bool   `json:"truncated,omitempty"`
+	// OOMKilled: the command was killed by the OOM killer (the instance's
+	// memory limit); ExitCode is then 137.
+	OOMKilled bool `json:"oom_killed,omitempty"`
 }
 
 // SaveRequest is the body of POST /v1/instances/{i}/save.
@@ -363,6 +374,12 @@ type Quota struct {
 	MaxVersions    int    `json:"max_versions,omitempty"`     // versions of any one project
 	MaxStoredBytes int64  `json:"max_stored_bytes,omitempty"` // layers added by versions + volume sizes
 	MaxTTL         string `json:"max_ttl,omitempty"`          // a Go duration; with it, ttl "none" is refused
+	// Maxima of one instance's limits (see Limits): a project asking more
+	// is refused (quota_exceeded); node defaults above them are cut.
+	MaxMemoryBytes int64   `json:"max_memory_bytes,omitempty"`
+	MaxPids        int64   `json:"max_pids,omitempty"`
+	MaxCPUs        float64 `json:"max_cpus,omitempty"`
+	MaxDiskBytes   int64   `json:"max_disk_bytes,omitempty"`
 }
 
 // Usage is what a tenant uses, with its quota.
@@ -371,11 +388,14 @@ type Usage struct {
 	Instances int    `json:"instances"` // live: Pending to Stopping
 	// StoredBytes = VersionBytes (the layers its versions added) +
 	// VolumeBytes (the declared sizes of its volumes).
-	StoredBytes  int64          `json:"stored_bytes"`
-	VersionBytes int64          `json:"version_bytes"`
-	VolumeBytes  int64          `json:"volume_bytes"`
-	Versions     map[string]int `json:"versions"` // per project
-	Quota        Quota          `json:"quota"`
+	StoredBytes  int64 `json:"stored_bytes"`
+	VersionBytes int64 `json:"version_bytes"`
+	VolumeBytes  int64 `json:"volume_bytes"`
+	// DiskBytes: the writable-layer limits of its instances that hold a
+	// layer on a node (part of StoredBytes).
+	DiskBytes int64          `json:"disk_bytes"`
+	Versions  map[string]int `json:"versions"` // per project
+	Quota     Quota          `json:"quota"`
 }
 
 // CreateTokenRequest is the body of POST /v1/admin/tenants/{t}/tokens.

@@ -19,6 +19,7 @@ import (
 // the project's spec document.
 type projectSpec struct {
 	Volumes []Volume `json:"volumes,omitempty"`
+	Limits  *Limits  `json:"limits,omitempty"`
 }
 
 func parseProjectSpec(raw json.RawMessage) (projectSpec, error) {

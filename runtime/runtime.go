@@ -106,6 +106,8 @@ type Runtime struct {
 	runcRoot string
 	fifoDir  string
 	lazyErr  error // why LazySnapshotter was turned off
+	cgroups  cgroupSupport
+	ooms     oomLog
 }
 
 // New connects to containerd at cfg.Address and prepares the instance
@@ -132,6 +134,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		scope:    hex.EncodeToString(sum[:]),
 		runcRoot: filepath.Join(cfg.StateDir, "runc"),
 		fifoDir:  filepath.Join(cfg.StateDir, "fifo"),
+		cgroups:  detectCgroups(),
 	}
 	for _, d := range []string{cfg.StateDir, r.instancesDir(), r.runcRoot, r.fifoDir} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
@@ -152,11 +155,15 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("containerd at %s is not serving: %w", cfg.Address, errdefs.ErrUnavailable)
 	}
 	r.checkLazySnapshotter(ctx)
+	r.watchOOM()
 	return r, nil
 }
 
 // Close closes the connection to containerd. Instances keep running.
-func (r *Runtime) Close() error { return r.client.Close() }
+func (r *Runtime) Close() error {
+	r.ooms.cancel()
+	return r.client.Close()
+}
 
 // Client is the containerd client, for packages that work on snapshots and
 // content directly. Its default namespace is Config.Namespace.
@@ -207,6 +214,9 @@ type InstanceSpec struct {
 	Mounts   []Mount           // bind mounts
 	Labels   map[string]string // container labels, e.g. envd.generation
 	Limits   Limits            // resource limits; see Limits
+	// AllowPrivilegeEscalation turns no_new_privs off, so a non-root user's
+	// setuid binaries (sudo) gain privileges; default off (harden.go).
+	AllowPrivilegeEscalation bool
 }
 
 // Mount is a bind mount of a host path into an instance.
@@ -241,7 +251,7 @@ func (s InstanceSpec) validate() error {
 			return fmt.Errorf("mount source %s: %w", m.Source, errdefs.ErrInvalidArgument)
 		}
 	}
-	return nil
+	return s.Limits.Validate()
 }
 
 // Create makes the container (a new snapshot named after the ID, in the
@@ -317,6 +327,8 @@ func (r *Runtime) Create(ctx context.Context, spec InstanceSpec) (retErr error) 
 			// The default cgroup is /<namespace>/<id>, the same for every
 			// daemon; put ours under a parent named by StateDir.
 			oci.WithCgroup(r.cgroupPath(id)),
+			oci.Compose(hardenOpts(spec)...),
+			withLimits(spec.Limits, r.cgroups),
 		),
 	)
 	if err != nil {
@@ -929,6 +941,11 @@ type Status struct {
 	Pid     uint32
 	Labels  map[string]string
 	Address string // the instance's IP address on the bridge while its task runs, "" otherwise
+	// ExitCode is the init's exit status when Task is "stopped".
+	ExitCode uint32
+	// OOMKilled: the task is stopped and the OOM killer killed a process
+	// of the instance since the task started (see oom.go).
+	OOMKilled bool
 }
 
 // Status reports whether the instance exists and the state of its task.
@@ -966,6 +983,14 @@ func (r *Runtime) Status(ctx context.Context, id string) (Status, error) {
 		s.Task = string(st.Status)
 	}
 	s.Pid = t.Pid()
+	if st.Status == client.Stopped {
+		s.ExitCode = st.ExitStatus
+		started := time.Time{}
+		if fi, err := os.Stat(filepath.Join(r.instanceDir(id), "address")); err == nil {
+			started = fi.ModTime() // written by startTask before the task starts
+		}
+		s.OOMKilled = r.OOMKilledSince(id, started)
+	}
 	if b, err := os.ReadFile(filepath.Join(r.instanceDir(id), "address")); err == nil {
 		s.Address = strings.TrimSpace(string(b))
 	}

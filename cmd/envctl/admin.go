@@ -34,6 +34,7 @@ func (a *app) adminCommand() *cobra.Command {
 	var (
 		q      envd.Quota
 		stored string
+		ql     quotaLimitFlags
 	)
 	quota := &cobra.Command{
 		Use:   "quota TENANT [--max-instances N] [--max-versions N] [--max-stored SIZE] [--max-ttl D]",
@@ -43,6 +44,9 @@ func (a *app) adminCommand() *cobra.Command {
   --max-versions   versions of any one project
   --max-stored     bytes of the layers its versions added plus its volumes' sizes (e.g. 20G)
   --max-ttl        the longest instance TTL (a Go duration); with it, --ttl none is refused
+  --max-memory, --max-pids, --max-cpus, --max-disk
+                   the largest limits of one instance: a project asking more is
+                   refused, node defaults above them are cut to them
 What would exceed a quota is refused before anything is made, with code
 quota_exceeded (HTTP 507) and the numbers.`,
 		Args: exactArgs(1),
@@ -56,6 +60,9 @@ quota_exceeded (HTTP 507) and the numbers.`,
 					return usageError{fmt.Errorf("--max-stored: %w", err)}
 				}
 			}
+			if err := ql.apply(&q); err != nil {
+				return err
+			}
 			got, err := c.SetQuota(cmd.Context(), args[0], q)
 			if err != nil {
 				return err
@@ -68,6 +75,7 @@ quota_exceeded (HTTP 507) and the numbers.`,
 	f.IntVar(&q.MaxVersions, "max-versions", 0, "versions of any one project")
 	f.StringVar(&stored, "max-stored", "", "stored bytes (version layers + volumes), e.g. 20G")
 	f.StringVar(&q.MaxTTL, "max-ttl", "", "longest instance TTL")
+	ql.add(f, &q)
 	return group("admin", "Tenants, tokens and quotas (admin token)", token, quota)
 }
 
@@ -107,13 +115,14 @@ func quotaRows(w io.Writer, q envd.Quota) {
 	row(w, "MAX VERSIONS:", limit(int64(q.MaxVersions), count))
 	row(w, "MAX STORED:", limit(q.MaxStoredBytes, formatBytes))
 	row(w, "MAX TTL:", orDash(q.MaxTTL))
+	quotaLimitRows(w, q)
 }
 
 func usageRows(w io.Writer, u envd.Usage) {
 	row(w, "TENANT:", u.Tenant)
 	row(w, "INSTANCES:", fmt.Sprintf("%d of %s", u.Instances, limit(int64(u.Quota.MaxInstances), count)))
-	row(w, "STORED:", fmt.Sprintf("%s of %s (versions %s, volumes %s)", formatBytes(u.StoredBytes),
-		limit(u.Quota.MaxStoredBytes, formatBytes), formatBytes(u.VersionBytes), formatBytes(u.VolumeBytes)))
+	row(w, "STORED:", fmt.Sprintf("%s of %s (versions %s, volumes %s, writable layers %s)", formatBytes(u.StoredBytes),
+		limit(u.Quota.MaxStoredBytes, formatBytes), formatBytes(u.VersionBytes), formatBytes(u.VolumeBytes), formatBytes(u.DiskBytes)))
 	names := make([]string, 0, len(u.Versions))
 	for n := range u.Versions {
 		names = append(names, n)
@@ -123,4 +132,5 @@ func usageRows(w io.Writer, u envd.Usage) {
 		row(w, "VERSIONS "+n+":", fmt.Sprintf("%d of %s", u.Versions[n], limit(int64(u.Quota.MaxVersions), count)))
 	}
 	row(w, "MAX TTL:", orDash(u.Quota.MaxTTL))
+	quotaLimitRows(w, u.Quota)
 }

@@ -138,6 +138,7 @@ func projectDetail(w io.Writer, p envd.Project) {
 		keep = strings.Join(parts, " and ")
 	}
 	row(w, "KEEPS:", keep)
+	row(w, "LIMITS:", limitsText(p.Limits))
 	row(w, "CREATED:", formatTime(p.CreatedAt))
 }
 
@@ -179,6 +180,7 @@ func instanceDetail(w io.Writer, i envd.Instance) {
 		row(w, "HIBERNATED AS:", fmt.Sprintf("version %d (start brings it back, on any node)", i.HibernatedVersion))
 	}
 	row(w, "VOLUMES:", orDash(strings.Join(i.Protection.Volumes, ", ")))
+	row(w, "LIMITS:", limitsText(i.Limits))
 	row(w, "LOST ON STOP:", orDash(i.Protection.LostOnStop))
 	row(w, "LOST ON RM:", orDash(i.Protection.LostOnRemove))
 	row(w, "EXPIRES:", formatExpiry(i.ExpiresAt))

@@ -23,6 +23,7 @@ func (a *app) projectCommand() *cobra.Command {
 	var (
 		req envd.CreateProjectRequest
 		key string
+		lf  limitFlags
 	)
 	create := &cobra.Command{
 		Use:   "create NAME --base IMAGE",
@@ -34,6 +35,11 @@ func (a *app) projectCommand() *cobra.Command {
 				return err
 			}
 			req.Name = args[0]
+			if l, set, err := lf.limits(cmd.Flags()); err != nil {
+				return err
+			} else if set {
+				req.Limits = &l
+			}
 			p, err := c.CreateProject(cmd.Context(), req, client.WithIdempotencyKey(key))
 			if err != nil {
 				return err
@@ -46,6 +52,7 @@ func (a *app) projectCommand() *cobra.Command {
 	create.Flags().StringVar(&req.Compression, "compression", "", "layer compression: estargz (default), zstd or gzip")
 	create.Flags().StringArrayVar(&req.Volumes, "volume", nil, "persistent volume NAME:PATH[:UID:GID][:SIZE], e.g. work:/workspace (repeatable)")
 	create.Flags().StringVar(&key, "idempotency-key", "", "retrying with the same key and flags returns the same project")
+	lf.add(create.Flags())
 	_ = create.MarkFlagRequired("base")
 
 	ls := &cobra.Command{
@@ -97,7 +104,7 @@ func (a *app) projectCommand() *cobra.Command {
 			})
 		},
 	}
-	return group("project", "Manage projects", create, ls, show, rm, a.retentionCommand())
+	return group("project", "Manage projects", create, ls, show, rm, a.retentionCommand(), a.limitsCommand())
 }
 
 func (a *app) retentionCommand() *cobra.Command {

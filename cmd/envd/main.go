@@ -51,6 +51,7 @@ type flags struct {
 	hibernateAfter string
 	s3             objstore.S3Config
 	regS3          registry.S3Storage
+	limits         limitFlags
 }
 
 func (f *flags) register(cmd *cobra.Command, external bool) {
@@ -61,6 +62,7 @@ func (f *flags) register(cmd *cobra.Command, external bool) {
 	fl.StringVar(&f.defaultTTL, "default-ttl", env("ENVD_DEFAULT_TTL", "8h"), "instance lifetime when none is asked (ENVD_DEFAULT_TTL)")
 	fl.StringVar(&f.maxTTL, "max-ttl", env("ENVD_MAX_TTL", "0"), "longest instance lifetime a client may ask, 0 = no limit (ENVD_MAX_TTL)")
 	fl.StringVar(&f.hibernateAfter, "hibernate-after", env("ENVD_HIBERNATE_AFTER", "0"), "save and free the layer of a retained instance stopped this long, 0 = never (ENVD_HIBERNATE_AFTER)")
+	f.limits.register(fl)
 	if external {
 		fl.StringVar(&f.s3.Endpoint, "s3-endpoint", env("ENVD_S3_ENDPOINT", ""), "S3 host:port for volume archives; empty = a directory in the data dir (ENVD_S3_ENDPOINT)")
 		fl.StringVar(&f.s3.Bucket, "s3-bucket", env("ENVD_S3_BUCKET", "envd"), "S3 bucket (ENVD_S3_BUCKET)")
@@ -91,6 +93,9 @@ func (f *flags) run(cmd *cobra.Command) error {
 	}
 	if f.cfg.HibernateAfter, err = time.ParseDuration(f.hibernateAfter); err != nil {
 		return fmt.Errorf("--hibernate-after: %w", err)
+	}
+	if f.cfg.DefaultLimits, err = f.limits.limits(); err != nil {
+		return err
 	}
 	if f.regS3.Endpoint != "" {
 		f.cfg.RegistryS3 = &f.regS3 // credentials from the environment only

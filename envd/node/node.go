@@ -73,6 +73,9 @@ type Config struct {
 	// 0 = envd's default (30s).
 	ReconcileInterval time.Duration
 	Logger            *slog.Logger
+	// DefaultLimits are the resource limits of instances whose project
+	// sets none of a kind; zero fields = no limit.
+	DefaultLimits envd.Limits
 }
 
 // DefaultDataDir is /var/lib/envd for root, ~/.local/share/envd otherwise.
@@ -306,7 +309,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Node: cfg.Node, WorkDir: filepath.Join(cfg.DataDir, "work"), DataDir: cfg.DataDir,
 		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, Components: components, Logger: log,
 		Volumes: vols, Objects: objects, HibernateAfter: cfg.HibernateAfter, PrefetchWindow: cfg.PrefetchWindow, ReconcileInterval: cfg.ReconcileInterval,
-		Sweeper: sweeper,
+		Sweeper: sweeper, DefaultLimits: cfg.DefaultLimits,
 	}, store, reg, rt)
 	if err != nil {
 		return nil, err
@@ -330,6 +333,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := svc.Start(ctx); err != nil {
 		return nil, err
 	}
+	n.protectFromOOM()
 
 	n.ln, err = net.Listen("tcp", cfg.Listen)
 	if err != nil {

@@ -1,0 +1,19 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/envd-dev/envd/envd"
+)
+
+func (h *handlers) setProjectLimits(c *gin.Context) {
+	var req envd.Limits
+	if err := decodeJSON(c, &req); err != nil {
+		writeError(c, err)
+		return
+	}
+	v, err := h.core.SetProjectLimits(c.Request.Context(), principal(c), c.Param("p"), req)
+	respond(c, http.StatusOK, v, err)
+}

@@ -1,0 +1,30 @@
+package node
+
+import (
+	"os"
+
+	"github.com/envd-dev/envd/internal/proc"
+)
+
+// protectFromOOM lowers the oom_score_adj of envd and of the services this
+// node started, so a tenant's workload is killed before them. Where the
+// host does not allow it, it logs once and goes on: instances still run at
+// a positive oom_score_adj.
+func (n *Node) protectFromOOM() {
+	pids := map[string]int{"envd": os.Getpid()}
+	if n.pg != nil {
+		pids["postgresql"] = n.pg.PID()
+	}
+	if n.daemon != nil {
+		pids["containerd"] = n.daemon.Pid()
+	}
+	if n.stargz != nil {
+		pids["snapshotter"] = n.stargz.Pid()
+	}
+	for name, pid := range pids {
+		if err := proc.ProtectFromOOM(pid); err != nil {
+			n.cfg.Logger.Warn("node services keep oom_score_adj 0; instances run at +500 and are still killed first", "service", name, "err", err)
+			return
+		}
+	}
+}

@@ -1,0 +1,76 @@
+package versions
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/envd-dev/envd/internal/errdefs"
+)
+
+// LimitMaxima are a tenant's maxima of per-instance resource limits; a
+// zero field is no maximum.
+type LimitMaxima struct {
+	MemoryBytes int64
+	Pids        int64
+	CPUs        float64
+	DiskBytes   int64
+}
+
+// SetLimitMaxima sets tenant's maxima, creating the tenant if needed.
+func (s *Store) SetLimitMaxima(ctx context.Context, tenant string, m LimitMaxima) error {
+	if m.MemoryBytes < 0 || m.Pids < 0 || m.CPUs < 0 || m.DiskBytes < 0 {
+		return fmt.Errorf("limit maxima of %q: negative maximum: %w", tenant, errdefs.ErrInvalidArgument)
+	}
+	return WithTx(ctx, s.db, func(tx pgx.Tx) error {
+		if err := ensureTenant(ctx, tx, tenant); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `UPDATE tenants SET max_memory_bytes = NULLIF($2::bigint, 0), max_pids = NULLIF($3::bigint, 0),
+			max_cpus = NULLIF($4::double precision, 0), max_disk_bytes = NULLIF($5::bigint, 0) WHERE id = $1`,
+			tenant, m.MemoryBytes, m.Pids, m.CPUs, m.DiskBytes)
+		return translate(err, fmt.Sprintf("limit maxima of %q", tenant))
+	})
+}
+
+// LimitMaxima returns tenant's maxima; a tenant without a row has none.
+func (s *Store) LimitMaxima(ctx context.Context, tenant string) (LimitMaxima, error) {
+	var (
+		mem, pids, disk *int64
+		cpus            *float64
+	)
+	err := s.db.QueryRow(ctx, "SELECT max_memory_bytes, max_pids, max_cpus, max_disk_bytes FROM tenants WHERE id = $1", tenant).
+		Scan(&mem, &pids, &cpus, &disk)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return LimitMaxima{}, nil
+	}
+	if err != nil {
+		return LimitMaxima{}, translate(err, fmt.Sprintf("limit maxima of %q", tenant))
+	}
+	var m LimitMaxima
+	if mem != nil {
+		m.MemoryBytes = *mem
+	}
+	if pids != nil {
+		m.Pids = *pids
+	}
+	if cpus != nil {
+		m.CPUs = *cpus
+	}
+	if disk != nil {
+		m.DiskBytes = *disk
+	}
+	return m, nil
+}
+
+// WritableLayerBytes is the sum of the writable-layer limits (instance
+// spec key limits.disk_bytes) of tenant's instances that hold a writable
+// layer on a node: all but terminated and hibernated ones.
+func (s *Store) WritableLayerBytes(ctx context.Context, tenant string) (int64, error) {
+	var n int64
+	err := s.db.QueryRow(ctx, `SELECT COALESCE(sum((spec->'limits'->>'disk_bytes')::bigint), 0)::bigint FROM instances
+		WHERE tenant_id = $1 AND state <> 'Terminated' AND hibernated_version IS NULL`, tenant).Scan(&n)
+	return n, translate(err, fmt.Sprintf("writable layers of %q", tenant))
+}
