@@ -236,6 +236,7 @@ func (s *Service) provision(ctx context.Context, in versions.Instance, proj vers
 	}
 	return s.rt.Create(ctx, runtime.InstanceSpec{
 		ID: in.ID, Image: ref, Hostname: in.Project, Mounts: mounts, Env: env,
+		Limits: s.cfg.DefaultLimits,
 		Labels: map[string]string{
 			LabelGeneration: generationLabel(in.Generation),
 			LabelProject:    in.Project,

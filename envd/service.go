@@ -84,6 +84,10 @@ type Config struct {
 	ReapInterval      time.Duration // longest sleep of the TTL reaper; default 5s
 	ReconcileInterval time.Duration // default 30s
 	ProvisionTimeout  time.Duration // a Pending instance older than this fails; default 10m
+
+	// DefaultLimits are the resource limits of instances whose project sets
+	// none; a zero field sets no limit of that kind.
+	DefaultLimits runtime.Limits
 }
 
 // Service implements the API's core.

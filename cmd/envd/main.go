@@ -19,6 +19,7 @@ import (
 	"github.com/envd-dev/envd/internal/objstore"
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/snapshotter/stargz"
+	"github.com/envd-dev/envd/workspace"
 )
 
 func main() {
@@ -49,6 +50,7 @@ type flags struct {
 	defaultTTL     string
 	maxTTL         string
 	hibernateAfter string
+	diskLimit      string
 	s3             objstore.S3Config
 	regS3          registry.S3Storage
 }
@@ -61,6 +63,8 @@ func (f *flags) register(cmd *cobra.Command, external bool) {
 	fl.StringVar(&f.defaultTTL, "default-ttl", env("ENVD_DEFAULT_TTL", "8h"), "instance lifetime when none is asked (ENVD_DEFAULT_TTL)")
 	fl.StringVar(&f.maxTTL, "max-ttl", env("ENVD_MAX_TTL", "0"), "longest instance lifetime a client may ask, 0 = no limit (ENVD_MAX_TTL)")
 	fl.StringVar(&f.hibernateAfter, "hibernate-after", env("ENVD_HIBERNATE_AFTER", "0"), "save and free the layer of a retained instance stopped this long, 0 = never (ENVD_HIBERNATE_AFTER)")
+	fl.StringVar(&f.diskLimit, "default-disk-limit", env("ENVD_DEFAULT_DISK_LIMIT", "10G"), "size of an instance's writable layer (a write past it fails with ENOSPC), 0 = none (ENVD_DEFAULT_DISK_LIMIT)")
+	fl.BoolVar(&f.cfg.DisableDiskLimit, "no-disk-limit", env("ENVD_NO_DISK_LIMIT", "") == "1", "ignore writable-layer limits: layers are bounded only by the node's disk (ENVD_NO_DISK_LIMIT=1)")
 	if external {
 		fl.StringVar(&f.s3.Endpoint, "s3-endpoint", env("ENVD_S3_ENDPOINT", ""), "S3 host:port for volume archives; empty = a directory in the data dir (ENVD_S3_ENDPOINT)")
 		fl.StringVar(&f.s3.Bucket, "s3-bucket", env("ENVD_S3_BUCKET", "envd"), "S3 bucket (ENVD_S3_BUCKET)")
@@ -87,6 +91,9 @@ func (f *flags) run(cmd *cobra.Command) error {
 	}
 	if f.cfg.HibernateAfter, err = time.ParseDuration(f.hibernateAfter); err != nil {
 		return fmt.Errorf("--hibernate-after: %w", err)
+	}
+	if f.cfg.DefaultLimits.DiskBytes, err = workspace.ParseSize(f.diskLimit); err != nil {
+		return fmt.Errorf("--default-disk-limit: %w", err)
 	}
 	if f.regS3.Endpoint != "" {
 		f.cfg.RegistryS3 = &f.regS3 // credentials from the environment only

@@ -61,6 +61,17 @@ type Config struct {
 	// 0 = envd's default (30s).
 	ReconcileInterval time.Duration
 	Logger            *slog.Logger
+
+	// DefaultLimits are the resource limits of instances whose project sets
+	// none; a zero field sets no limit of that kind (runtime.Limits).
+	DefaultLimits runtime.Limits
+	// DisableDiskLimit ignores writable-layer size limits
+	// (Limits.DiskBytes): layers stay plain directories, bounded only by
+	// the node's disk.
+	DisableDiskLimit bool
+	// DiskReserveBytes is the node's free space that instances with a
+	// writable-layer limit leave alone; 0 = the runtime's default (1 GiB).
+	DiskReserveBytes int64
 }
 
 // DefaultDataDir is /var/lib/envd for root, ~/.local/share/envd otherwise.
@@ -229,10 +240,23 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Network:             networkFor(cfg.DataDir),
 		PlainHTTPRegistries: []string{regAddr},
 		LazySnapshotter:     lazy,
+		DisableDiskLimit:    cfg.DisableDiskLimit,
+		DiskReserveBytes:    cfg.DiskReserveBytes,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("runtime: %w", err)
 	}
+	// --- writable-layer limits
+	switch err := rt.DiskLimitErr(); {
+	case cfg.DisableDiskLimit:
+		components["disk limit"] = "disabled"
+	case err != nil:
+		log.Warn("writable-layer limits cannot be honoured: instances with one fail to start", "err", err)
+		components["disk limit"] = "unavailable: " + err.Error()
+	default:
+		components["disk limit"] = fmt.Sprintf("ext4 image per instance, default %d bytes (0 = none)", cfg.DefaultLimits.DiskBytes)
+	}
+	// --- end writable-layer limits
 	if err := rt.LazyErr(); err != nil {
 		log.Warn("lazy snapshotter not usable, restores pull images in full (overlayfs)", "err", err)
 		components["lazy snapshotter"] = "unavailable: " + err.Error()
@@ -262,7 +286,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Node: cfg.Node, WorkDir: filepath.Join(cfg.DataDir, "work"), DataDir: cfg.DataDir,
 		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, Components: components, Logger: log,
 		Volumes: vols, Objects: objects, HibernateAfter: cfg.HibernateAfter, PrefetchWindow: cfg.PrefetchWindow, ReconcileInterval: cfg.ReconcileInterval,
-		Sweeper: sweeper,
+		Sweeper: sweeper, DefaultLimits: cfg.DefaultLimits,
 	}, store, reg, rt)
 	if err != nil {
 		return nil, err
