@@ -15,9 +15,12 @@
 //
 //   - scaling: save and lazy restore as the change and the image grow.
 //
+//   - disklimit: save and lazy restore of a layer on the writable-layer
+//     limit's ext4 image against a plain upper dir, as ratios.
+//
 //   - all: every scenario, in this order.
 //
-//     go run ./bench [-scenario save|restore|workloads|scaling|all] [-runs 3] [-rootfs DIR] [-work DIR]
+//     go run ./bench [-scenario save|restore|workloads|scaling|disklimit|all] [-runs 3] [-rootfs DIR] [-work DIR]
 package main
 
 import (
@@ -62,7 +65,7 @@ type config struct {
 }
 
 // scenarios in the order -scenario all runs them.
-var scenarios = []string{"save", "restore", "workloads", "scaling"}
+var scenarios = []string{"save", "restore", "workloads", "scaling", "disklimit"}
 
 func main() {
 	var cfg config
@@ -136,6 +139,7 @@ func runScenarios(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 		{"restore", "Restore of the Graphviz version, lazy vs full pull", runRestore},
 		{"workloads", "Small-files and large-file workloads", runWorkloads},
 		{"scaling", "Growth with the size of the change and of the image", runScaling},
+		{"disklimit", "Writable-layer size limit: save and lazy restore on an ext4 image vs a plain upper dir", runDiskLimit},
 	}
 	var b *bed
 	defer func() {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -155,29 +154,7 @@ func sh(ctx context.Context, c *envdclient.Client, id, script string) (string, e
 
 // save saves the instance through the API and waits for the result.
 func (b *bed) save(ctx context.Context, id, msg string) (envd.SaveResult, error) {
-	var res envd.SaveResult
-	if b.cfg.prefault {
-		if _, err := prefault(b.dir, 512<<20); err != nil {
-			return res, err
-		}
-	}
-	op, err := b.c.Save(ctx, id, envd.SaveRequest{Message: msg}, "")
-	if err != nil {
-		return res, fmt.Errorf("save %s: %w", id, err)
-	}
-	op, err = b.c.WaitOperation(ctx, op.ID, nil)
-	if err != nil {
-		return res, fmt.Errorf("wait for save %s: %w", op.ID, err)
-	}
-	if op.State != envd.OpSucceeded {
-		return res, fmt.Errorf("save operation %s of %s: %s: %+v", op.ID, id, op.State, op.Error)
-	}
-	if err := json.Unmarshal(op.Result, &res); err != nil {
-		return res, fmt.Errorf("save result: %w", err)
-	}
-	logf("saved %s -> %s v%d: freeze %s, encode %s, push %s, total %s, layer %s MB",
-		id, res.Project, res.Version, ms(res.FreezeMS), ms(res.EncodeMS), ms(res.PushMS), ms(res.TotalMS), megabytes(res.LayerBytes))
-	return res, nil
+	return b.saveWith(ctx, b.c, id, msg)
 }
 
 // remove deletes an instance (best effort, logged).
@@ -237,6 +214,12 @@ func (b *bed) coldRestore(ctx context.Context, project string, version int, cmds
 // coldRestoreOn is coldRestore on a joining node that pulls lazily, or, with
 // full, on one without the lazy snapshotter (whole images, overlayfs).
 func (b *bed) coldRestoreOn(ctx context.Context, project string, version int, cmds []string, full bool) (r restoreRun, rErr error) {
+	return b.coldRestoreWith(ctx, project, version, cmds, full, envd.Limits{})
+}
+
+// coldRestoreWith is coldRestoreOn on a joining node whose instances get
+// limits by default.
+func (b *bed) coldRestoreWith(ctx context.Context, project string, version int, cmds []string, full bool, limits envd.Limits) (r restoreRun, rErr error) {
 	v, err := b.c.GetVersion(ctx, project, version)
 	if err != nil {
 		return r, err
@@ -254,7 +237,7 @@ func (b *bed) coldRestoreOn(ctx context.Context, project string, version int, cm
 	}
 	nodeCred, _ := b.primary.RegistryCredentialFiles()
 	jn, err := node.Start(ctx, node.Config{DataDir: dir, DSN: b.primary.DSN(), Registry: b.primary.RegistryAddr(), RegistryCredentialFile: nodeCred,
-		DefaultTTL: 2 * time.Hour, Logger: b.log, DisableLazy: full})
+		DefaultTTL: 2 * time.Hour, Logger: b.log, DisableLazy: full, DefaultLimits: limits})
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
 		defer cancel()

@@ -33,6 +33,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -95,6 +96,15 @@ type Config struct {
 	// "stargz"); "" = every image is pulled in full for overlayfs. See
 	// lazy.go.
 	LazySnapshotter string
+	// DisableDiskLimit ignores InstanceSpec.Limits.DiskBytes: writable
+	// layers stay plain directories of the snapshotter, bounded only by the
+	// node's disk. Default false: limits are honoured (disklimit.go; they
+	// need mkfs.ext4 and loop devices, else a Create with one fails).
+	DisableDiskLimit bool
+	// DiskReserveBytes is the free space of StateDir's filesystem that
+	// Creates with a disk limit leave alone, after setting aside the room
+	// every limited layer may still fill. Default 1 GiB.
+	DiskReserveBytes int64
 }
 
 // Runtime creates and drives instances on one containerd.
@@ -108,6 +118,10 @@ type Runtime struct {
 	lazyErr  error // why LazySnapshotter was turned off
 	cgroups  cgroupSupport
 	ooms     oomLog
+
+	diskErr error      // why disk limits cannot be honoured; see disklimit.go
+	mkfs    string     // mkfs.ext4
+	diskMu  sync.Mutex // orders disk room checks, mounts and unmounts
 }
 
 // New connects to containerd at cfg.Address and prepares the instance
@@ -127,6 +141,9 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	}
 	if cfg.StopGrace <= 0 {
 		cfg.StopGrace = 10 * time.Second
+	}
+	if cfg.DiskReserveBytes <= 0 {
+		cfg.DiskReserveBytes = defaultDiskReserve
 	}
 	sum := sha256.Sum256([]byte(filepath.Clean(cfg.StateDir)))
 	r := &Runtime{
@@ -156,6 +173,10 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	}
 	r.checkLazySnapshotter(ctx)
 	r.watchOOM()
+	r.checkDiskLimit()
+	if r.diskErr == nil && !cfg.DisableDiskLimit {
+		r.attachDisks()
+	}
 	return r, nil
 }
 
@@ -285,8 +306,23 @@ func (r *Runtime) Create(ctx context.Context, spec InstanceSpec) (retErr error) 
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return fmt.Errorf("instance dir: %w", err)
 	}
+	// The disk image is formatted while the container is made.
+	diskReady := func() error { return nil }
+	if r.diskLimited(spec.Limits) {
+		if r.hasDisk(id) || r.diskImageExists(id) { // left by a Create that crashed
+			if err := errors.Join(r.detachDisk(id), r.removeDisk(id)); err != nil {
+				return err
+			}
+		}
+		done := make(chan error, 1)
+		go func() { done <- r.makeDiskImage(ctx, id, spec.Limits.DiskBytes) }()
+		var once sync.Once
+		var derr error
+		diskReady = func() error { once.Do(func() { derr = <-done }); return derr }
+	}
 	defer func() {
 		if retErr != nil {
+			_ = diskReady()
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer cancel()
 			_ = r.Remove(cctx, id)
@@ -334,6 +370,14 @@ func (r *Runtime) Create(ctx context.Context, spec InstanceSpec) (retErr error) 
 	if err != nil {
 		return translate(err, "create container %q", id)
 	}
+	if r.diskLimited(spec.Limits) {
+		if err := diskReady(); err != nil {
+			return err
+		}
+		if err := r.attachNewDisk(ctx, id, sn); err != nil {
+			return err
+		}
+	}
 	return r.startTask(ctx, id, hostname)
 }
 
@@ -378,6 +422,9 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 	spec, err := c.Spec(ctx)
 	if err != nil {
 		return translate(err, "spec of instance %q", id)
+	}
+	if err := r.ensureDisk(id); err != nil {
+		return err
 	}
 	return r.startTask(ctx, id, spec.Hostname)
 }
@@ -862,14 +909,22 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 		if err := r.stopTask(ctx, c); err != nil {
 			return err
 		}
+		// Unmounted first: the snapshotter deletes the directory it is on.
+		if err := r.detachDisk(id); err != nil {
+			return err
+		}
 		if err := c.Delete(ctx, client.WithSnapshotCleanup); err != nil && !cerrdefs.IsNotFound(err) {
 			return translate(err, "delete container %q", id)
 		}
 	case !cerrdefs.IsNotFound(err):
 		return translate(err, "instance %q", id)
 	}
-	// A snapshot left by a Create that failed half way, in whichever
-	// snapshotter it was made.
+	// A snapshot (and disk) left by a Create that failed half way, in
+	// whichever snapshotter it was made.
+	diskErr := r.detachDisk(id)
+	if diskErr != nil {
+		errs = append(errs, diskErr)
+	}
 	for _, sn := range r.snapshotters() {
 		if err := r.client.SnapshotService(sn).Remove(ctx, id); err != nil && !cerrdefs.IsNotFound(err) {
 			errs = append(errs, translate(err, "remove snapshot %q", id))
@@ -880,6 +935,11 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 	}
 	if err := os.RemoveAll(r.instanceDir(id)); err != nil {
 		errs = append(errs, fmt.Errorf("remove instance files of %q: %w", id, err))
+	}
+	if diskErr == nil {
+		if err := r.removeDisk(id); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	r.removeCgroupParents()
 	return errors.Join(errs...)
@@ -908,11 +968,15 @@ func (r *Runtime) DestroyNetwork() error {
 
 // Mounts returns the mounts of the instance's active snapshot: for
 // overlayfs, one overlay mount whose options include upperdir=..., the
-// instance's writable layer.
+// instance's writable layer (on its disk image, attached first, when it has
+// a disk limit).
 func (r *Runtime) Mounts(ctx context.Context, id string) ([]mount.Mount, error) {
 	ctx = r.ctx(ctx)
 	info, err := r.containerInfo(ctx, id)
 	if err != nil {
+		return nil, err
+	}
+	if err := r.ensureDisk(id); err != nil {
 		return nil, err
 	}
 	ms, err := r.client.SnapshotService(info.Snapshotter).Mounts(ctx, info.SnapshotKey)

@@ -21,7 +21,7 @@ func (f *limitFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.cpus, "default-cpus", env("ENVD_DEFAULT_CPUS", ""), "CPU quota in cores of instances whose project sets none; empty = none (ENVD_DEFAULT_CPUS)")
 	fl.StringVar(&f.cpuWeight, "default-cpu-weight", env("ENVD_DEFAULT_CPU_WEIGHT", ""), "CPU weight 1-10000 of instances whose project sets none (ENVD_DEFAULT_CPU_WEIGHT)")
 	fl.StringVar(&f.ioWeight, "default-io-weight", env("ENVD_DEFAULT_IO_WEIGHT", ""), "IO weight 10-1000 of instances whose project sets none (ENVD_DEFAULT_IO_WEIGHT)")
-	fl.StringVar(&f.disk, "default-disk", env("ENVD_DEFAULT_DISK", ""), "writable-layer size of instances whose project sets none, e.g. 20G (ENVD_DEFAULT_DISK)")
+	fl.StringVar(&f.disk, "default-disk", env("ENVD_DEFAULT_DISK", "10G"), "writable-layer size of instances whose project sets none, e.g. 20G (ENVD_DEFAULT_DISK)")
 }
 
 func (f *limitFlags) limits() (envd.Limits, error) {

@@ -63,6 +63,7 @@ func (f *flags) register(cmd *cobra.Command, external bool) {
 	fl.StringVar(&f.maxTTL, "max-ttl", env("ENVD_MAX_TTL", "0"), "longest instance lifetime a client may ask, 0 = no limit (ENVD_MAX_TTL)")
 	fl.StringVar(&f.hibernateAfter, "hibernate-after", env("ENVD_HIBERNATE_AFTER", "0"), "save and free the layer of a retained instance stopped this long, 0 = never (ENVD_HIBERNATE_AFTER)")
 	f.limits.register(fl)
+	fl.BoolVar(&f.cfg.DisableDiskLimit, "no-disk-limit", env("ENVD_NO_DISK_LIMIT", "") == "1", "ignore writable-layer limits: layers are bounded only by the node's disk (ENVD_NO_DISK_LIMIT=1)")
 	if external {
 		fl.StringVar(&f.s3.Endpoint, "s3-endpoint", env("ENVD_S3_ENDPOINT", ""), "S3 host:port for volume archives; empty = a directory in the data dir (ENVD_S3_ENDPOINT)")
 		fl.StringVar(&f.s3.Bucket, "s3-bucket", env("ENVD_S3_BUCKET", "envd"), "S3 bucket (ENVD_S3_BUCKET)")

@@ -76,6 +76,13 @@ type Config struct {
 	// DefaultLimits are the resource limits of instances whose project
 	// sets none of a kind; zero fields = no limit.
 	DefaultLimits envd.Limits
+	// DisableDiskLimit ignores writable-layer size limits
+	// (Limits.DiskBytes): layers stay plain directories, bounded only by
+	// the node's disk.
+	DisableDiskLimit bool
+	// DiskReserveBytes is the node's free space that instances with a
+	// writable-layer limit leave alone; 0 = the runtime's default (1 GiB).
+	DiskReserveBytes int64
 }
 
 // DefaultDataDir is /var/lib/envd for root, ~/.local/share/envd otherwise.
@@ -276,10 +283,23 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		PlainHTTPRegistries: []string{regAddr},
 		RegistryCredentials: regAccess.nodeFor(regAddr),
 		LazySnapshotter:     lazy,
+		DisableDiskLimit:    cfg.DisableDiskLimit,
+		DiskReserveBytes:    cfg.DiskReserveBytes,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("runtime: %w", err)
 	}
+	// --- writable-layer limits
+	switch err := rt.DiskLimitErr(); {
+	case cfg.DisableDiskLimit:
+		components["disk limit"] = "disabled"
+	case err != nil:
+		log.Warn("writable-layer limits cannot be honoured: instances with one fail to start", "err", err)
+		components["disk limit"] = "unavailable: " + err.Error()
+	default:
+		components["disk limit"] = fmt.Sprintf("ext4 image per instance, default %d bytes (0 = none)", cfg.DefaultLimits.DiskBytes)
+	}
+	// --- end writable-layer limits
 	if err := rt.LazyErr(); err != nil {
 		log.Warn("lazy snapshotter not usable, restores pull images in full (overlayfs)", "err", err)
 		components["lazy snapshotter"] = "unavailable: " + err.Error()

@@ -1,0 +1,142 @@
+package runtime
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/envd-dev/envd/internal/errdefs"
+)
+
+func hostFree(t *testing.T, dir string) int64 {
+	t.Helper()
+	var st unix.Statfs_t
+	require.NoError(t, unix.Statfs(dir, &st))
+	return int64(st.Bavail) * st.Bsize
+}
+
+// TestRootDiskLimit: an instance with a writable-layer limit that fills its
+// rootfs gets ENOSPC, stays usable, keeps its limit and files across
+// stop/start and an unmount behind the runtime's back, and costs the node
+// no more than the limit; an instance without a limit is unaffected.
+func TestRootDiskLimit(t *testing.T) {
+	env := newTestEnv(t, freeSubnet(t))
+	ctx := context.Background()
+	rt := env.rt
+	require.NoError(t, rt.DiskLimitErr())
+	const limit = 64 << 20
+
+	env.create(t, InstanceSpec{ID: "full", Limits: Limits{DiskBytes: limit}})
+	env.create(t, InstanceSpec{ID: "free"})
+
+	_, _, code := env.run(t, "full", "sh", "-c", "echo kept > /root/marker")
+	require.Equal(t, 0, code)
+
+	// Inside, the root filesystem's size is the limit, less the ext4
+	// metadata.
+	out, _, code := env.run(t, "full", "sh", "-c", "df -k / | tail -1")
+	require.Equal(t, 0, code)
+	f := strings.Fields(out)
+	require.GreaterOrEqual(t, len(f), 2, out)
+	sizeKiB, err := strconv.ParseInt(f[1], 10, 64)
+	require.NoError(t, err, out)
+	assert.LessOrEqual(t, sizeKiB, int64(limit>>10), "df of / in the instance: %s", out)
+	assert.GreaterOrEqual(t, sizeKiB, int64(limit>>10)*85/100, "df of / in the instance: %s", out)
+
+	fill := func(t *testing.T, id string) (string, int) {
+		t.Helper()
+		// 1 GiB attempted against a 64 MiB limit.
+		_, stderr, code := env.run(t, id, "dd", "if=/dev/zero", "of=/big", "bs=1M", "count=1024")
+		return stderr, code
+	}
+
+	t.Run("fill gets ENOSPC", func(t *testing.T) {
+		before := hostFree(t, env.dir)
+		stderr, code := fill(t, "full")
+		assert.NotEqual(t, 0, code)
+		assert.Contains(t, stderr, "No space left on device")
+		// The node lost at most the limit (with room for other writers on
+		// the machine; without the limit it would lose 1 GiB).
+		assert.Less(t, before-hostFree(t, env.dir), int64(512<<20), "node free space consumed past the limit")
+		u, err := rt.DiskUsage("full")
+		require.NoError(t, err)
+		assert.Equal(t, int64(limit), u.LimitBytes)
+		assert.LessOrEqual(t, u.UsedBytes, int64(limit))
+
+		// Still usable: commands run, and after a delete writes work again.
+		out, _, code := env.run(t, "full", "sh", "-c", "cat /root/marker; rm /big; echo again > /root/f2 && cat /root/f2")
+		assert.Equal(t, 0, code)
+		assert.Equal(t, "kept\nagain\n", out)
+	})
+
+	t.Run("an instance without a limit is unaffected", func(t *testing.T) {
+		out, stderr, code := env.run(t, "free", "sh", "-c", "dd if=/dev/zero of=/big bs=1M count=128 2>&1 && ls -l /big | awk '{print $5}' && rm /big")
+		assert.Equal(t, 0, code, stderr)
+		assert.Contains(t, out, strconv.Itoa(128<<20))
+	})
+
+	t.Run("stop and start keep the limit and the files", func(t *testing.T) {
+		require.NoError(t, rt.Stop(ctx, "full"))
+		require.NoError(t, rt.Start(ctx, "full"))
+		out, _, _ := env.run(t, "full", "cat", "/root/marker")
+		assert.Equal(t, "kept\n", out)
+		stderr, code := fill(t, "full")
+		assert.NotEqual(t, 0, code)
+		assert.Contains(t, stderr, "No space left on device")
+		_, _, code = env.run(t, "full", "rm", "/big")
+		assert.Equal(t, 0, code)
+	})
+
+	t.Run("a disk unmounted behind the runtime is attached again", func(t *testing.T) {
+		// As after a reboot: the image is no longer mounted, the
+		// snapshot's own empty directories show through.
+		require.NoError(t, rt.Stop(ctx, "full"))
+		require.NoError(t, rt.detachDisk("full"))
+		upper := upperDir(t, rt, "full") // Mounts attaches it again, for saves
+		b, err := os.ReadFile(filepath.Join(upper, "root", "marker"))
+		require.NoError(t, err)
+		assert.Equal(t, "kept\n", string(b))
+
+		require.NoError(t, rt.detachDisk("full"))
+		rt2, err := New(ctx, rt.cfg) // a restarted envd
+		require.NoError(t, err)
+		defer rt2.Close()
+		ok, err := diskMounted(filepath.Dir(upper), rt.diskImage("full"))
+		require.NoError(t, err)
+		assert.True(t, ok, "New did not attach the recorded disk")
+
+		require.NoError(t, rt.Start(ctx, "full"))
+		out, _, _ := env.run(t, "full", "cat", "/root/marker")
+		assert.Equal(t, "kept\n", out)
+	})
+
+	t.Run("bad limits are refused and leave nothing", func(t *testing.T) {
+		err := rt.Create(ctx, InstanceSpec{ID: "tiny", Image: env.ref, Limits: Limits{DiskBytes: 4096}})
+		assert.ErrorIs(t, err, errdefs.ErrInvalidArgument)
+		err = rt.Create(ctx, InstanceSpec{ID: "huge", Image: env.ref, Limits: Limits{DiskBytes: 1 << 60}})
+		assert.ErrorIs(t, err, errdefs.ErrQuotaExceeded)
+		st, err := rt.Status(ctx, "huge")
+		require.NoError(t, err)
+		assert.False(t, st.Exists)
+		assert.NoFileExists(t, rt.diskImage("huge"))
+	})
+
+	t.Run("remove unmounts and deletes the image", func(t *testing.T) {
+		upper := upperDir(t, rt, "full")
+		require.NoError(t, rt.Remove(ctx, "full"))
+		assert.NoFileExists(t, rt.diskImage("full"))
+		assert.NoFileExists(t, rt.diskRecord("full"))
+		// containerd's garbage collector removes the snapshot itself soon after.
+		assert.Eventually(t, func() bool { _, err := os.Stat(filepath.Dir(upper)); return os.IsNotExist(err) },
+			20*time.Second, 100*time.Millisecond, "snapshot directory left")
+		assert.NotContains(t, mountsUnder(t, env.dir), filepath.Dir(upper))
+	})
+}
