@@ -50,6 +50,8 @@ type Core interface {
 	Build(ctx context.Context, p envd.Principal, project string, req envd.BuildRequest, idempotencyKey string) (envd.Operation, error)
 	// SetRetention sets a project's version retention policy.
 	SetRetention(ctx context.Context, p envd.Principal, project string, r envd.Retention) (envd.Project, error)
+	// SetProjectNetwork sets a project's network policy (egress, isolation).
+	SetProjectNetwork(ctx context.Context, p envd.Principal, project string, n envd.ProjectNetwork) (envd.Project, error)
 	// SetQuota sets a tenant's quota (admin only).
 	SetQuota(ctx context.Context, p envd.Principal, tenant string, q envd.Quota) (envd.Quota, error)
 	// Usage reports a tenant's usage and quota ("" = the caller's).
@@ -250,6 +252,7 @@ func (h *handlers) routes() []route {
 		{http.MethodGet, "/projects/:p/versions/:n", h.getVersion},
 		{http.MethodPost, "/projects/:p/current", h.setCurrent},
 		{http.MethodPut, "/projects/:p/retention", h.setRetention},
+		{http.MethodPut, "/projects/:p/network", h.setProjectNetwork},
 		{http.MethodPost, "/projects/:p/builds", h.build},
 		{http.MethodPost, "/projects/:p/migrations", h.migrate},
 		{http.MethodPost, "/admin/gc", h.gc},

@@ -85,6 +85,10 @@ type Project struct {
 	// every version.
 	Retention *Retention `json:"retention,omitempty"`
 	CreatedAt time.Time  `json:"created_at"`
+	// Egress and IsolateInstances are the project's network policy; see
+	// ProjectNetwork.
+	Egress           string `json:"egress"`
+	IsolateInstances bool   `json:"isolate_instances"`
 }
 
 // Retention says which versions of a project a GC keeps besides the
@@ -140,6 +144,10 @@ type CreateProjectRequest struct {
 	// Volumes are "NAME:PATH[:UID:GID][:SIZE]", e.g. "work:/workspace",
 	// "tools:/home/dev/.tools:1000:1000:2G".
 	Volumes []string `json:"volumes,omitempty"`
+	// Egress and IsolateInstances: see ProjectNetwork. Default: open, not
+	// isolated.
+	Egress           string `json:"egress,omitempty"`
+	IsolateInstances bool   `json:"isolate_instances,omitempty"`
 }
 
 // Volume is a persistent directory mounted into every instance of a

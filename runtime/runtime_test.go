@@ -1,10 +1,10 @@
 package runtime
 
 import (
-	"net"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"

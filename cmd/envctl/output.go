@@ -138,6 +138,8 @@ func projectDetail(w io.Writer, p envd.Project) {
 		keep = strings.Join(parts, " and ")
 	}
 	row(w, "KEEPS:", keep)
+	row(w, "EGRESS:", orDash(p.Egress))
+	row(w, "ISOLATE INSTANCES:", p.IsolateInstances)
 	row(w, "CREATED:", formatTime(p.CreatedAt))
 }
 

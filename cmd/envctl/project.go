@@ -46,6 +46,8 @@ func (a *app) projectCommand() *cobra.Command {
 	create.Flags().StringVar(&req.Compression, "compression", "", "layer compression: estargz (default), zstd or gzip")
 	create.Flags().StringArrayVar(&req.Volumes, "volume", nil, "persistent volume NAME:PATH[:UID:GID][:SIZE], e.g. work:/workspace (repeatable)")
 	create.Flags().StringVar(&key, "idempotency-key", "", "retrying with the same key and flags returns the same project")
+	create.Flags().StringVar(&req.Egress, "egress", "", "where instances may connect: open (default; the internet, private ranges dropped), none, or allow:CIDR|HOST,...")
+	create.Flags().BoolVar(&req.IsolateInstances, "isolate-instances", false, "the project's instances cannot connect to each other either")
 	_ = create.MarkFlagRequired("base")
 
 	ls := &cobra.Command{
@@ -97,7 +99,7 @@ func (a *app) projectCommand() *cobra.Command {
 			})
 		},
 	}
-	return group("project", "Manage projects", create, ls, show, rm, a.retentionCommand())
+	return group("project", "Manage projects", create, ls, show, rm, a.retentionCommand(), a.networkCommand())
 }
 
 func (a *app) retentionCommand() *cobra.Command {
