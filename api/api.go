@@ -52,6 +52,8 @@ type Core interface {
 	SetRetention(ctx context.Context, p envd.Principal, project string, r envd.Retention) (envd.Project, error)
 	// SetProjectLimits replaces a project's resource limits.
 	SetProjectLimits(ctx context.Context, p envd.Principal, project string, l envd.Limits) (envd.Project, error)
+	// SetProjectNetwork sets a project's network policy (egress, isolation).
+	SetProjectNetwork(ctx context.Context, p envd.Principal, project string, n envd.ProjectNetwork) (envd.Project, error)
 	// SetQuota sets a tenant's quota (admin only).
 	SetQuota(ctx context.Context, p envd.Principal, tenant string, q envd.Quota) (envd.Quota, error)
 	// Usage reports a tenant's usage and quota ("" = the caller's).
@@ -253,6 +255,7 @@ func (h *handlers) routes() []route {
 		{http.MethodPost, "/projects/:p/current", h.setCurrent},
 		{http.MethodPut, "/projects/:p/retention", h.setRetention},
 		{http.MethodPut, "/projects/:p/limits", h.setProjectLimits},
+		{http.MethodPut, "/projects/:p/network", h.setProjectNetwork},
 		{http.MethodPost, "/projects/:p/builds", h.build},
 		{http.MethodPost, "/projects/:p/migrations", h.migrate},
 		{http.MethodPost, "/admin/gc", h.gc},

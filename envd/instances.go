@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -195,8 +196,11 @@ func (s *Service) startPlanned(ctx context.Context, p Principal, id string, plan
 	proj := plan.proj
 	if plan.isolated {
 		proj.Spec = nil // no volumes
+		// A build reaches its package sources whatever the project's
+		// egress, and no other instance.
+		proj.Egress, proj.IsolateInstances = s.cfg.BuildEgress, true
 	}
-	if err := s.provision(ctx, in, proj, plan.version.Image); err != nil {
+	if err := s.provision(ctx, in, proj, plan.version.Image, plan.isolated); err != nil {
 		s.abandonPending(ctx, in.ID, err.Error())
 		return Instance{}, fmt.Errorf("start instance of %q from version %d: %w: %w", project, n, errProvision, err)
 	}
@@ -233,8 +237,9 @@ func (s *Service) abandonPending(ctx context.Context, id, msg string) bool {
 }
 
 // provision pulls the version's image and creates the running container
-// with the project's volumes.
-func (s *Service) provision(ctx context.Context, in versions.Instance, proj versions.Project, image string) error {
+// with the project's volumes and network policy (build: a build container,
+// labelled LabelBuild, whose policy does not follow the project's).
+func (s *Service) provision(ctx context.Context, in versions.Instance, proj versions.Project, image string, build bool) error {
 	mounts, env, err := s.volumeMounts(ctx, proj)
 	if err != nil {
 		return err
@@ -250,11 +255,13 @@ func (s *Service) provision(ctx context.Context, in versions.Instance, proj vers
 	return s.rt.Create(ctx, runtime.InstanceSpec{
 		ID: in.ID, Image: ref, Hostname: in.Project, Mounts: mounts, Env: env,
 		Limits: limits.runtime(), AllowPrivilegeEscalation: limits.AllowPrivilegeEscalation,
+		Network: networkPolicy(proj),
 		Labels: map[string]string{
 			LabelGeneration: generationLabel(in.Generation),
 			LabelProject:    in.Project,
 			LabelTenant:     in.Tenant,
 			LabelNode:       s.cfg.Node,
+			LabelBuild:      strconv.FormatBool(build),
 		},
 	})
 }

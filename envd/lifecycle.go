@@ -121,6 +121,9 @@ func (s *Service) StartInstance(ctx context.Context, p Principal, id string) (In
 			if err := s.rt.SetLabels(ctx, id, map[string]string{LabelGeneration: generationLabel(gen)}); err != nil {
 				return err
 			}
+			if err := s.refreshNetworkPolicy(ctx, in); err != nil {
+				return err
+			}
 			if err := s.rt.Start(ctx, id); err != nil {
 				return err
 			}
@@ -160,7 +163,7 @@ func (s *Service) wake(ctx context.Context, p Principal, in versions.Instance) (
 	if in, err = s.store.Rehome(ctx, in.ID, StatePending, s.cfg.Node, v.Number); err != nil {
 		return Instance{}, err
 	}
-	if err := s.provision(ctx, in, proj, v.Image); err != nil {
+	if err := s.provision(ctx, in, proj, v.Image, false); err != nil {
 		cctx, cancel := detach(ctx, time.Minute)
 		defer cancel()
 		_ = s.rt.Remove(cctx, in.ID)

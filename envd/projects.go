@@ -64,6 +64,10 @@ func (s *Service) createProject(ctx context.Context, p Principal, req CreateProj
 	}
 	ps.Limits = req.Limits
 	rawSpec, _ := json.Marshal(ps)
+	egress, err := normalizeEgress(req.Egress)
+	if err != nil {
+		return Project{}, err
+	}
 	base, err := s.resolveBase(ctx, p.Tenant, req.Base)
 	if err != nil {
 		return Project{}, err
@@ -71,6 +75,7 @@ func (s *Service) createProject(ctx context.Context, p Principal, req CreateProj
 	proj, _, err := s.store.CreateProject(ctx, versions.Project{
 		Tenant: p.Tenant, Name: req.Name, BaseImage: base.Ref(), Spec: rawSpec,
 		Excludes: excludes, Compression: req.Compression,
+		Egress: egress, IsolateInstances: req.IsolateInstances,
 	}, versions.Version{Kind: "base", State: "ready", Image: base.Ref(), SizeBytes: base.Size,
 		Layers: len(base.Layers), Message: "base image " + req.Base})
 	if err != nil {
@@ -83,7 +88,7 @@ func toProject(p versions.Project) Project {
 	ps, _ := parseProjectSpec(p.Spec)
 	out := Project{Name: p.Name, BaseImage: p.BaseImage, Current: p.Current, Excludes: p.Excludes,
 		Compression: p.Compression, Volumes: ps.Volumes, Prefetch: p.Prefetch, CreatedAt: p.CreatedAt,
-		Limits: ps.Limits}
+		Limits: ps.Limits, Egress: p.Egress, IsolateInstances: p.IsolateInstances}
 	if r := p.Retention; r.KeepLast > 0 || r.KeepNewerThan > 0 {
 		out.Retention = &Retention{KeepLast: r.KeepLast}
 		if r.KeepNewerThan > 0 {

@@ -48,6 +48,7 @@ type Runtime interface {
 	Stop(ctx context.Context, id string) error
 	Start(ctx context.Context, id string) error
 	SetLabels(ctx context.Context, id string, labels map[string]string) error
+	SetNetworkPolicy(ctx context.Context, id string, pol runtime.NetworkPolicy) error
 	Remove(ctx context.Context, id string) error
 	List(ctx context.Context) ([]string, error)
 	Mounts(ctx context.Context, id string) ([]mount.Mount, error)
@@ -88,6 +89,11 @@ type Config struct {
 	ReapInterval      time.Duration // longest sleep of the TTL reaper; default 5s
 	ReconcileInterval time.Duration // default 30s
 	ProvisionTimeout  time.Duration // a Pending instance older than this fails; default 10m
+
+	// BuildEgress is the egress policy of build containers (runtime.ParseEgress
+	// text), whatever their project's: they must reach the package sources.
+	// Default: open.
+	BuildEgress string
 }
 
 // Service implements the API's core.
@@ -140,6 +146,11 @@ func New(cfg Config, store *versions.Store, reg ImageStore, rt Runtime) (*Servic
 	if cfg.ProvisionTimeout == 0 {
 		cfg.ProvisionTimeout = 10 * time.Minute
 	}
+	be, err := normalizeEgress(cfg.BuildEgress)
+	if err != nil {
+		return nil, fmt.Errorf("build egress: %w", err)
+	}
+	cfg.BuildEgress = be
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Service{cfg: cfg, store: store, reg: reg, rt: rt, log: cfg.Logger,
 		ops: map[string]context.CancelFunc{}, ctx: ctx, stop: cancel, reapWake: make(chan struct{}, 1)}, nil

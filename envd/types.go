@@ -89,6 +89,10 @@ type Project struct {
 	// Limits are the project's own resource limits; fields unset take the
 	// node's defaults (see Limits).
 	Limits *Limits `json:"limits,omitempty"`
+	// Egress and IsolateInstances are the project's network policy; see
+	// ProjectNetwork.
+	Egress           string `json:"egress"`
+	IsolateInstances bool   `json:"isolate_instances"`
 }
 
 // Retention says which versions of a project a GC keeps besides the
@@ -146,6 +150,10 @@ type CreateProjectRequest struct {
 	Volumes []string `json:"volumes,omitempty"`
 	// Limits are the project's resource limits; nil = the node's defaults.
 	Limits *Limits `json:"limits,omitempty"`
+	// Egress and IsolateInstances: see ProjectNetwork. Default: open, not
+	// isolated.
+	Egress           string `json:"egress,omitempty"`
+	IsolateInstances bool   `json:"isolate_instances,omitempty"`
 }
 
 // Volume is a persistent directory mounted into every instance of a

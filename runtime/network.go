@@ -39,6 +39,12 @@ type NetworkConfig struct {
 	// passed to CNI directly) and host-local IPAM state lives beside it.
 	// Default: StateDir/cni.
 	ConfDir string
+	// Deny are the cluster's endpoints instances must never reach whatever
+	// their egress policy (PostgreSQL, the registry, S3, other nodes), as
+	// CIDR, IP, HOST, IP:PORT or HOST:PORT; host names are resolved when the
+	// runtime starts. Link-local addresses and the node's own addresses are
+	// always unreachable and need no entry.
+	Deny []string
 }
 
 // network attaches instances to a CNI bridge through network namespaces that
@@ -50,6 +56,7 @@ type network struct {
 	nsDir   string
 	gateway net.IP
 	cni     gocni.CNI
+	fw      *firewall
 }
 
 func newNetwork(cfg NetworkConfig, scope, stateDir string) (*network, error) {
@@ -113,7 +120,15 @@ func newNetwork(cfg NetworkConfig, scope, stateDir string) (*network, error) {
 	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1\n"), 0o644); err != nil {
 		return nil, fmt.Errorf("enable ip forwarding: %w", err)
 	}
-	if err := n.isolateHost(); err != nil {
+	_, nameservers, err := resolvConf("/etc/resolv.conf", true)
+	if err != nil {
+		return nil, err
+	}
+	if n.fw, err = newFirewall(cfg.Bridge, filepath.Join(stateDir, "firewall"), cfg.Deny, nameservers); err != nil {
+		return nil, err
+	}
+	n.removeLegacyRules()
+	if err := n.fw.ensureBase(); err != nil {
 		return nil, err
 	}
 	return n, nil
@@ -153,9 +168,9 @@ func subnetInUse(ifaces []net.Interface, subnet *net.IPNet, except string) bool 
 	return false
 }
 
-// conflist is bridge (gateway + NAT) with host-local IPAM, then the firewall
-// plugin, which accepts forwarded traffic to and from the instance even where
-// the FORWARD policy is DROP.
+// conflist is bridge (gateway + NAT) with host-local IPAM. No CNI firewall
+// plugin: the firewall (firewall.go) decides every forwarded packet of the
+// bridge itself, ahead of whatever else is in FORWARD.
 func (n *network) conflist() ([]byte, error) {
 	conf := map[string]any{
 		"cniVersion": "1.0.0",
@@ -174,65 +189,14 @@ func (n *network) conflist() ([]byte, error) {
 					"dataDir": filepath.Join(n.cfg.ConfDir, "ipam"),
 				},
 			},
-			map[string]any{"type": "firewall", "backend": "iptables"},
 		},
 	}
 	return json.MarshalIndent(conf, "", "  ")
 }
 
-// isolateHost makes every address of the host unreachable from instances:
-// packets that arrive on the bridge for the host itself (the gateway address,
-// the host's other addresses) are dropped in INPUT, except replies to
-// connections the host opened. Forwarded (NATed) traffic is not affected.
-// Host loopback services are unreachable anyway, since 127.0.0.1 inside an
-// instance is the instance's own loopback. No DNS exception is needed as long
-// as the host's resolver is not on the host (resolvConf drops loopback
-// nameservers). The rules live in a chain of their own, rebuilt on every
-// call, so this is idempotent; IPv6 gets the same rules (link-local addresses
-// on the bridge would otherwise reach the host).
-func (n *network) isolateHost() error {
-	chain := "ENVD-IN-" + n.cfg.Bridge
-	for _, bin := range []string{"iptables", "ip6tables"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			if bin == "iptables" {
-				return fmt.Errorf("iptables not found: %w", errdefs.ErrUnavailable)
-			}
-			continue
-		}
-		ipt := func(args ...string) error {
-			out, err := exec.Command(bin, append([]string{"-w", "5"}, args...)...).CombinedOutput()
-			if err != nil {
-				return fmt.Errorf("%s %s: %v: %s", bin, strings.Join(args, " "), err, bytes.TrimSpace(out))
-			}
-			return nil
-		}
-		if ipt("-n", "-L", chain) != nil {
-			if err := ipt("-N", chain); err != nil {
-				return err
-			}
-		}
-		steps := [][]string{
-			{"-F", chain},
-			{"-A", chain, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"},
-			{"-A", chain, "-j", "DROP"},
-		}
-		for _, s := range steps {
-			if err := ipt(s...); err != nil {
-				return err
-			}
-		}
-		if ipt("-C", "INPUT", "-i", n.cfg.Bridge, "-j", chain) != nil {
-			if err := ipt("-I", "INPUT", "-i", n.cfg.Bridge, "-j", chain); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// destroy removes the bridge and the rules isolateHost added.
+// destroy removes the bridge and the firewall's rules.
 func (n *network) destroy() error {
-	n.removeHostRules()
+	n.fw.destroy()
 	if _, err := net.InterfaceByName(n.cfg.Bridge); err != nil {
 		return nil
 	}
@@ -242,10 +206,14 @@ func (n *network) destroy() error {
 	return nil
 }
 
-// removeHostRules deletes what isolateHost added.
-func (n *network) removeHostRules() {
+// removeLegacyRules deletes the single INPUT chain of the runtime's earlier
+// layout, ENVD-IN-<bridge>, which the firewall's IN chain replaces.
+func (n *network) removeLegacyRules() {
 	chain := "ENVD-IN-" + n.cfg.Bridge
 	for _, bin := range []string{"iptables", "ip6tables"} {
+		if exec.Command(bin, "-w", "5", "-n", "-L", chain).Run() != nil {
+			continue
+		}
 		for exec.Command(bin, "-w", "5", "-D", "INPUT", "-i", n.cfg.Bridge, "-j", chain).Run() == nil {
 		}
 		_ = exec.Command(bin, "-w", "5", "-F", chain).Run()
@@ -255,10 +223,14 @@ func (n *network) removeHostRules() {
 
 func (n *network) nsPath(id string) string { return filepath.Join(n.nsDir, id) }
 
-// setup creates id's network namespace and attaches it to the bridge. Any
-// leftover attachment of the same id (from a crash) is removed first, so the
-// IPAM allocation is not leaked or refused. It returns the instance address.
-func (n *network) setup(ctx context.Context, id string) (net.IP, error) {
+// setup creates id's network namespace, attaches it to the bridge on an
+// isolated port and installs its firewall rules for pol (nameservers are
+// the DNS servers its resolv.conf names). Any leftover attachment of the
+// same id (from a crash) is removed first, so the IPAM allocation is not
+// leaked or refused. It returns the instance address. Nothing runs in the
+// namespace until it returns, so the moments before the port is isolated
+// and the rules are in place carry no traffic.
+func (n *network) setup(ctx context.Context, id string, pol NetworkPolicy, nameservers []net.IP) (_ net.IP, retErr error) {
 	_ = n.teardown(ctx, id)
 	path := n.nsPath(id)
 	if err := newNetNSAt(path); err != nil {
@@ -269,15 +241,63 @@ func (n *network) setup(ctx context.Context, id string) (net.IP, error) {
 		_ = netns.LoadNetNS(path).Remove()
 		return nil, fmt.Errorf("attach %q to network %s: %w", id, n.name, err)
 	}
-	for _, cfg := range res.Interfaces {
+	defer func() {
+		if retErr != nil {
+			_ = n.teardown(context.WithoutCancel(ctx), id)
+		}
+	}()
+	var ip net.IP
+	for name, cfg := range res.Interfaces {
+		if cfg.Sandbox == "" && name != n.cfg.Bridge {
+			if err := isolatePort(name); err != nil {
+				return nil, fmt.Errorf("isolate bridge port of %q: %w", id, err)
+			}
+		}
 		for _, ipc := range cfg.IPConfigs {
-			if ip := ipc.IP.To4(); ip != nil {
-				return ip, nil
+			if ip4 := ipc.IP.To4(); ip4 != nil && ip == nil {
+				ip = ip4
 			}
 		}
 	}
-	_ = n.teardown(ctx, id)
-	return nil, fmt.Errorf("network %s gave %q no IPv4 address", n.name, id)
+	if ip == nil {
+		return nil, fmt.Errorf("network %s gave %q no IPv4 address", n.name, id)
+	}
+	if err := n.routeBetweenPorts(); err != nil {
+		return nil, err
+	}
+	if err := n.fw.apply(ctx, id, ip, pol, nameservers); err != nil {
+		return nil, err
+	}
+	return ip, nil
+}
+
+// isolatePort makes a bridge port unable to exchange frames with the other
+// isolated ports: only with the bridge itself (the host).
+func isolatePort(port string) error {
+	return os.WriteFile("/sys/class/net/"+port+"/brport/isolated", []byte("1\n"), 0o644)
+}
+
+// routeBetweenPorts lets instances on isolated ports still reach each other
+// through the host (where the firewall decides): the bridge answers ARP for
+// the other addresses of its subnet with its own MAC (proxy_arp_pvlan), at
+// once (proxy_delay 0; the default delays a first connection by up to
+// 0.8 s). Both are per bridge; set at each attachment since CNI creates the
+// bridge at the first.
+func (n *network) routeBetweenPorts() error {
+	for _, kv := range [][2]string{
+		{"/proc/sys/net/ipv4/conf/" + n.cfg.Bridge + "/proxy_arp_pvlan", "1"},
+		{"/proc/sys/net/ipv4/neigh/" + n.cfg.Bridge + "/proxy_delay", "0"},
+	} {
+		if err := os.WriteFile(kv[0], []byte(kv[1]+"\n"), 0o644); err != nil {
+			return fmt.Errorf("bridge %s: %w", n.cfg.Bridge, err)
+		}
+	}
+	return nil
+}
+
+// setPolicy replaces the firewall rules of an attached instance.
+func (n *network) setPolicy(ctx context.Context, id string, ip net.IP, pol NetworkPolicy, nameservers []net.IP) error {
+	return n.fw.apply(ctx, id, ip, pol, nameservers)
 }
 
 // teardown detaches id from the bridge (releasing its address) and removes its
@@ -290,6 +310,9 @@ func (n *network) teardown(ctx context.Context, id string) error {
 		cniPath = ""
 	}
 	var errs []error
+	if err := n.fw.remove(id); err != nil {
+		errs = append(errs, err)
+	}
 	if err := n.cni.Remove(ctx, id, cniPath); err != nil {
 		errs = append(errs, fmt.Errorf("detach %q from network %s: %w", id, n.name, err))
 	}
@@ -322,6 +345,9 @@ func newNetNSAt(path string) error {
 		if err = unix.Mount(self, path, "none", unix.MS_BIND, ""); err != nil {
 			return
 		}
+		if err = instanceSysctls(); err != nil {
+			return
+		}
 		// Bring up loopback inside the namespace (CNI's loopback plugin
 		// would do the same).
 		err = setLoopbackUp()
@@ -332,6 +358,24 @@ func newNetNSAt(path string) error {
 		_ = os.Remove(path)
 	}
 	return err
+}
+
+// instanceSysctls configure the calling thread's (new) network namespace:
+// interfaces made from now on (the instance's eth0) get no IPv6, so IPv6
+// is off for instances while loopback keeps ::1; ICMP redirects are
+// ignored (traffic between instances must keep going through the host).
+func instanceSysctls() error {
+	for _, kv := range [][2]string{
+		{"/proc/sys/net/ipv6/conf/default/disable_ipv6", "1"},
+		{"/proc/sys/net/ipv4/conf/all/accept_redirects", "0"},
+		{"/proc/sys/net/ipv4/conf/default/accept_redirects", "0"},
+	} {
+		err := os.WriteFile(kv[0], []byte(kv[1]+"\n"), 0o644)
+		if err != nil && !(errors.Is(err, os.ErrNotExist) && strings.Contains(kv[0], "ipv6")) {
+			return fmt.Errorf("%s: %w", kv[0], err)
+		}
+	}
+	return nil
 }
 
 func setLoopbackUp() error {

@@ -238,6 +238,7 @@ type InstanceSpec struct {
 	// AllowPrivilegeEscalation turns no_new_privs off, so a non-root user's
 	// setuid binaries (sudo) gain privileges; default off (harden.go).
 	AllowPrivilegeEscalation bool
+	Network                  NetworkPolicy // what it may connect to; kept across Stop/Start (SetNetworkPolicy changes it)
 }
 
 // Mount is a bind mount of a host path into an instance.
@@ -258,6 +259,9 @@ func (s InstanceSpec) validate() error {
 	}
 	if s.Hostname != "" && (len(s.Hostname) > 63 || strings.ContainsAny(s.Hostname, " \t\n/")) {
 		return fmt.Errorf("hostname %q: %w", s.Hostname, errdefs.ErrInvalidArgument)
+	}
+	if err := s.Network.validate(); err != nil {
+		return err
 	}
 	for _, kv := range s.Env {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
@@ -328,7 +332,10 @@ func (r *Runtime) Create(ctx context.Context, spec InstanceSpec) (retErr error) 
 			_ = r.Remove(cctx, id)
 		}
 	}()
-	if err := r.writeInstanceFiles(id, hostname, nil); err != nil {
+	if err := r.writeInstanceFiles(id, hostname, nil, ""); err != nil {
+		return err
+	}
+	if err := r.saveNetworkPolicy(id, spec.Network); err != nil {
 		return err
 	}
 
@@ -432,7 +439,16 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 // startTask attaches the network, writes /etc/hosts with the new address and
 // starts the init task. On failure the network is detached again.
 func (r *Runtime) startTask(ctx context.Context, id, hostname string) (retErr error) {
-	ip, err := r.net.setup(ctx, id)
+	pol, err := r.loadNetworkPolicy(id)
+	if err != nil {
+		return err
+	}
+	// Under egress none the instance is given no DNS server.
+	resolv, nameservers, err := resolvConf("/etc/resolv.conf", pol.Egress.Mode != EgressNone)
+	if err != nil {
+		return err
+	}
+	ip, err := r.net.setup(ctx, id, pol, nameservers)
 	if err != nil {
 		return err
 	}
@@ -441,7 +457,7 @@ func (r *Runtime) startTask(ctx context.Context, id, hostname string) (retErr er
 			_ = r.net.teardown(context.WithoutCancel(ctx), id)
 		}
 	}()
-	if err := r.writeInstanceFiles(id, hostname, ip); err != nil {
+	if err := r.writeInstanceFiles(id, hostname, ip, resolv); err != nil {
 		return err
 	}
 	c, err := r.client.LoadContainer(ctx, id)
@@ -459,17 +475,13 @@ func (r *Runtime) startTask(ctx context.Context, id, hostname string) (retErr er
 	return nil
 }
 
-// writeInstanceFiles writes hostname, hosts (with ip when known) and a
-// resolv.conf derived from the host's.
-func (r *Runtime) writeInstanceFiles(id, hostname string, ip net.IP) error {
+// writeInstanceFiles writes hostname, hosts (with ip when known) and
+// resolv.conf (see resolvConf).
+func (r *Runtime) writeInstanceFiles(id, hostname string, ip net.IP, resolv string) error {
 	dir := r.instanceDir(id)
 	hosts := "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
 	if ip != nil {
 		hosts += ip.String() + "\t" + hostname + "\n"
-	}
-	resolv, err := resolvConf("/etc/resolv.conf")
-	if err != nil {
-		return err
 	}
 	files := map[string]string{"hostname": hostname + "\n", "hosts": hosts, "resolv.conf": resolv, "address": ""}
 	if ip != nil {
@@ -487,27 +499,32 @@ func (r *Runtime) writeInstanceFiles(id, hostname string, ip net.IP) error {
 
 // resolvConf is the host's resolv.conf without loopback nameservers (a
 // resolver on 127.0.0.0/8 or ::1 is the instance's own loopback inside the
-// network namespace; reaching the host's would need an INPUT exception).
-func resolvConf(path string) (string, error) {
+// network namespace) nor IPv6 ones (instances have no IPv6), and without
+// any nameserver unless withNameservers. It also returns the nameservers
+// kept, which the firewall lets the instance reach on port 53.
+func resolvConf(path string, withNameservers bool) (string, []net.IP, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		if os.IsNotExist(err) {
-			return "", nil
+			return "", nil, nil
 		}
-		return "", fmt.Errorf("host resolv.conf: %w", err)
+		return "", nil, fmt.Errorf("host resolv.conf: %w", err)
 	}
 	var out strings.Builder
+	var servers []net.IP
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
 		if len(f) >= 2 && f[0] == "nameserver" {
-			if ip := net.ParseIP(f[1]); ip != nil && ip.IsLoopback() {
+			ip := net.ParseIP(f[1])
+			if ip == nil || ip.IsLoopback() || ip.To4() == nil || !withNameservers {
 				continue
 			}
+			servers = append(servers, ip.To4())
 		}
 		out.WriteString(line)
 		out.WriteString("\n")
 	}
-	return strings.TrimRight(out.String(), "\n") + "\n", nil
+	return strings.TrimRight(out.String(), "\n") + "\n", servers, nil
 }
 
 // ExecSpec describes a process run in an instance.

@@ -45,6 +45,12 @@ type testEnv struct {
 // dir, stops the daemon and removes the bridge, firewall rules and cgroups.
 func newTestEnv(t *testing.T, subnet string) *testEnv {
 	t.Helper()
+	return newTestEnvNet(t, NetworkConfig{Subnet: subnet})
+}
+
+// newTestEnvNet is newTestEnv with a whole network configuration.
+func newTestEnvNet(t *testing.T, netCfg NetworkConfig) *testEnv {
+	t.Helper()
 	requireRoot(t)
 	ctx := context.Background()
 	env := &testEnv{dir: t.TempDir()}
@@ -60,7 +66,7 @@ func newTestEnv(t *testing.T, subnet string) *testEnv {
 		Address:             d.Address(),
 		Namespace:           "envd",
 		StateDir:            filepath.Join(env.dir, "state"),
-		Network:             NetworkConfig{Subnet: subnet},
+		Network:             netCfg,
 		PlainHTTPRegistries: []string{env.reg.host},
 		StopGrace:           3 * time.Second,
 	})
@@ -118,6 +124,9 @@ func (env *testEnv) cleanup(t *testing.T) {
 	assert.Empty(t, cg, "cgroup parents left after Remove")
 	out, _ := exec.Command("iptables", "-S").Output()
 	assert.NotContains(t, string(out), env.rt.net.cfg.Bridge, "iptables rules left")
+	assert.NotContains(t, string(out), env.rt.net.fw.prefix, "iptables chains left")
+	out, _ = exec.Command("ip6tables", "-S").Output()
+	assert.NotContains(t, string(out), env.rt.net.fw.prefix, "ip6tables chains left")
 	_, err = net.InterfaceByName(env.rt.net.cfg.Bridge)
 	assert.Error(t, err, "bridge left")
 }
@@ -416,8 +425,8 @@ func TestRootNetwork(t *testing.T) {
 	env := newTestEnv(t, subnet)
 	_, ipnet, _ := net.ParseCIDR(subnet)
 	gw := env.rt.net.gateway.String()
-	env.create(t, InstanceSpec{ID: "net1"})
-	env.create(t, InstanceSpec{ID: "net2"})
+	env.create(t, InstanceSpec{ID: "net1", Network: NetworkPolicy{Group: "p"}})
+	env.create(t, InstanceSpec{ID: "net2", Network: NetworkPolicy{Group: "p"}})
 
 	out, _, code := env.run(t, "net1", "ip", "-4", "-o", "addr", "show", "eth0")
 	require.Equal(t, 0, code)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -49,9 +50,16 @@ func TestDaemonOptionsValidate(t *testing.T) {
 func TestResolvConfDropsLoopbackNameservers(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "resolv.conf")
 	require.NoError(t, os.WriteFile(p, []byte("nameserver 127.0.0.53\nnameserver 10.255.255.53\nnameserver ::1\nsearch example.org\n"), 0o644))
-	got, err := resolvConf(p)
+	got, servers, err := resolvConf(p, true)
 	require.NoError(t, err)
 	assert.Equal(t, "nameserver 10.255.255.53\nsearch example.org\n", got)
+	assert.Equal(t, []net.IP{net.IPv4(10, 255, 255, 53).To4()}, servers)
+
+	// Egress none: no nameserver at all.
+	got, servers, err = resolvConf(p, false)
+	require.NoError(t, err)
+	assert.Equal(t, "search example.org\n", got)
+	assert.Empty(t, servers)
 }
 
 func TestMergeEnv(t *testing.T) {

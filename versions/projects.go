@@ -46,6 +46,12 @@ type Project struct {
 	Retention   Retention       // which versions GC keeps; zero = all
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
+
+	// Egress is the network egress policy of the project's instances, in
+	// runtime.ParseEgress's text form; "" = open. IsolateInstances keeps
+	// them from connecting to each other (migration 0010).
+	Egress           string
+	IsolateInstances bool
 }
 
 // Version is one numbered version of a project.
@@ -67,13 +73,15 @@ type Version struct {
 
 const projectCols = `p.id, p.tenant_id, p.name, p.base_image, p.spec, p.excludes, p.compression,
 	COALESCE(p.current_version, 0), p.created_at, p.updated_at, p.prefetch,
-	COALESCE(p.keep_last, 0), COALESCE(p.keep_newer_than_s, 0)`
+	COALESCE(p.keep_last, 0), COALESCE(p.keep_newer_than_s, 0),
+	p.egress, p.isolate_instances`
 
 func scanProject(row pgx.Row) (Project, error) {
 	var p Project
 	var keepSeconds int64
 	err := row.Scan(&p.ID, &p.Tenant, &p.Name, &p.BaseImage, &p.Spec, &p.Excludes, &p.Compression,
-		&p.Current, &p.CreatedAt, &p.UpdatedAt, &p.Prefetch, &p.Retention.KeepLast, &keepSeconds)
+		&p.Current, &p.CreatedAt, &p.UpdatedAt, &p.Prefetch, &p.Retention.KeepLast, &keepSeconds,
+		&p.Egress, &p.IsolateInstances)
 	p.Retention.KeepNewerThan = secondsDuration(keepSeconds)
 	return p, err
 }
@@ -127,10 +135,12 @@ func (s *Store) CreateProject(ctx context.Context, p Project, base Version) (Pro
 		// current_version=1 before version 1 exists: the foreign key is
 		// deferred to commit.
 		np, err := scanProject(tx.QueryRow(ctx, `INSERT INTO projects AS p
-				(tenant_id, name, base_image, spec, excludes, compression, current_version, next_version)
-			VALUES ($1, $2, $3, COALESCE($4::jsonb, '{}'), COALESCE($5::text[], '{}'), $6, 1, 2)
+				(tenant_id, name, base_image, spec, excludes, compression, current_version, next_version,
+				 egress, isolate_instances)
+			VALUES ($1, $2, $3, COALESCE($4::jsonb, '{}'), COALESCE($5::text[], '{}'), $6, 1, 2,
+				COALESCE(NULLIF($7, ''), 'open'), $8)
 			RETURNING `+projectCols,
-			p.Tenant, p.Name, p.BaseImage, rawJSON(p.Spec), p.Excludes, p.Compression))
+			p.Tenant, p.Name, p.BaseImage, rawJSON(p.Spec), p.Excludes, p.Compression, p.Egress, p.IsolateInstances))
 		if err != nil {
 			return pv{}, translate(err, fmt.Sprintf("project %q", p.Name))
 		}

@@ -139,6 +139,8 @@ func projectDetail(w io.Writer, p envd.Project) {
 	}
 	row(w, "KEEPS:", keep)
 	row(w, "LIMITS:", limitsText(p.Limits))
+	row(w, "EGRESS:", orDash(p.Egress))
+	row(w, "ISOLATE INSTANCES:", p.IsolateInstances)
 	row(w, "CREATED:", formatTime(p.CreatedAt))
 }
 

@@ -53,6 +53,8 @@ func (a *app) projectCommand() *cobra.Command {
 	create.Flags().StringArrayVar(&req.Volumes, "volume", nil, "persistent volume NAME:PATH[:UID:GID][:SIZE], e.g. work:/workspace (repeatable)")
 	create.Flags().StringVar(&key, "idempotency-key", "", "retrying with the same key and flags returns the same project")
 	lf.add(create.Flags())
+	create.Flags().StringVar(&req.Egress, "egress", "", "where instances may connect: open (default; the internet, private ranges dropped), none, or allow:CIDR|HOST,...")
+	create.Flags().BoolVar(&req.IsolateInstances, "isolate-instances", false, "the project's instances cannot connect to each other either")
 	_ = create.MarkFlagRequired("base")
 
 	ls := &cobra.Command{
@@ -104,7 +106,7 @@ func (a *app) projectCommand() *cobra.Command {
 			})
 		},
 	}
-	return group("project", "Manage projects", create, ls, show, rm, a.retentionCommand(), a.limitsCommand())
+	return group("project", "Manage projects", create, ls, show, rm, a.retentionCommand(), a.limitsCommand(), a.networkCommand())
 }
 
 func (a *app) retentionCommand() *cobra.Command {

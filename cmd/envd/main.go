@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -33,6 +34,16 @@ func env(name, def string) string {
 		return v
 	}
 	return def
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, e := range strings.Split(s, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 func root() *cobra.Command {
@@ -61,6 +72,8 @@ func (f *flags) register(cmd *cobra.Command, external bool) {
 	fl.StringVar(&f.cfg.Node, "node", env("ENVD_NODE", ""), "node name (default: generated once, kept in DATA_DIR/node) (ENVD_NODE)")
 	fl.StringVar(&f.defaultTTL, "default-ttl", env("ENVD_DEFAULT_TTL", "8h"), "instance lifetime when none is asked (ENVD_DEFAULT_TTL)")
 	fl.StringVar(&f.maxTTL, "max-ttl", env("ENVD_MAX_TTL", "0"), "longest instance lifetime a client may ask, 0 = no limit (ENVD_MAX_TTL)")
+	fl.StringSliceVar(&f.cfg.InstanceDeny, "instance-deny", splitList(os.Getenv("ENVD_INSTANCE_DENY")), "cluster endpoints instances never reach besides PostgreSQL, the registry and S3 (other nodes, say): CIDR, IP, HOST, IP:PORT or HOST:PORT, comma-separated (ENVD_INSTANCE_DENY)")
+	fl.StringVar(&f.cfg.BuildEgress, "build-egress", env("ENVD_BUILD_EGRESS", "open"), "egress policy of build containers, whatever their project's: open, none or allow:CIDR|HOST,... (ENVD_BUILD_EGRESS)")
 	fl.StringVar(&f.hibernateAfter, "hibernate-after", env("ENVD_HIBERNATE_AFTER", "0"), "save and free the layer of a retained instance stopped this long, 0 = never (ENVD_HIBERNATE_AFTER)")
 	f.limits.register(fl)
 	fl.BoolVar(&f.cfg.DisableDiskLimit, "no-disk-limit", env("ENVD_NO_DISK_LIMIT", "") == "1", "ignore writable-layer limits: layers are bounded only by the node's disk (ENVD_NO_DISK_LIMIT=1)")

@@ -17,8 +17,11 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/envd-dev/envd/api"
 	"github.com/envd-dev/envd/envd"
@@ -83,6 +86,15 @@ type Config struct {
 	// DiskReserveBytes is the node's free space that instances with a
 	// writable-layer limit leave alone; 0 = the runtime's default (1 GiB).
 	DiskReserveBytes int64
+
+	// InstanceDeny are more cluster endpoints instances must never reach
+	// (other nodes, say), as CIDR, IP, HOST, IP:PORT or HOST:PORT, besides
+	// those the node itself uses (PostgreSQL, the registry, S3), which are
+	// always denied.
+	InstanceDeny []string
+	// BuildEgress is build containers' egress policy (default open); see
+	// envd.Config.BuildEgress.
+	BuildEgress string
 }
 
 // DefaultDataDir is /var/lib/envd for root, ~/.local/share/envd otherwise.
@@ -279,7 +291,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	rt, err := runtime.New(ctx, runtime.Config{
 		Address: ctrdAddr, Namespace: cfg.Namespace, StateDir: filepath.Join(cfg.DataDir, "runtime"),
-		Network:             networkFor(cfg.DataDir),
+		Network:             networkFor(cfg.DataDir, clusterEndpoints(cfg, dsn, regAddr)),
 		PlainHTTPRegistries: []string{regAddr},
 		RegistryCredentials: regAccess.nodeFor(regAddr),
 		LazySnapshotter:     lazy,
@@ -329,7 +341,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Node: cfg.Node, WorkDir: filepath.Join(cfg.DataDir, "work"), DataDir: cfg.DataDir,
 		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, Components: components, Logger: log,
 		Volumes: vols, Objects: objects, HibernateAfter: cfg.HibernateAfter, PrefetchWindow: cfg.PrefetchWindow, ReconcileInterval: cfg.ReconcileInterval,
-		Sweeper: sweeper, DefaultLimits: cfg.DefaultLimits,
+		Sweeper: sweeper, DefaultLimits: cfg.DefaultLimits, BuildEgress: cfg.BuildEgress,
 	}, store, reg, rt)
 	if err != nil {
 		return nil, err
@@ -457,12 +469,48 @@ func (n *Node) Shutdown(ctx context.Context) {
 
 // networkFor derives a bridge and subnet from the data dir, so two nodes
 // on one machine never share them.
-func networkFor(dataDir string) runtime.NetworkConfig {
+func networkFor(dataDir string, deny []string) runtime.NetworkConfig {
 	sum := sha256.Sum256([]byte(dataDir))
 	return runtime.NetworkConfig{
 		Bridge: "envd" + hex.EncodeToString(sum[:4]),
 		Subnet: fmt.Sprintf("10.%d.%d.0/24", 200+int(sum[4])%50, sum[5]),
+		Deny:   deny,
 	}
+}
+
+// clusterEndpoints are the service endpoints instances must not reach: the
+// PostgreSQL, registry and S3 addresses this node uses (loopback and unix
+// sockets need no rule: an instance's loopback is its own), and
+// cfg.InstanceDeny.
+func clusterEndpoints(cfg Config, dsn, regAddr string) []string {
+	var out []string
+	if pc, err := pgconn.ParseConfig(dsn); err == nil && !strings.HasPrefix(pc.Host, "/") {
+		out = append(out, net.JoinHostPort(pc.Host, strconv.Itoa(int(pc.Port))))
+		for _, fb := range pc.Fallbacks {
+			if !strings.HasPrefix(fb.Host, "/") {
+				out = append(out, net.JoinHostPort(fb.Host, strconv.Itoa(int(fb.Port))))
+			}
+		}
+	}
+	out = append(out, regAddr)
+	if cfg.S3 != nil {
+		out = append(out, cfg.S3.Endpoint)
+	}
+	if cfg.RegistryS3 != nil {
+		out = append(out, cfg.RegistryS3.Endpoint)
+	}
+	var keep []string
+	for _, e := range out {
+		host, _, err := net.SplitHostPort(e)
+		if err != nil {
+			host = e
+		}
+		if ip := net.ParseIP(host); (ip != nil && ip.IsLoopback()) || host == "localhost" || e == "" {
+			continue
+		}
+		keep = append(keep, e)
+	}
+	return append(keep, cfg.InstanceDeny...)
 }
 
 func persisted(path string, make func() string) (string, error) {
