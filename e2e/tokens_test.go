@@ -85,6 +85,14 @@ func TestRootTokens(t *testing.T) {
 	_, err = cOther.ListProjects(c)
 	require.NoError(t, err, "other tenants are untouched")
 
+	// A tenant's plain token cannot revoke an admin token of its tenant.
+	otherAdmin, err := env.c.CreateToken(c, other, envd.CreateTokenRequest{Admin: true})
+	require.NoError(t, err)
+	_, err = cOther.RevokeOwnToken(c, otherAdmin.ID)
+	assert.ErrorIs(t, err, errdefs.ErrPermissionDenied)
+	_, err = env.c.RevokeToken(c, otherAdmin.ID)
+	require.NoError(t, err)
+
 	// Listing shows ids and states, never a token, nor its hash.
 	all, err := env.c.ListTokens(c, tenant)
 	require.NoError(t, err)
@@ -100,7 +108,7 @@ func TestRootTokens(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
 		assert.Contains(t, string(body), fmt.Sprintf(`"id":%d`, spare.ID), path)
-		for _, secret := range []string{short.Token, long.Token, spare.Token, otherTok.Token, env.node.Token} {
+		for _, secret := range []string{short.Token, long.Token, spare.Token, otherTok.Token, otherAdmin.Token, env.node.Token} {
 			assert.NotContains(t, string(body), secret, path)
 		}
 		assert.NotContains(t, string(body), "hash", path)
