@@ -244,7 +244,7 @@ func (s *Service) ArchiveVolume(ctx context.Context, p Principal, project, name 
 	// Refuse before the upload what the record would refuse after it.
 	if !req.Replace {
 		if _, err := s.store.GetArchive(ctx, p.Tenant, project, name, arcName); err == nil {
-			return VolumeArchive{}, fmt.Errorf("archive %q of volume %q exists: archive under another name, or ask to replace it: %w", arcName, name, errdefs.ErrAlreadyExists)
+			return VolumeArchive{}, fmt.Errorf("archive %q of volume %q exists: archive under another name, or replace it (\"replace\": true, envctl --replace): %w", arcName, name, errdefs.ErrAlreadyExists)
 		} else if !errors.Is(err, errdefs.ErrNotFound) {
 			return VolumeArchive{}, err
 		}
