@@ -175,26 +175,22 @@ const adminTokensLock int64 = 0x656e7664746f6b6e
 // Authenticate returns the principal of token; ErrUnauthenticated if it is
 // empty, unknown, revoked or expired (by the database's clock). The token
 // is looked up by its hash, so no secret is compared here. A use is
-// recorded in last_used_at at most once a minute, in the same statement.
+// recorded in last_used_at at most once a minute, by a second statement
+// only then.
 func (s *Store) Authenticate(ctx context.Context, token string) (Principal, error) {
 	if token == "" {
 		return Principal{}, fmt.Errorf("no token: %w", errdefs.ErrUnauthenticated)
 	}
+	hash := hashToken(token)
 	var (
-		p                Principal
-		revoked, expired bool
+		p                       Principal
+		revoked, expired, stale bool
 	)
-	err := s.db.QueryRow(ctx, `WITH t AS (
-			SELECT token_hash, tenant_id, admin, revoked_at IS NOT NULL AS revoked,
-				COALESCE(expires_at <= now(), false) AS expired, last_used_at
-			FROM tokens WHERE token_hash = $1
-		), used AS (
-			UPDATE tokens SET last_used_at = now() FROM t
-			WHERE tokens.token_hash = t.token_hash AND NOT t.revoked AND NOT t.expired
-				AND (t.last_used_at IS NULL OR t.last_used_at < now() - interval '1 minute')
-		)
-		SELECT tenant_id, admin, revoked, expired FROM t`, hashToken(token)).
-		Scan(&p.Tenant, &p.Admin, &revoked, &expired)
+	err := s.db.QueryRow(ctx, `SELECT tenant_id, admin, revoked_at IS NOT NULL,
+			COALESCE(expires_at <= now(), false),
+			last_used_at IS NULL OR last_used_at < now() - interval '1 minute'
+		FROM tokens WHERE token_hash = $1`, hash).
+		Scan(&p.Tenant, &p.Admin, &revoked, &expired, &stale)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Principal{}, fmt.Errorf("unknown token: %w", errdefs.ErrUnauthenticated)
 	}
@@ -206,6 +202,11 @@ func (s *Store) Authenticate(ctx context.Context, token string) (Principal, erro
 		return Principal{}, fmt.Errorf("token revoked: %w", errdefs.ErrUnauthenticated)
 	case expired:
 		return Principal{}, fmt.Errorf("token expired: %w", errdefs.ErrUnauthenticated)
+	}
+	if stale {
+		// Informational only: a failure here must not refuse the request.
+		_, _ = s.db.Exec(ctx, `UPDATE tokens SET last_used_at = now() WHERE token_hash = $1
+			AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')`, hash)
 	}
 	return p, nil
 }

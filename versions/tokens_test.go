@@ -2,6 +2,8 @@ package versions_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"testing"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/internal/pgserver/pgtest"
 	"github.com/envd-dev/envd/versions"
 )
 
@@ -102,4 +105,33 @@ func TestRevokeLastAdminToken(t *testing.T) {
 	p, err := s.Authenticate(ctx, second)
 	require.NoError(t, err)
 	assert.True(t, p.Admin)
+}
+
+// BenchmarkAuthenticate compares Authenticate (one statement that also
+// checks expiry and revocation and bumps last_used_at at most once a
+// minute) with the plain lookup by hash it replaced.
+func BenchmarkAuthenticate(b *testing.B) {
+	ctx := context.Background()
+	s, err := versions.Open(ctx, pgtest.DSN(b))
+	require.NoError(b, err)
+	defer s.Close()
+	tok, _, err := s.NewToken(ctx, tenant, false, time.Hour)
+	require.NoError(b, err)
+	b.Run("authenticate", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := s.Authenticate(ctx, tok); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("plain-lookup", func(b *testing.B) {
+		h := sha256.Sum256([]byte(tok))
+		hash := hex.EncodeToString(h[:])
+		for b.Loop() {
+			var p versions.Principal
+			if err := s.Pool().QueryRow(ctx, "SELECT tenant_id, admin FROM tokens WHERE token_hash = $1", hash).Scan(&p.Tenant, &p.Admin); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
