@@ -105,6 +105,10 @@ type Core interface {
 	// OperationEvents returns the operation's events with Seq > after, in
 	// order.
 	OperationEvents(ctx context.Context, p envd.Principal, id string, after int) ([]envd.Event, error)
+
+	// Tenant isolation: tokens (tokens.go) and volume archives (archives.go).
+	TokenCore
+	ArchiveCore
 }
 
 // MaxJSONBody is the largest JSON request body accepted. Image uploads are
@@ -269,5 +273,15 @@ func (h *handlers) routes() []route {
 		{http.MethodGet, "/operations/:id", h.getOperation},
 		{http.MethodDelete, "/operations/:id", h.cancelOperation},
 		{http.MethodGet, "/operations/:id/events", h.operationEvents},
+
+		// Tenant isolation: tokens and volume archives.
+		{http.MethodGet, "/admin/tokens", h.listTokens(true)},
+		{http.MethodGet, "/admin/tenants/:t/tokens", h.listTokens(true)},
+		{http.MethodDelete, "/admin/tokens/:id", h.revokeToken(true)},
+		{http.MethodGet, "/tokens", h.listTokens(false)},
+		{http.MethodDelete, "/tokens/:id", h.revokeToken(false)},
+		{http.MethodGet, "/projects/:p/archives", h.listArchives},
+		{http.MethodGet, "/projects/:p/volumes/:v/archives", h.listArchives},
+		{http.MethodDelete, "/projects/:p/volumes/:v/archives/:name", h.deleteArchive},
 	}
 }

@@ -153,12 +153,18 @@ func (s *Service) GetProject(ctx context.Context, p Principal, name string) (Pro
 }
 
 // DeleteProject deletes a project that has no live instances. Its images
-// stay in the registry until garbage collection.
+// stay in the registry until garbage collection. Its volume archives are
+// deleted after the project (the objects, then the records; archives.go): a
+// failure there is logged, not answered, as the project is gone.
 func (s *Service) DeleteProject(ctx context.Context, p Principal, name string) error {
 	if err := ValidateName("project", name); err != nil {
 		return err
 	}
-	return s.store.DeleteProject(ctx, p.Tenant, name)
+	if err := s.store.DeleteProject(ctx, p.Tenant, name); err != nil {
+		return err
+	}
+	s.deleteOrphanArchives(ctx)
+	return nil
 }
 
 // ListVersions lists a project's versions, oldest first.

@@ -197,11 +197,15 @@ func (s *Service) CreateToken(ctx context.Context, p Principal, tenant string, r
 	if imageRepo("") == projectRepo(tenant, "") {
 		return Token{}, fmt.Errorf("tenant %q: reserved (its repositories would be the base images'): %w", tenant, errdefs.ErrInvalidArgument)
 	}
-	tok, err := s.store.CreateToken(ctx, tenant, req.Admin)
+	ttl, err := tokenLifetime(req.ExpiresIn)
 	if err != nil {
 		return Token{}, err
 	}
-	return Token{Tenant: tenant, Token: tok, Admin: req.Admin}, nil
+	tok, info, err := s.store.NewToken(ctx, tenant, req.Admin, ttl)
+	if err != nil {
+		return Token{}, err
+	}
+	return Token{Tenant: tenant, Token: tok, Admin: req.Admin, ID: info.ID, CreatedAt: info.CreatedAt, ExpiresAt: info.ExpiresAt}, nil
 }
 
 func volumeBytes(vs []Volume) int64 {

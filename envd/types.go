@@ -178,9 +178,15 @@ type AddVolumeRequest struct {
 }
 
 // VolumeArchiveRequest is the body of POST .../volumes/{v}/archive and
-// .../restore: the object key ("" on archive = a generated one).
+// .../restore. Archive: name is the archive's name within the volume (""
+// = a generated time stamp); the key is chosen by the server, so key must
+// be empty; replace overwrites an archive of the same name (otherwise
+// already_exists). Restore: name (an archive of this volume) or key (an
+// archive of this project, as the archive answer gave it), one of them.
 type VolumeArchiveRequest struct {
-	Key string `json:"key,omitempty"`
+	Key     string `json:"key,omitempty"`
+	Name    string `json:"name,omitempty"`
+	Replace bool   `json:"replace,omitempty"`
 }
 
 // VolumeArchive describes an archive of a volume in object storage.
@@ -188,6 +194,13 @@ type VolumeArchive struct {
 	Key   string `json:"key"`
 	Bytes int64  `json:"bytes"`
 	Files int    `json:"files"`
+	// Recorded with the archive (tenant isolation):
+	Name      string    `json:"name,omitempty"`
+	Project   string    `json:"project,omitempty"`
+	Volume    string    `json:"volume,omitempty"`
+	Node      string    `json:"node,omitempty"`
+	CreatedAt time.Time `json:"created_at,omitzero"`
+	Replaced  bool      `json:"replaced,omitempty"` // an archive of the same name was replaced
 }
 
 // Version is one immutable environment of a project.
@@ -409,6 +422,9 @@ type Usage struct {
 // CreateTokenRequest is the body of POST /v1/admin/tenants/{t}/tokens.
 type CreateTokenRequest struct {
 	Admin bool `json:"admin,omitempty"`
+	// ExpiresIn is the token's lifetime, a Go duration ("720h"); "" = it
+	// never expires.
+	ExpiresIn string `json:"expires_in,omitempty"`
 }
 
 // Token is a new API token, shown once.
@@ -416,6 +432,11 @@ type Token struct {
 	Tenant string `json:"tenant"`
 	Token  string `json:"token"`
 	Admin  bool   `json:"admin"`
+	// ID names the token for listing and revoking; ExpiresAt is nil for a
+	// token that never expires.
+	ID        int64      `json:"id,omitempty"`
+	CreatedAt time.Time  `json:"created_at,omitzero"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 }
 
 // BuildRequest is the body of POST /v1/projects/{p}/builds: packages

@@ -3,6 +3,7 @@ package envd
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -222,31 +223,78 @@ func (s *Service) volume(ctx context.Context, p Principal, project, name string)
 	return Volume{}, fmt.Errorf("volume %q of project %q: %w", name, project, errdefs.ErrNotFound)
 }
 
-// ArchiveVolume copies a volume's content to object storage, so that it can
-// be restored on another node.
+// ArchiveVolume copies a volume's content to object storage under a key
+// chosen here (see archives.go) and records it, so that it can be restored
+// on another node. The object is written first and recorded last: a
+// failure leaves no record, and the new object is deleted.
 func (s *Service) ArchiveVolume(ctx context.Context, p Principal, project, name string, req VolumeArchiveRequest) (VolumeArchive, error) {
+	if req.Key != "" {
+		return VolumeArchive{}, fmt.Errorf("key %q: archive keys are chosen by the server; name the archive with name: %w", req.Key, errdefs.ErrInvalidArgument)
+	}
+	arcName := req.Name
+	if arcName == "" {
+		arcName = time.Now().UTC().Format("20060102T150405.000Z")
+	}
+	if err := validateArchiveName(arcName); err != nil {
+		return VolumeArchive{}, err
+	}
 	v, err := s.volume(ctx, p, project, name)
 	if err != nil {
 		return VolumeArchive{}, err
 	}
-	key := req.Key
-	if key == "" {
-		key = fmt.Sprintf("volumes/%s/%s/%s/%s.tar.zst", p.Tenant, project, name, time.Now().UTC().Format("20060102T150405.000Z"))
+	// Refuse before the upload what the record would refuse after it.
+	if !req.Replace {
+		if _, err := s.store.GetArchive(ctx, p.Tenant, project, name, arcName); err == nil {
+			return VolumeArchive{}, fmt.Errorf("archive %q of volume %q exists: archive under another name, or replace it (\"replace\": true, envctl --replace): %w", arcName, name, errdefs.ErrAlreadyExists)
+		} else if !errors.Is(err, errdefs.ErrNotFound) {
+			return VolumeArchive{}, err
+		}
 	}
+	key := archiveKey(p.Tenant, project, name, arcName)
 	info, err := s.cfg.Volumes.Archive(ctx, volumeOwner(p.Tenant, project), toSpec(v), s.cfg.Objects, key)
 	if err != nil {
 		return VolumeArchive{}, fmt.Errorf("archive volume %q: %w", name, err)
 	}
-	return VolumeArchive{Key: info.Key, Bytes: info.Bytes, Files: info.Files}, nil
+	rec, replaced, err := s.store.PutArchive(ctx, versions.Archive{Tenant: p.Tenant, Project: project, Volume: name,
+		Name: arcName, Key: key, SizeBytes: info.Bytes, Files: info.Files, Node: s.cfg.Node}, req.Replace)
+	if err != nil {
+		s.deleteArchiveObject(ctx, key)
+		return VolumeArchive{}, fmt.Errorf("archive volume %q: %w", name, err)
+	}
+	if replaced != "" {
+		s.deleteArchiveObject(ctx, replaced)
+	}
+	out := toVolumeArchive(rec)
+	out.Replaced = replaced != ""
+	return out, nil
 }
 
-// RestoreVolume replaces a volume's content on this node with an archive's.
-// Refused while the project has live instances on this node.
+// RestoreVolume replaces a volume's content on this node with an archive's,
+// found by name among the volume's archives or by key among the project's
+// (an archive of another volume of the project may be restored). Keys are
+// resolved through the archive records only: any other key, another
+// tenant's included, is ErrNotFound. Refused while the project has live
+// instances on this node.
 func (s *Service) RestoreVolume(ctx context.Context, p Principal, project, name string, req VolumeArchiveRequest) (Volume, error) {
-	if req.Key == "" {
-		return Volume{}, fmt.Errorf("key: required: %w", errdefs.ErrInvalidArgument)
+	if (req.Key == "") == (req.Name == "") {
+		return Volume{}, fmt.Errorf("give the archive's name or its key, one of them: %w", errdefs.ErrInvalidArgument)
+	}
+	if req.Replace {
+		return Volume{}, fmt.Errorf("replace: only for archive: %w", errdefs.ErrInvalidArgument)
 	}
 	v, err := s.volume(ctx, p, project, name)
+	if err != nil {
+		return Volume{}, err
+	}
+	var arc versions.Archive
+	if req.Name != "" {
+		if err := validateArchiveName(req.Name); err != nil {
+			return Volume{}, err
+		}
+		arc, err = s.store.GetArchive(ctx, p.Tenant, project, name, req.Name)
+	} else {
+		arc, err = s.store.GetArchiveByKey(ctx, p.Tenant, project, req.Key)
+	}
 	if err != nil {
 		return Volume{}, err
 	}
@@ -259,8 +307,8 @@ func (s *Service) RestoreVolume(ctx context.Context, p Principal, project, name 
 			return Volume{}, fmt.Errorf("instance %s of project %q uses the volume on this node: remove it first: %w", in.ID, project, errdefs.ErrFailedPrecondition)
 		}
 	}
-	if err := s.cfg.Volumes.Restore(ctx, volumeOwner(p.Tenant, project), toSpec(v), s.cfg.Objects, req.Key); err != nil {
-		return Volume{}, fmt.Errorf("restore volume %q from %q: %w", name, req.Key, err)
+	if err := s.cfg.Volumes.Restore(ctx, volumeOwner(p.Tenant, project), toSpec(v), s.cfg.Objects, arc.Key); err != nil {
+		return Volume{}, fmt.Errorf("restore volume %q from archive %q: %w", name, arc.Name, err)
 	}
 	if u, err := s.cfg.Volumes.Usage(ctx, volumeOwner(p.Tenant, project), toSpec(v)); err == nil {
 		v.UsedBytes, v.SizeBytes = u.UsedBytes, u.SizeBytes

@@ -11,6 +11,7 @@ package apitest
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -174,7 +175,7 @@ func (c *Core) Finish(id, state string, result any, opErr *envd.OpError) envd.Op
 
 func (c *Core) Authenticate(ctx context.Context, token string) (envd.Principal, error) {
 	c.record("Authenticate", envd.Principal{}, token)
-	if token != c.Token {
+	if subtle.ConstantTimeCompare([]byte(token), []byte(c.Token)) != 1 {
 		return envd.Principal{}, fmt.Errorf("token: %w", errdefs.ErrUnauthenticated)
 	}
 	return c.Principal, nil

@@ -12,24 +12,7 @@ import (
 )
 
 func (a *app) adminCommand() *cobra.Command {
-	var tokReq envd.CreateTokenRequest
-	token := &cobra.Command{
-		Use:   "token TENANT [--admin]",
-		Short: "Create an API token of a tenant (creating the tenant); it is shown once",
-		Args:  exactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			t, err := c.CreateToken(cmd.Context(), args[0], tokReq)
-			if err != nil {
-				return err
-			}
-			return a.emit(t, func(w io.Writer) { row(w, t.Token) })
-		},
-	}
-	token.Flags().BoolVar(&tokReq.Admin, "admin", false, "an admin token (quotas, gc, images, every tenant's usage)")
+	token := a.adminTokenCommand() // tokens.go
 
 	var (
 		q      envd.Quota

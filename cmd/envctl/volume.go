@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 
 	"github.com/spf13/cobra"
@@ -59,46 +60,99 @@ func (a *app) volumeCommand() *cobra.Command {
 			return a.emit(p, func(w io.Writer) { projectDetail(w, p) })
 		},
 	}
-	var key string
+	var arcReq envd.VolumeArchiveRequest
 	archive := &cobra.Command{
-		Use:   "archive PROJECT NAME [--key KEY]",
-		Short: "Copy a volume's content to object storage",
-		Args:  exactArgs(2),
+		Use:   "archive PROJECT NAME [--name ARCHIVE] [--replace]",
+		Short: "Copy a volume's content to object storage, as a named archive of the project",
+		Long: `Copy a volume's content to object storage. The server chooses the object key
+(under the tenant's and project's prefix) and records the archive; --name names
+it within the volume (default: a UTC time stamp). An archive of that name
+already there is refused (already_exists) unless --replace is given.`,
+		Args: exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.client()
 			if err != nil {
 				return err
 			}
-			arc, err := c.ArchiveVolume(cmd.Context(), args[0], args[1], envd.VolumeArchiveRequest{Key: key})
+			arc, err := c.ArchiveVolume(cmd.Context(), args[0], args[1], arcReq)
 			if err != nil {
 				return err
 			}
 			return a.emit(arc, func(w io.Writer) {
+				row(w, "NAME:", arc.Name)
 				row(w, "KEY:", arc.Key)
 				row(w, "BYTES:", formatBytes(arc.Bytes))
 				row(w, "FILES:", arc.Files)
+				if arc.Replaced {
+					row(w, "REPLACED:", "yes")
+				}
 			})
 		},
 	}
-	archive.Flags().StringVar(&key, "key", "", "object key (default: generated)")
-	var restoreKey string
+	archive.Flags().StringVar(&arcReq.Name, "name", "", "archive name within the volume (default: a UTC time stamp)")
+	archive.Flags().BoolVar(&arcReq.Replace, "replace", false, "replace an archive of the same name")
+	var restoreReq envd.VolumeArchiveRequest
 	restore := &cobra.Command{
-		Use:   "restore PROJECT NAME --key KEY",
-		Short: "Replace a volume's content on this node with an archive",
+		Use:   "restore PROJECT NAME (--name ARCHIVE | --key KEY)",
+		Short: "Replace a volume's content on this node with one of the project's archives",
 		Args:  exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if (restoreReq.Name == "") == (restoreReq.Key == "") {
+				return usageError{fmt.Errorf("volume restore: give --name or --key, one of them")}
+			}
 			c, err := a.client()
 			if err != nil {
 				return err
 			}
-			v, err := c.RestoreVolume(cmd.Context(), args[0], args[1], envd.VolumeArchiveRequest{Key: restoreKey})
+			v, err := c.RestoreVolume(cmd.Context(), args[0], args[1], restoreReq)
 			if err != nil {
 				return err
 			}
 			return a.emit(v, func(w io.Writer) { volumeTable(w, v) })
 		},
 	}
-	restore.Flags().StringVar(&restoreKey, "key", "", "object key of the archive (required)")
-	_ = restore.MarkFlagRequired("key")
-	return group("volume", "Persistent volumes of a project", ls, add, rm, archive, restore)
+	restore.Flags().StringVar(&restoreReq.Name, "name", "", "name of an archive of this volume")
+	restore.Flags().StringVar(&restoreReq.Key, "key", "", "key of an archive of this project (as archive or archives shows it)")
+	var arcVolume string
+	archives := &cobra.Command{
+		Use:   "archives PROJECT [--volume NAME]",
+		Short: "List a project's volume archives",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			as, err := c.ListArchives(cmd.Context(), args[0], arcVolume)
+			if err != nil {
+				return err
+			}
+			return a.emit(as, func(w io.Writer) { archiveTable(w, as...) })
+		},
+	}
+	archives.Flags().StringVar(&arcVolume, "volume", "", "only this volume's archives")
+	archiveRm := &cobra.Command{
+		Use:   "archive-rm PROJECT NAME ARCHIVE",
+		Short: "Delete an archive of a volume (its record and its object)",
+		Args:  exactArgs(3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			arc, err := c.DeleteArchive(cmd.Context(), args[0], args[1], args[2])
+			if err != nil {
+				return err
+			}
+			return a.emit(arc, func(w io.Writer) { archiveTable(w, arc) })
+		},
+	}
+	return group("volume", "Persistent volumes of a project", ls, add, rm, archive, restore, archives, archiveRm)
+}
+
+func archiveTable(w io.Writer, as ...envd.VolumeArchive) {
+	row(w, "VOLUME", "NAME", "BYTES", "FILES", "NODE", "CREATED", "KEY")
+	for _, a := range as {
+		row(w, a.Volume, a.Name, formatBytes(a.Bytes), a.Files, orDash(a.Node), formatTime(a.CreatedAt), a.Key)
+	}
 }

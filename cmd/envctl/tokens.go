@@ -1,0 +1,168 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/envd-dev/envd/envd"
+)
+
+// adminTokenCommand is `envctl admin token`: create, ls and revoke. The
+// older form `envctl admin token TENANT` still creates (a tenant named
+// like a subcommand needs `token create NAME`).
+func (a *app) adminTokenCommand() *cobra.Command {
+	var req envd.CreateTokenRequest
+	create := func(cmd *cobra.Command, args []string) error {
+		c, err := a.client()
+		if err != nil {
+			return err
+		}
+		t, err := c.CreateToken(cmd.Context(), args[0], req)
+		if err != nil {
+			return err
+		}
+		return a.emit(t, func(w io.Writer) { row(w, t.Token) })
+	}
+	flags := func(cmd *cobra.Command) {
+		cmd.Flags().BoolVar(&req.Admin, "admin", false, "an admin token (quotas, gc, images, every tenant's usage and tokens)")
+		cmd.Flags().StringVar(&req.ExpiresIn, "expires", "", "lifetime, a Go duration such as 720h (default: never expires)")
+	}
+	token := &cobra.Command{
+		Use:   "token [create] TENANT [--admin] [--expires D] | token ls [TENANT] | token revoke ID",
+		Short: "Create, list or revoke API tokens (a new token is shown once)",
+		Long: `Create, list or revoke API tokens.
+  envctl admin token create TENANT [--admin] [--expires 720h]
+      create a token of TENANT (creating the tenant); it is printed once and
+      stored only hashed. "envctl admin token TENANT" is the same.
+  envctl admin token ls [TENANT]
+      list tokens (every tenant's without TENANT): id, tenant, admin, created,
+      expiry, last use (to the minute) and state; never the token.
+  envctl admin token revoke ID
+      revoke a token: requests with it get 401 from then on. The last live
+      admin token cannot be revoked.
+A tenant lists and revokes its own tokens with "envctl token ls|revoke".`,
+		Args: exactArgs(1),
+		RunE: create,
+	}
+	flags(token)
+	createCmd := &cobra.Command{
+		Use:   "create TENANT [--admin] [--expires D]",
+		Short: "Create an API token of a tenant (creating the tenant); it is shown once",
+		Args:  exactArgs(1),
+		RunE:  create,
+	}
+	flags(createCmd)
+	ls := &cobra.Command{
+		Use:   "ls [TENANT]",
+		Short: "List API tokens (never the tokens themselves)",
+		Args:  rangeArgs(0, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			tenant := ""
+			if len(args) == 1 {
+				tenant = args[0]
+			}
+			ts, err := c.ListTokens(cmd.Context(), tenant)
+			if err != nil {
+				return err
+			}
+			return a.emit(ts, func(w io.Writer) { tokenTable(w, ts...) })
+		},
+	}
+	revoke := &cobra.Command{
+		Use:   "revoke ID",
+		Short: "Revoke an API token: it gets 401 from then on",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := tokenIDArg(args[0])
+			if err != nil {
+				return err
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			t, err := c.RevokeToken(cmd.Context(), id)
+			if err != nil {
+				return err
+			}
+			return a.emit(t, func(w io.Writer) { tokenTable(w, t) })
+		},
+	}
+	token.AddCommand(createCmd, ls, revoke)
+	return token
+}
+
+// ownTokenCommand is `envctl token ls|revoke`: a tenant's own tokens.
+func (a *app) ownTokenCommand() *cobra.Command {
+	ls := &cobra.Command{
+		Use:   "ls",
+		Short: "List your tenant's API tokens (never the tokens themselves)",
+		Args:  exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			ts, err := c.ListOwnTokens(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return a.emit(ts, func(w io.Writer) { tokenTable(w, ts...) })
+		},
+	}
+	revoke := &cobra.Command{
+		Use:   "revoke ID",
+		Short: "Revoke one of your tenant's (non-admin) tokens, the one you use included",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := tokenIDArg(args[0])
+			if err != nil {
+				return err
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			t, err := c.RevokeOwnToken(cmd.Context(), id)
+			if err != nil {
+				return err
+			}
+			return a.emit(t, func(w io.Writer) { tokenTable(w, t) })
+		},
+	}
+	return group("token", "Your tenant's API tokens", ls, revoke)
+}
+
+func tokenIDArg(s string) (int64, error) {
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id < 1 {
+		return 0, usageError{fmt.Errorf("token id %q: must be a positive integer (see token ls)", s)}
+	}
+	return id, nil
+}
+
+func tokenState(t envd.TokenInfo) string {
+	switch {
+	case t.RevokedAt != nil:
+		return "revoked"
+	case t.ExpiresAt != nil && !t.ExpiresAt.After(time.Now()):
+		return "expired"
+	}
+	return "live"
+}
+
+func tokenTable(w io.Writer, ts ...envd.TokenInfo) {
+	row(w, "ID", "TENANT", "ADMIN", "CREATED", "EXPIRES", "LAST USED", "STATE")
+	for _, t := range ts {
+		row(w, t.ID, t.Tenant, yesNo(t.Admin), formatTime(t.CreatedAt), formatTimePtr(t.ExpiresAt),
+			formatTimePtr(t.LastUsedAt), tokenState(t))
+	}
+}
