@@ -127,7 +127,7 @@ func TestRootGCTwoNodesRaceSaves(t *testing.T) {
 			for path, sum := range s.files {
 				res, err := n.c.Exec(c, in.ID, envd.ExecRequest{Args: []string{"sh", "-c", "md5sum < " + path}})
 				require.NoError(t, err)
-				assert.Equalf(t, sum, strings.Fields(res.Stdout+" -")[0], "version %d on %s: %s (%s)", s.version, n.name, path, res.Stderr)
+				assert.Equalf(t, sum, strings.Fields(res.Stdout + " -")[0], "version %d on %s: %s (%s)", s.version, n.name, path, res.Stderr)
 			}
 			_, err = n.c.DeleteInstance(c, in.ID)
 			require.NoError(t, err)
