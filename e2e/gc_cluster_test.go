@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +20,7 @@ import (
 	"github.com/envd-dev/envd/client"
 	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/envd/node"
+	"github.com/envd-dev/envd/internal/errdefs"
 	"github.com/envd-dev/envd/registry"
 )
 
@@ -133,4 +137,34 @@ func TestRootGCTwoNodesRaceSaves(t *testing.T) {
 			require.NoError(t, err)
 		}
 	}
+}
+
+// The sweep's orphan scan deletes a manifest in a project repository that
+// no version owns (as a crash between push and commit leaves), and its
+// blobs; the project's committed versions stay.
+func TestRootGCOrphanManifests(t *testing.T) {
+	c := ctx(t)
+	p := newProject(t, "orphan")
+	in := up(t, p, 0)
+	mustSh(t, in.ID, "echo kept > /kept")
+	_, s := save(t, in.ID, "owned")
+	reg := registry.NewClient(env.node.RegistryAddr())
+	owned, err := reg.Get(c, s.Image)
+	require.NoError(t, err)
+
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "orphan"), []byte("no row owns me"), 0o644))
+	orphan, err := reg.ImportRootfs(c, dir, owned.Repo, "")
+	require.NoError(t, err)
+
+	res := runGC(t, false)
+	require.True(t, res.Swept, res.Note)
+	assert.Contains(t, res.OrphanManifests, orphan.Ref())
+	assert.NotContains(t, res.OrphanManifests, owned.Ref())
+	_, err = reg.Get(c, orphan.Ref())
+	assert.ErrorIs(t, err, errdefs.ErrNotFound, "the orphan manifest is deleted")
+	assert.Equal(t, http.StatusNotFound, blobStatus(t, orphan.Repo, orphan.Layers[0].Digest), "and its layer swept")
+	assert.NoError(t, reg.Verify(c, owned))
+	d := up(t, p, s.Version)
+	assert.Equal(t, "kept", mustSh(t, d.ID, "cat /kept"))
 }

@@ -117,7 +117,7 @@ func (s *Service) collectVersion(ctx context.Context, proj versions.Project, v v
 func (s *Service) sweep(ctx context.Context) (registry.GCStats, error) {
 	var st registry.GCStats
 	err := s.store.Sweep(ctx, func(ctx context.Context) error {
-		owned, err := s.store.OwnedImages(ctx, projectRepo("", ""))
+		owned, err := s.store.OwnedImages(ctx, reposPrefix)
 		if err != nil {
 			return err
 		}
@@ -130,15 +130,19 @@ func (s *Service) sweep(ctx context.Context) (registry.GCStats, error) {
 	return st, err
 }
 
+// reposPrefix is the prefix of every repository envd pushes to: project
+// repositories (projectRepo) and imported images' (imageRepo).
+const reposPrefix = "envd/"
+
 // isProjectRepo is true for a project's repository (envd/TENANT/PROJECT),
 // false for imported images' (envd/images/NAME) and anything not envd's.
 func isProjectRepo(repo string) bool {
-	rest, ok := strings.CutPrefix(repo, projectRepo("", ""))
+	rest, ok := strings.CutPrefix(repo, reposPrefix)
 	if !ok || strings.HasPrefix(repo, imageRepo("")) {
 		return false
 	}
 	tenant, project, ok := strings.Cut(rest, "/")
-	return ok && tenant != "" && project != "" && !strings.Contains(project, "/")
+	return ok && tenant != "" && project != "" && !strings.Contains(project, "/") && repo == projectRepo(tenant, project)
 }
 
 // upload runs push under an upload lease (versions.Store.BeginUpload): no

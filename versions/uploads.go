@@ -2,7 +2,6 @@ package versions
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -194,7 +193,7 @@ func (s *Store) ImageOwned(ctx context.Context, image string) (bool, error) {
 	var owned bool
 	err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM versions WHERE image = $1 AND state <> 'deleting')
 		OR EXISTS (SELECT 1 FROM images WHERE repo = $2 AND digest = $3)`, image, repo, digest).Scan(&owned)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	if err != nil {
 		return false, translate(err, fmt.Sprintf("image %q", image))
 	}
 	return owned, nil
