@@ -172,7 +172,7 @@ func (s *Service) dropManifest(ctx context.Context, img registry.Image) {
 		err = s.reg.DeleteManifest(ctx, img)
 	}
 	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-		s.log.Warn("delete manifest of an uncommitted version", "image", img.Ref(), "err", err)
+		s.log.Warn("delete a manifest no row owns", "image", img.Ref(), "err", err)
 	}
 }
 
