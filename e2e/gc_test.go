@@ -29,7 +29,7 @@ func TestRootGCCollectsAnAbandonedBranch(t *testing.T) {
 	mustSh(t, b.ID, "head -c 1048576 /dev/urandom > /b")
 	_, v3 := save(t, b.ID, "branch b")
 	require.True(t, v3.Conflict, "version 2 is current: the other branch's save does not switch")
-	_, err := env.c.SetCurrent(c, p, envd.SetCurrentRequest{Version: v3.Version})
+	_, err := env.c.SetCurrent(c, p, envd.SetCurrentRequest{Version: v3.Version, ExpectedCurrent: &v2.Version})
 	require.NoError(t, err)
 	_, err = env.c.DeleteInstance(c, a.ID) // nothing uses version 2 any more
 	require.NoError(t, err)

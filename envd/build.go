@@ -122,15 +122,14 @@ func (s *Service) buildVersion(ctx context.Context, oc *opCtx, p Principal, job 
 			return versions.Version{}, err
 		}
 	}
-	c, err := s.capture(ctx, oc, oc.id, in, true)
+	c, err := s.capture(ctx, oc, oc.id, in, true, versions.QuotaEnforced)
 	if err != nil {
 		return versions.Version{}, err
 	}
 	pkgs := strings.Join(builder.Normalize(job.Request.Packages), " ")
-	v, _, err := s.store.CommitVersion(ctx, versions.Commit{
+	v, _, err := s.commitCaptured(ctx, c, versions.Commit{
 		Tenant: in.Tenant, Project: in.Project, InstanceID: in.ID, Generation: in.Generation, NoSwitch: true,
-		Kind: "build", Image: c.img.Ref(), Parent: c.base.Number, SizeBytes: c.img.Size, Layers: len(c.img.Layers),
-		LayerBytes: c.layer.Size, Message: fmt.Sprintf("build %s %s: %s", key, job.Request.Manager, pkgs),
+		Kind: "build", Message: fmt.Sprintf("build %s %s: %s", key, job.Request.Manager, pkgs),
 		Validated: len(job.Request.Validate) == 0,
 	})
 	if err != nil {

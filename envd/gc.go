@@ -15,7 +15,7 @@ import (
 // Sweeper deletes the registry's blobs that no manifest references: the
 // embedded registry. A node whose registry is external has none.
 type Sweeper interface {
-	GarbageCollect(ctx context.Context) (registry.GCStats, error)
+	GarbageCollect(ctx context.Context, opts registry.GCOptions) (registry.GCStats, error)
 }
 
 // gcJob is what a gc operation does; running it again is safe (versions
@@ -42,7 +42,7 @@ func (s *Service) GC(ctx context.Context, p Principal, req GCRequest, idempotenc
 
 func (s *Service) runGC(ctx context.Context, oc *opCtx, job gcJob) (GCResult, error) {
 	res := GCResult{DryRun: job.DryRun, Versions: []GCVersion{}}
-	projects, err := s.store.RetainedProjects(ctx)
+	projects, err := s.store.GCProjects(ctx)
 	if err != nil {
 		return res, err
 	}
@@ -80,7 +80,9 @@ func (s *Service) runGC(ctx context.Context, oc *opCtx, job gcJob) (GCResult, er
 	}
 	res.Swept = true
 	res.BlobsBefore, res.BlobsAfter, res.BytesBefore, res.BytesAfter = st.BlobsBefore, st.BlobsAfter, st.BytesBefore, st.BytesAfter
-	oc.event(ctx, "swept", fmt.Sprintf("blobs %d -> %d, %d -> %d bytes", st.BlobsBefore, st.BlobsAfter, st.BytesBefore, st.BytesAfter), nil)
+	res.OrphanManifests = st.OrphanManifests
+	oc.event(ctx, "swept", fmt.Sprintf("blobs %d -> %d, %d -> %d bytes; %d orphan manifests", st.BlobsBefore, st.BlobsAfter,
+		st.BytesBefore, st.BytesAfter, len(st.OrphanManifests)), nil)
 	return res, nil
 }
 
@@ -106,20 +108,72 @@ func (s *Service) collectVersion(ctx context.Context, proj versions.Project, v v
 	return nil
 }
 
-// sweep runs the registry's blob sweep while no push of this node is
-// between its blob uploads and its manifest (those blobs are referenced by
-// nothing yet and would go).
+// sweep deletes the manifests of project repositories that no row owns,
+// then the registry's blobs no manifest references. It runs under the
+// cluster-wide sweep lock (versions.Store.Sweep): no upload lease of any
+// node is held, so no content pushed but not yet committed is in the
+// registry, and the owned images read here are all there will be until the
+// sweep ends.
 func (s *Service) sweep(ctx context.Context) (registry.GCStats, error) {
-	s.pushes.Lock()
-	defer s.pushes.Unlock()
-	return s.cfg.Sweeper.GarbageCollect(ctx)
+	var st registry.GCStats
+	err := s.store.Sweep(ctx, func(ctx context.Context) error {
+		owned, err := s.store.OwnedImages(ctx, reposPrefix)
+		if err != nil {
+			return err
+		}
+		st, err = s.cfg.Sweeper.GarbageCollect(ctx, registry.GCOptions{
+			OrphanRepos: isProjectRepo,
+			Owned:       func(ref string) bool { return owned[ref] },
+		})
+		return err
+	})
+	return st, err
 }
 
-// push runs a registry push that must not overlap a sweep.
-func (s *Service) push(f func() error) error {
-	s.pushes.RLock()
-	defer s.pushes.RUnlock()
-	return f()
+// reposPrefix is the prefix of every repository envd pushes to: project
+// repositories (projectRepo) and imported images' (imageRepo).
+const reposPrefix = "envd/"
+
+// isProjectRepo is true for a project's repository (envd/TENANT/PROJECT),
+// false for imported images' (envd/images/NAME) and anything not envd's.
+func isProjectRepo(repo string) bool {
+	rest, ok := strings.CutPrefix(repo, reposPrefix)
+	if !ok || strings.HasPrefix(repo, imageRepo("")) {
+		return false
+	}
+	tenant, project, ok := strings.Cut(rest, "/")
+	return ok && tenant != "" && project != "" && !strings.Contains(project, "/") && repo == projectRepo(tenant, project)
+}
+
+// upload runs push under an upload lease (versions.Store.BeginUpload): no
+// sweep on any node deletes what it pushes until the lease ends. The caller
+// commits with the lease and then ends it.
+func (s *Service) upload(ctx context.Context, push func() error) (*versions.Upload, error) {
+	up, err := s.store.BeginUpload(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := push(); err != nil {
+		up.End()
+		return nil, err
+	}
+	return up, nil
+}
+
+// dropManifest deletes img's manifest unless a row owns it (a version not
+// being deleted, an imported image): an image pushed for a version whose
+// commit failed, or a deleted project's. Its blobs go at the next sweep. A
+// failure is only logged: the sweep's orphan scan finds the manifest too.
+func (s *Service) dropManifest(ctx context.Context, img registry.Image) {
+	ctx, cancel := detach(ctx, time.Minute)
+	defer cancel()
+	owned, err := s.store.ImageOwned(ctx, img.Ref())
+	if err == nil && !owned {
+		err = s.reg.DeleteManifest(ctx, img)
+	}
+	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		s.log.Warn("delete a manifest no row owns", "image", img.Ref(), "err", err)
+	}
 }
 
 // orphanVolumes removes (unless dryRun) this node's volumes whose project

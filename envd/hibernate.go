@@ -25,20 +25,22 @@ func (s *Service) hibernateIdle(ctx context.Context) {
 		return
 	}
 	for _, in := range ins {
-		if _, err := s.hibernate(ctx, in); err != nil {
+		if _, err := s.hibernate(ctx, in, versions.QuotaExempt); err != nil {
 			s.log.Warn("hibernate", "instance", in.ID, "err", err)
 		}
 	}
 }
 
 // HibernateInstance hibernates a stopped retained instance now, instead of
-// waiting for HibernateAfter.
+// waiting for HibernateAfter. Asked by the user, it is checked against the
+// tenant's quota like a save: only the node's own idle hibernation is
+// exempt.
 func (s *Service) HibernateInstance(ctx context.Context, p Principal, id string) (Instance, error) {
 	in, err := s.instance(ctx, p, id)
 	if err != nil {
 		return Instance{}, err
 	}
-	in, err = s.hibernate(ctx, in)
+	in, err = s.hibernate(ctx, in, versions.QuotaEnforced)
 	if err != nil {
 		return Instance{}, err
 	}
@@ -49,20 +51,19 @@ func (s *Service) HibernateInstance(ctx context.Context, p Principal, id string)
 // does not become current, records it on the instance, then frees the
 // local layer. Until the record is committed nothing is freed, so a crash
 // at any step leaves the instance as it was (and at most an unreferenced
-// version or blobs).
-func (s *Service) hibernate(ctx context.Context, in versions.Instance) (versions.Instance, error) {
+// version or blobs). quota says whether the tenant's quota applies.
+func (s *Service) hibernate(ctx context.Context, in versions.Instance, quota versions.QuotaPolicy) (versions.Instance, error) {
 	if !in.Retain || in.State != StateStopped || in.HibernatedVersion > 0 || in.Node != s.cfg.Node {
 		return in, errdefs.WithDetails(fmt.Errorf("instance %q: only a stopped, retained instance on this node can hibernate: %w", in.ID, errdefs.ErrFailedPrecondition),
 			map[string]any{"state": in.State})
 	}
-	c, err := s.capture(ctx, nil, "hibernate-"+in.ID, in, false)
+	c, err := s.capture(ctx, nil, "hibernate-"+in.ID, in, false, quota)
 	if err != nil {
 		return in, err
 	}
-	v, _, err := s.store.CommitVersion(ctx, versions.Commit{
+	v, _, err := s.commitCaptured(ctx, c, versions.Commit{
 		Tenant: in.Tenant, Project: in.Project, InstanceID: in.ID, Generation: in.Generation, NoSwitch: true,
-		Kind: "snapshot", Image: c.img.Ref(), Parent: c.base.Number, SizeBytes: c.img.Size, Layers: len(c.img.Layers), LayerBytes: c.layer.Size,
-		Message: fmt.Sprintf("hibernation of instance %s", in.ID),
+		Kind: "snapshot", Message: fmt.Sprintf("hibernation of instance %s", in.ID),
 	})
 	if err != nil {
 		return in, err

@@ -104,11 +104,8 @@ func (s *Service) StartInstance(ctx context.Context, p Principal, id string) (In
 	if err != nil {
 		return Instance{}, err
 	}
-	if in.State == StateStopped {
-		if err := s.checkStartQuota(ctx, in.Tenant); err != nil {
-			return Instance{}, err
-		}
-	}
+	// The tenant's instance quota is checked by the store, atomically, as
+	// the instance leaves Stopped (versions.Store.Transition).
 	if in.HibernatedVersion > 0 && in.State == StateStopped {
 		return s.wake(ctx, p, in)
 	}

@@ -83,11 +83,12 @@ func (s *Service) runMigrate(ctx context.Context, oc *opCtx, p Principal, job mi
 	oc.event(ctx, "conflicts", fmt.Sprintf("%d paths changed by both the base update and the project", len(conflicts)),
 		map[string]any{"conflicts": res.Conflicts})
 
-	if err := s.checkSaveQuota(ctx, p.Tenant, job.Project, 0); err != nil {
+	volumeBytes, err := s.checkSaveQuota(ctx, p.Tenant, job.Project, 0)
+	if err != nil {
 		return res, err
 	}
 	var img registry.Image
-	err = s.push(func() (err error) {
+	up, err := s.upload(ctx, func() (err error) {
 		img, err = s.reg.Rebase(ctx, src, len(oldBase.Layers), newBase, projectRepo(p.Tenant, job.Project), map[string]string{
 			"org.envd.project": job.Project, "org.envd.migrated-version": fmt.Sprint(from.Number),
 		})
@@ -96,12 +97,14 @@ func (s *Service) runMigrate(ctx context.Context, oc *opCtx, p Principal, job mi
 	if err != nil {
 		return res, fmt.Errorf("rebase version %d: %w", from.Number, err)
 	}
-	v, _, err := s.store.CommitVersion(ctx, versions.Commit{
+	v, _, err := up.CommitVersion(ctx, versions.Commit{
 		Tenant: p.Tenant, Project: job.Project, NoSwitch: true, Kind: "migration", Image: img.Ref(), Parent: from.Number,
-		SizeBytes: img.Size, Layers: len(img.Layers), Validated: len(job.Request.Validate) == 0,
+		SizeBytes: img.Size, Layers: len(img.Layers), Validated: len(job.Request.Validate) == 0, OtherStoredBytes: volumeBytes,
 		Message: fmt.Sprintf("version %d moved from %s onto %s; %d conflicts", from.Number, oldBase.Ref(), newBase.Ref(), len(conflicts)),
 	})
+	up.End()
 	if err != nil {
+		s.dropManifest(ctx, img)
 		return res, err
 	}
 	res.Version = v.Number

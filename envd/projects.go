@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/snapshotter"
 	"github.com/envd-dev/envd/versions"
 )
@@ -152,16 +154,28 @@ func (s *Service) GetProject(ctx context.Context, p Principal, name string) (Pro
 	return toProject(proj), nil
 }
 
-// DeleteProject deletes a project that has no live instances. Its images
-// stay in the registry until garbage collection. Its volume archives are
-// deleted after the project (the objects, then the records; archives.go): a
-// failure there is logged, not answered, as the project is gone.
+// DeleteProject deletes a project that has no live instances, then the
+// manifests in its repository that no other row owns (a project of the
+// tenant may use one as its base); their blobs go at the next sweep. A
+// manifest left by a failure here is found by the sweep's orphan scan. Its
+// volume archives are deleted after the project (the objects, then the
+// records; archives.go): a failure there is logged, not answered, as the
+// project is gone.
 func (s *Service) DeleteProject(ctx context.Context, p Principal, name string) error {
 	if err := ValidateName("project", name); err != nil {
 		return err
 	}
-	if err := s.store.DeleteProject(ctx, p.Tenant, name); err != nil {
+	images, err := s.store.DeleteProject(ctx, p.Tenant, name)
+	if err != nil {
 		return err
+	}
+	repo := projectRepo(p.Tenant, name)
+	for _, ref := range images {
+		r, digest, ok := strings.Cut(ref, "@")
+		if !ok || r != repo {
+			continue // a base image: not the project's
+		}
+		s.dropManifest(ctx, registry.Image{Repo: r, Digest: digest})
 	}
 	s.deleteOrphanArchives(ctx)
 	return nil
@@ -203,11 +217,14 @@ func (s *Service) SetCurrent(ctx context.Context, p Principal, project string, r
 	if req.Version <= 0 {
 		return Project{}, fmt.Errorf("version %d: must be a positive version number: %w", req.Version, errdefs.ErrInvalidArgument)
 	}
-	expected := -1
-	if req.ExpectedCurrent != nil {
-		expected = *req.ExpectedCurrent
+	// A blind write could undo a switch or save the caller never saw.
+	if req.ExpectedCurrent == nil {
+		return Project{}, fmt.Errorf("expected_current: required (the current version the switch replaces; 0 = none): %w", errdefs.ErrInvalidArgument)
 	}
-	proj, err := s.store.SetCurrent(ctx, p.Tenant, project, req.Version, expected)
+	if *req.ExpectedCurrent < 0 {
+		return Project{}, fmt.Errorf("expected_current %d: %w", *req.ExpectedCurrent, errdefs.ErrInvalidArgument)
+	}
+	proj, err := s.store.SetCurrent(ctx, p.Tenant, project, req.Version, *req.ExpectedCurrent)
 	if err != nil {
 		return Project{}, err
 	}

@@ -36,8 +36,9 @@ func (s *Service) ttlFor(ctx context.Context, tenant, ttl string) (*time.Time, e
 }
 
 // checkStartQuota refuses to start one more live instance beyond the
-// tenant's quota (a stopped one starting again; new ones are checked by the
-// store as they are recorded).
+// tenant's quota: an early check, before an operation exists; the store
+// checks again, atomically, as it records a new instance or starts a
+// stopped one.
 func (s *Service) checkStartQuota(ctx context.Context, tenant string) error {
 	q, err := s.store.Quota(ctx, tenant)
 	if err != nil || q.MaxInstances == 0 {
@@ -54,23 +55,25 @@ func (s *Service) checkStartQuota(ctx context.Context, tenant string) error {
 }
 
 // checkSaveQuota refuses a version of project adding layerBytes beyond the
-// tenant's quota of versions per project or of stored bytes.
-func (s *Service) checkSaveQuota(ctx context.Context, tenant, project string, layerBytes int64) error {
+// tenant's quota of versions per project or of stored bytes. It is the
+// early check, before an upload; the commit checks again atomically
+// (versions.Commit.Quota), counting the volume bytes returned here.
+func (s *Service) checkSaveQuota(ctx context.Context, tenant, project string, layerBytes int64) (volumeBytes int64, err error) {
 	q, err := s.store.Quota(ctx, tenant)
 	if err != nil || (q.MaxVersions == 0 && q.MaxStoredBytes == 0) {
-		return err
+		return 0, err
 	}
 	u, err := s.usage(ctx, tenant)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if q.MaxVersions > 0 && u.versions[project] >= q.MaxVersions {
-		return versions.QuotaError("versions", int64(q.MaxVersions), int64(u.versions[project]), 1)
+		return 0, versions.QuotaError("versions", int64(q.MaxVersions), int64(u.versions[project]), 1)
 	}
 	if q.MaxStoredBytes > 0 && u.stored()+layerBytes > q.MaxStoredBytes {
-		return versions.QuotaError("stored_bytes", q.MaxStoredBytes, u.stored(), layerBytes)
+		return 0, versions.QuotaError("stored_bytes", q.MaxStoredBytes, u.stored(), layerBytes)
 	}
-	return nil
+	return u.volumeBytes, nil
 }
 
 // checkVolumeQuota refuses volumes of addBytes beyond the tenant's stored

@@ -75,15 +75,14 @@ func (s *Service) runSave(ctx context.Context, oc *opCtx, job saveJob) (SaveResu
 	if in.State != StateRunning {
 		return SaveResult{}, fmt.Errorf("instance %q is %s: %w", in.ID, in.State, errdefs.ErrFailedPrecondition)
 	}
-	c, err := s.capture(ctx, oc, oc.id, in, true)
+	c, err := s.capture(ctx, oc, oc.id, in, true, versions.QuotaEnforced)
 	if err != nil {
 		return SaveResult{}, err
 	}
 	commitStart := time.Now()
-	v, switched, err := s.store.CommitVersion(ctx, versions.Commit{
+	v, switched, err := s.commitCaptured(ctx, c, versions.Commit{
 		Tenant: in.Tenant, Project: in.Project, Expected: job.Expected, InstanceID: in.ID, Generation: job.Generation,
-		Kind: "snapshot", Image: c.img.Ref(), Message: job.Message, Parent: c.base.Number, SizeBytes: c.img.Size, Layers: len(c.img.Layers),
-		LayerBytes: c.layer.Size,
+		Kind: "snapshot", Message: job.Message,
 	})
 	if err != nil {
 		return SaveResult{}, err
@@ -103,7 +102,8 @@ func (s *Service) runSave(ctx context.Context, oc *opCtx, job saveJob) (SaveResu
 	return res, nil
 }
 
-// captured is an instance's rootfs changes pushed as an image.
+// captured is an instance's rootfs changes pushed as an image, under an
+// upload lease that commitCaptured ends.
 type captured struct {
 	img                  registry.Image
 	base                 versions.Version // the version whose layers the image extends
@@ -111,13 +111,33 @@ type captured struct {
 	layer                snapshotter.Layer
 	compression          string
 	freeze, encode, push time.Duration
+	upload               *versions.Upload
+	quota                versions.QuotaPolicy
+	volumeBytes          int64 // the tenant's declared volume sizes, for the commit's quota check
+}
+
+// commitCaptured is step 6 for a captured image: c's image, parent and
+// sizes are recorded as the version commit describes, under c's upload
+// lease (ended here) and checked against the quota as capture was asked.
+// A failed commit deletes the pushed manifest.
+func (s *Service) commitCaptured(ctx context.Context, c captured, commit versions.Commit) (versions.Version, bool, error) {
+	defer c.upload.End()
+	commit.Image, commit.Parent, commit.SizeBytes, commit.Layers = c.img.Ref(), c.base.Number, c.img.Size, len(c.img.Layers)
+	commit.LayerBytes, commit.Quota, commit.OtherStoredBytes = c.layer.Size, c.quota, c.volumeBytes
+	v, switched, err := c.upload.CommitVersion(ctx, commit)
+	if err != nil {
+		s.dropManifest(ctx, c.img)
+	}
+	return v, switched, err
 }
 
 // capture is steps 2-5 of the save path: read the instance's upper dir
 // (frozen when freeze is set; a stopped instance has nothing to freeze),
-// encode it, and push it on top of the version the rootfs sits on. work
-// names the spool directory.
-func (s *Service) capture(ctx context.Context, oc *opCtx, work string, in versions.Instance, freeze bool) (captured, error) {
+// encode it, check it against the tenant's quota (unless quota is
+// QuotaExempt), and push it on top of the version the rootfs sits on. work
+// names the spool directory. The caller must pass the result to
+// commitCaptured.
+func (s *Service) capture(ctx context.Context, oc *opCtx, work string, in versions.Instance, freeze bool, quota versions.QuotaPolicy) (captured, error) {
 	var c captured
 	proj, err := s.store.GetProject(ctx, in.Tenant, in.Project)
 	if err != nil {
@@ -175,12 +195,11 @@ func (s *Service) capture(ctx context.Context, oc *opCtx, work string, in versio
 	oc.event(ctx, "encoded", fmt.Sprintf("%s layer of %d bytes in %s", proj.Compression, c.layer.Size, c.encode.Round(time.Millisecond)),
 		map[string]any{"layer_bytes": c.layer.Size, "encode_ms": c.encode.Milliseconds()})
 
-	// The quota is checked on the encoded size, before anything is
-	// uploaded. Not for a hibernation (no operation): it is the node's
-	// housekeeping, and a refusal would make it re-read the layer on every
-	// pass without ever freeing the node's disk.
-	if oc != nil {
-		if err := s.checkSaveQuota(ctx, in.Tenant, in.Project, c.layer.Size); err != nil {
+	// The quota is checked on the encoded size before anything is
+	// uploaded, and again, atomically, by the commit.
+	c.quota = quota
+	if quota != versions.QuotaExempt {
+		if c.volumeBytes, err = s.checkSaveQuota(ctx, in.Tenant, in.Project, c.layer.Size); err != nil {
 			return c, err
 		}
 	}
@@ -189,7 +208,7 @@ func (s *Service) capture(ctx context.Context, oc *opCtx, work string, in versio
 	if err != nil {
 		return c, fmt.Errorf("parent image of version %d: %w", c.base.Number, err)
 	}
-	err = s.push(func() (err error) {
+	c.upload, err = s.upload(ctx, func() (err error) {
 		c.img, err = s.reg.Append(ctx, parent, registry.LayerFile{
 			Path: c.layer.Path, MediaType: c.layer.MediaType, Digest: c.layer.Digest.String(), DiffID: c.layer.DiffID.String(),
 			Size: c.layer.Size, Annotations: c.layer.Annotations,

@@ -105,7 +105,6 @@ type Service struct {
 	log   *slog.Logger
 
 	frozen   freezeGate
-	pushes   sync.RWMutex // pushes hold it shared, a GC sweep exclusively
 	saves    saveStats
 	reapWake chan struct{}
 
@@ -206,12 +205,13 @@ func (s *Service) ImportImage(ctx context.Context, p Principal, name string, tar
 	if err := f.Sync(); err != nil {
 		return Image{}, err
 	}
-	img, err := s.importRootfs(ctx, f.Name(), imageRepo(name))
+	img, up, err := s.importRootfs(ctx, f.Name(), imageRepo(name))
 	if err != nil {
 		return Image{}, fmt.Errorf("import image %q: %w", name, err)
 	}
+	defer up.End()
 	// The registry holds the content first; the name is recorded last.
-	rec, err := s.store.PutImage(ctx, versions.Image{Name: name, Repo: img.Repo, Digest: img.Digest, SizeBytes: img.Size})
+	rec, err := up.PutImage(ctx, versions.Image{Name: name, Repo: img.Repo, Digest: img.Digest, SizeBytes: img.Size})
 	if err != nil {
 		return Image{}, err
 	}
@@ -220,38 +220,39 @@ func (s *Service) ImportImage(ctx context.Context, p Principal, name string, tar
 
 // importRootfs encodes a root filesystem tar as an eStargz layer, like a
 // save, so that restores are lazy from the base up, and pushes it as a
-// single-layer image.
-func (s *Service) importRootfs(ctx context.Context, src, repo string) (registry.Image, error) {
+// single-layer image under an upload lease, which the caller records the
+// image with and ends.
+func (s *Service) importRootfs(ctx context.Context, src, repo string) (registry.Image, *versions.Upload, error) {
 	dir, err := os.MkdirTemp(s.cfg.WorkDir, "import-")
 	if err != nil {
-		return registry.Image{}, err
+		return registry.Image{}, nil, err
 	}
 	defer os.RemoveAll(dir)
 	tarPath := filepath.Join(dir, "rootfs.tar")
 	f, err := os.Create(tarPath)
 	if err != nil {
-		return registry.Image{}, err
+		return registry.Image{}, nil, err
 	}
 	err = registry.WriteRootfsTar(src, f)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return registry.Image{}, err
+		return registry.Image{}, nil, err
 	}
 	layer, err := snapshotter.Encode(ctx, tarPath, dir, snapshotter.EncodeOptions{Compression: snapshotter.Estargz})
 	if err != nil {
-		return registry.Image{}, fmt.Errorf("encode base layer: %w", err)
+		return registry.Image{}, nil, fmt.Errorf("encode base layer: %w", err)
 	}
 	var img registry.Image
-	err = s.push(func() (err error) {
+	up, err := s.upload(ctx, func() (err error) {
 		img, err = s.reg.PushRootfsLayer(ctx, registry.LayerFile{
 			Path: layer.Path, MediaType: layer.MediaType, Digest: layer.Digest.String(), DiffID: layer.DiffID.String(),
 			Size: layer.Size, Annotations: layer.Annotations,
 		}, repo, "latest")
 		return err
 	})
-	return img, err
+	return img, up, err
 }
 
 func toImage(img versions.Image) Image {

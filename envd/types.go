@@ -128,6 +128,10 @@ type GCResult struct {
 	BytesBefore int64  `json:"bytes_before,omitempty"`
 	BytesAfter  int64  `json:"bytes_after,omitempty"`
 	Note        string `json:"note,omitempty"`
+	// OrphanManifests are manifests of project repositories that no
+	// version owned (a crash between push and commit, a deleted project),
+	// deleted by the sweep, as "repo@digest".
+	OrphanManifests []string `json:"orphan_manifests,omitempty"`
 }
 
 // GCVersion is a version a GC deleted.
@@ -221,7 +225,8 @@ type Version struct {
 }
 
 // SetCurrentRequest is the body of POST /v1/projects/{p}/current.
-// ExpectedCurrent nil means the caller does not check.
+// ExpectedCurrent is required (0 = no current): a switch is a
+// compare-and-swap, never a blind write.
 type SetCurrentRequest struct {
 	Version         int  `json:"version"`
 	ExpectedCurrent *int `json:"expected_current,omitempty"`

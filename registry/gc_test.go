@@ -103,7 +103,7 @@ func TestGarbageCollect(t *testing.T) {
 	status, _ := getBlob(t, srv, a.Repo, aLayer)
 	require.Equal(t, http.StatusOK, status, "deleting a manifest leaves its blobs")
 
-	st, err := srv.GarbageCollect(ctx)
+	st, err := srv.GarbageCollect(ctx, GCOptions{})
 	require.NoError(t, err)
 	// Image.Size is the bytes of its manifest, config and layers; the
 	// shared layer is stored once.
@@ -146,7 +146,7 @@ func TestGarbageCollect(t *testing.T) {
 	assert.NoError(t, c.Verify(ctx, b))
 	requirePullable(t, srv, b)
 
-	again, err := srv.GarbageCollect(ctx)
+	again, err := srv.GarbageCollect(ctx, GCOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, GCStats{BlobsBefore: 4, BytesBefore: b.Size, BlobsAfter: 4, BytesAfter: b.Size}, again,
 		"a second sweep deletes nothing")
@@ -178,7 +178,7 @@ func TestGarbageCollectThenPushAgain(t *testing.T) {
 			require.NoError(t, err)
 			requirePullable(t, srv, img) // pulled once, as a cache would remember it
 			require.NoError(t, c.DeleteManifest(ctx, img))
-			st, err := srv.GarbageCollect(ctx)
+			st, err := srv.GarbageCollect(ctx, GCOptions{})
 			require.NoError(t, err)
 			require.Zero(t, st.BlobsAfter)
 			require.NoFileExists(t, blobFile(root, layer.Digest))
@@ -200,7 +200,7 @@ func TestGarbageCollectThenPushAgain(t *testing.T) {
 func TestGarbageCollectEmpty(t *testing.T) {
 	t.Parallel()
 	srv := startRegistry(t)
-	st, err := srv.GarbageCollect(context.Background())
+	st, err := srv.GarbageCollect(context.Background(), GCOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, GCStats{}, st)
 }
@@ -219,6 +219,38 @@ func TestGarbageCollectStorageFailure(t *testing.T) {
 	require.NoError(t, os.RemoveAll(blobs))
 	require.NoError(t, os.WriteFile(blobs, []byte("not a directory"), 0o644))
 
-	_, err = srv.GarbageCollect(context.Background())
+	_, err = srv.GarbageCollect(context.Background(), GCOptions{})
 	assert.ErrorIs(t, err, errdefs.ErrUnavailable, "error: %v", err)
+}
+
+// A sweep with an orphan scan deletes the manifests of the scanned
+// repositories that no row owns, and their blobs with them; owned ones and
+// repositories not scanned are untouched.
+func TestGarbageCollectOrphanManifests(t *testing.T) {
+	t.Parallel()
+	srv := startRegistryIn(t, t.TempDir())
+	c := NewClient(srv.Addr())
+	ctx := context.Background()
+	base, err := c.PushRootfsLayer(ctx, makeLayerFile(t, map[string]string{"base.txt": "base"}, nil), "envd/images/base", "")
+	require.NoError(t, err)
+	owned, err := c.Append(ctx, base, makeLayerFile(t, map[string]string{"owned.txt": "owned"}, nil), "envd/t/owned", "", nil)
+	require.NoError(t, err)
+	orphan, err := c.Append(ctx, base, makeLayerFile(t, map[string]string{"orphan.txt": "orphan"}, nil), "envd/t/orphan", "", nil)
+	require.NoError(t, err)
+	outside, err := c.Append(ctx, base, makeLayerFile(t, map[string]string{"outside.txt": "outside"}, nil), "other/x", "", nil)
+	require.NoError(t, err)
+
+	st, err := srv.GarbageCollect(ctx, GCOptions{
+		OrphanRepos: func(repo string) bool { return strings.HasPrefix(repo, "envd/t/") },
+		Owned:       func(ref string) bool { return ref == owned.Ref() },
+	})
+	require.NoError(t, err)
+	assert.Equal(t, []string{orphan.Ref()}, st.OrphanManifests)
+	_, err = c.Get(ctx, orphan.Ref())
+	assert.ErrorIs(t, err, errdefs.ErrNotFound, "the orphan manifest is deleted")
+	status, _ := getBlob(t, srv.Addr(), orphan.Repo, orphan.Layers[1].Digest)
+	assert.Equal(t, http.StatusNotFound, status, "and its own layer swept")
+	for _, img := range []Image{base, owned, outside} {
+		assert.NoError(t, c.Verify(ctx, img), img.Ref())
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Image is a base image imported under a name.
@@ -20,8 +22,14 @@ const imageCols = `name, repo, digest, size_bytes, created_at, updated_at`
 
 // PutImage records (or re-points) the name of an imported image.
 func (s *Store) PutImage(ctx context.Context, img Image) (Image, error) {
+	return putImage(ctx, s.db, img)
+}
+
+func putImage(ctx context.Context, db interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}, img Image) (Image, error) {
 	var out Image
-	err := s.db.QueryRow(ctx, `INSERT INTO images (name, repo, digest, size_bytes) VALUES ($1, $2, $3, $4)
+	err := db.QueryRow(ctx, `INSERT INTO images (name, repo, digest, size_bytes) VALUES ($1, $2, $3, $4)
 		ON CONFLICT (name) DO UPDATE SET repo = EXCLUDED.repo, digest = EXCLUDED.digest,
 			size_bytes = EXCLUDED.size_bytes, updated_at = now()
 		RETURNING `+imageCols, img.Name, img.Repo, img.Digest, img.SizeBytes).

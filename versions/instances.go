@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -148,6 +149,12 @@ func (s *Store) ListNodeInstances(ctx context.Context, node string) ([]Instance,
 // last_transition_at) only if its state is one of from; an empty from
 // matches any state. Otherwise it fails with ErrFailedPrecondition, naming
 // the current state, and changes nothing.
+//
+// A transition that starts an instance again (from a state that holds no
+// compute, such as Stopped, to one that does) checks the tenant's
+// MaxInstances in the same transaction, under the tenant's row lock as
+// CreateInstance does, so concurrent starts cannot both take the last
+// place: ErrQuotaExceeded, nothing changed.
 func (s *Store) Transition(ctx context.Context, id string, from []string, to, reason, message string) (Instance, error) {
 	return s.transition(ctx, id, from, to, reason, message, 0)
 }
@@ -168,22 +175,59 @@ func (s *Store) transition(ctx context.Context, id string, from []string, to, re
 	if from == nil {
 		from = []string{}
 	}
-	in, err := scanInstance(s.db.QueryRow(ctx, `UPDATE instances i
-		SET state = $2, reason = $3, message = $4, last_transition_at = now(),
-		    hibernated_version = COALESCE(NULLIF($6::int, 0), i.hibernated_version)
-		FROM projects p WHERE p.id = i.project_id AND i.id = $1 AND (cardinality($5::text[]) = 0 OR i.state = ANY($5))
-		RETURNING `+instanceCols, id, to, reason, message, from, hibernated))
-	if err == nil {
-		return in, nil
+	if slices.Contains(computeStates, to) {
+		return WithTxV(ctx, s.db, func(tx pgx.Tx) (Instance, error) {
+			var state, tenant string
+			// The instance first, then the tenant: CommitVersion locks in
+			// that order too.
+			err := tx.QueryRow(ctx, "SELECT state, tenant_id FROM instances WHERE id = $1 FOR NO KEY UPDATE", id).Scan(&state, &tenant)
+			if err != nil {
+				return Instance{}, translate(err, fmt.Sprintf("instance %q", id))
+			}
+			if len(from) > 0 && !slices.Contains(from, state) {
+				return Instance{}, notInState(id, state, from, to)
+			}
+			if !slices.Contains(computeStates, state) {
+				if err := checkInstanceQuota(ctx, tx, tenant); err != nil {
+					return Instance{}, err
+				}
+			}
+			return updateState(ctx, tx, id, from, to, reason, message, hibernated)
+		})
 	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return Instance{}, translate(err, fmt.Sprintf("instance %q", id))
+	in, err := updateState(ctx, s.db, id, from, to, reason, message, hibernated)
+	if err == nil || !errors.Is(err, errNoRow) {
+		return in, err
 	}
 	var state string
 	if err := s.db.QueryRow(ctx, "SELECT state FROM instances WHERE id = $1", id).Scan(&state); err != nil {
 		return Instance{}, translate(err, fmt.Sprintf("instance %q", id))
 	}
-	return Instance{}, errdefs.WithDetails(fmt.Errorf("instance %q is %s, not %s: cannot become %s: %w",
+	return Instance{}, notInState(id, state, from, to)
+}
+
+// errNoRow is updateState's answer when no instance matched.
+var errNoRow = errors.New("no such instance in those states")
+
+func updateState(ctx context.Context, db interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}, id string, from []string, to, reason, message string, hibernated int) (Instance, error) {
+	in, err := scanInstance(db.QueryRow(ctx, `UPDATE instances i
+		SET state = $2, reason = $3, message = $4, last_transition_at = now(),
+		    hibernated_version = COALESCE(NULLIF($6::int, 0), i.hibernated_version)
+		FROM projects p WHERE p.id = i.project_id AND i.id = $1 AND (cardinality($5::text[]) = 0 OR i.state = ANY($5))
+		RETURNING `+instanceCols, id, to, reason, message, from, hibernated))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Instance{}, errNoRow
+	}
+	if err != nil {
+		return Instance{}, translate(err, fmt.Sprintf("instance %q", id))
+	}
+	return in, nil
+}
+
+func notInState(id, state string, from []string, to string) error {
+	return errdefs.WithDetails(fmt.Errorf("instance %q is %s, not %s: cannot become %s: %w",
 		id, state, strings.Join(from, " or "), to, errdefs.ErrFailedPrecondition), map[string]any{"state": state})
 }
 

@@ -178,11 +178,14 @@ func (s *Store) ListProjects(ctx context.Context, tenant string) ([]Project, err
 	return ps, translate(err, "list projects")
 }
 
-// DeleteProject deletes a project with its versions and instance rows. It
-// fails with ErrFailedPrecondition while any of its instances is not
-// Terminated (the message names one). Images and blobs are left to GC.
-func (s *Store) DeleteProject(ctx context.Context, tenant, name string) error {
-	return WithTx(ctx, s.db, func(tx pgx.Tx) error {
+// DeleteProject deletes a project with its versions and instance rows, and
+// returns the images ("repo@digest") its versions had, for the caller to
+// delete those no other row owns (ImageOwned). It fails with
+// ErrFailedPrecondition while any of its instances is not Terminated (the
+// message names one).
+func (s *Store) DeleteProject(ctx context.Context, tenant, name string) ([]string, error) {
+	var images []string
+	err := WithTx(ctx, s.db, func(tx pgx.Tx) error {
 		var id int64
 		// FOR UPDATE conflicts with the key-share lock an instance insert
 		// takes on its project: no instance can appear after the check.
@@ -203,9 +206,20 @@ func (s *Store) DeleteProject(ctx context.Context, tenant, name string) error {
 			return fmt.Errorf("project %q has %d instances not %s (%s): %w",
 				name, len(live), InstanceTerminated, strings.Join(live[:min(len(live), 3)], ", "), errdefs.ErrFailedPrecondition)
 		}
+		rows, err = tx.Query(ctx, "SELECT DISTINCT image FROM versions WHERE project_id = $1 ORDER BY image", id)
+		if err != nil {
+			return err
+		}
+		if images, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+			return err
+		}
 		_, err = tx.Exec(ctx, "DELETE FROM projects WHERE id = $1", id)
 		return err
 	})
+	if err != nil {
+		return nil, err
+	}
+	return images, nil
 }
 
 // GetVersion returns version n of a project; ErrNotFound if the project or
@@ -256,6 +270,14 @@ type Commit struct {
 	// NoSwitch records the version without trying to make it current
 	// (a build asked not to switch).
 	NoSwitch bool
+	// Quota says whether the tenant's MaxVersions and MaxStoredBytes are
+	// checked in the commit's transaction, under the tenant's row lock, so
+	// that concurrent commits cannot together pass a limit: QuotaEnforced
+	// (the zero value) or QuotaExempt (the node's own idle hibernation).
+	Quota QuotaPolicy
+	// OtherStoredBytes is what the tenant stores besides version layers
+	// (declared volume sizes), counted with them against MaxStoredBytes.
+	OtherStoredBytes int64
 }
 
 // CommitVersion records a version whose image is pushed, in one transaction:
@@ -272,7 +294,18 @@ type Commit struct {
 // If current is no longer c.Expected, the version stays (ready, not current),
 // switched is false and err is nil: the caller reports the conflict and the
 // user may switch to it later with SetCurrent.
+//
+// Unless c.Quota is QuotaExempt, a version beyond the tenant's MaxVersions
+// for the project, or whose LayerBytes would take the tenant's stored bytes
+// past MaxStoredBytes, is refused with ErrQuotaExceeded and nothing is
+// written.
 func (s *Store) CommitVersion(ctx context.Context, c Commit) (v Version, switched bool, err error) {
+	return s.commitVersion(ctx, c, nil)
+}
+
+// commitVersion is CommitVersion; check, if set, runs first in the
+// transaction and refuses the commit by failing.
+func (s *Store) commitVersion(ctx context.Context, c Commit, check func(ctx context.Context, tx pgx.Tx) error) (v Version, switched bool, err error) {
 	if c.Kind == "" {
 		c.Kind = KindSnapshot
 	}
@@ -281,6 +314,11 @@ func (s *Store) CommitVersion(ctx context.Context, c Commit) (v Version, switche
 		switched bool
 	}
 	r, err := WithTxV(ctx, s.db, func(tx pgx.Tx) (res, error) {
+		if check != nil {
+			if err := check(ctx, tx); err != nil {
+				return res{}, err
+			}
+		}
 		var pid int64
 		var n int
 		// Locks are taken project first, then instance, everywhere both
@@ -306,6 +344,11 @@ func (s *Store) CommitVersion(ctx context.Context, c Commit) (v Version, switche
 			if gen != c.Generation {
 				return res{}, fmt.Errorf("save of instance %q under generation %d, newest is %d: %w",
 					c.InstanceID, c.Generation, gen, errdefs.ErrStaleGeneration)
+			}
+		}
+		if c.Quota != QuotaExempt {
+			if err := checkCommitQuota(ctx, tx, c, pid); err != nil {
+				return res{}, err
 			}
 		}
 		if _, err := tx.Exec(ctx, "UPDATE projects SET next_version = $2 WHERE id = $1", pid, n+1); err != nil {

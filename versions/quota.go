@@ -82,8 +82,8 @@ var computeStates = []string{"Pending", "Running", "Pausing", "Paused", "Resumin
 // live in project specs and are added by the caller).
 type Usage struct {
 	Instances  int            // live instances
-	LayerBytes int64          // layers added by versions not being deleted
-	Versions   map[string]int // per project, versions not being deleted
+	LayerBytes int64          // layers added by versions not being deleted (failed ones too)
+	Versions   map[string]int // per project, versions not being deleted (failed ones too)
 }
 
 // Usage returns tenant's usage.
@@ -94,7 +94,7 @@ func (s *Store) Usage(ctx context.Context, tenant string) (Usage, error) {
 		return Usage{}, translate(err, fmt.Sprintf("usage of %q", tenant))
 	}
 	rows, err := s.db.Query(ctx, `SELECT p.name, count(v.number), COALESCE(sum(v.layer_bytes), 0)::bigint
-		FROM projects p LEFT JOIN versions v ON v.project_id = p.id AND v.state NOT IN ('deleting', 'failed')
+		FROM projects p LEFT JOIN versions v ON v.project_id = p.id AND v.state <> 'deleting'
 		WHERE p.tenant_id = $1 GROUP BY p.name`, tenant)
 	if err != nil {
 		return Usage{}, translate(err, fmt.Sprintf("usage of %q", tenant))
@@ -133,6 +133,59 @@ func checkInstanceQuota(ctx context.Context, tx pgx.Tx, tenant string) error {
 	}
 	if used >= int(*limit) {
 		return QuotaError("instances", int64(*limit), int64(used), 1)
+	}
+	return nil
+}
+
+// QuotaPolicy says whether a commit is checked against the tenant's quota.
+type QuotaPolicy int
+
+const (
+	// QuotaEnforced checks the commit: every save, build, migration and
+	// user-requested hibernation.
+	QuotaEnforced QuotaPolicy = iota
+	// QuotaExempt skips the check: only for the node's own idle
+	// hibernation, which frees the node's disk rather than asking for more
+	// (a refusal would make it re-read the layer on every pass).
+	QuotaExempt
+)
+
+// checkCommitQuota refuses one more version of project pid beyond the
+// tenant's MaxVersions, or c.LayerBytes beyond its MaxStoredBytes (what
+// its versions not being deleted added, failed ones included, plus
+// c.OtherStoredBytes). The tenant's row, locked, serializes concurrent
+// commits (and creations, checkInstanceQuota) of the tenant.
+func checkCommitQuota(ctx context.Context, tx pgx.Tx, c Commit, pid int64) error {
+	var maxVersions *int32
+	var maxBytes *int64
+	err := tx.QueryRow(ctx, "SELECT max_versions, max_stored_bytes FROM tenants WHERE id = $1 FOR NO KEY UPDATE", c.Tenant).
+		Scan(&maxVersions, &maxBytes)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && maxVersions == nil && maxBytes == nil) {
+		return nil
+	}
+	if err != nil {
+		return translate(err, fmt.Sprintf("quota of %q", c.Tenant))
+	}
+	if maxVersions != nil {
+		var n int
+		if err := tx.QueryRow(ctx, "SELECT count(*) FROM versions WHERE project_id = $1 AND state <> 'deleting'", pid).Scan(&n); err != nil {
+			return translate(err, fmt.Sprintf("usage of %q", c.Tenant))
+		}
+		if n >= int(*maxVersions) {
+			return QuotaError("versions", int64(*maxVersions), int64(n), 1)
+		}
+	}
+	if maxBytes != nil {
+		var used int64
+		err := tx.QueryRow(ctx, `SELECT COALESCE(sum(v.layer_bytes), 0)::bigint FROM versions v JOIN projects p ON p.id = v.project_id
+			WHERE p.tenant_id = $1 AND v.state <> 'deleting'`, c.Tenant).Scan(&used)
+		if err != nil {
+			return translate(err, fmt.Sprintf("usage of %q", c.Tenant))
+		}
+		used += c.OtherStoredBytes
+		if used+c.LayerBytes > *maxBytes {
+			return QuotaError("stored_bytes", *maxBytes, used, c.LayerBytes)
+		}
 	}
 	return nil
 }

@@ -19,7 +19,9 @@ import (
 // pinned, current, referenced by an instance of the project that is not
 // Terminated (as its version, last saved, layer or hibernated version), or
 // the version a migration moved (kept for rollback).
-// Only ready versions are collected: creating and failed ones are left alone.
+// Failed versions are collected whatever the policy (and without one),
+// unless pinned or used by an instance that is not Terminated: until then
+// they count against the tenant's quota. Creating ones are left alone.
 //
 // GC runs in two steps, so that an interrupted run is finished by the next:
 // MarkCollectable moves the versions the policy does not keep from ready to
@@ -55,6 +57,14 @@ const collectableNumbers = `SELECT r.number
 	  AND NOT EXISTS (SELECT 1 FROM versions d
 	                  WHERE d.project_id = $1 AND d.kind = 'migration' AND d.parent = r.number
 	                    AND d.state <> 'deleting')`
+
+// collectableFailed selects the numbers of project $1's failed versions
+// that GC collects.
+const collectableFailed = `SELECT f.number FROM versions f
+	WHERE f.project_id = $1 AND f.state = 'failed' AND NOT f.pinned
+	  AND NOT EXISTS (SELECT 1 FROM instances i
+	                  WHERE i.project_id = $1 AND i.state <> 'Terminated'
+	                    AND f.number IN (i.version, i.last_saved_version, i.layer_version, i.hibernated_version))`
 
 // SetRetention sets a project's retention policy; a zero r removes it.
 // KeepNewerThan is stored in whole seconds, rounded up (so a policy never
@@ -105,6 +115,20 @@ func (s *Store) RetainedProjects(ctx context.Context) ([]Project, error) {
 	return ps, translate(err, "list retained projects")
 }
 
+// GCProjects returns every project, of all tenants, that a GC may collect
+// from: those with a retention policy, with failed versions, or with
+// versions left deleting by an interrupted GC; ordered by id.
+func (s *Store) GCProjects(ctx context.Context) ([]Project, error) {
+	rows, err := s.db.Query(ctx, "SELECT "+projectCols+" FROM projects p WHERE "+hasPolicy+`
+		OR EXISTS (SELECT 1 FROM versions v WHERE v.project_id = p.id AND v.state IN ('failed', 'deleting'))
+		ORDER BY p.id`)
+	if err != nil {
+		return nil, translate(err, "list projects to collect")
+	}
+	ps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Project, error) { return scanProject(r) })
+	return ps, translate(err, "list projects to collect")
+}
+
 // MarkCollectable marks, in one transaction that holds the project's row lock (so it
 // serializes with SetCurrent and CommitVersion), the project's versions the policy does not
 // keep as state 'deleting', and returns every version of the project in state 'deleting'
@@ -128,14 +152,16 @@ func (s *Store) MarkCollectable(ctx context.Context, tenant, project string, now
 			// Pin does not lock the project: state and pinned are tested
 			// again on the row itself, after any wait for it.
 			_, err := tx.Exec(ctx, `UPDATE versions SET state = 'deleting'
-				WHERE project_id = $1 AND state = 'ready' AND NOT pinned
-				  AND number IN (`+collectableNumbers+`)`, id, now)
+				WHERE project_id = $1 AND NOT pinned
+				  AND ((state = 'ready' AND number IN (`+collectableNumbers+`))
+				       OR (state = 'failed' AND number IN (`+collectableFailed+`)))`, id, now)
 			if err != nil {
 				return nil, err
 			}
 		}
 		rows, err := tx.Query(ctx, "SELECT "+versionCols+` FROM versions v JOIN projects p ON p.id = v.project_id
-			WHERE v.project_id = $1 AND (v.state = 'deleting' OR ($3 AND v.number IN (`+collectableNumbers+`)))
+			WHERE v.project_id = $1 AND (v.state = 'deleting'
+			      OR ($3 AND (v.number IN (`+collectableNumbers+`) OR v.number IN (`+collectableFailed+`))))
 			ORDER BY v.number`, id, now, dryRun)
 		if err != nil {
 			return nil, err

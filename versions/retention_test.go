@@ -114,8 +114,15 @@ func TestMarkCollectable(t *testing.T) {
 		{name: "base kind kept", policy: keep2, want: []int{2, 4}, setup: func(t *testing.T, s *versions.Store) {
 			sql(t, s, "UPDATE versions SET kind = 'base' WHERE number = 3")
 		}},
-		{name: "creating and failed left alone and not counted", policy: keep2, want: []int{4}, setup: func(t *testing.T, s *versions.Store) {
+		{name: "creating left alone, failed collected, neither counted", policy: keep2, want: []int{3, 4}, setup: func(t *testing.T, s *versions.Store) {
 			sql(t, s, "UPDATE versions SET state = 'creating' WHERE number = 2")
+			sql(t, s, "UPDATE versions SET state = 'failed' WHERE number = 3")
+		}},
+		{name: "failed collected without a policy", want: []int{3}, setup: func(t *testing.T, s *versions.Store) {
+			sql(t, s, "UPDATE versions SET state = 'failed' WHERE number = 3")
+		}},
+		{name: "failed kept while an instance uses it", want: []int{}, setup: func(t *testing.T, s *versions.Store) {
+			instanceAt(t, s, "i1", "Running", 3)
 			sql(t, s, "UPDATE versions SET state = 'failed' WHERE number = 3")
 		}},
 		{name: "keep newer than keeps recent ones", policy: versions.Retention{KeepNewerThan: time.Hour}, want: []int{2, 3},
@@ -314,9 +321,9 @@ func TestRetainedProjects(t *testing.T) {
 }
 
 // The version a migration moved stays for rollback, whatever the policy;
-// failed versions do not count against quotas; only validated builds are
+// failed versions count against quotas until collected; only validated builds are
 // found for reuse.
-func TestMigrationParentKeptAndFailedNotCounted(t *testing.T) {
+func TestMigrationParentKeptAndFailedCounted(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := newStore(t)
@@ -337,7 +344,7 @@ func TestMigrationParentKeptAndFailedNotCounted(t *testing.T) {
 	require.NoError(t, s.FailVersion(ctx, tenant, "p", v7.Number))
 	u, err := s.Usage(ctx, tenant)
 	require.NoError(t, err)
-	assert.Equal(t, 7, u.Versions["p"], "the failed version 7 is not counted")
+	assert.Equal(t, 8, u.Versions["p"], "the failed version 7 counts until collected")
 
 	setRetention(t, s, versions.Retention{KeepLast: 1})
 	marked, err := s.MarkCollectable(ctx, tenant, "p", time.Now(), true)

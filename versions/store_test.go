@@ -392,18 +392,21 @@ func TestDeleteProject(t *testing.T) {
 	newProject(t, s)
 	newInstance(t, s, "i1")
 
-	err := s.DeleteProject(ctx, tenant, "p")
+	_, err := s.DeleteProject(ctx, tenant, "p")
 	require.ErrorIs(t, err, errdefs.ErrFailedPrecondition)
 	assert.Contains(t, err.Error(), "i1 is Running")
 
 	_, err = s.Transition(ctx, "i1", nil, versions.InstanceTerminated, "Deleted", "")
 	require.NoError(t, err)
-	require.NoError(t, s.DeleteProject(ctx, tenant, "p"))
+	images, err := s.DeleteProject(ctx, tenant, "p")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"reg/base@sha256:aaa"}, images, "the images its versions had")
 	_, err = s.GetProject(ctx, tenant, "p")
 	assert.ErrorIs(t, err, errdefs.ErrNotFound)
 	_, err = s.GetInstance(ctx, "", "i1")
 	assert.ErrorIs(t, err, errdefs.ErrNotFound)
-	assert.ErrorIs(t, s.DeleteProject(ctx, tenant, "p"), errdefs.ErrNotFound)
+	_, err = s.DeleteProject(ctx, tenant, "p")
+	assert.ErrorIs(t, err, errdefs.ErrNotFound)
 
 	// The name is free again; numbering restarts with the new project.
 	_, v, err := s.CreateProject(ctx, versions.Project{Tenant: tenant, Name: "p", BaseImage: "x"}, versions.Version{})

@@ -430,6 +430,14 @@ func TestVersionsTable(t *testing.T) {
 	call, _ := core.LastCall("SetCurrent")
 	assert.Equal(t, []any{"web", envd.SetCurrentRequest{Version: 1, ExpectedCurrent: &two}}, call.Args)
 
+	// Without --expected, the current version read first is the expectation:
+	// the switch is never a blind write.
+	r = envctl(t, env, nil, "switch", "web", "2")
+	require.Equal(t, 0, r.code, r.stderr)
+	one := 1
+	call, _ = core.LastCall("SetCurrent")
+	assert.Equal(t, []any{"web", envd.SetCurrentRequest{Version: 2, ExpectedCurrent: &one}}, call.Args)
+
 	r = envctl(t, env, nil, "-o", "json", "pin", "web", "2")
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Contains(t, r.stdout, `"pinned": true`)

@@ -58,8 +58,9 @@ func (a *app) switchCommand() *cobra.Command {
 		Short: "Make version N the project's current version",
 		Long: `Make version N current: new instances start from it.
 
-With --expected M the switch happens only if M is still current; otherwise it
-fails with a conflict and nothing changes.`,
+The switch is a compare-and-swap: it happens only if M (--expected M, or the
+current version envctl reads first) is still current; otherwise it fails with
+a conflict and nothing changes.`,
 		Args: exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			n, err := versionArg(args[1])
@@ -70,9 +71,13 @@ fails with a conflict and nothing changes.`,
 			if err != nil {
 				return err
 			}
-			req := envd.SetCurrentRequest{Version: n}
-			if cmd.Flags().Changed("expected") {
-				req.ExpectedCurrent = &expected
+			req := envd.SetCurrentRequest{Version: n, ExpectedCurrent: &expected}
+			if !cmd.Flags().Changed("expected") {
+				p, err := c.GetProject(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				expected = p.Current
 			}
 			p, err := c.SetCurrent(cmd.Context(), args[0], req)
 			if err != nil {
@@ -81,7 +86,7 @@ fails with a conflict and nothing changes.`,
 			return a.emit(p, func(w io.Writer) { projectTable(w, p) })
 		},
 	}
-	cmd.Flags().IntVar(&expected, "expected", 0, "switch only if this version is current")
+	cmd.Flags().IntVar(&expected, "expected", 0, "switch only if this version is current (default: the current version read first)")
 	return cmd
 }
 

@@ -1,0 +1,170 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/envd-dev/envd/client"
+	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/envd/node"
+	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/registry"
+)
+
+// Two nodes share one PostgreSQL and one registry (the test node's, which
+// it sweeps). Saves race on both nodes against GCs run over and over on
+// both; afterwards every committed version pulls whole and restores, with
+// its files, on either node: no sweep deleted content a node had uploaded
+// and not yet committed.
+func TestRootGCTwoNodesRaceSaves(t *testing.T) {
+	c := ctx(t)
+	b, cb := startJoiningNode(t, "node-gc", &node.Config{DefaultTTL: time.Hour, PrefetchWindow: -1})
+	p := newProject(t, "gcrace")
+	nodes := []struct {
+		name string
+		c    *client.Client
+	}{{"test node", env.c}, {b.Name(), cb}}
+
+	type saved struct {
+		version int
+		files   map[string]string // path -> md5
+	}
+	const saves = 3
+	var (
+		mu        sync.Mutex
+		committed []saved
+		wg        sync.WaitGroup
+		done      = make(chan struct{})
+		gcs       int
+	)
+	for _, n := range nodes {
+		in, err := n.c.CreateInstance(c, p, envd.CreateInstanceRequest{})
+		require.NoError(t, err)
+		t.Cleanup(func() { _, _ = n.c.DeleteInstance(context.Background(), in.ID) })
+		wg.Go(func() {
+			files := map[string]string{}
+			for i := range saves {
+				path := fmt.Sprintf("/race-%s-%d", in.ID, i)
+				res, err := n.c.Exec(c, in.ID, envd.ExecRequest{Args: []string{"sh", "-c",
+					fmt.Sprintf("head -c 4194304 /dev/urandom > %s && md5sum < %s", path, path)}})
+				if !assert.NoError(t, err) || !assert.Equal(t, 0, res.ExitCode, res.Stderr) {
+					return
+				}
+				files[path] = strings.Fields(res.Stdout)[0]
+				op, err := n.c.Save(c, in.ID, envd.SaveRequest{Message: path}, "")
+				if !assert.NoError(t, err) {
+					return
+				}
+				done, err := n.c.WaitOperation(c, op.ID, nil)
+				if !assert.NoError(t, err) || !assert.Equalf(t, envd.OpSucceeded, done.State, "save on %s: %+v", n.name, done.Error) {
+					return
+				}
+				var r envd.SaveResult
+				if !assert.NoError(t, json.Unmarshal(done.Result, &r)) {
+					return
+				}
+				mu.Lock()
+				committed = append(committed, saved{r.Version, maps.Clone(files)})
+				mu.Unlock()
+			}
+		})
+	}
+	var gcWG sync.WaitGroup
+	for _, n := range nodes {
+		gcWG.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				op, err := n.c.GC(c, envd.GCRequest{})
+				if !assert.NoError(t, err) {
+					return
+				}
+				end, err := n.c.WaitOperation(c, op.ID, nil)
+				if !assert.NoError(t, err) || !assert.Equalf(t, envd.OpSucceeded, end.State, "gc on %s: %+v", n.name, end.Error) {
+					return
+				}
+				mu.Lock()
+				gcs++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	close(done)
+	gcWG.Wait()
+	require.Len(t, committed, 2*saves, "every save committed")
+	t.Logf("%d saves raced %d GCs", len(committed), gcs)
+	require.GreaterOrEqual(t, gcs, 2, "GCs ran while the saves did")
+
+	reg := registry.NewClient(env.node.RegistryAddr())
+	for _, s := range committed {
+		v, err := env.c.GetVersion(c, p, s.version)
+		require.NoError(t, err)
+		img, err := reg.Get(c, v.Image)
+		require.NoError(t, err, "version %d's manifest", s.version)
+		for i := range img.Layers {
+			rc, err := reg.OpenLayer(c, img, i)
+			require.NoError(t, err, "version %d layer %d", s.version, i)
+			_, err = io.Copy(io.Discard, rc)
+			rc.Close()
+			require.NoError(t, err, "version %d layer %d pulls whole", s.version, i)
+		}
+		for _, n := range nodes {
+			in, err := n.c.CreateInstance(c, p, envd.CreateInstanceRequest{Version: s.version})
+			require.NoError(t, err, "version %d on %s", s.version, n.name)
+			for path, sum := range s.files {
+				res, err := n.c.Exec(c, in.ID, envd.ExecRequest{Args: []string{"sh", "-c", "md5sum < " + path}})
+				require.NoError(t, err)
+				assert.Equalf(t, sum, strings.Fields(res.Stdout + " -")[0], "version %d on %s: %s (%s)", s.version, n.name, path, res.Stderr)
+			}
+			_, err = n.c.DeleteInstance(c, in.ID)
+			require.NoError(t, err)
+		}
+	}
+}
+
+// The sweep's orphan scan deletes a manifest in a project repository that
+// no version owns (as a crash between push and commit leaves), and its
+// blobs; the project's committed versions stay.
+func TestRootGCOrphanManifests(t *testing.T) {
+	c := ctx(t)
+	p := newProject(t, "orphan")
+	in := up(t, p, 0)
+	mustSh(t, in.ID, "echo kept > /kept")
+	_, s := save(t, in.ID, "owned")
+	reg := registry.NewClient(env.node.RegistryAddr())
+	owned, err := reg.Get(c, s.Image)
+	require.NoError(t, err)
+
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "orphan"), []byte("no row owns me"), 0o644))
+	orphan, err := reg.ImportRootfs(c, dir, owned.Repo, "")
+	require.NoError(t, err)
+
+	res := runGC(t, false)
+	require.True(t, res.Swept, res.Note)
+	assert.Contains(t, res.OrphanManifests, orphan.Ref())
+	assert.NotContains(t, res.OrphanManifests, owned.Ref())
+	_, err = reg.Get(c, orphan.Ref())
+	assert.ErrorIs(t, err, errdefs.ErrNotFound, "the orphan manifest is deleted")
+	assert.Equal(t, http.StatusNotFound, blobStatus(t, orphan.Repo, orphan.Layers[0].Digest), "and its layer swept")
+	assert.NoError(t, reg.Verify(c, owned))
+	d := up(t, p, s.Version)
+	assert.Equal(t, "kept", mustSh(t, d.ID, "cat /kept"))
+}

@@ -1,0 +1,200 @@
+package versions
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/envd-dev/envd/internal/errdefs"
+)
+
+// Uploads and sweeps of the registry, across every node that shares this
+// database.
+//
+// Terms:
+//
+//   - upload: content pushed to the registry (blobs, then a manifest) for a
+//     version or image whose row is not committed yet. No row owns it, so a
+//     sweep would take it for garbage.
+//   - upload lease (Upload): held from before the first blob is pushed until
+//     the row that owns the content is committed, or the upload is given
+//     up. It is a shared PostgreSQL advisory lock held on a connection of
+//     its own: a session lock belongs to one connection, and a pooled one
+//     would go back to the pool still holding it (or be reused by a commit
+//     that then waits on itself). The cost is one extra connection per
+//     upload in flight, opened and closed with the lease.
+//   - sweep (Sweep): deletion of registry content that no row owns. It
+//     takes the same lock exclusively, so it starts only when no upload
+//     lease is held on any node, and leases asked for meanwhile wait until
+//     it ends. One sweep at a time in the cluster.
+//   - epoch: a counter a sweep increments before it deletes anything and
+//     again after. A lease reads it when it gets the lock, and its commit
+//     checks, in the commit's transaction, that it has not changed: a lease
+//     whose connection broke (and with it the lock) while a sweep ran
+//     cannot commit content the sweep may have deleted.
+
+// sweepLockKey is the advisory lock of uploads (shared) and sweeps
+// (exclusive): "envdgc" and 1 in ASCII.
+const sweepLockKey int64 = 0x656e766467630001
+
+// Upload is a lease that keeps sweeps away from an upload; see the terms
+// above. End it once the content is committed or abandoned.
+type Upload struct {
+	s     *Store
+	conn  *pgx.Conn
+	epoch int64
+
+	mu    sync.Mutex
+	ended bool
+}
+
+// BeginUpload takes an upload lease. It waits while a sweep runs (any
+// node's); ctx bounds the wait.
+func (s *Store) BeginUpload(ctx context.Context) (*Upload, error) {
+	conn, err := s.lockConn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	u := &Upload{s: s, conn: conn}
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock_shared($1)", sweepLockKey); err != nil {
+		u.End()
+		return nil, translate(err, "upload lease")
+	}
+	if err := conn.QueryRow(ctx, "SELECT epoch FROM gc_epoch").Scan(&u.epoch); err != nil {
+		u.End()
+		return nil, translate(err, "upload lease")
+	}
+	return u, nil
+}
+
+// End releases the lease (closing its connection ends the lock). Safe to
+// call more than once.
+func (u *Upload) End() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.ended {
+		return
+	}
+	u.ended = true
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = u.conn.Close(ctx)
+}
+
+// check refuses, in tx, a commit whose lease ended or saw a sweep: tx
+// holds the epoch row shared until it commits, so a sweep cannot start
+// deleting between the check and the commit.
+func (u *Upload) check(ctx context.Context, tx pgx.Tx) error {
+	u.mu.Lock()
+	ended := u.ended
+	u.mu.Unlock()
+	if ended {
+		return fmt.Errorf("upload lease already ended: %w", errdefs.ErrFailedPrecondition)
+	}
+	var epoch int64
+	if err := tx.QueryRow(ctx, "SELECT epoch FROM gc_epoch FOR SHARE").Scan(&epoch); err != nil {
+		return translate(err, "upload lease")
+	}
+	if epoch != u.epoch {
+		return fmt.Errorf("a registry sweep ran during the upload (its lock was lost with its connection); the content may be gone, ask again: %w",
+			errdefs.ErrUnavailable)
+	}
+	return nil
+}
+
+// CommitVersion is Store.CommitVersion for an image pushed under this
+// lease: it fails with ErrUnavailable, recording nothing, if a sweep may
+// have deleted part of it.
+func (u *Upload) CommitVersion(ctx context.Context, c Commit) (Version, bool, error) {
+	return u.s.commitVersion(ctx, c, u.check)
+}
+
+// PutImage is Store.PutImage for an image pushed under this lease.
+func (u *Upload) PutImage(ctx context.Context, img Image) (Image, error) {
+	return WithTxV(ctx, u.s.db, func(tx pgx.Tx) (Image, error) {
+		if err := u.check(ctx, tx); err != nil {
+			return Image{}, err
+		}
+		return putImage(ctx, tx, img)
+	})
+}
+
+// Sweep runs fn while it holds the sweep lock exclusively: every upload
+// lease of every node has ended, and new ones wait. It waits for the lock
+// (ctx bounds the wait). The epoch is incremented before fn and again
+// after it, the second time on the pool, so that if the lock's connection
+// broke during fn, an upload that began meanwhile is refused at commit.
+func (s *Store) Sweep(ctx context.Context, fn func(ctx context.Context) error) error {
+	conn, err := s.lockConn(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", sweepLockKey); err != nil {
+		return translate(err, "sweep lock")
+	}
+	if _, err := conn.Exec(ctx, "UPDATE gc_epoch SET epoch = epoch + 1"); err != nil {
+		return translate(err, "sweep epoch")
+	}
+	ferr := fn(ctx)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if _, err := s.db.Exec(cctx, "UPDATE gc_epoch SET epoch = epoch + 1"); err != nil && ferr == nil {
+		return translate(err, "sweep epoch")
+	}
+	return ferr
+}
+
+// lockConn opens a connection outside the pool, with the pool's settings.
+func (s *Store) lockConn(ctx context.Context) (*pgx.Conn, error) {
+	conn, err := pgx.ConnectConfig(ctx, s.db.Config().ConnConfig.Copy())
+	if err != nil {
+		return nil, translate(err, "connect for the sweep lock")
+	}
+	return conn, nil
+}
+
+// OwnedImages returns the images ("repo@digest") under repoPrefix that a
+// row owns: a version of any state, or an imported image. A sweep reads
+// them once it holds the lock; what it finds under the prefix and not
+// here is an orphan.
+func (s *Store) OwnedImages(ctx context.Context, repoPrefix string) (map[string]bool, error) {
+	rows, err := s.db.Query(ctx, `SELECT image FROM versions WHERE starts_with(image, $1)
+		UNION SELECT repo || '@' || digest FROM images WHERE starts_with(repo, $1)`, repoPrefix)
+	if err != nil {
+		return nil, translate(err, "owned images")
+	}
+	imgs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, translate(err, "owned images")
+	}
+	out := make(map[string]bool, len(imgs))
+	for _, img := range imgs {
+		out[img] = true
+	}
+	return out, nil
+}
+
+// ImageOwned reports whether a version that is not being deleted, or an
+// imported image, has image ("repo@digest"): its manifest must then stay.
+func (s *Store) ImageOwned(ctx context.Context, image string) (bool, error) {
+	repo, digest, ok := strings.Cut(image, "@")
+	if !ok {
+		return false, fmt.Errorf("image %q is not repo@digest: %w", image, errdefs.ErrInvalidArgument)
+	}
+	var owned bool
+	err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM versions WHERE image = $1 AND state <> 'deleting')
+		OR EXISTS (SELECT 1 FROM images WHERE repo = $2 AND digest = $3)`, image, repo, digest).Scan(&owned)
+	if err != nil {
+		return false, translate(err, fmt.Sprintf("image %q", image))
+	}
+	return owned, nil
+}
