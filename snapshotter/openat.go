@@ -150,7 +150,7 @@ func (x xattrAt) list(buf []byte) (int, error) {
 		uintptr(p), uintptr(len(buf)), 0)
 	if errno == unix.ENOSYS {
 		noXattrat.Store(true)
-		return xattrPath(x.d.proc+x.name).list(buf)
+		return xattrPath(x.d.proc + x.name).list(buf)
 	}
 	if errno != 0 {
 		return 0, errno

@@ -442,8 +442,10 @@ type xattrReader interface {
 // xattrPath reads the xattrs of a path (its last component not followed).
 type xattrPath string
 
-func (p xattrPath) list(buf []byte) (int, error)             { return unix.Llistxattr(string(p), buf) }
-func (p xattrPath) get(name string, buf []byte) (int, error) { return unix.Lgetxattr(string(p), name, buf) }
+func (p xattrPath) list(buf []byte) (int, error) { return unix.Llistxattr(string(p), buf) }
+func (p xattrPath) get(name string, buf []byte) (int, error) {
+	return unix.Lgetxattr(string(p), name, buf)
+}
 
 func listXattrs(p string) ([]string, error) { return listXattrsOf(xattrPath(p), p) }
 
