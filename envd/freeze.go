@@ -104,6 +104,15 @@ func (g *freezeGate) setHolder(st *freezeState, holder string, on bool) {
 	st.changed = make(chan struct{})
 }
 
+// clearHolders drops every holder (st.op held).
+func (g *freezeGate) clearHolders(st *freezeState) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	clear(st.holders)
+	close(st.changed)
+	st.changed = make(chan struct{})
+}
+
 // hold freezes the instance for holder, unless it is frozen already. When
 // the freeze fails, the task is thawed again only if this call froze it: it
 // was not found frozen, no other holder has it, and the failed Pause froze
@@ -114,18 +123,25 @@ func (g *freezeGate) hold(ctx context.Context, rt freezer, id, holder string) er
 	defer g.unref(id, st)
 	st.op.Lock()
 	defer st.op.Unlock()
+	s, err := rt.Status(ctx, id)
+	if err != nil {
+		return fmt.Errorf("freeze %q: %w", id, err)
+	}
+	if !s.Exists || s.Task == "" {
+		return fmt.Errorf("freeze %q: it has no running task: %w", id, errdefs.ErrFailedPrecondition)
+	}
 	others := g.holders(id, st)
+	if len(others) > 0 && s.Task != "paused" {
+		// Holders of a task that is not frozen are stale: the task was
+		// stopped and started again (or thawed behind envd's back). Start
+		// afresh, or this holder would read a running task as frozen.
+		g.clearHolders(st)
+		others = nil
+	}
 	if others[holder] {
 		return nil
 	}
 	if len(others) == 0 {
-		s, err := rt.Status(ctx, id)
-		if err != nil {
-			return fmt.Errorf("freeze %q: %w", id, err)
-		}
-		if !s.Exists || s.Task == "" {
-			return fmt.Errorf("freeze %q: it has no running task: %w", id, errdefs.ErrFailedPrecondition)
-		}
 		if s.Task == "paused" {
 			st.ours = false // frozen by something else: not ours to thaw
 		} else if err := rt.Pause(ctx, id); err != nil {

@@ -184,3 +184,20 @@ func TestFreezeGateCaptureClaim(t *testing.T) {
 	_, err = g.claimCapture("i", "hibernation")
 	require.NoError(t, err)
 }
+
+// Holders of a task that is no longer frozen (stopped and started again
+// while paused) are stale: a save freezes it for itself, and thaws it.
+func TestFreezeGateStaleHolders(t *testing.T) {
+	ctx := context.Background()
+	var g freezeGate
+	f := &fakeFreezer{}
+	require.NoError(t, g.hold(ctx, f, "i", holderUser))
+	f.mu.Lock()
+	f.paused = false // a new task
+	f.mu.Unlock()
+	require.NoError(t, g.hold(ctx, f, "i", saveHolder("op-1")))
+	assert.True(t, f.isPaused(), "the save froze the new task")
+	assert.Equal(t, 2, f.pauses)
+	require.NoError(t, g.release(ctx, f, "i", saveHolder("op-1"), false))
+	assert.False(t, f.isPaused(), "and thawed it: the old pause does not hold it")
+}

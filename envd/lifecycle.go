@@ -77,7 +77,16 @@ func (s *Service) ResumeInstance(ctx context.Context, p Principal, id string) (I
 			if err := s.frozen.release(ctx, s.rt, id, holderUser, true); err != nil {
 				return err
 			}
-			return s.frozen.waitThawed(ctx, id)
+			if err := s.frozen.waitThawed(ctx, id); err != nil {
+				// Back to Paused: the pause holds again.
+				cctx, cancel := detach(ctx, 30*time.Second)
+				defer cancel()
+				if herr := s.frozen.hold(cctx, s.rt, id, holderUser); herr != nil {
+					s.log.Warn("pause again after an abandoned resume", "instance", id, "err", herr)
+				}
+				return err
+			}
+			return nil
 		})
 }
 
