@@ -2,49 +2,254 @@ package envd
 
 import (
 	"context"
+	"fmt"
+	"maps"
+	"slices"
 	"sync"
+	"time"
+
+	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/runtime"
 )
 
-// freezeGate lets execs wait out a save's freeze window instead of failing
-// on a frozen task: a save freezes for well under a second, and a user's
-// command should only be delayed by it.
+// Freezing an instance's task (the cgroup freezer, through the runtime's
+// Pause and Resume) has two kinds of holders, both on the instance's node,
+// since only that node's runtime can freeze it:
+//
+//   - the user's pause (holderUser), from PauseInstance to ResumeInstance;
+//   - a save's frozen pass (holder "save:<operation>"), for its freeze window.
+//
+// The task is frozen while anyone holds it; it is frozen by the first
+// holder and thawed when the last lets go, so a save never thaws an
+// instance the user paused during it, and a user's pause during a save is
+// still in force after the save's freeze window. A task found already
+// frozen when the first holder came (by something outside this gate) is
+// thawed only by the user's resume, never by a save's release or a failed
+// freeze.
+//
+// freezeGate also records which capture (save or hibernation) of an
+// instance runs on this node: one at a time.
 type freezeGate struct {
-	mu     sync.Mutex
-	frozen map[string]chan struct{} // instance -> closed on thaw
+	mu        sync.Mutex
+	instances map[string]*freezeState
+	captures  map[string]string // instance -> what captures it
 }
 
-// freeze marks id frozen and returns the function that thaws it.
-func (g *freezeGate) freeze(id string) (thaw func()) {
+// holderUser is the user's pause.
+const holderUser = "user"
+
+func saveHolder(op string) string { return "save:" + op }
+
+// freezer is what the gate needs of the runtime.
+type freezer interface {
+	Pause(ctx context.Context, id string) error
+	Resume(ctx context.Context, id string) error
+	Status(ctx context.Context, id string) (runtime.Status, error)
+}
+
+type freezeState struct {
+	// op serializes this instance's runtime Pause and Resume calls; every
+	// change of holders happens under it too, so a holder that sees no one
+	// else may act on the task alone.
+	op      sync.Mutex
+	ours    bool            // under op: the gate froze the task (it was not found frozen)
+	refs    int             // under freezeGate.mu: calls using this state
+	holders map[string]bool // under freezeGate.mu
+	changed chan struct{}   // under freezeGate.mu: closed and replaced when holders change
+}
+
+// ref returns the instance's state, kept until unref.
+func (g *freezeGate) ref(id string) *freezeState {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.frozen == nil {
-		g.frozen = map[string]chan struct{}{}
+	if g.instances == nil {
+		g.instances = map[string]*freezeState{}
 	}
-	ch := make(chan struct{})
-	g.frozen[id] = ch
-	return func() {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		if g.frozen[id] == ch {
-			delete(g.frozen, id)
-		}
-		close(ch)
+	st := g.instances[id]
+	if st == nil {
+		st = &freezeState{holders: map[string]bool{}, changed: make(chan struct{})}
+		g.instances[id] = st
+	}
+	st.refs++
+	return st
+}
+
+// unref drops the state of an instance nobody uses or holds.
+func (g *freezeGate) unref(id string, st *freezeState) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st.refs--
+	if st.refs == 0 && len(st.holders) == 0 && g.instances[id] == st {
+		delete(g.instances, id)
 	}
 }
 
-// wait returns when id is not frozen by a save of this process.
+// holders returns the instance's holders now.
+func (g *freezeGate) holders(id string, st *freezeState) map[string]bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return maps.Clone(st.holders)
+}
+
+// setHolder adds or removes a holder and wakes the waiters.
+func (g *freezeGate) setHolder(st *freezeState, holder string, on bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if on {
+		st.holders[holder] = true
+	} else {
+		delete(st.holders, holder)
+	}
+	close(st.changed)
+	st.changed = make(chan struct{})
+}
+
+// clearHolders drops every holder (st.op held).
+func (g *freezeGate) clearHolders(st *freezeState) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	clear(st.holders)
+	close(st.changed)
+	st.changed = make(chan struct{})
+}
+
+// hold freezes the instance for holder, unless it is frozen already. When
+// the freeze fails, the task is thawed again only if this call froze it: it
+// was not found frozen, no other holder has it, and the failed Pause froze
+// it anyway (a canceled Pause may). An instance someone else froze is never
+// thawed by a failed freeze.
+func (g *freezeGate) hold(ctx context.Context, rt freezer, id, holder string) error {
+	st := g.ref(id)
+	defer g.unref(id, st)
+	st.op.Lock()
+	defer st.op.Unlock()
+	s, err := rt.Status(ctx, id)
+	if err != nil {
+		return fmt.Errorf("freeze %q: %w", id, err)
+	}
+	if !s.Exists || s.Task == "" {
+		return fmt.Errorf("freeze %q: it has no running task: %w", id, errdefs.ErrFailedPrecondition)
+	}
+	others := g.holders(id, st)
+	if len(others) > 0 && s.Task != "paused" {
+		// Holders of a task that is not frozen are stale: the task was
+		// stopped and started again (or thawed behind envd's back). Start
+		// afresh, or this holder would read a running task as frozen.
+		g.clearHolders(st)
+		others = nil
+	}
+	if others[holder] {
+		return nil
+	}
+	if len(others) == 0 {
+		if s.Task == "paused" {
+			st.ours = false // frozen by something else: not ours to thaw
+		} else if err := rt.Pause(ctx, id); err != nil {
+			cctx, cancel := detach(ctx, 30*time.Second)
+			defer cancel()
+			if now, serr := rt.Status(cctx, id); serr == nil && now.Task == "paused" {
+				if rerr := rt.Resume(cctx, id); rerr != nil {
+					return fmt.Errorf("freeze %q: %w (and the thaw after it failed: %v)", id, err, rerr)
+				}
+			}
+			return fmt.Errorf("freeze %q: %w", id, err)
+		} else {
+			st.ours = true
+		}
+	}
+	g.setHolder(st, holder, true)
+	return nil
+}
+
+// release ends holder's hold. The last holder thaws the task if the gate
+// froze it; the user's resume (force) thaws it in any case. When other
+// holders remain, the task stays frozen and release returns at once: use
+// waitThawed to wait for the thaw.
+func (g *freezeGate) release(ctx context.Context, rt freezer, id, holder string, force bool) error {
+	st := g.ref(id)
+	defer g.unref(id, st)
+	st.op.Lock()
+	defer st.op.Unlock()
+	holders := g.holders(id, st)
+	delete(holders, holder)
+	if len(holders) == 0 && (st.ours || force) {
+		if err := rt.Resume(ctx, id); err != nil {
+			// Still frozen. The user's pause stays in force (the instance
+			// goes back to Paused); a save's hold ends anyway, as the save
+			// does, and the next start thaws a Running instance left frozen.
+			if !force {
+				g.setHolder(st, holder, false)
+			}
+			return fmt.Errorf("thaw %q: %w", id, err)
+		}
+	}
+	if len(holders) == 0 {
+		st.ours = false
+	}
+	g.setHolder(st, holder, false)
+	return nil
+}
+
+// waitThawed returns when nobody holds the instance frozen.
+func (g *freezeGate) waitThawed(ctx context.Context, id string) error {
+	return g.waitUntil(ctx, id, func(holders []string) bool { return len(holders) == 0 })
+}
+
+// wait returns when no save of this process holds the instance frozen:
+// execs wait out a save's freeze window (well under a second) instead of
+// failing on a frozen task.
 func (g *freezeGate) wait(ctx context.Context, id string) error {
+	return g.waitUntil(ctx, id, func(holders []string) bool {
+		for _, h := range holders {
+			if h != holderUser {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func (g *freezeGate) waitUntil(ctx context.Context, id string, done func(holders []string) bool) error {
 	for {
 		g.mu.Lock()
-		ch := g.frozen[id]
+		var (
+			holders []string
+			changed <-chan struct{}
+		)
+		if st := g.instances[id]; st != nil {
+			holders, changed = slices.Collect(maps.Keys(st.holders)), st.changed
+		}
 		g.mu.Unlock()
-		if ch == nil {
+		if done(holders) {
 			return nil
 		}
 		select {
-		case <-ch:
+		case <-changed:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
+}
+
+// claimCapture records that what (a save's operation, a hibernation)
+// captures the instance's layer on this node; a second capture of the same
+// instance fails with ErrFailedPrecondition until release is called.
+func (g *freezeGate) claimCapture(id, what string) (release func(), err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if other, ok := g.captures[id]; ok && other != what {
+		return nil, errdefs.WithDetails(fmt.Errorf("instance %q is being captured by %s; try again when it is done: %w", id, other, errdefs.ErrFailedPrecondition),
+			map[string]any{"capture": other})
+	}
+	if g.captures == nil {
+		g.captures = map[string]string{}
+	}
+	g.captures[id] = what
+	return func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.captures[id] == what {
+			delete(g.captures, id)
+		}
+	}, nil
 }

@@ -57,6 +57,11 @@ func (s *Service) hibernate(ctx context.Context, in versions.Instance, quota ver
 		return in, errdefs.WithDetails(fmt.Errorf("instance %q: only a stopped, retained instance on this node can hibernate: %w", in.ID, errdefs.ErrFailedPrecondition),
 			map[string]any{"state": in.State})
 	}
+	release, err := s.captureGuard(ctx, in.ID, "hibernation")
+	if err != nil {
+		return in, err
+	}
+	defer release()
 	c, err := s.capture(ctx, nil, "hibernate-"+in.ID, in, false, quota)
 	if err != nil {
 		return in, err

@@ -65,13 +65,29 @@ func (s *Service) step(ctx context.Context, p Principal, id string, from []strin
 // PauseInstance freezes the instance's processes; memory is kept.
 func (s *Service) PauseInstance(ctx context.Context, p Principal, id string) (Instance, error) {
 	return s.step(ctx, p, id, []string{StateRunning}, StatePausing, StatePaused, ReasonUserPause, "paused by the user", StateRunning,
-		func(ctx context.Context, in versions.Instance) error { return s.rt.Pause(ctx, id) })
+		func(ctx context.Context, in versions.Instance) error { return s.frozen.hold(ctx, s.rt, id, holderUser) })
 }
 
 // ResumeInstance thaws a paused instance and returns its current endpoint.
 func (s *Service) ResumeInstance(ctx context.Context, p Principal, id string) (Instance, error) {
 	return s.step(ctx, p, id, []string{StatePaused}, StateResuming, StateRunning, ReasonUserResume, "resumed by the user", StatePaused,
-		func(ctx context.Context, in versions.Instance) error { return s.rt.Resume(ctx, id) })
+		func(ctx context.Context, in versions.Instance) error {
+			// A save's freeze window may hold the task frozen too: the
+			// resume completes (Running) only after the save's thaw.
+			if err := s.frozen.release(ctx, s.rt, id, holderUser, true); err != nil {
+				return err
+			}
+			if err := s.frozen.waitThawed(ctx, id); err != nil {
+				// Back to Paused: the pause holds again.
+				cctx, cancel := detach(ctx, 30*time.Second)
+				defer cancel()
+				if herr := s.frozen.hold(cctx, s.rt, id, holderUser); herr != nil {
+					s.log.Warn("pause again after an abandoned resume", "instance", id, "err", herr)
+				}
+				return err
+			}
+			return nil
+		})
 }
 
 // StopInstance kills the instance's processes and releases its compute;

@@ -18,6 +18,7 @@ const LabelNode = "envd.node"
 // no row owns, rows whose container vanished, unfinished operations) and
 // starts the background loops: the TTL reaper and the periodic reconciler.
 func (s *Service) Start(ctx context.Context) error {
+	s.removeScratch()
 	if err := s.thawInterruptedSaves(ctx); err != nil {
 		return err
 	}

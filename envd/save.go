@@ -57,7 +57,9 @@ func (s *Service) Save(ctx context.Context, p Principal, id string, req SaveRequ
 		}
 		job.Expected = *req.ExpectedCurrent
 	}
-	return s.startOp(ctx, p, "save", id, id, idempotencyKey, req, job, func(ctx context.Context, oc *opCtx) (any, error) {
+	// One save of an instance at a time: a second answers 409 while the
+	// first is unfinished, on whichever node it is asked.
+	return s.startExclusiveOp(ctx, p, "save", id, idempotencyKey, req, job, func(ctx context.Context, oc *opCtx) (any, error) {
 		return s.runSave(ctx, oc, job)
 	})
 }
@@ -75,6 +77,11 @@ func (s *Service) runSave(ctx context.Context, oc *opCtx, job saveJob) (SaveResu
 	if in.State != StateRunning {
 		return SaveResult{}, fmt.Errorf("instance %q is %s: %w", in.ID, in.State, errdefs.ErrFailedPrecondition)
 	}
+	release, err := s.captureGuard(ctx, in.ID, oc.id)
+	if err != nil {
+		return SaveResult{}, err
+	}
+	defer release()
 	c, err := s.capture(ctx, oc, oc.id, in, true, versions.QuotaEnforced)
 	if err != nil {
 		return SaveResult{}, err
@@ -176,7 +183,7 @@ func (s *Service) capture(ctx context.Context, oc *opCtx, work string, in versio
 		excludes = append(excludes, v.Path) // volumes are never part of a snapshot
 	}
 	spoolPath := filepath.Join(dir, "layer.tar")
-	c.stats, c.freeze, err = s.spool(ctx, in.ID, upper, spoolPath, excludes, freeze)
+	c.stats, c.freeze, err = s.spool(ctx, in.ID, work, upper, spoolPath, excludes, freeze)
 	if err != nil {
 		return c, err
 	}
@@ -231,8 +238,9 @@ func (s *Service) capture(ctx context.Context, oc *opCtx, work string, in versio
 // the first pass copies every file while the instance runs, the frozen one
 // re-reads metadata and copies only what changed meanwhile, so the freeze
 // grows with what changed during the save, not with the size of the change.
-// The thaw always runs, even when ctx is canceled.
-func (s *Service) spool(ctx context.Context, id, upper, path string, excludes []string, freeze bool) (snapshotter.SpoolStats, time.Duration, error) {
+// The thaw always runs, even when ctx is canceled. work names the save
+// (its operation) as a holder of the freeze.
+func (s *Service) spool(ctx context.Context, id, work, upper, path string, excludes []string, freeze bool) (snapshotter.SpoolStats, time.Duration, error) {
 	opts := snapshotter.SpoolOptions{Excludes: excludes}
 	if !freeze { // a stopped instance: nothing runs, one pass
 		f, err := os.Create(path)
@@ -252,26 +260,23 @@ func (s *Service) spool(ctx context.Context, id, upper, path string, excludes []
 	}
 	defer tp.Close()
 
+	// The freeze is held for this save alone: a user's pause during it
+	// stays in force after it (see freezeGate).
 	rctx, cancel := detach(ctx, 30*time.Second)
 	defer cancel()
-	thaw := s.frozen.freeze(id)
+	holder := saveHolder(work)
 	frozen := time.Now()
-	if err := s.rt.Pause(ctx, id); err != nil {
-		if rerr := s.rt.Resume(rctx, id); rerr != nil { // a canceled Pause may still have frozen it
-			s.log.Warn("thaw after failed freeze", "instance", id, "err", rerr)
-		}
-		thaw()
-		return snapshotter.SpoolStats{}, 0, fmt.Errorf("freeze %q: %w", id, err)
+	if err := s.frozen.hold(ctx, s.rt, id, holder); err != nil {
+		return snapshotter.SpoolStats{}, 0, err
 	}
 	fs, frozenErr := tp.Frozen(ctx)
-	resumeErr := s.rt.Resume(rctx, id)
+	resumeErr := s.frozen.release(rctx, s.rt, id, holder, false)
 	window := time.Since(frozen)
-	thaw()
 	if frozenErr != nil {
 		return fs.SpoolStats, window, fmt.Errorf("read changes of %q: %w", id, frozenErr)
 	}
 	if resumeErr != nil {
-		return fs.SpoolStats, window, fmt.Errorf("thaw %q: %w", id, resumeErr)
+		return fs.SpoolStats, window, resumeErr
 	}
 
 	f, err := os.Create(path)

@@ -100,7 +100,7 @@ func Spool(ctx context.Context, upperDir string, w io.Writer, opts SpoolOptions)
 	}
 	cw := &countingWriter{w: w}
 	sink := &tarSink{tw: tar.NewWriter(cw), buf: make([]byte, 1<<20)}
-	err = newWalker(ctx, upperDir, excludes, sink, &stats).walkDir("")
+	err = newWalker(ctx, upperDir, excludes, sink, &stats).walk()
 	if err == nil {
 		err = sink.tw.Close()
 	}
@@ -135,9 +135,9 @@ type inode struct{ dev, ino uint64 }
 type entrySink interface {
 	// entry takes an entry without content (everything but a regular file).
 	entry(h *tar.Header) error
-	// file takes a regular file: h.Size bytes of content from full, whose
-	// lstat is st.
-	file(h *tar.Header, rel, full string, st *unix.Stat_t) error
+	// file takes a regular file: h.Size bytes of content of the entry name
+	// of dir (full names it in errors), whose lstat is st.
+	file(h *tar.Header, rel string, dir *dirHandle, name, full string, st *unix.Stat_t) error
 }
 
 // walker walks an upper dir in layer order and turns each entry into a tar
@@ -177,17 +177,25 @@ func isWhiteout(st *unix.Stat_t) bool {
 	return st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == 0
 }
 
-// walkDir writes the entries below the directory rel ("" for the root).
-func (s *walker) walkDir(rel string) error {
-	dir := filepath.Join(s.root, rel)
-	f, err := os.Open(dir)
+// walk writes the entries below the walker's root.
+func (s *walker) walk() error {
+	d, err := openRootDir(s.root)
 	if err != nil {
 		return err
 	}
-	names, err := f.Readdirnames(-1)
-	f.Close()
+	defer d.Close()
+	return s.walkDir(d, "", 0)
+}
+
+// walkDir writes the entries below the directory d, at rel ("" for the
+// root). Every look at an entry is relative to d's fd (see openat.go).
+func (s *walker) walkDir(d *dirHandle, rel string, depth int) error {
+	if depth > maxDepth {
+		return fmt.Errorf("%q is nested more than %d directories deep: %w", rel, maxDepth, errdefs.ErrFailedPrecondition)
+	}
+	names, err := d.names()
 	if err != nil {
-		return fmt.Errorf("read dir %q: %w", dir, err)
+		return fmt.Errorf("read dir %q: %w", filepath.Join(s.root, rel), err)
 	}
 	children := make([]child, 0, len(names))
 	for _, name := range names {
@@ -196,8 +204,8 @@ func (s *walker) walkDir(rel string) error {
 			continue
 		}
 		c := child{name: name, outName: name}
-		if err := unix.Lstat(filepath.Join(dir, name), &c.st); err != nil {
-			return fmt.Errorf("lstat %q: %w", filepath.Join(dir, name), err)
+		if err := d.lstat(name, &c.st); err != nil {
+			return fmt.Errorf("lstat %q: %w", filepath.Join(s.root, childRel), err)
 		}
 		if isWhiteout(&c.st) {
 			c.outName = whiteoutPrefix + name
@@ -209,7 +217,7 @@ func (s *walker) walkDir(rel string) error {
 		if err := s.ctx.Err(); err != nil {
 			return err
 		}
-		if err := s.writeEntry(rel, &children[i]); err != nil {
+		if err := s.writeEntry(d, rel, &children[i], depth); err != nil {
 			return err
 		}
 	}
@@ -221,7 +229,7 @@ func (s *walker) writeHeader(h *tar.Header) error {
 	return s.sink.entry(h)
 }
 
-func (s *walker) writeEntry(dirRel string, c *child) error {
+func (s *walker) writeEntry(d *dirHandle, dirRel string, c *child, depth int) error {
 	rel := path.Join(dirRel, c.name)
 	full := filepath.Join(s.root, rel)
 	st := &c.st
@@ -240,7 +248,7 @@ func (s *walker) writeEntry(dirRel string, c *child) error {
 		})
 	}
 
-	xattrs, opaque, err := readXattrs(full)
+	xattrs, opaque, err := readXattrs(d.xattrs(c.name), full)
 	if err != nil {
 		return err
 	}
@@ -279,9 +287,21 @@ func (s *walker) writeEntry(dirRel string, c *child) error {
 				return err
 			}
 		}
-		return s.walkDir(rel)
+		sub, err := d.openDirAt(c.name, full)
+		if err != nil {
+			return err
+		}
+		defer sub.Close()
+		var now unix.Stat_t
+		if err := unix.Fstat(sub.fd, &now); err != nil {
+			return fmt.Errorf("fstat %q: %w", full, err)
+		}
+		if !sameInode(&now, st) {
+			return changedError(full)
+		}
+		return s.walkDir(sub, rel, depth+1)
 	case unix.S_IFLNK:
-		target, err := os.Readlink(full)
+		target, err := d.readlink(c.name)
 		if err != nil {
 			return fmt.Errorf("readlink %q: %w", full, err)
 		}
@@ -314,7 +334,7 @@ func (s *walker) writeEntry(dirRel string, c *child) error {
 		h.Typeflag = tar.TypeReg
 		h.Size = st.Size
 		s.stats.Entries++
-		return s.sink.file(h, rel, full, st)
+		return s.sink.file(h, rel, d, c.name, full, st)
 	default:
 		return fmt.Errorf("%q has unknown file type %o", full, st.Mode&unix.S_IFMT)
 	}
@@ -333,12 +353,22 @@ func (s *tarSink) entry(h *tar.Header) error {
 	return nil
 }
 
-func (s *tarSink) file(h *tar.Header, _, full string, _ *unix.Stat_t) error {
-	f, err := os.Open(full)
+// file copies exactly h.Size bytes, the size lstat gave: a file that grew
+// since is cut there, one that shrank fails the spool, so the header never
+// disagrees with the content written.
+func (s *tarSink) file(h *tar.Header, _ string, d *dirHandle, name, full string, st *unix.Stat_t) error {
+	var now unix.Stat_t
+	f, err := d.openRegular(name, full, &now)
+	if errors.Is(err, errNotRegular) {
+		return changedError(full)
+	}
 	if err != nil {
 		return err
 	}
 	defer f.Close()
+	if !sameInode(&now, st) {
+		return changedError(full)
+	}
 	if err := s.entry(h); err != nil {
 		return err
 	}
@@ -354,10 +384,11 @@ func (s *tarSink) file(h *tar.Header, _, full string, _ *unix.Stat_t) error {
 	return nil
 }
 
-// readXattrs returns the xattrs of p to store in the layer, and whether p is
-// an opaque overlay directory.
-func readXattrs(p string) (map[string]string, bool, error) {
-	names, err := listXattrs(p)
+// readXattrs returns the xattrs of the entry x to store in the layer, and
+// whether it is an opaque overlay directory. A symlink's own xattrs are
+// read, never its target's; full names the entry in errors.
+func readXattrs(x xattrReader, full string) (map[string]string, bool, error) {
+	names, err := listXattrsOf(x, full)
 	if err != nil || len(names) == 0 {
 		return nil, false, err
 	}
@@ -366,12 +397,12 @@ func readXattrs(p string) (map[string]string, bool, error) {
 		opaque bool
 	)
 	for _, name := range names {
-		v, err := getXattr(p, name)
+		v, err := getXattrOf(x, name)
 		if err != nil {
 			if errors.Is(err, unix.ENODATA) {
 				continue
 			}
-			return nil, false, fmt.Errorf("get xattr %s of %q: %w", name, p, err)
+			return nil, false, fmt.Errorf("get xattr %s of %q: %w", name, full, err)
 		}
 		if rest, ok := cutOverlayPrefix(name); ok {
 			switch rest {
@@ -381,7 +412,7 @@ func readXattrs(p string) (map[string]string, bool, error) {
 				opaque = opaque || string(v) == "y"
 			case "redirect", "metacopy":
 				return nil, false, fmt.Errorf("%q has xattr %s: overlay redirect_dir/metacopy upper dirs cannot be captured as a layer: %w",
-					p, name, errdefs.ErrFailedPrecondition)
+					full, name, errdefs.ErrFailedPrecondition)
 			}
 			continue
 		}
@@ -401,14 +432,33 @@ func cutOverlayPrefix(name string) (string, bool) {
 	return strings.CutPrefix(name, "user.overlay.")
 }
 
-func listXattrs(p string) ([]string, error) {
+// xattrReader reads the xattrs of one entry, not following it if it is a
+// symlink: llistxattr(2) and lgetxattr(2) semantics.
+type xattrReader interface {
+	list(buf []byte) (int, error)
+	get(name string, buf []byte) (int, error)
+}
+
+// xattrPath reads the xattrs of a path (its last component not followed).
+type xattrPath string
+
+func (p xattrPath) list(buf []byte) (int, error) { return unix.Llistxattr(string(p), buf) }
+func (p xattrPath) get(name string, buf []byte) (int, error) {
+	return unix.Lgetxattr(string(p), name, buf)
+}
+
+func listXattrs(p string) ([]string, error) { return listXattrsOf(xattrPath(p), p) }
+
+func getXattr(p, name string) ([]byte, error) { return getXattrOf(xattrPath(p), name) }
+
+func listXattrsOf(x xattrReader, full string) ([]string, error) {
 	buf := make([]byte, 256)
 	for {
-		n, err := unix.Llistxattr(p, buf)
+		n, err := x.list(buf)
 		if errors.Is(err, unix.ERANGE) {
-			sz, err := unix.Llistxattr(p, nil)
+			sz, err := x.list(nil)
 			if err != nil {
-				return nil, fmt.Errorf("list xattrs of %q: %w", p, err)
+				return nil, fmt.Errorf("list xattrs of %q: %w", full, err)
 			}
 			buf = make([]byte, sz*2+1)
 			continue
@@ -417,7 +467,7 @@ func listXattrs(p string) ([]string, error) {
 			return nil, nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("list xattrs of %q: %w", p, err)
+			return nil, fmt.Errorf("list xattrs of %q: %w", full, err)
 		}
 		var names []string
 		for _, b := range bytes.Split(buf[:n], []byte{0}) {
@@ -429,12 +479,12 @@ func listXattrs(p string) ([]string, error) {
 	}
 }
 
-func getXattr(p, name string) ([]byte, error) {
+func getXattrOf(x xattrReader, name string) ([]byte, error) {
 	buf := make([]byte, 256)
 	for {
-		n, err := unix.Lgetxattr(p, name, buf)
+		n, err := x.get(name, buf)
 		if errors.Is(err, unix.ERANGE) {
-			sz, err := unix.Lgetxattr(p, name, nil)
+			sz, err := x.get(name, nil)
 			if err != nil {
 				return nil, err
 			}

@@ -184,7 +184,14 @@ func Prepare(ctx context.Context, upperDir, workDir string, opts SpoolOptions) (
 		byInode:  make(map[inode]copyRec),
 		buf:      make([]byte, 1<<20),
 	}
-	if err := p.prepareDir(ctx, ""); err != nil {
+	root, err := openRootDir(upperDir)
+	if err != nil {
+		p.Close()
+		return nil, err
+	}
+	err = p.prepareDir(ctx, root, "", 0)
+	root.Close()
+	if err != nil {
 		p.Close()
 		return nil, fmt.Errorf("prepare %q: %w", upperDir, err)
 	}
@@ -222,21 +229,18 @@ func (p *TwoPass) Prepared() PrepareStats { return p.prepared }
 // excluded applies the excludes as Spool does.
 func (p *TwoPass) excluded(rel string) bool { return excluded(p.excludes, rel) }
 
-// prepareDir copies the regular files below rel. Entries that vanish or
-// change type while it runs are skipped: Frozen sees them as they end up.
-func (p *TwoPass) prepareDir(ctx context.Context, rel string) error {
-	dir := filepath.Join(p.root, rel)
-	f, err := os.Open(dir)
-	if err != nil {
-		if rel != "" && (errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR)) {
-			return nil
-		}
-		return err
+// prepareDir copies the regular files below the directory d, at rel.
+// Entries that vanish or change type while it runs are skipped: Frozen sees
+// them as they end up. Like the walker, it looks at entries only relative
+// to d's fd and follows nothing: the tenant may be swapping directories for
+// symlinks while it runs.
+func (p *TwoPass) prepareDir(ctx context.Context, d *dirHandle, rel string, depth int) error {
+	if depth > maxDepth {
+		return nil // Frozen refuses it
 	}
-	names, err := f.Readdirnames(-1)
-	f.Close()
+	names, err := d.names()
 	if err != nil {
-		return fmt.Errorf("read dir %q: %w", dir, err)
+		return fmt.Errorf("read dir %q: %w", filepath.Join(p.root, rel), err)
 	}
 	slices.Sort(names) // the order Frozen and WriteTar read the copies in, near enough
 	for _, name := range names {
@@ -247,9 +251,9 @@ func (p *TwoPass) prepareDir(ctx context.Context, rel string) error {
 		if p.excluded(childRel) {
 			continue
 		}
-		full := filepath.Join(dir, name)
+		full := filepath.Join(p.root, childRel)
 		var st unix.Stat_t
-		if err := unix.Lstat(full, &st); err != nil {
+		if err := d.lstat(name, &st); err != nil {
 			if errors.Is(err, unix.ENOENT) {
 				continue
 			}
@@ -258,17 +262,26 @@ func (p *TwoPass) prepareDir(ctx context.Context, rel string) error {
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFDIR:
 			// Refuse redirect_dir upper dirs now rather than in the freeze.
-			if _, _, err := readXattrs(full); err != nil && !errors.Is(err, unix.ENOENT) {
+			if _, _, err := readXattrs(d.xattrs(name), full); err != nil && !errors.Is(err, unix.ENOENT) {
 				return err
 			}
-			if err := p.prepareDir(ctx, childRel); err != nil {
+			sub, err := d.openDirAt(name, full)
+			if err != nil {
+				if vanished(err) {
+					continue
+				}
+				return err
+			}
+			err = p.prepareDir(ctx, sub, childRel, depth+1)
+			sub.Close()
+			if err != nil {
 				return err
 			}
 		case unix.S_IFREG:
-			if _, _, err := readXattrs(full); err != nil && !errors.Is(err, unix.ENOENT) {
+			if _, _, err := readXattrs(d.xattrs(name), full); err != nil && !errors.Is(err, unix.ENOENT) {
 				return err // metacopy
 			}
-			if err := p.prepareFile(ctx, childRel, &st); err != nil {
+			if err := p.prepareFile(ctx, d, name, childRel, &st); err != nil {
 				return err
 			}
 		}
@@ -276,9 +289,18 @@ func (p *TwoPass) prepareDir(ctx context.Context, rel string) error {
 	return nil
 }
 
-// prepareFile copies the content of the regular file rel and records it if
-// the copy is trusted (see TwoPass for the argument).
-func (p *TwoPass) prepareFile(ctx context.Context, rel string, lst *unix.Stat_t) error {
+// vanished reports whether an open failed because the entry is gone or is
+// no longer what it was (a directory or file swapped for a symlink, a fifo,
+// a device): the first pass skips it, the frozen pass sees what it became.
+func vanished(err error) bool {
+	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) ||
+		errors.Is(err, unix.EXDEV) || errors.Is(err, errNotRegular)
+}
+
+// prepareFile copies the content of the regular file name of d (rel in the
+// upper dir) and records it if the copy is trusted (see TwoPass for the
+// argument). It copies at most the size fstat gives when the copy starts.
+func (p *TwoPass) prepareFile(ctx context.Context, d *dirHandle, name, rel string, lst *unix.Stat_t) error {
 	if lst.Nlink > 1 {
 		if rec, ok := p.byInode[inode{dev: lst.Dev, ino: lst.Ino}]; ok && rec.stamp == stampOf(lst) {
 			p.copies[rel] = rec // another name of an inode already copied
@@ -287,16 +309,16 @@ func (p *TwoPass) prepareFile(ctx context.Context, rel string, lst *unix.Stat_t)
 	}
 	full := filepath.Join(p.root, rel)
 	t0 := time.Now()
-	// O_NONBLOCK: should the path have become a fifo, open must not wait.
-	fd, err := unix.Open(full, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	var before, after unix.Stat_t
+	f, err := d.openRegular(name, full, &before)
 	if err != nil {
-		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENXIO) {
+		if vanished(err) {
 			return nil
 		}
-		return fmt.Errorf("open %q: %w", full, err)
+		return err
 	}
-	f := os.NewFile(uintptr(fd), full)
 	defer f.Close()
+	fd := int(f.Fd())
 
 	// Write back dirty pages: writeback write-protects them in every shared
 	// mapping, so a later store through a mapping faults and updates the
@@ -304,12 +326,8 @@ func (p *TwoPass) prepareFile(ctx context.Context, rel string, lst *unix.Stat_t)
 	// dirtied before the copy would change the content and not the ctime.
 	synced := unix.SyncFileRange(fd, 0, 0,
 		unix.SYNC_FILE_RANGE_WAIT_BEFORE|unix.SYNC_FILE_RANGE_WRITE|unix.SYNC_FILE_RANGE_WAIT_AFTER) == nil
-	var before, after unix.Stat_t
 	if err := unix.Fstat(fd, &before); err != nil {
 		return fmt.Errorf("fstat %q: %w", full, err)
-	}
-	if before.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil
 	}
 	off := p.dataEnd
 	n, err := p.copyContent(ctx, f, before.Size)
@@ -415,7 +433,7 @@ func (p *TwoPass) Frozen(ctx context.Context) (FrozenStats, error) {
 		return p.stats, fmt.Errorf("upper dir %q is not a directory: %w", p.root, errdefs.ErrInvalidArgument)
 	}
 	fz := &freezer{TwoPass: p, ctx: ctx}
-	err = newWalker(ctx, p.root, p.excludes, fz, &p.stats.SpoolStats).walkDir("")
+	err = newWalker(ctx, p.root, p.excludes, fz, &p.stats.SpoolStats).walk()
 	if err == nil {
 		p.stats.Bytes, err = planSize(p.plan)
 	}
@@ -440,8 +458,8 @@ func (z *freezer) entry(h *tar.Header) error {
 	return nil
 }
 
-func (z *freezer) file(h *tar.Header, rel, _ string, st *unix.Stat_t) error {
-	off, err := z.content(rel, st)
+func (z *freezer) file(h *tar.Header, rel string, d *dirHandle, name, full string, st *unix.Stat_t) error {
+	off, err := z.content(rel, d, name, full, st)
 	if err != nil {
 		return err
 	}
@@ -450,24 +468,22 @@ func (z *freezer) file(h *tar.Header, rel, _ string, st *unix.Stat_t) error {
 }
 
 // content returns the offset in the data file of the content of the regular
-// file rel, whose lstat is st: Prepare's copy if its stamp is st's, else a
-// copy made now.
-func (z *freezer) content(rel string, st *unix.Stat_t) (int64, error) {
+// file name of d (rel in the upper dir), whose lstat is st: Prepare's copy if
+// its stamp is st's, else a copy made now of exactly st.Size bytes.
+func (z *freezer) content(rel string, d *dirHandle, name, full string, st *unix.Stat_t) (int64, error) {
 	s := stampOf(st)
 	if rec, ok := z.copies[rel]; ok && rec.stamp == s {
 		return rec.off, nil
 	}
-	full := filepath.Join(z.root, rel)
-	fd, err := unix.Open(full, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
-	if err != nil {
-		return 0, fmt.Errorf("open %q: %w", full, err)
-	}
-	f := os.NewFile(uintptr(fd), full)
-	defer f.Close()
 	var now unix.Stat_t
-	if err := unix.Fstat(fd, &now); err != nil {
-		return 0, fmt.Errorf("fstat %q: %w", full, err)
+	f, err := d.openRegular(name, full, &now)
+	if errors.Is(err, errNotRegular) {
+		return 0, changedError(full)
 	}
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
 	if stampOf(&now) != s {
 		return 0, fmt.Errorf("%q changed while frozen: %w", full, errdefs.ErrConflict)
 	}

@@ -1,0 +1,198 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/envd-dev/envd/client"
+	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/internal/errdefs"
+)
+
+// One save of an instance at a time, and saves that share the cgroup
+// freezer with the user's pause and resume: the save never thaws what the
+// user paused, and the user's resume is not undone by, nor undoes, a save.
+
+// workDir is where the node's saves keep their spool dirs.
+func workDir() string { return filepath.Join(env.dataDir, "work") }
+
+// busyInstance starts an instance whose saves take a while: a big file in
+// its layer that a background process keeps touching, so the first pass
+// cannot trust its copy and the frozen pass copies it again (a freeze
+// window of a good fraction of a second here).
+func busyInstance(t *testing.T, project string) envd.Instance {
+	t.Helper()
+	in := up(t, project, 0)
+	mustSh(t, in.ID, "dd if=/dev/urandom of=/big bs=1M count=96 2>/dev/null && echo kept > /marker")
+	mustSh(t, in.ID, "nohup sh -c 'while :; do touch /big; sleep 0.02; done' >/dev/null 2>&1 &")
+	return in
+}
+
+// waitSpoolStarted returns once the save's spool dir exists: its first
+// pass is about to run or running.
+func waitSpoolStarted(t *testing.T, opID string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(filepath.Join(workDir(), opID)); err == nil {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("save %s never started its spool", opID)
+}
+
+func taskState(t *testing.T, id string) string {
+	t.Helper()
+	st, err := env.node.Runtime().Status(ctx(t), id)
+	require.NoError(t, err)
+	return st.Task
+}
+
+// Two saves of one instance asked at the same moment: one runs, the other
+// answers 409 failed_precondition naming it; the same idempotency key
+// still gives back the running save; once it finished, a save runs again.
+func TestRootSaveOneAtATime(t *testing.T) {
+	p := newProject(t, "onesave")
+	a := busyInstance(t, p)
+
+	var (
+		wg   sync.WaitGroup
+		ops  [2]envd.Operation
+		errs [2]error
+	)
+	for i := range ops {
+		wg.Go(func() {
+			ops[i], errs[i] = env.c.Save(ctx(t), a.ID, envd.SaveRequest{Message: "racing"}, "")
+		})
+	}
+	wg.Wait()
+	won := 0
+	if errs[0] != nil {
+		won = 1
+	}
+	lost := 1 - won
+	require.NoError(t, errs[won], "one save runs")
+	require.Error(t, errs[lost], "the other is refused")
+	assert.ErrorIs(t, errs[lost], errdefs.ErrFailedPrecondition)
+	var apiErr *client.Error
+	require.True(t, errors.As(errs[lost], &apiErr))
+	assert.Contains(t, apiErr.Message, ops[won].ID, "the refusal names the running save")
+	assert.Equal(t, ops[won].ID, apiErr.Details["operation"])
+
+	// A retry of the running save is not a second save.
+	keyed, err := env.c.Save(ctx(t), a.ID, envd.SaveRequest{Message: "keyed"}, "one-at-a-time-key")
+	if err == nil {
+		// The first save finished already: the keyed one is the running one now.
+		again, err := env.c.Save(ctx(t), a.ID, envd.SaveRequest{Message: "keyed"}, "one-at-a-time-key")
+		require.NoError(t, err)
+		assert.Equal(t, keyed.ID, again.ID)
+		waitSave(t, keyed.ID)
+	} else {
+		assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition)
+	}
+	waitSave(t, ops[won].ID)
+
+	_, res := save(t, a.ID, "after")
+	assert.True(t, res.Current)
+	assert.Equal(t, "running", taskState(t, a.ID))
+	b := up(t, p, 0)
+	assert.Equal(t, "kept", mustSh(t, b.ID, "cat /marker"))
+}
+
+// A user's pause during a save's first pass is in force after the save's
+// freeze window: the instance ends Paused, its task frozen; a resume then
+// brings it back, and the save holds the instance's files.
+func TestRootSavePauseDuringFirstPass(t *testing.T) {
+	p := newProject(t, "savepause")
+	a := busyInstance(t, p)
+	op, err := env.c.Save(ctx(t), a.ID, envd.SaveRequest{Message: "paused during"}, "")
+	require.NoError(t, err)
+	waitSpoolStarted(t, op.ID)
+	paused, err := env.c.PauseInstance(ctx(t), a.ID)
+	require.NoError(t, err)
+	pausedAt := time.Now()
+	assert.Equal(t, envd.StatePaused, paused.State)
+
+	_, res := waitSave(t, op.ID)
+	assert.True(t, res.Current)
+	evs, err := env.c.OperationEvents(ctx(t), op.ID, 0)
+	require.NoError(t, err)
+	var spooledAt time.Time
+	for _, e := range evs {
+		if e.Type == "spooled" {
+			spooledAt = e.At
+		}
+	}
+	require.False(t, spooledAt.IsZero(), "the save reported its frozen pass")
+	assert.True(t, pausedAt.Before(spooledAt), "the pause landed before the save's frozen pass ended (paused %s, spooled %s)", pausedAt, spooledAt)
+
+	in, err := env.c.GetInstance(ctx(t), a.ID)
+	require.NoError(t, err)
+	assert.Equal(t, envd.StatePaused, in.State, "the save did not end the user's pause")
+	assert.Equal(t, "paused", taskState(t, a.ID), "the task is still frozen")
+
+	resumed, err := env.c.ResumeInstance(ctx(t), a.ID)
+	require.NoError(t, err)
+	assert.Equal(t, envd.StateRunning, resumed.State)
+	assert.Equal(t, "running", taskState(t, a.ID))
+	assert.Equal(t, "kept", mustSh(t, a.ID, "cat /marker"))
+	b := up(t, p, 0)
+	assert.Equal(t, "kept", mustSh(t, b.ID, "cat /marker"))
+}
+
+// A user's pause and resume racing a save's freeze window, at several
+// offsets: when the resume returns the task is running (a resume during
+// the freeze window waits for the save's thaw), the save succeeds, and the
+// instance ends Running.
+func TestRootSaveResumeDuringFreeze(t *testing.T) {
+	p := newProject(t, "saveresume")
+	a := busyInstance(t, p)
+	for _, delay := range []time.Duration{0, 100 * time.Millisecond, 300 * time.Millisecond, 700 * time.Millisecond, 1500 * time.Millisecond} {
+		t.Run(delay.String(), func(t *testing.T) {
+			op, err := env.c.Save(ctx(t), a.ID, envd.SaveRequest{Message: "resume during"}, "")
+			require.NoError(t, err)
+			waitSpoolStarted(t, op.ID)
+			_, err = env.c.PauseInstance(ctx(t), a.ID)
+			require.NoError(t, err)
+			time.Sleep(delay)
+			resumeStart := time.Now()
+			resumed, err := env.c.ResumeInstance(ctx(t), a.ID)
+			require.NoError(t, err)
+			resumeTook := time.Since(resumeStart)
+			assert.Equal(t, envd.StateRunning, resumed.State)
+			assert.Equal(t, "running", taskState(t, a.ID), "the resume returned while the task was still frozen")
+			_, res := waitSave(t, op.ID)
+			assert.True(t, res.Current)
+			t.Logf("resume took %s; the save's freeze window %d ms", resumeTook.Round(time.Millisecond), res.FreezeMS)
+			in, err := env.c.GetInstance(ctx(t), a.ID)
+			require.NoError(t, err)
+			assert.Equal(t, envd.StateRunning, in.State)
+			assert.Equal(t, "running", taskState(t, a.ID))
+			assert.Equal(t, "kept", mustSh(t, a.ID, "cat /marker"))
+		})
+	}
+}
+
+// A save asked while the instance is paused by the user is refused, and
+// leaves the pause as it was.
+func TestRootSaveOfPausedInstanceRefused(t *testing.T) {
+	p := newProject(t, "savepaused")
+	a := up(t, p, 0)
+	_, err := env.c.PauseInstance(ctx(t), a.ID)
+	require.NoError(t, err)
+	_, err = env.c.Save(context.Background(), a.ID, envd.SaveRequest{}, "")
+	require.ErrorIs(t, err, errdefs.ErrFailedPrecondition)
+	assert.Equal(t, "paused", taskState(t, a.ID))
+	_, err = env.c.ResumeInstance(ctx(t), a.ID)
+	require.NoError(t, err)
+	assert.Equal(t, "running", taskState(t, a.ID))
+}
