@@ -31,14 +31,12 @@ func sweepLockWaiters(t *testing.T, store *versions.Store, mode string) int {
 }
 
 // newTenant makes a tenant with quota q and returns its client.
-func newTenant(t *testing.T, prefix string, q envd.Quota) *client.Client {
+func newTenantWithQuota(t *testing.T, prefix string, q envd.Quota) *client.Client {
 	t.Helper()
-	tenant := fmt.Sprintf("%s-%d", prefix, projectSeq.Add(1))
-	tok, err := env.c.CreateToken(ctx(t), tenant, envd.CreateTokenRequest{})
+	tenant, c := newTenant(t, prefix)
+	_, err := env.c.SetQuota(ctx(t), tenant, q)
 	require.NoError(t, err)
-	_, err = env.c.SetQuota(ctx(t), tenant, q)
-	require.NoError(t, err)
-	return client.New(env.node.URL, tok.Token)
+	return c
 }
 
 // Two saves that both pass the early quota check (they are held at their
@@ -47,7 +45,7 @@ func newTenant(t *testing.T, prefix string, q envd.Quota) *client.Client {
 // pushed is deleted.
 func TestRootConcurrentSavesQuotaIsAtomic(t *testing.T) {
 	c := ctx(t)
-	tc := newTenant(t, "qatomic", envd.Quota{MaxVersions: 2})
+	tc := newTenantWithQuota(t, "qatomic", envd.Quota{MaxVersions: 2})
 	const p = "atomic"
 	_, err := tc.CreateProject(c, envd.CreateProjectRequest{Name: p, Base: fixtureBase})
 	require.NoError(t, err)
@@ -118,7 +116,7 @@ func TestRootConcurrentSavesQuotaIsAtomic(t *testing.T) {
 // save: refused past it, the instance stays stopped on its layer.
 func TestRootUserHibernationChecksQuota(t *testing.T) {
 	c := ctx(t)
-	tc := newTenant(t, "qhib", envd.Quota{MaxVersions: 1})
+	tc := newTenantWithQuota(t, "qhib", envd.Quota{MaxVersions: 1})
 	const p = "hib"
 	_, err := tc.CreateProject(c, envd.CreateProjectRequest{Name: p, Base: fixtureBase})
 	require.NoError(t, err)
