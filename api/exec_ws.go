@@ -104,6 +104,12 @@ func (h *handlers) execWebSocket(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
+	// Admitted before the upgrade, so a refusal is a plain 429.
+	release, ok := h.admit(c, envd.AdmitExec)
+	if !ok {
+		return
+	}
+	defer release()
 	conn, err := websocket.Accept(c.Writer, c.Request, &websocket.AcceptOptions{
 		Subprotocols: []string{ExecSubprotocol},
 		// Any origin may connect: the API authenticates with bearer tokens,

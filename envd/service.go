@@ -19,6 +19,7 @@ import (
 
 	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/internal/limiter"
 	"github.com/envd-dev/envd/internal/objstore"
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/runtime"
@@ -84,6 +85,10 @@ type Config struct {
 	ReapInterval      time.Duration // longest sleep of the TTL reaper; default 5s
 	ReconcileInterval time.Duration // default 30s
 	ProvisionTimeout  time.Duration // a Pending instance older than this fails; default 10m
+
+	// Limits bound one tenant's concurrent saves, builds, exec and event
+	// streams on this node (admission.go).
+	Limits TenantLimits
 }
 
 // Service implements the API's core.
@@ -104,6 +109,9 @@ type Service struct {
 	wg   sync.WaitGroup
 	stop context.CancelFunc
 	ctx  context.Context // lives as long as the service; parents operations
+
+	limits     *limiter.Limiter // per-tenant concurrency (admission.go)
+	limitsOnce sync.Once
 }
 
 // New makes the core. Call Start once after, and Close at the end.
