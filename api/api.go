@@ -205,7 +205,7 @@ func New(core Core, opts ...Option) http.Handler {
 	h := &handlers{core: core, opts: o}
 	e.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	e.GET("/metrics", h.authenticate, h.metrics)
-	v1 := e.Group("/v1", h.authenticate)
+	v1 := e.Group("/v1", h.authenticate, h.checkIdempotencyKey)
 	for _, r := range h.routes() {
 		v1.Handle(r.method, r.path, r.handler)
 	}

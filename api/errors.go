@@ -47,6 +47,9 @@ func errorResponse(err error) (int, ErrorBody) {
 // writeError answers the request with err.
 func writeError(c *gin.Context, err error) {
 	status, body := errorResponse(err)
+	if ra, ok := errors.AsType[retryAfter](err); ok {
+		c.Header("Retry-After", retryAfterSeconds(ra.RetryAfter()))
+	}
 	c.AbortWithStatusJSON(status, body)
 }
 

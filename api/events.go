@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/envd-dev/envd/envd"
 )
 
 // Server-sent events of GET /v1/operations/:id/events.
@@ -57,6 +59,11 @@ func (h *handlers) operationEvents(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
+	release, ok := h.admit(c, envd.AdmitEvents)
+	if !ok {
+		return
+	}
+	defer release()
 	w := c.Writer
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")

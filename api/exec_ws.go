@@ -104,6 +104,17 @@ func (h *handlers) execWebSocket(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
+	if !strings.EqualFold(c.GetHeader("Upgrade"), "websocket") {
+		// Without this check the WebSocket library answers a plain-text 426.
+		writeError(c, invalidArgument("exec stream: the request is not a WebSocket upgrade (Upgrade: websocket)"))
+		return
+	}
+	// Admitted before the upgrade, so a refusal is a plain 429.
+	release, ok := h.admit(c, envd.AdmitExec)
+	if !ok {
+		return
+	}
+	defer release()
 	conn, err := websocket.Accept(c.Writer, c.Request, &websocket.AcceptOptions{
 		Subprotocols: []string{ExecSubprotocol},
 		// Any origin may connect: the API authenticates with bearer tokens,

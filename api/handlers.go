@@ -287,6 +287,11 @@ func (h *handlers) exec(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
+	release, ok := h.admit(c, envd.AdmitExec)
+	if !ok {
+		return
+	}
+	defer release()
 	v, err := h.core.Exec(c.Request.Context(), principal(c), c.Param("i"), req)
 	respond(c, http.StatusOK, v, err)
 }

@@ -58,15 +58,32 @@ func (s *Service) startOp(ctx context.Context, p Principal, kind, target, scope,
 		return Operation{}, err
 	}
 	sum := sha256.Sum256(append([]byte(kind+"\x00"+scope+"\x00"), askedBody...))
+	if err := versions.CheckIdempotencyKey(idemKey); err != nil {
+		return Operation{}, err
+	}
+	release, existing, err := s.admitOp(ctx, p, kind, idemKey, hex.EncodeToString(sum[:]))
+	if err != nil {
+		return Operation{}, err
+	}
+	if existing != nil {
+		return *existing, nil
+	}
 	op, created, err := s.store.CreateOperation(ctx, versions.Operation{
 		ID: newID("op"), Tenant: p.Tenant, Kind: kind, Target: target, State: OpPending,
 		IdempotencyKey: idemKey, RequestHash: hex.EncodeToString(sum[:]), Request: body, Node: s.cfg.Node,
 	})
+	if err != nil || !created {
+		release()
+	}
 	if err != nil {
 		return Operation{}, err
 	}
 	if created {
-		s.launch(op, run)
+		// The slot is held while the work runs and freed however it ends.
+		s.launch(op, func(ctx context.Context, oc *opCtx) (any, error) {
+			defer release()
+			return run(ctx, oc)
+		})
 	}
 	return toOperation(op), nil
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/internal/limiter"
 	"github.com/envd-dev/envd/internal/objstore"
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/runtime"
@@ -94,6 +95,9 @@ type Config struct {
 	// text), whatever their project's: they must reach the package sources.
 	// Default: open.
 	BuildEgress string
+	// Limits bound one tenant's concurrent saves, builds, exec and event
+	// streams on this node (admission.go).
+	Limits TenantLimits
 }
 
 // Service implements the API's core.
@@ -113,6 +117,9 @@ type Service struct {
 	wg   sync.WaitGroup
 	stop context.CancelFunc
 	ctx  context.Context // lives as long as the service; parents operations
+
+	limits     *limiter.Limiter // per-tenant concurrency (admission.go)
+	limitsOnce sync.Once
 }
 
 // New makes the core. Call Start once after, and Close at the end.

@@ -248,7 +248,7 @@ func TestGarbageCollectOrphanManifests(t *testing.T) {
 	assert.Equal(t, []string{orphan.Ref()}, st.OrphanManifests)
 	_, err = c.Get(ctx, orphan.Ref())
 	assert.ErrorIs(t, err, errdefs.ErrNotFound, "the orphan manifest is deleted")
-	status, _ := getBlob(t, srv.Addr(), orphan.Repo, orphan.Layers[1].Digest)
+	status, _ := getBlob(t, srv, orphan.Repo, orphan.Layers[1].Digest)
 	assert.Equal(t, http.StatusNotFound, status, "and its own layer swept")
 	for _, img := range []Image{base, owned, outside} {
 		assert.NoError(t, c.Verify(ctx, img), img.Ref())

@@ -248,9 +248,14 @@ func readXattrs(p string) (map[string]string, error) {
 	return out, nil
 }
 
-// copyTar copies the tar file src (plain or gzip) entry by entry, with names
-// normalized: relative, no leading "/" or "./", no root entry. Names that
-// climb out of the root ("..") are refused.
+// copyTar copies the tar file src (plain or gzip), an upload, entry by
+// entry, with names normalized: relative, no leading "/" or "./", no root
+// entry. Names that climb out of the root (".."), hardlinks to entries not
+// seen before, and entry types an image has no use for are refused;
+// character and block devices are dropped (an image must not carry device
+// nodes: containerd would create them when it unpacks the layer, and
+// runtimes give /dev its own tmpfs anyway). Every error caused by the
+// upload's content wraps errdefs.ErrInvalidArgument.
 func copyTar(tw *tar.Writer, src string) error {
 	f, err := os.Open(src)
 	if err != nil {
@@ -269,6 +274,7 @@ func copyTar(tw *tar.Writer, src string) error {
 	}
 	tr := tar.NewReader(r)
 	entries := 0
+	seen := map[string]bool{} // names written so far, for hardlink targets
 	for {
 		hdr, err := tr.Next()
 		if err == io.EOF {
@@ -285,15 +291,33 @@ func copyTar(tw *tar.Writer, src string) error {
 		if name == "" {
 			continue // the root directory itself
 		}
-		if hdr.Typeflag == tar.TypeDir {
-			name += "/"
+		switch hdr.Typeflag {
+		case tar.TypeReg, tar.TypeDir, tar.TypeSymlink, tar.TypeLink, tar.TypeFifo:
+		case tar.TypeRegA:
+			hdr.Typeflag = tar.TypeReg
+		case tar.TypeChar, tar.TypeBlock:
+			continue
+		default:
+			return fmt.Errorf("rootfs tar %q: entry %q has type %q, which an image cannot hold: %w", src, hdr.Name, hdr.Typeflag, errdefs.ErrInvalidArgument)
 		}
 		if hdr.Typeflag == tar.TypeLink {
 			target, ok := cleanTarName(hdr.Linkname)
 			if !ok || target == "" {
 				return fmt.Errorf("rootfs tar %q: hardlink %q to %q leaves the root: %w", src, hdr.Name, hdr.Linkname, errdefs.ErrInvalidArgument)
 			}
+			if !seen[target] {
+				return fmt.Errorf("rootfs tar %q: hardlink %q to %q, which is not an earlier file: %w", src, hdr.Name, hdr.Linkname, errdefs.ErrInvalidArgument)
+			}
 			hdr.Linkname = target
+			hdr.Size = 0
+		}
+		if hdr.Typeflag != tar.TypeReg {
+			hdr.Size = 0 // only regular files have a body in the layer
+		}
+		if hdr.Typeflag != tar.TypeDir {
+			seen[name] = true
+		} else {
+			name += "/"
 		}
 		hdr.Name = name
 		// Keep only xattrs from the PAX records: the rest are header fields
@@ -310,10 +334,19 @@ func copyTar(tw *tar.Writer, src string) error {
 		hdr.PAXRecords = pax
 		hdr.Format = tar.FormatUnknown
 		hdr.AccessTime, hdr.ChangeTime = time.Time{}, time.Time{}
+		// The reader decoded the header, so the writer refusing it (a
+		// negative id, a field out of range) is the upload's fault too.
 		if err := tw.WriteHeader(hdr); err != nil {
-			return fmt.Errorf("rootfs tar %q: entry %q: %w", src, hdr.Name, err)
+			return fmt.Errorf("rootfs tar %q: entry %q: %w: %w", src, hdr.Name, errdefs.ErrInvalidArgument, err)
 		}
-		if _, err := io.Copy(tw, tr); err != nil {
+		if hdr.Size == 0 {
+			continue
+		}
+		rerr := error(nil)
+		if _, err := io.Copy(tw, readErrs{tr, &rerr}); err != nil {
+			if rerr != nil {
+				return fmt.Errorf("rootfs tar %q: entry %q: %w: %w", src, hdr.Name, errdefs.ErrInvalidArgument, rerr)
+			}
 			return fmt.Errorf("rootfs tar %q: entry %q: %w", src, hdr.Name, err)
 		}
 	}
@@ -333,4 +366,19 @@ func cleanTarName(name string) (string, bool) {
 		}
 	}
 	return strings.TrimPrefix(c, "/"), true
+}
+
+// readErrs remembers the error its reader returned (other than io.EOF), so
+// a failed copy can tell a bad upload from a failed write.
+type readErrs struct {
+	r   io.Reader
+	err *error
+}
+
+func (r readErrs) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if err != nil && err != io.EOF {
+		*r.err = err
+	}
+	return n, err
 }

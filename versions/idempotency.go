@@ -18,6 +18,9 @@ type Claim struct {
 // hash, it returns that claim's object (Claimed false); with a different
 // request it fails with ErrIdempotencyReuse.
 func (s *Store) ClaimIdempotencyKey(ctx context.Context, tenant, key, kind, requestHash, objectID string) (Claim, error) {
+	if err := CheckIdempotencyKey(key); err != nil {
+		return Claim{}, err
+	}
 	tag, err := s.db.Exec(ctx, `INSERT INTO idempotency_keys (tenant_id, key, kind, request_hash, object_id)
 		VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant_id, key) DO NOTHING`, tenant, key, kind, requestHash, objectID)
 	if err != nil {

@@ -94,6 +94,9 @@ func (s *Store) CreateOperation(ctx context.Context, op Operation) (Operation, b
 	if op.State == "" {
 		op.State = OpPending
 	}
+	if err := CheckIdempotencyKey(op.IdempotencyKey); err != nil {
+		return Operation{}, false, err
+	}
 	// ON CONFLICT waits for a concurrent insert of the same key to commit,
 	// then does nothing; the next statement sees the winner's row.
 	got, err := scanOperation(s.db.QueryRow(ctx, `INSERT INTO operations AS o

@@ -163,7 +163,7 @@ func (s Spec) size() int64 {
 // relPath turns a path inside the instance, at or under s.Path, into a
 // slash path relative to the volume root ("." for the root).
 func (s Spec) relPath(p string) (string, error) {
-	if !path.IsAbs(p) || hasDotDot(p) || path.Clean(p) != p {
+	if !path.IsAbs(p) || hasDotDot(p) || path.Clean(p) != p || strings.IndexFunc(p, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0 {
 		return "", fmt.Errorf("volume %q: PATH addition %q: want a clean absolute path: %w", s.Name, p, errdefs.ErrInvalidArgument)
 	}
 	if p == s.Path {
@@ -187,6 +187,8 @@ func checkMountPath(p string) error {
 		return fmt.Errorf("mount path %q is not clean: want %q: %w", p, path.Clean(p), errdefs.ErrInvalidArgument)
 	case p == "/":
 		return fmt.Errorf("mount path \"/\" would hide the whole image: %w", errdefs.ErrInvalidArgument)
+	case strings.IndexFunc(p, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0:
+		return fmt.Errorf("mount path %q contains a control character: %w", p, errdefs.ErrInvalidArgument)
 	}
 	for _, sys := range systemPaths {
 		if p == sys || strings.HasPrefix(p, sys+"/") {

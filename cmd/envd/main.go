@@ -5,10 +5,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -46,6 +48,21 @@ func splitList(s string) []string {
 	return out
 }
 
+// envInt is the integer in the environment variable name, def when unset;
+// a value that is not a number is remembered and reported by run.
+func (f *flags) envInt(name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		f.envErrs = append(f.envErrs, fmt.Errorf("%s=%q: not an integer", name, v))
+		return def
+	}
+	return n
+}
+
 func root() *cobra.Command {
 	cmd := &cobra.Command{Use: "envd", Short: "keeps per-project development environments alive and versioned", SilenceUsage: true, SilenceErrors: true}
 	cmd.AddCommand(upCmd(), serveCmd(), downCmd(), snapshotterCmd(), &cobra.Command{
@@ -63,6 +80,7 @@ type flags struct {
 	s3             objstore.S3Config
 	regS3          registry.S3Storage
 	limits         limitFlags
+	envErrs        []error
 }
 
 func (f *flags) register(cmd *cobra.Command, external bool) {
@@ -77,6 +95,11 @@ func (f *flags) register(cmd *cobra.Command, external bool) {
 	fl.StringVar(&f.hibernateAfter, "hibernate-after", env("ENVD_HIBERNATE_AFTER", "0"), "save and free the layer of a retained instance stopped this long, 0 = never (ENVD_HIBERNATE_AFTER)")
 	f.limits.register(fl)
 	fl.BoolVar(&f.cfg.DisableDiskLimit, "no-disk-limit", env("ENVD_NO_DISK_LIMIT", "") == "1", "ignore writable-layer limits: layers are bounded only by the node's disk (ENVD_NO_DISK_LIMIT=1)")
+	d := envd.DefaultTenantLimits
+	fl.IntVar(&f.cfg.Limits.Saves, "max-saves-per-tenant", f.envInt("ENVD_MAX_SAVES_PER_TENANT", d.Saves), "concurrent save operations per tenant on this node, past them 429; negative = unlimited (ENVD_MAX_SAVES_PER_TENANT)")
+	fl.IntVar(&f.cfg.Limits.Builds, "max-builds-per-tenant", f.envInt("ENVD_MAX_BUILDS_PER_TENANT", d.Builds), "concurrent build operations per tenant on this node; negative = unlimited (ENVD_MAX_BUILDS_PER_TENANT)")
+	fl.IntVar(&f.cfg.Limits.Exec, "max-exec-per-tenant", f.envInt("ENVD_MAX_EXEC_PER_TENANT", d.Exec), "concurrent exec requests and exec WebSockets per tenant on this node; negative = unlimited (ENVD_MAX_EXEC_PER_TENANT)")
+	fl.IntVar(&f.cfg.Limits.Events, "max-event-streams-per-tenant", f.envInt("ENVD_MAX_EVENT_STREAMS_PER_TENANT", d.Events), "open operation event streams per tenant on this node; negative = unlimited (ENVD_MAX_EVENT_STREAMS_PER_TENANT)")
 	if external {
 		fl.StringVar(&f.s3.Endpoint, "s3-endpoint", env("ENVD_S3_ENDPOINT", ""), "S3 host:port for volume archives; empty = a directory in the data dir (ENVD_S3_ENDPOINT)")
 		fl.StringVar(&f.s3.Bucket, "s3-bucket", env("ENVD_S3_BUCKET", "envd"), "S3 bucket (ENVD_S3_BUCKET)")
@@ -98,6 +121,9 @@ func (f *flags) register(cmd *cobra.Command, external bool) {
 }
 
 func (f *flags) run(cmd *cobra.Command) error {
+	if err := errors.Join(f.envErrs...); err != nil {
+		return err
+	}
 	var err error
 	if f.cfg.DefaultTTL, err = time.ParseDuration(f.defaultTTL); err != nil {
 		return fmt.Errorf("--default-ttl: %w", err)

@@ -95,6 +95,10 @@ type Config struct {
 	// BuildEgress is build containers' egress policy (default open); see
 	// envd.Config.BuildEgress.
 	BuildEgress string
+
+	// Limits bound one tenant's concurrent saves, builds, exec and event
+	// streams on this node; zero fields take envd.DefaultTenantLimits.
+	Limits envd.TenantLimits
 }
 
 // DefaultDataDir is /var/lib/envd for root, ~/.local/share/envd otherwise.
@@ -342,6 +346,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, Components: components, Logger: log,
 		Volumes: vols, Objects: objects, HibernateAfter: cfg.HibernateAfter, PrefetchWindow: cfg.PrefetchWindow, ReconcileInterval: cfg.ReconcileInterval,
 		Sweeper: sweeper, DefaultLimits: cfg.DefaultLimits, BuildEgress: cfg.BuildEgress,
+		Limits: cfg.Limits,
 	}, store, reg, rt)
 	if err != nil {
 		return nil, err
@@ -375,7 +380,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := writeFileAtomic(filepath.Join(cfg.DataDir, "envd.url"), []byte(n.URL+"\n"), 0o600); err != nil {
 		return nil, err
 	}
-	n.srv = &http.Server{Handler: api.New(svc), ReadHeaderTimeout: 10 * time.Second}
+	n.srv = newHTTPServer(api.New(svc))
 	go func() {
 		if err := n.srv.Serve(n.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("api server", "err", err)
@@ -564,4 +569,18 @@ func sanitize(s string) string {
 		return "node"
 	}
 	return b.String()
+}
+
+// newHTTPServer bounds what a client can hold without sending a request:
+// headers must arrive within ReadHeaderTimeout and fit MaxHeaderBytes, and
+// an idle keep-alive connection is closed after IdleTimeout. There is no
+// ReadTimeout or WriteTimeout: they would cut exec WebSockets, event
+// streams and image uploads, which last as long as their work.
+func newHTTPServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+	}
 }

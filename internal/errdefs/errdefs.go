@@ -29,6 +29,9 @@ var (
 	ErrUnavailable        = errors.New("unavailable") // a dependency (registry, database, runtime) is down
 	ErrIdempotencyReuse   = errors.New("idempotency key reused with a different request")
 	ErrCanceled           = errors.New("canceled")
+	// ErrResourceExhausted: a per-tenant limit on concurrent work (saves,
+	// builds, exec and event streams) is reached; retry later.
+	ErrResourceExhausted = errors.New("resource exhausted")
 )
 
 type kind struct {
@@ -50,6 +53,7 @@ var kinds = []kind{
 	{ErrQuotaExceeded, "quota_exceeded", http.StatusInsufficientStorage},
 	{ErrUnavailable, "unavailable", http.StatusServiceUnavailable},
 	{ErrIdempotencyReuse, "idempotency_key_reused", http.StatusUnprocessableEntity},
+	{ErrResourceExhausted, "resource_exhausted", http.StatusTooManyRequests},
 	{ErrCanceled, "canceled", 499},
 	{context.Canceled, "canceled", 499},
 	{context.DeadlineExceeded, "deadline_exceeded", http.StatusGatewayTimeout},

@@ -1,0 +1,73 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http/httptest"
+	"reflect"
+	"testing"
+
+	"github.com/gin-gonic/gin"
+	"github.com/stretchr/testify/require"
+
+	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/internal/errdefs"
+)
+
+// bodyTypes are the JSON request bodies of the API, by route.
+var bodyTypes = []func() any{
+	func() any { return new(envd.CreateProjectRequest) },  // POST /projects
+	func() any { return new(envd.CreateInstanceRequest) }, // POST /projects/:p/instances
+	func() any { return new(envd.ExecRequest) },           // POST /instances/:i/exec
+	func() any { return new(envd.SaveRequest) },           // POST /instances/:i/save
+	func() any { return new(envd.BuildRequest) },          // POST /projects/:p/builds
+	func() any { return new(envd.MigrateRequest) },        // POST /projects/:p/migrations
+	func() any { return new(envd.Quota) },                 // PUT /admin/tenants/:t/quota
+	func() any { return new(envd.Retention) },             // PUT /projects/:p/retention
+	func() any { return new(envd.SetCurrentRequest) },     // POST /projects/:p/current
+	func() any { return new(envd.RenewRequest) },          // POST /instances/:i/renew
+	func() any { return new(envd.AddVolumeRequest) },      // POST /projects/:p/volumes
+	func() any { return new(envd.VolumeArchiveRequest) },  // POST .../archive, .../restore
+	func() any { return new(envd.CreateTokenRequest) },    // POST /admin/tenants/:t/tokens
+	func() any { return new(envd.GCRequest) },             // POST /admin/gc
+}
+
+func decodeBytes(body []byte, dst any) error {
+	c, _ := gin.CreateTestContext(httptest.NewRecorder())
+	c.Request = httptest.NewRequest("POST", "/", bytes.NewReader(body))
+	return decodeJSON(c, dst)
+}
+
+// FuzzDecodeJSON: every body decodeJSON accepts round-trips (encoding the
+// decoded request and decoding it again gives the same request); every
+// body it refuses is errdefs.ErrInvalidArgument, never an internal error.
+func FuzzDecodeJSON(f *testing.F) {
+	for _, s := range []string{
+		`{}`, ``, `null`, `[]`, `{"name":"p","base":"fixture","excludes":["/tmp"],"volumes":["w:/w"]}`,
+		`{"version":1,"ttl":"1h","retain":true}`, `{"args":["sh","-c","echo"],"env":["A=B"],"timeout":"1s","generation":3}`,
+		`{"message":"m","expected_current":2}`, `{"manager":"apt","packages":["x1"],"validate":[["true"]],"from":1}`,
+		`{"max_instances":1,"max_stored_bytes":9223372036854775807,"max_ttl":"1h"}`, `{"keep_last":-1}`,
+		`{"version":99999999999999999999}`, `{"version":1.5}`, `{"version":"1"}`, `{"name":1}`, `{"colour":1}`,
+		`{"name":"a"} {}`, `{"name":"a"} x`, `{"name":"\u0000"}`, "{\"name\":\"\xff\"}", `{"args":[null]}`,
+		`{"expected_current":null}`, `{"validate":[[]]}`, `{"dry_run":"yes"}`, `{`, `"str"`, `1e999`,
+	} {
+		for i := range bodyTypes {
+			f.Add(uint8(i), []byte(s))
+		}
+	}
+	f.Fuzz(func(t *testing.T, which uint8, body []byte) {
+		newBody := bodyTypes[int(which)%len(bodyTypes)]
+		v := newBody()
+		err := decodeBytes(body, v)
+		if err != nil {
+			require.ErrorIs(t, err, errdefs.ErrInvalidArgument)
+			require.Equal(t, "invalid_argument", errdefs.Code(err))
+			return
+		}
+		encoded, err := json.Marshal(v)
+		require.NoError(t, err)
+		again := newBody()
+		require.NoError(t, decodeBytes(encoded, again), "re-decoding %s", encoded)
+		require.True(t, reflect.DeepEqual(v, again), "%s decoded to %#v, then %#v", encoded, v, again)
+	})
+}

@@ -1,0 +1,87 @@
+package envd
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/internal/limiter"
+)
+
+// Kinds of concurrent work a tenant is limited in on one node (see
+// TenantLimits and Service.Admit).
+const (
+	AdmitSaves  = "saves"  // running save operations
+	AdmitBuilds = "builds" // running build operations
+	AdmitExec   = "exec"   // exec requests and exec WebSockets in progress
+	AdmitEvents = "events" // open operation event streams
+)
+
+// TenantLimits bound the concurrent work one tenant may hold on this node;
+// past a limit a request is refused with errdefs.ErrResourceExhausted (HTTP
+// 429 with Retry-After). 0 = the default, negative = unlimited.
+type TenantLimits struct {
+	Saves  int // default 4
+	Builds int // default 2
+	Exec   int // default 32
+	Events int // default 32
+}
+
+// DefaultTenantLimits are the node defaults.
+var DefaultTenantLimits = TenantLimits{Saves: 4, Builds: 2, Exec: 32, Events: 32}
+
+func newLimiter(l TenantLimits) *limiter.Limiter {
+	pick := func(v, def int) int {
+		if v == 0 {
+			return def
+		}
+		return v
+	}
+	d := DefaultTenantLimits
+	// Operations take a while, streams come and go quickly.
+	return limiter.New(map[string]limiter.Limit{
+		AdmitSaves:  {Max: pick(l.Saves, d.Saves), RetryAfter: 10 * time.Second},
+		AdmitBuilds: {Max: pick(l.Builds, d.Builds), RetryAfter: 30 * time.Second},
+		AdmitExec:   {Max: pick(l.Exec, d.Exec), RetryAfter: 2 * time.Second},
+		AdmitEvents: {Max: pick(l.Events, d.Events), RetryAfter: 2 * time.Second},
+	})
+}
+
+// Admit takes one slot of kind (AdmitExec, AdmitEvents, ...) for p's tenant
+// and returns its release, which the caller must call when the work ends,
+// on every path. Saves and builds are admitted by Save and Build
+// themselves, for as long as their operation runs.
+func (s *Service) Admit(p Principal, kind string) (release func(), err error) {
+	return s.limiter().Acquire(p.Tenant, kind)
+}
+
+// limiter is built on first use, so a Service made without New's help (a
+// test's) still works.
+func (s *Service) limiter() *limiter.Limiter {
+	s.limitsOnce.Do(func() { s.limits = newLimiter(s.cfg.Limits) })
+	return s.limits
+}
+
+// opAdmission maps an operation kind to the limit it counts against.
+var opAdmission = map[string]string{"save": AdmitSaves, "build": AdmitBuilds}
+
+// admitOp takes a slot for a new operation of kind. A retry of an accepted
+// request (same idempotency key and request hash) is never refused: it gets
+// the operation it started (existing), whatever the tenant holds now.
+func (s *Service) admitOp(ctx context.Context, p Principal, kind, idemKey, requestHash string) (release func(), existing *Operation, err error) {
+	adm, ok := opAdmission[kind]
+	if !ok {
+		return func() {}, nil, nil
+	}
+	release, err = s.limiter().Acquire(p.Tenant, adm)
+	if err == nil || idemKey == "" || !errors.Is(err, errdefs.ErrResourceExhausted) {
+		return release, nil, err
+	}
+	op, lerr := s.store.OperationByIdempotencyKey(ctx, p.Tenant, idemKey)
+	if lerr != nil || op.Kind != kind || op.RequestHash != requestHash {
+		return nil, nil, err
+	}
+	out := toOperation(op)
+	return nil, &out, nil
+}

@@ -1,0 +1,99 @@
+package limiter_test
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/internal/limiter"
+)
+
+func TestAcquireRefusesPastTheLimitPerTenant(t *testing.T) {
+	l := limiter.New(map[string]limiter.Limit{"saves": {Max: 2, RetryAfter: 1500 * time.Millisecond}})
+	r1, err := l.Acquire("a", "saves")
+	require.NoError(t, err)
+	r2, err := l.Acquire("a", "saves")
+	require.NoError(t, err)
+
+	_, err = l.Acquire("a", "saves")
+	require.ErrorIs(t, err, errdefs.ErrResourceExhausted)
+	var ex *limiter.ExhaustedError
+	require.True(t, errors.As(err, &ex))
+	assert.Equal(t, 2*time.Second, ex.RetryAfter(), "rounded up to whole seconds")
+	assert.Equal(t, map[string]any{"kind": "saves", "limit": 2, "retry_after_seconds": 2}, ex.Details())
+	assert.Equal(t, "resource_exhausted", errdefs.Code(err))
+	assert.Equal(t, 429, errdefs.HTTPStatus(err))
+
+	// Another tenant and another kind are not affected.
+	r3, err := l.Acquire("b", "saves")
+	require.NoError(t, err)
+	r4, err := l.Acquire("a", "exec")
+	require.NoError(t, err)
+
+	r1()
+	r1() // a second release must not free a slot it does not hold
+	assert.Equal(t, 1, l.InUse("a", "saves"))
+	r5, err := l.Acquire("a", "saves")
+	require.NoError(t, err)
+	_, err = l.Acquire("a", "saves")
+	require.ErrorIs(t, err, errdefs.ErrResourceExhausted)
+	for _, r := range []func(){r2, r3, r4, r5} {
+		r()
+	}
+	assert.Zero(t, l.InUse("a", "saves"))
+	assert.Zero(t, l.InUse("b", "saves"))
+}
+
+func TestAcquireUnlimited(t *testing.T) {
+	for name, l := range map[string]*limiter.Limiter{
+		"nil limiter":   nil,
+		"zero max":      limiter.New(map[string]limiter.Limit{"exec": {Max: 0}}),
+		"negative max":  limiter.New(map[string]limiter.Limit{"exec": {Max: -1}}),
+		"kind not set":  limiter.New(map[string]limiter.Limit{"saves": {Max: 1}}),
+		"empty limiter": limiter.New(nil),
+	} {
+		t.Run(name, func(t *testing.T) {
+			for range 100 {
+				_, err := l.Acquire("a", "exec")
+				require.NoError(t, err)
+			}
+		})
+	}
+}
+
+// Concurrent acquires never hand out more slots than the limit, and every
+// released slot comes back.
+func TestAcquireConcurrent(t *testing.T) {
+	l := limiter.New(map[string]limiter.Limit{"exec": {Max: 3}})
+	var mu sync.Mutex
+	held, most := 0, 0
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 200 {
+				release, err := l.Acquire("t", "exec")
+				if err != nil {
+					continue
+				}
+				mu.Lock()
+				held++
+				most = max(most, held)
+				mu.Unlock()
+				mu.Lock()
+				held--
+				mu.Unlock()
+				release()
+			}
+		}()
+	}
+	wg.Wait()
+	assert.LessOrEqual(t, most, 3)
+	assert.Zero(t, l.InUse("t", "exec"))
+}
