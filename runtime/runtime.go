@@ -104,6 +104,9 @@ type Runtime struct {
 	lazyErr  error // why LazySnapshotter was turned off
 	cgroups  cgroupSupport
 	ooms     oomLog
+	// unhardened leaves hardening and limits out; set only by the
+	// benchmark that measures their cost.
+	unhardened bool
 }
 
 // New connects to containerd at cfg.Address and prepares the instance
@@ -319,8 +322,7 @@ func (r *Runtime) Create(ctx context.Context, spec InstanceSpec) (retErr error) 
 			// The default cgroup is /<namespace>/<id>, the same for every
 			// daemon; put ours under a parent named by StateDir.
 			oci.WithCgroup(r.cgroupPath(id)),
-			oci.Compose(hardenOpts(spec)...),
-			withLimits(spec.Limits, r.cgroups),
+			r.hardening(spec),
 		),
 	)
 	if err != nil {
