@@ -69,6 +69,14 @@ func hardenOpts(spec InstanceSpec) []oci.SpecOpts {
 	return append(opts, withNoNewPrivileges(!spec.AllowPrivilegeEscalation))
 }
 
+// hardening is every hardening and limit option of spec.
+func (r *Runtime) hardening(spec InstanceSpec) oci.SpecOpts {
+	if r.unhardened {
+		return oci.Compose()
+	}
+	return oci.Compose(append(hardenOpts(spec), withLimits(spec.Limits, r.cgroups))...)
+}
+
 // withNoNewPrivileges sets no_new_privs explicitly: containerd's default
 // spec turns it on.
 func withNoNewPrivileges(on bool) oci.SpecOpts {
