@@ -119,6 +119,18 @@ func TestRootDiskLimit(t *testing.T) {
 		assert.Equal(t, "kept\n", out)
 	})
 
+	t.Run("a disk detached while in use is never mounted twice", func(t *testing.T) {
+		require.NoError(t, rt.detachDisk("full")) // the running overlay keeps it alive
+		_, err := rt.Mounts(ctx, "full")
+		assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition)
+		out, _, _ := env.run(t, "full", "cat", "/root/marker")
+		assert.Equal(t, "kept\n", out, "the running instance still has its layer")
+		require.NoError(t, rt.Stop(ctx, "full")) // releases the loop device
+		require.NoError(t, rt.Start(ctx, "full"))
+		out, _, _ = env.run(t, "full", "cat", "/root/marker")
+		assert.Equal(t, "kept\n", out)
+	})
+
 	t.Run("bad limits are refused and leave nothing", func(t *testing.T) {
 		err := rt.Create(ctx, InstanceSpec{ID: "tiny", Image: env.ref, Limits: Limits{DiskBytes: 4096}})
 		assert.ErrorIs(t, err, errdefs.ErrInvalidArgument)
