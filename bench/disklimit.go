@@ -30,7 +30,7 @@ const benchDiskLimit = 10 << 30
 // reads a file of the change.
 func runDiskLimit(ctx context.Context, b *bed, out io.Writer) (rErr error) {
 	started := time.Now()
-	script := smallFilesScript("/data/small", 10000, 7) + " && " + bigFileScript("/data/big.bin", 4)
+	script := smallFilesScript("/data/small", 10000, 7) + " && " + bigFileScript("/data/big.bin", 1)
 	readCmd := "cat /data/small/00/f00000.txt | cksum"
 
 	dir := filepath.Join(b.dir, "disk-limited")

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/containerd/containerd/v2/core/mount"
 	"golang.org/x/sys/unix"
@@ -251,6 +252,21 @@ func (r *Runtime) attachDisk(id string) error {
 	if !r.diskImageExists(id) {
 		return fmt.Errorf("disk image of instance %q is missing: %w", id, errdefs.ErrFailedPrecondition)
 	}
+	// Never a second mount of the image: a mount detached while the
+	// instance's overlay still used it lives on, and two ext4 mounts of one
+	// image corrupt it. A loop device that was only just released is
+	// cleared within moments.
+	for deadline := time.Now().Add(2 * time.Second); ; {
+		dev := loopOf(img)
+		if dev == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("disk image of instance %q is still attached to %s (a mount detached while in use; stop the instance): %w",
+				id, dev, errdefs.ErrFailedPrecondition)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	type perm struct {
 		mode     os.FileMode
 		uid, gid int
@@ -371,6 +387,18 @@ func diskMounted(dir, img string) (bool, error) {
 		return false, fmt.Errorf("%s has another filesystem mounted on it, not the disk image %s: %w", dir, img, errdefs.ErrFailedPrecondition)
 	}
 	return true, nil
+}
+
+// loopOf is the loop device backed by img, "" when none is.
+func loopOf(img string) string {
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err == nil && strings.TrimSpace(string(b)) == img {
+			return "/dev/" + filepath.Base(filepath.Dir(filepath.Dir(f)))
+		}
+	}
+	return ""
 }
 
 // unmountAll detaches every mount stacked on dir.

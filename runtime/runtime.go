@@ -177,9 +177,8 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	r.checkLazySnapshotter(ctx)
 	r.watchOOM()
 	r.checkDiskLimit()
-	if r.diskErr == nil && !cfg.DisableDiskLimit {
-		r.attachDisks()
-	}
+	// Also with limits turned off since: a layer made on an image lives there.
+	r.attachDisks()
 	return r, nil
 }
 
@@ -314,13 +313,13 @@ func (r *Runtime) Create(ctx context.Context, spec InstanceSpec) (retErr error) 
 		return fmt.Errorf("instance dir: %w", err)
 	}
 	// The disk image is formatted while the container is made.
+	if r.hasDisk(id) || r.diskImageExists(id) { // left by a Create that crashed
+		if err := errors.Join(r.detachDisk(id), r.removeDisk(id)); err != nil {
+			return err
+		}
+	}
 	diskReady := func() error { return nil }
 	if r.diskLimited(spec.Limits) {
-		if r.hasDisk(id) || r.diskImageExists(id) { // left by a Create that crashed
-			if err := errors.Join(r.detachDisk(id), r.removeDisk(id)); err != nil {
-				return err
-			}
-		}
 		done := make(chan error, 1)
 		go func() { done <- r.makeDiskImage(ctx, id, spec.Limits.DiskBytes) }()
 		var once sync.Once
