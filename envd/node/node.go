@@ -371,6 +371,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n.protectFromOOM()
+	n.reportCgroupLimits()
 
 	n.ln, err = net.Listen("tcp", cfg.Listen)
 	if err != nil {

@@ -28,3 +28,12 @@ func (n *Node) protectFromOOM() {
 		}
 	}
 }
+
+// reportCgroupLimits says once, at start, which limits this host cannot
+// apply (an IO weight on cgroup v1 without blkio.weight is accepted and
+// ignored).
+func (n *Node) reportCgroupLimits() {
+	if n.rt != nil && !n.rt.IOWeightApplied() {
+		n.cfg.Logger.Info("this host has no block IO weight (blkio.weight or io.weight): io_weight limits are accepted and not applied")
+	}
+}
