@@ -24,7 +24,7 @@ import (
 
 // Tests named TestRoot* need root (containerd, runc, netns, iptables). They
 // fail rather than skip without it: CI runs as root.
-func requireRoot(t *testing.T) {
+func requireRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("this test needs root (containerd, runc, network namespaces, iptables)")
@@ -49,7 +49,7 @@ func newTestEnv(t *testing.T, subnet string) *testEnv {
 }
 
 // newTestEnvNet is newTestEnv with a whole network configuration.
-func newTestEnvNet(t *testing.T, netCfg NetworkConfig) *testEnv {
+func newTestEnvNet(t testing.TB, netCfg NetworkConfig) *testEnv {
 	t.Helper()
 	requireRoot(t)
 	ctx := context.Background()
@@ -87,7 +87,7 @@ func newTestEnvNet(t *testing.T, netCfg NetworkConfig) *testEnv {
 // freeSubnet picks a random 10.X.Y.0/24 (X in 160..191) that no interface
 // has an address in, so concurrent test processes on one machine (and nodes
 // they start) do not collide.
-func freeSubnet(t *testing.T) string {
+func freeSubnet(t testing.TB) string {
 	t.Helper()
 	ifaces, err := net.Interfaces()
 	require.NoError(t, err)
@@ -103,7 +103,7 @@ func freeSubnet(t *testing.T) string {
 	return ""
 }
 
-func (env *testEnv) cleanup(t *testing.T) {
+func (env *testEnv) cleanup(t testing.TB) {
 	start := time.Now()
 	defer func() { t.Logf("cleanup: %v", time.Since(start)) }()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -132,7 +132,7 @@ func (env *testEnv) cleanup(t *testing.T) {
 }
 
 // mountsUnder lists mount points at or below dir, deepest first.
-func mountsUnder(t *testing.T, dir string) []string {
+func mountsUnder(t testing.TB, dir string) []string {
 	mps, err := mountinfo.Under(dir)
 	require.NoError(t, err)
 	return mps

@@ -34,7 +34,7 @@ type testRegistry struct {
 	host string // 127.0.0.1:PORT
 }
 
-func startTestRegistry(t *testing.T) *testRegistry {
+func startTestRegistry(t testing.TB) *testRegistry {
 	t.Helper()
 	logrus.SetOutput(io.Discard) // the registry's access log
 	cfg := &configuration.Configuration{
@@ -66,7 +66,7 @@ var (
 // busyboxRootfsTar is a tar of a minimal rootfs: the static /bin/busybox with a
 // symlink in /bin for every applet, /etc/passwd, /etc/group, /tmp and /root.
 // Built in memory, so ownership is root whoever runs the test.
-func busyboxRootfsTar(t *testing.T) []byte {
+func busyboxRootfsTar(t testing.TB) []byte {
 	t.Helper()
 	busyboxLayerOnce.Do(func() {
 		busyboxLayerTar, busyboxLayerErr = buildBusyboxTar()
@@ -131,7 +131,7 @@ func buildBusyboxTar() ([]byte, error) {
 
 // pushBusyboxImage pushes the busybox rootfs as a one-layer image to reg and
 // returns its digest reference (host:port/repo@sha256:...).
-func pushBusyboxImage(t *testing.T, reg *testRegistry, repo string) string {
+func pushBusyboxImage(t testing.TB, reg *testRegistry, repo string) string {
 	t.Helper()
 	data := busyboxRootfsTar(t)
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
