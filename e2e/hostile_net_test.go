@@ -249,3 +249,20 @@ func TestHostileNetwork(t *testing.T) {
 		assert.False(t, connects(t, a1.ID, addr(a2), 7000), "isolated instances")
 	})
 }
+
+// TestRootBuildUnderEgressNone: the build container of a project whose
+// instances reach nothing still installs from the package mirror (the
+// node's build egress), and the project's instances then cannot.
+func TestRootBuildUnderEgressNone(t *testing.T) {
+	base := importDebian(t)
+	p := fmt.Sprintf("buildnone-%d", projectSeq.Add(1))
+	_, err := env.c.CreateProject(ctx(t), envd.CreateProjectRequest{Name: p, Base: base, Egress: "none"})
+	require.NoError(t, err)
+	res := runBuild(t, p, envd.BuildRequest{Manager: "apt", Packages: []string{"tree"}, Validate: [][]string{{"tree", "--version"}}, Switch: true})
+	assert.True(t, res.Current)
+	in := up(t, p, 0)
+	assert.Contains(t, mustSh(t, in.ID, "tree --version"), "tree v")
+	assert.NotContains(t, mustSh(t, in.ID, "cat /etc/resolv.conf"), "nameserver")
+	r := sh(t, in.ID, "apt-get update")
+	assert.NotEqual(t, 0, r.ExitCode, "an instance under none reaches no mirror: %s", r.Stdout)
+}
