@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -261,7 +262,13 @@ func (f *firewall) ensureJumps(bin string) error {
 			return err
 		}
 		w := want[parent]
-		if len(rules) >= len(w) && slices.Equal(rules[:len(w)], w) && !slices.ContainsFunc(rules[len(w):], func(r string) bool { return slices.Contains(w, r) }) {
+		// Other envd runtimes' jumps (other bridges) may come first.
+		lead := 0
+		for lead < len(rules) && otherRuntimeJump.MatchString(rules[lead]) && !slices.Contains(w, rules[lead]) {
+			lead++
+		}
+		if rest := rules[lead:]; len(rest) >= len(w) && slices.Equal(rest[:len(w)], w) &&
+			!slices.ContainsFunc(rest[len(w):], func(r string) bool { return slices.Contains(w, r) }) {
 			continue
 		}
 		for i := len(w) - 1; i >= 0; i-- {
@@ -282,6 +289,9 @@ func (f *firewall) ensureJumps(bin string) error {
 	}
 	return nil
 }
+
+// otherRuntimeJump matches the INPUT/FORWARD jumps of any envd runtime.
+var otherRuntimeJump = regexp.MustCompile(`^-A (INPUT|FORWARD) -[io] \S+ -j ENVD-[0-9a-f]{8}-(IN|FW)$`)
 
 // listRules returns a chain's rules as `iptables -S` prints them; the i-th
 // is rule number i+1.

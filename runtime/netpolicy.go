@@ -136,9 +136,12 @@ func (p NetworkPolicy) validate() error {
 	if len(p.Group) > 256 || strings.ContainsAny(p.Group, "\n\x00") {
 		return fmt.Errorf("network group %q: %w", p.Group, errdefs.ErrInvalidArgument)
 	}
-	_, err := ParseEgress(p.Egress.String())
-	if p.Egress.Mode != "" && p.Egress.Mode != EgressOpen && p.Egress.Mode != EgressNone && p.Egress.Mode != EgressAllow {
+	switch p.Egress.Mode {
+	case "", EgressOpen, EgressNone, EgressAllow:
+	default:
 		return fmt.Errorf("egress mode %q: %w", p.Egress.Mode, errdefs.ErrInvalidArgument)
 	}
+	// Entries built by hand (not by ParseEgress) are checked the same way.
+	_, err := ParseEgress(p.Egress.String())
 	return err
 }

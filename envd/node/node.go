@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -511,7 +512,7 @@ func clusterEndpoints(cfg Config, dsn, regAddr string) []string {
 		if err != nil {
 			host = e
 		}
-		if ip := net.ParseIP(host); (ip != nil && ip.IsLoopback()) || host == "localhost" || e == "" {
+		if ip := net.ParseIP(host); (ip != nil && ip.IsLoopback()) || host == "localhost" || e == "" || slices.Contains(keep, e) {
 			continue
 		}
 		keep = append(keep, e)
