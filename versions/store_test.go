@@ -21,7 +21,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 
 const tenant = "acme"
 
-func pgtestDSN(t *testing.T) string { return pgtest.DSN(t) }
+func pgtestDSN(t testing.TB) string { return pgtest.DSN(t) }
 
 func newStore(t *testing.T) *versions.Store {
 	t.Helper()

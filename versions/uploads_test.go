@@ -148,3 +148,19 @@ func newStoreOn(t *testing.T, s *versions.Store) *versions.Store {
 	t.Cleanup(o.Close)
 	return o
 }
+
+// BenchmarkUploadLease measures what an upload lease adds to a save: a
+// connection of its own, the shared lock, the epoch read, and closing.
+func BenchmarkUploadLease(b *testing.B) {
+	s, err := versions.Open(context.Background(), pgtestDSN(b))
+	require.NoError(b, err)
+	defer s.Close()
+	ctx := context.Background()
+	for b.Loop() {
+		u, err := s.BeginUpload(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		u.End()
+	}
+}
