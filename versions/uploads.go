@@ -214,9 +214,15 @@ func (p *lockConnPool) close() {
 	}
 }
 
+// lockConnName is the application_name of the sweep lock's connections,
+// as pg_stat_activity shows them.
+const lockConnName = "envd sweep lock"
+
 // lockConn opens a connection outside the pool, with the pool's settings.
 func (s *Store) lockConn(ctx context.Context) (*pgx.Conn, error) {
-	conn, err := pgx.ConnectConfig(ctx, s.db.Config().ConnConfig.Copy())
+	cfg := s.db.Config().ConnConfig.Copy()
+	cfg.RuntimeParams["application_name"] = lockConnName
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, translate(err, "connect for the sweep lock")
 	}
