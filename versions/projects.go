@@ -382,12 +382,15 @@ func (s *Store) commitVersion(ctx context.Context, c Commit, check func(ctx cont
 }
 
 // SetCurrent makes version n the project's current by compare-and-swap:
-// expected is the current the caller saw (0 = none); expected < 0 skips the
-// check. Fails with ErrNotFound if the project or version does not exist,
-// ErrFailedPrecondition if the version is not ready, ErrConflict if current
-// is not expected (nothing changed). Setting the version that is already
-// current is a no-op.
+// expected is the current the caller saw (0 = none); there is no blind
+// write (a negative expected is ErrInvalidArgument). Fails with ErrNotFound
+// if the project or version does not exist, ErrFailedPrecondition if the
+// version is not ready, ErrConflict if current is not expected (nothing
+// changed). Setting the version that is already current is a no-op.
 func (s *Store) SetCurrent(ctx context.Context, tenant, project string, n, expected int) (Project, error) {
+	if expected < 0 {
+		return Project{}, fmt.Errorf("expected current %d of project %q: %w", expected, project, errdefs.ErrInvalidArgument)
+	}
 	return WithTxV(ctx, s.db, func(tx pgx.Tx) (Project, error) {
 		p, err := scanProject(tx.QueryRow(ctx, "SELECT "+projectCols+` FROM projects p
 			WHERE p.tenant_id = $1 AND p.name = $2 FOR NO KEY UPDATE`, tenant, project))
@@ -402,7 +405,7 @@ func (s *Store) SetCurrent(ctx context.Context, tenant, project string, n, expec
 		if state != StateReady {
 			return Project{}, fmt.Errorf("version %d of project %q is %s, not %s: %w", n, project, state, StateReady, errdefs.ErrFailedPrecondition)
 		}
-		if expected >= 0 && p.Current != expected {
+		if p.Current != expected {
 			return Project{}, fmt.Errorf("current version of project %q is %d, expected %d: %w", project, p.Current, expected, errdefs.ErrConflict)
 		}
 		if p.Current == n {

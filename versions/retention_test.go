@@ -246,7 +246,7 @@ func TestDeletingVersionRefused(t *testing.T) {
 	_, err := s.MarkCollectable(ctx, tenant, "p", time.Now(), false)
 	require.NoError(t, err)
 
-	_, err = s.SetCurrent(ctx, tenant, "p", 3, -1)
+	_, err = s.SetCurrent(ctx, tenant, "p", 3, 6)
 	assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition)
 	_, err = s.Pin(ctx, tenant, "p", 3, true)
 	assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition)

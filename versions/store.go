@@ -19,7 +19,8 @@ import (
 
 // Store is the PostgreSQL metadata store. It is safe for concurrent use.
 type Store struct {
-	db *pgxpool.Pool
+	db        *pgxpool.Pool
+	lockConns lockConnPool // upload leases' connections (uploads.go)
 }
 
 // New returns a store on db. The schema must be current (migrations.Apply).
@@ -51,8 +52,11 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 // Pool returns the underlying pool.
 func (s *Store) Pool() *pgxpool.Pool { return s.db }
 
-// Close closes the pool.
-func (s *Store) Close() { s.db.Close() }
+// Close closes the pool and the connections kept for upload leases.
+func (s *Store) Close() {
+	s.lockConns.close()
+	s.db.Close()
+}
 
 // WithTx runs fn in a transaction on db: begin, fn, commit; rolled back if fn
 // fails or panics. Errors fn returns are passed through translate, so a pgx

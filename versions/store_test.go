@@ -21,7 +21,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 
 const tenant = "acme"
 
-func pgtestDSN(t *testing.T) string { return pgtest.DSN(t) }
+func pgtestDSN(t testing.TB) string { return pgtest.DSN(t) }
 
 func newStore(t *testing.T) *versions.Store {
 	t.Helper()
@@ -270,7 +270,7 @@ func TestSetCurrent(t *testing.T) {
 		{"same version is a no-op", 1, 1, nil, 1},
 		{"not ready", 3, 1, errdefs.ErrFailedPrecondition, 1},
 		{"missing version", 9, 1, errdefs.ErrNotFound, 1},
-		{"unchecked", 2, -1, nil, 2},
+		{"no blind write", 2, -1, errdefs.ErrInvalidArgument, 1},
 	}
 	for _, c := range cases { // sequential: each case starts from the previous one's current
 		p, err := s.SetCurrent(ctx, tenant, "p", c.n, c.expected)
@@ -283,7 +283,7 @@ func TestSetCurrent(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, c.current, got.Current, c.name)
 	}
-	_, err = s.SetCurrent(ctx, tenant, "nope", 1, -1)
+	_, err = s.SetCurrent(ctx, tenant, "nope", 1, 0)
 	assert.ErrorIs(t, err, errdefs.ErrNotFound)
 }
 

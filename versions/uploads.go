@@ -23,10 +23,11 @@ import (
 //   - upload lease (Upload): held from before the first blob is pushed until
 //     the row that owns the content is committed, or the upload is given
 //     up. It is a shared PostgreSQL advisory lock held on a connection of
-//     its own: a session lock belongs to one connection, and a pooled one
-//     would go back to the pool still holding it (or be reused by a commit
-//     that then waits on itself). The cost is one extra connection per
-//     upload in flight, opened and closed with the lease.
+//     its own, outside the pool: a session lock belongs to one connection,
+//     and a pooled one would go back to the pool still holding it, and
+//     leases holding pooled connections could starve their own commits.
+//     The cost is one extra connection per upload in flight; a few are
+//     kept, unlocked, between leases.
 //   - sweep (Sweep): deletion of registry content that no row owns. It
 //     takes the same lock exclusively, so it starts only when no upload
 //     lease is held on any node, and leases asked for meanwhile wait until
@@ -55,24 +56,28 @@ type Upload struct {
 // BeginUpload takes an upload lease. It waits while a sweep runs (any
 // node's); ctx bounds the wait.
 func (s *Store) BeginUpload(ctx context.Context) (*Upload, error) {
-	conn, err := s.lockConn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	u := &Upload{s: s, conn: conn}
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock_shared($1)", sweepLockKey); err != nil {
+	for {
+		conn, kept, err := s.lockConns.get(ctx, s)
+		if err != nil {
+			return nil, err
+		}
+		u := &Upload{s: s, conn: conn}
+		_, err = conn.Exec(ctx, "SELECT pg_advisory_lock_shared($1)", sweepLockKey)
+		if err == nil {
+			err = conn.QueryRow(ctx, "SELECT epoch FROM gc_epoch").Scan(&u.epoch)
+		}
+		if err == nil {
+			return u, nil
+		}
 		u.End()
-		return nil, translate(err, "upload lease")
+		if !kept || ctx.Err() != nil {
+			return nil, translate(err, "upload lease")
+		}
+		// A kept connection may have died while idle: try a new one.
 	}
-	if err := conn.QueryRow(ctx, "SELECT epoch FROM gc_epoch").Scan(&u.epoch); err != nil {
-		u.End()
-		return nil, translate(err, "upload lease")
-	}
-	return u, nil
 }
 
-// End releases the lease (closing its connection ends the lock). Safe to
-// call more than once.
+// End releases the lease. Safe to call more than once.
 func (u *Upload) End() {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -80,9 +85,7 @@ func (u *Upload) End() {
 		return
 	}
 	u.ended = true
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_ = u.conn.Close(ctx)
+	u.s.lockConns.put(u.conn)
 }
 
 // check refuses, in tx, a commit whose lease ended or saw a sweep: tx
@@ -153,9 +156,73 @@ func (s *Store) Sweep(ctx context.Context, fn func(ctx context.Context) error) e
 	return ferr
 }
 
+// lockConnPool keeps a few connections for upload leases, outside the
+// pool, so that a lease does not pay a connection's setup (tens of ms with
+// password authentication). A connection is kept only once its lock is
+// released; one whose unlock fails is closed, which ends its lock.
+type lockConnPool struct {
+	mu     sync.Mutex
+	idle   []*pgx.Conn
+	closed bool
+}
+
+// maxIdleLockConns bounds the connections kept between leases.
+const maxIdleLockConns = 4
+
+// get returns a kept connection (kept true) or a new one.
+func (p *lockConnPool) get(ctx context.Context, s *Store) (c *pgx.Conn, kept bool, err error) {
+	p.mu.Lock()
+	for len(p.idle) > 0 {
+		c = p.idle[len(p.idle)-1]
+		p.idle = p.idle[:len(p.idle)-1]
+		if !c.IsClosed() {
+			p.mu.Unlock()
+			return c, true, nil
+		}
+	}
+	p.mu.Unlock()
+	c, err = s.lockConn(ctx)
+	return c, false, err
+}
+
+// put releases c's lock and keeps c for the next lease, or closes it.
+func (p *lockConnPool) put(c *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var released bool
+	err := c.QueryRow(ctx, "SELECT pg_advisory_unlock_shared($1)", sweepLockKey).Scan(&released)
+	p.mu.Lock()
+	if err == nil && released && !p.closed && len(p.idle) < maxIdleLockConns {
+		p.idle = append(p.idle, c)
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	_ = c.Close(ctx)
+}
+
+// close closes the kept connections.
+func (p *lockConnPool) close() {
+	p.mu.Lock()
+	idle := p.idle
+	p.idle, p.closed = nil, true
+	p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, c := range idle {
+		_ = c.Close(ctx)
+	}
+}
+
+// lockConnName is the application_name of the sweep lock's connections,
+// as pg_stat_activity shows them.
+const lockConnName = "envd sweep lock"
+
 // lockConn opens a connection outside the pool, with the pool's settings.
 func (s *Store) lockConn(ctx context.Context) (*pgx.Conn, error) {
-	conn, err := pgx.ConnectConfig(ctx, s.db.Config().ConnConfig.Copy())
+	cfg := s.db.Config().ConnConfig.Copy()
+	cfg.RuntimeParams["application_name"] = lockConnName
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, translate(err, "connect for the sweep lock")
 	}

@@ -140,6 +140,26 @@ func TestUploadThatLostItsLockIsRefused(t *testing.T) {
 	assert.ErrorIs(t, err, errdefs.ErrNotFound)
 }
 
+// A connection kept between leases that died while idle is replaced: the
+// next lease still gets the lock.
+func TestUploadReplacesADeadKeptConnection(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	u, err := s.BeginUpload(ctx)
+	require.NoError(t, err)
+	u.End() // its connection is kept, unlocked
+	var killed int
+	require.NoError(t, s.Pool().QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name = 'envd sweep lock'`).Scan(&killed))
+	require.Equal(t, 1, killed)
+
+	u, err = s.BeginUpload(ctx)
+	require.NoError(t, err)
+	defer u.End()
+	assert.Equal(t, 1, lockCount(t, s, "ShareLock", true))
+}
+
 // newStoreOn opens a second store (another node's pool) on s's database.
 func newStoreOn(t *testing.T, s *versions.Store) *versions.Store {
 	t.Helper()
@@ -147,4 +167,20 @@ func newStoreOn(t *testing.T, s *versions.Store) *versions.Store {
 	require.NoError(t, err)
 	t.Cleanup(o.Close)
 	return o
+}
+
+// BenchmarkUploadLease measures what an upload lease adds to a save: a
+// connection of its own, the shared lock, the epoch read, and closing.
+func BenchmarkUploadLease(b *testing.B) {
+	s, err := versions.Open(context.Background(), pgtestDSN(b))
+	require.NoError(b, err)
+	defer s.Close()
+	ctx := context.Background()
+	for b.Loop() {
+		u, err := s.BeginUpload(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		u.End()
+	}
 }
