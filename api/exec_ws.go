@@ -104,6 +104,10 @@ func (h *handlers) execWebSocket(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
+	if err := envd.CheckExecRequest(req); err != nil {
+		writeError(c, err)
+		return
+	}
 	if !strings.EqualFold(c.GetHeader("Upgrade"), "websocket") {
 		// Without this check the WebSocket library answers a plain-text 426.
 		writeError(c, invalidArgument("exec stream: the request is not a WebSocket upgrade (Upgrade: websocket)"))

@@ -116,15 +116,17 @@ type errorBody struct {
 
 // statusCodes gives a code to error answers without a JSON body (proxies).
 var statusCodes = map[int]string{
-	http.StatusBadRequest:          "invalid_argument",
-	http.StatusUnauthorized:        "unauthenticated",
-	http.StatusForbidden:           "permission_denied",
-	http.StatusNotFound:            "not_found",
-	http.StatusConflict:            "conflict",
-	http.StatusBadGateway:          "unavailable",
-	http.StatusServiceUnavailable:  "unavailable",
-	http.StatusGatewayTimeout:      "deadline_exceeded",
-	http.StatusInsufficientStorage: "quota_exceeded",
+	http.StatusBadRequest:                  "invalid_argument",
+	http.StatusUnauthorized:                "unauthenticated",
+	http.StatusForbidden:                   "permission_denied",
+	http.StatusNotFound:                    "not_found",
+	http.StatusConflict:                    "conflict",
+	http.StatusBadGateway:                  "unavailable",
+	http.StatusServiceUnavailable:          "unavailable",
+	http.StatusGatewayTimeout:              "deadline_exceeded",
+	http.StatusInsufficientStorage:         "quota_exceeded",
+	http.StatusTooManyRequests:             "resource_exhausted",
+	http.StatusRequestHeaderFieldsTooLarge: "invalid_argument",
 }
 
 func decodeError(resp *http.Response) error {

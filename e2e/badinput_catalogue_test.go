@@ -102,6 +102,8 @@ func TestBadInputCatalogue(t *testing.T) {
 		{name: "exec ws without a command", method: "GET", path: inst + "/exec/ws", status: 400, code: "invalid_argument"},
 		{name: "exec ws bad tty", method: "GET", path: inst + "/exec/ws?cmd=sh&tty=maybe", status: 400, code: "invalid_argument"},
 		{name: "exec ws without an upgrade", method: "GET", path: inst + "/exec/ws?cmd=sh", status: 400, code: "invalid_argument"},
+		{name: "exec ws env without =", method: "GET", path: inst + "/exec/ws?cmd=true&env=NOVALUE", header: map[string]string{"Connection": "Upgrade", "Upgrade": "websocket"}, status: 400, code: "invalid_argument"},
+		{name: "exec ws cwd relative", method: "GET", path: inst + "/exec/ws?cmd=true&cwd=tmp", header: map[string]string{"Connection": "Upgrade", "Upgrade": "websocket"}, status: 400, code: "invalid_argument"},
 		{name: "exec ws bad size", method: "GET", path: inst + "/exec/ws?cmd=sh&cols=-1&rows=10", status: 400, code: "invalid_argument"},
 
 		{name: "exec cwd relative", method: "POST", path: inst + "/exec", body: `{"args": ["true"], "cwd": "tmp"}`, status: 400, code: "invalid_argument"},

@@ -85,3 +85,8 @@ func (s *Service) admitOp(ctx context.Context, p Principal, kind, idemKey, reque
 	out := toOperation(op)
 	return nil, &out, nil
 }
+
+// AdmissionInUse is how many slots of kind tenant holds on this node now.
+func (s *Service) AdmissionInUse(tenant, kind string) int {
+	return s.limiter().InUse(tenant, kind)
+}

@@ -24,6 +24,9 @@ func (s *Service) ExecStream(ctx context.Context, p Principal, id string, req Ex
 	if len(req.Args) == 0 || req.Args[0] == "" {
 		return -1, fmt.Errorf("exec: args: at least the command is required: %w", errdefs.ErrInvalidArgument)
 	}
+	if err := CheckExecRequest(req); err != nil {
+		return -1, err
+	}
 	in, err := s.instance(ctx, p, id)
 	if err != nil {
 		return -1, err

@@ -319,6 +319,9 @@ func (s *Service) Exec(ctx context.Context, p Principal, id string, req ExecRequ
 	if len(req.Args) == 0 || req.Args[0] == "" {
 		return ExecResult{}, fmt.Errorf("exec: args: at least the command is required: %w", errdefs.ErrInvalidArgument)
 	}
+	if err := CheckExecRequest(req); err != nil {
+		return ExecResult{}, err
+	}
 	timeout := 10 * time.Minute
 	if req.Timeout != "" {
 		d, err := time.ParseDuration(req.Timeout)

@@ -3,7 +3,6 @@ package runtime
 import (
 	"context"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -41,10 +40,4 @@ func BenchmarkRootStartHardening(b *testing.B) {
 	b.ReportMetric(float64(mh.Microseconds())/1000, "hardened-ms")
 	b.ReportMetric(float64(mp.Microseconds())/1000, "plain-ms")
 	b.ReportMetric(float64(mh)/float64(mp), "ratio")
-}
-
-func median(ds []time.Duration) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[len(s)/2]
 }

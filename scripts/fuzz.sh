@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 fuzztime=${FUZZTIME:-20s}
 # package target
 targets=(
-	"./registry FuzzWriteRootfsTar"
+	"./internal/rootfstar FuzzCopy"
 	"./workspace FuzzParseSpec"
 	"./workspace FuzzParseSize"
 	"./builder FuzzCheck"

@@ -1,0 +1,150 @@
+// Package rootfstar normalizes an uploaded root filesystem tar into the
+// tar of an image layer. It is apart from package registry so that its
+// fuzz target builds without the registry's dependencies.
+package rootfstar
+
+import (
+	"archive/tar"
+	"bufio"
+	"fmt"
+	"io"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/klauspost/compress/gzip"
+
+	"github.com/envd-dev/envd/internal/errdefs"
+)
+
+const paxXattr = "SCHILY.xattr."
+
+// Copy copies the tar stream r (plain or gzip), an upload named src in
+// errors, to tw entry by entry, with names normalized: relative, no leading "/" or "./", no root
+// entry. Names that climb out of the root (".."), hardlinks to entries not
+// seen before, and entry types an image has no use for are refused;
+// character and block devices are dropped (an image must not carry device
+// nodes: containerd would create them when it unpacks the layer, and
+// runtimes give /dev its own tmpfs anyway). Every error caused by the
+// upload's content wraps errdefs.ErrInvalidArgument.
+func Copy(tw *tar.Writer, r io.Reader, src string) error {
+	br := bufio.NewReaderSize(r, 1<<20)
+	r = br
+	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return fmt.Errorf("rootfs tar %q: %w: %w", src, errdefs.ErrInvalidArgument, err)
+		}
+		defer zr.Close()
+		r = zr
+	}
+	tr := tar.NewReader(r)
+	entries := 0
+	seen := map[string]bool{} // names written so far, for hardlink targets
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("rootfs tar %q: %w: %w", src, errdefs.ErrInvalidArgument, err)
+		}
+		entries++
+		name, ok := cleanTarName(hdr.Name)
+		if !ok {
+			return fmt.Errorf("rootfs tar %q: entry %q leaves the root: %w", src, hdr.Name, errdefs.ErrInvalidArgument)
+		}
+		if name == "" {
+			continue // the root directory itself
+		}
+		switch hdr.Typeflag {
+		case tar.TypeReg, tar.TypeDir, tar.TypeSymlink, tar.TypeLink, tar.TypeFifo:
+		case tar.TypeRegA:
+			hdr.Typeflag = tar.TypeReg
+		case tar.TypeChar, tar.TypeBlock:
+			continue
+		default:
+			return fmt.Errorf("rootfs tar %q: entry %q has type %q, which an image cannot hold: %w", src, hdr.Name, hdr.Typeflag, errdefs.ErrInvalidArgument)
+		}
+		if hdr.Typeflag == tar.TypeLink {
+			target, ok := cleanTarName(hdr.Linkname)
+			if !ok || target == "" {
+				return fmt.Errorf("rootfs tar %q: hardlink %q to %q leaves the root: %w", src, hdr.Name, hdr.Linkname, errdefs.ErrInvalidArgument)
+			}
+			if !seen[target] {
+				return fmt.Errorf("rootfs tar %q: hardlink %q to %q, which is not an earlier file: %w", src, hdr.Name, hdr.Linkname, errdefs.ErrInvalidArgument)
+			}
+			hdr.Linkname = target
+			hdr.Size = 0
+		}
+		if hdr.Typeflag != tar.TypeReg {
+			hdr.Size = 0 // only regular files have a body in the layer
+		}
+		if hdr.Typeflag != tar.TypeDir {
+			seen[name] = true
+		} else {
+			name += "/"
+		}
+		hdr.Name = name
+		// Keep only xattrs from the PAX records: the rest are header fields
+		// the reader already decoded and the writer re-encodes as needed.
+		var pax map[string]string
+		for k, v := range hdr.PAXRecords {
+			if strings.HasPrefix(k, paxXattr) {
+				if pax == nil {
+					pax = map[string]string{}
+				}
+				pax[k] = v
+			}
+		}
+		hdr.PAXRecords = pax
+		hdr.Format = tar.FormatUnknown
+		hdr.AccessTime, hdr.ChangeTime = time.Time{}, time.Time{}
+		// The reader decoded the header, so the writer refusing it (a
+		// negative id, a field out of range) is the upload's fault too.
+		if err := tw.WriteHeader(hdr); err != nil {
+			return fmt.Errorf("rootfs tar %q: entry %q: %w: %w", src, hdr.Name, errdefs.ErrInvalidArgument, err)
+		}
+		if hdr.Size == 0 {
+			continue
+		}
+		rerr := error(nil)
+		if _, err := io.Copy(tw, readErrs{tr, &rerr}); err != nil {
+			if rerr != nil {
+				return fmt.Errorf("rootfs tar %q: entry %q: %w: %w", src, hdr.Name, errdefs.ErrInvalidArgument, rerr)
+			}
+			return fmt.Errorf("rootfs tar %q: entry %q: %w", src, hdr.Name, err)
+		}
+	}
+	if entries == 0 {
+		return fmt.Errorf("rootfs tar %q has no entries: %w", src, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// cleanTarName returns name relative to the root ("" for the root itself),
+// false when it climbs out of it.
+func cleanTarName(name string) (string, bool) {
+	c := path.Clean("/" + name) // "/" anchors "..": Clean("/../x") is "/x"
+	for _, part := range strings.Split(name, "/") {
+		if part == ".." {
+			return "", false
+		}
+	}
+	return strings.TrimPrefix(c, "/"), true
+}
+
+// readErrs remembers the error its reader returned (other than io.EOF), so
+// a failed copy can tell a bad upload from a failed write.
+type readErrs struct {
+	r   io.Reader
+	err *error
+}
+
+func (r readErrs) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if err != nil && err != io.EOF {
+		*r.err = err
+	}
+	return n, err
+}
