@@ -57,6 +57,14 @@ func Copy(tw *tar.Writer, r io.Reader, src string) error {
 		if name == "" {
 			continue // the root directory itself
 		}
+		// A sparse file's map can claim any size: the reader would make up
+		// its holes as zeros without reading input, so a few bytes of upload
+		// could become terabytes of layer.
+		for k := range hdr.PAXRecords {
+			if strings.HasPrefix(k, "GNU.sparse.") {
+				return fmt.Errorf("rootfs tar %q: entry %q is a sparse file, which an image cannot hold: %w", src, hdr.Name, errdefs.ErrInvalidArgument)
+			}
+		}
 		switch hdr.Typeflag {
 		case tar.TypeReg, tar.TypeDir, tar.TypeSymlink, tar.TypeLink, tar.TypeFifo:
 		case tar.TypeRegA:
