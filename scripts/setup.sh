@@ -31,7 +31,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 
 mkdir -p "$GOBIN_DIR"
-if ! "$GOBIN_DIR/containerd" --version 2>/dev/null | grep -q "$CONTAINERD_VERSION" || [ ! -x "$GOBIN_DIR/ctr" ]; then
+if ! "$GOBIN_DIR/containerd" --version 2>/dev/null | grep -qF " ${CONTAINERD_VERSION#v}" || [ ! -x "$GOBIN_DIR/ctr" ]; then
   echo "setup: go install containerd $CONTAINERD_VERSION"
   GOBIN="$GOBIN_DIR" GOFLAGS=-tags=no_btrfs go install \
     "github.com/containerd/containerd/v2/cmd/containerd@$CONTAINERD_VERSION" \

@@ -174,11 +174,10 @@ func writeTar(ctx context.Context, dir string, w io.Writer) (int, error) {
 				return err
 			}
 		case unix.S_IFCHR, unix.S_IFBLK:
-			hdr.Typeflag = tar.TypeChar
-			if st.Mode&unix.S_IFMT == unix.S_IFBLK {
-				hdr.Typeflag = tar.TypeBlock
-			}
-			hdr.Devmajor, hdr.Devminor = int64(unix.Major(st.Rdev)), int64(unix.Minor(st.Rdev))
+			// Device nodes are not content: instances cannot make them
+			// (no CAP_MKNOD), and one restored onto a node would be a way
+			// to a host device. Neither archived nor restored.
+			return nil
 		case unix.S_IFIFO:
 			hdr.Typeflag = tar.TypeFifo
 		default: // sockets are runtime state, not content
@@ -453,24 +452,20 @@ func extractEntry(ctx context.Context, root *os.Root, name string, hdr *tar.Head
 		}
 		return root.Link(target, name)
 
-	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
+	case tar.TypeChar, tar.TypeBlock:
+		return nil // device nodes are never restored (see writeTar)
+
+	case tar.TypeFifo:
 		if err := removeExisting(root, name); err != nil {
 			return err
 		}
 		mode := uint32(unix.S_IFIFO)
-		switch hdr.Typeflag {
-		case tar.TypeChar:
-			mode = unix.S_IFCHR
-		case tar.TypeBlock:
-			mode = unix.S_IFBLK
-		}
 		parent, err := root.OpenFile(path.Dir(name), os.O_RDONLY|unix.O_DIRECTORY, 0)
 		if err != nil {
 			return err
 		}
 		defer parent.Close()
-		dev := unix.Mkdev(uint32(hdr.Devmajor), uint32(hdr.Devminor))
-		if err := unix.Mknodat(int(parent.Fd()), path.Base(name), mode|0o600, int(dev)); err != nil {
+		if err := unix.Mknodat(int(parent.Fd()), path.Base(name), mode|0o600, 0); err != nil {
 			return fmt.Errorf("mknod: %w", err)
 		}
 		if err := root.Lchown(name, hdr.Uid, hdr.Gid); err != nil {

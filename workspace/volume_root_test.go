@@ -356,6 +356,41 @@ func TestRootRestoreRefusesEscapes(t *testing.T) {
 	require.NoError(t, m.Remove(ctx, "t/p", "w"))
 }
 
+// A device node in an archive (one made by an older envd, or by hand) is
+// not restored: the rest of the archive is, and no device appears.
+func TestRootRestoreDropsDevices(t *testing.T) {
+	requireRoot(t)
+	noLoopLeak(t)
+	ctx := context.Background()
+	store, err := objstore.NewDir(t.TempDir())
+	require.NoError(t, err)
+	m := newManager(t)
+	spec := Spec{Name: "w", Path: "/w", SizeBytes: MinSize}
+	dir, err := m.Ensure(ctx, "t/p", spec)
+	require.NoError(t, err)
+	require.NoError(t, store.Put(ctx, "devices", bytes.NewReader(makeArchive(t, []tarEntry{
+		{name: "before", body: "a"},
+		{name: "disk", typ: tar.TypeBlock},
+		{name: "mem", typ: tar.TypeChar},
+		{name: "pipe", typ: tar.TypeFifo},
+		{name: "after", body: "b"},
+	})), -1))
+	require.NoError(t, m.Restore(ctx, "t/p", spec, store, "devices"))
+	for _, name := range []string{"disk", "mem"} {
+		_, err := os.Lstat(filepath.Join(dir, name))
+		assert.ErrorIs(t, err, fs.ErrNotExist, name)
+	}
+	fi, err := os.Lstat(filepath.Join(dir, "pipe"))
+	require.NoError(t, err)
+	assert.Equal(t, fs.ModeNamedPipe, fi.Mode().Type())
+	for name, want := range map[string]string{"before": "a", "after": "b"} {
+		got, err := os.ReadFile(filepath.Join(dir, name))
+		require.NoError(t, err)
+		assert.Equal(t, want, string(got))
+	}
+	require.NoError(t, m.Remove(ctx, "t/p", "w"))
+}
+
 type tarEntry struct {
 	name, body, link string
 	typ              byte
