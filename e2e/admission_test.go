@@ -23,6 +23,9 @@ func TestTenantSaveAndBuildLimits(t *testing.T) {
 	admin := envd.Principal{Tenant: "admin", Admin: true}
 	p := newProject(t, "admission")
 	in := up(t, p, 0)
+	// A second instance: a second save of the first one would be refused
+	// as one-save-at-a-time (409) before the tenant's limit is looked at.
+	other := up(t, p, 0)
 	require.Zero(t, svc.AdmissionInUse("admin", envd.AdmitSaves), "no save runs before the test")
 
 	// A save accepted with a key holds one slot until it ends.
@@ -30,7 +33,7 @@ func TestTenantSaveAndBuildLimits(t *testing.T) {
 	require.NoError(t, err)
 	held := holdAll(t, svc, admin, envd.AdmitSaves)
 
-	_, err = env.c.Save(ctx(t), in.ID, envd.SaveRequest{Message: "second"}, "")
+	_, err = env.c.Save(ctx(t), other.ID, envd.SaveRequest{Message: "second"}, "")
 	assertExhausted(t, err, "saves")
 	// Its retry is never refused: it is the same operation.
 	again, err := env.c.Save(ctx(t), in.ID, envd.SaveRequest{Message: "first"}, "admission-key")
@@ -38,7 +41,7 @@ func TestTenantSaveAndBuildLimits(t *testing.T) {
 	assert.Equal(t, first.ID, again.ID)
 
 	// The raw answer carries Retry-After.
-	req, err := http.NewRequest(http.MethodPost, env.node.URL+"/v1/instances/"+in.ID+"/save", strings.NewReader(`{}`))
+	req, err := http.NewRequest(http.MethodPost, env.node.URL+"/v1/instances/"+other.ID+"/save", strings.NewReader(`{}`))
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer "+env.node.Token)
 	resp, err := http.DefaultClient.Do(req)

@@ -21,7 +21,6 @@ import (
 	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/envd/node"
 	"github.com/envd-dev/envd/internal/errdefs"
-	"github.com/envd-dev/envd/registry"
 )
 
 // Two nodes share one PostgreSQL and one registry (the test node's, which
@@ -112,7 +111,7 @@ func TestRootGCTwoNodesRaceSaves(t *testing.T) {
 	t.Logf("%d saves raced %d GCs", len(committed), gcs)
 	require.GreaterOrEqual(t, gcs, 2, "GCs ran while the saves did")
 
-	reg := registry.NewClient(env.node.RegistryAddr())
+	reg := env.node.RegistryClient()
 	for _, s := range committed {
 		v, err := env.c.GetVersion(c, p, s.version)
 		require.NoError(t, err)
@@ -148,7 +147,7 @@ func TestRootGCOrphanManifests(t *testing.T) {
 	in := up(t, p, 0)
 	mustSh(t, in.ID, "echo kept > /kept")
 	_, s := save(t, in.ID, "owned")
-	reg := registry.NewClient(env.node.RegistryAddr())
+	reg := env.node.RegistryClient()
 	owned, err := reg.Get(c, s.Image)
 	require.NoError(t, err)
 

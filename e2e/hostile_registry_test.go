@@ -75,7 +75,9 @@ func TestRootHostileRegistry(t *testing.T) {
 	mustSh(t, b.ID, "echo b > /b")
 	_, v3 := save(t, b.ID, "branch b")
 	require.True(t, v3.Conflict)
-	_, err = env.c.SetCurrent(c, p, envd.SetCurrentRequest{Version: v3.Version})
+	proj, err := env.c.GetProject(c, p)
+	require.NoError(t, err)
+	_, err = env.c.SetCurrent(c, p, envd.SetCurrentRequest{Version: v3.Version, ExpectedCurrent: &proj.Current})
 	require.NoError(t, err)
 	for _, id := range []string{a.ID, lz.ID} {
 		_, err = env.c.DeleteInstance(c, id)

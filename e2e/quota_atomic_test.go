@@ -14,7 +14,6 @@ import (
 	"github.com/envd-dev/envd/client"
 	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/internal/errdefs"
-	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/versions"
 )
 
@@ -102,7 +101,7 @@ func TestRootConcurrentSavesQuotaIsAtomic(t *testing.T) {
 			}
 		}
 		require.NotEmpty(t, pushed, "the refused save had uploaded its image: the refusal was the commit's")
-		_, err = registry.NewClient(env.node.RegistryAddr()).Get(c, pushed)
+		_, err = env.node.RegistryClient().Get(c, pushed)
 		assert.ErrorIs(t, err, errdefs.ErrNotFound, "the refused commit's manifest is deleted")
 	}
 	assert.Equal(t, 1, ok)
@@ -153,7 +152,7 @@ func TestRootProjectDeleteFreesBlobs(t *testing.T) {
 	in := up(t, p, 0)
 	mustSh(t, in.ID, "head -c 1048576 /dev/urandom > /big")
 	_, s := save(t, in.ID, "big")
-	reg := registry.NewClient(env.node.RegistryAddr())
+	reg := env.node.RegistryClient()
 	img, err := reg.Get(c, s.Image)
 	require.NoError(t, err)
 	layer := img.Layers[len(img.Layers)-1]
@@ -203,7 +202,7 @@ func TestRootFailedVersionCollected(t *testing.T) {
 	assert.Equal(t, 1, u.Versions[p], "and no longer once collected")
 	_, err = env.c.GetVersion(c, p, s.Version)
 	assert.ErrorIs(t, err, errdefs.ErrNotFound)
-	_, err = registry.NewClient(env.node.RegistryAddr()).Get(c, s.Image)
+	_, err = env.node.RegistryClient().Get(c, s.Image)
 	assert.ErrorIs(t, err, errdefs.ErrNotFound)
 }
 

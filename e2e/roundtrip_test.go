@@ -35,8 +35,10 @@ var roundTripCases = []struct {
 	{"permissions", `chmod 0700 /fixtures/chmod-me && echo x > /data/suid && chmod 4755 /data/suid`,
 		`[ "$(stat -c %a /fixtures/chmod-me)" = 700 ] && [ "$(stat -c %a /data/suid)" = 4755 ]`},
 	{"ownership", `echo o > /data/owned && chown 1234:5678 /data/owned`, `[ "$(stat -c %u:%g /data/owned)" = 1234:5678 ]`},
-	{"device and fifo nodes", `mknod /data/null c 1 3 && mkfifo /data/fifo`,
-		`[ -c /data/null ] && [ "$(stat -c %t,%T /data/null)" = 1,3 ] && [ -p /data/fifo ]`},
+	// Instances have no CAP_MKNOD: a device node cannot be made, so none is
+	// saved (the snapshotter's own round-trip suite covers device entries).
+	{"fifo nodes, device nodes refused", `! mknod /data/null c 1 3 2>/dev/null && mkfifo /data/fifo`,
+		`[ ! -e /data/null ] && [ -p /data/fifo ]`},
 	{"untouched base file", `true`, `[ "$(cat /fixtures/keep/untouched)" = stays ]`},
 	{"excluded paths are not saved", `echo t > /tmp/scratch && mkdir -p /cache && echo c > /cache/f`,
 		`[ ! -e /tmp/scratch ] && [ ! -e /cache ]`},

@@ -31,6 +31,7 @@ func TestRootLazyRestoreFromS3BackedRegistry(t *testing.T) {
 	a, ca := startJoiningNode(t, "node-s3a", &node.Config{Registry: "-", DefaultTTL: time.Hour, PrefetchWindow: -1,
 		RegistryS3: &registry.S3Storage{Endpoint: s3.Endpoint, Bucket: "registry", AccessKey: s3.AccessKey, SecretKey: s3.SecretKey}})
 	joining := &node.Config{Registry: a.RegistryAddr(), DefaultTTL: time.Hour, PrefetchWindow: -1}
+	joining.RegistryCredentialFile, _ = a.RegistryCredentialFiles()
 	require.Equal(t, stargz.Name, a.Runtime().LazySnapshotter())
 	_, err := ca.ImportImage(c, "fixture-s3", bytes.NewReader(env.fixtureTar))
 	require.NoError(t, err)

@@ -229,7 +229,7 @@ func TestGarbageCollectStorageFailure(t *testing.T) {
 func TestGarbageCollectOrphanManifests(t *testing.T) {
 	t.Parallel()
 	srv := startRegistryIn(t, t.TempDir())
-	c := NewClient(srv.Addr())
+	c := clientOf(srv)
 	ctx := context.Background()
 	base, err := c.PushRootfsLayer(ctx, makeLayerFile(t, map[string]string{"base.txt": "base"}, nil), "envd/images/base", "")
 	require.NoError(t, err)
