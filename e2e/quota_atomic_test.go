@@ -231,7 +231,10 @@ func TestRootBlindSwitchRefused(t *testing.T) {
 // blobStatus is the registry's answer to a GET of a blob in repo.
 func blobStatus(t *testing.T, repo, digest string) int {
 	t.Helper()
-	resp, err := http.Get(fmt.Sprintf("http://%s/v2/%s/blobs/%s", env.node.RegistryAddr(), repo, digest))
+	req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("http://%s/v2/%s/blobs/%s", env.node.RegistryAddr(), repo, digest), nil)
+	require.NoError(t, err)
+	setNodeAuth(t, req, env.node)
+	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	resp.Body.Close()
 	return resp.StatusCode

@@ -2,14 +2,10 @@ package envd
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 
 	"github.com/envd-dev/envd/internal/errdefs"
-	"github.com/envd-dev/envd/versions"
 )
 
 // captureKinds are the operations that capture an instance's layer: one at
@@ -21,26 +17,7 @@ var captureKinds = []string{"save"}
 // unfinished, another answers ErrFailedPrecondition (409) naming it. A
 // retry with the same idempotency key still returns its operation.
 func (s *Service) startExclusiveOp(ctx context.Context, p Principal, kind, instance, idemKey string, asked, job any, run opFunc) (Operation, error) {
-	askedBody, err := json.Marshal(asked)
-	if err != nil {
-		return Operation{}, err
-	}
-	body, err := json.Marshal(job)
-	if err != nil {
-		return Operation{}, err
-	}
-	sum := sha256.Sum256(append([]byte(kind+"\x00"+instance+"\x00"), askedBody...))
-	op, created, err := s.store.CreateExclusiveOperation(ctx, versions.Operation{
-		ID: newID("op"), Tenant: p.Tenant, Kind: kind, Target: instance, State: OpPending,
-		IdempotencyKey: idemKey, RequestHash: hex.EncodeToString(sum[:]), Request: body, Node: s.cfg.Node,
-	}, captureKinds)
-	if err != nil {
-		return Operation{}, err
-	}
-	if created {
-		s.launch(op, run)
-	}
-	return toOperation(op), nil
+	return s.startOpIn(ctx, p, kind, instance, instance, idemKey, asked, job, run, captureKinds)
 }
 
 // captureGuard claims the instance's capture on this node for what, after

@@ -49,6 +49,13 @@ func (o *opCtx) event(ctx context.Context, typ, msg string, data any) {
 // request names (the instance of a save, the project of a restore), while
 // target may be made anew by each request (a restore's new instance id).
 func (s *Service) startOp(ctx context.Context, p Principal, kind, target, scope, idemKey string, asked, job any, run opFunc) (Operation, error) {
+	return s.startOpIn(ctx, p, kind, target, scope, idemKey, asked, job, run, nil)
+}
+
+// startOpIn is startOp; with exclusive set, the operation is refused while
+// one of those kinds is unfinished on the same target (startExclusiveOp).
+// Both paths check the key and take the tenant's admission slot alike.
+func (s *Service) startOpIn(ctx context.Context, p Principal, kind, target, scope, idemKey string, asked, job any, run opFunc, exclusive []string) (Operation, error) {
 	askedBody, err := json.Marshal(asked)
 	if err != nil {
 		return Operation{}, err
@@ -68,10 +75,17 @@ func (s *Service) startOp(ctx context.Context, p Principal, kind, target, scope,
 	if existing != nil {
 		return *existing, nil
 	}
-	op, created, err := s.store.CreateOperation(ctx, versions.Operation{
+	rec := versions.Operation{
 		ID: newID("op"), Tenant: p.Tenant, Kind: kind, Target: target, State: OpPending,
 		IdempotencyKey: idemKey, RequestHash: hex.EncodeToString(sum[:]), Request: body, Node: s.cfg.Node,
-	})
+	}
+	var op versions.Operation
+	var created bool
+	if exclusive != nil {
+		op, created, err = s.store.CreateExclusiveOperation(ctx, rec, exclusive)
+	} else {
+		op, created, err = s.store.CreateOperation(ctx, rec)
+	}
 	if err != nil || !created {
 		release()
 	}
