@@ -4,9 +4,9 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"github.com/envd-dev/envd/internal/atomicfile"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/envd-dev/envd/internal/errdefs"
@@ -79,28 +79,7 @@ func WriteCredentialFile(path string, c Credential) error {
 		return fmt.Errorf("registry credential for %q: user and password must be non-empty, without ':' in the user or newlines: %w",
 			c.User, errdefs.ErrInvalidArgument)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	// CreateTemp makes 0600 files; Chmod states it against any umask.
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.WriteString(c.User + ":" + c.Password + "\n"); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return atomicfile.Write(path, []byte(c.User+":"+c.Password+"\n"), 0o600)
 }
 
 // LoadOrCreateCredentialFile reads the credential at path, or, when there

@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/envd-dev/envd/internal/atomicfile"
 	"log/slog"
 	"net"
 	"net/http"
@@ -528,29 +529,9 @@ func persisted(path string, make func() string) (string, error) {
 	return v, writeFileAtomic(path, []byte(v+"\n"), 0o600)
 }
 
-// writeFileAtomic writes to a temp file, syncs, renames into place.
+// writeFileAtomic writes path so that readers see the old or the new file.
 func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return atomicfile.Write(path, data, mode)
 }
 
 func randomHex(n int) string {
