@@ -4,11 +4,11 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"github.com/envd-dev/envd/internal/atomicfile"
 	"io/fs"
 	"os"
 	"strings"
 
+	"github.com/envd-dev/envd/internal/atomicfile"
 	"github.com/envd-dev/envd/internal/errdefs"
 )
 

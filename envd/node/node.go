@@ -12,7 +12,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/envd-dev/envd/internal/atomicfile"
 	"log/slog"
 	"net"
 	"net/http"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/envd-dev/envd/api"
 	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/internal/atomicfile"
 	"github.com/envd-dev/envd/internal/errdefs"
 	"github.com/envd-dev/envd/internal/objstore"
 	"github.com/envd-dev/envd/internal/pgserver"
