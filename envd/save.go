@@ -44,6 +44,9 @@ func (s *Service) Save(ctx context.Context, p Principal, id string, req SaveRequ
 	if in.Node != s.cfg.Node {
 		return Operation{}, fmt.Errorf("instance %q runs on node %q, not on %q: %w", id, in.Node, s.cfg.Node, errdefs.ErrFailedPrecondition)
 	}
+	if err := s.checkSavable(ctx, id); err != nil {
+		return Operation{}, err
+	}
 	if len(req.Message) > 4096 {
 		return Operation{}, fmt.Errorf("message: longer than 4096 bytes: %w", errdefs.ErrInvalidArgument)
 	}

@@ -389,7 +389,7 @@ func (r *Runtime) Create(ctx context.Context, spec InstanceSpec) (retErr error) 
 	snapshot, userns := client.WithNewSnapshot(id, img), oci.Compose()
 	if r.cfg.UserNS && !spec.HostIDs {
 		snapshot, userns = r.usernsOpts(id, img)
-		labels[labelUserNS] = r.usernsLabel()
+		labels[LabelUserNS] = r.usernsLabel()
 		for _, m := range spec.Mounts {
 			if m.Owned && !m.ReadOnly {
 				if err := r.giveToRoot(m.Source); err != nil {
@@ -507,8 +507,8 @@ func (r *Runtime) startTask(ctx context.Context, id, hostname string) (retErr er
 		return translate(err, "instance %q", id)
 	}
 	var idmap []specs.LinuxIDMapping
-	if labels[labelUserNS] != "" {
-		if idmap, err = parseUserNSLabel(labels[labelUserNS]); err != nil {
+	if labels[LabelUserNS] != "" {
+		if idmap, err = parseUserNSLabel(labels[LabelUserNS]); err != nil {
 			return fmt.Errorf("instance %q: %w", id, err)
 		}
 	}

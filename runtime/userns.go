@@ -55,9 +55,9 @@ const UserNSSize = 65536
 // the ids useradd hands out to users and to /etc/subuid ranges.
 const defaultUserNSBase = 1 << 30
 
-// labelUserNS is the container label recording an instance's mapping,
+// LabelUserNS is the container label recording an instance's mapping,
 // "BASE:SIZE" of the host range container id 0 maps to.
-const labelUserNS = "envd.userns"
+const LabelUserNS = "envd.userns"
 
 // UserNS reports whether instances run in a user namespace, and the host id
 // the instances' root maps to.
@@ -116,7 +116,7 @@ func (r *Runtime) giveToRoot(path string) error {
 // checkSavable refuses a container that runs in a user namespace: its upper
 // dir holds shifted ids, and a layer must record the container's.
 func checkSavable(id string, labels map[string]string) error {
-	if v := labels[labelUserNS]; v != "" {
+	if v := labels[LabelUserNS]; v != "" {
 		base, _, _ := strings.Cut(v, ":")
 		return fmt.Errorf("instance %q runs in a user namespace (container root is host uid %s): "+
 			"its writable layer holds shifted ids, and saving it is not supported on a node with user namespaces on: %w",
