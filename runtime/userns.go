@@ -171,7 +171,10 @@ func pinUserNS(userns, netPath string, idmap []specs.LinuxIDMapping) (retErr err
 		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWNET,
 		UidMappings: maps,
 		GidMappings: maps,
-		Pdeathsig:   syscall.SIGKILL,
+		// Go writes "deny" to setgroups otherwise, and that is final for
+		// the namespace: apt's sandbox (setgroups to _apt) would fail.
+		GidMappingsEnableSetgroups: true,
+		Pdeathsig:                  syscall.SIGKILL,
 	}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("user namespace: %w", err)

@@ -70,6 +70,10 @@ func TestRootUserNamespace(t *testing.T) {
 	out, _, code := env.run(t, "u1", "id", "-u")
 	require.Equal(t, 0, code)
 	assert.Equal(t, "0", strings.TrimSpace(out))
+	// setgroups stays allowed: apt drops to _apt with it.
+	out, _, code = env.run(t, "u1", "cat", "/proc/self/setgroups")
+	require.Equal(t, 0, code)
+	assert.Equal(t, "allow", strings.TrimSpace(out))
 
 	// A file made by root inside is owned by the mapped uid on the host.
 	_, stderr, code := env.run(t, "u1", "sh", "-c", "echo made > /made && touch /made.1000 && chown 1000:1000 /made.1000")
