@@ -138,6 +138,15 @@ func TestRootUserNamespace(t *testing.T) {
 	env.listenIn(t, "u2", 7000)
 	assert.True(t, env.reach(t, "u1", env.addr(t, "u2"), 7000), "u1 -> u2 in the same group")
 
+	// A writable layer on a disk image (a disk limit): its fs/ keeps the
+	// mapped root's ownership, so root inside can write there.
+	env.create(t, InstanceSpec{ID: "d1", Limits: Limits{DiskBytes: 64 << 20}})
+	_, stderr, code = env.run(t, "d1", "sh", "-c", "echo x > /made && mkdir /dir")
+	require.Equal(t, 0, code, stderr)
+	uid, _ = hostOwner(t, filepath.Join(snapshotUpper(t, env.rt, "d1"), "made"))
+	assert.Equal(t, uint32(base), uid)
+	require.True(t, env.rt.hasDisk("d1"), "the layer is on its disk image")
+
 	// HostIDs (builds): no user namespace, and savable.
 	env.create(t, InstanceSpec{ID: "b1", HostIDs: true})
 	uidMap, _, code = env.run(t, "b1", "cat", "/proc/self/uid_map")
