@@ -25,9 +25,6 @@ func (s *Service) hibernateIdle(ctx context.Context) {
 		return
 	}
 	for _, in := range ins {
-		if s.checkSavable(ctx, in.ID) != nil {
-			continue // in a user namespace: kept on the node, not saved
-		}
 		if _, err := s.hibernate(ctx, in, versions.QuotaExempt); err != nil {
 			s.log.Warn("hibernate", "instance", in.ID, "err", err)
 		}

@@ -44,9 +44,6 @@ func (s *Service) Save(ctx context.Context, p Principal, id string, req SaveRequ
 	if in.Node != s.cfg.Node {
 		return Operation{}, fmt.Errorf("instance %q runs on node %q, not on %q: %w", id, in.Node, s.cfg.Node, errdefs.ErrFailedPrecondition)
 	}
-	if err := s.checkSavable(ctx, id); err != nil {
-		return Operation{}, err
-	}
 	if len(req.Message) > 4096 {
 		return Operation{}, fmt.Errorf("message: longer than 4096 bytes: %w", errdefs.ErrInvalidArgument)
 	}
@@ -245,6 +242,10 @@ func (s *Service) capture(ctx context.Context, oc *opCtx, work string, in versio
 // (its operation) as a holder of the freeze.
 func (s *Service) spool(ctx context.Context, id, work, upper, path string, excludes []string, freeze bool) (snapshotter.SpoolStats, time.Duration, error) {
 	opts := snapshotter.SpoolOptions{Excludes: excludes}
+	var err error
+	if opts.IDShift, err = s.idShift(ctx, id); err != nil {
+		return snapshotter.SpoolStats{}, 0, err
+	}
 	if !freeze { // a stopped instance: nothing runs, one pass
 		f, err := os.Create(path)
 		if err != nil {

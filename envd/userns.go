@@ -4,21 +4,24 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/envd-dev/envd/internal/errdefs"
 	"github.com/envd-dev/envd/runtime"
+	"github.com/envd-dev/envd/snapshotter"
 )
 
-// checkSavable refuses, before an operation starts, a save of an instance
-// that runs in a user namespace (the node's --userns): its writable layer
-// holds shifted ids, which the save path does not shift back.
-func (s *Service) checkSavable(ctx context.Context, id string) error {
+// idShift is how a save maps instance id's upper dir ids back to the
+// container's: nil unless it runs in a user namespace (the node's --userns).
+func (s *Service) idShift(ctx context.Context, id string) (*snapshotter.IDShift, error) {
 	st, err := s.rt.Status(ctx, id)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if st.Labels[runtime.LabelUserNS] != "" {
-		return fmt.Errorf("instance %q runs in a user namespace (node setting --userns): saving it is not supported, "+
-			"its writable layer holds shifted ids; use volumes for data to keep, or a node without --userns: %w", id, errdefs.ErrFailedPrecondition)
+	v := st.Labels[runtime.LabelUserNS]
+	if v == "" {
+		return nil, nil
 	}
-	return nil
+	m, err := runtime.ParseUserNSLabel(v)
+	if err != nil {
+		return nil, fmt.Errorf("instance %q: %w", id, err)
+	}
+	return &snapshotter.IDShift{HostBase: m[0].HostID, Size: m[0].Size}, nil
 }

@@ -508,7 +508,7 @@ func (r *Runtime) startTask(ctx context.Context, id, hostname string) (retErr er
 	}
 	var idmap []specs.LinuxIDMapping
 	if labels[LabelUserNS] != "" {
-		if idmap, err = parseUserNSLabel(labels[LabelUserNS]); err != nil {
+		if idmap, err = ParseUserNSLabel(labels[LabelUserNS]); err != nil {
 			return fmt.Errorf("instance %q: %w", id, err)
 		}
 	}
@@ -1046,15 +1046,12 @@ func (r *Runtime) DestroyNetwork() error {
 // Mounts returns the mounts of the instance's active snapshot: for
 // overlayfs, one overlay mount whose options include upperdir=..., the
 // instance's writable layer (on its disk image, attached first, when it has
-// a disk limit). Mounts serves saves: an instance in a user namespace is
-// ErrFailedPrecondition, its layer holds shifted ids (userns.go).
+// a disk limit). For an instance in a user namespace the upper dir holds
+// shifted ids: see LabelUserNS and ParseUserNSLabel.
 func (r *Runtime) Mounts(ctx context.Context, id string) ([]mount.Mount, error) {
 	ctx = r.ctx(ctx)
 	info, err := r.containerInfo(ctx, id)
 	if err != nil {
-		return nil, err
-	}
-	if err := checkSavable(id, info.Labels); err != nil {
 		return nil, err
 	}
 	if err := r.ensureDisk(id); err != nil {

@@ -37,11 +37,10 @@ import (
 // and each instance's writable layer sits on it. That copy-up reads every
 // file, so through the stargz snapshotter it would fetch the whole image:
 // with UserNS on, images are pulled in full for overlayfs (lazy.go), and
-// lazy restore is lost. The upper dir then holds shifted ids, which the
-// save path does not shift back: Mounts refuses such instances (a save
-// answers failed_precondition). Containers with InstanceSpec.HostIDs
-// (envd's build and trial containers, whose layer is saved) run without a
-// user namespace, hardened as before.
+// lazy restore is lost. The upper dir then holds shifted ids: a save maps
+// them back with the instance's LabelUserNS (snapshotter.IDShift), so
+// layers record the container's ids. Containers with InstanceSpec.HostIDs
+// run without a user namespace, hardened as before.
 //
 // Bind mounts keep their host owners: a host file owned by root is
 // "nobody" inside and cannot be changed. A Mount with Owned (envd's
@@ -109,18 +108,6 @@ func (r *Runtime) giveToRoot(path string) error {
 	root := int(r.cfg.UserNSBase)
 	if err := os.Lchown(path, root, root); err != nil {
 		return fmt.Errorf("give mount source %s to the instance's root: %w", path, err)
-	}
-	return nil
-}
-
-// checkSavable refuses a container that runs in a user namespace: its upper
-// dir holds shifted ids, and a layer must record the container's.
-func checkSavable(id string, labels map[string]string) error {
-	if v := labels[LabelUserNS]; v != "" {
-		base, _, _ := strings.Cut(v, ":")
-		return fmt.Errorf("instance %q runs in a user namespace (container root is host uid %s): "+
-			"its writable layer holds shifted ids, and saving it is not supported on a node with user namespaces on: %w",
-			id, base, errdefs.ErrFailedPrecondition)
 	}
 	return nil
 }
@@ -207,10 +194,11 @@ func removeNSFile(path string) error {
 	return nil
 }
 
-// parseUserNSLabel is the mapping recorded by usernsLabel: the instance
-// keeps the one it was made with (its remapped layer is owned by it), also
-// when the node's range changes.
-func parseUserNSLabel(v string) ([]specs.LinuxIDMapping, error) {
+// ParseUserNSLabel is the mapping recorded in an instance's LabelUserNS:
+// the instance keeps the one it was made with (its remapped layer is owned
+// by it), also when the node's range changes; a save shifts its upper dir's
+// ids back with it.
+func ParseUserNSLabel(v string) ([]specs.LinuxIDMapping, error) {
 	b, sz, ok := strings.Cut(v, ":")
 	base, err1 := strconv.ParseUint(b, 10, 32)
 	size, err2 := strconv.ParseUint(sz, 10, 32)

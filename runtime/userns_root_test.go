@@ -11,8 +11,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/envd-dev/envd/internal/errdefs"
 )
 
 // hostOwner is the host uid and gid of path.
@@ -112,10 +110,14 @@ func TestRootUserNamespace(t *testing.T) {
 	_, _, code = env.run(t, "u1", "ip", "link", "set", "lo", "down")
 	assert.NotEqual(t, 0, code, "ip link set in the host-owned network namespace")
 
-	// A save is refused with a clear error.
-	_, err = env.rt.Mounts(ctx, "u1")
-	require.ErrorIs(t, err, errdefs.ErrFailedPrecondition)
-	assert.Contains(t, err.Error(), "user namespace")
+	// Mounts (for saves) gives the same upper dir; the label gives the
+	// mapping a save shifts back with.
+	assert.Equal(t, upper, upperDir(t, env.rt, "u1"))
+	st, err := env.rt.Status(ctx, "u1")
+	require.NoError(t, err)
+	m, err := ParseUserNSLabel(st.Labels[LabelUserNS])
+	require.NoError(t, err)
+	assert.Equal(t, uint32(base), m[0].HostID)
 
 	// Stop and Start keep the layer and the mapping.
 	require.NoError(t, env.rt.Stop(ctx, "u1"))

@@ -23,7 +23,7 @@ func TestParseUserNSLabel(t *testing.T) {
 		{"empty", "", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := parseUserNSLabel(tc.in)
+			got, err := ParseUserNSLabel(tc.in)
 			if tc.want == nil {
 				require.ErrorIs(t, err, errdefs.ErrInvalidArgument)
 				return
@@ -32,11 +32,4 @@ func TestParseUserNSLabel(t *testing.T) {
 			assert.Equal(t, tc.want, got)
 		})
 	}
-}
-
-func TestCheckSavable(t *testing.T) {
-	require.NoError(t, checkSavable("a", map[string]string{"envd.build": "true"}))
-	err := checkSavable("a", map[string]string{LabelUserNS: "1073741824:65536"})
-	require.ErrorIs(t, err, errdefs.ErrFailedPrecondition)
-	assert.Contains(t, err.Error(), "host uid 1073741824")
 }
