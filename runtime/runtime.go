@@ -113,8 +113,8 @@ type Config struct {
 	// UserNS runs instances in a user namespace (userns.go): root inside
 	// is an unprivileged host id. Its cost: the image's files are chowned
 	// once per image and mapping into a remapped snapshot, so images are
-	// pulled in full (no lazy restore), and saves of such instances are
-	// refused. Default off.
+	// pulled in full (no lazy restore). Saves shift the layer's ids back
+	// (LabelUserNS). Default off.
 	UserNS bool
 	// UserNSBase is the host id the instances' root maps to with UserNS;
 	// UserNSSize ids from it are theirs. Default 1<<30.

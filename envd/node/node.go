@@ -88,7 +88,7 @@ type Config struct {
 	// writable-layer limit leave alone; 0 = the runtime's default (1 GiB).
 	DiskReserveBytes int64
 	// UserNS runs instances in a user namespace (runtime.Config.UserNS):
-	// no lazy restore, and saves of those instances are refused.
+	// images are pulled in full (no lazy restore).
 	UserNS bool
 	// Unrestricted is for benchmarks only: it turns off hardening, limits
 	// and network rules (runtime.Config.Unrestricted).
@@ -326,7 +326,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	// --- end writable-layer limits
 	if root, on := rt.UserNS(); on {
-		components["user namespaces"] = fmt.Sprintf("on: instance root is host uid %d (%d ids); images pulled in full; saves of instances refused", root, runtime.UserNSSize)
+		components["user namespaces"] = fmt.Sprintf("on: instance root is host uid %d (%d ids); images pulled in full (no lazy restore)", root, runtime.UserNSSize)
 	}
 	if cfg.Unrestricted {
 		log.Warn("instances run without hardening, limits or network rules (benchmarks only)")
