@@ -18,9 +18,17 @@
 //   - disklimit: save and lazy restore of a layer on the writable-layer
 //     limit's ext4 image against a plain upper dir, as ratios.
 //
+//   - hardening: the Graphviz install in fresh instances with the hardening,
+//     limits and network rules (egress open) and without
+//     (runtime.Config.Unrestricted), alternated; medians and their ratio.
+//
+//   - userns: instance create with runtime.Config.UserNS (the first of an
+//     image chowns it) and without, and the Graphviz install in a user
+//     namespace.
+//
 //   - all: every scenario, in this order.
 //
-//     go run ./bench [-scenario save|restore|workloads|scaling|disklimit|all] [-runs 3] [-rootfs DIR] [-work DIR]
+//     go run ./bench [-scenario save|restore|workloads|scaling|disklimit|hardening|userns|all] [-runs 3] [-rootfs DIR] [-work DIR]
 package main
 
 import (
@@ -65,7 +73,7 @@ type config struct {
 }
 
 // scenarios in the order -scenario all runs them.
-var scenarios = []string{"save", "restore", "workloads", "scaling", "disklimit"}
+var scenarios = []string{"save", "restore", "workloads", "scaling", "disklimit", "hardening", "userns"}
 
 func main() {
 	var cfg config
@@ -141,6 +149,32 @@ func runScenarios(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 		{"scaling", "Growth with the size of the change and of the image", runScaling},
 		{"disklimit", "Writable-layer size limit: save and lazy restore on an ext4 image vs a plain upper dir", runDiskLimit},
 	}
+	defer func() {
+		if rErr != nil || !slices.Contains(want, "userns") {
+			return
+		}
+		if len(want) > 1 {
+			fmt.Fprintln(out, "\n### Cost of user namespaces (`-scenario userns`)")
+			fmt.Fprintln(out)
+		}
+		logf("scenario userns")
+		if err := runUserNS(ctx, cfg, out); err != nil {
+			rErr = fmt.Errorf("userns: %w", err)
+		}
+	}()
+	defer func() {
+		if rErr != nil || !slices.Contains(want, "hardening") {
+			return
+		}
+		if len(want) > 1 {
+			fmt.Fprintln(out, "\n### Cost of the hardening, limits and network rules on the Graphviz install (`-scenario hardening`)")
+			fmt.Fprintln(out)
+		}
+		logf("scenario hardening")
+		if err := runHardening(ctx, cfg, out); err != nil {
+			rErr = fmt.Errorf("hardening: %w", err)
+		}
+	}()
 	var b *bed
 	defer func() {
 		if b != nil {

@@ -256,6 +256,9 @@ func (s *Service) provision(ctx context.Context, in versions.Instance, proj vers
 		ID: in.ID, Image: ref, Hostname: in.Project, Mounts: mounts, Env: env,
 		Limits: limits.runtime(), AllowPrivilegeEscalation: limits.AllowPrivilegeEscalation,
 		Network: networkPolicy(proj),
+		// A build's layer is saved: it runs with host ids (no user
+		// namespace, whose shifted ids a save cannot read).
+		HostIDs: build,
 		Labels: map[string]string{
 			LabelGeneration: generationLabel(in.Generation),
 			LabelProject:    in.Project,

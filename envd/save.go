@@ -242,6 +242,10 @@ func (s *Service) capture(ctx context.Context, oc *opCtx, work string, in versio
 // (its operation) as a holder of the freeze.
 func (s *Service) spool(ctx context.Context, id, work, upper, path string, excludes []string, freeze bool) (snapshotter.SpoolStats, time.Duration, error) {
 	opts := snapshotter.SpoolOptions{Excludes: excludes}
+	var err error
+	if opts.IDShift, err = s.idShift(ctx, id); err != nil {
+		return snapshotter.SpoolStats{}, 0, err
+	}
 	if !freeze { // a stopped instance: nothing runs, one pass
 		f, err := os.Create(path)
 		if err != nil {

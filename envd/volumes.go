@@ -101,7 +101,7 @@ func (s *Service) volumeMounts(ctx context.Context, proj versions.Project) ([]ru
 		if err != nil {
 			return nil, nil, fmt.Errorf("volume %q: %w", v.Name, err)
 		}
-		mounts = append(mounts, runtime.Mount{Source: dir, Destination: v.Path})
+		mounts = append(mounts, runtime.Mount{Source: dir, Destination: v.Path, Owned: true})
 		specs = append(specs, toSpec(v))
 	}
 	var env []string

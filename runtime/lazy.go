@@ -30,6 +30,8 @@ import (
 // into the same snapshotter, which falls back to that for any layer it cannot
 // mount lazily. Any other image is pulled in full for overlayfs.
 //
+// With Config.UserNS every image is pulled in full for overlayfs (userns.go).
+//
 // Both snapshotters give an instance's active snapshot as one overlay mount
 // with upperdir=..., so Mounts serves saves the same way.
 
@@ -49,7 +51,9 @@ const maxManifestBytes = 4 << 20
 // pullOptions chooses the snapshotter for ref and returns it with the pull
 // options that go with it.
 func (r *Runtime) pullOptions(ctx context.Context, ref string, resolver remotes.Resolver) (string, []client.RemoteOpt, error) {
-	if r.cfg.LazySnapshotter == "" {
+	if r.cfg.LazySnapshotter == "" || r.cfg.UserNS {
+		// With user namespaces the image is chowned into a remapped
+		// snapshot, which reads every byte: a lazy pull would gain nothing.
 		return snapshotter, []client.RemoteOpt{client.WithPullSnapshotter(snapshotter)}, nil
 	}
 	lazy, err := hasEstargzLayers(ctx, resolver, ref)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/containerd/containerd/v2/pkg/netns"
 	gocni "github.com/containerd/go-cni"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
 	"github.com/envd-dev/envd/internal/errdefs"
@@ -233,10 +234,19 @@ func (n *network) nsPath(id string) string { return filepath.Join(n.nsDir, id) }
 // leaked or refused. It returns the instance address. Nothing runs in the
 // namespace until it returns, so the moments before the port is isolated
 // and the rules are in place carry no traffic.
-func (n *network) setup(ctx context.Context, id string, pol NetworkPolicy, nameservers []net.IP) (_ net.IP, retErr error) {
+//
+// With idmap (a user namespace instance, userns.go) the namespace is made
+// owned by a new user namespace with that mapping, pinned at
+// usernsPath(id), which the instance then joins: a process may enter a
+// network namespace only with capabilities in its owner.
+func (n *network) setup(ctx context.Context, id string, pol NetworkPolicy, nameservers []net.IP, idmap []specs.LinuxIDMapping) (_ net.IP, retErr error) {
 	_ = n.teardown(ctx, id)
 	path := n.nsPath(id)
-	if err := newNetNSAt(path); err != nil {
+	userns := ""
+	if idmap != nil {
+		userns = n.usernsPath(id)
+	}
+	if err := newNetNSAt(path, userns, idmap); err != nil {
 		return nil, fmt.Errorf("network namespace of %q: %w", id, err)
 	}
 	res, err := n.cni.Setup(ctx, id, path)
@@ -325,18 +335,40 @@ func (n *network) teardown(ctx context.Context, id string) error {
 	if err := netns.LoadNetNS(path).Remove(); err != nil {
 		errs = append(errs, fmt.Errorf("remove network namespace of %q: %w", id, err))
 	}
+	if err := removeNSFile(n.usernsPath(id)); err != nil {
+		errs = append(errs, fmt.Errorf("remove user namespace of %q: %w", id, err))
+	}
 	return errors.Join(errs...)
 }
 
 // newNetNSAt creates a network namespace and keeps it alive by bind-mounting
 // it onto path, the way `ip netns add` does. containerd's pkg/netns does the
 // same but only under random names.
-func newNetNSAt(path string) error {
+//
+// With userns set, the namespace is made by a child process in a new user
+// namespace with idmap instead, and that user namespace is pinned at
+// userns the same way (see pinUserNS).
+func newNetNSAt(path, userns string, idmap []specs.LinuxIDMapping) error {
 	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
 	if err != nil {
 		return err
 	}
 	f.Close()
+	enter := func() error { return unix.Unshare(unix.CLONE_NEWNET) }
+	if userns != "" {
+		if err := pinUserNS(userns, path, idmap); err != nil {
+			_ = os.Remove(path)
+			return err
+		}
+		enter = func() error {
+			fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return err
+			}
+			defer unix.Close(fd)
+			return unix.Setns(fd, unix.CLONE_NEWNET)
+		}
+	}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -344,12 +376,14 @@ func newNetNSAt(path string) error {
 		// Never unlocked: the thread has changed namespace, so Go discards it
 		// when this goroutine ends instead of reusing it.
 		goruntime.LockOSThread()
-		if err = unix.Unshare(unix.CLONE_NEWNET); err != nil {
+		if err = enter(); err != nil {
 			return
 		}
-		self := fmt.Sprintf("/proc/%d/task/%d/ns/net", os.Getpid(), unix.Gettid())
-		if err = unix.Mount(self, path, "none", unix.MS_BIND, ""); err != nil {
-			return
+		if userns == "" {
+			self := fmt.Sprintf("/proc/%d/task/%d/ns/net", os.Getpid(), unix.Gettid())
+			if err = unix.Mount(self, path, "none", unix.MS_BIND, ""); err != nil {
+				return
+			}
 		}
 		if err = instanceSysctls(); err != nil {
 			return
@@ -362,6 +396,9 @@ func newNetNSAt(path string) error {
 	if err != nil {
 		_ = unix.Unmount(path, unix.MNT_DETACH)
 		_ = os.Remove(path)
+		if userns != "" {
+			_ = removeNSFile(userns)
+		}
 	}
 	return err
 }

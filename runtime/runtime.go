@@ -105,6 +105,20 @@ type Config struct {
 	// Creates with a disk limit leave alone, after setting aside the room
 	// every limited layer may still fill. Default 1 GiB.
 	DiskReserveBytes int64
+	// Unrestricted is for benchmarks only: it turns off the hardening
+	// (harden.go), the resource limits and the network rules (isolated
+	// bridge ports, firewall chains) of every instance, so their cost can
+	// be measured against a baseline. Never set it on a node tenants use.
+	Unrestricted bool
+	// UserNS runs instances in a user namespace (userns.go): root inside
+	// is an unprivileged host id. Its cost: the image's files are chowned
+	// once per image and mapping into a remapped snapshot, so images are
+	// pulled in full (no lazy restore). Saves shift the layer's ids back
+	// (LabelUserNS). Default off.
+	UserNS bool
+	// UserNSBase is the host id the instances' root maps to with UserNS;
+	// UserNSSize ids from it are theirs. Default 1<<30.
+	UserNSBase uint32
 }
 
 // Runtime creates and drives instances on one containerd.
@@ -148,6 +162,9 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if cfg.DiskReserveBytes <= 0 {
 		cfg.DiskReserveBytes = defaultDiskReserve
 	}
+	if cfg.UserNSBase == 0 {
+		cfg.UserNSBase = defaultUserNSBase
+	}
 	sum := sha256.Sum256([]byte(filepath.Clean(cfg.StateDir)))
 	r := &Runtime{
 		cfg:      cfg,
@@ -155,6 +172,8 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		runcRoot: filepath.Join(cfg.StateDir, "runc"),
 		fifoDir:  filepath.Join(cfg.StateDir, "fifo"),
 		cgroups:  detectCgroups(),
+		// unhardened is also what the in-package start benchmark toggles.
+		unhardened: cfg.Unrestricted,
 	}
 	for _, d := range []string{cfg.StateDir, r.instancesDir(), r.runcRoot, r.fifoDir} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
@@ -164,6 +183,12 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	var err error
 	if r.net, err = newNetwork(cfg.Network, r.scope, cfg.StateDir); err != nil {
 		return nil, err
+	}
+	if cfg.Unrestricted {
+		// No rules at all: the base chains would refuse every instance
+		// not attached through them.
+		r.net.rulesOff = true
+		r.net.fw.destroy()
 	}
 	c, err := client.New(cfg.Address, client.WithDefaultNamespace(cfg.Namespace), client.WithTimeout(10*time.Second))
 	if err != nil {
@@ -241,6 +266,10 @@ type InstanceSpec struct {
 	// setuid binaries (sudo) gain privileges; default off (harden.go).
 	AllowPrivilegeEscalation bool
 	Network                  NetworkPolicy // what it may connect to; kept across Stop/Start (SetNetworkPolicy changes it)
+	// HostIDs runs the container without the node's user namespace
+	// (Config.UserNS), for containers whose layer is saved (builds): the
+	// save path cannot read shifted ids (userns.go).
+	HostIDs bool
 }
 
 // Mount is a bind mount of a host path into an instance.
@@ -248,6 +277,10 @@ type Mount struct {
 	Source      string // absolute host path; must exist
 	Destination string // absolute path in the instance
 	ReadOnly    bool
+	// Owned: the source belongs to the instance (a volume). In a user
+	// namespace its top directory, while owned by host root, is given to
+	// the instance's root; other sources keep their host owners.
+	Owned bool
 }
 
 var validID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
@@ -353,10 +386,25 @@ func (r *Runtime) Create(ctx context.Context, spec InstanceSpec) (retErr error) 
 	for k, v := range spec.Labels {
 		labels[k] = v
 	}
+	snapshot, userns := client.WithNewSnapshot(id, img), oci.Compose()
+	if r.cfg.UserNS && !spec.HostIDs {
+		snapshot, userns = r.usernsOpts(id, img)
+		labels[LabelUserNS] = r.usernsLabel()
+		for _, m := range spec.Mounts {
+			if m.Owned && !m.ReadOnly {
+				if err := r.giveToRoot(m.Source); err != nil {
+					return err
+				}
+			}
+		}
+		if err := r.chownInstanceFiles(id); err != nil {
+			return err
+		}
+	}
 	_, err = r.client.NewContainer(ctx, id,
 		client.WithImage(img),
 		client.WithSnapshotter(sn),
-		client.WithNewSnapshot(id, img),
+		snapshot,
 		// runc state under our StateDir: the shim's default root,
 		// /run/containerd/runc/<namespace>, would be shared with every other
 		// daemon on the machine using the same namespace.
@@ -373,6 +421,7 @@ func (r *Runtime) Create(ctx context.Context, spec InstanceSpec) (retErr error) 
 			// daemon; put ours under a parent named by StateDir.
 			oci.WithCgroup(r.cgroupPath(id)),
 			r.hardening(spec),
+			userns,
 		),
 	)
 	if err != nil {
@@ -449,7 +498,21 @@ func (r *Runtime) startTask(ctx context.Context, id, hostname string) (retErr er
 	if err != nil {
 		return err
 	}
-	ip, err := r.net.setup(ctx, id, pol, nameservers)
+	c, err := r.client.LoadContainer(ctx, id)
+	if err != nil {
+		return translate(err, "instance %q", id)
+	}
+	labels, err := c.Labels(ctx)
+	if err != nil {
+		return translate(err, "instance %q", id)
+	}
+	var idmap []specs.LinuxIDMapping
+	if labels[LabelUserNS] != "" {
+		if idmap, err = ParseUserNSLabel(labels[LabelUserNS]); err != nil {
+			return fmt.Errorf("instance %q: %w", id, err)
+		}
+	}
+	ip, err := r.net.setup(ctx, id, pol, nameservers, idmap)
 	if err != nil {
 		return err
 	}
@@ -460,10 +523,6 @@ func (r *Runtime) startTask(ctx context.Context, id, hostname string) (retErr er
 	}()
 	if err := r.writeInstanceFiles(id, hostname, ip, resolv); err != nil {
 		return err
-	}
-	c, err := r.client.LoadContainer(ctx, id)
-	if err != nil {
-		return translate(err, "instance %q", id)
 	}
 	t, err := c.NewTask(ctx, cio.NullIO)
 	if err != nil {
@@ -987,7 +1046,8 @@ func (r *Runtime) DestroyNetwork() error {
 // Mounts returns the mounts of the instance's active snapshot: for
 // overlayfs, one overlay mount whose options include upperdir=..., the
 // instance's writable layer (on its disk image, attached first, when it has
-// a disk limit).
+// a disk limit). For an instance in a user namespace the upper dir holds
+// shifted ids: see LabelUserNS and ParseUserNSLabel.
 func (r *Runtime) Mounts(ctx context.Context, id string) ([]mount.Mount, error) {
 	ctx = r.ctx(ctx)
 	info, err := r.containerInfo(ctx, id)

@@ -51,6 +51,12 @@ func newTestEnv(t testing.TB, subnet string) *testEnv {
 // newTestEnvNet is newTestEnv with a whole network configuration.
 func newTestEnvNet(t testing.TB, netCfg NetworkConfig) *testEnv {
 	t.Helper()
+	return newTestEnvWith(t, netCfg, nil)
+}
+
+// newTestEnvWith is newTestEnvNet with set applied to the runtime's Config.
+func newTestEnvWith(t testing.TB, netCfg NetworkConfig, set func(*Config)) *testEnv {
+	t.Helper()
 	requireRoot(t)
 	ctx := context.Background()
 	env := &testEnv{dir: t.TempDir()}
@@ -62,14 +68,18 @@ func newTestEnvNet(t testing.TB, netCfg NetworkConfig) *testEnv {
 	t.Logf("daemon start: %v", time.Since(start))
 	env.daemon = d
 
-	rt, err := New(ctx, Config{
+	cfg := Config{
 		Address:             d.Address(),
 		Namespace:           "envd",
 		StateDir:            filepath.Join(env.dir, "state"),
 		Network:             netCfg,
 		PlainHTTPRegistries: []string{env.reg.host},
 		StopGrace:           3 * time.Second,
-	})
+	}
+	if set != nil {
+		set(&cfg)
+	}
+	rt, err := New(ctx, cfg)
 	if err != nil {
 		_ = d.Stop(ctx)
 		require.NoError(t, err)

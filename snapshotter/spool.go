@@ -46,6 +46,9 @@ type SpoolOptions struct {
 	// An excluded path below an opaque directory is left out of the layer,
 	// but the opaque marker still hides the lower layers' copy of it.
 	Excludes []string
+	// IDShift, for an upper dir of a user namespace instance, records the
+	// container's ids instead of the host's (idshift.go); nil: as they are.
+	IDShift *IDShift
 }
 
 // SpoolStats describe what one Spool wrote.
@@ -100,7 +103,9 @@ func Spool(ctx context.Context, upperDir string, w io.Writer, opts SpoolOptions)
 	}
 	cw := &countingWriter{w: w}
 	sink := &tarSink{tw: tar.NewWriter(cw), buf: make([]byte, 1<<20)}
-	err = newWalker(ctx, upperDir, excludes, sink, &stats).walk()
+	wk := newWalker(ctx, upperDir, excludes, sink, &stats)
+	wk.shift = opts.IDShift
+	err = wk.walk()
 	if err == nil {
 		err = sink.tw.Close()
 	}
@@ -148,6 +153,7 @@ type walker struct {
 	root     string
 	excludes []string
 	links    map[inode]string // first name given for an inode with more than one link
+	shift    *IDShift         // nil: ids as they are
 	sink     entrySink
 	stats    *SpoolStats
 }
@@ -267,6 +273,9 @@ func (s *walker) writeEntry(d *dirHandle, dirRel string, c *child, depth int) er
 			h.PAXRecords = make(map[string]string, len(xattrs))
 		}
 		h.PAXRecords["SCHILY.xattr."+k] = v
+	}
+	if err := s.shift.header(h, full); err != nil {
+		return err
 	}
 
 	switch st.Mode & unix.S_IFMT {

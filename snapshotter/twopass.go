@@ -100,6 +100,7 @@ type PrepareStats struct {
 type TwoPass struct {
 	root     string
 	excludes []string
+	shift    *IDShift
 	data     *os.File // unlinked; content copies appended at dataEnd
 	dataEnd  int64
 	prepEnd  int64              // dataEnd when Prepare returned
@@ -179,6 +180,7 @@ func Prepare(ctx context.Context, upperDir, workDir string, opts SpoolOptions) (
 	p := &TwoPass{
 		root:     upperDir,
 		excludes: excludes,
+		shift:    opts.IDShift,
 		data:     data,
 		copies:   make(map[string]copyRec),
 		byInode:  make(map[inode]copyRec),
@@ -433,7 +435,9 @@ func (p *TwoPass) Frozen(ctx context.Context) (FrozenStats, error) {
 		return p.stats, fmt.Errorf("upper dir %q is not a directory: %w", p.root, errdefs.ErrInvalidArgument)
 	}
 	fz := &freezer{TwoPass: p, ctx: ctx}
-	err = newWalker(ctx, p.root, p.excludes, fz, &p.stats.SpoolStats).walk()
+	w := newWalker(ctx, p.root, p.excludes, fz, &p.stats.SpoolStats)
+	w.shift = p.shift
+	err = w.walk()
 	if err == nil {
 		p.stats.Bytes, err = planSize(p.plan)
 	}

@@ -94,6 +94,7 @@ func (f *flags) register(cmd *cobra.Command, external bool) {
 	fl.StringVar(&f.cfg.BuildEgress, "build-egress", env("ENVD_BUILD_EGRESS", "open"), "egress policy of build containers, whatever their project's: open, none or allow:CIDR|HOST,... (ENVD_BUILD_EGRESS)")
 	fl.StringVar(&f.hibernateAfter, "hibernate-after", env("ENVD_HIBERNATE_AFTER", "0"), "save and free the layer of a retained instance stopped this long, 0 = never (ENVD_HIBERNATE_AFTER)")
 	f.limits.register(fl)
+	fl.BoolVar(&f.cfg.UserNS, "userns", env("ENVD_USERNS", "") == "1", "run instances in a user namespace (root inside is an unprivileged host id); costs: images are pulled in full (no lazy restore) and chowned once per image on the node; see docs/NOTES.md (ENVD_USERNS=1)")
 	fl.BoolVar(&f.cfg.DisableDiskLimit, "no-disk-limit", env("ENVD_NO_DISK_LIMIT", "") == "1", "ignore writable-layer limits: layers are bounded only by the node's disk (ENVD_NO_DISK_LIMIT=1)")
 	d := envd.DefaultTenantLimits
 	fl.IntVar(&f.cfg.Limits.Saves, "max-saves-per-tenant", f.envInt("ENVD_MAX_SAVES_PER_TENANT", d.Saves), "concurrent save operations per tenant on this node, past them 429; negative = unlimited (ENVD_MAX_SAVES_PER_TENANT)")

@@ -88,6 +88,12 @@ type Config struct {
 	// DiskReserveBytes is the node's free space that instances with a
 	// writable-layer limit leave alone; 0 = the runtime's default (1 GiB).
 	DiskReserveBytes int64
+	// UserNS runs instances in a user namespace (runtime.Config.UserNS):
+	// images are pulled in full (no lazy restore).
+	UserNS bool
+	// Unrestricted is for benchmarks only: it turns off hardening, limits
+	// and network rules (runtime.Config.Unrestricted).
+	Unrestricted bool
 
 	// InstanceDeny are more cluster endpoints instances must never reach
 	// (other nodes, say), as CIDR, IP, HOST, IP:PORT or HOST:PORT, besides
@@ -303,6 +309,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		LazySnapshotter:     lazy,
 		DisableDiskLimit:    cfg.DisableDiskLimit,
 		DiskReserveBytes:    cfg.DiskReserveBytes,
+		UserNS:              cfg.UserNS,
+		Unrestricted:        cfg.Unrestricted,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("runtime: %w", err)
@@ -318,6 +326,13 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		components["disk limit"] = fmt.Sprintf("ext4 image per instance, default %d bytes (0 = none)", cfg.DefaultLimits.DiskBytes)
 	}
 	// --- end writable-layer limits
+	if root, on := rt.UserNS(); on {
+		components["user namespaces"] = fmt.Sprintf("on: instance root is host uid %d (%d ids); images pulled in full (no lazy restore)", root, runtime.UserNSSize)
+	}
+	if cfg.Unrestricted {
+		log.Warn("instances run without hardening, limits or network rules (benchmarks only)")
+		components["hardening"] = "off (benchmarks only)"
+	}
 	if err := rt.LazyErr(); err != nil {
 		log.Warn("lazy snapshotter not usable, restores pull images in full (overlayfs)", "err", err)
 		components["lazy snapshotter"] = "unavailable: " + err.Error()
