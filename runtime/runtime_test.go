@@ -103,6 +103,8 @@ func TestInstanceSpecValidate(t *testing.T) {
 		"relative dest":    {ID: "a", Image: "img", Mounts: []Mount{{Source: dir, Destination: "w"}}},
 		"missing source":   {ID: "a", Image: "img", Mounts: []Mount{{Source: dir + "/nope", Destination: "/w"}}},
 		"hostname too odd": {ID: "a", Image: "img", Hostname: "a b"},
+		"disk limit 4 KiB": {ID: "a", Image: "img", Limits: Limits{DiskBytes: 4096}},
+		"negative disk":    {ID: "a", Image: "img", Limits: Limits{DiskBytes: -1}},
 	}
 	for name, s := range bad {
 		t.Run(name, func(t *testing.T) {
