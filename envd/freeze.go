@@ -55,7 +55,12 @@ type freezeState struct {
 	ours    bool            // under op: the gate froze the task (it was not found frozen)
 	refs    int             // under freezeGate.mu: calls using this state
 	holders map[string]bool // under freezeGate.mu
-	changed chan struct{}   // under freezeGate.mu: closed and replaced when holders change
+	// claims counts saves between asking to freeze (hold called) and
+	// holding (or failing to): under freezeGate.mu. A user's resume waits
+	// for them too, or a save waiting for op while the resume thaws would
+	// freeze the task just after the resume reported it running.
+	claims  int
+	changed chan struct{} // under freezeGate.mu: closed and replaced when holders change
 }
 
 // ref returns the instance's state, kept until unref.
@@ -82,6 +87,16 @@ func (g *freezeGate) unref(id string, st *freezeState) {
 	if st.refs == 0 && len(st.holders) == 0 && g.instances[id] == st {
 		delete(g.instances, id)
 	}
+}
+
+// claim adds n to the saves about to hold the instance and wakes the
+// waiters.
+func (g *freezeGate) claim(st *freezeState, n int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st.claims += n
+	close(st.changed)
+	st.changed = make(chan struct{})
 }
 
 // holders returns the instance's holders now.
@@ -121,6 +136,10 @@ func (g *freezeGate) clearHolders(st *freezeState) {
 func (g *freezeGate) hold(ctx context.Context, rt freezer, id, holder string) error {
 	st := g.ref(id)
 	defer g.unref(id, st)
+	if holder != holderUser {
+		g.claim(st, 1)
+		defer g.claim(st, -1) // after setHolder: no moment with neither
+	}
 	st.op.Lock()
 	defer st.op.Unlock()
 	s, err := rt.Status(ctx, id)
@@ -190,16 +209,17 @@ func (g *freezeGate) release(ctx context.Context, rt freezer, id, holder string,
 	return nil
 }
 
-// waitThawed returns when nobody holds the instance frozen.
+// waitThawed returns when nobody holds the instance frozen and no save is
+// about to.
 func (g *freezeGate) waitThawed(ctx context.Context, id string) error {
-	return g.waitUntil(ctx, id, func(holders []string) bool { return len(holders) == 0 })
+	return g.waitUntil(ctx, id, func(holders []string, claims int) bool { return len(holders) == 0 && claims == 0 })
 }
 
 // wait returns when no save of this process holds the instance frozen:
 // execs wait out a save's freeze window (well under a second) instead of
 // failing on a frozen task.
 func (g *freezeGate) wait(ctx context.Context, id string) error {
-	return g.waitUntil(ctx, id, func(holders []string) bool {
+	return g.waitUntil(ctx, id, func(holders []string, _ int) bool {
 		for _, h := range holders {
 			if h != holderUser {
 				return false
@@ -209,18 +229,19 @@ func (g *freezeGate) wait(ctx context.Context, id string) error {
 	})
 }
 
-func (g *freezeGate) waitUntil(ctx context.Context, id string, done func(holders []string) bool) error {
+func (g *freezeGate) waitUntil(ctx context.Context, id string, done func(holders []string, claims int) bool) error {
 	for {
 		g.mu.Lock()
 		var (
 			holders []string
+			claims  int
 			changed <-chan struct{}
 		)
 		if st := g.instances[id]; st != nil {
-			holders, changed = slices.Collect(maps.Keys(st.holders)), st.changed
+			holders, claims, changed = slices.Collect(maps.Keys(st.holders)), st.claims, st.changed
 		}
 		g.mu.Unlock()
-		if done(holders) {
+		if done(holders, claims) {
 			return nil
 		}
 		select {

@@ -24,6 +24,10 @@ type fakeFreezer struct {
 	freezes  bool  // a failing Pause still freezes (as a canceled one may)
 	pauses   int
 	resumes  int
+	// resuming, when set, receives once a Resume has begun, which then
+	// waits for a receive from thaw.
+	resuming chan struct{}
+	thaw     chan struct{}
 }
 
 func (f *fakeFreezer) Pause(ctx context.Context, id string) error {
@@ -39,6 +43,10 @@ func (f *fakeFreezer) Pause(ctx context.Context, id string) error {
 }
 
 func (f *fakeFreezer) Resume(ctx context.Context, id string) error {
+	if f.resuming != nil {
+		f.resuming <- struct{}{}
+		<-f.thaw
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.resumes++
@@ -170,6 +178,50 @@ func TestFreezeGateResumeWaitsForSave(t *testing.T) {
 	}
 	assert.False(t, f.isPaused())
 	assert.Equal(t, 1, f.resumes)
+}
+
+// A save that asks to freeze while the user's resume is thawing (it waits
+// for the gate) freezes the task right after: the resume returns only after
+// that save's thaw, never with the task frozen again behind it.
+func TestFreezeGateResumeWaitsForSaveAboutToFreeze(t *testing.T) {
+	ctx := context.Background()
+	var g freezeGate
+	f := &fakeFreezer{resuming: make(chan struct{}), thaw: make(chan struct{})}
+	require.NoError(t, g.hold(ctx, f, "i", holderUser))
+	resumed := make(chan error, 1)
+	go func() {
+		if err := g.release(ctx, f, "i", holderUser, true); err != nil {
+			resumed <- err
+			return
+		}
+		resumed <- g.waitThawed(ctx, "i")
+	}()
+	<-f.resuming // the user's thaw is under way
+	held := make(chan error, 1)
+	go func() { held <- g.hold(ctx, f, "i", saveHolder("op-1")) }()
+	require.Eventually(t, func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.instances["i"].claims == 1
+	}, 10*time.Second, time.Millisecond, "the save asks to freeze")
+	f.thaw <- struct{}{}
+	require.NoError(t, <-held)
+	assert.True(t, f.isPaused(), "frozen for the save")
+	select {
+	case err := <-resumed:
+		t.Fatalf("resume returned during the save's freeze window: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	go func() { <-f.resuming; f.thaw <- struct{}{} }()
+	require.NoError(t, g.release(ctx, f, "i", saveHolder("op-1"), false))
+	select {
+	case err := <-resumed:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("resume did not return after the save's thaw")
+	}
+	assert.False(t, f.isPaused())
+	assert.Equal(t, 2, f.resumes)
 }
 
 func TestFreezeGateCaptureClaim(t *testing.T) {

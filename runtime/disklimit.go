@@ -77,13 +77,6 @@ var mkfsArgs = []string{"-q", "-F", "-t", "ext4", "-T", "default", "-m", "0",
 // rather than have a kernel thread write them in the background.
 var diskMountOptions = []string{"loop", "direct-io", "discard", "noinit_itable"}
 
-func validateDiskBytes(n int64) error {
-	if n < 0 || (n > 0 && n < minDiskBytes) {
-		return fmt.Errorf("disk limit %d bytes: must be 0 (none) or at least %d: %w", n, int64(minDiskBytes), errdefs.ErrInvalidArgument)
-	}
-	return nil
-}
-
 func (r *Runtime) disksDir() string             { return filepath.Join(r.cfg.StateDir, "disks") }
 func (r *Runtime) diskImage(id string) string   { return filepath.Join(r.disksDir(), id+".img") }
 func (r *Runtime) diskRecord(id string) string  { return filepath.Join(r.disksDir(), id+".mnt") }

@@ -19,6 +19,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/envd-dev/envd/internal/errdefs"
 )
 
@@ -201,6 +203,7 @@ func restore(bin string, lines []string) error {
 func (f *firewall) ensureBase() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	defer hostLock()()
 	in, fw, eg, deny := f.chain("IN"), f.chain("FW"), f.chain("EG"), f.chain("DENY")
 	_ = ipt("iptables", "-N", eg) // kept if it exists: it holds running instances' jumps
 	lines := []string{":" + in + " - [0:0]", ":" + fw + " - [0:0]", ":" + deny + " - [0:0]",
@@ -250,44 +253,75 @@ func (f *firewall) ensureBase() error {
 // ensureJumps makes the jumps to IN and FW the first rules of INPUT and
 // FORWARD: other software (the CNI firewall plugin, container engines)
 // inserts ACCEPT rules at the top, and a rule of ours behind them would
-// not be reached. Inserting before deleting leaves no moment without them.
+// not be reached. The old jumps are deleted and the new ones inserted in one
+// iptables-restore batch, so there is no moment without them.
+//
+// Rules are deleted by their specification, never by number: other
+// runtimes on the machine change INPUT and FORWARD concurrently (with the
+// nf_tables backend -w serializes nothing), and a number read a moment ago
+// may by now name another runtime's rule. A batch that no longer matches
+// (a rule listed is gone) fails as a whole and is retried on a new listing.
 func (f *firewall) ensureJumps(bin string) error {
 	want := map[string][]string{
 		"INPUT":   {"-A INPUT -i " + f.bridge + " -j " + f.chain("IN")},
 		"FORWARD": {"-A FORWARD -i " + f.bridge + " -j " + f.chain("FW"), "-A FORWARD -o " + f.bridge + " -j " + f.chain("FW")},
 	}
 	for _, parent := range []string{"INPUT", "FORWARD"} {
-		rules, err := listRules(bin, parent)
+		w := want[parent]
+		var err error
+		for range 3 {
+			var rules []string
+			if rules, err = listRules(bin, parent); err != nil {
+				return err
+			}
+			// Other envd runtimes' jumps (other bridges) may come first.
+			lead := 0
+			for lead < len(rules) && otherRuntimeJump.MatchString(rules[lead]) && !slices.Contains(w, rules[lead]) {
+				lead++
+			}
+			if rest := rules[lead:]; len(rest) >= len(w) && slices.Equal(rest[:len(w)], w) &&
+				!slices.ContainsFunc(rest[len(w):], func(r string) bool { return slices.Contains(w, r) }) {
+				break
+			}
+			var lines []string
+			for _, r := range rules {
+				if slices.Contains(w, r) {
+					lines = append(lines, "-D"+strings.TrimPrefix(r, "-A"))
+				}
+			}
+			for i := len(w) - 1; i >= 0; i-- {
+				lines = append(lines, "-I "+parent+" 1"+strings.TrimPrefix(w[i], "-A "+parent))
+			}
+			if err = restore(bin+"-restore", lines); err == nil {
+				break
+			}
+		}
 		if err != nil {
 			return err
 		}
-		w := want[parent]
-		// Other envd runtimes' jumps (other bridges) may come first.
-		lead := 0
-		for lead < len(rules) && otherRuntimeJump.MatchString(rules[lead]) && !slices.Contains(w, rules[lead]) {
-			lead++
-		}
-		if rest := rules[lead:]; len(rest) >= len(w) && slices.Equal(rest[:len(w)], w) &&
-			!slices.ContainsFunc(rest[len(w):], func(r string) bool { return slices.Contains(w, r) }) {
-			continue
-		}
-		for i := len(w) - 1; i >= 0; i-- {
-			if err := ipt(bin, append([]string{"-I", parent, "1"}, strings.Fields(strings.TrimPrefix(w[i], "-A "+parent+" "))...)...); err != nil {
-				return err
-			}
-		}
-		if rules, err = listRules(bin, parent); err != nil {
-			return err
-		}
-		for i := len(rules) - 1; i >= len(w); i-- {
-			if slices.Contains(w, rules[i]) {
-				if err := ipt(bin, "-D", parent, strconv.Itoa(i+1)); err != nil {
-					return err
-				}
-			}
-		}
 	}
 	return nil
+}
+
+// hostLockPath serializes the firewall changes of every envd runtime on the
+// machine. iptables' own -w does not: with the nf_tables backend (Debian's
+// default) it waits for nothing, and an iptables-restore --noflush that
+// declares and fills a chain while another process changes FORWARD can
+// drop that process's rule (seen with iptables 1.8.9: a concurrent
+// runtime's jump vanished). Software other than envd is not covered.
+const hostLockPath = "/run/envd-firewall.lock"
+
+// hostLock takes the machine-wide firewall lock and returns its release. If
+// the lock file cannot be opened (no /run) it proceeds unlocked: the lock
+// only narrows a race between runtimes, it guards no invariant of one.
+func hostLock() func() {
+	fd, err := unix.Open(hostLockPath, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return func() {}
+	}
+	for unix.Flock(fd, unix.LOCK_EX) == unix.EINTR {
+	}
+	return func() { _ = unix.Close(fd) }
 }
 
 // otherRuntimeJump matches the INPUT/FORWARD jumps of any envd runtime.
@@ -328,6 +362,7 @@ func (f *firewall) apply(ctx context.Context, id string, ip net.IP, pol NetworkP
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	defer hostLock()()
 	if err := f.removeLocked(id); err != nil {
 		return err
 	}
@@ -455,6 +490,7 @@ func (f *firewall) attached(id string) net.IP {
 func (f *firewall) remove(id string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	defer hostLock()()
 	return f.removeLocked(id)
 }
 
@@ -492,17 +528,20 @@ func (f *firewall) removeLocked(id string) error {
 func (f *firewall) destroy() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	defer hostLock()()
 	bins := []string{"iptables"}
 	if _, err := exec.LookPath("ip6tables"); err == nil {
 		bins = append(bins, "ip6tables")
 	}
 	legacy := "ENVD-IN-" + f.bridge
 	for _, bin := range bins {
+		// By specification, not number (see ensureJumps): other runtimes
+		// change INPUT and FORWARD meanwhile.
 		for _, parent := range []string{"INPUT", "FORWARD"} {
 			rules, _ := listRules(bin, parent)
-			for i := len(rules) - 1; i >= 0; i-- {
-				if strings.Contains(rules[i], "-j "+f.prefix) || strings.HasSuffix(rules[i], "-j "+legacy) {
-					_ = ipt(bin, "-D", parent, strconv.Itoa(i+1))
+			for _, r := range rules {
+				if strings.Contains(r, "-j "+f.prefix) || strings.HasSuffix(r, "-j "+legacy) {
+					_ = ipt(bin, strings.Fields("-D"+strings.TrimPrefix(r, "-A"))...)
 				}
 			}
 		}

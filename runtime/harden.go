@@ -141,8 +141,8 @@ func (l Limits) Validate() error {
 		return fmt.Errorf("cpu quota %g: at least 0.01 cores, or 0 for none: %w", l.CPUQuota, errdefs.ErrInvalidArgument)
 	case l.IOWeight != 0 && (l.IOWeight < 10 || l.IOWeight > 1000):
 		return fmt.Errorf("io weight %d: 10-1000, or 0 for the default: %w", l.IOWeight, errdefs.ErrInvalidArgument)
-	case l.DiskBytes < 0:
-		return fmt.Errorf("disk limit %d: %w", l.DiskBytes, errdefs.ErrInvalidArgument)
+	case l.DiskBytes < 0 || (l.DiskBytes > 0 && l.DiskBytes < minDiskBytes):
+		return fmt.Errorf("disk limit %d bytes: at least %d (32 MiB), or 0 for none: %w", l.DiskBytes, int64(minDiskBytes), errdefs.ErrInvalidArgument)
 	}
 	return nil
 }

@@ -103,6 +103,8 @@ func TestInstanceSpecValidate(t *testing.T) {
 		"relative dest":    {ID: "a", Image: "img", Mounts: []Mount{{Source: dir, Destination: "w"}}},
 		"missing source":   {ID: "a", Image: "img", Mounts: []Mount{{Source: dir + "/nope", Destination: "/w"}}},
 		"hostname too odd": {ID: "a", Image: "img", Hostname: "a b"},
+		"disk limit 4 KiB": {ID: "a", Image: "img", Limits: Limits{DiskBytes: 4096}},
+		"negative disk":    {ID: "a", Image: "img", Limits: Limits{DiskBytes: -1}},
 	}
 	for name, s := range bad {
 		t.Run(name, func(t *testing.T) {
@@ -121,13 +123,19 @@ func TestConflist(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal(b, &conf))
 	assert.Equal(t, "envd-x", conf.Name)
-	require.Len(t, conf.Plugins, 2)
+	// One plugin: the bridge. No CNI firewall plugin; the runtime's own
+	// chains (firewall.go) decide every packet of the bridge.
+	require.Len(t, conf.Plugins, 1)
+	for _, p := range conf.Plugins {
+		assert.NotEqual(t, "firewall", p["type"], "the CNI firewall plugin must not be in the conflist")
+	}
 	br := conf.Plugins[0]
 	assert.Equal(t, "bridge", br["type"])
 	assert.Equal(t, "envdtest", br["bridge"])
 	assert.Equal(t, true, br["isGateway"])
 	assert.Equal(t, true, br["ipMasq"])
 	ipam := br["ipam"].(map[string]any)
+	assert.Equal(t, "host-local", ipam["type"])
 	assert.Equal(t, "/s/cni/ipam", ipam["dataDir"], "IPAM state must not be shared across runtimes")
-	assert.Equal(t, "firewall", conf.Plugins[1]["type"])
+	assert.Equal(t, []any{[]any{map[string]any{"subnet": "10.1.2.0/24", "gateway": "10.1.2.1"}}}, ipam["ranges"])
 }
