@@ -169,7 +169,13 @@ func TestRootSaveResumeDuringFreeze(t *testing.T) {
 			require.NoError(t, err)
 			resumeTook := time.Since(resumeStart)
 			assert.Equal(t, envd.StateRunning, resumed.State)
-			assert.Equal(t, "running", taskState(t, a.ID), "the resume returned while the task was still frozen")
+			// The resume took: the task runs again. Not checked at the very
+			// moment the resume returns: a save that asks to freeze only
+			// after it may freeze the task for its window, rightly. The
+			// order itself (a resume waits for a save's thaw) is checked
+			// deterministically by the freeze gate's unit tests.
+			assert.Eventually(t, func() bool { return taskState(t, a.ID) == "running" }, 10*time.Second, 20*time.Millisecond,
+				"the instance stayed frozen after the user's resume")
 			_, res := waitSave(t, op.ID)
 			assert.True(t, res.Current)
 			t.Logf("resume took %s; the save's freeze window %d ms", resumeTook.Round(time.Millisecond), res.FreezeMS)
