@@ -30,8 +30,8 @@ func TestRootLazyRestoreFromS3BackedRegistry(t *testing.T) {
 	// --registry-s3-endpoint` does); node B uses it as its external registry.
 	a, ca := startJoiningNode(t, "node-s3a", &node.Config{Registry: "-", DefaultTTL: time.Hour, PrefetchWindow: -1,
 		RegistryS3: &registry.S3Storage{Endpoint: s3.Endpoint, Bucket: "registry", AccessKey: s3.AccessKey, SecretKey: s3.SecretKey}})
-	joining := &node.Config{Registry: a.RegistryAddr(), DefaultTTL: time.Hour, PrefetchWindow: -1}
-	joining.RegistryCredentialFile, _ = a.RegistryCredentialFiles()
+	aCred, _ := a.RegistryCredentialFiles()
+	joining := &node.Config{Registry: a.RegistryAddr(), RegistryCredentialFile: aCred, DefaultTTL: time.Hour, PrefetchWindow: -1}
 	require.Equal(t, stargz.Name, a.Runtime().LazySnapshotter())
 	_, err := ca.ImportImage(c, "fixture-s3", bytes.NewReader(env.fixtureTar))
 	require.NoError(t, err)

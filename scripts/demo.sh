@@ -86,7 +86,8 @@ step "node 2: fresh containerd, same PostgreSQL and registry; start version $V"
 REG=$(cat "$DATA/registry.addr")
 DSN="host=$DATA/pg/run dbname=envd user=postgres sslmode=disable"
 [ -s "$DATA2/envd.pid" ] && envd down --data-dir "$DATA2" >/dev/null
-start_node "$DATA2" "$DATA2/envd.log" serve --database "$DSN" --registry "$REG"
+start_node "$DATA2" "$DATA2/envd.log" serve --database "$DSN" --registry "$REG" \
+  --registry-credential-file "$DATA/registry-node.credential"
 export ENVD_URL=$(cat "$DATA2/envd.url") ENVD_TOKEN=$(cat "$DATA2/admin.token")
 t0=$(ms)
 I2=$(envctl up "$P" -o json | jq -r .id)
