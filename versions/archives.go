@@ -49,8 +49,10 @@ func collectArchives(rows pgx.Rows, err error) ([]Archive, error) {
 // archive a.Name of the project's volume. With an archive of that name
 // already recorded it fails with ErrAlreadyExists, unless replace: then
 // the record moves to the new key and the replaced key is returned, for the
-// caller to delete its object. ErrNotFound when the project does not exist
-// (also when it was deleted while the archive was written).
+// caller to delete its object. Of concurrent first archives of one name,
+// one is recorded and the others fail with ErrAlreadyExists, replace or
+// not. ErrNotFound when the project does not exist (also when it was
+// deleted while the archive was written).
 func (s *Store) PutArchive(ctx context.Context, a Archive, replace bool) (stored Archive, replaced string, err error) {
 	what := fmt.Sprintf("archive %q of volume %q of project %q", a.Name, a.Volume, a.Project)
 	err = WithTx(ctx, s.db, func(tx pgx.Tx) error {

@@ -2,6 +2,8 @@ package versions_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -126,4 +128,35 @@ func TestArchiveRecords(t *testing.T) {
 	list, err = s.ListArchives(ctx, tenant, "p", "")
 	require.NoError(t, err)
 	assert.Empty(t, list)
+}
+
+// Two archives of one name committed at once: exactly one is recorded, the
+// other is refused with ErrAlreadyExists (its caller deletes its object).
+func TestPutArchiveConcurrentSameName(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	newProject(t, s)
+	const n = 8
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			_, _, errs[i] = s.PutArchive(ctx, versions.Archive{Tenant: tenant, Project: "p", Volume: "work", Name: "same",
+				Key: fmt.Sprintf("volumes/acme/p/work/same/%d.tar.zst", i), SizeBytes: 1}, false)
+		})
+	}
+	wg.Wait()
+	ok := 0
+	for _, err := range errs {
+		if err == nil {
+			ok++
+			continue
+		}
+		assert.ErrorIs(t, err, errdefs.ErrAlreadyExists)
+	}
+	assert.Equal(t, 1, ok)
+	list, err := s.ListArchives(ctx, tenant, "p", "work")
+	require.NoError(t, err)
+	assert.Len(t, list, 1)
 }
