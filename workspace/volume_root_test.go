@@ -40,19 +40,25 @@ func requireRoot(t *testing.T) {
 	}
 }
 
-// loopCount counts attached loop devices (`losetup -a` lines).
+// loopCount counts the attached loop devices (`losetup -a` lines) whose
+// backing file lies in this test's temporary directories: other packages'
+// tests attach and detach loop devices of their own at the same time.
 func loopCount(t *testing.T) int {
 	t.Helper()
 	out, err := exec.Command("losetup", "-a").Output()
 	require.NoError(t, err)
-	s := strings.TrimSpace(string(out))
-	if s == "" {
-		return 0
+	mine := "(" + filepath.Join(os.TempDir(), t.Name())
+	n := 0
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, mine) {
+			n++
+		}
 	}
-	return strings.Count(s, "\n") + 1
+	return n
 }
 
-// noLoopLeak fails the test if it ends with more loop devices than it began.
+// noLoopLeak fails the test if it ends with more of its loop devices than
+// it began with.
 func noLoopLeak(t *testing.T) {
 	before := loopCount(t)
 	t.Cleanup(func() {
