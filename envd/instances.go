@@ -370,7 +370,9 @@ func (s *Service) Exec(ctx context.Context, p Principal, id string, req ExecRequ
 			break
 		}
 		if attempt < 50 {
-			if st, serr := s.rt.Status(ctx, id); serr == nil && st.Task == "paused" {
+			// Refused as paused, or paused now: a save's freeze; the
+			// thaw may come before the look at the task, so both count.
+			if st, serr := s.rt.Status(ctx, id); errors.Is(err, runtime.ErrTaskPaused) || (serr == nil && st.Task == "paused") {
 				select {
 				case <-time.After(100 * time.Millisecond):
 					continue

@@ -695,7 +695,7 @@ func (r *Runtime) exec(ctx context.Context, id string, spec ExecSpec) (int, erro
 	execID := "exec-" + randomHex(8)
 	p, err := t.Exec(ctx, execID, &pspec, cio.NewCreator(opts...))
 	if err != nil {
-		return -1, translate(err, "exec in instance %q", id)
+		return -1, execStartErr(err, "exec in instance %q", id)
 	}
 	cleanup := context.WithoutCancel(ctx)
 	detached := false
@@ -716,7 +716,7 @@ func (r *Runtime) exec(ctx context.Context, id string, spec ExecSpec) (int, erro
 		return -1, translate(err, "exec in instance %q", id)
 	}
 	if err := p.Start(ctx); err != nil {
-		return -1, translate(err, "start %q in instance %q", spec.Args[0], id)
+		return -1, execStartErr(err, "start %q in instance %q", spec.Args[0], id)
 	}
 	// statusC delivers the exit status once and is then closed: only the
 	// wait below may receive from it (a second receiver would take the
@@ -800,6 +800,20 @@ func (r *Runtime) exec(ctx context.Context, id string, spec ExecSpec) (int, erro
 		}
 	}
 	return int(code), nil
+}
+
+// ErrTaskPaused is in the error of an Exec refused because the task was
+// frozen when the process was to start (runc: "cannot exec in a paused
+// state"); nothing ran, so the caller may wait for the thaw and try again.
+// The freeze may already be over when the caller looks at the task.
+var ErrTaskPaused = errors.New("task is paused")
+
+// execStartErr translates an error of making or starting an exec process.
+func execStartErr(err error, format string, args ...any) error {
+	if strings.Contains(err.Error(), "paused state") {
+		return fmt.Errorf(format+": %w: %w", append(args, ErrTaskPaused, errdefs.ErrFailedPrecondition)...)
+	}
+	return translate(err, format, args...)
 }
 
 // activityWriter records when output last arrived.

@@ -139,3 +139,14 @@ func TestConflist(t *testing.T) {
 	assert.Equal(t, "/s/cni/ipam", ipam["dataDir"], "IPAM state must not be shared across runtimes")
 	assert.Equal(t, []any{[]any{map[string]any{"subnet": "10.1.2.0/24", "gateway": "10.1.2.1"}}}, ipam["ranges"])
 }
+
+// An exec refused because the task is frozen is told apart from other
+// failures, so callers wait for the thaw instead of failing.
+func TestExecStartErr(t *testing.T) {
+	paused := execStartErr(errors.New("OCI runtime exec failed: cannot exec in a paused state: unknown"), "exec in instance %q", "i")
+	assert.ErrorIs(t, paused, ErrTaskPaused)
+	assert.ErrorIs(t, paused, errdefs.ErrFailedPrecondition)
+	assert.Contains(t, paused.Error(), `exec in instance "i"`)
+	other := execStartErr(errors.New("no such file"), "exec in instance %q", "i")
+	assert.NotErrorIs(t, other, ErrTaskPaused)
+}
