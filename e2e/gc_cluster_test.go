@@ -30,7 +30,10 @@ import (
 // and not yet committed.
 func TestRootGCTwoNodesRaceSaves(t *testing.T) {
 	c := ctx(t)
-	b, cb := startJoiningNode(t, "node-gc", &node.Config{DefaultTTL: time.Hour, PrefetchWindow: -1})
+	// Both nodes run GCs, so both hold the GC's registry credential (a
+	// joined node without it cannot delete manifests: docs/api.md).
+	_, gcCred := env.node.RegistryCredentialFiles()
+	b, cb := startJoiningNode(t, "node-gc", &node.Config{DefaultTTL: time.Hour, PrefetchWindow: -1, RegistryGCCredentialFile: gcCred})
 	p := newProject(t, "gcrace")
 	nodes := []struct {
 		name string
