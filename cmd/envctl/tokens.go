@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strconv"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/envd-dev/envd/client"
 	"github.com/envd-dev/envd/envd"
 )
 
@@ -76,26 +78,7 @@ A tenant lists and revokes its own tokens with "envctl token ls|revoke".`,
 			return a.emit(ts, func(w io.Writer) { tokenTable(w, ts...) })
 		},
 	}
-	revoke := &cobra.Command{
-		Use:   "revoke ID",
-		Short: "Revoke an API token: it gets 401 from then on",
-		Args:  exactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := tokenIDArg(args[0])
-			if err != nil {
-				return err
-			}
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			t, err := c.RevokeToken(cmd.Context(), id)
-			if err != nil {
-				return err
-			}
-			return a.emit(t, func(w io.Writer) { tokenTable(w, t) })
-		},
-	}
+	revoke := a.revokeTokenCommand("Revoke an API token: it gets 401 from then on", (*client.Client).RevokeToken)
 	token.AddCommand(createCmd, ls, revoke)
 	return token
 }
@@ -118,26 +101,7 @@ func (a *app) ownTokenCommand() *cobra.Command {
 			return a.emit(ts, func(w io.Writer) { tokenTable(w, ts...) })
 		},
 	}
-	revoke := &cobra.Command{
-		Use:   "revoke ID",
-		Short: "Revoke one of your tenant's (non-admin) tokens, the one you use included",
-		Args:  exactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := tokenIDArg(args[0])
-			if err != nil {
-				return err
-			}
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			t, err := c.RevokeOwnToken(cmd.Context(), id)
-			if err != nil {
-				return err
-			}
-			return a.emit(t, func(w io.Writer) { tokenTable(w, t) })
-		},
-	}
+	revoke := a.revokeTokenCommand("Revoke one of your tenant's (non-admin) tokens, the one you use included", (*client.Client).RevokeOwnToken)
 	return group("token", "Your tenant's API tokens", ls, revoke)
 }
 
@@ -164,5 +128,30 @@ func tokenTable(w io.Writer, ts ...envd.TokenInfo) {
 	for _, t := range ts {
 		row(w, t.ID, t.Tenant, yesNo(t.Admin), formatTime(t.CreatedAt), formatTimePtr(t.ExpiresAt),
 			formatTimePtr(t.LastUsedAt), tokenState(t))
+	}
+}
+
+// revokeTokenCommand is `revoke ID` with revoke, the admin's or a tenant's
+// own route.
+func (a *app) revokeTokenCommand(short string, revoke func(*client.Client, context.Context, int64) (envd.TokenInfo, error)) *cobra.Command {
+	return &cobra.Command{
+		Use:   "revoke ID",
+		Short: short,
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := tokenIDArg(args[0])
+			if err != nil {
+				return err
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			t, err := revoke(c, cmd.Context(), id)
+			if err != nil {
+				return err
+			}
+			return a.emit(t, func(w io.Writer) { tokenTable(w, t) })
+		},
 	}
 }
