@@ -4,9 +4,10 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/gin-gonic/gin"
 
-	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/versions"
 )
 
@@ -15,7 +16,7 @@ import (
 // without it, streams are not limited. Admit returns
 // errdefs.ErrResourceExhausted past the limit.
 type Admitter interface {
-	Admit(p envd.Principal, kind string) (release func(), err error)
+	Admit(p types.Principal, kind string) (release func(), err error)
 }
 
 // admit takes a slot of kind for the request's tenant, or answers 429 and

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/coder/websocket"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -25,7 +27,7 @@ type limitedCore struct {
 	lim *limiter.Limiter
 }
 
-func (c limitedCore) Admit(p envd.Principal, kind string) (func(), error) {
+func (c limitedCore) Admit(p types.Principal, kind string) (func(), error) {
 	return c.lim.Acquire(p.Tenant, kind)
 }
 
@@ -61,21 +63,21 @@ func TestExecLimitPerTenant(t *testing.T) {
 	t.Parallel()
 	core, lim, srv := newLimitedServer(t, 1)
 	block := make(chan struct{})
-	core.ExecFunc = func(ctx context.Context, id string, req envd.ExecRequest) (envd.ExecResult, error) {
+	core.ExecFunc = func(ctx context.Context, id string, req types.ExecRequest) (types.ExecResult, error) {
 		switch req.Args[0] {
 		case "block":
 			select {
 			case <-block:
 			case <-ctx.Done():
-				return envd.ExecResult{}, ctx.Err()
+				return types.ExecResult{}, ctx.Err()
 			}
 		case "hang":
 			<-ctx.Done()
-			return envd.ExecResult{}, ctx.Err()
+			return types.ExecResult{}, ctx.Err()
 		case "panic":
 			panic("core exploded")
 		}
-		return envd.ExecResult{Stdout: "ok"}, nil
+		return types.ExecResult{Stdout: "ok"}, nil
 	}
 	exec := func(cmd string) response {
 		return do(t, srv, http.MethodPost, "/v1/instances/i-1/exec", strings.NewReader(`{"args":["`+cmd+`"]}`), nil)
@@ -124,7 +126,7 @@ func TestExecLimitPerTenant(t *testing.T) {
 func TestExecWebSocketLimitPerTenant(t *testing.T) {
 	t.Parallel()
 	core, lim, srv := newLimitedServer(t, 1)
-	core.ExecStreamFunc = func(ctx context.Context, _ string, _ envd.ExecRequest, _ envd.Stdio) (int, error) {
+	core.ExecStreamFunc = func(ctx context.Context, _ string, _ types.ExecRequest, _ types.Stdio) (int, error) {
 		<-ctx.Done()
 		return -1, ctx.Err()
 	}

@@ -19,9 +19,9 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/gin-gonic/gin"
+	"github.com/envd-dev/envd/api/types"
 
-	"github.com/envd-dev/envd/envd"
+	"github.com/gin-gonic/gin"
 )
 
 // Core is what the API needs from envd's service core. *envd.Service
@@ -30,81 +30,81 @@ import (
 type Core interface {
 	// Authenticate returns the principal a bearer token belongs to, or an
 	// error of kind errdefs.ErrUnauthenticated.
-	Authenticate(ctx context.Context, token string) (envd.Principal, error)
-	Info(ctx context.Context) (envd.Info, error)
+	Authenticate(ctx context.Context, token string) (types.Principal, error)
+	Info(ctx context.Context) (types.Info, error)
 	// ImportImage stores a base image from a tar stream (plain or gzip).
-	ImportImage(ctx context.Context, p envd.Principal, name string, tarball io.Reader) (envd.Image, error)
-	ListImages(ctx context.Context, p envd.Principal) ([]envd.Image, error)
+	ImportImage(ctx context.Context, p types.Principal, name string, tarball io.Reader) (types.Image, error)
+	ListImages(ctx context.Context, p types.Principal) ([]types.Image, error)
 	// CreateProject creates a project. A repeated call with the same
 	// non-empty idempotencyKey and request returns the same project; with a
 	// different request it is an errdefs.ErrIdempotencyReuse.
-	CreateProject(ctx context.Context, p envd.Principal, req envd.CreateProjectRequest, idempotencyKey string) (envd.Project, error)
-	ListProjects(ctx context.Context, p envd.Principal) ([]envd.Project, error)
-	GetProject(ctx context.Context, p envd.Principal, name string) (envd.Project, error)
-	DeleteProject(ctx context.Context, p envd.Principal, name string) error
+	CreateProject(ctx context.Context, p types.Principal, req types.CreateProjectRequest, idempotencyKey string) (types.Project, error)
+	ListProjects(ctx context.Context, p types.Principal) ([]types.Project, error)
+	GetProject(ctx context.Context, p types.Principal, name string) (types.Project, error)
+	DeleteProject(ctx context.Context, p types.Principal, name string) error
 	// CreateInstance starts an instance; idempotencyKey as for CreateProject.
-	CreateInstance(ctx context.Context, p envd.Principal, project string, req envd.CreateInstanceRequest, idempotencyKey string) (envd.Instance, error)
+	CreateInstance(ctx context.Context, p types.Principal, project string, req types.CreateInstanceRequest, idempotencyKey string) (types.Instance, error)
 	// Migrate starts an operation of kind "migrate".
-	Migrate(ctx context.Context, p envd.Principal, project string, req envd.MigrateRequest, idempotencyKey string) (envd.Operation, error)
+	Migrate(ctx context.Context, p types.Principal, project string, req types.MigrateRequest, idempotencyKey string) (types.Operation, error)
 	// Build starts an operation of kind "build".
-	Build(ctx context.Context, p envd.Principal, project string, req envd.BuildRequest, idempotencyKey string) (envd.Operation, error)
+	Build(ctx context.Context, p types.Principal, project string, req types.BuildRequest, idempotencyKey string) (types.Operation, error)
 	// SetRetention sets a project's version retention policy.
-	SetRetention(ctx context.Context, p envd.Principal, project string, r envd.Retention) (envd.Project, error)
+	SetRetention(ctx context.Context, p types.Principal, project string, r types.Retention) (types.Project, error)
 	// SetProjectLimits replaces a project's resource limits.
-	SetProjectLimits(ctx context.Context, p envd.Principal, project string, l envd.Limits) (envd.Project, error)
+	SetProjectLimits(ctx context.Context, p types.Principal, project string, l types.Limits) (types.Project, error)
 	// SetProjectNetwork sets a project's network policy (egress, isolation).
-	SetProjectNetwork(ctx context.Context, p envd.Principal, project string, n envd.ProjectNetwork) (envd.Project, error)
+	SetProjectNetwork(ctx context.Context, p types.Principal, project string, n types.ProjectNetwork) (types.Project, error)
 	// SetQuota sets a tenant's quota (admin only).
-	SetQuota(ctx context.Context, p envd.Principal, tenant string, q envd.Quota) (envd.Quota, error)
+	SetQuota(ctx context.Context, p types.Principal, tenant string, q types.Quota) (types.Quota, error)
 	// Usage reports a tenant's usage and quota ("" = the caller's).
-	Usage(ctx context.Context, p envd.Principal, tenant string) (envd.Usage, error)
+	Usage(ctx context.Context, p types.Principal, tenant string) (types.Usage, error)
 	// CreateToken creates an API token of a tenant (admin only).
-	CreateToken(ctx context.Context, p envd.Principal, tenant string, req envd.CreateTokenRequest) (envd.Token, error)
+	CreateToken(ctx context.Context, p types.Principal, tenant string, req types.CreateTokenRequest) (types.Token, error)
 	// GC starts an operation of kind "gc" (admin only).
-	GC(ctx context.Context, p envd.Principal, req envd.GCRequest, idempotencyKey string) (envd.Operation, error)
+	GC(ctx context.Context, p types.Principal, req types.GCRequest, idempotencyKey string) (types.Operation, error)
 	// Restore starts an instance as an operation of kind "restore" (POST
 	// .../instances with Prefer: respond-async).
-	Restore(ctx context.Context, p envd.Principal, project string, req envd.CreateInstanceRequest, idempotencyKey string) (envd.Operation, error)
+	Restore(ctx context.Context, p types.Principal, project string, req types.CreateInstanceRequest, idempotencyKey string) (types.Operation, error)
 	// ListInstances lists the instances of project, of all projects when
 	// project is "".
-	ListInstances(ctx context.Context, p envd.Principal, project string) ([]envd.Instance, error)
-	GetInstance(ctx context.Context, p envd.Principal, id string) (envd.Instance, error)
-	DeleteInstance(ctx context.Context, p envd.Principal, id string) (envd.Instance, error)
+	ListInstances(ctx context.Context, p types.Principal, project string) ([]types.Instance, error)
+	GetInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error)
+	DeleteInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error)
 	// StopInstance, StartInstance, PauseInstance and ResumeInstance move
 	// the instance through its lifecycle; an illegal transition is an
 	// errdefs.ErrFailedPrecondition whose details hold the current "state".
-	StopInstance(ctx context.Context, p envd.Principal, id string) (envd.Instance, error)
-	StartInstance(ctx context.Context, p envd.Principal, id string) (envd.Instance, error)
-	PauseInstance(ctx context.Context, p envd.Principal, id string) (envd.Instance, error)
-	ResumeInstance(ctx context.Context, p envd.Principal, id string) (envd.Instance, error)
+	StopInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error)
+	StartInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error)
+	PauseInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error)
+	ResumeInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error)
 	// RenewInstance sets the instance's expiry to now + ttl ("none": never).
-	RenewInstance(ctx context.Context, p envd.Principal, id, ttl string) (envd.Instance, error)
+	RenewInstance(ctx context.Context, p types.Principal, id, ttl string) (types.Instance, error)
 	// Metrics is the Prometheus text exposition of the node (admin only).
-	Metrics(ctx context.Context, p envd.Principal) (string, error)
-	HibernateInstance(ctx context.Context, p envd.Principal, id string) (envd.Instance, error)
-	ListVolumes(ctx context.Context, p envd.Principal, project string) ([]envd.Volume, error)
-	AddVolume(ctx context.Context, p envd.Principal, project string, req envd.AddVolumeRequest) (envd.Project, error)
-	RemoveVolume(ctx context.Context, p envd.Principal, project, name string) (envd.Project, error)
-	ArchiveVolume(ctx context.Context, p envd.Principal, project, name string, req envd.VolumeArchiveRequest) (envd.VolumeArchive, error)
-	RestoreVolume(ctx context.Context, p envd.Principal, project, name string, req envd.VolumeArchiveRequest) (envd.Volume, error)
-	Exec(ctx context.Context, p envd.Principal, id string, req envd.ExecRequest) (envd.ExecResult, error)
+	Metrics(ctx context.Context, p types.Principal) (string, error)
+	HibernateInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error)
+	ListVolumes(ctx context.Context, p types.Principal, project string) ([]types.Volume, error)
+	AddVolume(ctx context.Context, p types.Principal, project string, req types.AddVolumeRequest) (types.Project, error)
+	RemoveVolume(ctx context.Context, p types.Principal, project, name string) (types.Project, error)
+	ArchiveVolume(ctx context.Context, p types.Principal, project, name string, req types.VolumeArchiveRequest) (types.VolumeArchive, error)
+	RestoreVolume(ctx context.Context, p types.Principal, project, name string, req types.VolumeArchiveRequest) (types.Volume, error)
+	Exec(ctx context.Context, p types.Principal, id string, req types.ExecRequest) (types.ExecResult, error)
 	// ExecStream runs a command with its streams connected to stdio and
 	// returns its exit code when it ends; canceling ctx kills it.
-	ExecStream(ctx context.Context, p envd.Principal, id string, req envd.ExecRequest, stdio envd.Stdio) (int, error)
+	ExecStream(ctx context.Context, p types.Principal, id string, req types.ExecRequest, stdio types.Stdio) (int, error)
 	// Save starts a save operation. A repeated call with the same non-empty
 	// idempotencyKey returns the same operation.
-	Save(ctx context.Context, p envd.Principal, id string, req envd.SaveRequest, idempotencyKey string) (envd.Operation, error)
-	ListVersions(ctx context.Context, p envd.Principal, project string) ([]envd.Version, error)
-	GetVersion(ctx context.Context, p envd.Principal, project string, n int) (envd.Version, error)
+	Save(ctx context.Context, p types.Principal, id string, req types.SaveRequest, idempotencyKey string) (types.Operation, error)
+	ListVersions(ctx context.Context, p types.Principal, project string) ([]types.Version, error)
+	GetVersion(ctx context.Context, p types.Principal, project string, n int) (types.Version, error)
 	// SetCurrent moves the project's current version by compare-and-swap; a
 	// lost swap is an errdefs.ErrConflict.
-	SetCurrent(ctx context.Context, p envd.Principal, project string, req envd.SetCurrentRequest) (envd.Project, error)
-	PinVersion(ctx context.Context, p envd.Principal, project string, n int, pinned bool) (envd.Version, error)
-	GetOperation(ctx context.Context, p envd.Principal, id string) (envd.Operation, error)
-	CancelOperation(ctx context.Context, p envd.Principal, id string) (envd.Operation, error)
+	SetCurrent(ctx context.Context, p types.Principal, project string, req types.SetCurrentRequest) (types.Project, error)
+	PinVersion(ctx context.Context, p types.Principal, project string, n int, pinned bool) (types.Version, error)
+	GetOperation(ctx context.Context, p types.Principal, id string) (types.Operation, error)
+	CancelOperation(ctx context.Context, p types.Principal, id string) (types.Operation, error)
 	// OperationEvents returns the operation's events with Seq > after, in
 	// order.
-	OperationEvents(ctx context.Context, p envd.Principal, id string, after int) ([]envd.Event, error)
+	OperationEvents(ctx context.Context, p types.Principal, id string, after int) ([]types.Event, error)
 
 	// Tenant isolation: tokens (tokens.go) and volume archives (archives.go).
 	TokenCore

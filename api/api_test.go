@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/envd-dev/envd/internal/syncbuf"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -16,13 +15,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/internal/syncbuf"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/envd-dev/envd/api"
 	"github.com/envd-dev/envd/api/apitest"
-	"github.com/envd-dev/envd/envd"
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/errdefs"
 )
 
 func newServer(t *testing.T) (*apitest.Core, *httptest.Server) {
@@ -60,9 +61,9 @@ func do(t *testing.T, srv *httptest.Server, method, path string, body io.Reader,
 }
 
 // errorOf decodes an error body, failing the test when it is not one.
-func errorOf(t *testing.T, r response) api.ErrorDetail {
+func errorOf(t *testing.T, r response) types.ErrorDetail {
 	t.Helper()
-	var body api.ErrorBody
+	var body types.ErrorBody
 	require.NoError(t, json.Unmarshal(r.body, &body), "body %s", r.body)
 	require.NotEmpty(t, body.Error.Code, "body %s", r.body)
 	return body.Error
@@ -107,7 +108,7 @@ func TestAuthentication(t *testing.T) {
 func TestPrincipalReachesCore(t *testing.T) {
 	t.Parallel()
 	core, srv := newServer(t)
-	core.Principal = envd.Principal{Tenant: "acme"}
+	core.Principal = types.Principal{Tenant: "acme"}
 	r := do(t, srv, http.MethodGet, "/v1/projects/web", nil, nil)
 	require.Equal(t, http.StatusOK, r.status)
 	call, ok := core.LastCall("GetProject")
@@ -161,7 +162,7 @@ func TestEmptyBodyIsZeroRequest(t *testing.T) {
 	r := do(t, srv, http.MethodPost, "/v1/projects/p/instances", nil, nil)
 	require.Equal(t, http.StatusCreated, r.status, "body %s", r.body)
 	call, _ := core.LastCall("CreateInstance")
-	assert.Equal(t, []any{"p", envd.CreateInstanceRequest{}, ""}, call.Args)
+	assert.Equal(t, []any{"p", types.CreateInstanceRequest{}, ""}, call.Args)
 }
 
 func TestBadVersionNumbers(t *testing.T) {
@@ -211,7 +212,7 @@ func TestCoreErrorsMapToStatusAndCode(t *testing.T) {
 			t.Parallel()
 			core, srv := newServer(t)
 			err := fmt.Errorf("project %q: %w", "web", tc.kind)
-			core.GetProjectFunc = func(context.Context, string) (envd.Project, error) { return envd.Project{}, err }
+			core.GetProjectFunc = func(context.Context, string) (types.Project, error) { return types.Project{}, err }
 			r := do(t, srv, http.MethodGet, "/v1/projects/web", nil, nil)
 			assert.Equal(t, tc.status, r.status)
 			e := errorOf(t, r)
@@ -232,8 +233,8 @@ func (e quotaError) Details() map[string]any {
 func TestErrorDetails(t *testing.T) {
 	t.Parallel()
 	core, srv := newServer(t)
-	core.SaveFunc = func(context.Context, string, envd.SaveRequest, string) (envd.Operation, error) {
-		return envd.Operation{}, fmt.Errorf("save: %w", quotaError{10, 5})
+	core.SaveFunc = func(context.Context, string, types.SaveRequest, string) (types.Operation, error) {
+		return types.Operation{}, fmt.Errorf("save: %w", quotaError{10, 5})
 	}
 	r := do(t, srv, http.MethodPost, "/v1/instances/i-1/save", nil, nil)
 	assert.Equal(t, http.StatusInsufficientStorage, r.status)
@@ -249,17 +250,17 @@ func TestLifecycleRoutesReachTheCore(t *testing.T) {
 		args             []any
 		state            string
 	}{
-		{"stop", "", "StopInstance", []any{"i-1"}, envd.StateStopped},
-		{"start", "", "StartInstance", []any{"i-1"}, envd.StateRunning},
-		{"pause", "", "PauseInstance", []any{"i-1"}, envd.StatePaused},
-		{"resume", "", "ResumeInstance", []any{"i-1"}, envd.StateRunning},
-		{"renew", `{"ttl": "30m"}`, "RenewInstance", []any{"i-1", "30m"}, envd.StateRunning},
-		{"renew", `{"ttl": "none"}`, "RenewInstance", []any{"i-1", "none"}, envd.StateRunning},
+		{"stop", "", "StopInstance", []any{"i-1"}, types.StateStopped},
+		{"start", "", "StartInstance", []any{"i-1"}, types.StateRunning},
+		{"pause", "", "PauseInstance", []any{"i-1"}, types.StatePaused},
+		{"resume", "", "ResumeInstance", []any{"i-1"}, types.StateRunning},
+		{"renew", `{"ttl": "30m"}`, "RenewInstance", []any{"i-1", "30m"}, types.StateRunning},
+		{"renew", `{"ttl": "none"}`, "RenewInstance", []any{"i-1", "none"}, types.StateRunning},
 	} {
 		t.Run(tc.verb+tc.body, func(t *testing.T) {
 			r := do(t, srv, http.MethodPost, "/v1/instances/i-1/"+tc.verb, strings.NewReader(tc.body), nil)
 			require.Equal(t, http.StatusOK, r.status, "body %s", r.body)
-			var in envd.Instance
+			var in types.Instance
 			require.NoError(t, json.Unmarshal(r.body, &in))
 			assert.Equal(t, "i-1", in.ID)
 			assert.Equal(t, tc.state, in.State)
@@ -270,7 +271,7 @@ func TestLifecycleRoutesReachTheCore(t *testing.T) {
 		})
 	}
 	r := do(t, srv, http.MethodPost, "/v1/instances/i-1/renew", strings.NewReader(`{"ttl": "1h"}`), nil)
-	var in envd.Instance
+	var in types.Instance
 	require.NoError(t, json.Unmarshal(r.body, &in))
 	require.NotNil(t, in.ExpiresAt)
 	assert.Equal(t, apitest.Epoch.Add(time.Hour), in.ExpiresAt.UTC())
@@ -282,11 +283,11 @@ func TestLifecycleRoutesReachTheCore(t *testing.T) {
 func TestIllegalTransitionIs409WithState(t *testing.T) {
 	t.Parallel()
 	core, srv := newServer(t)
-	illegal := func(verb string) func(context.Context, string) (envd.Instance, error) {
-		return func(_ context.Context, id string) (envd.Instance, error) {
-			return envd.Instance{}, errdefs.WithDetails(
+	illegal := func(verb string) func(context.Context, string) (types.Instance, error) {
+		return func(_ context.Context, id string) (types.Instance, error) {
+			return types.Instance{}, errdefs.WithDetails(
 				fmt.Errorf("instance %q is Paused, cannot %s: %w", id, verb, errdefs.ErrFailedPrecondition),
-				map[string]any{"state": envd.StatePaused})
+				map[string]any{"state": types.StatePaused})
 		}
 	}
 	core.PauseInstanceFunc = illegal("pause")
@@ -308,15 +309,15 @@ func TestIdempotencyKeyReachesCreates(t *testing.T) {
 	r := do(t, srv, http.MethodPost, "/v1/projects", strings.NewReader(`{"name":"web","base":"busybox"}`), key)
 	require.Equal(t, http.StatusCreated, r.status, "body %s", r.body)
 	call, _ := core.LastCall("CreateProject")
-	assert.Equal(t, []any{envd.CreateProjectRequest{Name: "web", Base: "busybox"}, "k-1"}, call.Args)
+	assert.Equal(t, []any{types.CreateProjectRequest{Name: "web", Base: "busybox"}, "k-1"}, call.Args)
 
 	r = do(t, srv, http.MethodPost, "/v1/projects/web/instances", strings.NewReader(`{"ttl":"1h"}`), key)
 	require.Equal(t, http.StatusCreated, r.status, "body %s", r.body)
 	call, _ = core.LastCall("CreateInstance")
-	assert.Equal(t, []any{"web", envd.CreateInstanceRequest{TTL: "1h"}, "k-1"}, call.Args)
+	assert.Equal(t, []any{"web", types.CreateInstanceRequest{TTL: "1h"}, "k-1"}, call.Args)
 
-	core.CreateInstanceFunc = func(context.Context, string, envd.CreateInstanceRequest, string) (envd.Instance, error) {
-		return envd.Instance{}, fmt.Errorf("idempotency key %q: %w", "k-1", errdefs.ErrIdempotencyReuse)
+	core.CreateInstanceFunc = func(context.Context, string, types.CreateInstanceRequest, string) (types.Instance, error) {
+		return types.Instance{}, fmt.Errorf("idempotency key %q: %w", "k-1", errdefs.ErrIdempotencyReuse)
 	}
 	r = do(t, srv, http.MethodPost, "/v1/projects/web/instances", strings.NewReader(`{"ttl":"2h"}`), key)
 	assert.Equal(t, http.StatusUnprocessableEntity, r.status)
@@ -329,16 +330,16 @@ func TestSave(t *testing.T) {
 	r := do(t, srv, http.MethodPost, "/v1/instances/i-7/save", strings.NewReader(`{"message": "graphviz", "expected_current": 3}`),
 		map[string]string{"Idempotency-Key": "key-42"})
 	require.Equal(t, http.StatusAccepted, r.status, "body %s", r.body)
-	var op envd.Operation
+	var op types.Operation
 	require.NoError(t, json.Unmarshal(r.body, &op))
 	assert.Equal(t, "save", op.Kind)
-	assert.Equal(t, envd.OpRunning, op.State)
+	assert.Equal(t, types.OpRunning, op.State)
 	assert.Equal(t, "/v1/operations/"+op.ID, r.header.Get("Location"))
 
 	call, ok := core.LastCall("Save")
 	require.True(t, ok)
 	three := 3
-	assert.Equal(t, []any{"i-7", envd.SaveRequest{Message: "graphviz", ExpectedCurrent: &three}, "key-42"}, call.Args)
+	assert.Equal(t, []any{"i-7", types.SaveRequest{Message: "graphviz", ExpectedCurrent: &three}, "key-42"}, call.Args)
 }
 
 // Prefer: respond-async turns starting an instance into a restore
@@ -349,19 +350,19 @@ func TestRestoreAsync(t *testing.T) {
 	r := do(t, srv, http.MethodPost, "/v1/projects/web/instances", strings.NewReader(`{"version": 2, "ttl": "1h"}`),
 		map[string]string{"Prefer": "wait=10, respond-async", "Idempotency-Key": "k-9"})
 	require.Equal(t, http.StatusAccepted, r.status, "body %s", r.body)
-	var op envd.Operation
+	var op types.Operation
 	require.NoError(t, json.Unmarshal(r.body, &op))
 	assert.Equal(t, "restore", op.Kind)
 	assert.Equal(t, "/v1/operations/"+op.ID, r.header.Get("Location"))
 	assert.Equal(t, "respond-async", r.header.Get("Preference-Applied"))
 	call, ok := core.LastCall("Restore")
 	require.True(t, ok)
-	assert.Equal(t, []any{"web", envd.CreateInstanceRequest{Version: 2, TTL: "1h"}, "k-9"}, call.Args)
+	assert.Equal(t, []any{"web", types.CreateInstanceRequest{Version: 2, TTL: "1h"}, "k-9"}, call.Args)
 	_, ok = core.LastCall("CreateInstance")
 	assert.False(t, ok, "no synchronous create")
 
-	core.RestoreFunc = func(_ context.Context, p string, req envd.CreateInstanceRequest, _ string) (envd.Operation, error) {
-		return envd.Operation{}, fmt.Errorf("version %d of project %q: %w", req.Version, p, errdefs.ErrNotFound)
+	core.RestoreFunc = func(_ context.Context, p string, req types.CreateInstanceRequest, _ string) (types.Operation, error) {
+		return types.Operation{}, fmt.Errorf("version %d of project %q: %w", req.Version, p, errdefs.ErrNotFound)
 	}
 	r = do(t, srv, http.MethodPost, "/v1/projects/web/instances", strings.NewReader(`{"version": 9}`),
 		map[string]string{"Prefer": "respond-async"})
@@ -377,8 +378,8 @@ func TestRetentionAndGC(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.status, "body %s", r.body)
 	call, ok := core.LastCall("SetRetention")
 	require.True(t, ok)
-	assert.Equal(t, []any{"web", envd.Retention{KeepLast: 3, KeepNewerThan: "72h"}}, call.Args)
-	var p envd.Project
+	assert.Equal(t, []any{"web", types.Retention{KeepLast: 3, KeepNewerThan: "72h"}}, call.Args)
+	var p types.Project
 	require.NoError(t, json.Unmarshal(r.body, &p))
 	require.NotNil(t, p.Retention)
 	assert.Equal(t, 3, p.Retention.KeepLast)
@@ -388,13 +389,13 @@ func TestRetentionAndGC(t *testing.T) {
 
 	r = do(t, srv, http.MethodPost, "/v1/admin/gc", strings.NewReader(`{"dry_run": true}`), map[string]string{"Idempotency-Key": "gc-1"})
 	require.Equal(t, http.StatusAccepted, r.status, "body %s", r.body)
-	var op envd.Operation
+	var op types.Operation
 	require.NoError(t, json.Unmarshal(r.body, &op))
 	assert.Equal(t, "gc", op.Kind)
 	assert.Equal(t, "/v1/operations/"+op.ID, r.header.Get("Location"))
 	call, ok = core.LastCall("GC")
 	require.True(t, ok)
-	assert.Equal(t, []any{envd.GCRequest{DryRun: true}, "gc-1"}, call.Args)
+	assert.Equal(t, []any{types.GCRequest{DryRun: true}, "gc-1"}, call.Args)
 }
 
 func TestTenantAdminRoutes(t *testing.T) {
@@ -403,12 +404,12 @@ func TestTenantAdminRoutes(t *testing.T) {
 	r := do(t, srv, http.MethodPost, "/v1/admin/tenants/t2/tokens", strings.NewReader(`{}`), nil)
 	require.Equal(t, http.StatusCreated, r.status, "body %s", r.body)
 	call, _ := core.LastCall("CreateToken")
-	assert.Equal(t, []any{"t2", envd.CreateTokenRequest{}}, call.Args)
+	assert.Equal(t, []any{"t2", types.CreateTokenRequest{}}, call.Args)
 
 	r = do(t, srv, http.MethodPut, "/v1/admin/tenants/t2/quota", strings.NewReader(`{"max_instances": 3, "max_ttl": "8h"}`), nil)
 	require.Equal(t, http.StatusOK, r.status, "body %s", r.body)
 	call, _ = core.LastCall("SetQuota")
-	assert.Equal(t, []any{"t2", envd.Quota{MaxInstances: 3, MaxTTL: "8h"}}, call.Args)
+	assert.Equal(t, []any{"t2", types.Quota{MaxInstances: 3, MaxTTL: "8h"}}, call.Args)
 
 	r = do(t, srv, http.MethodGet, "/v1/admin/tenants/t2/usage", nil, nil)
 	require.Equal(t, http.StatusOK, r.status, "body %s", r.body)
@@ -423,8 +424,8 @@ func TestTenantAdminRoutes(t *testing.T) {
 func TestSetCurrentConflict(t *testing.T) {
 	t.Parallel()
 	core, srv := newServer(t)
-	core.SetCurrentFunc = func(_ context.Context, p string, req envd.SetCurrentRequest) (envd.Project, error) {
-		return envd.Project{}, fmt.Errorf("project %q: current is 4, not %d: %w", p, *req.ExpectedCurrent, errdefs.ErrConflict)
+	core.SetCurrentFunc = func(_ context.Context, p string, req types.SetCurrentRequest) (types.Project, error) {
+		return types.Project{}, fmt.Errorf("project %q: current is 4, not %d: %w", p, *req.ExpectedCurrent, errdefs.ErrConflict)
 	}
 	r := do(t, srv, http.MethodPost, "/v1/projects/web/current", strings.NewReader(`{"version": 2, "expected_current": 3}`), nil)
 	assert.Equal(t, http.StatusConflict, r.status)
@@ -442,21 +443,21 @@ func TestRoutesReachTheCore(t *testing.T) {
 	}{
 		{"GET", "/v1/info", "", 200, "Info", nil},
 		{"GET", "/v1/images", "", 200, "ListImages", nil},
-		{"POST", "/v1/projects", `{"name":"web","base":"busybox"}`, 201, "CreateProject", []any{envd.CreateProjectRequest{Name: "web", Base: "busybox"}, ""}},
+		{"POST", "/v1/projects", `{"name":"web","base":"busybox"}`, 201, "CreateProject", []any{types.CreateProjectRequest{Name: "web", Base: "busybox"}, ""}},
 		{"GET", "/v1/projects", "", 200, "ListProjects", nil},
 		{"GET", "/v1/projects/web", "", 200, "GetProject", []any{"web"}},
 		{"DELETE", "/v1/projects/web", "", 204, "DeleteProject", []any{"web"}},
 		{"POST", "/v1/projects/web/instances", `{"version":2,"ttl":"1h","retain":true}`, 201, "CreateInstance",
-			[]any{"web", envd.CreateInstanceRequest{Version: 2, TTL: "1h", Retain: true}, ""}},
+			[]any{"web", types.CreateInstanceRequest{Version: 2, TTL: "1h", Retain: true}, ""}},
 		{"GET", "/v1/projects/web/instances", "", 200, "ListInstances", []any{"web"}},
 		{"GET", "/v1/instances", "", 200, "ListInstances", []any{""}},
 		{"GET", "/v1/instances/i-1", "", 200, "GetInstance", []any{"i-1"}},
 		{"DELETE", "/v1/instances/i-1", "", 200, "DeleteInstance", []any{"i-1"}},
 		{"POST", "/v1/instances/i-1/exec", `{"args":["ls","-l"],"env":["A=1"],"cwd":"/w"}`, 200, "Exec",
-			[]any{"i-1", envd.ExecRequest{Args: []string{"ls", "-l"}, Env: []string{"A=1"}, Cwd: "/w"}}},
+			[]any{"i-1", types.ExecRequest{Args: []string{"ls", "-l"}, Env: []string{"A=1"}, Cwd: "/w"}}},
 		{"GET", "/v1/projects/web/versions", "", 200, "ListVersions", []any{"web"}},
 		{"GET", "/v1/projects/web/versions/3", "", 200, "GetVersion", []any{"web", 3}},
-		{"POST", "/v1/projects/web/current", `{"version":2}`, 200, "SetCurrent", []any{"web", envd.SetCurrentRequest{Version: 2}}},
+		{"POST", "/v1/projects/web/current", `{"version":2}`, 200, "SetCurrent", []any{"web", types.SetCurrentRequest{Version: 2}}},
 		{"POST", "/v1/projects/web/versions/3/pin", "", 200, "PinVersion", []any{"web", 3, true}},
 		{"DELETE", "/v1/projects/web/versions/3/pin", "", 200, "PinVersion", []any{"web", 3, false}},
 	} {
@@ -476,7 +477,7 @@ func TestImportImage(t *testing.T) {
 	big := bytes.Repeat([]byte("x"), 3<<20) // uploads are not held to the JSON limit
 	r := do(t, srv, http.MethodPost, "/v1/images?name=busybox", bytes.NewReader(big), map[string]string{"Content-Type": "application/x-tar"})
 	require.Equal(t, http.StatusCreated, r.status, "body %s", r.body)
-	var img envd.Image
+	var img types.Image
 	require.NoError(t, json.Unmarshal(r.body, &img))
 	assert.Equal(t, "busybox", img.Name)
 	assert.Equal(t, int64(len(big)), img.Size)
@@ -559,7 +560,7 @@ func TestOperationEventStream(t *testing.T) {
 		core.AppendEvent(op.ID, "push", "pushed the layer")
 		time.Sleep(50 * time.Millisecond)
 		core.AppendEvent(op.ID, "commit", "version 2 is current")
-		core.Finish(op.ID, envd.OpSucceeded, envd.SaveResult{Project: "p", Version: 2, Current: true}, nil)
+		core.Finish(op.ID, types.OpSucceeded, types.SaveResult{Project: "p", Version: 2, Current: true}, nil)
 	}()
 	events := readSSE(t, resp.Body) // returns only when the server ends the stream
 
@@ -567,16 +568,16 @@ func TestOperationEventStream(t *testing.T) {
 	for i, typ := range []string{"freeze", "spool", "push", "commit"} {
 		assert.Equal(t, strconv.Itoa(i+1), events[i].id)
 		assert.Equal(t, typ, events[i].typ)
-		var ev envd.Event
+		var ev types.Event
 		require.NoError(t, json.Unmarshal([]byte(events[i].data), &ev))
 		assert.Equal(t, i+1, ev.Seq)
 	}
 	end := events[4]
 	assert.Equal(t, api.SSEEventEnd, end.typ)
 	assert.Empty(t, end.id, "the end event must not move the client's cursor")
-	var final envd.Operation
+	var final types.Operation
 	require.NoError(t, json.Unmarshal([]byte(end.data), &final))
-	assert.Equal(t, envd.OpSucceeded, final.State)
+	assert.Equal(t, types.OpSucceeded, final.State)
 	assert.JSONEq(t, `2`, string(mustField(t, final.Result, "version")))
 }
 
@@ -594,7 +595,7 @@ func TestOperationEventStreamResume(t *testing.T) {
 	for i := 1; i <= 5; i++ {
 		core.AppendEvent(op.ID, "step", fmt.Sprintf("step %d", i))
 	}
-	core.Finish(op.ID, envd.OpFailed, nil, &envd.OpError{Code: "unavailable", Message: "registry down"})
+	core.Finish(op.ID, types.OpFailed, nil, &types.OpError{Code: "unavailable", Message: "registry down"})
 
 	for name, header := range map[string]map[string]string{
 		"Last-Event-ID":            {"Last-Event-ID": "3"},
@@ -640,7 +641,7 @@ func TestOperationEventsAsJSON(t *testing.T) {
 	} {
 		r := do(t, srv, http.MethodGet, "/v1/operations/"+op.ID+tc.path, nil, tc.header)
 		require.Equal(t, http.StatusOK, r.status, "body %s", r.body)
-		var evs []envd.Event
+		var evs []types.Event
 		require.NoError(t, json.Unmarshal(r.body, &evs))
 		require.NotNil(t, evs, "[] not null")
 		seqs := []int{}
@@ -701,9 +702,9 @@ func TestCancelOperation(t *testing.T) {
 	op := core.NewOperation("save", "i-1")
 	r := do(t, srv, http.MethodDelete, "/v1/operations/"+op.ID, nil, nil)
 	require.Equal(t, http.StatusAccepted, r.status)
-	var got envd.Operation
+	var got types.Operation
 	require.NoError(t, json.Unmarshal(r.body, &got))
-	assert.Equal(t, envd.OpCanceled, got.State)
+	assert.Equal(t, types.OpCanceled, got.State)
 }
 
 func TestAccessLog(t *testing.T) {

@@ -4,9 +4,9 @@ import (
 	"context"
 	"net/http"
 
-	"github.com/gin-gonic/gin"
+	"github.com/envd-dev/envd/api/types"
 
-	"github.com/envd-dev/envd/envd"
+	"github.com/gin-gonic/gin"
 )
 
 // ArchiveCore is the part of Core that lists and deletes volume archives
@@ -14,9 +14,9 @@ import (
 type ArchiveCore interface {
 	// ListArchives lists a project's archives, of one volume or of all
 	// (volume "").
-	ListArchives(ctx context.Context, p envd.Principal, project, volume string) ([]envd.VolumeArchive, error)
+	ListArchives(ctx context.Context, p types.Principal, project, volume string) ([]types.VolumeArchive, error)
 	// DeleteArchive deletes archive name of a project's volume.
-	DeleteArchive(ctx context.Context, p envd.Principal, project, volume, name string) (envd.VolumeArchive, error)
+	DeleteArchive(ctx context.Context, p types.Principal, project, volume, name string) (types.VolumeArchive, error)
 }
 
 // listArchives serves GET /projects/:p/archives and

@@ -6,29 +6,30 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/gin-gonic/gin"
 	"github.com/stretchr/testify/require"
 
-	"github.com/envd-dev/envd/envd"
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/errdefs"
 )
 
 // bodyTypes are the JSON request bodies of the API, by route.
 var bodyTypes = []func() any{
-	func() any { return new(envd.CreateProjectRequest) },  // POST /projects
-	func() any { return new(envd.CreateInstanceRequest) }, // POST /projects/:p/instances
-	func() any { return new(envd.ExecRequest) },           // POST /instances/:i/exec
-	func() any { return new(envd.SaveRequest) },           // POST /instances/:i/save
-	func() any { return new(envd.BuildRequest) },          // POST /projects/:p/builds
-	func() any { return new(envd.MigrateRequest) },        // POST /projects/:p/migrations
-	func() any { return new(envd.Quota) },                 // PUT /admin/tenants/:t/quota
-	func() any { return new(envd.Retention) },             // PUT /projects/:p/retention
-	func() any { return new(envd.SetCurrentRequest) },     // POST /projects/:p/current
-	func() any { return new(envd.RenewRequest) },          // POST /instances/:i/renew
-	func() any { return new(envd.AddVolumeRequest) },      // POST /projects/:p/volumes
-	func() any { return new(envd.VolumeArchiveRequest) },  // POST .../archive, .../restore
-	func() any { return new(envd.CreateTokenRequest) },    // POST /admin/tenants/:t/tokens
-	func() any { return new(envd.GCRequest) },             // POST /admin/gc
+	func() any { return new(types.CreateProjectRequest) },  // POST /projects
+	func() any { return new(types.CreateInstanceRequest) }, // POST /projects/:p/instances
+	func() any { return new(types.ExecRequest) },           // POST /instances/:i/exec
+	func() any { return new(types.SaveRequest) },           // POST /instances/:i/save
+	func() any { return new(types.BuildRequest) },          // POST /projects/:p/builds
+	func() any { return new(types.MigrateRequest) },        // POST /projects/:p/migrations
+	func() any { return new(types.Quota) },                 // PUT /admin/tenants/:t/quota
+	func() any { return new(types.Retention) },             // PUT /projects/:p/retention
+	func() any { return new(types.SetCurrentRequest) },     // POST /projects/:p/current
+	func() any { return new(types.RenewRequest) },          // POST /instances/:i/renew
+	func() any { return new(types.AddVolumeRequest) },      // POST /projects/:p/volumes
+	func() any { return new(types.VolumeArchiveRequest) },  // POST .../archive, .../restore
+	func() any { return new(types.CreateTokenRequest) },    // POST /admin/tenants/:t/tokens
+	func() any { return new(types.GCRequest) },             // POST /admin/gc
 }
 
 func decodeBytes(body []byte, dst any) error {

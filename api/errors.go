@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/gin-gonic/gin"
 
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/errdefs"
 )
 
 var (
@@ -14,29 +16,15 @@ var (
 	errInvalidArgument = errdefs.ErrInvalidArgument
 )
 
-// ErrorBody is the JSON body of every error response.
-type ErrorBody struct {
-	Error ErrorDetail `json:"error"`
-}
-
-// ErrorDetail is the error object: a stable code and a human message.
-// Details carries machine-readable numbers when the error offers them (for
-// example a quota's limit and usage).
-type ErrorDetail struct {
-	Code    string         `json:"code"`
-	Message string         `json:"message"`
-	Details map[string]any `json:"details,omitempty"`
-}
-
 // detailer is implemented by errors that carry machine-readable details.
 type detailer interface {
 	Details() map[string]any
 }
 
 // errorResponse is the one place an error becomes an HTTP status and body.
-func errorResponse(err error) (int, ErrorBody) {
+func errorResponse(err error) (int, types.ErrorBody) {
 	status, code := errdefs.HTTPStatus(err), errdefs.Code(err)
-	body := ErrorBody{Error: ErrorDetail{Code: code, Message: err.Error()}}
+	body := types.ErrorBody{Error: types.ErrorDetail{Code: code, Message: err.Error()}}
 	var d detailer
 	if errors.As(err, &d) {
 		body.Error.Details = d.Details()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/envd"
 )
 
@@ -19,14 +20,14 @@ import (
 //
 //	id: <seq>
 //	event: <type>
-//	data: <the envd.Event as JSON>
+//	data: <the types.Event as JSON>
 //
 // The stream starts after the sequence number in the Last-Event-ID header,
 // else after ?after=N, else from the beginning. Once the operation is done
 // and every event was sent, a final event without an id,
 //
 //	event: end
-//	data: <the envd.Operation as JSON>
+//	data: <the types.Operation as JSON>
 //
 // closes the stream. An error while streaming is sent as "event: error" with
 // the usual error body as data. Idle streams get a comment line now and then.
@@ -146,7 +147,7 @@ func wantsEventList(c *gin.Context) bool {
 func writeSSE(c *gin.Context, id, typ string, v any) {
 	data, err := json.Marshal(v)
 	if err != nil {
-		data, _ = json.Marshal(ErrorBody{Error: ErrorDetail{Code: "internal", Message: err.Error()}})
+		data, _ = json.Marshal(types.ErrorBody{Error: types.ErrorDetail{Code: "internal", Message: err.Error()}})
 		typ = SSEEventError
 	}
 	if typ == "" {

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/coder/websocket"
 	"github.com/gin-gonic/gin"
 
@@ -36,35 +38,7 @@ import (
 // Authentication is the usual Authorization header or, for browsers that
 // cannot set headers on a WebSocket, the subprotocol
 // "base64url.bearer.envd.dev.<token, base64url without padding>" offered
-// next to ExecSubprotocol. A client disconnect kills the process.
-const (
-	ExecChannelStdin  = execproto.Stdin
-	ExecChannelStdout = execproto.Stdout
-	ExecChannelStderr = execproto.Stderr
-	ExecChannelResize = execproto.Resize
-	ExecChannelExit   = execproto.Exit
-	ExecChannelEOF    = execproto.EOF
-
-	// ExecSubprotocol is the WebSocket subprotocol of the exec stream; the
-	// server selects it when the client offers it.
-	ExecSubprotocol = execproto.Subprotocol
-	// BearerSubprotocolPrefix starts the subprotocol that carries a bearer
-	// token, base64url-encoded without padding. The server never selects it.
-	BearerSubprotocolPrefix = execproto.BearerPrefix
-
-	// MaxExecMessage is the largest message the server reads.
-	MaxExecMessage = execproto.MaxMessage
-	// execChunk is the most payload the server puts in one output message.
-	execChunk = execproto.Chunk
-)
-
-// ExecExit is the payload of an exit message. Error is set when the exec
-// could not run (the instance is not Running, the command does not exist);
-// ExitCode is then -1.
-type ExecExit struct {
-	ExitCode int          `json:"exit_code"`
-	Error    *ErrorDetail `json:"error,omitempty"`
-}
+// next to execproto.Subprotocol. A client disconnect kills the process.
 
 // Close codes of the exec stream besides the normal 1000: 4000 + the HTTP
 // status of the error in the exit message (4409 for failed_precondition).
@@ -76,7 +50,7 @@ func subprotocolToken(r *http.Request) (string, bool) {
 	for _, h := range r.Header.Values("Sec-WebSocket-Protocol") {
 		for p := range strings.SplitSeq(h, ",") {
 			p = strings.TrimSpace(p)
-			if strings.HasPrefix(p, BearerSubprotocolPrefix) {
+			if strings.HasPrefix(p, execproto.BearerPrefix) {
 				return execproto.BearerToken(p)
 			}
 		}
@@ -85,7 +59,7 @@ func subprotocolToken(r *http.Request) (string, bool) {
 }
 
 func (h *handlers) execWebSocket(c *gin.Context) {
-	req := envd.ExecRequest{Args: c.QueryArray("cmd"), Env: c.QueryArray("env"), Cwd: c.Query("cwd")}
+	req := types.ExecRequest{Args: c.QueryArray("cmd"), Env: c.QueryArray("env"), Cwd: c.Query("cwd")}
 	if len(req.Args) == 0 || req.Args[0] == "" {
 		writeError(c, invalidArgument("query parameter cmd is required, once per argument (?cmd=sh&cmd=-l)"))
 		return
@@ -120,7 +94,7 @@ func (h *handlers) execWebSocket(c *gin.Context) {
 	}
 	defer release()
 	conn, err := websocket.Accept(c.Writer, c.Request, &websocket.AcceptOptions{
-		Subprotocols: []string{ExecSubprotocol},
+		Subprotocols: []string{execproto.Subprotocol},
 		// Any origin may connect: the API authenticates with bearer tokens,
 		// never with cookies, so a foreign page cannot ride on a user's
 		// session (cross-site WebSocket hijacking needs ambient credentials).
@@ -130,7 +104,7 @@ func (h *handlers) execWebSocket(c *gin.Context) {
 		return // Accept has answered the request
 	}
 	defer conn.CloseNow()
-	conn.SetReadLimit(MaxExecMessage)
+	conn.SetReadLimit(execproto.MaxMessage)
 
 	// The session ends when the process exits or the client goes away;
 	// canceling ctx kills the process.
@@ -138,7 +112,7 @@ func (h *handlers) execWebSocket(c *gin.Context) {
 	defer cancel()
 	s := &execSession{conn: conn}
 	stdinR, stdinW := io.Pipe()
-	resize := make(chan envd.TermSize, 1)
+	resize := make(chan types.TermSize, 1)
 	if initial != nil {
 		// Waiting before the exec starts, the size becomes the terminal's
 		// size at creation: the command's first look at it sees it. A
@@ -154,10 +128,10 @@ func (h *handlers) execWebSocket(c *gin.Context) {
 		_ = stdinW.CloseWithError(err)
 		cancel()
 	}()
-	stdio := envd.Stdio{
+	stdio := types.Stdio{
 		Stdin:  stdinR,
-		Stdout: &execWriter{s: s, ctx: ctx, channel: ExecChannelStdout},
-		Stderr: &execWriter{s: s, ctx: ctx, channel: ExecChannelStderr},
+		Stdout: &execWriter{s: s, ctx: ctx, channel: execproto.Stdout},
+		Stderr: &execWriter{s: s, ctx: ctx, channel: execproto.Stderr},
 		TTY:    tty,
 	}
 	if tty {
@@ -166,11 +140,11 @@ func (h *handlers) execWebSocket(c *gin.Context) {
 	code, err := h.core.ExecStream(ctx, principal(c), c.Param("i"), req, stdio)
 	_ = stdinR.CloseWithError(io.ErrClosedPipe) // unblock a reader stuck on a pipe write
 
-	exit := ExecExit{ExitCode: code}
+	exit := types.ExecExit{ExitCode: code}
 	closeCode, reason := websocket.StatusNormalClosure, ""
 	if err != nil {
 		status, body := errorResponse(err)
-		exit = ExecExit{ExitCode: -1, Error: &body.Error}
+		exit = types.ExecExit{ExitCode: -1, Error: &body.Error}
 		closeCode, reason = websocket.StatusCode(execCloseErrorBase+status), body.Error.Code
 	}
 	select {
@@ -181,7 +155,7 @@ func (h *handlers) execWebSocket(c *gin.Context) {
 	b, _ := json.Marshal(exit)
 	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer wcancel()
-	if err := s.write(wctx, ExecChannelExit, b); err != nil {
+	if err := s.write(wctx, execproto.Exit, b); err != nil {
 		return
 	}
 	// Close waits for the client's close frame, which the read loop sees.
@@ -207,7 +181,7 @@ func (s *execSession) write(ctx context.Context, channel byte, payload []byte) e
 // readLoop reads client messages until the connection closes, and returns
 // why it did: stdin goes to stdin, sizes to resize (the newest replacing
 // one not yet taken).
-func (s *execSession) readLoop(ctx context.Context, stdin *io.PipeWriter, resize chan envd.TermSize) error {
+func (s *execSession) readLoop(ctx context.Context, stdin *io.PipeWriter, resize chan types.TermSize) error {
 	// Reads use a context that is never canceled: canceling a read closes
 	// the connection, and the exit message still has to go out.
 	rctx := context.WithoutCancel(ctx)
@@ -224,7 +198,7 @@ func (s *execSession) readLoop(ctx context.Context, stdin *io.PipeWriter, resize
 		}
 		payload := msg[1:]
 		switch msg[0] {
-		case ExecChannelStdin:
+		case execproto.Stdin:
 			if len(payload) == 0 {
 				continue
 			}
@@ -233,10 +207,10 @@ func (s *execSession) readLoop(ctx context.Context, stdin *io.PipeWriter, resize
 				// resizes and the close handshake are still seen.
 				continue
 			}
-		case ExecChannelEOF:
+		case execproto.EOF:
 			_ = stdin.Close()
-		case ExecChannelResize:
-			var sz envd.TermSize
+		case execproto.Resize:
+			var sz types.TermSize
 			if err := json.Unmarshal(payload, &sz); err != nil || sz.Cols == 0 || sz.Rows == 0 {
 				continue // a bad size is ignored, not fatal
 			}
@@ -267,7 +241,7 @@ type execWriter struct {
 func (w *execWriter) Write(p []byte) (int, error) {
 	n := 0
 	for len(p) > 0 {
-		chunk := p[:min(len(p), execChunk)]
+		chunk := p[:min(len(p), execproto.Chunk)]
 		if err := w.s.write(w.ctx, w.channel, chunk); err != nil {
 			return n, fmt.Errorf("exec stream: %w", err)
 		}
@@ -278,7 +252,7 @@ func (w *execWriter) Write(p []byte) (int, error) {
 }
 
 // initialSize parses the cols and rows query parameters: both or neither.
-func initialSize(cols, rows string) (*envd.TermSize, error) {
+func initialSize(cols, rows string) (*types.TermSize, error) {
 	if cols == "" && rows == "" {
 		return nil, nil
 	}
@@ -287,5 +261,5 @@ func initialSize(cols, rows string) (*envd.TermSize, error) {
 	if cerr != nil || rerr != nil || c == 0 || r == 0 {
 		return nil, invalidArgument("query parameters cols %q and rows %q: both are needed, each from 1 to 65535", cols, rows)
 	}
-	return &envd.TermSize{Cols: uint16(c), Rows: uint16(r)}, nil
+	return &types.TermSize{Cols: uint16(c), Rows: uint16(r)}, nil
 }

@@ -13,14 +13,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envd-dev/envd/api/execproto"
+
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/coder/websocket"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/envd-dev/envd/api"
 	"github.com/envd-dev/envd/api/apitest"
-	"github.com/envd-dev/envd/envd"
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/errdefs"
 )
 
 // wsClient speaks the exec stream's protocol, message by message.
@@ -37,7 +39,7 @@ func dialExec(t *testing.T, srv *httptest.Server, query string, opts *websocket.
 		opts = &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + apitest.Token}}}
 	}
 	if opts.Subprotocols == nil {
-		opts.Subprotocols = []string{api.ExecSubprotocol}
+		opts.Subprotocols = []string{execproto.Subprotocol}
 	}
 	u := "ws" + strings.TrimPrefix(srv.URL, "http") + "/v1/instances/i-1/exec/ws?" + query
 	conn, resp, err := websocket.Dial(ctx, u, opts)
@@ -57,7 +59,7 @@ func (c *wsClient) send(channel byte, payload string) {
 
 // readUntilExit collects output per channel until the exit message, and
 // returns it with the close status that follows.
-func (c *wsClient) readUntilExit() (map[byte]string, api.ExecExit, websocket.StatusCode) {
+func (c *wsClient) readUntilExit() (map[byte]string, types.ExecExit, websocket.StatusCode) {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -67,8 +69,8 @@ func (c *wsClient) readUntilExit() (map[byte]string, api.ExecExit, websocket.Sta
 		require.NoError(c.t, err)
 		require.Equal(c.t, websocket.MessageBinary, typ)
 		require.NotEmpty(c.t, msg)
-		if msg[0] == api.ExecChannelExit {
-			var exit api.ExecExit
+		if msg[0] == execproto.Exit {
+			var exit types.ExecExit
 			require.NoError(c.t, json.Unmarshal(msg[1:], &exit), "%s", msg[1:])
 			_, _, err := c.conn.Read(ctx)
 			return out, exit, websocket.CloseStatus(err)
@@ -80,7 +82,7 @@ func (c *wsClient) readUntilExit() (map[byte]string, api.ExecExit, websocket.Sta
 func TestExecWebSocketEchoAndExitCode(t *testing.T) {
 	t.Parallel()
 	core, srv := newServer(t)
-	core.ExecStreamFunc = func(_ context.Context, _ string, _ envd.ExecRequest, stdio envd.Stdio) (int, error) {
+	core.ExecStreamFunc = func(_ context.Context, _ string, _ types.ExecRequest, stdio types.Stdio) (int, error) {
 		b, err := io.ReadAll(stdio.Stdin)
 		if err != nil {
 			return -1, err
@@ -91,19 +93,19 @@ func TestExecWebSocketEchoAndExitCode(t *testing.T) {
 	}
 	c, resp, err := dialExec(t, srv, "cmd=sh&cmd=-c&cmd=cat&env=A=1&env=B=2&cwd=/w", nil)
 	require.NoError(t, err)
-	assert.Equal(t, api.ExecSubprotocol, resp.Header.Get("Sec-WebSocket-Protocol"))
-	c.send(api.ExecChannelStdin, "hello ")
-	c.send(api.ExecChannelStdin, "world")
-	c.send(api.ExecChannelEOF, "")
+	assert.Equal(t, execproto.Subprotocol, resp.Header.Get("Sec-WebSocket-Protocol"))
+	c.send(execproto.Stdin, "hello ")
+	c.send(execproto.Stdin, "world")
+	c.send(execproto.EOF, "")
 	out, exit, status := c.readUntilExit()
-	assert.Equal(t, "out:hello world", out[api.ExecChannelStdout])
-	assert.Equal(t, "err:11", out[api.ExecChannelStderr])
-	assert.Equal(t, api.ExecExit{ExitCode: 7}, exit)
+	assert.Equal(t, "out:hello world", out[execproto.Stdout])
+	assert.Equal(t, "err:11", out[execproto.Stderr])
+	assert.Equal(t, types.ExecExit{ExitCode: 7}, exit)
 	assert.Equal(t, websocket.StatusNormalClosure, status)
 
 	call, ok := core.LastCall("ExecStream")
 	require.True(t, ok)
-	assert.Equal(t, []any{"i-1", envd.ExecRequest{Args: []string{"sh", "-c", "cat"}, Env: []string{"A=1", "B=2"}, Cwd: "/w"}, false}, call.Args)
+	assert.Equal(t, []any{"i-1", types.ExecRequest{Args: []string{"sh", "-c", "cat"}, Env: []string{"A=1", "B=2"}, Cwd: "/w"}, false}, call.Args)
 	assert.Equal(t, "t1", call.Principal.Tenant)
 }
 
@@ -112,19 +114,19 @@ func TestExecWebSocketTTYResize(t *testing.T) {
 	core, srv := newServer(t) // the default fake echoes stdin and records sizes
 	c, _, err := dialExec(t, srv, "cmd=bash&cmd=-l&tty=1", nil)
 	require.NoError(t, err)
-	c.send(api.ExecChannelResize, `{"cols": 100, "rows": 40}`)
-	c.send(api.ExecChannelResize, `not json`) // ignored
-	c.send(api.ExecChannelStdin, "echo hi\r")
+	c.send(execproto.Resize, `{"cols": 100, "rows": 40}`)
+	c.send(execproto.Resize, `not json`) // ignored
+	c.send(execproto.Stdin, "echo hi\r")
 	require.Eventually(t, func() bool { return len(core.Sizes()) == 1 }, 5*time.Second, 5*time.Millisecond)
-	c.send(api.ExecChannelResize, `{"cols": 120, "rows": 50}`)
+	c.send(execproto.Resize, `{"cols": 120, "rows": 50}`)
 	require.Eventually(t, func() bool { return len(core.Sizes()) == 2 }, 5*time.Second, 5*time.Millisecond)
-	c.send(api.ExecChannelEOF, "")
+	c.send(execproto.EOF, "")
 	out, exit, _ := c.readUntilExit()
-	assert.Equal(t, "echo hi\r", out[api.ExecChannelStdout])
+	assert.Equal(t, "echo hi\r", out[execproto.Stdout])
 	assert.Equal(t, 0, exit.ExitCode)
-	assert.Equal(t, []envd.TermSize{{Cols: 100, Rows: 40}, {Cols: 120, Rows: 50}}, core.Sizes())
+	assert.Equal(t, []types.TermSize{{Cols: 100, Rows: 40}, {Cols: 120, Rows: 50}}, core.Sizes())
 	call, _ := core.LastCall("ExecStream")
-	assert.Equal(t, []any{"i-1", envd.ExecRequest{Args: []string{"bash", "-l"}}, true}, call.Args)
+	assert.Equal(t, []any{"i-1", types.ExecRequest{Args: []string{"bash", "-l"}}, true}, call.Args)
 }
 
 // The size in the URL is waiting on Resize when the core is called, so the
@@ -137,13 +139,13 @@ func TestExecWebSocketInitialSize(t *testing.T) {
 	require.NoError(t, err)
 	_, exit, _ := c.readUntilExit()
 	assert.Equal(t, 0, exit.ExitCode)
-	assert.Equal(t, envd.TermSize{Cols: 100, Rows: 40}, <-atStart)
+	assert.Equal(t, types.TermSize{Cols: 100, Rows: 40}, <-atStart)
 }
 
 func TestExecWebSocketCoreError(t *testing.T) {
 	t.Parallel()
 	core, srv := newServer(t)
-	core.ExecStreamFunc = func(_ context.Context, id string, _ envd.ExecRequest, _ envd.Stdio) (int, error) {
+	core.ExecStreamFunc = func(_ context.Context, id string, _ types.ExecRequest, _ types.Stdio) (int, error) {
 		return -1, errdefs.WithDetails(fmt.Errorf("instance %q is Stopped, exec needs Running: %w", id, errdefs.ErrFailedPrecondition),
 			map[string]any{"state": "Stopped"})
 	}
@@ -165,7 +167,7 @@ func TestExecWebSocketDisconnectKillsTheProcess(t *testing.T) {
 		ctxErr error
 	)
 	ended := make(chan struct{})
-	core.ExecStreamFunc = func(ctx context.Context, _ string, _ envd.ExecRequest, _ envd.Stdio) (int, error) {
+	core.ExecStreamFunc = func(ctx context.Context, _ string, _ types.ExecRequest, _ types.Stdio) (int, error) {
 		defer close(ended)
 		<-ctx.Done()
 		mu.Lock()
@@ -193,14 +195,14 @@ func TestExecWebSocketAuthAndArguments(t *testing.T) {
 	// Browsers carry the token in a subprotocol.
 	tok := base64.RawURLEncoding.EncodeToString([]byte(apitest.Token))
 	c, resp, err := dialExec(t, srv, "cmd=cat", &websocket.DialOptions{
-		Subprotocols: []string{api.ExecSubprotocol, api.BearerSubprotocolPrefix + tok},
+		Subprotocols: []string{execproto.Subprotocol, execproto.BearerPrefix + tok},
 	})
 	require.NoError(t, err)
-	assert.Equal(t, api.ExecSubprotocol, resp.Header.Get("Sec-WebSocket-Protocol"), "the token protocol is never selected")
-	c.send(api.ExecChannelStdin, "x")
-	c.send(api.ExecChannelEOF, "")
+	assert.Equal(t, execproto.Subprotocol, resp.Header.Get("Sec-WebSocket-Protocol"), "the token protocol is never selected")
+	c.send(execproto.Stdin, "x")
+	c.send(execproto.EOF, "")
 	out, exit, _ := c.readUntilExit()
-	assert.Equal(t, "x", out[api.ExecChannelStdout])
+	assert.Equal(t, "x", out[execproto.Stdout])
 	assert.Equal(t, 0, exit.ExitCode)
 
 	for _, tc := range []struct {
@@ -210,7 +212,7 @@ func TestExecWebSocketAuthAndArguments(t *testing.T) {
 	}{
 		{"no token", "cmd=cat", &websocket.DialOptions{}, http.StatusUnauthorized},
 		{"wrong token", "cmd=cat", &websocket.DialOptions{
-			Subprotocols: []string{api.ExecSubprotocol, api.BearerSubprotocolPrefix + base64.RawURLEncoding.EncodeToString([]byte("nope"))},
+			Subprotocols: []string{execproto.Subprotocol, execproto.BearerPrefix + base64.RawURLEncoding.EncodeToString([]byte("nope"))},
 		}, http.StatusUnauthorized},
 		{"no command", "tty=1", nil, http.StatusBadRequest},
 		{"bad tty", "cmd=cat&tty=yes", nil, http.StatusBadRequest},

@@ -11,10 +11,12 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/gin-gonic/gin"
 
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/envd"
-	"github.com/envd-dev/envd/internal/errdefs"
 )
 
 type handlers struct {
@@ -58,9 +60,9 @@ func bearerToken(header string) (string, bool) {
 	return token, token != ""
 }
 
-func principal(c *gin.Context) envd.Principal {
+func principal(c *gin.Context) types.Principal {
 	p, _ := c.Get(principalKey)
-	pr, _ := p.(envd.Principal)
+	pr, _ := p.(types.Principal)
 	return pr
 }
 
@@ -179,7 +181,7 @@ func (h *handlers) listImages(c *gin.Context) {
 }
 
 func (h *handlers) createProject(c *gin.Context) {
-	var req envd.CreateProjectRequest
+	var req types.CreateProjectRequest
 	if err := decodeJSON(c, &req); err != nil {
 		writeError(c, err)
 		return
@@ -207,7 +209,7 @@ func (h *handlers) deleteProject(c *gin.Context) {
 }
 
 func (h *handlers) createInstance(c *gin.Context) {
-	var req envd.CreateInstanceRequest
+	var req types.CreateInstanceRequest
 	if err := decodeJSON(c, &req); err != nil {
 		writeError(c, err)
 		return
@@ -239,7 +241,7 @@ func respondAsync(c *gin.Context) bool {
 }
 
 // accepted answers a started operation: 202 with a Location to follow it.
-func accepted(c *gin.Context, op envd.Operation, err error) {
+func accepted(c *gin.Context, op types.Operation, err error) {
 	if err == nil {
 		c.Header("Location", "/v1/operations/"+op.ID)
 	}
@@ -264,7 +266,7 @@ func (h *handlers) deleteInstance(c *gin.Context) {
 
 // instanceVerb serves a lifecycle verb without a body (stop, start, pause,
 // resume).
-func (h *handlers) instanceVerb(verb func(ctx context.Context, p envd.Principal, id string) (envd.Instance, error)) gin.HandlerFunc {
+func (h *handlers) instanceVerb(verb func(ctx context.Context, p types.Principal, id string) (types.Instance, error)) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		v, err := verb(c.Request.Context(), principal(c), c.Param("i"))
 		respond(c, http.StatusOK, v, err)
@@ -272,7 +274,7 @@ func (h *handlers) instanceVerb(verb func(ctx context.Context, p envd.Principal,
 }
 
 func (h *handlers) renew(c *gin.Context) {
-	var req envd.RenewRequest
+	var req types.RenewRequest
 	if err := decodeJSON(c, &req); err != nil {
 		writeError(c, err)
 		return
@@ -282,7 +284,7 @@ func (h *handlers) renew(c *gin.Context) {
 }
 
 func (h *handlers) exec(c *gin.Context) {
-	var req envd.ExecRequest
+	var req types.ExecRequest
 	if err := decodeJSON(c, &req); err != nil {
 		writeError(c, err)
 		return
@@ -303,7 +305,7 @@ func (h *handlers) exec(c *gin.Context) {
 const IdempotencyKeyHeader = "Idempotency-Key"
 
 func (h *handlers) save(c *gin.Context) {
-	var req envd.SaveRequest
+	var req types.SaveRequest
 	if err := decodeJSON(c, &req); err != nil {
 		writeError(c, err)
 		return
@@ -313,7 +315,7 @@ func (h *handlers) save(c *gin.Context) {
 }
 
 func (h *handlers) setRetention(c *gin.Context) {
-	var req envd.Retention
+	var req types.Retention
 	if err := decodeJSON(c, &req); err != nil {
 		writeError(c, err)
 		return
@@ -323,7 +325,7 @@ func (h *handlers) setRetention(c *gin.Context) {
 }
 
 func (h *handlers) build(c *gin.Context) {
-	var req envd.BuildRequest
+	var req types.BuildRequest
 	if err := decodeJSON(c, &req); err != nil {
 		writeError(c, err)
 		return
@@ -333,7 +335,7 @@ func (h *handlers) build(c *gin.Context) {
 }
 
 func (h *handlers) migrate(c *gin.Context) {
-	var req envd.MigrateRequest
+	var req types.MigrateRequest
 	if err := decodeJSON(c, &req); err != nil {
 		writeError(c, err)
 		return
@@ -343,7 +345,7 @@ func (h *handlers) migrate(c *gin.Context) {
 }
 
 func (h *handlers) createToken(c *gin.Context) {
-	var req envd.CreateTokenRequest
+	var req types.CreateTokenRequest
 	if err := decodeJSON(c, &req); err != nil {
 		writeError(c, err)
 		return
@@ -353,7 +355,7 @@ func (h *handlers) createToken(c *gin.Context) {
 }
 
 func (h *handlers) setQuota(c *gin.Context) {
-	var req envd.Quota
+	var req types.Quota
 	if err := decodeJSON(c, &req); err != nil {
 		writeError(c, err)
 		return
@@ -369,7 +371,7 @@ func (h *handlers) usage(c *gin.Context) {
 }
 
 func (h *handlers) gc(c *gin.Context) {
-	var req envd.GCRequest
+	var req types.GCRequest
 	if err := decodeJSON(c, &req); err != nil {
 		writeError(c, err)
 		return
@@ -394,7 +396,7 @@ func (h *handlers) getVersion(c *gin.Context) {
 }
 
 func (h *handlers) setCurrent(c *gin.Context) {
-	var req envd.SetCurrentRequest
+	var req types.SetCurrentRequest
 	if err := decodeJSON(c, &req); err != nil {
 		writeError(c, err)
 		return
@@ -431,7 +433,7 @@ func (h *handlers) listVolumes(c *gin.Context) {
 }
 
 func (h *handlers) addVolume(c *gin.Context) {
-	var req envd.AddVolumeRequest
+	var req types.AddVolumeRequest
 	if err := decodeJSON(c, &req); err != nil {
 		writeError(c, err)
 		return
@@ -446,7 +448,7 @@ func (h *handlers) removeVolume(c *gin.Context) {
 }
 
 func (h *handlers) archiveVolume(c *gin.Context) {
-	var req envd.VolumeArchiveRequest
+	var req types.VolumeArchiveRequest
 	if err := decodeJSON(c, &req); err != nil {
 		writeError(c, err)
 		return
@@ -456,7 +458,7 @@ func (h *handlers) archiveVolume(c *gin.Context) {
 }
 
 func (h *handlers) restoreVolume(c *gin.Context) {
-	var req envd.VolumeArchiveRequest
+	var req types.VolumeArchiveRequest
 	if err := decodeJSON(c, &req); err != nil {
 		writeError(c, err)
 		return

@@ -3,13 +3,13 @@ package api
 import (
 	"net/http"
 
-	"github.com/gin-gonic/gin"
+	"github.com/envd-dev/envd/api/types"
 
-	"github.com/envd-dev/envd/envd"
+	"github.com/gin-gonic/gin"
 )
 
 func (h *handlers) setProjectLimits(c *gin.Context) {
-	var req envd.Limits
+	var req types.Limits
 	if err := decodeJSON(c, &req); err != nil {
 		writeError(c, err)
 		return

@@ -3,13 +3,13 @@ package api
 import (
 	"net/http"
 
-	"github.com/gin-gonic/gin"
+	"github.com/envd-dev/envd/api/types"
 
-	"github.com/envd-dev/envd/envd"
+	"github.com/gin-gonic/gin"
 )
 
 func (h *handlers) setProjectNetwork(c *gin.Context) {
-	var req envd.ProjectNetwork
+	var req types.ProjectNetwork
 	if err := decodeJSON(c, &req); err != nil {
 		writeError(c, err)
 		return

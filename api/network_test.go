@@ -6,10 +6,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/envd-dev/envd/envd"
 )
 
 func TestSetProjectNetwork(t *testing.T) {
@@ -19,8 +19,8 @@ func TestSetProjectNetwork(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.status, "body %s", r.body)
 	call, ok := core.LastCall("SetProjectNetwork")
 	require.True(t, ok)
-	assert.Equal(t, []any{"web", envd.ProjectNetwork{Egress: "allow:10.0.0.0/8,example.org", IsolateInstances: true}}, call.Args)
-	var p envd.Project
+	assert.Equal(t, []any{"web", types.ProjectNetwork{Egress: "allow:10.0.0.0/8,example.org", IsolateInstances: true}}, call.Args)
+	var p types.Project
 	require.NoError(t, json.Unmarshal(r.body, &p))
 	assert.Equal(t, "allow:10.0.0.0/8,example.org", p.Egress)
 	assert.True(t, p.IsolateInstances)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/envd-dev/envd/api"
 	"github.com/envd-dev/envd/api/apitest"
+	"github.com/envd-dev/envd/api/types"
 )
 
 // FuzzRoutes sends arbitrary methods, paths, headers and bodies through the
@@ -62,7 +63,7 @@ func FuzzRoutes(f *testing.F) {
 		h.ServeHTTP(rec, req)
 		require.Less(t, rec.Code, 500, "%s %s: %s", method, target, rec.Body)
 		if rec.Code >= 400 {
-			var e api.ErrorBody
+			var e types.ErrorBody
 			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &e), "%s %s: %s", method, target, rec.Body)
 			require.NotEmpty(t, e.Error.Code)
 		}

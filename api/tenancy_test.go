@@ -4,10 +4,10 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/envd-dev/envd/envd"
 )
 
 // The token and archive routes: /v1/admin/... needs an admin token before
@@ -43,7 +43,7 @@ func TestTokenAndArchiveRoutes(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			core, srv := newServer(t)
-			core.Principal = envd.Principal{Tenant: "t1", Admin: tt.admin}
+			core.Principal = types.Principal{Tenant: "t1", Admin: tt.admin}
 			r := do(t, srv, tt.method, tt.path, nil, nil)
 			require.Equal(t, tt.wantStatus, r.status, "body %s", r.body)
 			if tt.wantCode != "" {

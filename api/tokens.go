@@ -6,20 +6,21 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/gin-gonic/gin"
 
-	"github.com/envd-dev/envd/envd"
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/errdefs"
 )
 
 // TokenCore is the part of Core that lists and revokes API tokens.
 type TokenCore interface {
 	// ListTokens lists tokens without the tokens: an admin's of tenant (""
 	// = every tenant), anyone else's of its own tenant.
-	ListTokens(ctx context.Context, p envd.Principal, tenant string) ([]envd.TokenInfo, error)
+	ListTokens(ctx context.Context, p types.Principal, tenant string) ([]types.TokenInfo, error)
 	// RevokeToken revokes token id; another tenant's id is not found for
 	// a non-admin.
-	RevokeToken(ctx context.Context, p envd.Principal, id int64) (envd.TokenInfo, error)
+	RevokeToken(ctx context.Context, p types.Principal, id int64) (types.TokenInfo, error)
 }
 
 // listTokens serves GET /admin/tokens[?tenant=T], /admin/tenants/:t/tokens

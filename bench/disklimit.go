@@ -10,8 +10,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/envd-dev/envd/api/types"
+
 	envdclient "github.com/envd-dev/envd/client"
-	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/envd/node"
 )
 
@@ -35,7 +36,7 @@ func runDiskLimit(ctx context.Context, b *bed, out io.Writer) (rErr error) {
 
 	dir := filepath.Join(b.dir, "disk-limited")
 	ln, err := node.Start(ctx, node.Config{DataDir: dir, DSN: b.primary.DSN(), Registry: b.primary.RegistryAddr(),
-		DefaultTTL: 2 * time.Hour, Logger: b.log, DefaultLimits: envd.Limits{DiskBytes: benchDiskLimit}})
+		DefaultTTL: 2 * time.Hour, Logger: b.log, DefaultLimits: types.Limits{DiskBytes: benchDiskLimit}})
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
 		defer cancel()
@@ -59,20 +60,20 @@ func runDiskLimit(ctx context.Context, b *bed, out io.Writer) (rErr error) {
 		c       *envdclient.Client
 		project string
 		id      string
-		saves   []envd.SaveResult
-		limits  envd.Limits
+		saves   []types.SaveResult
+		limits  types.Limits
 		rr      []restoreRun
 		genOut  string
 	}
 	vs := []*variant{
 		{name: "plain upper dir", c: b.c, project: "dl-plain"},
-		{name: "ext4 image (10 GiB limit)", c: lc, project: "dl-image", limits: envd.Limits{DiskBytes: benchDiskLimit}},
+		{name: "ext4 image (10 GiB limit)", c: lc, project: "dl-image", limits: types.Limits{DiskBytes: benchDiskLimit}},
 	}
 	for _, v := range vs {
 		if err := b.project(ctx, v.project, "estargz"); err != nil {
 			return err
 		}
-		in, err := v.c.CreateInstance(ctx, v.project, envd.CreateInstanceRequest{TTL: "2h"})
+		in, err := v.c.CreateInstance(ctx, v.project, types.CreateInstanceRequest{TTL: "2h"})
 		if err != nil {
 			return fmt.Errorf("instance of %s: %w", v.project, err)
 		}
@@ -175,14 +176,14 @@ func rat(a, b time.Duration) string {
 }
 
 // saveWith saves the instance through client c and waits for the result.
-func (b *bed) saveWith(ctx context.Context, c *envdclient.Client, id, msg string) (envd.SaveResult, error) {
-	var res envd.SaveResult
+func (b *bed) saveWith(ctx context.Context, c *envdclient.Client, id, msg string) (types.SaveResult, error) {
+	var res types.SaveResult
 	if b.cfg.prefault {
 		if _, err := prefault(b.dir, 512<<20); err != nil {
 			return res, err
 		}
 	}
-	op, err := c.Save(ctx, id, envd.SaveRequest{Message: msg}, "")
+	op, err := c.Save(ctx, id, types.SaveRequest{Message: msg}, "")
 	if err != nil {
 		return res, fmt.Errorf("save %s: %w", id, err)
 	}
@@ -190,7 +191,7 @@ func (b *bed) saveWith(ctx context.Context, c *envdclient.Client, id, msg string
 	if err != nil {
 		return res, fmt.Errorf("wait for save %s: %w", op.ID, err)
 	}
-	if op.State != envd.OpSucceeded {
+	if op.State != types.OpSucceeded {
 		return res, fmt.Errorf("save operation %s of %s: %s: %+v", op.ID, id, op.State, op.Error)
 	}
 	if err := json.Unmarshal(op.Result, &res); err != nil {

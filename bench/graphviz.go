@@ -8,8 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/envd-dev/envd/internal/mountinfo"
-	"github.com/envd-dev/envd/internal/syncbuf"
 	"io"
 	"io/fs"
 	"os"
@@ -20,6 +18,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/envd-dev/envd/internal/mountinfo"
+	"github.com/envd-dev/envd/internal/syncbuf"
 
 	"golang.org/x/sys/unix"
 

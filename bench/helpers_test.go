@@ -5,7 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/snapshotter/stargz"
 )
@@ -63,7 +64,7 @@ func TestMdTable(t *testing.T) {
 
 func TestWriteSaveTable(t *testing.T) {
 	var b strings.Builder
-	writeSaveTable(&b, "workload", []saveRow{{Label: "small", Extra: []string{"zstd"}, Res: envd.SaveResult{
+	writeSaveTable(&b, "workload", []saveRow{{Label: "small", Extra: []string{"zstd"}, Res: types.SaveResult{
 		FreezeMS: 120, SpoolMS: 100, EncodeMS: 1500, PushMS: 400, TotalMS: 2100, LayerBytes: 42_000_000, Entries: 30101}}}, "compression")
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
 	if len(lines) != 3 {

@@ -11,12 +11,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"golang.org/x/sys/unix"
 
 	envdclient "github.com/envd-dev/envd/client"
-	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/envd/node"
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/snapshotter/stargz"
@@ -40,7 +41,7 @@ type bed struct {
 	reg     *registry.Client
 	log     *slog.Logger
 	joins   int
-	base    envd.Image
+	base    types.Image
 }
 
 // startBed wipes WORK/nodes, starts the primary node and imports the rootfs.
@@ -122,17 +123,17 @@ func removeDataDir(dir string) error {
 
 // project creates a project on the Debian base.
 func (b *bed) project(ctx context.Context, name, compression string) error {
-	_, err := b.c.CreateProject(ctx, envd.CreateProjectRequest{Name: name, Base: baseImage, Compression: compression})
+	_, err := b.c.CreateProject(ctx, types.CreateProjectRequest{Name: name, Base: baseImage, Compression: compression})
 	return err
 }
 
 // up starts an instance of project on the primary node (version 0 = current).
-func (b *bed) up(ctx context.Context, project string, version int) (envd.Instance, error) {
-	in, err := b.c.CreateInstance(ctx, project, envd.CreateInstanceRequest{Version: version, TTL: "2h"})
+func (b *bed) up(ctx context.Context, project string, version int) (types.Instance, error) {
+	in, err := b.c.CreateInstance(ctx, project, types.CreateInstanceRequest{Version: version, TTL: "2h"})
 	if err != nil {
 		return in, fmt.Errorf("create instance of %s: %w", project, err)
 	}
-	if in.State != envd.StateRunning {
+	if in.State != types.StateRunning {
 		return in, fmt.Errorf("instance %s of %s is %s: %s", in.ID, project, in.State, in.Message)
 	}
 	return in, nil
@@ -141,7 +142,7 @@ func (b *bed) up(ctx context.Context, project string, version int) (envd.Instanc
 // sh runs script in the instance and fails unless it exits 0; it returns
 // stdout and stderr together, trimmed.
 func sh(ctx context.Context, c *envdclient.Client, id, script string) (string, error) {
-	res, err := c.Exec(ctx, id, envd.ExecRequest{Args: []string{"/bin/sh", "-c", script}, Timeout: "15m"})
+	res, err := c.Exec(ctx, id, types.ExecRequest{Args: []string{"/bin/sh", "-c", script}, Timeout: "15m"})
 	if err != nil {
 		return "", fmt.Errorf("exec %q: %w", script, err)
 	}
@@ -153,7 +154,7 @@ func sh(ctx context.Context, c *envdclient.Client, id, script string) (string, e
 }
 
 // save saves the instance through the API and waits for the result.
-func (b *bed) save(ctx context.Context, id, msg string) (envd.SaveResult, error) {
+func (b *bed) save(ctx context.Context, id, msg string) (types.SaveResult, error) {
 	return b.saveWith(ctx, b.c, id, msg)
 }
 
@@ -167,17 +168,17 @@ func (b *bed) remove(ctx context.Context, c *envdclient.Client, id string) {
 // makeVersion starts an instance of project's current version, runs script
 // in it, saves it and deletes the instance. It returns the script's output
 // and duration and the save's result.
-func (b *bed) makeVersion(ctx context.Context, project, script, msg string) (string, time.Duration, envd.SaveResult, error) {
+func (b *bed) makeVersion(ctx context.Context, project, script, msg string) (string, time.Duration, types.SaveResult, error) {
 	in, err := b.up(ctx, project, 0)
 	if err != nil {
-		return "", 0, envd.SaveResult{}, err
+		return "", 0, types.SaveResult{}, err
 	}
 	defer b.remove(context.WithoutCancel(ctx), b.c, in.ID)
 	start := time.Now()
 	out, err := sh(ctx, b.c, in.ID, script)
 	d := time.Since(start)
 	if err != nil {
-		return out, d, envd.SaveResult{}, err
+		return out, d, types.SaveResult{}, err
 	}
 	res, err := b.save(ctx, in.ID, msg)
 	return out, d, res, err
@@ -214,12 +215,12 @@ func (b *bed) coldRestore(ctx context.Context, project string, version int, cmds
 // coldRestoreOn is coldRestore on a joining node that pulls lazily, or, with
 // full, on one without the lazy snapshotter (whole images, overlayfs).
 func (b *bed) coldRestoreOn(ctx context.Context, project string, version int, cmds []string, full bool) (r restoreRun, rErr error) {
-	return b.coldRestoreWith(ctx, project, version, cmds, full, envd.Limits{})
+	return b.coldRestoreWith(ctx, project, version, cmds, full, types.Limits{})
 }
 
 // coldRestoreWith is coldRestoreOn on a joining node whose instances get
 // limits by default.
-func (b *bed) coldRestoreWith(ctx context.Context, project string, version int, cmds []string, full bool, limits envd.Limits) (r restoreRun, rErr error) {
+func (b *bed) coldRestoreWith(ctx context.Context, project string, version int, cmds []string, full bool, limits types.Limits) (r restoreRun, rErr error) {
 	v, err := b.c.GetVersion(ctx, project, version)
 	if err != nil {
 		return r, err
@@ -257,13 +258,13 @@ func (b *bed) coldRestoreWith(ctx context.Context, project string, version int, 
 	jc := envdclient.New(jn.URL, jn.Token)
 
 	start := time.Now()
-	in, err := jc.CreateInstance(ctx, project, envd.CreateInstanceRequest{Version: version, TTL: "2h"})
+	in, err := jc.CreateInstance(ctx, project, types.CreateInstanceRequest{Version: version, TTL: "2h"})
 	r.Create = time.Since(start)
 	if err != nil {
 		return r, fmt.Errorf("create instance of %s v%d on the joining node: %w", project, version, err)
 	}
 	defer b.remove(context.WithoutCancel(ctx), jc, in.ID)
-	if in.State != envd.StateRunning {
+	if in.State != types.StateRunning {
 		return r, fmt.Errorf("instance %s on the joining node is %s: %s", in.ID, in.State, in.Message)
 	}
 	for _, c := range cmds {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/api/types"
 )
 
 const (
@@ -24,7 +24,7 @@ type restoreVariant struct {
 	full        bool   // restore on a node without the lazy snapshotter
 	base        string // image name or repo@digest
 	install     time.Duration
-	save        envd.SaveResult
+	save        types.SaveResult
 	runs        []restoreRun
 }
 
@@ -46,7 +46,7 @@ func runRestore(ctx context.Context, b *bed, out io.Writer) error {
 			continue
 		}
 		made[v.project] = v
-		if _, err := b.c.CreateProject(ctx, envd.CreateProjectRequest{Name: v.project, Base: v.base, Compression: v.compression}); err != nil {
+		if _, err := b.c.CreateProject(ctx, types.CreateProjectRequest{Name: v.project, Base: v.base, Compression: v.compression}); err != nil {
 			return fmt.Errorf("project %s: %w", v.project, err)
 		}
 		logf("restore: %s: %s", v.project, installCmd)
@@ -124,7 +124,7 @@ func runRestore(ctx context.Context, b *bed, out io.Writer) error {
 type saveRow struct {
 	Label string
 	Extra []string // extra cells after the label, matching extraCols
-	Res   envd.SaveResult
+	Res   types.SaveResult
 }
 
 // writeSaveTable writes saves as a markdown table of the save result's

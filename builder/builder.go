@@ -12,7 +12,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/errdefs"
 )
 
 // Package managers.

@@ -22,8 +22,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/envd-dev/envd/envd"
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/types"
 )
 
 // Client talks to one envd server. It is safe for concurrent use.
@@ -84,36 +83,6 @@ func New(baseURL, token string, opts ...Option) *Client {
 // BaseURL returns the server's base URL.
 func (c *Client) BaseURL() string { return c.base }
 
-// Error is an error answer of the server.
-type Error struct {
-	Status  int            // HTTP status
-	Code    string         // stable code, as in errdefs.Code
-	Message string         // human-readable message
-	Details map[string]any // machine-readable details, when the server sent any
-}
-
-func (e *Error) Error() string {
-	return fmt.Sprintf("%s (%s)", e.Message, e.Code)
-}
-
-// Is reports whether target is the errdefs kind of the error's code.
-func (e *Error) Is(target error) bool {
-	k := errdefs.FromCode(e.Code)
-	return k != nil && k == target
-}
-
-// Unwrap returns the errdefs kind of the error's code, nil when unknown.
-func (e *Error) Unwrap() error { return errdefs.FromCode(e.Code) }
-
-// errorBody mirrors api.ErrorBody; the client does not import the server.
-type errorBody struct {
-	Error struct {
-		Code    string         `json:"code"`
-		Message string         `json:"message"`
-		Details map[string]any `json:"details"`
-	} `json:"error"`
-}
-
 // statusCodes gives a code to error answers without a JSON body (proxies).
 var statusCodes = map[int]string{
 	http.StatusBadRequest:                  "invalid_argument",
@@ -131,9 +100,9 @@ var statusCodes = map[int]string{
 
 func decodeError(resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	var body errorBody
+	var body types.ErrorBody
 	if err := json.Unmarshal(b, &body); err == nil && body.Error.Code != "" {
-		return &Error{Status: resp.StatusCode, Code: body.Error.Code, Message: body.Error.Message, Details: body.Error.Details}
+		return &types.Error{Status: resp.StatusCode, Code: body.Error.Code, Message: body.Error.Message, Details: body.Error.Details}
 	}
 	code, ok := statusCodes[resp.StatusCode]
 	if !ok {
@@ -143,7 +112,7 @@ func decodeError(resp *http.Response) error {
 	if msg == "" || len(msg) > 200 {
 		msg = resp.Status
 	}
-	return &Error{Status: resp.StatusCode, Code: code, Message: msg}
+	return &types.Error{Status: resp.StatusCode, Code: code, Message: msg}
 }
 
 // request is one API call.
@@ -245,13 +214,13 @@ func (c *Client) Healthz(ctx context.Context) error {
 }
 
 // Info describes the server: GET /v1/info.
-func (c *Client) Info(ctx context.Context) (envd.Info, error) {
-	return get[envd.Info](ctx, c, "/v1/info")
+func (c *Client) Info(ctx context.Context) (types.Info, error) {
+	return get[types.Info](ctx, c, "/v1/info")
 }
 
 // ImportImage uploads a base image as a tar stream, plain or gzip
 // compressed: POST /v1/images?name=NAME.
-func (c *Client) ImportImage(ctx context.Context, name string, tarball io.Reader) (envd.Image, error) {
+func (c *Client) ImportImage(ctx context.Context, name string, tarball io.Reader) (types.Image, error) {
 	br := bufio.NewReader(tarball)
 	ct := "application/x-tar"
 	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
@@ -262,19 +231,19 @@ func (c *Client) ImportImage(ctx context.Context, name string, tarball io.Reader
 		body: br, contentType: ct,
 	})
 	if err != nil {
-		return envd.Image{}, err
+		return types.Image{}, err
 	}
 	defer resp.Body.Close()
-	var img envd.Image
+	var img types.Image
 	if err := json.NewDecoder(resp.Body).Decode(&img); err != nil {
-		return envd.Image{}, fmt.Errorf("import image %q: decode response: %w", name, err)
+		return types.Image{}, fmt.Errorf("import image %q: decode response: %w", name, err)
 	}
 	return img, nil
 }
 
 // ListImages lists the imported base images: GET /v1/images.
-func (c *Client) ListImages(ctx context.Context) ([]envd.Image, error) {
-	return get[[]envd.Image](ctx, c, "/v1/images")
+func (c *Client) ListImages(ctx context.Context) ([]types.Image, error) {
+	return get[[]types.Image](ctx, c, "/v1/images")
 }
 
 // RequestOption sets something on one request.
@@ -306,20 +275,20 @@ func headerOf(opts []RequestOption) http.Header {
 }
 
 // CreateProject: POST /v1/projects.
-func (c *Client) CreateProject(ctx context.Context, req envd.CreateProjectRequest, opts ...RequestOption) (envd.Project, error) {
-	var p envd.Project
+func (c *Client) CreateProject(ctx context.Context, req types.CreateProjectRequest, opts ...RequestOption) (types.Project, error) {
+	var p types.Project
 	err := c.call(ctx, http.MethodPost, "/v1/projects", req, &p, headerOf(opts))
 	return p, err
 }
 
 // ListProjects: GET /v1/projects.
-func (c *Client) ListProjects(ctx context.Context) ([]envd.Project, error) {
-	return get[[]envd.Project](ctx, c, "/v1/projects")
+func (c *Client) ListProjects(ctx context.Context) ([]types.Project, error) {
+	return get[[]types.Project](ctx, c, "/v1/projects")
 }
 
 // GetProject: GET /v1/projects/{p}.
-func (c *Client) GetProject(ctx context.Context, name string) (envd.Project, error) {
-	return get[envd.Project](ctx, c, "/v1/projects/"+esc(name))
+func (c *Client) GetProject(ctx context.Context, name string) (types.Project, error) {
+	return get[types.Project](ctx, c, "/v1/projects/"+esc(name))
 }
 
 // DeleteProject: DELETE /v1/projects/{p}.
@@ -329,60 +298,60 @@ func (c *Client) DeleteProject(ctx context.Context, name string) error {
 
 // CreateInstance starts an instance of project and returns it running (or
 // failed): POST /v1/projects/{p}/instances.
-func (c *Client) CreateInstance(ctx context.Context, project string, req envd.CreateInstanceRequest, opts ...RequestOption) (envd.Instance, error) {
-	var in envd.Instance
+func (c *Client) CreateInstance(ctx context.Context, project string, req types.CreateInstanceRequest, opts ...RequestOption) (types.Instance, error) {
+	var in types.Instance
 	err := c.call(ctx, http.MethodPost, "/v1/projects/"+esc(project)+"/instances", req, &in, headerOf(opts))
 	return in, err
 }
 
 // Migrate starts a migration of project's current version onto another
 // base image: POST /v1/projects/{p}/migrations. The operation's result is
-// an envd.MigrateResult.
-func (c *Client) Migrate(ctx context.Context, project string, req envd.MigrateRequest, opts ...RequestOption) (envd.Operation, error) {
-	var op envd.Operation
+// an types.MigrateResult.
+func (c *Client) Migrate(ctx context.Context, project string, req types.MigrateRequest, opts ...RequestOption) (types.Operation, error) {
+	var op types.Operation
 	err := c.call(ctx, http.MethodPost, "/v1/projects/"+esc(project)+"/migrations", req, &op, headerOf(opts))
 	return op, err
 }
 
 // Build starts a build of packages on a version of project: POST
-// /v1/projects/{p}/builds. The operation's result is an envd.BuildResult.
-func (c *Client) Build(ctx context.Context, project string, req envd.BuildRequest, opts ...RequestOption) (envd.Operation, error) {
-	var op envd.Operation
+// /v1/projects/{p}/builds. The operation's result is an types.BuildResult.
+func (c *Client) Build(ctx context.Context, project string, req types.BuildRequest, opts ...RequestOption) (types.Operation, error) {
+	var op types.Operation
 	err := c.call(ctx, http.MethodPost, "/v1/projects/"+esc(project)+"/builds", req, &op, headerOf(opts))
 	return op, err
 }
 
 // SetRetention sets a project's version retention policy: PUT
 // /v1/projects/{p}/retention. An empty policy keeps every version.
-func (c *Client) SetRetention(ctx context.Context, project string, r envd.Retention) (envd.Project, error) {
-	return post[envd.Project](ctx, c, http.MethodPut, "/v1/projects/"+esc(project)+"/retention", r)
+func (c *Client) SetRetention(ctx context.Context, project string, r types.Retention) (types.Project, error) {
+	return post[types.Project](ctx, c, http.MethodPut, "/v1/projects/"+esc(project)+"/retention", r)
 }
 
 // SetQuota sets a tenant's quota (admin token): PUT
 // /v1/admin/tenants/{t}/quota. Zero fields are no limit.
-func (c *Client) SetQuota(ctx context.Context, tenant string, q envd.Quota) (envd.Quota, error) {
-	return post[envd.Quota](ctx, c, http.MethodPut, "/v1/admin/tenants/"+esc(tenant)+"/quota", q)
+func (c *Client) SetQuota(ctx context.Context, tenant string, q types.Quota) (types.Quota, error) {
+	return post[types.Quota](ctx, c, http.MethodPut, "/v1/admin/tenants/"+esc(tenant)+"/quota", q)
 }
 
 // Usage reports a tenant's usage and quota: GET /v1/usage for the caller's
 // own (tenant ""), GET /v1/admin/tenants/{t}/usage for another (admin).
-func (c *Client) Usage(ctx context.Context, tenant string) (envd.Usage, error) {
+func (c *Client) Usage(ctx context.Context, tenant string) (types.Usage, error) {
 	if tenant == "" {
-		return get[envd.Usage](ctx, c, "/v1/usage")
+		return get[types.Usage](ctx, c, "/v1/usage")
 	}
-	return get[envd.Usage](ctx, c, "/v1/admin/tenants/"+esc(tenant)+"/usage")
+	return get[types.Usage](ctx, c, "/v1/admin/tenants/"+esc(tenant)+"/usage")
 }
 
 // CreateToken creates an API token of a tenant (admin token): POST
 // /v1/admin/tenants/{t}/tokens. The token is shown only here.
-func (c *Client) CreateToken(ctx context.Context, tenant string, req envd.CreateTokenRequest) (envd.Token, error) {
-	return post[envd.Token](ctx, c, http.MethodPost, "/v1/admin/tenants/"+esc(tenant)+"/tokens", req)
+func (c *Client) CreateToken(ctx context.Context, tenant string, req types.CreateTokenRequest) (types.Token, error) {
+	return post[types.Token](ctx, c, http.MethodPost, "/v1/admin/tenants/"+esc(tenant)+"/tokens", req)
 }
 
 // GC starts a garbage collection (admin token): POST /v1/admin/gc. The
-// operation's result is an envd.GCResult.
-func (c *Client) GC(ctx context.Context, req envd.GCRequest, opts ...RequestOption) (envd.Operation, error) {
-	var op envd.Operation
+// operation's result is an types.GCResult.
+func (c *Client) GC(ctx context.Context, req types.GCRequest, opts ...RequestOption) (types.Operation, error) {
+	var op types.Operation
 	err := c.call(ctx, http.MethodPost, "/v1/admin/gc", req, &op, headerOf(opts))
 	return op, err
 }
@@ -390,50 +359,50 @@ func (c *Client) GC(ctx context.Context, req envd.GCRequest, opts ...RequestOpti
 // Restore starts an instance as an operation of kind "restore": POST
 // /v1/projects/{p}/instances with Prefer: respond-async. The operation's
 // target is the new instance's id; its result, once it succeeds, is the
-// running instance (an envd.Instance in its Result). What CreateInstance
+// running instance (an types.Instance in its Result). What CreateInstance
 // refuses is refused here too, as an *Error, before any operation exists.
-func (c *Client) Restore(ctx context.Context, project string, req envd.CreateInstanceRequest, opts ...RequestOption) (envd.Operation, error) {
+func (c *Client) Restore(ctx context.Context, project string, req types.CreateInstanceRequest, opts ...RequestOption) (types.Operation, error) {
 	h := headerOf(opts)
 	h.Set("Prefer", "respond-async")
-	var op envd.Operation
+	var op types.Operation
 	err := c.call(ctx, http.MethodPost, "/v1/projects/"+esc(project)+"/instances", req, &op, h)
 	return op, err
 }
 
 // ListInstances lists the instances of project, of all projects when
 // project is "": GET /v1/projects/{p}/instances or GET /v1/instances.
-func (c *Client) ListInstances(ctx context.Context, project string) ([]envd.Instance, error) {
+func (c *Client) ListInstances(ctx context.Context, project string) ([]types.Instance, error) {
 	if project == "" {
-		return get[[]envd.Instance](ctx, c, "/v1/instances")
+		return get[[]types.Instance](ctx, c, "/v1/instances")
 	}
-	return get[[]envd.Instance](ctx, c, "/v1/projects/"+esc(project)+"/instances")
+	return get[[]types.Instance](ctx, c, "/v1/projects/"+esc(project)+"/instances")
 }
 
 // GetInstance: GET /v1/instances/{i}.
-func (c *Client) GetInstance(ctx context.Context, id string) (envd.Instance, error) {
-	return get[envd.Instance](ctx, c, "/v1/instances/"+esc(id))
+func (c *Client) GetInstance(ctx context.Context, id string) (types.Instance, error) {
+	return get[types.Instance](ctx, c, "/v1/instances/"+esc(id))
 }
 
 // DeleteInstance: DELETE /v1/instances/{i}.
-func (c *Client) DeleteInstance(ctx context.Context, id string) (envd.Instance, error) {
-	return post[envd.Instance](ctx, c, http.MethodDelete, "/v1/instances/"+esc(id), nil)
+func (c *Client) DeleteInstance(ctx context.Context, id string) (types.Instance, error) {
+	return post[types.Instance](ctx, c, http.MethodDelete, "/v1/instances/"+esc(id), nil)
 }
 
 // Exec runs a command in the instance and returns its output and exit code:
 // POST /v1/instances/{i}/exec. A non-zero exit code is not an error.
-func (c *Client) Exec(ctx context.Context, id string, req envd.ExecRequest) (envd.ExecResult, error) {
-	return post[envd.ExecResult](ctx, c, http.MethodPost, "/v1/instances/"+esc(id)+"/exec", req)
+func (c *Client) Exec(ctx context.Context, id string, req types.ExecRequest) (types.ExecResult, error) {
+	return post[types.ExecResult](ctx, c, http.MethodPost, "/v1/instances/"+esc(id)+"/exec", req)
 }
 
 // Save starts saving the instance as a new version and returns the
 // operation: POST /v1/instances/{i}/save. A non-empty idempotencyKey makes
 // retries return the same operation. Follow it with WaitOperation.
-func (c *Client) Save(ctx context.Context, id string, req envd.SaveRequest, idempotencyKey string) (envd.Operation, error) {
+func (c *Client) Save(ctx context.Context, id string, req types.SaveRequest, idempotencyKey string) (types.Operation, error) {
 	var h http.Header
 	if idempotencyKey != "" {
 		h = http.Header{"Idempotency-Key": {idempotencyKey}}
 	}
-	var op envd.Operation
+	var op types.Operation
 	err := c.call(ctx, http.MethodPost, "/v1/instances/"+esc(id)+"/save", req, &op, h)
 	return op, err
 }
@@ -441,116 +410,116 @@ func (c *Client) Save(ctx context.Context, id string, req envd.SaveRequest, idem
 // instanceAction posts an instance lifecycle verb. An illegal transition
 // is an *Error with code failed_precondition (errdefs.ErrFailedPrecondition)
 // and the current state in Details["state"].
-func (c *Client) instanceAction(ctx context.Context, id, action string, body any) (envd.Instance, error) {
-	return post[envd.Instance](ctx, c, http.MethodPost, "/v1/instances/"+esc(id)+"/"+action, body)
+func (c *Client) instanceAction(ctx context.Context, id, action string, body any) (types.Instance, error) {
+	return post[types.Instance](ctx, c, http.MethodPost, "/v1/instances/"+esc(id)+"/"+action, body)
 }
 
 // StopInstance kills the instance's processes and keeps its writable layer
 // (state Stopped): POST /v1/instances/{i}/stop.
-func (c *Client) StopInstance(ctx context.Context, id string) (envd.Instance, error) {
+func (c *Client) StopInstance(ctx context.Context, id string) (types.Instance, error) {
 	return c.instanceAction(ctx, id, "stop", nil)
 }
 
 // StartInstance starts a stopped instance with a new generation:
 // POST /v1/instances/{i}/start.
-func (c *Client) StartInstance(ctx context.Context, id string) (envd.Instance, error) {
+func (c *Client) StartInstance(ctx context.Context, id string) (types.Instance, error) {
 	return c.instanceAction(ctx, id, "start", nil)
 }
 
 // PauseInstance freezes the instance's processes, memory kept:
 // POST /v1/instances/{i}/pause.
-func (c *Client) PauseInstance(ctx context.Context, id string) (envd.Instance, error) {
+func (c *Client) PauseInstance(ctx context.Context, id string) (types.Instance, error) {
 	return c.instanceAction(ctx, id, "pause", nil)
 }
 
 // ResumeInstance thaws a paused instance; the answer carries its current
 // address: POST /v1/instances/{i}/resume.
-func (c *Client) ResumeInstance(ctx context.Context, id string) (envd.Instance, error) {
+func (c *Client) ResumeInstance(ctx context.Context, id string) (types.Instance, error) {
 	return c.instanceAction(ctx, id, "resume", nil)
 }
 
 // RenewInstance sets the instance's expiry to now + ttl, a Go duration (it
 // may shorten it), or removes it with "none": POST /v1/instances/{i}/renew.
-func (c *Client) RenewInstance(ctx context.Context, id, ttl string) (envd.Instance, error) {
-	return c.instanceAction(ctx, id, "renew", envd.RenewRequest{TTL: ttl})
+func (c *Client) RenewInstance(ctx context.Context, id, ttl string) (types.Instance, error) {
+	return c.instanceAction(ctx, id, "renew", types.RenewRequest{TTL: ttl})
 }
 
 // HibernateInstance saves a stopped retained instance's layer as a version
 // and frees it on the node: POST /v1/instances/{i}/hibernate.
-func (c *Client) HibernateInstance(ctx context.Context, id string) (envd.Instance, error) {
+func (c *Client) HibernateInstance(ctx context.Context, id string) (types.Instance, error) {
 	return c.instanceAction(ctx, id, "hibernate", nil)
 }
 
 // ListVolumes lists a project's volumes with their usage:
 // GET /v1/projects/{p}/volumes.
-func (c *Client) ListVolumes(ctx context.Context, project string) ([]envd.Volume, error) {
-	return get[[]envd.Volume](ctx, c, "/v1/projects/"+esc(project)+"/volumes")
+func (c *Client) ListVolumes(ctx context.Context, project string) ([]types.Volume, error) {
+	return get[[]types.Volume](ctx, c, "/v1/projects/"+esc(project)+"/volumes")
 }
 
 // AddVolume declares a volume: POST /v1/projects/{p}/volumes.
-func (c *Client) AddVolume(ctx context.Context, project string, req envd.AddVolumeRequest) (envd.Project, error) {
-	return post[envd.Project](ctx, c, http.MethodPost, "/v1/projects/"+esc(project)+"/volumes", req)
+func (c *Client) AddVolume(ctx context.Context, project string, req types.AddVolumeRequest) (types.Project, error) {
+	return post[types.Project](ctx, c, http.MethodPost, "/v1/projects/"+esc(project)+"/volumes", req)
 }
 
 // RemoveVolume removes a volume and its data: DELETE /v1/projects/{p}/volumes/{v}.
-func (c *Client) RemoveVolume(ctx context.Context, project, name string) (envd.Project, error) {
-	return post[envd.Project](ctx, c, http.MethodDelete, "/v1/projects/"+esc(project)+"/volumes/"+esc(name), nil)
+func (c *Client) RemoveVolume(ctx context.Context, project, name string) (types.Project, error) {
+	return post[types.Project](ctx, c, http.MethodDelete, "/v1/projects/"+esc(project)+"/volumes/"+esc(name), nil)
 }
 
 // ArchiveVolume copies a volume to object storage:
 // POST /v1/projects/{p}/volumes/{v}/archive.
-func (c *Client) ArchiveVolume(ctx context.Context, project, name string, req envd.VolumeArchiveRequest) (envd.VolumeArchive, error) {
-	return post[envd.VolumeArchive](ctx, c, http.MethodPost, "/v1/projects/"+esc(project)+"/volumes/"+esc(name)+"/archive", req)
+func (c *Client) ArchiveVolume(ctx context.Context, project, name string, req types.VolumeArchiveRequest) (types.VolumeArchive, error) {
+	return post[types.VolumeArchive](ctx, c, http.MethodPost, "/v1/projects/"+esc(project)+"/volumes/"+esc(name)+"/archive", req)
 }
 
 // RestoreVolume replaces a volume's content on the node with an archive:
 // POST /v1/projects/{p}/volumes/{v}/restore.
-func (c *Client) RestoreVolume(ctx context.Context, project, name string, req envd.VolumeArchiveRequest) (envd.Volume, error) {
-	return post[envd.Volume](ctx, c, http.MethodPost, "/v1/projects/"+esc(project)+"/volumes/"+esc(name)+"/restore", req)
+func (c *Client) RestoreVolume(ctx context.Context, project, name string, req types.VolumeArchiveRequest) (types.Volume, error) {
+	return post[types.Volume](ctx, c, http.MethodPost, "/v1/projects/"+esc(project)+"/volumes/"+esc(name)+"/restore", req)
 }
 
 // ListVersions: GET /v1/projects/{p}/versions.
-func (c *Client) ListVersions(ctx context.Context, project string) ([]envd.Version, error) {
-	return get[[]envd.Version](ctx, c, "/v1/projects/"+esc(project)+"/versions")
+func (c *Client) ListVersions(ctx context.Context, project string) ([]types.Version, error) {
+	return get[[]types.Version](ctx, c, "/v1/projects/"+esc(project)+"/versions")
 }
 
 // GetVersion: GET /v1/projects/{p}/versions/{n}.
-func (c *Client) GetVersion(ctx context.Context, project string, n int) (envd.Version, error) {
-	return get[envd.Version](ctx, c, "/v1/projects/"+esc(project)+"/versions/"+strconv.Itoa(n))
+func (c *Client) GetVersion(ctx context.Context, project string, n int) (types.Version, error) {
+	return get[types.Version](ctx, c, "/v1/projects/"+esc(project)+"/versions/"+strconv.Itoa(n))
 }
 
 // SetCurrent moves the project's current version by compare-and-swap:
 // POST /v1/projects/{p}/current. A lost swap matches errdefs.ErrConflict.
-func (c *Client) SetCurrent(ctx context.Context, project string, req envd.SetCurrentRequest) (envd.Project, error) {
-	return post[envd.Project](ctx, c, http.MethodPost, "/v1/projects/"+esc(project)+"/current", req)
+func (c *Client) SetCurrent(ctx context.Context, project string, req types.SetCurrentRequest) (types.Project, error) {
+	return post[types.Project](ctx, c, http.MethodPost, "/v1/projects/"+esc(project)+"/current", req)
 }
 
 // PinVersion keeps the version from retention:
 // POST /v1/projects/{p}/versions/{n}/pin.
-func (c *Client) PinVersion(ctx context.Context, project string, n int) (envd.Version, error) {
-	return post[envd.Version](ctx, c, http.MethodPost, "/v1/projects/"+esc(project)+"/versions/"+strconv.Itoa(n)+"/pin", nil)
+func (c *Client) PinVersion(ctx context.Context, project string, n int) (types.Version, error) {
+	return post[types.Version](ctx, c, http.MethodPost, "/v1/projects/"+esc(project)+"/versions/"+strconv.Itoa(n)+"/pin", nil)
 }
 
 // UnpinVersion: DELETE /v1/projects/{p}/versions/{n}/pin.
-func (c *Client) UnpinVersion(ctx context.Context, project string, n int) (envd.Version, error) {
-	return post[envd.Version](ctx, c, http.MethodDelete, "/v1/projects/"+esc(project)+"/versions/"+strconv.Itoa(n)+"/pin", nil)
+func (c *Client) UnpinVersion(ctx context.Context, project string, n int) (types.Version, error) {
+	return post[types.Version](ctx, c, http.MethodDelete, "/v1/projects/"+esc(project)+"/versions/"+strconv.Itoa(n)+"/pin", nil)
 }
 
 // GetOperation: GET /v1/operations/{id}.
-func (c *Client) GetOperation(ctx context.Context, id string) (envd.Operation, error) {
-	return get[envd.Operation](ctx, c, "/v1/operations/"+esc(id))
+func (c *Client) GetOperation(ctx context.Context, id string) (types.Operation, error) {
+	return get[types.Operation](ctx, c, "/v1/operations/"+esc(id))
 }
 
 // CancelOperation asks for the operation to stop: DELETE /v1/operations/{id}.
 // The answer is the operation as it is now; follow it to see it end.
-func (c *Client) CancelOperation(ctx context.Context, id string) (envd.Operation, error) {
-	return post[envd.Operation](ctx, c, http.MethodDelete, "/v1/operations/"+esc(id), nil)
+func (c *Client) CancelOperation(ctx context.Context, id string) (types.Operation, error) {
+	return post[types.Operation](ctx, c, http.MethodDelete, "/v1/operations/"+esc(id), nil)
 }
 
 // OperationEvents returns the operation's events with Seq > after, without
 // waiting: GET /v1/operations/{id}/events (as JSON).
-func (c *Client) OperationEvents(ctx context.Context, id string, after int) ([]envd.Event, error) {
-	return get[[]envd.Event](ctx, c, "/v1/operations/"+esc(id)+"/events?after="+strconv.Itoa(after))
+func (c *Client) OperationEvents(ctx context.Context, id string, after int) ([]types.Event, error) {
+	return get[[]types.Event](ctx, c, "/v1/operations/"+esc(id)+"/events?after="+strconv.Itoa(after))
 }
 
 var errStreamEnded = errors.New("event stream ended before the operation was done")

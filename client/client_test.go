@@ -12,14 +12,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/envd-dev/envd/api"
 	"github.com/envd-dev/envd/api/apitest"
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/client"
-	"github.com/envd-dev/envd/envd"
-	"github.com/envd-dev/envd/internal/errdefs"
 )
 
 // newServer serves api.New(fake core), wrapped by wrap when not nil.
@@ -51,38 +52,38 @@ func TestRoundTrip(t *testing.T) {
 		want any
 	}{
 		{"Info", func() (any, error) { return c.Info(ctx) }, "Info", nil,
-			envd.Info{Version: "test", Node: "node-1", Registry: "127.0.0.1:5000", Components: map[string]string{"containerd": "v2.4.2"}}},
-		{"ListImages", func() (any, error) { return c.ListImages(ctx) }, "ListImages", nil, []envd.Image{}},
+			types.Info{Version: "test", Node: "node-1", Registry: "127.0.0.1:5000", Components: map[string]string{"containerd": "v2.4.2"}}},
+		{"ListImages", func() (any, error) { return c.ListImages(ctx) }, "ListImages", nil, []types.Image{}},
 		{"CreateProject", func() (any, error) {
-			return c.CreateProject(ctx, envd.CreateProjectRequest{Name: "web", Base: "busybox", Excludes: []string{"/cache"}, Compression: "zstd"})
-		}, "CreateProject", []any{envd.CreateProjectRequest{Name: "web", Base: "busybox", Excludes: []string{"/cache"}, Compression: "zstd"}, ""},
-			envd.Project{Name: "web", BaseImage: "busybox", Current: 1, Excludes: []string{"/cache"}, Compression: "zstd", CreatedAt: apitest.Epoch}},
+			return c.CreateProject(ctx, types.CreateProjectRequest{Name: "web", Base: "busybox", Excludes: []string{"/cache"}, Compression: "zstd"})
+		}, "CreateProject", []any{types.CreateProjectRequest{Name: "web", Base: "busybox", Excludes: []string{"/cache"}, Compression: "zstd"}, ""},
+			types.Project{Name: "web", BaseImage: "busybox", Current: 1, Excludes: []string{"/cache"}, Compression: "zstd", CreatedAt: apitest.Epoch}},
 		{"CreateProject with key", func() (any, error) {
-			return c.CreateProject(ctx, envd.CreateProjectRequest{Name: "web", Base: "busybox"}, client.WithIdempotencyKey("k-1"))
-		}, "CreateProject", []any{envd.CreateProjectRequest{Name: "web", Base: "busybox"}, "k-1"}, nil},
-		{"ListProjects", func() (any, error) { return c.ListProjects(ctx) }, "ListProjects", nil, []envd.Project{}},
+			return c.CreateProject(ctx, types.CreateProjectRequest{Name: "web", Base: "busybox"}, client.WithIdempotencyKey("k-1"))
+		}, "CreateProject", []any{types.CreateProjectRequest{Name: "web", Base: "busybox"}, "k-1"}, nil},
+		{"ListProjects", func() (any, error) { return c.ListProjects(ctx) }, "ListProjects", nil, []types.Project{}},
 		{"GetProject", func() (any, error) { return c.GetProject(ctx, "we b") }, "GetProject", []any{"we b"},
-			envd.Project{Name: "we b", BaseImage: "busybox", Current: 1, Compression: "estargz", CreatedAt: apitest.Epoch}},
+			types.Project{Name: "we b", BaseImage: "busybox", Current: 1, Compression: "estargz", CreatedAt: apitest.Epoch}},
 		{"DeleteProject", func() (any, error) { return nil, c.DeleteProject(ctx, "web") }, "DeleteProject", []any{"web"}, nil},
 		{"CreateInstance", func() (any, error) {
-			return c.CreateInstance(ctx, "web", envd.CreateInstanceRequest{Version: 2, TTL: "1h", Retain: true})
-		}, "CreateInstance", []any{"web", envd.CreateInstanceRequest{Version: 2, TTL: "1h", Retain: true}, ""},
-			envd.Instance{ID: "i-1", Project: "web", Node: "node-1", Version: 2, Generation: 1, State: "Running",
+			return c.CreateInstance(ctx, "web", types.CreateInstanceRequest{Version: 2, TTL: "1h", Retain: true})
+		}, "CreateInstance", []any{"web", types.CreateInstanceRequest{Version: 2, TTL: "1h", Retain: true}, ""},
+			types.Instance{ID: "i-1", Project: "web", Node: "node-1", Version: 2, Generation: 1, State: "Running",
 				Reason: "started", Retain: true, CreatedAt: apitest.Epoch, LastTransitionAt: apitest.Epoch}},
 		{"CreateInstance with key", func() (any, error) {
-			return c.CreateInstance(ctx, "web", envd.CreateInstanceRequest{TTL: "1h"}, client.WithIdempotencyKey("k-2"))
-		}, "CreateInstance", []any{"web", envd.CreateInstanceRequest{TTL: "1h"}, "k-2"}, nil},
+			return c.CreateInstance(ctx, "web", types.CreateInstanceRequest{TTL: "1h"}, client.WithIdempotencyKey("k-2"))
+		}, "CreateInstance", []any{"web", types.CreateInstanceRequest{TTL: "1h"}, "k-2"}, nil},
 		{"StopInstance", func() (any, error) { return c.StopInstance(ctx, "i-9") }, "StopInstance", []any{"i-9"},
-			envd.Instance{ID: "i-9", Project: "p", Node: "node-1", Version: 1, Generation: 1, State: "Stopped",
+			types.Instance{ID: "i-9", Project: "p", Node: "node-1", Version: 1, Generation: 1, State: "Stopped",
 				Reason: "user_stop", CreatedAt: apitest.Epoch, LastTransitionAt: apitest.Epoch}},
 		{"StartInstance", func() (any, error) { return c.StartInstance(ctx, "i-9") }, "StartInstance", []any{"i-9"},
-			envd.Instance{ID: "i-9", Project: "p", Node: "node-1", Version: 1, Generation: 2, State: "Running",
+			types.Instance{ID: "i-9", Project: "p", Node: "node-1", Version: 1, Generation: 2, State: "Running",
 				Reason: "started", CreatedAt: apitest.Epoch, LastTransitionAt: apitest.Epoch}},
 		{"PauseInstance", func() (any, error) { return c.PauseInstance(ctx, "i-9") }, "PauseInstance", []any{"i-9"},
-			envd.Instance{ID: "i-9", Project: "p", Node: "node-1", Version: 1, Generation: 1, State: "Paused",
+			types.Instance{ID: "i-9", Project: "p", Node: "node-1", Version: 1, Generation: 1, State: "Paused",
 				Reason: "user_pause", CreatedAt: apitest.Epoch, LastTransitionAt: apitest.Epoch}},
 		{"ResumeInstance", func() (any, error) { return c.ResumeInstance(ctx, "i-9") }, "ResumeInstance", []any{"i-9"},
-			envd.Instance{ID: "i-9", Project: "p", Node: "node-1", Version: 1, Generation: 1, State: "Running",
+			types.Instance{ID: "i-9", Project: "p", Node: "node-1", Version: 1, Generation: 1, State: "Running",
 				Reason: "user_resume", CreatedAt: apitest.Epoch, LastTransitionAt: apitest.Epoch}},
 		{"RenewInstance", func() (any, error) {
 			in, err := c.RenewInstance(ctx, "i-9", "90m")
@@ -92,34 +93,34 @@ func TestRoundTrip(t *testing.T) {
 			}
 			return in, err
 		}, "RenewInstance", []any{"i-9", "90m"},
-			envd.Instance{ID: "i-9", Project: "p", Node: "node-1", Version: 1, Generation: 1, State: "Running",
+			types.Instance{ID: "i-9", Project: "p", Node: "node-1", Version: 1, Generation: 1, State: "Running",
 				Reason: "started", ExpiresAt: ptr(apitest.Epoch.Add(90 * time.Minute)), CreatedAt: apitest.Epoch, LastTransitionAt: apitest.Epoch}},
-		{"ListInstances project", func() (any, error) { return c.ListInstances(ctx, "web") }, "ListInstances", []any{"web"}, []envd.Instance{}},
-		{"ListInstances all", func() (any, error) { return c.ListInstances(ctx, "") }, "ListInstances", []any{""}, []envd.Instance{}},
+		{"ListInstances project", func() (any, error) { return c.ListInstances(ctx, "web") }, "ListInstances", []any{"web"}, []types.Instance{}},
+		{"ListInstances all", func() (any, error) { return c.ListInstances(ctx, "") }, "ListInstances", []any{""}, []types.Instance{}},
 		{"GetInstance", func() (any, error) { return c.GetInstance(ctx, "i-9") }, "GetInstance", []any{"i-9"},
-			envd.Instance{ID: "i-9", Project: "p", Node: "node-1", Version: 1, Generation: 1, State: "Running",
+			types.Instance{ID: "i-9", Project: "p", Node: "node-1", Version: 1, Generation: 1, State: "Running",
 				Reason: "started", CreatedAt: apitest.Epoch, LastTransitionAt: apitest.Epoch}},
 		{"DeleteInstance", func() (any, error) { return c.DeleteInstance(ctx, "i-9") }, "DeleteInstance", []any{"i-9"},
-			envd.Instance{ID: "i-9", Project: "p", Node: "node-1", Version: 1, Generation: 1, State: "Terminated",
+			types.Instance{ID: "i-9", Project: "p", Node: "node-1", Version: 1, Generation: 1, State: "Terminated",
 				Reason: "user_delete", CreatedAt: apitest.Epoch, LastTransitionAt: apitest.Epoch}},
 		{"Exec", func() (any, error) {
-			return c.Exec(ctx, "i-9", envd.ExecRequest{Args: []string{"echo", "hi"}, Env: []string{"A=1"}, Cwd: "/w", Stdin: "in"})
-		}, "Exec", []any{"i-9", envd.ExecRequest{Args: []string{"echo", "hi"}, Env: []string{"A=1"}, Cwd: "/w", Stdin: "in"}},
-			envd.ExecResult{Stdout: "[echo hi]\n"}},
-		{"ListVersions", func() (any, error) { return c.ListVersions(ctx, "web") }, "ListVersions", []any{"web"}, []envd.Version{}},
+			return c.Exec(ctx, "i-9", types.ExecRequest{Args: []string{"echo", "hi"}, Env: []string{"A=1"}, Cwd: "/w", Stdin: "in"})
+		}, "Exec", []any{"i-9", types.ExecRequest{Args: []string{"echo", "hi"}, Env: []string{"A=1"}, Cwd: "/w", Stdin: "in"}},
+			types.ExecResult{Stdout: "[echo hi]\n"}},
+		{"ListVersions", func() (any, error) { return c.ListVersions(ctx, "web") }, "ListVersions", []any{"web"}, []types.Version{}},
 		{"GetVersion", func() (any, error) { return c.GetVersion(ctx, "web", 3) }, "GetVersion", []any{"web", 3},
-			envd.Version{Project: "web", Number: 3, Kind: "snapshot", State: "ready", CreatedAt: apitest.Epoch}},
+			types.Version{Project: "web", Number: 3, Kind: "snapshot", State: "ready", CreatedAt: apitest.Epoch}},
 		{"SetCurrent", func() (any, error) {
-			return c.SetCurrent(ctx, "web", envd.SetCurrentRequest{Version: 3, ExpectedCurrent: &two})
-		}, "SetCurrent", []any{"web", envd.SetCurrentRequest{Version: 3, ExpectedCurrent: &two}},
-			envd.Project{Name: "web", Current: 3, CreatedAt: apitest.Epoch}},
+			return c.SetCurrent(ctx, "web", types.SetCurrentRequest{Version: 3, ExpectedCurrent: &two})
+		}, "SetCurrent", []any{"web", types.SetCurrentRequest{Version: 3, ExpectedCurrent: &two}},
+			types.Project{Name: "web", Current: 3, CreatedAt: apitest.Epoch}},
 		{"PinVersion", func() (any, error) { return c.PinVersion(ctx, "web", 3) }, "PinVersion", []any{"web", 3, true},
-			envd.Version{Project: "web", Number: 3, Kind: "snapshot", State: "ready", Pinned: true, CreatedAt: apitest.Epoch}},
+			types.Version{Project: "web", Number: 3, Kind: "snapshot", State: "ready", Pinned: true, CreatedAt: apitest.Epoch}},
 		{"UnpinVersion", func() (any, error) { return c.UnpinVersion(ctx, "web", 3) }, "PinVersion", []any{"web", 3, false},
-			envd.Version{Project: "web", Number: 3, Kind: "snapshot", State: "ready", CreatedAt: apitest.Epoch}},
+			types.Version{Project: "web", Number: 3, Kind: "snapshot", State: "ready", CreatedAt: apitest.Epoch}},
 		{"GetOperation", func() (any, error) { return c.GetOperation(ctx, op.ID) }, "GetOperation", []any{op.ID}, op},
 		{"OperationEvents", func() (any, error) { return c.OperationEvents(ctx, op.ID, 0) }, "OperationEvents", []any{op.ID, 0},
-			[]envd.Event{{Seq: 1, At: apitest.Epoch, Type: "step", Message: "one"}}},
+			[]types.Event{{Seq: 1, At: apitest.Epoch, Type: "step", Message: "one"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := tc.do()
@@ -141,26 +142,26 @@ func TestSaveAndCancel(t *testing.T) {
 	t.Parallel()
 	core, c := newServer(t, nil)
 	ctx := context.Background()
-	op, err := c.Save(ctx, "i-1", envd.SaveRequest{Message: "m"}, "key-1")
+	op, err := c.Save(ctx, "i-1", types.SaveRequest{Message: "m"}, "key-1")
 	require.NoError(t, err)
-	assert.Equal(t, envd.OpRunning, op.State)
+	assert.Equal(t, types.OpRunning, op.State)
 	call, _ := core.LastCall("Save")
-	assert.Equal(t, []any{"i-1", envd.SaveRequest{Message: "m"}, "key-1"}, call.Args)
+	assert.Equal(t, []any{"i-1", types.SaveRequest{Message: "m"}, "key-1"}, call.Args)
 
 	op, err = c.CancelOperation(ctx, op.ID)
 	require.NoError(t, err)
-	assert.Equal(t, envd.OpCanceled, op.State)
+	assert.Equal(t, types.OpCanceled, op.State)
 }
 
 func TestRestore(t *testing.T) {
 	t.Parallel()
 	core, c := newServer(t, nil)
-	op, err := c.Restore(context.Background(), "web", envd.CreateInstanceRequest{Version: 3}, client.WithIdempotencyKey("k-2"))
+	op, err := c.Restore(context.Background(), "web", types.CreateInstanceRequest{Version: 3}, client.WithIdempotencyKey("k-2"))
 	require.NoError(t, err)
 	assert.Equal(t, "restore", op.Kind)
 	call, ok := core.LastCall("Restore")
 	require.True(t, ok)
-	assert.Equal(t, []any{"web", envd.CreateInstanceRequest{Version: 3}, "k-2"}, call.Args)
+	assert.Equal(t, []any{"web", types.CreateInstanceRequest{Version: 3}, "k-2"}, call.Args)
 }
 
 func TestImportImage(t *testing.T) {
@@ -202,27 +203,27 @@ func TestErrors(t *testing.T) {
 	t.Parallel()
 	core, c := newServer(t, nil)
 	ctx := context.Background()
-	core.GetProjectFunc = func(_ context.Context, name string) (envd.Project, error) {
-		return envd.Project{}, fmt.Errorf("project %q: %w", name, errdefs.ErrNotFound)
+	core.GetProjectFunc = func(_ context.Context, name string) (types.Project, error) {
+		return types.Project{}, fmt.Errorf("project %q: %w", name, errdefs.ErrNotFound)
 	}
-	core.SetCurrentFunc = func(context.Context, string, envd.SetCurrentRequest) (envd.Project, error) {
-		return envd.Project{}, fmt.Errorf("current moved: %w", errdefs.ErrConflict)
+	core.SetCurrentFunc = func(context.Context, string, types.SetCurrentRequest) (types.Project, error) {
+		return types.Project{}, fmt.Errorf("current moved: %w", errdefs.ErrConflict)
 	}
 
 	_, err := c.GetProject(ctx, "web")
 	require.Error(t, err)
-	var e *client.Error
+	var e *types.Error
 	require.ErrorAs(t, err, &e)
-	assert.Equal(t, &client.Error{Status: 404, Code: "not_found", Message: `project "web": not found`}, e)
+	assert.Equal(t, &types.Error{Status: 404, Code: "not_found", Message: `project "web": not found`}, e)
 	assert.ErrorIs(t, err, errdefs.ErrNotFound)
 	assert.NotErrorIs(t, err, errdefs.ErrConflict)
 	assert.Equal(t, `project "web": not found (not_found)`, err.Error())
 
-	_, err = c.SetCurrent(ctx, "web", envd.SetCurrentRequest{Version: 2})
+	_, err = c.SetCurrent(ctx, "web", types.SetCurrentRequest{Version: 2})
 	assert.ErrorIs(t, err, errdefs.ErrConflict)
 
-	core.PauseInstanceFunc = func(_ context.Context, id string) (envd.Instance, error) {
-		return envd.Instance{}, errdefs.WithDetails(fmt.Errorf("instance %q is Stopped: %w", id, errdefs.ErrFailedPrecondition),
+	core.PauseInstanceFunc = func(_ context.Context, id string) (types.Instance, error) {
+		return types.Instance{}, errdefs.WithDetails(fmt.Errorf("instance %q is Stopped: %w", id, errdefs.ErrFailedPrecondition),
 			map[string]any{"state": "Stopped"})
 	}
 	_, err = c.PauseInstance(ctx, "i-1")
@@ -243,9 +244,9 @@ func TestErrorWithoutJSONBody(t *testing.T) {
 	}))
 	defer srv.Close()
 	_, err := client.New(srv.URL, "t").Info(context.Background())
-	var e *client.Error
+	var e *types.Error
 	require.ErrorAs(t, err, &e)
-	assert.Equal(t, &client.Error{Status: 502, Code: "unavailable", Message: "upstream down"}, e)
+	assert.Equal(t, &types.Error{Status: 502, Code: "unavailable", Message: "upstream down"}, e)
 	assert.ErrorIs(t, err, errdefs.ErrUnavailable)
 }
 
@@ -256,10 +257,10 @@ func runOperation(core *apitest.Core, id string, n int) {
 		core.AppendEvent(id, "step", fmt.Sprintf("step %d", i))
 		time.Sleep(5 * time.Millisecond)
 	}
-	core.Finish(id, envd.OpSucceeded, envd.SaveResult{Version: 2, Current: true}, nil)
+	core.Finish(id, types.OpSucceeded, types.SaveResult{Version: 2, Current: true}, nil)
 }
 
-func seqs(evs []envd.Event) []int {
+func seqs(evs []types.Event) []int {
 	out := []int{}
 	for _, e := range evs {
 		out = append(out, e.Seq)
@@ -273,10 +274,10 @@ func TestWaitOperation(t *testing.T) {
 	op := core.NewOperation("save", "i-1")
 	go runOperation(core, op.ID, 5)
 
-	var got []envd.Event
-	final, err := c.WaitOperation(context.Background(), op.ID, func(e envd.Event) { got = append(got, e) })
+	var got []types.Event
+	final, err := c.WaitOperation(context.Background(), op.ID, func(e types.Event) { got = append(got, e) })
 	require.NoError(t, err)
-	assert.Equal(t, envd.OpSucceeded, final.State)
+	assert.Equal(t, types.OpSucceeded, final.State)
 	assert.JSONEq(t, `{"project":"","version":2,"current":true,"conflict":false,"expected_current":0,"image":"",
 		"freeze_ms":0,"spool_ms":0,"encode_ms":0,"push_ms":0,"commit_ms":0,"total_ms":0,"layer_bytes":0,"entries":0,"compression":""}`,
 		string(final.Result))
@@ -345,10 +346,10 @@ func TestWaitOperationReconnects(t *testing.T) {
 	op := core.NewOperation("save", "i-1")
 	go runOperation(core, op.ID, 6)
 
-	var got []envd.Event
-	final, err := c.WaitOperation(context.Background(), op.ID, func(e envd.Event) { got = append(got, e) })
+	var got []types.Event
+	final, err := c.WaitOperation(context.Background(), op.ID, func(e types.Event) { got = append(got, e) })
 	require.NoError(t, err)
-	assert.Equal(t, envd.OpSucceeded, final.State)
+	assert.Equal(t, types.OpSucceeded, final.State)
 	assert.Equal(t, []int{1, 2, 3, 4, 5, 6}, seqs(got), "no event lost or repeated")
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -375,10 +376,10 @@ func TestWaitOperationFallsBackToPolling(t *testing.T) {
 	op := core.NewOperation("save", "i-1")
 	go runOperation(core, op.ID, 4)
 
-	var got []envd.Event
-	final, err := c.WaitOperation(context.Background(), op.ID, func(e envd.Event) { got = append(got, e) })
+	var got []types.Event
+	final, err := c.WaitOperation(context.Background(), op.ID, func(e types.Event) { got = append(got, e) })
 	require.NoError(t, err)
-	assert.Equal(t, envd.OpSucceeded, final.State)
+	assert.Equal(t, types.OpSucceeded, final.State)
 	assert.Equal(t, []int{1, 2, 3, 4}, seqs(got))
 	mu.Lock()
 	assert.Equal(t, 3, streams, "the stream is tried a few times before polling")
@@ -398,7 +399,7 @@ func TestWaitOperationErrors(t *testing.T) {
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	got, err := c.GetOperation(context.Background(), op.ID)
 	require.NoError(t, err)
-	assert.Equal(t, envd.OpRunning, got.State, "giving up waiting does not cancel the operation")
+	assert.Equal(t, types.OpRunning, got.State, "giving up waiting does not cancel the operation")
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -10,35 +10,13 @@ import (
 	"net/url"
 	"strconv"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/coder/websocket"
 
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/execproto"
-	"github.com/envd-dev/envd/envd"
-	"github.com/envd-dev/envd/internal/errdefs"
 )
-
-// The exec stream's protocol is package execproto (see docs/api.md).
-const (
-	chanStdin       = execproto.Stdin
-	chanStdout      = execproto.Stdout
-	chanStderr      = execproto.Stderr
-	chanResize      = execproto.Resize
-	chanExit        = execproto.Exit
-	chanEOF         = execproto.EOF
-	execSubprotocol = execproto.Subprotocol
-	execChunk       = execproto.Chunk
-	maxExecMessage  = execproto.MaxMessage
-)
-
-// execExit mirrors api.ExecExit.
-type execExit struct {
-	ExitCode int `json:"exit_code"`
-	Error    *struct {
-		Code    string         `json:"code"`
-		Message string         `json:"message"`
-		Details map[string]any `json:"details"`
-	} `json:"error"`
-}
 
 // ExecStream runs a command in the instance with its streams connected to
 // stdio and returns its exit code when it ends: GET
@@ -54,8 +32,8 @@ type execExit struct {
 //
 // ExecStream does not wait for a Read of stdio.Stdin in progress when the
 // command exits: that read's data is lost.
-func (c *Client) ExecStream(ctx context.Context, id string, req envd.ExecRequest, stdio envd.Stdio) (int, error) {
-	var initial *envd.TermSize
+func (c *Client) ExecStream(ctx context.Context, id string, req types.ExecRequest, stdio types.Stdio) (int, error) {
+	var initial *types.TermSize
 	if stdio.TTY && stdio.Resize != nil {
 		// A size already sent goes in the URL: the terminal is made with
 		// it, so the command's first look at it cannot race a resize.
@@ -78,7 +56,7 @@ func (c *Client) ExecStream(ctx context.Context, id string, req envd.ExecRequest
 	conn, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{
 		HTTPClient:   c.hc,
 		HTTPHeader:   header,
-		Subprotocols: []string{execSubprotocol},
+		Subprotocols: []string{execproto.Subprotocol},
 	})
 	if err != nil {
 		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols && resp.Body != nil {
@@ -87,7 +65,7 @@ func (c *Client) ExecStream(ctx context.Context, id string, req envd.ExecRequest
 		return -1, fmt.Errorf("exec in %q: connect: %w", id, err)
 	}
 	defer conn.CloseNow()
-	conn.SetReadLimit(maxExecMessage)
+	conn.SetReadLimit(execproto.MaxMessage)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -106,7 +84,7 @@ func (c *Client) ExecStream(ctx context.Context, id string, req envd.ExecRequest
 						return
 					}
 					b, _ := json.Marshal(sz)
-					if send(chanResize, b) != nil {
+					if send(execproto.Resize, b) != nil {
 						return
 					}
 				case <-ctx.Done():
@@ -117,11 +95,11 @@ func (c *Client) ExecStream(ctx context.Context, id string, req envd.ExecRequest
 	}
 	go func() {
 		if stdio.Stdin != nil {
-			buf := make([]byte, execChunk)
+			buf := make([]byte, execproto.Chunk)
 			for {
 				n, err := stdio.Stdin.Read(buf)
 				if n > 0 {
-					if send(chanStdin, buf[:n]) != nil {
+					if send(execproto.Stdin, buf[:n]) != nil {
 						return
 					}
 				}
@@ -130,7 +108,7 @@ func (c *Client) ExecStream(ctx context.Context, id string, req envd.ExecRequest
 				}
 			}
 		}
-		_ = send(chanEOF, nil)
+		_ = send(execproto.EOF, nil)
 	}()
 
 	stdout, stderr := stdio.Stdout, stdio.Stderr
@@ -153,16 +131,16 @@ func (c *Client) ExecStream(ctx context.Context, id string, req envd.ExecRequest
 		}
 		payload := msg[1:]
 		switch msg[0] {
-		case chanStdout:
+		case execproto.Stdout:
 			if _, err := stdout.Write(payload); err != nil {
 				return -1, fmt.Errorf("exec in %q: write stdout: %w", id, err)
 			}
-		case chanStderr:
+		case execproto.Stderr:
 			if _, err := stderr.Write(payload); err != nil {
 				return -1, fmt.Errorf("exec in %q: write stderr: %w", id, err)
 			}
-		case chanExit:
-			var ex execExit
+		case execproto.Exit:
+			var ex types.ExecExit
 			if err := json.Unmarshal(payload, &ex); err != nil {
 				return -1, fmt.Errorf("exec in %q: decode exit status: %w", id, err)
 			}
@@ -172,7 +150,7 @@ func (c *Client) ExecStream(ctx context.Context, id string, req envd.ExecRequest
 				if k := errdefs.FromCode(ex.Error.Code); k != nil {
 					status = errdefs.HTTPStatus(k)
 				}
-				return -1, &Error{Status: status, Code: ex.Error.Code, Message: ex.Error.Message, Details: ex.Error.Details}
+				return -1, &types.Error{Status: status, Code: ex.Error.Code, Message: ex.Error.Message, Details: ex.Error.Details}
 			}
 			return ex.ExitCode, nil
 		}
@@ -180,7 +158,7 @@ func (c *Client) ExecStream(ctx context.Context, id string, req envd.ExecRequest
 }
 
 // execURL is the WebSocket URL of an exec stream.
-func (c *Client) execURL(id string, req envd.ExecRequest, tty bool, size *envd.TermSize) (string, error) {
+func (c *Client) execURL(id string, req types.ExecRequest, tty bool, size *types.TermSize) (string, error) {
 	if len(req.Args) == 0 {
 		return "", errors.New("exec: no command")
 	}

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/api/types"
 )
 
 // Server-sent event types besides the operation's own (see package api).
@@ -39,7 +39,7 @@ var permanentCodes = map[string]bool{
 }
 
 func permanent(err error) bool {
-	var e *Error
+	var e *types.Error
 	return errors.As(err, &e) && permanentCodes[e.Code]
 }
 
@@ -51,9 +51,9 @@ func permanent(err error) bool {
 // the server-sent event stream, reconnects from the last event it saw when
 // the stream breaks, and falls back to polling when the stream keeps
 // failing. Canceling ctx stops waiting; it never cancels the operation.
-func (c *Client) WaitOperation(ctx context.Context, id string, onEvent func(envd.Event)) (envd.Operation, error) {
+func (c *Client) WaitOperation(ctx context.Context, id string, onEvent func(types.Event)) (types.Operation, error) {
 	last := 0
-	deliver := func(ev envd.Event) {
+	deliver := func(ev types.Event) {
 		if ev.Seq <= last {
 			return
 		}
@@ -69,10 +69,10 @@ func (c *Client) WaitOperation(ctx context.Context, id string, onEvent func(envd
 			return op, nil
 		}
 		if ctx.Err() != nil {
-			return envd.Operation{}, ctx.Err()
+			return types.Operation{}, ctx.Err()
 		}
 		if permanent(err) {
-			return envd.Operation{}, err
+			return types.Operation{}, err
 		}
 		if last > before {
 			failures = 0
@@ -80,7 +80,7 @@ func (c *Client) WaitOperation(ctx context.Context, id string, onEvent func(envd
 			failures++
 		}
 		if err := sleep(ctx, time.Duration(failures)*c.pollInterval/2); err != nil {
-			return envd.Operation{}, err
+			return types.Operation{}, err
 		}
 	}
 	return c.pollOperation(ctx, id, &last, deliver)
@@ -88,18 +88,18 @@ func (c *Client) WaitOperation(ctx context.Context, id string, onEvent func(envd
 
 // streamEvents reads one event stream starting after seq after. It returns
 // the operation when the stream's end event arrives, else an error.
-func (c *Client) streamEvents(ctx context.Context, id string, after int, deliver func(envd.Event)) (envd.Operation, error) {
+func (c *Client) streamEvents(ctx context.Context, id string, after int, deliver func(types.Event)) (types.Operation, error) {
 	h := http.Header{"Accept": {"text/event-stream"}}
 	if after > 0 {
 		h.Set("Last-Event-ID", strconv.Itoa(after))
 	}
 	resp, err := c.send(ctx, request{method: http.MethodGet, path: "/v1/operations/" + esc(id) + "/events", header: h})
 	if err != nil {
-		return envd.Operation{}, err
+		return types.Operation{}, err
 	}
 	defer resp.Body.Close()
 	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
-		return envd.Operation{}, fmt.Errorf("operation %s events: content type %q is not an event stream", id, ct)
+		return types.Operation{}, fmt.Errorf("operation %s events: content type %q is not an event stream", id, ct)
 	}
 	br := bufio.NewReader(resp.Body)
 	var evID, typ string
@@ -108,9 +108,9 @@ func (c *Client) streamEvents(ctx context.Context, id string, after int, deliver
 		line, err := br.ReadString('\n')
 		if err != nil {
 			if errors.Is(err, io.EOF) {
-				return envd.Operation{}, errStreamEnded
+				return types.Operation{}, errStreamEnded
 			}
-			return envd.Operation{}, fmt.Errorf("operation %s events: %w", id, err)
+			return types.Operation{}, fmt.Errorf("operation %s events: %w", id, err)
 		}
 		line = strings.TrimRight(line, "\r\n")
 		if line != "" {
@@ -133,22 +133,22 @@ func (c *Client) streamEvents(ctx context.Context, id string, after int, deliver
 		// A blank line dispatches the event.
 		switch typ {
 		case sseEnd:
-			var op envd.Operation
+			var op types.Operation
 			if err := json.Unmarshal([]byte(data.String()), &op); err != nil {
-				return envd.Operation{}, fmt.Errorf("operation %s events: decode end event: %w", id, err)
+				return types.Operation{}, fmt.Errorf("operation %s events: decode end event: %w", id, err)
 			}
 			return op, nil
 		case sseError:
-			var body errorBody
+			var body types.ErrorBody
 			if err := json.Unmarshal([]byte(data.String()), &body); err != nil || body.Error.Code == "" {
-				return envd.Operation{}, fmt.Errorf("operation %s events: stream error %q", id, data.String())
+				return types.Operation{}, fmt.Errorf("operation %s events: stream error %q", id, data.String())
 			}
-			return envd.Operation{}, &Error{Code: body.Error.Code, Message: body.Error.Message, Details: body.Error.Details}
+			return types.Operation{}, &types.Error{Code: body.Error.Code, Message: body.Error.Message, Details: body.Error.Details}
 		default:
 			if data.Len() > 0 {
-				var ev envd.Event
+				var ev types.Event
 				if err := json.Unmarshal([]byte(data.String()), &ev); err != nil {
-					return envd.Operation{}, fmt.Errorf("operation %s events: decode event %s: %w", id, evID, err)
+					return types.Operation{}, fmt.Errorf("operation %s events: decode event %s: %w", id, evID, err)
 				}
 				if ev.Seq == 0 {
 					ev.Seq, _ = strconv.Atoi(evID)
@@ -162,14 +162,14 @@ func (c *Client) streamEvents(ctx context.Context, id string, after int, deliver
 }
 
 // pollOperation waits by polling the operation and its event list.
-func (c *Client) pollOperation(ctx context.Context, id string, last *int, deliver func(envd.Event)) (envd.Operation, error) {
+func (c *Client) pollOperation(ctx context.Context, id string, last *int, deliver func(types.Event)) (types.Operation, error) {
 	failures := 0
 	for {
 		// The operation is read before its events: when it is done, the
 		// events read next are all it will ever have.
 		op, err := c.GetOperation(ctx, id)
 		if err == nil {
-			var evs []envd.Event
+			var evs []types.Event
 			evs, err = c.OperationEvents(ctx, id, *last)
 			for _, ev := range evs {
 				deliver(ev)
@@ -180,16 +180,16 @@ func (c *Client) pollOperation(ctx context.Context, id string, last *int, delive
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return envd.Operation{}, ctx.Err()
+				return types.Operation{}, ctx.Err()
 			}
 			if failures++; permanent(err) || failures >= maxPollFailures {
-				return envd.Operation{}, fmt.Errorf("wait for operation %s: %w", id, err)
+				return types.Operation{}, fmt.Errorf("wait for operation %s: %w", id, err)
 			}
 		} else {
 			failures = 0
 		}
 		if err := sleep(ctx, c.pollInterval); err != nil {
-			return envd.Operation{}, err
+			return types.Operation{}, err
 		}
 	}
 }

@@ -7,12 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/envd-dev/envd/client"
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/envd"
-	"github.com/envd-dev/envd/internal/errdefs"
 )
 
 // The node's per-tenant save and build limits. The test holds the slots
@@ -20,7 +21,7 @@ import (
 // service the node runs, and then asks over HTTP as a client would.
 func TestTenantSaveAndBuildLimits(t *testing.T) {
 	svc := env.node.Service
-	admin := envd.Principal{Tenant: "admin", Admin: true}
+	admin := types.Principal{Tenant: "admin", Admin: true}
 	p := newProject(t, "admission")
 	in := up(t, p, 0)
 	// A second instance: a second save of the first one would be refused
@@ -29,14 +30,14 @@ func TestTenantSaveAndBuildLimits(t *testing.T) {
 	require.Zero(t, svc.AdmissionInUse("admin", envd.AdmitSaves), "no save runs before the test")
 
 	// A save accepted with a key holds one slot until it ends.
-	first, err := env.c.Save(ctx(t), in.ID, envd.SaveRequest{Message: "first"}, "admission-key")
+	first, err := env.c.Save(ctx(t), in.ID, types.SaveRequest{Message: "first"}, "admission-key")
 	require.NoError(t, err)
 	held := holdAll(t, svc, admin, envd.AdmitSaves)
 
-	_, err = env.c.Save(ctx(t), other.ID, envd.SaveRequest{Message: "second"}, "")
+	_, err = env.c.Save(ctx(t), other.ID, types.SaveRequest{Message: "second"}, "")
 	assertExhausted(t, err, "saves")
 	// Its retry is never refused: it is the same operation.
-	again, err := env.c.Save(ctx(t), in.ID, envd.SaveRequest{Message: "first"}, "admission-key")
+	again, err := env.c.Save(ctx(t), in.ID, types.SaveRequest{Message: "first"}, "admission-key")
 	require.NoError(t, err)
 	assert.Equal(t, first.ID, again.ID)
 
@@ -62,7 +63,7 @@ func TestTenantSaveAndBuildLimits(t *testing.T) {
 	// Builds: refused before anything starts.
 	held = holdAll(t, svc, admin, envd.AdmitBuilds)
 	before := snapshotState(t)
-	_, err = env.c.Build(ctx(t), p, envd.BuildRequest{Manager: "apk", Packages: []string{"curl"}})
+	_, err = env.c.Build(ctx(t), p, types.BuildRequest{Manager: "apk", Packages: []string{"curl"}})
 	assertExhausted(t, err, "builds")
 	for _, release := range held {
 		release()
@@ -73,7 +74,7 @@ func TestTenantSaveAndBuildLimits(t *testing.T) {
 
 // holdAll takes every free slot of kind for p's tenant and returns their
 // releases (also run at cleanup).
-func holdAll(t *testing.T, svc *envd.Service, p envd.Principal, kind string) []func() {
+func holdAll(t *testing.T, svc *envd.Service, p types.Principal, kind string) []func() {
 	t.Helper()
 	var held []func()
 	for range 1000 {
@@ -96,7 +97,7 @@ func holdAll(t *testing.T, svc *envd.Service, p envd.Principal, kind string) []f
 func assertExhausted(t *testing.T, err error, kind string) {
 	t.Helper()
 	require.ErrorIs(t, err, errdefs.ErrResourceExhausted)
-	var ce *client.Error
+	var ce *types.Error
 	require.True(t, errors.As(err, &ce))
 	assert.Equal(t, http.StatusTooManyRequests, ce.Status)
 	assert.Equal(t, kind, ce.Details["kind"])

@@ -8,11 +8,12 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/envd-dev/envd/envd"
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/errdefs"
 )
 
 // debianRootfs is where the Debian base of the build tests is kept between
@@ -74,10 +75,10 @@ func TestRootBuildFromDeclaredPackages(t *testing.T) {
 	c := ctx(t)
 	base := importDebian(t)
 	p := fmt.Sprintf("build-%d", projectSeq.Add(1))
-	_, err := env.c.CreateProject(c, envd.CreateProjectRequest{Name: p, Base: base})
+	_, err := env.c.CreateProject(c, types.CreateProjectRequest{Name: p, Base: base})
 	require.NoError(t, err)
 
-	req := envd.BuildRequest{Manager: "apt", Packages: []string{"tree"}, Validate: [][]string{{"tree", "--version"}}, Switch: true}
+	req := types.BuildRequest{Manager: "apt", Packages: []string{"tree"}, Validate: [][]string{{"tree", "--version"}}, Switch: true}
 	res := runBuild(t, p, req)
 	assert.Equal(t, 2, res.Version)
 	assert.True(t, res.Current)
@@ -93,31 +94,31 @@ func TestRootBuildFromDeclaredPackages(t *testing.T) {
 	require.NoError(t, err)
 	for _, x := range list {
 		if x.ID != in.ID {
-			assert.Equal(t, envd.StateTerminated, x.State, "build and trial containers are removed: %s", x.ID)
-			assert.Equal(t, envd.ReasonBuildFinished, x.Reason)
+			assert.Equal(t, types.StateTerminated, x.State, "build and trial containers are removed: %s", x.ID)
+			assert.Equal(t, types.ReasonBuildFinished, x.Reason)
 		}
 	}
 
-	again := runBuild(t, p, envd.BuildRequest{Manager: "apt", Packages: []string{"tree", "tree"}, Validate: req.Validate})
+	again := runBuild(t, p, types.BuildRequest{Manager: "apt", Packages: []string{"tree", "tree"}, Validate: req.Validate})
 	assert.True(t, again.Cached, "the same base and normalized spec reuse the build")
 	assert.Equal(t, 2, again.Version)
 
 	// A validation that fails marks the new version failed; current stays.
-	op, err := env.c.Build(c, p, envd.BuildRequest{Manager: "apt", Packages: []string{"tree"}, Validate: [][]string{{"false"}}, Switch: true})
+	op, err := env.c.Build(c, p, types.BuildRequest{Manager: "apt", Packages: []string{"tree"}, Validate: [][]string{{"false"}}, Switch: true})
 	require.NoError(t, err)
 	done, err := env.c.WaitOperation(c, op.ID, nil)
 	require.NoError(t, err)
-	assert.Equal(t, envd.OpFailed, done.State)
+	assert.Equal(t, types.OpFailed, done.State)
 	v3, err := env.c.GetVersion(c, p, 3)
 	require.NoError(t, err)
 	assert.Equal(t, "failed", v3.State)
 
 	// An install that fails makes no version and says why.
-	op, err = env.c.Build(c, p, envd.BuildRequest{Manager: "apt", Packages: []string{"no-such-package-envd"}})
+	op, err = env.c.Build(c, p, types.BuildRequest{Manager: "apt", Packages: []string{"no-such-package-envd"}})
 	require.NoError(t, err)
 	done, err = env.c.WaitOperation(c, op.ID, nil)
 	require.NoError(t, err)
-	assert.Equal(t, envd.OpFailed, done.State)
+	assert.Equal(t, types.OpFailed, done.State)
 	require.NotNil(t, done.Error)
 	assert.Contains(t, done.Error.Message, "Unable to locate package no-such-package-envd")
 	proj, err := env.c.GetProject(c, p)
@@ -128,15 +129,15 @@ func TestRootBuildFromDeclaredPackages(t *testing.T) {
 	assert.Len(t, vs, 3, "the failed install made no version")
 
 	for _, bad := range []string{"tree; id", "$(reboot)", "--allow-unauthenticated", "tree=1.0 && id"} {
-		_, err = env.c.Build(c, p, envd.BuildRequest{Manager: "apt", Packages: []string{bad}})
+		_, err = env.c.Build(c, p, types.BuildRequest{Manager: "apt", Packages: []string{bad}})
 		assert.ErrorIs(t, err, errdefs.ErrInvalidArgument, "%q", bad)
 	}
 }
 
-func runBuild(t *testing.T, p string, req envd.BuildRequest) envd.BuildResult {
+func runBuild(t *testing.T, p string, req types.BuildRequest) types.BuildResult {
 	t.Helper()
 	op, err := env.c.Build(ctx(t), p, req)
-	res := succeeded[envd.BuildResult](t, op, err)
+	res := succeeded[types.BuildResult](t, op, err)
 	require.True(t, strings.HasPrefix(res.Key, "sha256:"))
 	return res
 }

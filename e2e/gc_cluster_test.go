@@ -14,13 +14,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/client"
-	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/envd/node"
-	"github.com/envd-dev/envd/internal/errdefs"
 )
 
 // Two nodes share one PostgreSQL and one registry (the test node's, which
@@ -53,28 +54,28 @@ func TestRootGCTwoNodesRaceSaves(t *testing.T) {
 		gcs       int
 	)
 	for _, n := range nodes {
-		in, err := n.c.CreateInstance(c, p, envd.CreateInstanceRequest{})
+		in, err := n.c.CreateInstance(c, p, types.CreateInstanceRequest{})
 		require.NoError(t, err)
 		t.Cleanup(func() { _, _ = n.c.DeleteInstance(context.Background(), in.ID) })
 		wg.Go(func() {
 			files := map[string]string{}
 			for i := range saves {
 				path := fmt.Sprintf("/race-%s-%d", in.ID, i)
-				res, err := n.c.Exec(c, in.ID, envd.ExecRequest{Args: []string{"sh", "-c",
+				res, err := n.c.Exec(c, in.ID, types.ExecRequest{Args: []string{"sh", "-c",
 					fmt.Sprintf("head -c 4194304 /dev/urandom > %s && md5sum < %s", path, path)}})
 				if !assert.NoError(t, err) || !assert.Equal(t, 0, res.ExitCode, res.Stderr) {
 					return
 				}
 				files[path] = strings.Fields(res.Stdout)[0]
-				op, err := n.c.Save(c, in.ID, envd.SaveRequest{Message: path}, "")
+				op, err := n.c.Save(c, in.ID, types.SaveRequest{Message: path}, "")
 				if !assert.NoError(t, err) {
 					return
 				}
 				done, err := n.c.WaitOperation(c, op.ID, nil)
-				if !assert.NoError(t, err) || !assert.Equalf(t, envd.OpSucceeded, done.State, "save on %s: %+v", n.name, done.Error) {
+				if !assert.NoError(t, err) || !assert.Equalf(t, types.OpSucceeded, done.State, "save on %s: %+v", n.name, done.Error) {
 					return
 				}
-				var r envd.SaveResult
+				var r types.SaveResult
 				if !assert.NoError(t, json.Unmarshal(done.Result, &r)) {
 					return
 				}
@@ -93,12 +94,12 @@ func TestRootGCTwoNodesRaceSaves(t *testing.T) {
 					return
 				default:
 				}
-				op, err := n.c.GC(c, envd.GCRequest{})
+				op, err := n.c.GC(c, types.GCRequest{})
 				if !assert.NoError(t, err) {
 					return
 				}
 				end, err := n.c.WaitOperation(c, op.ID, nil)
-				if !assert.NoError(t, err) || !assert.Equalf(t, envd.OpSucceeded, end.State, "gc on %s: %+v", n.name, end.Error) {
+				if !assert.NoError(t, err) || !assert.Equalf(t, types.OpSucceeded, end.State, "gc on %s: %+v", n.name, end.Error) {
 					return
 				}
 				mu.Lock()
@@ -128,10 +129,10 @@ func TestRootGCTwoNodesRaceSaves(t *testing.T) {
 			require.NoError(t, err, "version %d layer %d pulls whole", s.version, i)
 		}
 		for _, n := range nodes {
-			in, err := n.c.CreateInstance(c, p, envd.CreateInstanceRequest{Version: s.version})
+			in, err := n.c.CreateInstance(c, p, types.CreateInstanceRequest{Version: s.version})
 			require.NoError(t, err, "version %d on %s", s.version, n.name)
 			for path, sum := range s.files {
-				res, err := n.c.Exec(c, in.ID, envd.ExecRequest{Args: []string{"sh", "-c", "md5sum < " + path}})
+				res, err := n.c.Exec(c, in.ID, types.ExecRequest{Args: []string{"sh", "-c", "md5sum < " + path}})
 				require.NoError(t, err)
 				assert.Equalf(t, sum, strings.Fields(res.Stdout + " -")[0], "version %d on %s: %s (%s)", s.version, n.name, path, res.Stderr)
 			}

@@ -6,11 +6,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/envd-dev/envd/envd"
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/errdefs"
 )
 
 // A GC deletes what the retention policy does not keep: an abandoned
@@ -29,12 +30,12 @@ func TestRootGCCollectsAnAbandonedBranch(t *testing.T) {
 	mustSh(t, b.ID, "head -c 1048576 /dev/urandom > /b")
 	_, v3 := save(t, b.ID, "branch b")
 	require.True(t, v3.Conflict, "version 2 is current: the other branch's save does not switch")
-	_, err := env.c.SetCurrent(c, p, envd.SetCurrentRequest{Version: v3.Version, ExpectedCurrent: &v2.Version})
+	_, err := env.c.SetCurrent(c, p, types.SetCurrentRequest{Version: v3.Version, ExpectedCurrent: &v2.Version})
 	require.NoError(t, err)
 	_, err = env.c.DeleteInstance(c, a.ID) // nothing uses version 2 any more
 	require.NoError(t, err)
 
-	proj, err := env.c.SetRetention(c, p, envd.Retention{KeepLast: 1})
+	proj, err := env.c.SetRetention(c, p, types.Retention{KeepLast: 1})
 	require.NoError(t, err)
 	require.NotNil(t, proj.Retention)
 
@@ -72,14 +73,14 @@ func TestRootGCCollectsAnAbandonedBranch(t *testing.T) {
 	assert.Empty(t, collected(res, p))
 }
 
-func runGC(t *testing.T, dryRun bool) envd.GCResult {
+func runGC(t *testing.T, dryRun bool) types.GCResult {
 	t.Helper()
-	op, err := env.c.GC(ctx(t), envd.GCRequest{DryRun: dryRun})
-	return succeeded[envd.GCResult](t, op, err)
+	op, err := env.c.GC(ctx(t), types.GCRequest{DryRun: dryRun})
+	return succeeded[types.GCResult](t, op, err)
 }
 
 // collected lists the versions of project p a GC result names.
-func collected(res envd.GCResult, p string) []int {
+func collected(res types.GCResult, p string) []int {
 	var out []int
 	for _, v := range res.Versions {
 		if v.Project == p {
@@ -94,9 +95,9 @@ func collected(res envd.GCResult, p string) []int {
 func TestRootGCRemovesVolumesOfDeletedProjects(t *testing.T) {
 	c := ctx(t)
 	p := fmt.Sprintf("gcvol-%d", projectSeq.Add(1))
-	_, err := env.c.CreateProject(c, envd.CreateProjectRequest{Name: p, Base: fixtureBase, Volumes: []string{"work:/workspace:0:0:16M"}})
+	_, err := env.c.CreateProject(c, types.CreateProjectRequest{Name: p, Base: fixtureBase, Volumes: []string{"work:/workspace:0:0:16M"}})
 	require.NoError(t, err)
-	in, err := env.c.CreateInstance(c, p, envd.CreateInstanceRequest{})
+	in, err := env.c.CreateInstance(c, p, types.CreateInstanceRequest{})
 	require.NoError(t, err)
 	mustSh(t, in.ID, "echo kept > /workspace/f")
 	_, err = env.c.DeleteInstance(c, in.ID)
@@ -118,7 +119,7 @@ func TestRootGCRemovesVolumesOfDeletedProjects(t *testing.T) {
 
 // orphansOf returns the orphan volumes of project p in res, without their
 // tenant.
-func orphansOf(res envd.GCResult, p string) []string {
+func orphansOf(res types.GCResult, p string) []string {
 	var out []string
 	for _, v := range res.OrphanVolumes {
 		if i := strings.Index(v, "/"+p+"/"); i >= 0 {

@@ -11,9 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/stretchr/testify/require"
 
-	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/envd/node"
 	"github.com/envd-dev/envd/registry"
 )
@@ -25,7 +26,7 @@ var projectSeq atomic.Int64
 func newProject(t *testing.T, prefix string, excludes ...string) string {
 	t.Helper()
 	name := fmt.Sprintf("%s-%d", prefix, projectSeq.Add(1))
-	_, err := env.c.CreateProject(ctx(t), envd.CreateProjectRequest{Name: name, Base: fixtureBase, Excludes: excludes})
+	_, err := env.c.CreateProject(ctx(t), types.CreateProjectRequest{Name: name, Base: fixtureBase, Excludes: excludes})
 	require.NoError(t, err)
 	return name
 }
@@ -38,19 +39,19 @@ func ctx(t *testing.T) context.Context {
 
 // up starts an instance of project (version 0 = current) and removes it
 // when the test ends.
-func up(t *testing.T, project string, version int) envd.Instance {
+func up(t *testing.T, project string, version int) types.Instance {
 	t.Helper()
-	in, err := env.c.CreateInstance(ctx(t), project, envd.CreateInstanceRequest{Version: version})
+	in, err := env.c.CreateInstance(ctx(t), project, types.CreateInstanceRequest{Version: version})
 	require.NoError(t, err)
-	require.Equal(t, envd.StateRunning, in.State)
+	require.Equal(t, types.StateRunning, in.State)
 	t.Cleanup(func() { _, _ = env.c.DeleteInstance(context.Background(), in.ID) })
 	return in
 }
 
 // sh runs a shell script in the instance and returns its result.
-func sh(t *testing.T, id, script string) envd.ExecResult {
+func sh(t *testing.T, id, script string) types.ExecResult {
 	t.Helper()
-	res, err := env.c.Exec(ctx(t), id, envd.ExecRequest{Args: []string{"/bin/sh", "-c", script}})
+	res, err := env.c.Exec(ctx(t), id, types.ExecRequest{Args: []string{"/bin/sh", "-c", script}})
 	require.NoError(t, err)
 	return res
 }
@@ -64,19 +65,19 @@ func mustSh(t *testing.T, id, script string) string {
 }
 
 // save saves the instance and waits for the operation's result.
-func save(t *testing.T, id, msg string) (envd.Operation, envd.SaveResult) {
+func save(t *testing.T, id, msg string) (types.Operation, types.SaveResult) {
 	t.Helper()
-	op, err := env.c.Save(ctx(t), id, envd.SaveRequest{Message: msg}, "")
+	op, err := env.c.Save(ctx(t), id, types.SaveRequest{Message: msg}, "")
 	require.NoError(t, err)
 	return waitSave(t, op.ID)
 }
 
-func waitSave(t *testing.T, opID string) (envd.Operation, envd.SaveResult) {
+func waitSave(t *testing.T, opID string) (types.Operation, types.SaveResult) {
 	t.Helper()
 	op, err := env.c.WaitOperation(ctx(t), opID, nil)
 	require.NoError(t, err)
-	require.Equalf(t, envd.OpSucceeded, op.State, "save operation %s failed: %+v", op.ID, op.Error)
-	var res envd.SaveResult
+	require.Equalf(t, types.OpSucceeded, op.State, "save operation %s failed: %+v", op.ID, op.Error)
+	var res types.SaveResult
 	require.NoError(t, json.Unmarshal(op.Result, &res))
 	return op, res
 }
@@ -96,12 +97,12 @@ func logTail(t *testing.T, path string, n int) {
 // succeeded waits for an operation that was started without error (op,
 // err as its start returned them), requires that it succeeded, and
 // returns its result.
-func succeeded[T any](t *testing.T, op envd.Operation, err error) T {
+func succeeded[T any](t *testing.T, op types.Operation, err error) T {
 	t.Helper()
 	require.NoError(t, err)
 	done, err := env.c.WaitOperation(ctx(t), op.ID, nil)
 	require.NoError(t, err)
-	require.Equalf(t, envd.OpSucceeded, done.State, "%s operation %s: %+v", done.Kind, done.ID, done.Error)
+	require.Equalf(t, types.OpSucceeded, done.State, "%s operation %s: %+v", done.Kind, done.ID, done.Error)
 	var res T
 	require.NoError(t, json.Unmarshal(done.Result, &res))
 	return res

@@ -10,12 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"github.com/envd-dev/envd/client"
-	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/envd/node"
 )
 
@@ -29,24 +30,24 @@ const diskLimit = 64 << 20
 func TestRootHostileFillRootfs(t *testing.T) {
 	c := ctx(t)
 	n, cl := startJoiningNode(t, "disk", &node.Config{DefaultTTL: time.Hour, PrefetchWindow: -1,
-		DefaultLimits: envd.Limits{DiskBytes: diskLimit}})
+		DefaultLimits: types.Limits{DiskBytes: diskLimit}})
 	require.Empty(t, n.Runtime().LazyErr(), "the lazy snapshotter must run: its layers are tested here")
 	require.NoError(t, n.Runtime().DiskLimitErr())
 
 	p := fmt.Sprintf("hostile-disk-%d", projectSeq.Add(1))
-	_, err := cl.CreateProject(c, envd.CreateProjectRequest{Name: p, Base: fixtureBase})
+	_, err := cl.CreateProject(c, types.CreateProjectRequest{Name: p, Base: fixtureBase})
 	require.NoError(t, err)
-	upOn := func(t *testing.T, cl *client.Client, req envd.CreateInstanceRequest) envd.Instance {
+	upOn := func(t *testing.T, cl *client.Client, req types.CreateInstanceRequest) types.Instance {
 		t.Helper()
 		in, err := cl.CreateInstance(c, p, req)
 		require.NoError(t, err)
-		require.Equal(t, envd.StateRunning, in.State)
+		require.Equal(t, types.StateRunning, in.State)
 		t.Cleanup(func() { _, _ = cl.DeleteInstance(context.Background(), in.ID) })
 		return in
 	}
-	run := func(t *testing.T, cl *client.Client, id, script string) envd.ExecResult {
+	run := func(t *testing.T, cl *client.Client, id, script string) types.ExecResult {
 		t.Helper()
-		res, err := cl.Exec(c, id, envd.ExecRequest{Args: []string{"/bin/sh", "-c", script}})
+		res, err := cl.Exec(c, id, types.ExecRequest{Args: []string{"/bin/sh", "-c", script}})
 		require.NoError(t, err)
 		return res
 	}
@@ -72,7 +73,7 @@ func TestRootHostileFillRootfs(t *testing.T) {
 		assert.Contains(t, res.Stderr, "No space left on device")
 	}
 
-	x := upOn(t, cl, envd.CreateInstanceRequest{Retain: true})
+	x := upOn(t, cl, types.CreateInstanceRequest{Retain: true})
 	upper := upperOf(t, n, x.ID)
 	assert.Contains(t, upper, filepath.Join(n.DataDir(), "stargz"), "the instance's layer is the lazy snapshotter's")
 	assert.LessOrEqual(t, rootSizeKiB(t, x.ID), int64(diskLimit>>10))
@@ -92,24 +93,24 @@ func TestRootHostileFillRootfs(t *testing.T) {
 
 	t.Run("other instances are unaffected", func(t *testing.T) {
 		// Another instance on the same node has its own limit ...
-		y := upOn(t, cl, envd.CreateInstanceRequest{})
+		y := upOn(t, cl, types.CreateInstanceRequest{})
 		assert.Equal(t, strconv.Itoa(32<<20), must(t, cl, y.ID, "dd if=/dev/zero of=/root/f bs=1M count=32 2>/dev/null && wc -c < /root/f"))
 		// ... and an instance without a limit writes past it.
-		z := upOn(t, env.c, envd.CreateInstanceRequest{})
+		z := upOn(t, env.c, types.CreateInstanceRequest{})
 		assert.Equal(t, strconv.Itoa(128<<20), must(t, env.c, z.ID, "dd if=/dev/zero of=/root/f bs=1M count=128 2>/dev/null && wc -c < /root/f && rm /root/f"))
 	})
 
 	t.Run("the full layer saves and restores", func(t *testing.T) {
-		op, err := cl.Save(c, x.ID, envd.SaveRequest{Message: "full"}, "")
+		op, err := cl.Save(c, x.ID, types.SaveRequest{Message: "full"}, "")
 		require.NoError(t, err)
 		done, err := cl.WaitOperation(c, op.ID, nil)
 		require.NoError(t, err)
-		require.Equalf(t, envd.OpSucceeded, done.State, "save: %+v", done.Error)
-		var sr envd.SaveResult
+		require.Equalf(t, types.OpSucceeded, done.State, "save: %+v", done.Error)
+		var sr types.SaveResult
 		require.NoError(t, json.Unmarshal(done.Result, &sr))
 		filled := must(t, cl, x.ID, "wc -c < /root/fill")
 
-		r := upOn(t, cl, envd.CreateInstanceRequest{Version: sr.Version})
+		r := upOn(t, cl, types.CreateInstanceRequest{Version: sr.Version})
 		assert.Equal(t, "kept", must(t, cl, r.ID, "cat /root/marker"))
 		assert.Equal(t, blobSum, must(t, cl, r.ID, "md5sum /root/blob | cut -d' ' -f1"))
 		assert.Equal(t, filled, must(t, cl, r.ID, "wc -c < /root/fill"))

@@ -11,11 +11,11 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
-
-	"github.com/envd-dev/envd/envd"
 )
 
 // privateService is a network namespace the test makes to stand for a
@@ -140,7 +140,7 @@ func serveIn(t *testing.T, id string, port int) {
 func projectWithNetwork(t *testing.T, prefix, egress string) string {
 	t.Helper()
 	name := fmt.Sprintf("%s-%d", prefix, projectSeq.Add(1))
-	p, err := env.c.CreateProject(ctx(t), envd.CreateProjectRequest{Name: name, Base: fixtureBase, Egress: egress})
+	p, err := env.c.CreateProject(ctx(t), types.CreateProjectRequest{Name: name, Base: fixtureBase, Egress: egress})
 	require.NoError(t, err)
 	want := egress
 	if want == "" {
@@ -168,18 +168,18 @@ func TestHostileNetwork(t *testing.T) {
 	pb := projectWithNetwork(t, "netb", "")
 	pAllow := projectWithNetwork(t, "netallow", "allow:"+svc.addr+",169.254.78.2")
 	pNone := projectWithNetwork(t, "netnone", "none")
-	_, err = env.c.CreateProject(ctx(t), envd.CreateProjectRequest{Name: "netbad", Base: fixtureBase, Egress: "allow:$(reboot)"})
+	_, err = env.c.CreateProject(ctx(t), types.CreateProjectRequest{Name: "netbad", Base: fixtureBase, Egress: "allow:$(reboot)"})
 	require.Error(t, err, "a bad egress policy is refused")
 	assert.Contains(t, err.Error(), "invalid_argument")
 
 	a1, a2, b1, n1 := up(t, pa, 0), up(t, pa, 0), up(t, pb, 0), up(t, pNone, 0)
-	al, err := env.c.CreateInstance(ctx(t), pAllow, envd.CreateInstanceRequest{Retain: true})
+	al, err := env.c.CreateInstance(ctx(t), pAllow, types.CreateInstanceRequest{Retain: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = env.c.DeleteInstance(ctx(t), al.ID) })
-	for _, in := range []envd.Instance{a1, a2, b1, n1, al} {
+	for _, in := range []types.Instance{a1, a2, b1, n1, al} {
 		serveIn(t, in.ID, 7000)
 	}
-	addr := func(in envd.Instance) string {
+	addr := func(in types.Instance) string {
 		got, err := env.c.GetInstance(ctx(t), in.ID)
 		require.NoError(t, err)
 		require.NotEmpty(t, got.Address)
@@ -197,7 +197,7 @@ func TestHostileNetwork(t *testing.T) {
 	t.Run("the node is unreachable", func(t *testing.T) {
 		apiPort := env.node.URL[strings.LastIndex(env.node.URL, ":")+1:]
 		regPort := env.node.RegistryAddr()[strings.LastIndex(env.node.RegistryAddr(), ":")+1:]
-		for _, in := range []envd.Instance{a1, al} {
+		for _, in := range []types.Instance{a1, al} {
 			assert.False(t, connects(t, in.ID, gw, hostPort), "a listener on all host addresses, through the gateway")
 			assert.False(t, connects(t, in.ID, svc.hostAddr, hostPort), "the host's address on another link")
 			for _, p := range []string{apiPort, regPort, "22", "53"} {
@@ -234,7 +234,7 @@ func TestHostileNetwork(t *testing.T) {
 		assert.False(t, connects(t, al.ID, addr(a1), 7000))
 	})
 	t.Run("a changed policy applies to running instances", func(t *testing.T) {
-		p, err := env.c.SetProjectNetwork(ctx(t), pa, envd.ProjectNetwork{Egress: "allow:" + svc.addr})
+		p, err := env.c.SetProjectNetwork(ctx(t), pa, types.ProjectNetwork{Egress: "allow:" + svc.addr})
 		require.NoError(t, err)
 		assert.Equal(t, "allow:"+svc.addr, p.Egress)
 		got, err := env.c.GetProject(ctx(t), pa)
@@ -243,7 +243,7 @@ func TestHostileNetwork(t *testing.T) {
 		assert.True(t, connects(t, a1.ID, svc.addr, 8080))
 		assert.True(t, connects(t, a1.ID, addr(a2), 7000), "its own project still")
 
-		_, err = env.c.SetProjectNetwork(ctx(t), pa, envd.ProjectNetwork{Egress: "none", IsolateInstances: true})
+		_, err = env.c.SetProjectNetwork(ctx(t), pa, types.ProjectNetwork{Egress: "none", IsolateInstances: true})
 		require.NoError(t, err)
 		assert.False(t, connects(t, a1.ID, svc.addr, 8080))
 		assert.False(t, connects(t, a1.ID, addr(a2), 7000), "isolated instances")
@@ -256,9 +256,9 @@ func TestHostileNetwork(t *testing.T) {
 func TestRootBuildUnderEgressNone(t *testing.T) {
 	base := importDebian(t)
 	p := fmt.Sprintf("buildnone-%d", projectSeq.Add(1))
-	_, err := env.c.CreateProject(ctx(t), envd.CreateProjectRequest{Name: p, Base: base, Egress: "none"})
+	_, err := env.c.CreateProject(ctx(t), types.CreateProjectRequest{Name: p, Base: base, Egress: "none"})
 	require.NoError(t, err)
-	res := runBuild(t, p, envd.BuildRequest{Manager: "apt", Packages: []string{"tree"}, Validate: [][]string{{"tree", "--version"}}, Switch: true})
+	res := runBuild(t, p, types.BuildRequest{Manager: "apt", Packages: []string{"tree"}, Validate: [][]string{{"tree", "--version"}}, Switch: true})
 	assert.True(t, res.Current)
 	in := up(t, p, 0)
 	assert.Contains(t, mustSh(t, in.ID, "tree --version"), "tree v")

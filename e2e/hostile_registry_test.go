@@ -8,13 +8,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/envd/node"
-	"github.com/envd-dev/envd/internal/errdefs"
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/snapshotter/stargz"
 )
@@ -77,13 +78,13 @@ func TestRootHostileRegistry(t *testing.T) {
 	require.True(t, v3.Conflict)
 	proj, err := env.c.GetProject(c, p)
 	require.NoError(t, err)
-	_, err = env.c.SetCurrent(c, p, envd.SetCurrentRequest{Version: v3.Version, ExpectedCurrent: &proj.Current})
+	_, err = env.c.SetCurrent(c, p, types.SetCurrentRequest{Version: v3.Version, ExpectedCurrent: &proj.Current})
 	require.NoError(t, err)
 	for _, id := range []string{a.ID, lz.ID} {
 		_, err = env.c.DeleteInstance(c, id)
 		require.NoError(t, err)
 	}
-	_, err = env.c.SetRetention(c, p, envd.Retention{KeepLast: 1})
+	_, err = env.c.SetRetention(c, p, types.Retention{KeepLast: 1})
 	require.NoError(t, err)
 	res := runGC(t, false)
 	assert.Contains(t, collected(res, p), v2.Version)

@@ -14,12 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/client"
-	"github.com/envd-dev/envd/envd"
-	"github.com/envd-dev/envd/internal/errdefs"
 )
 
 // probeBase is a busybox image with /usr/local/bin/probe (e2e/testdata/probe),
@@ -75,9 +76,9 @@ func probeImage(t *testing.T) string {
 func TestRootHostileRuntime(t *testing.T) {
 	c := ctx(t)
 	base := probeImage(t)
-	limits := envd.Limits{MemoryBytes: 96 << 20, Pids: 64, CPUs: 0.5, CPUWeight: 50, IOWeight: 100, DiskBytes: 1 << 30}
+	limits := types.Limits{MemoryBytes: 96 << 20, Pids: 64, CPUs: 0.5, CPUWeight: 50, IOWeight: 100, DiskBytes: 1 << 30}
 	name := fmt.Sprintf("hostile-%d", projectSeq.Add(1))
-	proj, err := env.c.CreateProject(c, envd.CreateProjectRequest{Name: name, Base: base, Limits: &limits})
+	proj, err := env.c.CreateProject(c, types.CreateProjectRequest{Name: name, Base: base, Limits: &limits})
 	require.NoError(t, err)
 	require.Equal(t, &limits, proj.Limits)
 	in := up(t, name, 0)
@@ -128,7 +129,7 @@ func TestRootHostileRuntime(t *testing.T) {
 	hr.Body.Close()
 	assert.Equal(t, http.StatusOK, hr.StatusCode)
 	require.Eventually(t, func() bool {
-		r, err := env.c.Exec(c, in.ID, envd.ExecRequest{Args: []string{"true"}})
+		r, err := env.c.Exec(c, in.ID, types.ExecRequest{Args: []string{"true"}})
 		return err == nil && r.ExitCode == 0
 	}, 20*time.Second, 500*time.Millisecond, "the instance takes execs again once the bomb's processes exit")
 
@@ -138,20 +139,20 @@ func TestRootHostileRuntime(t *testing.T) {
 	assert.True(t, res.OOMKilled, "the exec result says the OOM killer took it")
 	got, err := env.c.GetInstance(c, in.ID)
 	require.NoError(t, err)
-	assert.Equal(t, envd.StateRunning, got.State, "an exec's OOM kill leaves the instance running")
+	assert.Equal(t, types.StateRunning, got.State, "an exec's OOM kill leaves the instance running")
 	assert.Equal(t, "ok", mustSh(t, other.ID, "echo ok"))
 
 	// The init taken by the OOM killer: the instance fails, oom_killed.
 	// Several small hogs, none larger than the init's badness at
 	// oom_score_adj 1000, make the kernel pick the init.
 	mustSh(t, in.ID, "echo 1000 > /proc/1/oom_score_adj")
-	_, _ = env.c.Exec(c, in.ID, envd.ExecRequest{Args: []string{"sh", "-c",
+	_, _ = env.c.Exec(c, in.ID, types.ExecRequest{Args: []string{"sh", "-c",
 		"for i in 1 2 3 4 5 6; do probe hog 20 & sleep 0.3; done; wait"}, Timeout: "30s"})
 	require.Eventually(t, func() bool {
 		got, err = env.c.GetInstance(c, in.ID)
-		return err == nil && got.State == envd.StateFailed
+		return err == nil && got.State == types.StateFailed
 	}, 60*time.Second, 500*time.Millisecond, "the instance whose init was OOM-killed fails")
-	assert.Equal(t, envd.ReasonOOMKilled, got.Reason, got.Message)
+	assert.Equal(t, types.ReasonOOMKilled, got.Reason, got.Message)
 	assert.Contains(t, got.Message, "OOM")
 	assert.Equal(t, "ok", mustSh(t, other.ID, "echo ok"))
 }
@@ -163,10 +164,10 @@ func TestRootHostileRuntime(t *testing.T) {
 func TestRootLimitMaxima(t *testing.T) {
 	c := ctx(t)
 	tenant := fmt.Sprintf("maxima-%d", projectSeq.Add(1))
-	tok, err := env.c.CreateToken(c, tenant, envd.CreateTokenRequest{})
+	tok, err := env.c.CreateToken(c, tenant, types.CreateTokenRequest{})
 	require.NoError(t, err)
 	tc := client.New(env.node.URL, tok.Token)
-	q, err := env.c.SetQuota(c, tenant, envd.Quota{MaxMemoryBytes: 256 << 20, MaxPids: 128, MaxCPUs: 1, MaxDiskBytes: 2 << 30,
+	q, err := env.c.SetQuota(c, tenant, types.Quota{MaxMemoryBytes: 256 << 20, MaxPids: 128, MaxCPUs: 1, MaxDiskBytes: 2 << 30,
 		MaxStoredBytes: 5 << 29})
 	require.NoError(t, err)
 	assert.Equal(t, int64(256<<20), q.MaxMemoryBytes)
@@ -174,18 +175,18 @@ func TestRootLimitMaxima(t *testing.T) {
 
 	for _, tc2 := range []struct {
 		name  string
-		l     envd.Limits
+		l     types.Limits
 		quota string
 	}{
-		{"memory", envd.Limits{MemoryBytes: 512 << 20}, "memory_bytes"},
-		{"pids", envd.Limits{Pids: 1000}, "pids"},
-		{"cpus", envd.Limits{CPUs: 2}, "cpus"},
-		{"disk", envd.Limits{DiskBytes: 10 << 30}, "disk_bytes"},
+		{"memory", types.Limits{MemoryBytes: 512 << 20}, "memory_bytes"},
+		{"pids", types.Limits{Pids: 1000}, "pids"},
+		{"cpus", types.Limits{CPUs: 2}, "cpus"},
+		{"disk", types.Limits{DiskBytes: 10 << 30}, "disk_bytes"},
 	} {
 		t.Run(tc2.name, func(t *testing.T) {
-			_, err := tc.CreateProject(c, envd.CreateProjectRequest{Name: "over-" + tc2.name, Base: fixtureBase, Limits: &tc2.l})
+			_, err := tc.CreateProject(c, types.CreateProjectRequest{Name: "over-" + tc2.name, Base: fixtureBase, Limits: &tc2.l})
 			require.ErrorIs(t, err, errdefs.ErrQuotaExceeded)
-			var ae *client.Error
+			var ae *types.Error
 			require.ErrorAs(t, err, &ae)
 			assert.Equal(t, http.StatusInsufficientStorage, ae.Status)
 			assert.Equal(t, tc2.quota, ae.Details["quota"])
@@ -194,21 +195,21 @@ func TestRootLimitMaxima(t *testing.T) {
 		})
 	}
 
-	_, err = tc.CreateProject(c, envd.CreateProjectRequest{Name: "capped", Base: fixtureBase})
+	_, err = tc.CreateProject(c, types.CreateProjectRequest{Name: "capped", Base: fixtureBase})
 	require.NoError(t, err)
-	_, err = tc.SetProjectLimits(c, "capped", envd.Limits{MemoryBytes: 1 << 30})
+	_, err = tc.SetProjectLimits(c, "capped", types.Limits{MemoryBytes: 1 << 30})
 	require.ErrorIs(t, err, errdefs.ErrQuotaExceeded, "PUT limits is checked like create")
-	p, err := tc.SetProjectLimits(c, "capped", envd.Limits{MemoryBytes: 128 << 20, DiskBytes: 1 << 30})
+	p, err := tc.SetProjectLimits(c, "capped", types.Limits{MemoryBytes: 128 << 20, DiskBytes: 1 << 30})
 	require.NoError(t, err)
 	require.NotNil(t, p.Limits)
-	in, err := tc.CreateInstance(c, "capped", envd.CreateInstanceRequest{})
+	in, err := tc.CreateInstance(c, "capped", types.CreateInstanceRequest{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = tc.DeleteInstance(context.Background(), in.ID) })
 	require.NotNil(t, in.Limits)
 	assert.Equal(t, int64(128<<20), in.Limits.MemoryBytes, "the project's value")
 	assert.Equal(t, int64(128), in.Limits.Pids, "unset under a maximum: the maximum")
 	assert.Equal(t, 1.0, in.Limits.CPUs)
-	res, err := tc.Exec(c, in.ID, envd.ExecRequest{Args: []string{"cat", "/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/pids/pids.max"}})
+	res, err := tc.Exec(c, in.ID, types.ExecRequest{Args: []string{"cat", "/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/pids/pids.max"}})
 	require.NoError(t, err)
 	assert.Equal(t, fmt.Sprintf("%d\n128\n", 128<<20), res.Stdout)
 
@@ -218,9 +219,9 @@ func TestRootLimitMaxima(t *testing.T) {
 	assert.GreaterOrEqual(t, u.StoredBytes, int64(1<<30))
 
 	// Stored bytes at most 2.5 GiB: a second 1 GiB layer fits, a third not.
-	in2, err := tc.CreateInstance(c, "capped", envd.CreateInstanceRequest{})
+	in2, err := tc.CreateInstance(c, "capped", types.CreateInstanceRequest{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = tc.DeleteInstance(context.Background(), in2.ID) })
-	_, err = tc.CreateInstance(c, "capped", envd.CreateInstanceRequest{})
+	_, err = tc.CreateInstance(c, "capped", types.CreateInstanceRequest{})
 	require.ErrorIs(t, err, errdefs.ErrQuotaExceeded, "writable layers count toward max_stored_bytes")
 }

@@ -12,11 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/envd-dev/envd/client"
-	"github.com/envd-dev/envd/envd"
 )
 
 // envdProcess is `envd up` running as a separate process, so a test can
@@ -84,15 +85,15 @@ func TestRootKillDuringSave(t *testing.T) {
 	p, cl := startEnvd(t, bin, dataDir)
 	_, err = cl.ImportImage(c, "fixture", bytes.NewReader(env.fixtureTar))
 	require.NoError(t, err)
-	_, err = cl.CreateProject(c, envd.CreateProjectRequest{Name: "killed", Base: "fixture"})
+	_, err = cl.CreateProject(c, types.CreateProjectRequest{Name: "killed", Base: "fixture"})
 	require.NoError(t, err)
-	in, err := cl.CreateInstance(c, "killed", envd.CreateInstanceRequest{})
+	in, err := cl.CreateInstance(c, "killed", types.CreateInstanceRequest{})
 	require.NoError(t, err)
-	res, err := cl.Exec(c, in.ID, envd.ExecRequest{Args: []string{"sh", "-c", "dd if=/dev/urandom of=/blob bs=1M count=150 2>/dev/null && echo kept > /marker"}})
+	res, err := cl.Exec(c, in.ID, types.ExecRequest{Args: []string{"sh", "-c", "dd if=/dev/urandom of=/blob bs=1M count=150 2>/dev/null && echo kept > /marker"}})
 	require.NoError(t, err)
 	require.Equal(t, 0, res.ExitCode, res.Stderr)
 
-	op, err := cl.Save(c, in.ID, envd.SaveRequest{Message: "killed"}, "")
+	op, err := cl.Save(c, in.ID, types.SaveRequest{Message: "killed"}, "")
 	require.NoError(t, err)
 	// Kill it once the instance is frozen or the layer is being made.
 	require.Eventually(t, func() bool {
@@ -113,15 +114,15 @@ func TestRootKillDuringSave(t *testing.T) {
 	defer p.kill(t)
 	got, err := cl.GetInstance(c, in.ID)
 	require.NoError(t, err)
-	assert.Equal(t, envd.StateRunning, got.State)
-	res, err = cl.Exec(c, in.ID, envd.ExecRequest{Args: []string{"cat", "/marker"}, Timeout: "10s"})
+	assert.Equal(t, types.StateRunning, got.State)
+	res, err = cl.Exec(c, in.ID, types.ExecRequest{Args: []string{"cat", "/marker"}, Timeout: "10s"})
 	require.NoError(t, err, "the instance answers: not left frozen")
 	assert.Equal(t, "kept\n", res.Stdout)
 
 	done, err := cl.WaitOperation(c, op.ID, nil)
 	require.NoError(t, err)
-	require.Equalf(t, envd.OpSucceeded, done.State, "%+v", done.Error)
-	var sr envd.SaveResult
+	require.Equalf(t, types.OpSucceeded, done.State, "%+v", done.Error)
+	var sr types.SaveResult
 	require.NoError(t, json.Unmarshal(done.Result, &sr))
 	assert.True(t, sr.Current)
 	vs, err := cl.ListVersions(c, "killed")
@@ -130,9 +131,9 @@ func TestRootKillDuringSave(t *testing.T) {
 	for _, v := range vs {
 		assert.Equal(t, "ready", v.State)
 	}
-	b, err := cl.CreateInstance(c, "killed", envd.CreateInstanceRequest{})
+	b, err := cl.CreateInstance(c, "killed", types.CreateInstanceRequest{})
 	require.NoError(t, err)
-	res, err = cl.Exec(c, b.ID, envd.ExecRequest{Args: []string{"cat", "/marker"}})
+	res, err = cl.Exec(c, b.ID, types.ExecRequest{Args: []string{"cat", "/marker"}})
 	require.NoError(t, err)
 	assert.Equal(t, "kept\n", res.Stdout)
 }

@@ -13,12 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/internal/syncbuf"
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/runtime"
@@ -130,7 +131,7 @@ func TestRootLazyRestore(t *testing.T) {
 	gz, err := env.node.RegistryClient().ImportRootfs(ctx(t), tarPath, "envd/images/gzip-fixture", "latest")
 	require.NoError(t, err)
 	zp := fmt.Sprintf("lazy-zstd-%d", projectSeq.Add(1))
-	_, err = env.c.CreateProject(ctx(t), envd.CreateProjectRequest{Name: zp, Base: gz.Ref(), Compression: "zstd"})
+	_, err = env.c.CreateProject(ctx(t), types.CreateProjectRequest{Name: zp, Base: gz.Ref(), Compression: "zstd"})
 	require.NoError(t, err)
 	zin := up(t, zp, 0)
 	mustSh(t, zin.ID, "echo zstd > /zstd-file")
@@ -394,7 +395,7 @@ func TestRootFirstReadsRecordedForPrefetch(t *testing.T) {
 	p := newProject(t, "prefetch")
 	in := up(t, p, 0)
 	mustSh(t, in.ID, "cat /fixtures/keep/untouched /fixtures/link-target > /dev/null")
-	var proj envd.Project
+	var proj types.Project
 	require.Eventually(t, func() bool {
 		var err error
 		proj, err = env.c.GetProject(c, p)

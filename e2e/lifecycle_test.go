@@ -7,12 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/client"
 	"github.com/envd-dev/envd/envd"
-	"github.com/envd-dev/envd/internal/errdefs"
 	"github.com/envd-dev/envd/runtime"
 )
 
@@ -20,7 +22,7 @@ import (
 func requireState(t *testing.T, err error, state string) {
 	t.Helper()
 	require.ErrorIs(t, err, errdefs.ErrFailedPrecondition)
-	var ce *client.Error
+	var ce *types.Error
 	require.True(t, errors.As(err, &ce), "error %v", err)
 	assert.Equal(t, 409, ce.Status)
 	assert.Equal(t, state, ce.Details["state"], "details carry the current state")
@@ -30,9 +32,9 @@ func requireState(t *testing.T, err error, state string) {
 // the current state.
 func TestRootLifecycleTransitions(t *testing.T) {
 	p := newProject(t, "life")
-	in, err := env.c.CreateInstance(ctx(t), p, envd.CreateInstanceRequest{Retain: true})
+	in, err := env.c.CreateInstance(ctx(t), p, types.CreateInstanceRequest{Retain: true})
 	require.NoError(t, err)
-	assert.Equal(t, envd.ReasonStarted, in.Reason)
+	assert.Equal(t, types.ReasonStarted, in.Reason)
 	assert.EqualValues(t, 1, in.Generation)
 	mustSh(t, in.ID, "echo before-stop > /kept")
 
@@ -40,52 +42,52 @@ func TestRootLifecycleTransitions(t *testing.T) {
 	t.Cleanup(func() { _, _ = env.c.DeleteInstance(c, in.ID) })
 	paused, err := env.c.PauseInstance(c, in.ID)
 	require.NoError(t, err)
-	assert.Equal(t, envd.StatePaused, paused.State)
-	assert.Equal(t, envd.ReasonUserPause, paused.Reason)
+	assert.Equal(t, types.StatePaused, paused.State)
+	assert.Equal(t, types.ReasonUserPause, paused.Reason)
 	_, err = env.c.PauseInstance(c, in.ID)
-	requireState(t, err, envd.StatePaused)
-	_, err = env.c.Exec(c, in.ID, envd.ExecRequest{Args: []string{"true"}})
-	requireState(t, err, envd.StatePaused)
+	requireState(t, err, types.StatePaused)
+	_, err = env.c.Exec(c, in.ID, types.ExecRequest{Args: []string{"true"}})
+	requireState(t, err, types.StatePaused)
 
 	resumed, err := env.c.ResumeInstance(c, in.ID)
 	require.NoError(t, err)
-	assert.Equal(t, envd.StateRunning, resumed.State)
-	assert.Equal(t, envd.ReasonUserResume, resumed.Reason)
+	assert.Equal(t, types.StateRunning, resumed.State)
+	assert.Equal(t, types.ReasonUserResume, resumed.Reason)
 	assert.NotEmpty(t, resumed.Address, "resume returns the instance's current address")
 	_, err = env.c.ResumeInstance(c, in.ID)
-	requireState(t, err, envd.StateRunning)
+	requireState(t, err, types.StateRunning)
 
 	stopped, err := env.c.StopInstance(c, in.ID)
 	require.NoError(t, err)
-	assert.Equal(t, envd.StateStopped, stopped.State)
-	assert.Equal(t, envd.ReasonUserStop, stopped.Reason)
+	assert.Equal(t, types.StateStopped, stopped.State)
+	assert.Equal(t, types.ReasonUserStop, stopped.Reason)
 	assert.Empty(t, stopped.Address)
-	_, err = env.c.Exec(c, in.ID, envd.ExecRequest{Args: []string{"true"}})
-	requireState(t, err, envd.StateStopped)
-	_, err = env.c.Save(c, in.ID, envd.SaveRequest{}, "")
-	requireState(t, err, envd.StateStopped)
+	_, err = env.c.Exec(c, in.ID, types.ExecRequest{Args: []string{"true"}})
+	requireState(t, err, types.StateStopped)
+	_, err = env.c.Save(c, in.ID, types.SaveRequest{}, "")
+	requireState(t, err, types.StateStopped)
 	_, err = env.c.PauseInstance(c, in.ID)
-	requireState(t, err, envd.StateStopped)
+	requireState(t, err, types.StateStopped)
 
 	started, err := env.c.StartInstance(c, in.ID)
 	require.NoError(t, err)
-	assert.Equal(t, envd.StateRunning, started.State)
+	assert.Equal(t, types.StateRunning, started.State)
 	assert.EqualValues(t, 2, started.Generation, "every start is a new generation")
 	assert.Equal(t, "before-stop", mustSh(t, in.ID, "cat /kept"), "the writable layer survived stop and start")
 	assert.False(t, started.LastTransitionAt.Before(stopped.LastTransitionAt))
 
 	gone, err := env.c.DeleteInstance(c, in.ID)
 	require.NoError(t, err)
-	assert.Equal(t, envd.StateTerminated, gone.State)
-	assert.Equal(t, envd.ReasonUserDelete, gone.Reason)
+	assert.Equal(t, types.StateTerminated, gone.State)
+	assert.Equal(t, types.ReasonUserDelete, gone.Reason)
 	_, err = env.c.StartInstance(c, in.ID)
-	requireState(t, err, envd.StateTerminated)
+	requireState(t, err, types.StateTerminated)
 	_, err = env.c.RenewInstance(c, in.ID, "1h")
-	requireState(t, err, envd.StateTerminated)
+	requireState(t, err, types.StateTerminated)
 }
 
 // waitState polls until the instance reaches state or the timeout passes.
-func waitState(t *testing.T, id, state string, timeout time.Duration) envd.Instance {
+func waitState(t *testing.T, id, state string, timeout time.Duration) types.Instance {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -104,24 +106,24 @@ func TestRootTTLExpiryAndRenew(t *testing.T) {
 	p := newProject(t, "ttl")
 	c := ctx(t)
 
-	short, err := env.c.CreateInstance(c, p, envd.CreateInstanceRequest{TTL: "2s"})
+	short, err := env.c.CreateInstance(c, p, types.CreateInstanceRequest{TTL: "2s"})
 	require.NoError(t, err)
 	require.NotNil(t, short.ExpiresAt)
 	assert.WithinDuration(t, time.Now().Add(2*time.Second), *short.ExpiresAt, 2*time.Second)
 
-	long, err := env.c.CreateInstance(c, p, envd.CreateInstanceRequest{TTL: "1h"})
+	long, err := env.c.CreateInstance(c, p, types.CreateInstanceRequest{TTL: "1h"})
 	require.NoError(t, err)
 	shortened, err := env.c.RenewInstance(c, long.ID, "3s")
 	require.NoError(t, err)
 	require.NotNil(t, shortened.ExpiresAt)
 	assert.True(t, shortened.ExpiresAt.Before(*long.ExpiresAt), "renew may shorten")
 
-	extended, err := env.c.CreateInstance(c, p, envd.CreateInstanceRequest{TTL: "2s"})
+	extended, err := env.c.CreateInstance(c, p, types.CreateInstanceRequest{TTL: "2s"})
 	require.NoError(t, err)
 	_, err = env.c.RenewInstance(c, extended.ID, "1h")
 	require.NoError(t, err)
 
-	forever, err := env.c.CreateInstance(c, p, envd.CreateInstanceRequest{TTL: "none"})
+	forever, err := env.c.CreateInstance(c, p, types.CreateInstanceRequest{TTL: "none"})
 	require.NoError(t, err)
 	assert.Nil(t, forever.ExpiresAt, "no expiry only when asked for")
 	assert.Regexp(t, `envd_instances_without_expiry\{node="[^"]+"\} [1-9]`, metrics(t), "instances without expiry are counted")
@@ -129,28 +131,28 @@ func TestRootTTLExpiryAndRenew(t *testing.T) {
 	t.Cleanup(func() { _, _ = env.c.DeleteInstance(c, extended.ID) })
 
 	for _, id := range []string{short.ID, long.ID} {
-		in := waitState(t, id, envd.StateTerminated, 20*time.Second)
-		assert.Equal(t, envd.ReasonTTLExpiry, in.Reason)
+		in := waitState(t, id, types.StateTerminated, 20*time.Second)
+		assert.Equal(t, types.ReasonTTLExpiry, in.Reason)
 		st, err := env.node.Runtime().Status(c, id)
 		require.NoError(t, err)
 		assert.False(t, st.Exists, "an expired instance's container is removed")
 	}
 	in, err := env.c.GetInstance(c, extended.ID)
 	require.NoError(t, err)
-	assert.Equal(t, envd.StateRunning, in.State, "a renewed instance outlives its first expiry")
+	assert.Equal(t, types.StateRunning, in.State, "a renewed instance outlives its first expiry")
 }
 
 // Expiry timers are rebuilt from the database: an instance expiring while
 // envd is down is reaped after it comes back.
 func TestRootTTLSurvivesRestart(t *testing.T) {
 	p := newProject(t, "ttlrestart")
-	in, err := env.c.CreateInstance(ctx(t), p, envd.CreateInstanceRequest{TTL: "3s"})
+	in, err := env.c.CreateInstance(ctx(t), p, types.CreateInstanceRequest{TTL: "3s"})
 	require.NoError(t, err)
 	env.node.Close(ctx(t))
 	time.Sleep(4 * time.Second) // expires while no envd runs
 	restartNode(t)
-	got := waitState(t, in.ID, envd.StateTerminated, 20*time.Second)
-	assert.Equal(t, envd.ReasonTTLExpiry, got.Reason)
+	got := waitState(t, in.ID, types.StateTerminated, 20*time.Second)
+	assert.Equal(t, types.ReasonTTLExpiry, got.Reason)
 }
 
 // The reconciler removes containers no row owns (a crash between creating
@@ -190,8 +192,8 @@ func TestRootReconcileOrphansAndLostContainers(t *testing.T) {
 	assert.True(t, st.Exists, "another node's container is not touched")
 	got, err := env.c.GetInstance(c, lost.ID)
 	require.NoError(t, err)
-	assert.Equal(t, envd.StateFailed, got.State)
-	assert.Equal(t, envd.ReasonNodeLost, got.Reason)
+	assert.Equal(t, types.StateFailed, got.State)
+	assert.Equal(t, types.ReasonNodeLost, got.Reason)
 }
 
 // A creating POST retried with the same Idempotency-Key returns the same
@@ -199,19 +201,19 @@ func TestRootReconcileOrphansAndLostContainers(t *testing.T) {
 func TestRootIdempotentCreates(t *testing.T) {
 	c := ctx(t)
 	name := newProject(t, "idem") // a project to start instances in
-	a, err := env.c.CreateInstance(c, name, envd.CreateInstanceRequest{TTL: "10m"}, client.WithIdempotencyKey("inst-key-1"))
+	a, err := env.c.CreateInstance(c, name, types.CreateInstanceRequest{TTL: "10m"}, client.WithIdempotencyKey("inst-key-1"))
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = env.c.DeleteInstance(c, a.ID) })
-	b, err := env.c.CreateInstance(c, name, envd.CreateInstanceRequest{TTL: "10m"}, client.WithIdempotencyKey("inst-key-1"))
+	b, err := env.c.CreateInstance(c, name, types.CreateInstanceRequest{TTL: "10m"}, client.WithIdempotencyKey("inst-key-1"))
 	require.NoError(t, err)
 	assert.Equal(t, a.ID, b.ID)
-	_, err = env.c.CreateInstance(c, name, envd.CreateInstanceRequest{TTL: "20m"}, client.WithIdempotencyKey("inst-key-1"))
+	_, err = env.c.CreateInstance(c, name, types.CreateInstanceRequest{TTL: "20m"}, client.WithIdempotencyKey("inst-key-1"))
 	require.ErrorIs(t, err, errdefs.ErrIdempotencyReuse)
 	ins, err := env.c.ListInstances(c, name)
 	require.NoError(t, err)
 	assert.Len(t, ins, 1)
 
-	req := envd.CreateProjectRequest{Name: "idem-project-x", Base: fixtureBase}
+	req := types.CreateProjectRequest{Name: "idem-project-x", Base: fixtureBase}
 	p1, err := env.c.CreateProject(c, req, client.WithIdempotencyKey("proj-key-1"))
 	require.NoError(t, err)
 	p2, err := env.c.CreateProject(c, req, client.WithIdempotencyKey("proj-key-1"))

@@ -8,10 +8,10 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/envd-dev/envd/envd"
 )
 
 // importNewBase imports a second busybox base, "an update" of the fixture:
@@ -43,8 +43,8 @@ func TestRootMigrateOntoANewBase(t *testing.T) {
 	mustSh(t, a.ID, "mkdir -p /home/u && echo mine > /home/u/f && echo my motd > /etc/motd")
 	_, saved := save(t, a.ID, "user files")
 
-	op, err := env.c.Migrate(c, p, envd.MigrateRequest{Base: newBase, Validate: [][]string{{"test", "-f", "/etc/base-version"}}, Switch: true})
-	res := succeeded[envd.MigrateResult](t, op, err)
+	op, err := env.c.Migrate(c, p, types.MigrateRequest{Base: newBase, Validate: [][]string{{"test", "-f", "/etc/base-version"}}, Switch: true})
+	res := succeeded[types.MigrateResult](t, op, err)
 	assert.Equal(t, saved.Version, res.From)
 	assert.Equal(t, saved.Version+1, res.Version)
 	assert.True(t, res.Current)
@@ -65,9 +65,9 @@ func TestRootMigrateOntoANewBase(t *testing.T) {
 	assert.Equal(t, "none", mustSh(t, old.ID, "cat /etc/base-version 2>/dev/null || echo none"), "the old version restores as it was")
 
 	// Migrating again onto the base the current version sits on fails.
-	op, err = env.c.Migrate(c, p, envd.MigrateRequest{Base: newBase})
+	op, err = env.c.Migrate(c, p, types.MigrateRequest{Base: newBase})
 	require.NoError(t, err)
 	done, err := env.c.WaitOperation(c, op.ID, nil)
 	require.NoError(t, err)
-	assert.Equal(t, envd.OpFailed, done.State, "the current version already sits on it")
+	assert.Equal(t, types.OpFailed, done.State, "the current version already sits on it")
 }

@@ -9,13 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/client"
-	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/envd/node"
-	"github.com/envd-dev/envd/internal/errdefs"
 )
 
 // When the registry or the database is down, requests fail with a clear
@@ -41,20 +42,20 @@ func TestRootDependenciesDown(t *testing.T) {
 	cl := client.New(n.URL, n.Token)
 	_, err = cl.ImportImage(c, "fixture", bytes.NewReader(env.fixtureTar))
 	require.NoError(t, err)
-	_, err = cl.CreateProject(c, envd.CreateProjectRequest{Name: "outage", Base: "fixture"})
+	_, err = cl.CreateProject(c, types.CreateProjectRequest{Name: "outage", Base: "fixture"})
 	require.NoError(t, err)
-	in, err := cl.CreateInstance(c, "outage", envd.CreateInstanceRequest{})
+	in, err := cl.CreateInstance(c, "outage", types.CreateInstanceRequest{})
 	require.NoError(t, err)
-	_, err = cl.Exec(c, in.ID, envd.ExecRequest{Args: []string{"sh", "-c", "echo unsaved > /work"}})
+	_, err = cl.Exec(c, in.ID, types.ExecRequest{Args: []string{"sh", "-c", "echo unsaved > /work"}})
 	require.NoError(t, err)
 
 	// Registry down: the save fails as unavailable, current stays 1.
 	reg.stop()
-	op, err := cl.Save(c, in.ID, envd.SaveRequest{Message: "registry down"}, "")
+	op, err := cl.Save(c, in.ID, types.SaveRequest{Message: "registry down"}, "")
 	require.NoError(t, err)
 	done, err := cl.WaitOperation(c, op.ID, nil)
 	require.NoError(t, err)
-	assert.Equal(t, envd.OpFailed, done.State)
+	assert.Equal(t, types.OpFailed, done.State)
 	require.NotNil(t, done.Error)
 	assert.Equal(t, "unavailable", done.Error.Code, done.Error.Message)
 	proj, err := cl.GetProject(c, "outage")
@@ -63,17 +64,17 @@ func TestRootDependenciesDown(t *testing.T) {
 	vs, err := cl.ListVersions(c, "outage")
 	require.NoError(t, err)
 	assert.Len(t, vs, 1, "no half version")
-	res, err := cl.Exec(c, in.ID, envd.ExecRequest{Args: []string{"cat", "/work"}})
+	res, err := cl.Exec(c, in.ID, types.ExecRequest{Args: []string{"cat", "/work"}})
 	require.NoError(t, err)
 	assert.Equal(t, "unsaved\n", res.Stdout, "the instance and its changes are untouched")
 
 	// Back: the same save works.
 	reg.start(0)
-	op, err = cl.Save(c, in.ID, envd.SaveRequest{Message: "registry back"}, "")
+	op, err = cl.Save(c, in.ID, types.SaveRequest{Message: "registry back"}, "")
 	require.NoError(t, err)
 	done, err = cl.WaitOperation(c, op.ID, nil)
 	require.NoError(t, err)
-	require.Equal(t, envd.OpSucceeded, done.State, "%+v", done.Error)
+	require.Equal(t, types.OpSucceeded, done.State, "%+v", done.Error)
 
 	// Database down: requests answer 503 unavailable, quickly.
 	ctls, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pg_ctl")
@@ -84,10 +85,10 @@ func TestRootDependenciesDown(t *testing.T) {
 	start := time.Now()
 	_, err = cl.GetProject(c, "outage")
 	require.ErrorIs(t, err, errdefs.ErrUnavailable)
-	var ce *client.Error
+	var ce *types.Error
 	require.ErrorAs(t, err, &ce)
 	assert.Equal(t, 503, ce.Status)
 	assert.Less(t, time.Since(start), 15*time.Second)
-	_, err = cl.Save(c, in.ID, envd.SaveRequest{}, "")
+	_, err = cl.Save(c, in.ID, types.SaveRequest{}, "")
 	require.ErrorIs(t, err, errdefs.ErrUnavailable)
 }

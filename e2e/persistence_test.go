@@ -8,13 +8,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/client"
 	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/envd/node"
-	"github.com/envd-dev/envd/internal/errdefs"
 	"github.com/envd-dev/envd/internal/s3test"
 	"github.com/envd-dev/envd/versions"
 )
@@ -24,10 +26,10 @@ import (
 func TestRootVolumesSurviveInstances(t *testing.T) {
 	c := ctx(t)
 	p := fmt.Sprintf("vols-%d", projectSeq.Add(1))
-	_, err := env.c.CreateProject(c, envd.CreateProjectRequest{Name: p, Base: fixtureBase,
+	_, err := env.c.CreateProject(c, types.CreateProjectRequest{Name: p, Base: fixtureBase,
 		Volumes: []string{"work:/workspace", "tools:/opt/tools:1000:1000:32M"}})
 	require.NoError(t, err)
-	_, err = env.c.AddVolume(c, p, envd.AddVolumeRequest{Spec: "bin:/opt/bin", PathAdd: []string{"/opt/bin"}})
+	_, err = env.c.AddVolume(c, p, types.AddVolumeRequest{Spec: "bin:/opt/bin", PathAdd: []string{"/opt/bin"}})
 	require.NoError(t, err)
 
 	a := up(t, p, 0)
@@ -78,7 +80,7 @@ func TestVolumeBadPathsRefused(t *testing.T) {
 	for _, spec := range []string{"x:workspace", "x:/", "x:/usr/local", "x:/etc", "x:/var/lib/x", "x:/proc",
 		"x:/run/x", "x:/boot", "x:/lib64", "x:/home/../etc", "Bad:/workspace", "x:/workspace:1:2:10Q"} {
 		t.Run(spec, func(t *testing.T) {
-			_, err := env.c.CreateProject(c, envd.CreateProjectRequest{Name: "badvol", Base: fixtureBase, Volumes: []string{spec}})
+			_, err := env.c.CreateProject(c, types.CreateProjectRequest{Name: "badvol", Base: fixtureBase, Volumes: []string{spec}})
 			require.ErrorIs(t, err, errdefs.ErrInvalidArgument)
 		})
 	}
@@ -95,7 +97,7 @@ func TestRootRetainedLayerSurvivesStopStart(t *testing.T) {
 	_, err := env.c.StopInstance(c, plain.ID)
 	require.ErrorIs(t, err, errdefs.ErrFailedPrecondition, "stopping a non-retained instance would lose its layer")
 
-	in, err := env.c.CreateInstance(c, p, envd.CreateInstanceRequest{Retain: true})
+	in, err := env.c.CreateInstance(c, p, types.CreateInstanceRequest{Retain: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = env.c.DeleteInstance(context.Background(), in.ID) })
 	assert.True(t, in.Protection.RetainedLayer)
@@ -114,21 +116,21 @@ func TestRootRetainedLayerSurvivesStopStart(t *testing.T) {
 func TestRootStaleGenerationFenced(t *testing.T) {
 	c := ctx(t)
 	p := newProject(t, "fence")
-	in, err := env.c.CreateInstance(c, p, envd.CreateInstanceRequest{Retain: true})
+	in, err := env.c.CreateInstance(c, p, types.CreateInstanceRequest{Retain: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = env.c.DeleteInstance(context.Background(), in.ID) })
-	_, err = env.c.Exec(c, in.ID, envd.ExecRequest{Args: []string{"true"}, Generation: 1})
+	_, err = env.c.Exec(c, in.ID, types.ExecRequest{Args: []string{"true"}, Generation: 1})
 	require.NoError(t, err)
 	_, err = env.c.StopInstance(c, in.ID)
 	require.NoError(t, err)
 	_, err = env.c.StartInstance(c, in.ID)
 	require.NoError(t, err)
 
-	_, err = env.c.Exec(c, in.ID, envd.ExecRequest{Args: []string{"true"}, Generation: 1})
+	_, err = env.c.Exec(c, in.ID, types.ExecRequest{Args: []string{"true"}, Generation: 1})
 	require.ErrorIs(t, err, errdefs.ErrStaleGeneration)
-	_, err = env.c.Save(c, in.ID, envd.SaveRequest{Generation: 1}, "")
+	_, err = env.c.Save(c, in.ID, types.SaveRequest{Generation: 1}, "")
 	require.ErrorIs(t, err, errdefs.ErrStaleGeneration)
-	_, err = env.c.Exec(c, in.ID, envd.ExecRequest{Args: []string{"true"}, Generation: 2})
+	_, err = env.c.Exec(c, in.ID, types.ExecRequest{Args: []string{"true"}, Generation: 2})
 	require.NoError(t, err)
 
 	// Another holder takes a newer generation (as a node that took the
@@ -184,27 +186,27 @@ func TestRootTwoNodesShareDatabase(t *testing.T) {
 	b, cb := startJoiningNode(t, "node-b", base)
 
 	p := fmt.Sprintf("twonodes-%d", projectSeq.Add(1))
-	_, err := ca.CreateProject(c, envd.CreateProjectRequest{Name: p, Base: fixtureBase, Volumes: []string{"work:/workspace"}})
+	_, err := ca.CreateProject(c, types.CreateProjectRequest{Name: p, Base: fixtureBase, Volumes: []string{"work:/workspace"}})
 	require.NoError(t, err)
 
 	// A volume archived on node A restores on node B.
-	x, err := ca.CreateInstance(c, p, envd.CreateInstanceRequest{Retain: true})
+	x, err := ca.CreateInstance(c, p, types.CreateInstanceRequest{Retain: true})
 	require.NoError(t, err)
-	_, err = ca.Exec(c, x.ID, envd.ExecRequest{Args: []string{"sh", "-c", "echo from-a > /workspace/data && echo layer-a > /root/layer"}})
+	_, err = ca.Exec(c, x.ID, types.ExecRequest{Args: []string{"sh", "-c", "echo from-a > /workspace/data && echo layer-a > /root/layer"}})
 	require.NoError(t, err)
-	arch, err := ca.ArchiveVolume(c, p, "work", envd.VolumeArchiveRequest{})
+	arch, err := ca.ArchiveVolume(c, p, "work", types.VolumeArchiveRequest{})
 	require.NoError(t, err)
 	assert.Positive(t, arch.Bytes)
-	_, err = cb.RestoreVolume(c, p, "work", envd.VolumeArchiveRequest{Key: arch.Key})
+	_, err = cb.RestoreVolume(c, p, "work", types.VolumeArchiveRequest{Key: arch.Key})
 	require.NoError(t, err)
-	y, err := cb.CreateInstance(c, p, envd.CreateInstanceRequest{})
+	y, err := cb.CreateInstance(c, p, types.CreateInstanceRequest{})
 	require.NoError(t, err)
-	res, err := cb.Exec(c, y.ID, envd.ExecRequest{Args: []string{"cat", "/workspace/data"}})
+	res, err := cb.Exec(c, y.ID, types.ExecRequest{Args: []string{"cat", "/workspace/data"}})
 	require.NoError(t, err)
 	assert.Equal(t, "from-a\n", res.Stdout)
 
 	// Node B cannot act on node A's instance.
-	_, err = cb.Exec(c, x.ID, envd.ExecRequest{Args: []string{"true"}})
+	_, err = cb.Exec(c, x.ID, types.ExecRequest{Args: []string{"true"}})
 	require.ErrorIs(t, err, errdefs.ErrFailedPrecondition)
 	_, err = cb.StopInstance(c, x.ID)
 	require.ErrorIs(t, err, errdefs.ErrFailedPrecondition)
@@ -226,15 +228,15 @@ func TestRootTwoNodesShareDatabase(t *testing.T) {
 	woke, err := cb.StartInstance(c, x.ID)
 	require.NoError(t, err)
 	assert.Equal(t, "node-b", woke.Node)
-	assert.Equal(t, envd.StateRunning, woke.State)
+	assert.Equal(t, types.StateRunning, woke.State)
 	assert.Greater(t, woke.Generation, x.Generation)
-	res, err = cb.Exec(c, x.ID, envd.ExecRequest{Args: []string{"cat", "/root/layer"}})
+	res, err = cb.Exec(c, x.ID, types.ExecRequest{Args: []string{"cat", "/root/layer"}})
 	require.NoError(t, err)
 	assert.Equal(t, "layer-a\n", res.Stdout, "the retained layer came back on the other node")
 
 	// A stale copy: node A still has a container of an instance that the
 	// database says node B owns now (a partition healed): A removes it.
-	z, err := ca.CreateInstance(c, p, envd.CreateInstanceRequest{})
+	z, err := ca.CreateInstance(c, p, types.CreateInstanceRequest{})
 	require.NoError(t, err)
 	store, err := versions.Open(c, env.node.DSN())
 	require.NoError(t, err)
@@ -257,15 +259,15 @@ func TestRootIdleRetainedInstanceHibernates(t *testing.T) {
 	s3 := s3test.Start(t)
 	n, cl := startJoiningNode(t, "node-h", &node.Config{S3: &s3, HibernateAfter: time.Second, ReconcileInterval: time.Second})
 	p := fmt.Sprintf("hibernate-%d", projectSeq.Add(1))
-	_, err := cl.CreateProject(c, envd.CreateProjectRequest{Name: p, Base: fixtureBase})
+	_, err := cl.CreateProject(c, types.CreateProjectRequest{Name: p, Base: fixtureBase})
 	require.NoError(t, err)
-	in, err := cl.CreateInstance(c, p, envd.CreateInstanceRequest{Retain: true})
+	in, err := cl.CreateInstance(c, p, types.CreateInstanceRequest{Retain: true})
 	require.NoError(t, err)
-	_, err = cl.Exec(c, in.ID, envd.ExecRequest{Args: []string{"sh", "-c", "echo idle > /root/idle"}})
+	_, err = cl.Exec(c, in.ID, types.ExecRequest{Args: []string{"sh", "-c", "echo idle > /root/idle"}})
 	require.NoError(t, err)
 	_, err = cl.StopInstance(c, in.ID)
 	require.NoError(t, err)
-	var got envd.Instance
+	var got types.Instance
 	require.Eventually(t, func() bool {
 		got, err = cl.GetInstance(c, in.ID)
 		return err == nil && got.HibernatedVersion > 0
@@ -278,7 +280,7 @@ func TestRootIdleRetainedInstanceHibernates(t *testing.T) {
 	}, 30*time.Second, 100*time.Millisecond, "its layer was freed")
 	_, err = cl.StartInstance(c, in.ID)
 	require.NoError(t, err)
-	res, err := cl.Exec(c, in.ID, envd.ExecRequest{Args: []string{"cat", "/root/idle"}})
+	res, err := cl.Exec(c, in.ID, types.ExecRequest{Args: []string{"cat", "/root/idle"}})
 	require.NoError(t, err)
 	assert.Equal(t, "idle\n", res.Stdout)
 }

@@ -8,12 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/client"
-	"github.com/envd-dev/envd/envd"
-	"github.com/envd-dev/envd/internal/errdefs"
 	"github.com/envd-dev/envd/versions"
 )
 
@@ -30,7 +31,7 @@ func sweepLockWaiters(t *testing.T, store *versions.Store, mode string) int {
 }
 
 // newTenant makes a tenant with quota q and returns its client.
-func newTenantWithQuota(t *testing.T, prefix string, q envd.Quota) *client.Client {
+func newTenantWithQuota(t *testing.T, prefix string, q types.Quota) *client.Client {
 	t.Helper()
 	tenant, c := newTenant(t, prefix)
 	_, err := env.c.SetQuota(ctx(t), tenant, q)
@@ -44,16 +45,16 @@ func newTenantWithQuota(t *testing.T, prefix string, q envd.Quota) *client.Clien
 // pushed is deleted.
 func TestRootConcurrentSavesQuotaIsAtomic(t *testing.T) {
 	c := ctx(t)
-	tc := newTenantWithQuota(t, "qatomic", envd.Quota{MaxVersions: 2})
+	tc := newTenantWithQuota(t, "qatomic", types.Quota{MaxVersions: 2})
 	const p = "atomic"
-	_, err := tc.CreateProject(c, envd.CreateProjectRequest{Name: p, Base: fixtureBase})
+	_, err := tc.CreateProject(c, types.CreateProjectRequest{Name: p, Base: fixtureBase})
 	require.NoError(t, err)
 	var ids []string
 	for i := range 2 {
-		in, err := tc.CreateInstance(c, p, envd.CreateInstanceRequest{})
+		in, err := tc.CreateInstance(c, p, types.CreateInstanceRequest{})
 		require.NoError(t, err)
 		t.Cleanup(func() { _, _ = tc.DeleteInstance(context.Background(), in.ID) })
-		_, err = tc.Exec(c, in.ID, envd.ExecRequest{Args: []string{"sh", "-c", fmt.Sprintf("echo %d > /which", i)}})
+		_, err = tc.Exec(c, in.ID, types.ExecRequest{Args: []string{"sh", "-c", fmt.Sprintf("echo %d > /which", i)}})
 		require.NoError(t, err)
 		ids = append(ids, in.ID)
 	}
@@ -68,9 +69,9 @@ func TestRootConcurrentSavesQuotaIsAtomic(t *testing.T) {
 		swept <- store.Sweep(c, func(context.Context) error { close(sweeping); <-release; return nil })
 	}()
 	<-sweeping
-	var ops []envd.Operation
+	var ops []types.Operation
 	for _, id := range ids {
-		op, err := tc.Save(c, id, envd.SaveRequest{}, "")
+		op, err := tc.Save(c, id, types.SaveRequest{}, "")
 		require.NoError(t, err)
 		ops = append(ops, op)
 	}
@@ -83,7 +84,7 @@ func TestRootConcurrentSavesQuotaIsAtomic(t *testing.T) {
 	for _, op := range ops {
 		done, err := tc.WaitOperation(c, op.ID, nil)
 		require.NoError(t, err)
-		if done.State == envd.OpSucceeded {
+		if done.State == types.OpSucceeded {
 			ok++
 			continue
 		}
@@ -115,14 +116,14 @@ func TestRootConcurrentSavesQuotaIsAtomic(t *testing.T) {
 // save: refused past it, the instance stays stopped on its layer.
 func TestRootUserHibernationChecksQuota(t *testing.T) {
 	c := ctx(t)
-	tc := newTenantWithQuota(t, "qhib", envd.Quota{MaxVersions: 1})
+	tc := newTenantWithQuota(t, "qhib", types.Quota{MaxVersions: 1})
 	const p = "hib"
-	_, err := tc.CreateProject(c, envd.CreateProjectRequest{Name: p, Base: fixtureBase})
+	_, err := tc.CreateProject(c, types.CreateProjectRequest{Name: p, Base: fixtureBase})
 	require.NoError(t, err)
-	in, err := tc.CreateInstance(c, p, envd.CreateInstanceRequest{Retain: true})
+	in, err := tc.CreateInstance(c, p, types.CreateInstanceRequest{Retain: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = tc.DeleteInstance(context.Background(), in.ID) })
-	_, err = tc.Exec(c, in.ID, envd.ExecRequest{Args: []string{"sh", "-c", "echo kept > /kept"}})
+	_, err = tc.Exec(c, in.ID, types.ExecRequest{Args: []string{"sh", "-c", "echo kept > /kept"}})
 	require.NoError(t, err)
 	_, err = tc.StopInstance(c, in.ID)
 	require.NoError(t, err)
@@ -131,7 +132,7 @@ func TestRootUserHibernationChecksQuota(t *testing.T) {
 	quotaRefusal(t, err, "versions", 1, 1)
 	got, err := tc.GetInstance(c, in.ID)
 	require.NoError(t, err)
-	assert.Equal(t, envd.StateStopped, got.State)
+	assert.Equal(t, types.StateStopped, got.State)
 	assert.Zero(t, got.HibernatedVersion, "not hibernated")
 	vs, err := tc.ListVersions(c, p)
 	require.NoError(t, err)
@@ -139,7 +140,7 @@ func TestRootUserHibernationChecksQuota(t *testing.T) {
 
 	_, err = tc.StartInstance(c, in.ID)
 	require.NoError(t, err)
-	res, err := tc.Exec(c, in.ID, envd.ExecRequest{Args: []string{"cat", "/kept"}})
+	res, err := tc.Exec(c, in.ID, types.ExecRequest{Args: []string{"cat", "/kept"}})
 	require.NoError(t, err)
 	assert.Equal(t, "kept\n", res.Stdout, "the layer is untouched")
 }
@@ -181,7 +182,7 @@ func TestRootFailedVersionCollected(t *testing.T) {
 	mustSh(t, in.ID, "echo two > /two")
 	_, s := save(t, in.ID, "to fail")
 	cur := s.Version
-	_, err := env.c.SetCurrent(c, p, envd.SetCurrentRequest{Version: 1, ExpectedCurrent: &cur})
+	_, err := env.c.SetCurrent(c, p, types.SetCurrentRequest{Version: 1, ExpectedCurrent: &cur})
 	require.NoError(t, err)
 	_, err = env.c.DeleteInstance(c, in.ID) // nothing uses it any more
 	require.NoError(t, err)
@@ -213,8 +214,8 @@ func TestRootBlindSwitchRefused(t *testing.T) {
 	p := newProject(t, "blind")
 	in := up(t, p, 0)
 	_, s := save(t, in.ID, "two")
-	_, err := env.c.SetCurrent(c, p, envd.SetCurrentRequest{Version: 1})
-	var ce *client.Error
+	_, err := env.c.SetCurrent(c, p, types.SetCurrentRequest{Version: 1})
+	var ce *types.Error
 	require.ErrorAs(t, err, &ce)
 	assert.Equal(t, http.StatusBadRequest, ce.Status)
 	assert.Equal(t, "invalid_argument", ce.Code)
@@ -223,7 +224,7 @@ func TestRootBlindSwitchRefused(t *testing.T) {
 	assert.Equal(t, s.Version, proj.Current, "nothing changed")
 
 	exp := s.Version
-	proj, err = env.c.SetCurrent(c, p, envd.SetCurrentRequest{Version: 1, ExpectedCurrent: &exp})
+	proj, err = env.c.SetCurrent(c, p, types.SetCurrentRequest{Version: 1, ExpectedCurrent: &exp})
 	require.NoError(t, err)
 	assert.Equal(t, 1, proj.Current)
 }

@@ -6,12 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/client"
-	"github.com/envd-dev/envd/envd"
-	"github.com/envd-dev/envd/internal/errdefs"
 )
 
 // A tenant's quota refuses, before anything is made, what would exceed it:
@@ -21,23 +22,23 @@ import (
 func TestRootQuotas(t *testing.T) {
 	c := ctx(t)
 	tenant := fmt.Sprintf("quota-%d", projectSeq.Add(1))
-	tok, err := env.c.CreateToken(c, tenant, envd.CreateTokenRequest{})
+	tok, err := env.c.CreateToken(c, tenant, types.CreateTokenRequest{})
 	require.NoError(t, err)
 	tc := client.New(env.node.URL, tok.Token)
-	_, err = env.c.SetQuota(c, tenant, envd.Quota{MaxInstances: 1, MaxStoredBytes: 512 << 10, MaxTTL: "1h"})
+	_, err = env.c.SetQuota(c, tenant, types.Quota{MaxInstances: 1, MaxStoredBytes: 512 << 10, MaxTTL: "1h"})
 	require.NoError(t, err)
 
 	const p = "quota"
-	_, err = tc.CreateProject(c, envd.CreateProjectRequest{Name: p, Base: fixtureBase})
+	_, err = tc.CreateProject(c, types.CreateProjectRequest{Name: p, Base: fixtureBase})
 	require.NoError(t, err)
-	in, err := tc.CreateInstance(c, p, envd.CreateInstanceRequest{})
+	in, err := tc.CreateInstance(c, p, types.CreateInstanceRequest{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = tc.DeleteInstance(context.Background(), in.ID) })
 	require.NotNil(t, in.ExpiresAt, "the default TTL is cut to the tenant's maximum")
 
-	_, err = tc.CreateInstance(c, p, envd.CreateInstanceRequest{})
+	_, err = tc.CreateInstance(c, p, types.CreateInstanceRequest{})
 	quotaRefusal(t, err, "instances", 1, 1)
-	_, err = tc.Restore(c, p, envd.CreateInstanceRequest{TTL: "none"})
+	_, err = tc.Restore(c, p, types.CreateInstanceRequest{TTL: "none"})
 	assert.ErrorIs(t, err, errdefs.ErrQuotaExceeded, "no TTL is refused under a maximum TTL")
 	_, err = tc.RenewInstance(c, in.ID, "2h")
 	assert.ErrorIs(t, err, errdefs.ErrQuotaExceeded)
@@ -45,19 +46,19 @@ func TestRootQuotas(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, list, 1, "refusals made nothing")
 
-	sh := func(script string) envd.ExecResult {
+	sh := func(script string) types.ExecResult {
 		t.Helper()
-		res, err := tc.Exec(c, in.ID, envd.ExecRequest{Args: []string{"sh", "-c", script}})
+		res, err := tc.Exec(c, in.ID, types.ExecRequest{Args: []string{"sh", "-c", script}})
 		require.NoError(t, err)
 		require.Equal(t, 0, res.ExitCode, res.Stderr)
 		return res
 	}
 	sh("head -c 1048576 /dev/urandom > /big")
-	op, err := tc.Save(c, in.ID, envd.SaveRequest{Message: "too big"}, "")
+	op, err := tc.Save(c, in.ID, types.SaveRequest{Message: "too big"}, "")
 	require.NoError(t, err)
 	done, err := tc.WaitOperation(c, op.ID, nil)
 	require.NoError(t, err)
-	assert.Equal(t, envd.OpFailed, done.State)
+	assert.Equal(t, types.OpFailed, done.State)
 	require.NotNil(t, done.Error)
 	assert.Equal(t, "quota_exceeded", done.Error.Code, done.Error.Message)
 	vs, err := tc.ListVersions(c, p)
@@ -66,7 +67,7 @@ func TestRootQuotas(t *testing.T) {
 	assert.Equal(t, "1048576\n", sh("wc -c < /big").Stdout, "the instance and its changes are untouched")
 
 	sh("rm /big && echo small > /small")
-	_, err = tc.Save(c, in.ID, envd.SaveRequest{Message: "fits"}, "")
+	_, err = tc.Save(c, in.ID, types.SaveRequest{Message: "fits"}, "")
 	require.NoError(t, err)
 	u, err := tc.Usage(c, "")
 	require.NoError(t, err)
@@ -77,11 +78,11 @@ func TestRootQuotas(t *testing.T) {
 	assert.Equal(t, 1, u.Instances)
 	assert.Positive(t, u.VersionBytes)
 	assert.Less(t, u.StoredBytes, int64(512<<10))
-	assert.Equal(t, envd.Quota{MaxInstances: 1, MaxStoredBytes: 512 << 10, MaxTTL: "1h0m0s"}, u.Quota)
+	assert.Equal(t, types.Quota{MaxInstances: 1, MaxStoredBytes: 512 << 10, MaxTTL: "1h0m0s"}, u.Quota)
 
 	_, err = tc.Usage(c, "someone-else")
 	assert.ErrorIs(t, err, errdefs.ErrPermissionDenied)
-	_, err = tc.SetQuota(c, tenant, envd.Quota{})
+	_, err = tc.SetQuota(c, tenant, types.Quota{})
 	assert.ErrorIs(t, err, errdefs.ErrPermissionDenied, "a tenant cannot lift its own quota")
 
 	// Another tenant's version is no base for this one, even by digest.
@@ -89,13 +90,13 @@ func TestRootQuotas(t *testing.T) {
 	oi := up(t, other, 0)
 	mustSh(t, oi.ID, "echo private > /secret")
 	_, saved := save(t, oi.ID, "private")
-	_, err = tc.CreateProject(c, envd.CreateProjectRequest{Name: "steal", Base: saved.Image})
+	_, err = tc.CreateProject(c, types.CreateProjectRequest{Name: "steal", Base: saved.Image})
 	assert.ErrorIs(t, err, errdefs.ErrNotFound)
 }
 
 func quotaRefusal(t *testing.T, err error, what string, limit, used float64) {
 	t.Helper()
-	var ce *client.Error
+	var ce *types.Error
 	require.ErrorAs(t, err, &ce)
 	assert.Equal(t, 507, ce.Status)
 	assert.Equal(t, "quota_exceeded", ce.Code)

@@ -6,11 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/envd-dev/envd/client"
-	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/envd/node"
 )
 
@@ -34,24 +35,24 @@ func TestRootRestartKeepsEverything(t *testing.T) {
 	p := newProject(t, "restart")
 	a := up(t, p, 0)
 	mustSh(t, a.ID, "dd if=/dev/urandom of=/blob bs=1M count=40 2>/dev/null && echo kept > /marker")
-	op, err := env.c.Save(ctx(t), a.ID, envd.SaveRequest{Message: "interrupted"}, "restart-key")
+	op, err := env.c.Save(ctx(t), a.ID, types.SaveRequest{Message: "interrupted"}, "restart-key")
 	require.NoError(t, err)
 	restartNode(t)
 
 	in, err := env.c.GetInstance(ctx(t), a.ID)
 	require.NoError(t, err)
-	assert.Equal(t, envd.StateRunning, in.State)
+	assert.Equal(t, types.StateRunning, in.State)
 	assert.Equal(t, "kept", mustSh(t, a.ID, "cat /marker"), "the instance kept running through the restart")
 
 	done, err := env.c.WaitOperation(ctx(t), op.ID, nil)
 	require.NoError(t, err)
-	require.Equalf(t, envd.OpSucceeded, done.State, "error: %+v", done.Error)
-	var res envd.SaveResult
+	require.Equalf(t, types.OpSucceeded, done.State, "error: %+v", done.Error)
+	var res types.SaveResult
 	require.NoError(t, json.Unmarshal(done.Result, &res))
 	assert.True(t, res.Current)
 
 	// The same idempotency key returns the same operation, not a new save.
-	again, err := env.c.Save(ctx(t), a.ID, envd.SaveRequest{Message: "interrupted"}, "restart-key")
+	again, err := env.c.Save(ctx(t), a.ID, types.SaveRequest{Message: "interrupted"}, "restart-key")
 	require.NoError(t, err)
 	assert.Equal(t, op.ID, again.ID)
 
@@ -82,14 +83,14 @@ func TestRootCancelSave(t *testing.T) {
 	p := newProject(t, "cancel")
 	a := up(t, p, 0)
 	mustSh(t, a.ID, "dd if=/dev/urandom of=/blob bs=1M count=300 2>/dev/null")
-	op, err := env.c.Save(ctx(t), a.ID, envd.SaveRequest{Message: "to cancel"}, "")
+	op, err := env.c.Save(ctx(t), a.ID, types.SaveRequest{Message: "to cancel"}, "")
 	require.NoError(t, err)
 	asked, err := env.c.CancelOperation(ctx(t), op.ID)
 	require.NoError(t, err)
-	assert.Contains(t, []string{envd.OpPending, envd.OpRunning}, asked.State, "cancel answers the operation as it is now")
+	assert.Contains(t, []string{types.OpPending, types.OpRunning}, asked.State, "cancel answers the operation as it is now")
 	done, err := env.c.WaitOperation(ctx(t), op.ID, nil)
 	require.NoError(t, err)
-	assert.Equal(t, envd.OpCanceled, done.State)
+	assert.Equal(t, types.OpCanceled, done.State)
 	vs, err := env.c.ListVersions(ctx(t), p)
 	require.NoError(t, err)
 	assert.Len(t, vs, 1)

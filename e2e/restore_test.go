@@ -5,12 +5,13 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/client"
-	"github.com/envd-dev/envd/envd"
-	"github.com/envd-dev/envd/internal/errdefs"
 	"github.com/envd-dev/envd/versions"
 )
 
@@ -25,7 +26,7 @@ func TestRootRestoreOperation(t *testing.T) {
 	_, saved := save(t, a.ID, "marker")
 
 	c := ctx(t)
-	req := envd.CreateInstanceRequest{Version: saved.Version}
+	req := types.CreateInstanceRequest{Version: saved.Version}
 	op, err := env.c.Restore(c, p, req, client.WithIdempotencyKey("restore-key"))
 	require.NoError(t, err)
 	assert.Equal(t, "restore", op.Kind)
@@ -34,22 +35,22 @@ func TestRootRestoreOperation(t *testing.T) {
 	again, err := env.c.Restore(c, p, req, client.WithIdempotencyKey("restore-key"))
 	require.NoError(t, err)
 	assert.Equal(t, op.ID, again.ID, "the same key and request: the same operation")
-	_, err = env.c.Restore(c, p, envd.CreateInstanceRequest{Version: 1}, client.WithIdempotencyKey("restore-key"))
+	_, err = env.c.Restore(c, p, types.CreateInstanceRequest{Version: 1}, client.WithIdempotencyKey("restore-key"))
 	assert.ErrorIs(t, err, errdefs.ErrIdempotencyReuse)
 
 	done, err := env.c.WaitOperation(c, op.ID, nil)
 	require.NoError(t, err)
-	require.Equalf(t, envd.OpSucceeded, done.State, "%+v", done.Error)
-	var in envd.Instance
+	require.Equalf(t, types.OpSucceeded, done.State, "%+v", done.Error)
+	var in types.Instance
 	require.NoError(t, json.Unmarshal(done.Result, &in))
 	assert.Equal(t, op.Target, in.ID)
-	assert.Equal(t, envd.StateRunning, in.State)
+	assert.Equal(t, types.StateRunning, in.State)
 	assert.Equal(t, saved.Version, in.Version)
 	assert.Equal(t, "saved", mustSh(t, in.ID, "cat /marker"))
 
-	_, err = env.c.Restore(c, p, envd.CreateInstanceRequest{Version: 99})
+	_, err = env.c.Restore(c, p, types.CreateInstanceRequest{Version: 99})
 	assert.ErrorIs(t, err, errdefs.ErrNotFound, "an unknown version is refused at once")
-	_, err = env.c.Restore(c, p, envd.CreateInstanceRequest{TTL: "soon"})
+	_, err = env.c.Restore(c, p, types.CreateInstanceRequest{TTL: "soon"})
 	assert.ErrorIs(t, err, errdefs.ErrInvalidArgument)
 	list, err := env.c.ListInstances(c, p)
 	require.NoError(t, err)
@@ -61,7 +62,7 @@ func TestRootRestoreOperation(t *testing.T) {
 // finished before the restart with its instance Running.
 func TestRootRestoreInterruptedByRestart(t *testing.T) {
 	p := newProject(t, "restorerestart")
-	op, err := env.c.Restore(ctx(t), p, envd.CreateInstanceRequest{})
+	op, err := env.c.Restore(ctx(t), p, types.CreateInstanceRequest{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = env.c.DeleteInstance(ctx(t), op.Target) })
 	restartNode(t)
@@ -70,15 +71,15 @@ func TestRootRestoreInterruptedByRestart(t *testing.T) {
 	require.NoError(t, err)
 	in, err := env.c.GetInstance(ctx(t), op.Target)
 	switch done.State {
-	case envd.OpSucceeded:
+	case types.OpSucceeded:
 		require.NoError(t, err)
-		assert.Equal(t, envd.StateRunning, in.State)
-	case envd.OpFailed:
+		assert.Equal(t, types.StateRunning, in.State)
+	case types.OpFailed:
 		require.NotNil(t, done.Error)
 		assert.Equal(t, "interrupted", done.Error.Code, done.Error.Message)
 		if err == nil { // recorded before the restart: not left Pending
-			assert.Equal(t, envd.StateFailed, in.State)
-			assert.Equal(t, envd.ReasonProvisionFailed, in.Reason)
+			assert.Equal(t, types.StateFailed, in.State)
+			assert.Equal(t, types.ReasonProvisionFailed, in.Reason)
 		} else {
 			assert.ErrorIs(t, err, errdefs.ErrNotFound)
 		}
@@ -106,15 +107,15 @@ func TestRootRestoreSettledAfterItsInstanceRan(t *testing.T) {
 	require.NoError(t, err)
 	opID := fmt.Sprintf("op-lost%d", projectSeq.Add(1))
 	_, _, err = store.CreateOperation(c, versions.Operation{ID: opID, Tenant: row.Tenant, Kind: "restore", Target: in.ID,
-		State: envd.OpRunning, Node: env.node.Name(), Request: job})
+		State: types.OpRunning, Node: env.node.Name(), Request: job})
 	require.NoError(t, err)
 
 	restartNode(t)
 	done, err := env.c.WaitOperation(c, opID, nil)
 	require.NoError(t, err)
-	assert.Equal(t, envd.OpSucceeded, done.State, "%+v", done.Error)
+	assert.Equal(t, types.OpSucceeded, done.State, "%+v", done.Error)
 	got, err := env.c.GetInstance(c, in.ID)
 	require.NoError(t, err)
-	assert.Equal(t, envd.StateRunning, got.State)
+	assert.Equal(t, types.StateRunning, got.State)
 	assert.Equal(t, "unsaved", mustSh(t, in.ID, "cat /work"), "the instance and its changes are untouched")
 }

@@ -10,10 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/envd/node"
 	"github.com/envd-dev/envd/internal/s3test"
 	"github.com/envd-dev/envd/registry"
@@ -36,11 +37,11 @@ func TestRootLazyRestoreFromS3BackedRegistry(t *testing.T) {
 	_, err := ca.ImportImage(c, "fixture-s3", bytes.NewReader(env.fixtureTar))
 	require.NoError(t, err)
 	p := fmt.Sprintf("s3reg-%d", projectSeq.Add(1))
-	_, err = ca.CreateProject(c, envd.CreateProjectRequest{Name: p, Base: "fixture-s3"})
+	_, err = ca.CreateProject(c, types.CreateProjectRequest{Name: p, Base: "fixture-s3"})
 	require.NoError(t, err)
-	in, err := ca.CreateInstance(c, p, envd.CreateInstanceRequest{})
+	in, err := ca.CreateInstance(c, p, types.CreateInstanceRequest{})
 	require.NoError(t, err)
-	res, err := ca.Exec(c, in.ID, envd.ExecRequest{Args: []string{"sh", "-c", "head -c 31457280 /dev/urandom > /big30 && sha256sum /big30"}})
+	res, err := ca.Exec(c, in.ID, types.ExecRequest{Args: []string{"sh", "-c", "head -c 31457280 /dev/urandom > /big30 && sha256sum /big30"}})
 	require.NoError(t, err)
 	if res.ExitCode != 0 {
 		got, gerr := ca.GetInstance(c, in.ID)
@@ -48,11 +49,11 @@ func TestRootLazyRestoreFromS3BackedRegistry(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q; the instance now: %+v (%v)", res.ExitCode, res.Stderr, got, gerr)
 	}
 	sum := strings.Fields(res.Stdout)[0]
-	op, err := ca.Save(c, in.ID, envd.SaveRequest{Message: "on s3"}, "")
+	op, err := ca.Save(c, in.ID, types.SaveRequest{Message: "on s3"}, "")
 	require.NoError(t, err)
 	done, err := ca.WaitOperation(c, op.ID, nil)
 	require.NoError(t, err)
-	require.Equal(t, envd.OpSucceeded, done.State, "%+v", done.Error)
+	require.Equal(t, types.OpSucceeded, done.State, "%+v", done.Error)
 
 	// The registry redirects a blob GET to S3, and a ranged GET through the
 	// redirect answers 206 with the range.
@@ -85,9 +86,9 @@ func TestRootLazyRestoreFromS3BackedRegistry(t *testing.T) {
 	// A second node restores the version lazily through the redirect.
 	b, cb := startJoiningNode(t, "node-s3b", joining)
 	require.Equal(t, stargz.Name, b.Runtime().LazySnapshotter())
-	in2, err := cb.CreateInstance(c, p, envd.CreateInstanceRequest{Version: 2})
+	in2, err := cb.CreateInstance(c, p, types.CreateInstanceRequest{Version: 2})
 	require.NoError(t, err)
-	res, err = cb.Exec(c, in2.ID, envd.ExecRequest{Args: []string{"sha256sum", "/big30"}})
+	res, err = cb.Exec(c, in2.ID, types.ExecRequest{Args: []string{"sha256sum", "/big30"}})
 	require.NoError(t, err)
 	require.Equal(t, 0, res.ExitCode, res.Stderr)
 	assert.Equal(t, sum, strings.Fields(res.Stdout)[0])

@@ -9,12 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/envd-dev/envd/client"
-	"github.com/envd-dev/envd/envd"
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/errdefs"
 )
 
 // One save of an instance at a time, and saves that share the cgroup
@@ -28,7 +28,7 @@ func workDir() string { return filepath.Join(env.dataDir, "work") }
 // its layer that a background process keeps touching, so the first pass
 // cannot trust its copy and the frozen pass copies it again (a freeze
 // window of a good fraction of a second here).
-func busyInstance(t *testing.T, project string) envd.Instance {
+func busyInstance(t *testing.T, project string) types.Instance {
 	t.Helper()
 	in := up(t, project, 0)
 	mustSh(t, in.ID, "dd if=/dev/urandom of=/big bs=1M count=96 2>/dev/null && echo kept > /marker")
@@ -66,12 +66,12 @@ func TestRootSaveOneAtATime(t *testing.T) {
 
 	var (
 		wg   sync.WaitGroup
-		ops  [2]envd.Operation
+		ops  [2]types.Operation
 		errs [2]error
 	)
 	for i := range ops {
 		wg.Go(func() {
-			ops[i], errs[i] = env.c.Save(ctx(t), a.ID, envd.SaveRequest{Message: "racing"}, "")
+			ops[i], errs[i] = env.c.Save(ctx(t), a.ID, types.SaveRequest{Message: "racing"}, "")
 		})
 	}
 	wg.Wait()
@@ -83,16 +83,16 @@ func TestRootSaveOneAtATime(t *testing.T) {
 	require.NoError(t, errs[won], "one save runs")
 	require.Error(t, errs[lost], "the other is refused")
 	assert.ErrorIs(t, errs[lost], errdefs.ErrFailedPrecondition)
-	var apiErr *client.Error
+	var apiErr *types.Error
 	require.True(t, errors.As(errs[lost], &apiErr))
 	assert.Contains(t, apiErr.Message, ops[won].ID, "the refusal names the running save")
 	assert.Equal(t, ops[won].ID, apiErr.Details["operation"])
 
 	// A retry of the running save is not a second save.
-	keyed, err := env.c.Save(ctx(t), a.ID, envd.SaveRequest{Message: "keyed"}, "one-at-a-time-key")
+	keyed, err := env.c.Save(ctx(t), a.ID, types.SaveRequest{Message: "keyed"}, "one-at-a-time-key")
 	if err == nil {
 		// The first save finished already: the keyed one is the running one now.
-		again, err := env.c.Save(ctx(t), a.ID, envd.SaveRequest{Message: "keyed"}, "one-at-a-time-key")
+		again, err := env.c.Save(ctx(t), a.ID, types.SaveRequest{Message: "keyed"}, "one-at-a-time-key")
 		require.NoError(t, err)
 		assert.Equal(t, keyed.ID, again.ID)
 		waitSave(t, keyed.ID)
@@ -114,13 +114,13 @@ func TestRootSaveOneAtATime(t *testing.T) {
 func TestRootSavePauseDuringFirstPass(t *testing.T) {
 	p := newProject(t, "savepause")
 	a := busyInstance(t, p)
-	op, err := env.c.Save(ctx(t), a.ID, envd.SaveRequest{Message: "paused during"}, "")
+	op, err := env.c.Save(ctx(t), a.ID, types.SaveRequest{Message: "paused during"}, "")
 	require.NoError(t, err)
 	waitSpoolStarted(t, op.ID)
 	paused, err := env.c.PauseInstance(ctx(t), a.ID)
 	require.NoError(t, err)
 	pausedAt := time.Now()
-	assert.Equal(t, envd.StatePaused, paused.State)
+	assert.Equal(t, types.StatePaused, paused.State)
 
 	_, res := waitSave(t, op.ID)
 	assert.True(t, res.Current)
@@ -137,12 +137,12 @@ func TestRootSavePauseDuringFirstPass(t *testing.T) {
 
 	in, err := env.c.GetInstance(ctx(t), a.ID)
 	require.NoError(t, err)
-	assert.Equal(t, envd.StatePaused, in.State, "the save did not end the user's pause")
+	assert.Equal(t, types.StatePaused, in.State, "the save did not end the user's pause")
 	assert.Equal(t, "paused", taskState(t, a.ID), "the task is still frozen")
 
 	resumed, err := env.c.ResumeInstance(ctx(t), a.ID)
 	require.NoError(t, err)
-	assert.Equal(t, envd.StateRunning, resumed.State)
+	assert.Equal(t, types.StateRunning, resumed.State)
 	assert.Equal(t, "running", taskState(t, a.ID))
 	assert.Equal(t, "kept", mustSh(t, a.ID, "cat /marker"))
 	b := up(t, p, 0)
@@ -158,7 +158,7 @@ func TestRootSaveResumeDuringFreeze(t *testing.T) {
 	a := busyInstance(t, p)
 	for _, delay := range []time.Duration{0, 100 * time.Millisecond, 300 * time.Millisecond, 700 * time.Millisecond, 1500 * time.Millisecond} {
 		t.Run(delay.String(), func(t *testing.T) {
-			op, err := env.c.Save(ctx(t), a.ID, envd.SaveRequest{Message: "resume during"}, "")
+			op, err := env.c.Save(ctx(t), a.ID, types.SaveRequest{Message: "resume during"}, "")
 			require.NoError(t, err)
 			waitSpoolStarted(t, op.ID)
 			_, err = env.c.PauseInstance(ctx(t), a.ID)
@@ -168,7 +168,7 @@ func TestRootSaveResumeDuringFreeze(t *testing.T) {
 			resumed, err := env.c.ResumeInstance(ctx(t), a.ID)
 			require.NoError(t, err)
 			resumeTook := time.Since(resumeStart)
-			assert.Equal(t, envd.StateRunning, resumed.State)
+			assert.Equal(t, types.StateRunning, resumed.State)
 			// The resume took: the task runs again. Not checked at the very
 			// moment the resume returns: a save that asks to freeze only
 			// after it may freeze the task for its window, rightly. The
@@ -181,7 +181,7 @@ func TestRootSaveResumeDuringFreeze(t *testing.T) {
 			t.Logf("resume took %s; the save's freeze window %d ms", resumeTook.Round(time.Millisecond), res.FreezeMS)
 			in, err := env.c.GetInstance(ctx(t), a.ID)
 			require.NoError(t, err)
-			assert.Equal(t, envd.StateRunning, in.State)
+			assert.Equal(t, types.StateRunning, in.State)
 			assert.Equal(t, "running", taskState(t, a.ID))
 			assert.Equal(t, "kept", mustSh(t, a.ID, "cat /marker"))
 		})
@@ -195,7 +195,7 @@ func TestRootSaveOfPausedInstanceRefused(t *testing.T) {
 	a := up(t, p, 0)
 	_, err := env.c.PauseInstance(ctx(t), a.ID)
 	require.NoError(t, err)
-	_, err = env.c.Save(context.Background(), a.ID, envd.SaveRequest{}, "")
+	_, err = env.c.Save(context.Background(), a.ID, types.SaveRequest{}, "")
 	require.ErrorIs(t, err, errdefs.ErrFailedPrecondition)
 	assert.Equal(t, "paused", taskState(t, a.ID))
 	_, err = env.c.ResumeInstance(ctx(t), a.ID)

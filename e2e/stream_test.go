@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/envd-dev/envd/envd"
 )
 
 // sseIDs reads an operation's event stream from after lastID to its end
@@ -51,7 +51,7 @@ func TestRootEventStreamResumesAcrossRestart(t *testing.T) {
 	p := newProject(t, "sse")
 	a := up(t, p, 0)
 	mustSh(t, a.ID, "dd if=/dev/urandom of=/blob bs=1M count=30 2>/dev/null")
-	op, err := env.c.Save(ctx(t), a.ID, envd.SaveRequest{Message: "streamed"}, "")
+	op, err := env.c.Save(ctx(t), a.ID, types.SaveRequest{Message: "streamed"}, "")
 	require.NoError(t, err)
 	restartNode(t) // the stream's server goes away mid-operation
 
@@ -66,7 +66,7 @@ func TestRootEventStreamResumesAcrossRestart(t *testing.T) {
 	}
 	done, err := env.c.GetOperation(ctx(t), op.ID)
 	require.NoError(t, err)
-	assert.Equal(t, envd.OpSucceeded, done.State)
+	assert.Equal(t, types.OpSucceeded, done.State)
 }
 
 // lineWriter collects output for a test that waits for a string in it.
@@ -86,8 +86,8 @@ func TestRootInteractiveTerminal(t *testing.T) {
 	in := up(t, p, 0)
 	stdinR, stdinW := io.Pipe()
 	out := lineWriter{ch: make(chan string, 1024)}
-	resize := make(chan envd.TermSize, 2)
-	resize <- envd.TermSize{Cols: 100, Rows: 40}
+	resize := make(chan types.TermSize, 2)
+	resize <- types.TermSize{Cols: 100, Rows: 40}
 	type result struct {
 		code int
 		err  error
@@ -96,8 +96,8 @@ func TestRootInteractiveTerminal(t *testing.T) {
 	c, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	go func() {
-		code, err := env.c.ExecStream(c, in.ID, envd.ExecRequest{Args: []string{"/bin/sh"}},
-			envd.Stdio{Stdin: stdinR, Stdout: out, TTY: true, Resize: resize})
+		code, err := env.c.ExecStream(c, in.ID, types.ExecRequest{Args: []string{"/bin/sh"}},
+			types.Stdio{Stdin: stdinR, Stdout: out, TTY: true, Resize: resize})
 		done <- result{code, err}
 	}()
 	var seen strings.Builder
@@ -122,7 +122,7 @@ func TestRootInteractiveTerminal(t *testing.T) {
 	waitFor("size=40 100")
 	// A later size is applied as it arrives, like a SIGWINCH, in no order
 	// with stdin: ask until the terminal has it.
-	resize <- envd.TermSize{Cols: 132, Rows: 43}
+	resize <- types.TermSize{Cols: 132, Rows: 43}
 	asked := time.Now()
 	for !strings.Contains(seen.String(), "size=43 132") {
 		require.Less(t, time.Since(asked), 15*time.Second, "the resize was not applied; terminal so far: %q", seen.String())

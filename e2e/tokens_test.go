@@ -8,12 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/client"
-	"github.com/envd-dev/envd/envd"
-	"github.com/envd-dev/envd/internal/errdefs"
 )
 
 // Tokens against a full node: an expired token and a revoked one get 401
@@ -24,20 +25,20 @@ func TestRootTokens(t *testing.T) {
 	tenant := fmt.Sprintf("tok-%d", projectSeq.Add(1))
 	other := fmt.Sprintf("tok-%d", projectSeq.Add(1))
 
-	short, err := env.c.CreateToken(c, tenant, envd.CreateTokenRequest{ExpiresIn: "3s"})
+	short, err := env.c.CreateToken(c, tenant, types.CreateTokenRequest{ExpiresIn: "3s"})
 	require.NoError(t, err)
 	require.NotNil(t, short.ExpiresAt)
 	assert.Positive(t, short.ID)
-	long, err := env.c.CreateToken(c, tenant, envd.CreateTokenRequest{ExpiresIn: "720h"})
+	long, err := env.c.CreateToken(c, tenant, types.CreateTokenRequest{ExpiresIn: "720h"})
 	require.NoError(t, err)
 	require.NotNil(t, long.ExpiresAt)
 	assert.WithinDuration(t, time.Now().Add(720*time.Hour), *long.ExpiresAt, time.Minute)
-	spare, err := env.c.CreateToken(c, tenant, envd.CreateTokenRequest{})
+	spare, err := env.c.CreateToken(c, tenant, types.CreateTokenRequest{})
 	require.NoError(t, err)
 	assert.Nil(t, spare.ExpiresAt)
-	otherTok, err := env.c.CreateToken(c, other, envd.CreateTokenRequest{})
+	otherTok, err := env.c.CreateToken(c, other, types.CreateTokenRequest{})
 	require.NoError(t, err)
-	_, err = env.c.CreateToken(c, tenant, envd.CreateTokenRequest{ExpiresIn: "-1h"})
+	_, err = env.c.CreateToken(c, tenant, types.CreateTokenRequest{ExpiresIn: "-1h"})
 	assert.ErrorIs(t, err, errdefs.ErrInvalidArgument)
 
 	cShort := client.New(env.node.URL, short.Token)
@@ -86,7 +87,7 @@ func TestRootTokens(t *testing.T) {
 	require.NoError(t, err, "other tenants are untouched")
 
 	// A tenant's plain token cannot revoke an admin token of its tenant.
-	otherAdmin, err := env.c.CreateToken(c, other, envd.CreateTokenRequest{Admin: true})
+	otherAdmin, err := env.c.CreateToken(c, other, types.CreateTokenRequest{Admin: true})
 	require.NoError(t, err)
 	_, err = cOther.RevokeOwnToken(c, otherAdmin.ID)
 	assert.ErrorIs(t, err, errdefs.ErrPermissionDenied)

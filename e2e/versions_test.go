@@ -5,11 +5,12 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/envd-dev/envd/envd"
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/errdefs"
 )
 
 // N instances started on the same version save at once: exactly one
@@ -29,12 +30,12 @@ func TestRootConcurrentSavesOneWins(t *testing.T) {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			op, err := env.c.Save(ctx(t), ids[i], envd.SaveRequest{Message: fmt.Sprint(i)}, "")
+			op, err := env.c.Save(ctx(t), ids[i], types.SaveRequest{Message: fmt.Sprint(i)}, "")
 			ops[i], errs[i] = op.ID, err
 		}(i)
 	}
 	wg.Wait()
-	var winners []envd.SaveResult
+	var winners []types.SaveResult
 	seen := map[int]bool{}
 	for i := range ops {
 		require.NoError(t, errs[i])
@@ -96,7 +97,7 @@ func TestRootRepeatedSaveAndRollback(t *testing.T) {
 
 	// Roll back with the right expectation.
 	exp := r2.Version
-	proj, err := env.c.SetCurrent(ctx(t), p, envd.SetCurrentRequest{Version: 1, ExpectedCurrent: &exp})
+	proj, err := env.c.SetCurrent(ctx(t), p, types.SetCurrentRequest{Version: 1, ExpectedCurrent: &exp})
 	require.NoError(t, err)
 	assert.Equal(t, 1, proj.Current)
 	c := up(t, p, 0)
@@ -104,7 +105,7 @@ func TestRootRepeatedSaveAndRollback(t *testing.T) {
 	mustSh(t, c.ID, "[ ! -e /first ] && [ ! -e /second ]")
 
 	// A stale expectation loses, and nothing changes.
-	_, err = env.c.SetCurrent(ctx(t), p, envd.SetCurrentRequest{Version: r1.Version, ExpectedCurrent: &exp})
+	_, err = env.c.SetCurrent(ctx(t), p, types.SetCurrentRequest{Version: r1.Version, ExpectedCurrent: &exp})
 	require.ErrorIs(t, err, errdefs.ErrConflict)
 	proj, err = env.c.GetProject(ctx(t), p)
 	require.NoError(t, err)

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"time"
 
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/types"
+
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/internal/limiter"
 )
 
@@ -52,7 +54,7 @@ func newLimiter(l TenantLimits) *limiter.Limiter {
 // and returns its release, which the caller must call when the work ends,
 // on every path. Saves and builds are admitted by Save and Build
 // themselves, for as long as their operation runs.
-func (s *Service) Admit(p Principal, kind string) (release func(), err error) {
+func (s *Service) Admit(p types.Principal, kind string) (release func(), err error) {
 	return s.limiter().Acquire(p.Tenant, kind)
 }
 
@@ -69,7 +71,7 @@ var opAdmission = map[string]string{"save": AdmitSaves, "build": AdmitBuilds}
 // admitOp takes a slot for a new operation of kind. A retry of an accepted
 // request (same idempotency key and request hash) is never refused: it gets
 // the operation it started (existing), whatever the tenant holds now.
-func (s *Service) admitOp(ctx context.Context, p Principal, kind, idemKey, requestHash string) (release func(), existing *Operation, err error) {
+func (s *Service) admitOp(ctx context.Context, p types.Principal, kind, idemKey, requestHash string) (release func(), existing *types.Operation, err error) {
 	adm, ok := opAdmission[kind]
 	if !ok {
 		return func() {}, nil, nil

@@ -8,7 +8,9 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/types"
+
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/versions"
 )
 
@@ -46,14 +48,14 @@ func archiveKey(tenant, project, volume, name string) string {
 // pass takes.
 const orphanArchiveBatch = 100
 
-func toVolumeArchive(a versions.Archive) VolumeArchive {
-	return VolumeArchive{Key: a.Key, Bytes: a.SizeBytes, Files: a.Files, Name: a.Name, Project: a.Project,
+func toVolumeArchive(a versions.Archive) types.VolumeArchive {
+	return types.VolumeArchive{Key: a.Key, Bytes: a.SizeBytes, Files: a.Files, Name: a.Name, Project: a.Project,
 		Volume: a.Volume, Node: a.Node, CreatedAt: a.CreatedAt}
 }
 
 // ListArchives lists the archives of a project, of one volume or of all
 // (volume ""), newest first per volume.
-func (s *Service) ListArchives(ctx context.Context, p Principal, project, volume string) ([]VolumeArchive, error) {
+func (s *Service) ListArchives(ctx context.Context, p types.Principal, project, volume string) ([]types.VolumeArchive, error) {
 	if err := ValidateName("project", project); err != nil {
 		return nil, err
 	}
@@ -61,7 +63,7 @@ func (s *Service) ListArchives(ctx context.Context, p Principal, project, volume
 	if err != nil {
 		return nil, err
 	}
-	out := make([]VolumeArchive, 0, len(as))
+	out := make([]types.VolumeArchive, 0, len(as))
 	for _, a := range as {
 		out = append(out, toVolumeArchive(a))
 	}
@@ -71,13 +73,13 @@ func (s *Service) ListArchives(ctx context.Context, p Principal, project, volume
 // DeleteArchive deletes archive name of a project's volume: the record
 // first, then the object (a failure there is logged and leaves only an
 // unreachable object).
-func (s *Service) DeleteArchive(ctx context.Context, p Principal, project, volume, name string) (VolumeArchive, error) {
+func (s *Service) DeleteArchive(ctx context.Context, p types.Principal, project, volume, name string) (types.VolumeArchive, error) {
 	if err := ValidateName("project", project); err != nil {
-		return VolumeArchive{}, err
+		return types.VolumeArchive{}, err
 	}
 	a, err := s.store.DeleteArchive(ctx, p.Tenant, project, volume, name)
 	if err != nil {
-		return VolumeArchive{}, err
+		return types.VolumeArchive{}, err
 	}
 	s.deleteArchiveObject(ctx, a.Key)
 	return toVolumeArchive(a), nil

@@ -9,8 +9,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/envd-dev/envd/api/types"
+
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/builder"
-	"github.com/envd-dev/envd/internal/errdefs"
 	"github.com/envd-dev/envd/runtime"
 	"github.com/envd-dev/envd/versions"
 )
@@ -18,11 +20,11 @@ import (
 // buildJob is what a build operation does. The ids of its containers are
 // chosen up front, so that a build interrupted by a restart can remove them.
 type buildJob struct {
-	Project  string       `json:"project"`
-	Request  BuildRequest `json:"request"`
-	Expected int          `json:"expected_current"`
-	Builder  string       `json:"builder_instance"`
-	Trial    string       `json:"trial_instance"`
+	Project  string             `json:"project"`
+	Request  types.BuildRequest `json:"request"`
+	Expected int                `json:"expected_current"`
+	Builder  string             `json:"builder_instance"`
+	Trial    string             `json:"trial_instance"`
 }
 
 // buildTimeout bounds each step of a build (a package install, a
@@ -36,28 +38,28 @@ const buildTimeout = 30 * time.Minute
 // trial instance of it, and only then may it become current (req.Switch).
 // A failed install leaves no version; a failed validation leaves the
 // version marked failed. The current version is never touched by a failure.
-func (s *Service) Build(ctx context.Context, p Principal, project string, req BuildRequest, idempotencyKey string) (Operation, error) {
+func (s *Service) Build(ctx context.Context, p types.Principal, project string, req types.BuildRequest, idempotencyKey string) (types.Operation, error) {
 	if err := ValidateName("project", project); err != nil {
-		return Operation{}, err
+		return types.Operation{}, err
 	}
 	if err := builder.Check(req.Manager, req.Packages); err != nil {
-		return Operation{}, err
+		return types.Operation{}, err
 	}
 	if err := checkCommands(req.Validate); err != nil {
-		return Operation{}, err
+		return types.Operation{}, err
 	}
 	if req.From < 0 {
-		return Operation{}, fmt.Errorf("from %d: %w", req.From, errdefs.ErrInvalidArgument)
+		return types.Operation{}, fmt.Errorf("from %d: %w", req.From, errdefs.ErrInvalidArgument)
 	}
 	if req.From == 0 {
 		req.From = 1
 	}
-	if _, err := s.planInstance(ctx, p, project, CreateInstanceRequest{Version: req.From}); err != nil {
-		return Operation{}, err
+	if _, err := s.planInstance(ctx, p, project, types.CreateInstanceRequest{Version: req.From}); err != nil {
+		return types.Operation{}, err
 	}
 	proj, err := s.store.GetProject(ctx, p.Tenant, project)
 	if err != nil {
-		return Operation{}, err
+		return types.Operation{}, err
 	}
 	job := buildJob{Project: project, Request: req, Expected: proj.Current, Builder: newID(project), Trial: newID(project)}
 	return s.startOp(ctx, p, "build", project, project, idempotencyKey, req, job, func(ctx context.Context, oc *opCtx) (any, error) {
@@ -65,10 +67,10 @@ func (s *Service) Build(ctx context.Context, p Principal, project string, req Bu
 	})
 }
 
-func (s *Service) runBuild(ctx context.Context, oc *opCtx, p Principal, job buildJob) (BuildResult, error) {
+func (s *Service) runBuild(ctx context.Context, oc *opCtx, p types.Principal, job buildJob) (types.BuildResult, error) {
 	start := time.Now()
 	req := job.Request
-	res := BuildResult{Project: job.Project, From: req.From}
+	res := types.BuildResult{Project: job.Project, From: req.From}
 	from, err := s.store.GetVersion(ctx, p.Tenant, job.Project, req.From)
 	if err != nil {
 		return res, err
@@ -110,7 +112,7 @@ func (s *Service) runBuild(ctx context.Context, oc *opCtx, p Principal, job buil
 
 // buildVersion installs the packages in a build container on from and
 // saves the change as a version of kind build (not current).
-func (s *Service) buildVersion(ctx context.Context, oc *opCtx, p Principal, job buildJob, from versions.Version, key string) (versions.Version, error) {
+func (s *Service) buildVersion(ctx context.Context, oc *opCtx, p types.Principal, job buildJob, from versions.Version, key string) (versions.Version, error) {
 	in, err := s.startIsolated(ctx, p, job.Builder, job.Project, from.Number)
 	if err != nil {
 		return versions.Version{}, fmt.Errorf("build container: %w", err)
@@ -152,7 +154,7 @@ func checkCommands(cmds [][]string) error {
 // validateIn runs validation commands in a trial instance (id) of v and
 // marks v validated when they pass; any failure, the trial's start
 // included, marks v failed. It returns how many passed.
-func (s *Service) validateIn(ctx context.Context, oc *opCtx, p Principal, project, id string, commands [][]string, v versions.Version) (int, error) {
+func (s *Service) validateIn(ctx context.Context, oc *opCtx, p types.Principal, project, id string, commands [][]string, v versions.Version) (int, error) {
 	if len(commands) == 0 {
 		return 0, nil // committed validated
 	}
@@ -170,7 +172,7 @@ func (s *Service) validateIn(ctx context.Context, oc *opCtx, p Principal, projec
 	return passed, nil
 }
 
-func (s *Service) runValidation(ctx context.Context, oc *opCtx, p Principal, project, id string, commands [][]string, v versions.Version) (int, error) {
+func (s *Service) runValidation(ctx context.Context, oc *opCtx, p types.Principal, project, id string, commands [][]string, v versions.Version) (int, error) {
 	in, err := s.startIsolated(ctx, p, id, project, v.Number)
 	if err != nil {
 		return 0, fmt.Errorf("trial instance: %w", err)
@@ -186,8 +188,8 @@ func (s *Service) runValidation(ctx context.Context, oc *opCtx, p Principal, pro
 
 // startIsolated starts a build or trial container: an instance of project
 // from version n, without volumes, with a TTL that outlives no build.
-func (s *Service) startIsolated(ctx context.Context, p Principal, id, project string, n int) (versions.Instance, error) {
-	plan, err := s.planInstance(ctx, p, project, CreateInstanceRequest{Version: n})
+func (s *Service) startIsolated(ctx context.Context, p types.Principal, id, project string, n int) (versions.Instance, error) {
+	plan, err := s.planInstance(ctx, p, project, types.CreateInstanceRequest{Version: n})
 	if err != nil {
 		return versions.Instance{}, err
 	}
@@ -207,10 +209,10 @@ func (s *Service) removeIsolated(id string) {
 	if err != nil {
 		return // never recorded
 	}
-	if in.State == StateTerminated {
+	if in.State == types.StateTerminated {
 		return
 	}
-	if _, err := s.terminate(ctx, in, ReasonBuildFinished, "removed when its build ended"); err != nil {
+	if _, err := s.terminate(ctx, in, types.ReasonBuildFinished, "removed when its build ended"); err != nil {
 		s.log.Warn("remove build container", "instance", id, "err", err)
 	}
 }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/types"
+
+	"github.com/envd-dev/envd/api/errdefs"
 )
 
 // captureKinds are the operations that capture an instance's layer: one at
@@ -16,7 +18,7 @@ var captureKinds = []string{"save"}
 // only one of captureKinds may run at a time, on any node: while one is
 // unfinished, another answers ErrFailedPrecondition (409) naming it. A
 // retry with the same idempotency key still returns its operation.
-func (s *Service) startExclusiveOp(ctx context.Context, p Principal, kind, instance, idemKey string, asked, job any, run opFunc) (Operation, error) {
+func (s *Service) startExclusiveOp(ctx context.Context, p types.Principal, kind, instance, idemKey string, asked, job any, run opFunc) (types.Operation, error) {
 	return s.startOpIn(ctx, p, kind, instance, instance, idemKey, asked, job, run, captureKinds)
 }
 

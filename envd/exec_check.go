@@ -5,7 +5,9 @@ import (
 	"path"
 	"strings"
 
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/types"
+
+	"github.com/envd-dev/envd/api/errdefs"
 )
 
 // CheckExecRequest refuses what the OCI runtime would fail on only after
@@ -13,7 +15,7 @@ import (
 // directory are C strings), environment entries that are not KEY=VALUE,
 // and a relative working directory. The error wraps
 // errdefs.ErrInvalidArgument.
-func CheckExecRequest(req ExecRequest) error {
+func CheckExecRequest(req types.ExecRequest) error {
 	if len(req.Args) == 0 || req.Args[0] == "" {
 		return fmt.Errorf("exec: args: at least the command is required: %w", errdefs.ErrInvalidArgument)
 	}

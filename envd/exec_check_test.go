@@ -3,28 +3,30 @@ package envd
 import (
 	"testing"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/stretchr/testify/assert"
 
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/errdefs"
 )
 
 func TestCheckExecRequest(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
-		req  ExecRequest
+		req  types.ExecRequest
 		ok   bool
 	}{
-		{"plain", ExecRequest{Args: []string{"sh", "-c", "id"}}, true},
-		{"env and cwd", ExecRequest{Args: []string{"env"}, Env: []string{"A=", "B=c=d"}, Cwd: "/tmp"}, true},
-		{"no args", ExecRequest{}, false},
-		{"empty command", ExecRequest{Args: []string{""}}, false},
-		{"NUL in an argument", ExecRequest{Args: []string{"echo", "a\x00b"}}, false},
-		{"env without =", ExecRequest{Args: []string{"true"}, Env: []string{"NOVALUE"}}, false},
-		{"env without a key", ExecRequest{Args: []string{"true"}, Env: []string{"=v"}}, false},
-		{"NUL in env", ExecRequest{Args: []string{"true"}, Env: []string{"A=\x00"}}, false},
-		{"relative cwd", ExecRequest{Args: []string{"true"}, Cwd: "tmp"}, false},
-		{"NUL in cwd", ExecRequest{Args: []string{"true"}, Cwd: "/tmp\x00"}, false},
+		{"plain", types.ExecRequest{Args: []string{"sh", "-c", "id"}}, true},
+		{"env and cwd", types.ExecRequest{Args: []string{"env"}, Env: []string{"A=", "B=c=d"}, Cwd: "/tmp"}, true},
+		{"no args", types.ExecRequest{}, false},
+		{"empty command", types.ExecRequest{Args: []string{""}}, false},
+		{"NUL in an argument", types.ExecRequest{Args: []string{"echo", "a\x00b"}}, false},
+		{"env without =", types.ExecRequest{Args: []string{"true"}, Env: []string{"NOVALUE"}}, false},
+		{"env without a key", types.ExecRequest{Args: []string{"true"}, Env: []string{"=v"}}, false},
+		{"NUL in env", types.ExecRequest{Args: []string{"true"}, Env: []string{"A=\x00"}}, false},
+		{"relative cwd", types.ExecRequest{Args: []string{"true"}, Cwd: "tmp"}, false},
+		{"NUL in cwd", types.ExecRequest{Args: []string{"true"}, Cwd: "/tmp\x00"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := CheckExecRequest(tc.req)

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/types"
+
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/runtime"
 )
 
@@ -21,7 +23,7 @@ import (
 //
 // An instance that is not Running is an errdefs.ErrFailedPrecondition with
 // its state in the details. req.Stdin and req.Timeout are not used.
-func (s *Service) ExecStream(ctx context.Context, p Principal, id string, req ExecRequest, stdio Stdio) (int, error) {
+func (s *Service) ExecStream(ctx context.Context, p types.Principal, id string, req types.ExecRequest, stdio types.Stdio) (int, error) {
 	if len(req.Args) == 0 || req.Args[0] == "" {
 		return -1, fmt.Errorf("exec: args: at least the command is required: %w", errdefs.ErrInvalidArgument)
 	}
@@ -32,7 +34,7 @@ func (s *Service) ExecStream(ctx context.Context, p Principal, id string, req Ex
 	if err != nil {
 		return -1, err
 	}
-	if in.State != StateRunning {
+	if in.State != types.StateRunning {
 		return -1, errdefs.WithDetails(fmt.Errorf("instance %q is %s, exec needs Running: %w", id, in.State, errdefs.ErrFailedPrecondition),
 			map[string]any{"state": in.State})
 	}
@@ -88,7 +90,7 @@ func (s *Service) ExecStream(ctx context.Context, p Principal, id string, req Ex
 
 // forwardSizes converts sizes from in to out until in closes or ctx ends.
 // out has a buffer of one; a size not yet taken is replaced by a newer one.
-func forwardSizes(ctx context.Context, in <-chan TermSize, out chan runtime.TermSize) {
+func forwardSizes(ctx context.Context, in <-chan types.TermSize, out chan runtime.TermSize) {
 	for {
 		select {
 		case sz, ok := <-in:

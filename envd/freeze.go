@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/runtime"
 )
 

@@ -7,7 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/types"
+
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/versions"
 )
@@ -30,9 +32,9 @@ type gcJob struct {
 // registry's blobs that no manifest references any more are swept (when
 // this node runs the registry). Current, pinned and referenced versions are
 // never collected (see versions.Store.MarkCollectable).
-func (s *Service) GC(ctx context.Context, p Principal, req GCRequest, idempotencyKey string) (Operation, error) {
+func (s *Service) GC(ctx context.Context, p types.Principal, req types.GCRequest, idempotencyKey string) (types.Operation, error) {
 	if !p.Admin {
-		return Operation{}, fmt.Errorf("gc needs an admin token: %w", errdefs.ErrPermissionDenied)
+		return types.Operation{}, fmt.Errorf("gc needs an admin token: %w", errdefs.ErrPermissionDenied)
 	}
 	job := gcJob{DryRun: req.DryRun}
 	return s.startOp(ctx, p, "gc", "registry", "registry", idempotencyKey, req, job, func(ctx context.Context, oc *opCtx) (any, error) {
@@ -40,8 +42,8 @@ func (s *Service) GC(ctx context.Context, p Principal, req GCRequest, idempotenc
 	})
 }
 
-func (s *Service) runGC(ctx context.Context, oc *opCtx, job gcJob) (GCResult, error) {
-	res := GCResult{DryRun: job.DryRun, Versions: []GCVersion{}}
+func (s *Service) runGC(ctx context.Context, oc *opCtx, job gcJob) (types.GCResult, error) {
+	res := types.GCResult{DryRun: job.DryRun, Versions: []types.GCVersion{}}
 	projects, err := s.store.GCProjects(ctx)
 	if err != nil {
 		return res, err
@@ -57,7 +59,7 @@ func (s *Service) runGC(ctx context.Context, oc *opCtx, job gcJob) (GCResult, er
 					return res, err
 				}
 			}
-			res.Versions = append(res.Versions, GCVersion{Tenant: proj.Tenant, Project: proj.Name, Version: v.Number, Image: v.Image, SizeBytes: v.SizeBytes})
+			res.Versions = append(res.Versions, types.GCVersion{Tenant: proj.Tenant, Project: proj.Name, Version: v.Number, Image: v.Image, SizeBytes: v.SizeBytes})
 		}
 		if len(vs) > 0 {
 			oc.event(ctx, "collected", fmt.Sprintf("%s/%s: %d versions", proj.Tenant, proj.Name, len(vs)), nil)

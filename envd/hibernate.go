@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/types"
+
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/versions"
 )
 
@@ -35,14 +37,14 @@ func (s *Service) hibernateIdle(ctx context.Context) {
 // waiting for HibernateAfter. Asked by the user, it is checked against the
 // tenant's quota like a save: only the node's own idle hibernation is
 // exempt.
-func (s *Service) HibernateInstance(ctx context.Context, p Principal, id string) (Instance, error) {
+func (s *Service) HibernateInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
 	in, err := s.instance(ctx, p, id)
 	if err != nil {
-		return Instance{}, err
+		return types.Instance{}, err
 	}
 	in, err = s.hibernate(ctx, in, versions.QuotaEnforced)
 	if err != nil {
-		return Instance{}, err
+		return types.Instance{}, err
 	}
 	return s.view(ctx, in), nil
 }
@@ -53,7 +55,7 @@ func (s *Service) HibernateInstance(ctx context.Context, p Principal, id string)
 // at any step leaves the instance as it was (and at most an unreferenced
 // version or blobs). quota says whether the tenant's quota applies.
 func (s *Service) hibernate(ctx context.Context, in versions.Instance, quota versions.QuotaPolicy) (versions.Instance, error) {
-	if !in.Retain || in.State != StateStopped || in.HibernatedVersion > 0 || in.Node != s.cfg.Node {
+	if !in.Retain || in.State != types.StateStopped || in.HibernatedVersion > 0 || in.Node != s.cfg.Node {
 		return in, errdefs.WithDetails(fmt.Errorf("instance %q: only a stopped, retained instance on this node can hibernate: %w", in.ID, errdefs.ErrFailedPrecondition),
 			map[string]any{"state": in.State})
 	}

@@ -8,14 +8,16 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/types"
+
+	"github.com/envd-dev/envd/api/errdefs"
 )
 
 // claim makes a creating request idempotent: with a key, the first request
 // claims it for objectID and must make that object (calling release if it
 // fails); a retry with the same key and request gets the first one's
 // object id (existing != ""). Without a key, nothing is recorded.
-func (s *Service) claim(ctx context.Context, p Principal, key, kind string, req any, objectID string) (existing string, release func(), err error) {
+func (s *Service) claim(ctx context.Context, p types.Principal, key, kind string, req any, objectID string) (existing string, release func(), err error) {
 	noop := func() {}
 	if key == "" {
 		return "", noop, nil

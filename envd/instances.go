@@ -9,7 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/types"
+
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/runtime"
 	"github.com/envd-dev/envd/versions"
 )
@@ -21,8 +23,8 @@ const (
 	LabelTenant     = "envd.tenant"
 )
 
-func toInstance(in versions.Instance) Instance {
-	return Instance{ID: in.ID, Project: in.Project, Node: in.Node, Version: in.Version,
+func toInstance(in versions.Instance) types.Instance {
+	return types.Instance{ID: in.ID, Project: in.Project, Node: in.Node, Version: in.Version,
 		LastSavedVersion: in.LastSavedVersion, Generation: in.Generation, State: in.State,
 		Reason: in.Reason, Message: in.Message, Retain: in.Retain, ExpiresAt: in.ExpiresAt,
 		HibernatedVersion: in.HibernatedVersion, CreatedAt: in.CreatedAt, LastTransitionAt: in.LastTransitionAt,
@@ -31,7 +33,7 @@ func toInstance(in versions.Instance) Instance {
 
 // view is the instance as a user sees it: with its current address and
 // what protects its data.
-func (s *Service) view(ctx context.Context, in versions.Instance) Instance {
+func (s *Service) view(ctx context.Context, in versions.Instance) types.Instance {
 	return s.viewWith(ctx, in, s.volumePaths(ctx, in.Tenant, in.Project))
 }
 
@@ -49,9 +51,9 @@ func (s *Service) volumePaths(ctx context.Context, tenant, project string) []str
 	return paths
 }
 
-func (s *Service) viewWith(ctx context.Context, in versions.Instance, volumes []string) Instance {
+func (s *Service) viewWith(ctx context.Context, in versions.Instance, volumes []string) types.Instance {
 	out := s.withEndpoint(ctx, toInstance(in))
-	pr := Protection{RetainedLayer: in.Retain, LastSavedVersion: in.LastSavedVersion}
+	pr := types.Protection{RetainedLayer: in.Retain, LastSavedVersion: in.LastSavedVersion}
 	if len(volumes) > 0 {
 		pr.Volumes = volumes
 	}
@@ -60,7 +62,7 @@ func (s *Service) viewWith(ctx context.Context, in versions.Instance, volumes []
 		saved = fmt.Sprintf("version %d (its last save)", in.LastSavedVersion)
 	}
 	switch {
-	case in.State == StateTerminated:
+	case in.State == types.StateTerminated:
 		pr.LostOnStop, pr.LostOnRemove = "nothing more: the instance is gone", "nothing more: the instance is gone"
 	case in.Retain:
 		pr.LostOnStop = "memory and running processes; files are kept on the node"
@@ -77,8 +79,8 @@ func (s *Service) viewWith(ctx context.Context, in versions.Instance, volumes []
 }
 
 // views is view for a list, reading each project's volumes once.
-func (s *Service) views(ctx context.Context, ins []versions.Instance) []Instance {
-	out := make([]Instance, 0, len(ins))
+func (s *Service) views(ctx context.Context, ins []versions.Instance) []types.Instance {
+	out := make([]types.Instance, 0, len(ins))
 	volumes := map[string][]string{}
 	for _, in := range ins {
 		vs, ok := volumes[in.Project]
@@ -94,21 +96,21 @@ func (s *Service) views(ctx context.Context, ins []versions.Instance) []Instance
 // CreateInstance starts an instance of project from req.Version or the
 // current version. It returns when the instance runs (or has failed). A
 // retry with the same idempotency key and request returns the same instance.
-func (s *Service) CreateInstance(ctx context.Context, p Principal, project string, req CreateInstanceRequest, idempotencyKey string) (Instance, error) {
+func (s *Service) CreateInstance(ctx context.Context, p types.Principal, project string, req types.CreateInstanceRequest, idempotencyKey string) (types.Instance, error) {
 	if err := ValidateName("project", project); err != nil {
-		return Instance{}, err
+		return types.Instance{}, err
 	}
 	id := newID(project)
 	existing, release, err := s.claim(ctx, p, idempotencyKey, "create_instance",
 		struct {
 			Project string
-			Req     CreateInstanceRequest
+			Req     types.CreateInstanceRequest
 		}{project, req}, id)
 	if err != nil {
-		return Instance{}, err
+		return types.Instance{}, err
 	}
 	if existing != "" {
-		return await(ctx, func(ctx context.Context) (Instance, error) { return s.GetInstance(ctx, p, existing) })
+		return await(ctx, func(ctx context.Context) (types.Instance, error) { return s.GetInstance(ctx, p, existing) })
 	}
 	in, err := s.createInstance(ctx, p, id, project, req)
 	if err != nil && !errors.Is(err, errProvision) {
@@ -120,10 +122,10 @@ func (s *Service) CreateInstance(ctx context.Context, p Principal, project strin
 // errProvision marks a failure after the instance was recorded.
 var errProvision = errors.New("provisioning failed")
 
-func (s *Service) createInstance(ctx context.Context, p Principal, id, project string, req CreateInstanceRequest) (Instance, error) {
+func (s *Service) createInstance(ctx context.Context, p types.Principal, id, project string, req types.CreateInstanceRequest) (types.Instance, error) {
 	plan, err := s.planInstance(ctx, p, project, req)
 	if err != nil {
-		return Instance{}, err
+		return types.Instance{}, err
 	}
 	return s.startPlanned(ctx, p, id, plan)
 }
@@ -142,7 +144,7 @@ type instancePlan struct {
 // planInstance checks a request to start an instance of project: the
 // version (0 = current) exists and is ready, the TTL is allowed. It changes
 // nothing.
-func (s *Service) planInstance(ctx context.Context, p Principal, project string, req CreateInstanceRequest) (instancePlan, error) {
+func (s *Service) planInstance(ctx context.Context, p types.Principal, project string, req types.CreateInstanceRequest) (instancePlan, error) {
 	if req.Version < 0 {
 		return instancePlan{}, fmt.Errorf("version %d: %w", req.Version, errdefs.ErrInvalidArgument)
 	}
@@ -175,23 +177,23 @@ func (s *Service) planInstance(ctx context.Context, p Principal, project string,
 
 // startPlanned records the instance as Pending, provisions it and returns
 // it Running. A provisioning failure leaves it Failed (errProvision).
-func (s *Service) startPlanned(ctx context.Context, p Principal, id string, plan instancePlan) (Instance, error) {
+func (s *Service) startPlanned(ctx context.Context, p types.Principal, id string, plan instancePlan) (types.Instance, error) {
 	n, project := plan.version.Number, plan.proj.Name
 	ps, _ := parseProjectSpec(plan.proj.Spec)
 	limits, err := s.effectiveLimits(ctx, p.Tenant, ps.Limits)
 	if err != nil {
-		return Instance{}, err
+		return types.Instance{}, err
 	}
 	if err := s.checkDiskQuota(ctx, p.Tenant, limits.DiskBytes); err != nil {
-		return Instance{}, err
+		return types.Instance{}, err
 	}
 	in, err := s.store.CreateInstance(ctx, versions.Instance{
 		ID: id, Tenant: p.Tenant, Project: project, Node: s.cfg.Node, Version: n,
-		State: StatePending, Reason: ReasonCreated, Message: fmt.Sprintf("starting from version %d", n),
+		State: types.StatePending, Reason: types.ReasonCreated, Message: fmt.Sprintf("starting from version %d", n),
 		ExpiresAt: plan.expires, Retain: plan.retain, Spec: marshalInstanceSpec(limits),
 	})
 	if err != nil {
-		return Instance{}, err
+		return types.Instance{}, err
 	}
 	proj := plan.proj
 	if plan.isolated {
@@ -202,11 +204,11 @@ func (s *Service) startPlanned(ctx context.Context, p Principal, id string, plan
 	}
 	if err := s.provision(ctx, in, proj, plan.version.Image, plan.isolated); err != nil {
 		s.abandonPending(ctx, in.ID, err.Error())
-		return Instance{}, fmt.Errorf("start instance of %q from version %d: %w: %w", project, n, errProvision, err)
+		return types.Instance{}, fmt.Errorf("start instance of %q from version %d: %w: %w", project, n, errProvision, err)
 	}
-	in, err = s.store.Transition(ctx, in.ID, []string{StatePending}, StateRunning, ReasonStarted, fmt.Sprintf("running version %d", n))
+	in, err = s.store.Transition(ctx, in.ID, []string{types.StatePending}, types.StateRunning, types.ReasonStarted, fmt.Sprintf("running version %d", n))
 	if err != nil {
-		return Instance{}, err
+		return types.Instance{}, err
 	}
 	if !plan.isolated {
 		s.recordFirstReads(in, plan.proj.Compression)
@@ -223,7 +225,7 @@ func (s *Service) startPlanned(ctx context.Context, p Principal, id string, plan
 func (s *Service) abandonPending(ctx context.Context, id, msg string) bool {
 	cctx, cancel := detach(ctx, time.Minute)
 	defer cancel()
-	_, err := s.store.Transition(cctx, id, []string{StatePending}, StateFailed, ReasonProvisionFailed, msg)
+	_, err := s.store.Transition(cctx, id, []string{types.StatePending}, types.StateFailed, types.ReasonProvisionFailed, msg)
 	if err != nil {
 		if !errors.Is(err, errdefs.ErrFailedPrecondition) && !errors.Is(err, errdefs.ErrNotFound) {
 			s.log.Warn("record failed instance", "instance", id, "err", err)
@@ -248,13 +250,13 @@ func (s *Service) provision(ctx context.Context, in versions.Instance, proj vers
 	if err := s.rt.Pull(ctx, ref); err != nil {
 		return fmt.Errorf("pull %s: %w", image, err)
 	}
-	var limits Limits
+	var limits types.Limits
 	if l := instanceLimits(in.Spec); l != nil {
 		limits = *l
 	}
 	return s.rt.Create(ctx, runtime.InstanceSpec{
 		ID: in.ID, Image: ref, Hostname: in.Project, Mounts: mounts, Env: env,
-		Limits: limits.runtime(), AllowPrivilegeEscalation: limits.AllowPrivilegeEscalation,
+		Limits: runtimeLimits(limits), AllowPrivilegeEscalation: limits.AllowPrivilegeEscalation,
 		Network: networkPolicy(proj),
 		// A build's layer is saved: it runs with host ids (no user
 		// namespace, whose shifted ids a save cannot read).
@@ -270,7 +272,7 @@ func (s *Service) provision(ctx context.Context, in versions.Instance, proj vers
 }
 
 // ListInstances lists the tenant's instances, of one project or all.
-func (s *Service) ListInstances(ctx context.Context, p Principal, project string) ([]Instance, error) {
+func (s *Service) ListInstances(ctx context.Context, p types.Principal, project string) ([]types.Instance, error) {
 	if project != "" {
 		if err := ValidateName("project", project); err != nil {
 			return nil, err
@@ -284,15 +286,15 @@ func (s *Service) ListInstances(ctx context.Context, p Principal, project string
 }
 
 // GetInstance returns one instance.
-func (s *Service) GetInstance(ctx context.Context, p Principal, id string) (Instance, error) {
+func (s *Service) GetInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
 	in, err := s.instance(ctx, p, id)
 	if err != nil {
-		return Instance{}, err
+		return types.Instance{}, err
 	}
 	return s.view(ctx, in), nil
 }
 
-func (s *Service) instance(ctx context.Context, p Principal, id string) (versions.Instance, error) {
+func (s *Service) instance(ctx context.Context, p types.Principal, id string) (versions.Instance, error) {
 	if err := validateInstanceID(id); err != nil {
 		return versions.Instance{}, err
 	}
@@ -301,56 +303,56 @@ func (s *Service) instance(ctx context.Context, p Principal, id string) (version
 
 // DeleteInstance terminates an instance: its container and writable layer
 // are removed; saved versions and volumes stay.
-func (s *Service) DeleteInstance(ctx context.Context, p Principal, id string) (Instance, error) {
+func (s *Service) DeleteInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
 	in, err := s.instance(ctx, p, id)
 	if err != nil {
-		return Instance{}, err
+		return types.Instance{}, err
 	}
-	if in.State == StateTerminated {
+	if in.State == types.StateTerminated {
 		return toInstance(in), nil
 	}
-	in, err = s.terminate(ctx, in, ReasonUserDelete, "deleted by the user")
+	in, err = s.terminate(ctx, in, types.ReasonUserDelete, "deleted by the user")
 	if err != nil {
-		return Instance{}, err
+		return types.Instance{}, err
 	}
 	return s.view(ctx, in), nil
 }
 
 // Exec runs a command in a running instance and returns its output, each
 // stream cut at MaxExecOutput.
-func (s *Service) Exec(ctx context.Context, p Principal, id string, req ExecRequest) (ExecResult, error) {
+func (s *Service) Exec(ctx context.Context, p types.Principal, id string, req types.ExecRequest) (types.ExecResult, error) {
 	if len(req.Args) == 0 || req.Args[0] == "" {
-		return ExecResult{}, fmt.Errorf("exec: args: at least the command is required: %w", errdefs.ErrInvalidArgument)
+		return types.ExecResult{}, fmt.Errorf("exec: args: at least the command is required: %w", errdefs.ErrInvalidArgument)
 	}
 	if err := CheckExecRequest(req); err != nil {
-		return ExecResult{}, err
+		return types.ExecResult{}, err
 	}
 	timeout := 10 * time.Minute
 	if req.Timeout != "" {
 		d, err := time.ParseDuration(req.Timeout)
 		if err != nil || d <= 0 {
-			return ExecResult{}, fmt.Errorf("exec: timeout %q: %w", req.Timeout, errdefs.ErrInvalidArgument)
+			return types.ExecResult{}, fmt.Errorf("exec: timeout %q: %w", req.Timeout, errdefs.ErrInvalidArgument)
 		}
 		timeout = d
 	}
 	in, err := s.instance(ctx, p, id)
 	if err != nil {
-		return ExecResult{}, err
+		return types.ExecResult{}, err
 	}
 	if err := checkGeneration(in, req.Generation); err != nil {
-		return ExecResult{}, err
+		return types.ExecResult{}, err
 	}
-	if in.Node != s.cfg.Node && in.State == StateRunning {
-		return ExecResult{}, fmt.Errorf("instance %q runs on node %q, not on %q: %w", id, in.Node, s.cfg.Node, errdefs.ErrFailedPrecondition)
+	if in.Node != s.cfg.Node && in.State == types.StateRunning {
+		return types.ExecResult{}, fmt.Errorf("instance %q runs on node %q, not on %q: %w", id, in.Node, s.cfg.Node, errdefs.ErrFailedPrecondition)
 	}
-	if in.State != StateRunning {
-		return ExecResult{}, errdefs.WithDetails(fmt.Errorf("instance %q is %s, exec needs Running: %w", id, in.State, errdefs.ErrFailedPrecondition),
+	if in.State != types.StateRunning {
+		return types.ExecResult{}, errdefs.WithDetails(fmt.Errorf("instance %q is %s, exec needs Running: %w", id, in.State, errdefs.ErrFailedPrecondition),
 			map[string]any{"state": in.State})
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	stdout := &limitedBuffer{max: MaxExecOutput}
-	stderr := &limitedBuffer{max: MaxExecOutput}
+	stdout := &limitedBuffer{max: types.MaxExecOutput}
+	stderr := &limitedBuffer{max: types.MaxExecOutput}
 	var code int
 	started := time.Now()
 	// A save may freeze the task between our check and the exec: containerd
@@ -358,7 +360,7 @@ func (s *Service) Exec(ctx context.Context, p Principal, id string, req ExecRequ
 	// the exec waits for the thaw and tries again.
 	for attempt := 0; ; attempt++ {
 		if err := s.frozen.wait(ctx, id); err != nil {
-			return ExecResult{}, fmt.Errorf("exec in %q: waiting for a save's freeze to end: %w", id, err)
+			return types.ExecResult{}, fmt.Errorf("exec in %q: waiting for a save's freeze to end: %w", id, err)
 		}
 		stdout.Reset()
 		stderr.Reset()
@@ -380,9 +382,9 @@ func (s *Service) Exec(ctx context.Context, p Principal, id string, req ExecRequ
 				}
 			}
 		}
-		return ExecResult{}, fmt.Errorf("exec in %q: %w", id, err)
+		return types.ExecResult{}, fmt.Errorf("exec in %q: %w", id, err)
 	}
-	return ExecResult{ExitCode: code, Stdout: stdout.String(), Stderr: stderr.String(),
+	return types.ExecResult{ExitCode: code, Stdout: stdout.String(), Stderr: stderr.String(),
 		Truncated: stdout.truncated || stderr.truncated, OOMKilled: code == 137 && s.oomKilledSince(id, started)}, nil
 }
 

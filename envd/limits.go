@@ -6,38 +6,23 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/envd-dev/envd/runtime"
 	"github.com/envd-dev/envd/versions"
 )
 
-// Limits are one instance's resource limits; a zero field is "not set".
-// An instance's effective limits are, per field, its project's value, else
-// the node's default (Config.DefaultLimits), else none; then cut to the
-// tenant's maximum (Quota.Max*), which also applies when neither sets one.
-// The body of PUT /v1/projects/{p}/limits.
-type Limits struct {
-	MemoryBytes int64   `json:"memory_bytes,omitempty"` // memory (swap not allowed beyond it)
-	Pids        int64   `json:"pids,omitempty"`         // processes and threads
-	CPUs        float64 `json:"cpus,omitempty"`         // CPU quota in cores (1.5 = one and a half)
-	CPUWeight   uint64  `json:"cpu_weight,omitempty"`   // relative share, 1-10000 (100 = default)
-	IOWeight    uint16  `json:"io_weight,omitempty"`    // relative block IO share, 10-1000; a no-op where the host has no IO weight
-	DiskBytes   int64   `json:"disk_bytes,omitempty"`   // writable layer size; counts toward max_stored_bytes
-	// AllowPrivilegeEscalation turns no_new_privs off: a non-root user's
-	// sudo (setuid binaries) works. Off by default; root's sudo works
-	// either way.
-	AllowPrivilegeEscalation bool `json:"allow_privilege_escalation,omitempty"`
-}
-
-func (l Limits) runtime() runtime.Limits {
+// runtimeLimits is l in the runtime's terms.
+func runtimeLimits(l types.Limits) runtime.Limits {
 	return runtime.Limits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPUWeight: l.CPUWeight, CPUQuota: l.CPUs,
 		IOWeight: l.IOWeight, DiskBytes: l.DiskBytes}
 }
 
-// Validate refuses values the kernel cannot take.
-func (l Limits) Validate() error { return l.runtime().Validate() }
+// ValidateLimits refuses values the kernel cannot take.
+func ValidateLimits(l types.Limits) error { return runtimeLimits(l).Validate() }
 
-// over takes every field set in o.
-func (l Limits) over(o Limits) Limits {
+// overLimits is l with every field set in o taken from o.
+func overLimits(l, o types.Limits) types.Limits {
 	set := func(dst *int64, v int64) {
 		if v != 0 {
 			*dst = v
@@ -61,7 +46,7 @@ func (l Limits) over(o Limits) Limits {
 
 // checkMaxima refuses a project's limits above the tenant's maxima:
 // quota_exceeded (507) naming the limit.
-func checkMaxima(l Limits, m versions.LimitMaxima) error {
+func checkMaxima(l types.Limits, m versions.LimitMaxima) error {
 	for _, c := range []struct {
 		what     string
 		max, ask float64
@@ -80,7 +65,7 @@ func checkMaxima(l Limits, m versions.LimitMaxima) error {
 
 // capTo cuts every limit to the tenant's maxima; an unset limit under a
 // maximum becomes the maximum.
-func capTo(l Limits, m versions.LimitMaxima) Limits {
+func capTo(l types.Limits, m versions.LimitMaxima) types.Limits {
 	cut := func(v *int64, max int64) {
 		if max > 0 && (*v == 0 || *v > max) {
 			*v = max
@@ -97,11 +82,11 @@ func capTo(l Limits, m versions.LimitMaxima) Limits {
 
 // checkProjectLimits validates a project's limits and refuses them beyond
 // the tenant's maxima.
-func (s *Service) checkProjectLimits(ctx context.Context, tenant string, l *Limits) error {
+func (s *Service) checkProjectLimits(ctx context.Context, tenant string, l *types.Limits) error {
 	if l == nil {
 		return nil
 	}
-	if err := l.Validate(); err != nil {
+	if err := ValidateLimits(*l); err != nil {
 		return err
 	}
 	m, err := s.store.LimitMaxima(ctx, tenant)
@@ -114,14 +99,14 @@ func (s *Service) checkProjectLimits(ctx context.Context, tenant string, l *Limi
 // effectiveLimits are the limits a new instance of a project with limits
 // proj gets (see Limits). A maximum lowered after the project's limits
 // were set cuts them here rather than refusing the start.
-func (s *Service) effectiveLimits(ctx context.Context, tenant string, proj *Limits) (Limits, error) {
+func (s *Service) effectiveLimits(ctx context.Context, tenant string, proj *types.Limits) (types.Limits, error) {
 	l := s.cfg.DefaultLimits
 	if proj != nil {
-		l = l.over(*proj)
+		l = overLimits(l, *proj)
 	}
 	m, err := s.store.LimitMaxima(ctx, tenant)
 	if err != nil {
-		return Limits{}, err
+		return types.Limits{}, err
 	}
 	return capTo(l, m), nil
 }
@@ -129,10 +114,10 @@ func (s *Service) effectiveLimits(ctx context.Context, tenant string, proj *Limi
 // instanceSpec is what an instance row records of how it was started
 // (versions.Instance.Spec).
 type instanceSpec struct {
-	Limits *Limits `json:"limits,omitempty"`
+	Limits *types.Limits `json:"limits,omitempty"`
 }
 
-func instanceLimits(raw json.RawMessage) *Limits {
+func instanceLimits(raw json.RawMessage) *types.Limits {
 	var is instanceSpec
 	if len(raw) == 0 || json.Unmarshal(raw, &is) != nil {
 		return nil
@@ -140,7 +125,7 @@ func instanceLimits(raw json.RawMessage) *Limits {
 	return is.Limits
 }
 
-func marshalInstanceSpec(l Limits) json.RawMessage {
+func marshalInstanceSpec(l types.Limits) json.RawMessage {
 	b, _ := json.Marshal(instanceSpec{Limits: &l})
 	return b
 }
@@ -148,34 +133,34 @@ func marshalInstanceSpec(l Limits) json.RawMessage {
 // SetProjectLimits replaces a project's resource limits (an empty body
 // clears them: the node's defaults apply). Instances started afterwards get
 // them; running ones keep theirs.
-func (s *Service) SetProjectLimits(ctx context.Context, p Principal, project string, l Limits) (Project, error) {
+func (s *Service) SetProjectLimits(ctx context.Context, p types.Principal, project string, l types.Limits) (types.Project, error) {
 	if err := ValidateName("project", project); err != nil {
-		return Project{}, err
+		return types.Project{}, err
 	}
 	if err := s.checkProjectLimits(ctx, p.Tenant, &l); err != nil {
-		return Project{}, err
+		return types.Project{}, err
 	}
 	_, ps, err := s.projectSpec(ctx, p.Tenant, project)
 	if err != nil {
-		return Project{}, err
+		return types.Project{}, err
 	}
 	ps.Limits = &l
-	if l == (Limits{}) {
+	if l == (types.Limits{}) {
 		ps.Limits = nil
 	}
 	raw, err := json.Marshal(ps)
 	if err != nil {
-		return Project{}, err
+		return types.Project{}, err
 	}
 	proj, err := s.store.SetProjectSpec(ctx, p.Tenant, project, raw)
 	if err != nil {
-		return Project{}, err
+		return types.Project{}, err
 	}
 	return toProject(proj), nil
 }
 
 // setLimitMaxima stores the limit maxima of a quota.
-func (s *Service) setLimitMaxima(ctx context.Context, tenant string, q Quota) (versions.LimitMaxima, error) {
+func (s *Service) setLimitMaxima(ctx context.Context, tenant string, q types.Quota) (versions.LimitMaxima, error) {
 	m := versions.LimitMaxima{MemoryBytes: q.MaxMemoryBytes, Pids: q.MaxPids, CPUs: q.MaxCPUs, DiskBytes: q.MaxDiskBytes}
 	if err := s.store.SetLimitMaxima(ctx, tenant, m); err != nil {
 		return versions.LimitMaxima{}, err
@@ -183,7 +168,7 @@ func (s *Service) setLimitMaxima(ctx context.Context, tenant string, q Quota) (v
 	return s.store.LimitMaxima(ctx, tenant)
 }
 
-func withMaxima(q Quota, m versions.LimitMaxima) Quota {
+func withMaxima(q types.Quota, m versions.LimitMaxima) types.Quota {
 	q.MaxMemoryBytes, q.MaxPids, q.MaxCPUs, q.MaxDiskBytes = m.MemoryBytes, m.Pids, m.CPUs, m.DiskBytes
 	return q
 }
@@ -219,14 +204,14 @@ func (s *Service) watchOOM() {
 // failOOM marks a Running instance whose init the OOM killer took as Failed.
 func (s *Service) failOOM(ctx context.Context, id string) {
 	in, err := s.store.GetInstance(ctx, "", id)
-	if err != nil || in.State != StateRunning || in.Node != s.cfg.Node {
+	if err != nil || in.State != types.StateRunning || in.Node != s.cfg.Node {
 		return
 	}
 	msg := "killed by the OOM killer: the instance's memory limit was reached; the writable layer is kept until removal"
 	if l := instanceLimits(in.Spec); l != nil && l.MemoryBytes > 0 {
 		msg = fmt.Sprintf("killed by the OOM killer at its memory limit of %d bytes; the writable layer is kept until removal", l.MemoryBytes)
 	}
-	s.fail(ctx, id, in.State, ReasonOOMKilled, msg)
+	s.fail(ctx, id, in.State, types.ReasonOOMKilled, msg)
 }
 
 // oomKilledSince reports whether the runtime saw an OOM kill in instance id

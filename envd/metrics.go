@@ -7,7 +7,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/types"
+
+	"github.com/envd-dev/envd/api/errdefs"
 )
 
 // saveStats accumulates the timings of this process's saves for /metrics.
@@ -17,7 +19,7 @@ type saveStats struct {
 	freeze, encode, push, total time.Duration
 }
 
-func (st *saveStats) add(r SaveResult) {
+func (st *saveStats) add(r types.SaveResult) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.count++
@@ -34,7 +36,7 @@ func (st *saveStats) add(r SaveResult) {
 // instances of this node by state (and how many have no expiry: a TTL of
 // "none" is asked for explicitly and counted here), and the saves of this
 // process with their freeze windows.
-func (s *Service) Metrics(ctx context.Context, p Principal) (string, error) {
+func (s *Service) Metrics(ctx context.Context, p types.Principal) (string, error) {
 	if !p.Admin {
 		return "", fmt.Errorf("metrics need an admin token: %w", errdefs.ErrPermissionDenied)
 	}
@@ -48,7 +50,7 @@ func (s *Service) Metrics(ctx context.Context, p Principal) (string, error) {
 	noExpiry := 0
 	for _, c := range counts {
 		fmt.Fprintf(&b, "envd_instances{node=%q,state=%q} %d\n", node, c.State, c.Count)
-		if c.State != StateTerminated && c.State != StateFailed {
+		if c.State != types.StateTerminated && c.State != types.StateFailed {
 			noExpiry += c.NoExpiry
 		}
 	}

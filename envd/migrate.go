@@ -7,19 +7,21 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/envd-dev/envd/api/types"
+
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/builder"
-	"github.com/envd-dev/envd/internal/errdefs"
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/versions"
 )
 
 // migrateJob is what a migrate operation does.
 type migrateJob struct {
-	Project string         `json:"project"`
-	Request MigrateRequest `json:"request"`
-	From    int            `json:"from"` // the current version when asked
-	NewBase string         `json:"new_base"`
-	Trial   string         `json:"trial_instance"`
+	Project string               `json:"project"`
+	Request types.MigrateRequest `json:"request"`
+	From    int                  `json:"from"` // the current version when asked
+	NewBase string               `json:"new_base"`
+	Trial   string               `json:"trial_instance"`
 }
 
 // maxConflicts bounds the conflicts a result lists.
@@ -31,20 +33,20 @@ const maxConflicts = 200
 // update and those layers changed are reported, the validation commands
 // run in a trial instance, and with Switch the result becomes current. The
 // migrated version stays for rollback.
-func (s *Service) Migrate(ctx context.Context, p Principal, project string, req MigrateRequest, idempotencyKey string) (Operation, error) {
+func (s *Service) Migrate(ctx context.Context, p types.Principal, project string, req types.MigrateRequest, idempotencyKey string) (types.Operation, error) {
 	if err := ValidateName("project", project); err != nil {
-		return Operation{}, err
+		return types.Operation{}, err
 	}
 	if err := checkCommands(req.Validate); err != nil {
-		return Operation{}, err
+		return types.Operation{}, err
 	}
 	newBase, err := s.resolveBase(ctx, p.Tenant, req.Base)
 	if err != nil {
-		return Operation{}, err
+		return types.Operation{}, err
 	}
 	proj, err := s.store.GetProject(ctx, p.Tenant, project)
 	if err != nil {
-		return Operation{}, err
+		return types.Operation{}, err
 	}
 	job := migrateJob{Project: project, Request: req, From: proj.Current, NewBase: newBase.Ref(), Trial: newID(project)}
 	return s.startOp(ctx, p, "migrate", project, project, idempotencyKey, req, job, func(ctx context.Context, oc *opCtx) (any, error) {
@@ -52,8 +54,8 @@ func (s *Service) Migrate(ctx context.Context, p Principal, project string, req 
 	})
 }
 
-func (s *Service) runMigrate(ctx context.Context, oc *opCtx, p Principal, job migrateJob) (MigrateResult, error) {
-	res := MigrateResult{Project: job.Project, From: job.From, NewBase: job.NewBase, Conflicts: []string{}}
+func (s *Service) runMigrate(ctx context.Context, oc *opCtx, p types.Principal, job migrateJob) (types.MigrateResult, error) {
+	res := types.MigrateResult{Project: job.Project, From: job.From, NewBase: job.NewBase, Conflicts: []string{}}
 	from, err := s.store.GetVersion(ctx, p.Tenant, job.Project, job.From)
 	if err != nil {
 		return res, err

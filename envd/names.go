@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/errdefs"
 )
 
 // Names of projects and images become registry repository components and

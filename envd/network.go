@@ -4,6 +4,8 @@ import (
 	"context"
 	"strconv"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/envd-dev/envd/runtime"
 	"github.com/envd-dev/envd/versions"
 )
@@ -11,22 +13,6 @@ import (
 // LabelBuild is "true" on build and trial containers: their network policy
 // is the node's build policy, not their project's.
 const LabelBuild = "envd.build"
-
-// ProjectNetwork is a project's network policy, the body of PUT
-// /v1/projects/{p}/network.
-//   - Egress: "open" (default: the internet, private ranges dropped),
-//     "none" (nothing beyond the project's own instances, no DNS server), or
-//     "allow:ENTRY,..." with IPv4 CIDRs, addresses and host names (resolved
-//     when an instance starts) plus DNS.
-//   - IsolateInstances: the project's instances cannot connect to each
-//     other either. Other projects' instances never can.
-//
-// Whatever the policy, instances never reach the node, link-local
-// addresses or the cluster's endpoints.
-type ProjectNetwork struct {
-	Egress           string `json:"egress"`
-	IsolateInstances bool   `json:"isolate_instances"`
-}
 
 // normalizeEgress validates an egress policy and returns its normal text
 // form ("" = open).
@@ -62,25 +48,25 @@ func (s *Service) refreshNetworkPolicy(ctx context.Context, in versions.Instance
 // SetProjectNetwork sets a project's network policy. It applies at once to
 // the project's running instances on this node, and to others when they
 // next start; connections already open are not cut.
-func (s *Service) SetProjectNetwork(ctx context.Context, p Principal, project string, req ProjectNetwork) (Project, error) {
+func (s *Service) SetProjectNetwork(ctx context.Context, p types.Principal, project string, req types.ProjectNetwork) (types.Project, error) {
 	if err := ValidateName("project", project); err != nil {
-		return Project{}, err
+		return types.Project{}, err
 	}
 	egress, err := normalizeEgress(req.Egress)
 	if err != nil {
-		return Project{}, err
+		return types.Project{}, err
 	}
 	proj, err := s.store.SetProjectNetwork(ctx, p.Tenant, project, egress, req.IsolateInstances)
 	if err != nil {
-		return Project{}, err
+		return types.Project{}, err
 	}
 	ins, err := s.store.ListInstances(ctx, p.Tenant, project)
 	if err != nil {
-		return Project{}, err
+		return types.Project{}, err
 	}
 	pol := networkPolicy(proj)
 	for _, in := range ins {
-		if in.Node != s.cfg.Node || (in.State != StateRunning && in.State != StatePaused) {
+		if in.Node != s.cfg.Node || (in.State != types.StateRunning && in.State != types.StatePaused) {
 			continue
 		}
 		if st, err := s.rt.Status(ctx, in.ID); err != nil || st.Labels[LabelBuild] == "true" {

@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/types"
+
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/versions"
 )
 
@@ -48,35 +50,35 @@ func (o *opCtx) event(ctx context.Context, typ, msg string, data any) {
 // The idempotency digest covers kind, scope and asked: scope is what the
 // request names (the instance of a save, the project of a restore), while
 // target may be made anew by each request (a restore's new instance id).
-func (s *Service) startOp(ctx context.Context, p Principal, kind, target, scope, idemKey string, asked, job any, run opFunc) (Operation, error) {
+func (s *Service) startOp(ctx context.Context, p types.Principal, kind, target, scope, idemKey string, asked, job any, run opFunc) (types.Operation, error) {
 	return s.startOpIn(ctx, p, kind, target, scope, idemKey, asked, job, run, nil)
 }
 
 // startOpIn is startOp; with exclusive set, the operation is refused while
 // one of those kinds is unfinished on the same target (startExclusiveOp).
 // Both paths check the key and take the tenant's admission slot alike.
-func (s *Service) startOpIn(ctx context.Context, p Principal, kind, target, scope, idemKey string, asked, job any, run opFunc, exclusive []string) (Operation, error) {
+func (s *Service) startOpIn(ctx context.Context, p types.Principal, kind, target, scope, idemKey string, asked, job any, run opFunc, exclusive []string) (types.Operation, error) {
 	askedBody, err := json.Marshal(asked)
 	if err != nil {
-		return Operation{}, err
+		return types.Operation{}, err
 	}
 	body, err := json.Marshal(job)
 	if err != nil {
-		return Operation{}, err
+		return types.Operation{}, err
 	}
 	sum := sha256.Sum256(append([]byte(kind+"\x00"+scope+"\x00"), askedBody...))
 	if err := versions.CheckIdempotencyKey(idemKey); err != nil {
-		return Operation{}, err
+		return types.Operation{}, err
 	}
 	release, existing, err := s.admitOp(ctx, p, kind, idemKey, hex.EncodeToString(sum[:]))
 	if err != nil {
-		return Operation{}, err
+		return types.Operation{}, err
 	}
 	if existing != nil {
 		return *existing, nil
 	}
 	rec := versions.Operation{
-		ID: newID("op"), Tenant: p.Tenant, Kind: kind, Target: target, State: OpPending,
+		ID: newID("op"), Tenant: p.Tenant, Kind: kind, Target: target, State: types.OpPending,
 		IdempotencyKey: idemKey, RequestHash: hex.EncodeToString(sum[:]), Request: body, Node: s.cfg.Node,
 	}
 	var op versions.Operation
@@ -90,7 +92,7 @@ func (s *Service) startOpIn(ctx context.Context, p Principal, kind, target, scop
 		release()
 	}
 	if err != nil {
-		return Operation{}, err
+		return types.Operation{}, err
 	}
 	if created {
 		// The slot is held while the work runs and freed however it ends.
@@ -117,7 +119,7 @@ func (s *Service) launch(op versions.Operation, run opFunc) {
 			cancel()
 		}()
 		oc := &opCtx{s: s, id: op.ID}
-		if err := s.store.SetOperationState(ctx, op.ID, OpRunning); err != nil {
+		if err := s.store.SetOperationState(ctx, op.ID, types.OpRunning); err != nil {
 			s.log.Warn("mark operation running", "op", op.ID, "err", err)
 		}
 		res, err := run(ctx, oc)
@@ -129,11 +131,11 @@ func (s *Service) launch(op versions.Operation, run opFunc) {
 		}
 		fctx, fcancel := detach(ctx, 30*time.Second)
 		defer fcancel()
-		state, opErr := OpSucceeded, (*versions.OpError)(nil)
+		state, opErr := types.OpSucceeded, (*versions.OpError)(nil)
 		if err != nil {
-			state = OpFailed
+			state = types.OpFailed
 			if ctx.Err() != nil && errors.Is(err, context.Canceled) {
-				state = OpCanceled
+				state = types.OpCanceled
 			}
 			opErr = &versions.OpError{Code: errdefs.Code(err), Message: err.Error()}
 			res = nil
@@ -184,17 +186,17 @@ func (s *Service) resumeOperations(ctx context.Context) error {
 }
 
 func (s *Service) settle(ctx context.Context, op versions.Operation, err error) {
-	if ferr := s.store.FinishOperation(ctx, op.ID, OpFailed, nil,
+	if ferr := s.store.FinishOperation(ctx, op.ID, types.OpFailed, nil,
 		&versions.OpError{Code: "interrupted", Message: err.Error()}); ferr != nil {
 		s.log.Error("settle operation", "op", op.ID, "err", ferr)
 	}
 }
 
-func toOperation(op versions.Operation) Operation {
-	out := Operation{ID: op.ID, Kind: op.Kind, Target: op.Target, State: op.State,
+func toOperation(op versions.Operation) types.Operation {
+	out := types.Operation{ID: op.ID, Kind: op.Kind, Target: op.Target, State: op.State,
 		Result: op.Result, CreatedAt: op.CreatedAt, UpdatedAt: op.UpdatedAt}
 	if op.Error != nil {
-		out.Error = &OpError{Code: op.Error.Code, Message: op.Error.Message}
+		out.Error = &types.OpError{Code: op.Error.Code, Message: op.Error.Message}
 	}
 	return out
 }
@@ -207,26 +209,26 @@ func validateOpID(id string) error {
 }
 
 // GetOperation returns an operation of the caller's tenant.
-func (s *Service) GetOperation(ctx context.Context, p Principal, id string) (Operation, error) {
+func (s *Service) GetOperation(ctx context.Context, p types.Principal, id string) (types.Operation, error) {
 	if err := validateOpID(id); err != nil {
-		return Operation{}, err
+		return types.Operation{}, err
 	}
 	op, err := s.store.GetOperation(ctx, p.Tenant, id)
 	if err != nil {
-		return Operation{}, err
+		return types.Operation{}, err
 	}
 	return toOperation(op), nil
 }
 
 // CancelOperation asks an operation to stop. The operation's state says
 // when it actually stopped.
-func (s *Service) CancelOperation(ctx context.Context, p Principal, id string) (Operation, error) {
+func (s *Service) CancelOperation(ctx context.Context, p types.Principal, id string) (types.Operation, error) {
 	if err := validateOpID(id); err != nil {
-		return Operation{}, err
+		return types.Operation{}, err
 	}
 	op, err := s.store.RequestCancel(ctx, p.Tenant, id)
 	if err != nil {
-		return Operation{}, err
+		return types.Operation{}, err
 	}
 	s.mu.Lock()
 	cancel := s.ops[id]
@@ -238,7 +240,7 @@ func (s *Service) CancelOperation(ctx context.Context, p Principal, id string) (
 }
 
 // OperationEvents returns the operation's events after seq after.
-func (s *Service) OperationEvents(ctx context.Context, p Principal, id string, after int) ([]Event, error) {
+func (s *Service) OperationEvents(ctx context.Context, p types.Principal, id string, after int) ([]types.Event, error) {
 	if _, err := s.GetOperation(ctx, p, id); err != nil {
 		return nil, err
 	}
@@ -246,9 +248,9 @@ func (s *Service) OperationEvents(ctx context.Context, p Principal, id string, a
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Event, 0, len(evs))
+	out := make([]types.Event, 0, len(evs))
 	for _, e := range evs {
-		out = append(out, Event{Seq: e.Seq, At: e.At, Type: e.Type, Message: e.Message, Data: e.Data})
+		out = append(out, types.Event{Seq: e.Seq, At: e.At, Type: e.Type, Message: e.Message, Data: e.Data})
 	}
 	return out, nil
 }
@@ -262,7 +264,7 @@ func (s *Service) thawInterruptedSaves(ctx context.Context) error {
 		return fmt.Errorf("instances of node %q: %w", s.cfg.Node, err)
 	}
 	for _, in := range ins {
-		if in.State != StateRunning {
+		if in.State != types.StateRunning {
 			continue
 		}
 		st, err := s.rt.Status(ctx, in.ID)

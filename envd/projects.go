@@ -7,7 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/types"
+
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/snapshotter"
 	"github.com/envd-dev/envd/versions"
@@ -19,16 +21,16 @@ var compressions = map[string]bool{
 
 // CreateProject creates a project whose version 1 is the base image. A
 // retry with the same idempotency key and request returns the same project.
-func (s *Service) CreateProject(ctx context.Context, p Principal, req CreateProjectRequest, idempotencyKey string) (Project, error) {
+func (s *Service) CreateProject(ctx context.Context, p types.Principal, req types.CreateProjectRequest, idempotencyKey string) (types.Project, error) {
 	if err := ValidateName("project", req.Name); err != nil {
-		return Project{}, err
+		return types.Project{}, err
 	}
 	existing, release, err := s.claim(ctx, p, idempotencyKey, "create_project", req, req.Name)
 	if err != nil {
-		return Project{}, err
+		return types.Project{}, err
 	}
 	if existing != "" {
-		return await(ctx, func(ctx context.Context) (Project, error) { return s.GetProject(ctx, p, existing) })
+		return await(ctx, func(ctx context.Context) (types.Project, error) { return s.GetProject(ctx, p, existing) })
 	}
 	proj, err := s.createProject(ctx, p, req)
 	if err != nil {
@@ -37,42 +39,42 @@ func (s *Service) CreateProject(ctx context.Context, p Principal, req CreateProj
 	return proj, err
 }
 
-func (s *Service) createProject(ctx context.Context, p Principal, req CreateProjectRequest) (Project, error) {
+func (s *Service) createProject(ctx context.Context, p types.Principal, req types.CreateProjectRequest) (types.Project, error) {
 	excludes, err := validateExcludes(req.Excludes)
 	if err != nil {
-		return Project{}, err
+		return types.Project{}, err
 	}
 	if req.Compression == "" {
 		req.Compression = string(snapshotter.Estargz)
 	}
 	if !compressions[req.Compression] {
-		return Project{}, fmt.Errorf("compression %q: must be estargz, zstd or gzip: %w", req.Compression, errdefs.ErrInvalidArgument)
+		return types.Project{}, fmt.Errorf("compression %q: must be estargz, zstd or gzip: %w", req.Compression, errdefs.ErrInvalidArgument)
 	}
 	var ps projectSpec
 	for _, spec := range req.Volumes {
 		v, err := parseVolume(spec, nil)
 		if err != nil {
-			return Project{}, err
+			return types.Project{}, err
 		}
 		if ps.Volumes, err = addVolume(ps.Volumes, v); err != nil {
-			return Project{}, err
+			return types.Project{}, err
 		}
 	}
 	if err := s.checkVolumeQuota(ctx, p.Tenant, volumeBytes(ps.Volumes)); err != nil {
-		return Project{}, err
+		return types.Project{}, err
 	}
 	if err := s.checkProjectLimits(ctx, p.Tenant, req.Limits); err != nil {
-		return Project{}, err
+		return types.Project{}, err
 	}
 	ps.Limits = req.Limits
 	rawSpec, _ := json.Marshal(ps)
 	egress, err := normalizeEgress(req.Egress)
 	if err != nil {
-		return Project{}, err
+		return types.Project{}, err
 	}
 	base, err := s.resolveBase(ctx, p.Tenant, req.Base)
 	if err != nil {
-		return Project{}, err
+		return types.Project{}, err
 	}
 	proj, _, err := s.store.CreateProject(ctx, versions.Project{
 		Tenant: p.Tenant, Name: req.Name, BaseImage: base.Ref(), Spec: rawSpec,
@@ -81,18 +83,18 @@ func (s *Service) createProject(ctx context.Context, p Principal, req CreateProj
 	}, versions.Version{Kind: "base", State: "ready", Image: base.Ref(), SizeBytes: base.Size,
 		Layers: len(base.Layers), Message: "base image " + req.Base})
 	if err != nil {
-		return Project{}, fmt.Errorf("create project %q: %w", req.Name, err)
+		return types.Project{}, fmt.Errorf("create project %q: %w", req.Name, err)
 	}
 	return toProject(proj), nil
 }
 
-func toProject(p versions.Project) Project {
+func toProject(p versions.Project) types.Project {
 	ps, _ := parseProjectSpec(p.Spec)
-	out := Project{Name: p.Name, BaseImage: p.BaseImage, Current: p.Current, Excludes: p.Excludes,
+	out := types.Project{Name: p.Name, BaseImage: p.BaseImage, Current: p.Current, Excludes: p.Excludes,
 		Compression: p.Compression, Volumes: ps.Volumes, Prefetch: p.Prefetch, CreatedAt: p.CreatedAt,
 		Limits: ps.Limits, Egress: p.Egress, IsolateInstances: p.IsolateInstances}
 	if r := p.Retention; r.KeepLast > 0 || r.KeepNewerThan > 0 {
-		out.Retention = &Retention{KeepLast: r.KeepLast}
+		out.Retention = &types.Retention{KeepLast: r.KeepLast}
 		if r.KeepNewerThan > 0 {
 			out.Retention.KeepNewerThan = r.KeepNewerThan.String()
 		}
@@ -102,40 +104,40 @@ func toProject(p versions.Project) Project {
 
 // SetRetention sets a project's version retention policy; an empty one
 // keeps every version. It deletes nothing: a GC applies it.
-func (s *Service) SetRetention(ctx context.Context, p Principal, project string, r Retention) (Project, error) {
+func (s *Service) SetRetention(ctx context.Context, p types.Principal, project string, r types.Retention) (types.Project, error) {
 	if err := ValidateName("project", project); err != nil {
-		return Project{}, err
+		return types.Project{}, err
 	}
 	if r.KeepLast < 0 {
-		return Project{}, fmt.Errorf("keep_last %d: must be at least 1, or 0 for no count limit: %w", r.KeepLast, errdefs.ErrInvalidArgument)
+		return types.Project{}, fmt.Errorf("keep_last %d: must be at least 1, or 0 for no count limit: %w", r.KeepLast, errdefs.ErrInvalidArgument)
 	}
 	var d time.Duration
 	if r.KeepNewerThan != "" {
 		var err error
 		if d, err = time.ParseDuration(r.KeepNewerThan); err != nil || d <= 0 {
-			return Project{}, fmt.Errorf("keep_newer_than %q: a positive Go duration such as 720h: %w", r.KeepNewerThan, errdefs.ErrInvalidArgument)
+			return types.Project{}, fmt.Errorf("keep_newer_than %q: a positive Go duration such as 720h: %w", r.KeepNewerThan, errdefs.ErrInvalidArgument)
 		}
 	}
 	proj, err := s.store.SetRetention(ctx, p.Tenant, project, versions.Retention{KeepLast: r.KeepLast, KeepNewerThan: d})
 	if err != nil {
-		return Project{}, err
+		return types.Project{}, err
 	}
 	return toProject(proj), nil
 }
 
-func toVersion(v versions.Version) Version {
-	return Version{Project: v.Project, Number: v.Number, Kind: v.Kind, State: v.State, Image: v.Image,
+func toVersion(v versions.Version) types.Version {
+	return types.Version{Project: v.Project, Number: v.Number, Kind: v.Kind, State: v.State, Image: v.Image,
 		Parent: v.Parent, Message: v.Message, SizeBytes: v.SizeBytes, Layers: v.Layers, Pinned: v.Pinned,
 		Current: v.Current, InstanceID: v.InstanceID, CreatedAt: v.CreatedAt}
 }
 
 // ListProjects lists the tenant's projects.
-func (s *Service) ListProjects(ctx context.Context, p Principal) ([]Project, error) {
+func (s *Service) ListProjects(ctx context.Context, p types.Principal) ([]types.Project, error) {
 	ps, err := s.store.ListProjects(ctx, p.Tenant)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Project, 0, len(ps))
+	out := make([]types.Project, 0, len(ps))
 	for _, x := range ps {
 		out = append(out, toProject(x))
 	}
@@ -143,13 +145,13 @@ func (s *Service) ListProjects(ctx context.Context, p Principal) ([]Project, err
 }
 
 // GetProject returns one project.
-func (s *Service) GetProject(ctx context.Context, p Principal, name string) (Project, error) {
+func (s *Service) GetProject(ctx context.Context, p types.Principal, name string) (types.Project, error) {
 	if err := ValidateName("project", name); err != nil {
-		return Project{}, err
+		return types.Project{}, err
 	}
 	proj, err := s.store.GetProject(ctx, p.Tenant, name)
 	if err != nil {
-		return Project{}, err
+		return types.Project{}, err
 	}
 	return toProject(proj), nil
 }
@@ -161,7 +163,7 @@ func (s *Service) GetProject(ctx context.Context, p Principal, name string) (Pro
 // volume archives are deleted after the project (the objects, then the
 // records; archives.go): a failure there is logged, not answered, as the
 // project is gone.
-func (s *Service) DeleteProject(ctx context.Context, p Principal, name string) error {
+func (s *Service) DeleteProject(ctx context.Context, p types.Principal, name string) error {
 	if err := ValidateName("project", name); err != nil {
 		return err
 	}
@@ -182,7 +184,7 @@ func (s *Service) DeleteProject(ctx context.Context, p Principal, name string) e
 }
 
 // ListVersions lists a project's versions, oldest first.
-func (s *Service) ListVersions(ctx context.Context, p Principal, project string) ([]Version, error) {
+func (s *Service) ListVersions(ctx context.Context, p types.Principal, project string) ([]types.Version, error) {
 	if err := ValidateName("project", project); err != nil {
 		return nil, err
 	}
@@ -190,7 +192,7 @@ func (s *Service) ListVersions(ctx context.Context, p Principal, project string)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Version, 0, len(vs))
+	out := make([]types.Version, 0, len(vs))
 	for _, v := range vs {
 		out = append(out, toVersion(v))
 	}
@@ -198,47 +200,47 @@ func (s *Service) ListVersions(ctx context.Context, p Principal, project string)
 }
 
 // GetVersion returns one version.
-func (s *Service) GetVersion(ctx context.Context, p Principal, project string, n int) (Version, error) {
+func (s *Service) GetVersion(ctx context.Context, p types.Principal, project string, n int) (types.Version, error) {
 	if err := ValidateName("project", project); err != nil {
-		return Version{}, err
+		return types.Version{}, err
 	}
 	v, err := s.store.GetVersion(ctx, p.Tenant, project, n)
 	if err != nil {
-		return Version{}, err
+		return types.Version{}, err
 	}
 	return toVersion(v), nil
 }
 
 // SetCurrent switches the project's current version by compare-and-swap.
-func (s *Service) SetCurrent(ctx context.Context, p Principal, project string, req SetCurrentRequest) (Project, error) {
+func (s *Service) SetCurrent(ctx context.Context, p types.Principal, project string, req types.SetCurrentRequest) (types.Project, error) {
 	if err := ValidateName("project", project); err != nil {
-		return Project{}, err
+		return types.Project{}, err
 	}
 	if req.Version <= 0 {
-		return Project{}, fmt.Errorf("version %d: must be a positive version number: %w", req.Version, errdefs.ErrInvalidArgument)
+		return types.Project{}, fmt.Errorf("version %d: must be a positive version number: %w", req.Version, errdefs.ErrInvalidArgument)
 	}
 	// A blind write could undo a switch or save the caller never saw.
 	if req.ExpectedCurrent == nil {
-		return Project{}, fmt.Errorf("expected_current: required (the current version the switch replaces; 0 = none): %w", errdefs.ErrInvalidArgument)
+		return types.Project{}, fmt.Errorf("expected_current: required (the current version the switch replaces; 0 = none): %w", errdefs.ErrInvalidArgument)
 	}
 	if *req.ExpectedCurrent < 0 {
-		return Project{}, fmt.Errorf("expected_current %d: %w", *req.ExpectedCurrent, errdefs.ErrInvalidArgument)
+		return types.Project{}, fmt.Errorf("expected_current %d: %w", *req.ExpectedCurrent, errdefs.ErrInvalidArgument)
 	}
 	proj, err := s.store.SetCurrent(ctx, p.Tenant, project, req.Version, *req.ExpectedCurrent)
 	if err != nil {
-		return Project{}, err
+		return types.Project{}, err
 	}
 	return toProject(proj), nil
 }
 
 // PinVersion pins or unpins a version; pinned versions are kept by retention.
-func (s *Service) PinVersion(ctx context.Context, p Principal, project string, n int, pinned bool) (Version, error) {
+func (s *Service) PinVersion(ctx context.Context, p types.Principal, project string, n int, pinned bool) (types.Version, error) {
 	if err := ValidateName("project", project); err != nil {
-		return Version{}, err
+		return types.Version{}, err
 	}
 	v, err := s.store.Pin(ctx, p.Tenant, project, n, pinned)
 	if err != nil {
-		return Version{}, err
+		return types.Version{}, err
 	}
 	return toVersion(v), nil
 }

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/types"
+
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/versions"
 )
 
@@ -125,34 +127,34 @@ func (s *Service) usage(ctx context.Context, tenant string) (tenantUsage, error)
 }
 
 // SetQuota sets a tenant's quota (admin only); zero fields are no limit.
-func (s *Service) SetQuota(ctx context.Context, p Principal, tenant string, q Quota) (Quota, error) {
+func (s *Service) SetQuota(ctx context.Context, p types.Principal, tenant string, q types.Quota) (types.Quota, error) {
 	if !p.Admin {
-		return Quota{}, fmt.Errorf("quotas need an admin token: %w", errdefs.ErrPermissionDenied)
+		return types.Quota{}, fmt.Errorf("quotas need an admin token: %w", errdefs.ErrPermissionDenied)
 	}
 	if err := ValidateName("tenant", tenant); err != nil {
-		return Quota{}, err
+		return types.Quota{}, err
 	}
 	var ttl time.Duration
 	if q.MaxTTL != "" {
 		var err error
 		if ttl, err = time.ParseDuration(q.MaxTTL); err != nil || ttl <= 0 {
-			return Quota{}, fmt.Errorf("max_ttl %q: a positive Go duration: %w", q.MaxTTL, errdefs.ErrInvalidArgument)
+			return types.Quota{}, fmt.Errorf("max_ttl %q: a positive Go duration: %w", q.MaxTTL, errdefs.ErrInvalidArgument)
 		}
 	}
 	stored, err := s.store.SetQuota(ctx, tenant, versions.Quota{MaxInstances: q.MaxInstances, MaxVersions: q.MaxVersions,
 		MaxStoredBytes: q.MaxStoredBytes, MaxTTL: ttl})
 	if err != nil {
-		return Quota{}, err
+		return types.Quota{}, err
 	}
 	maxima, err := s.setLimitMaxima(ctx, tenant, q)
 	if err != nil {
-		return Quota{}, err
+		return types.Quota{}, err
 	}
 	return withMaxima(toQuota(stored), maxima), nil
 }
 
-func toQuota(q versions.Quota) Quota {
-	out := Quota{MaxInstances: q.MaxInstances, MaxVersions: q.MaxVersions, MaxStoredBytes: q.MaxStoredBytes}
+func toQuota(q versions.Quota) types.Quota {
+	out := types.Quota{MaxInstances: q.MaxInstances, MaxVersions: q.MaxVersions, MaxStoredBytes: q.MaxStoredBytes}
 	if q.MaxTTL > 0 {
 		out.MaxTTL = q.MaxTTL.String()
 	}
@@ -161,57 +163,57 @@ func toQuota(q versions.Quota) Quota {
 
 // Usage reports what a tenant uses and its quota: tenant "" is the
 // caller's own; another tenant's needs an admin token.
-func (s *Service) Usage(ctx context.Context, p Principal, tenant string) (Usage, error) {
+func (s *Service) Usage(ctx context.Context, p types.Principal, tenant string) (types.Usage, error) {
 	if tenant == "" {
 		tenant = p.Tenant
 	}
 	if tenant != p.Tenant && !p.Admin {
-		return Usage{}, fmt.Errorf("another tenant's usage needs an admin token: %w", errdefs.ErrPermissionDenied)
+		return types.Usage{}, fmt.Errorf("another tenant's usage needs an admin token: %w", errdefs.ErrPermissionDenied)
 	}
 	if err := ValidateName("tenant", tenant); err != nil {
-		return Usage{}, err
+		return types.Usage{}, err
 	}
 	u, err := s.usage(ctx, tenant)
 	if err != nil {
-		return Usage{}, err
+		return types.Usage{}, err
 	}
 	q, err := s.store.Quota(ctx, tenant)
 	if err != nil {
-		return Usage{}, err
+		return types.Usage{}, err
 	}
 	maxima, err := s.store.LimitMaxima(ctx, tenant)
 	if err != nil {
-		return Usage{}, err
+		return types.Usage{}, err
 	}
-	out := Usage{Tenant: tenant, Instances: u.Instances, StoredBytes: u.stored(), VersionBytes: u.LayerBytes,
+	out := types.Usage{Tenant: tenant, Instances: u.Instances, StoredBytes: u.stored(), VersionBytes: u.LayerBytes,
 		VolumeBytes: u.volumeBytes, DiskBytes: u.diskBytes, Versions: u.versions, Quota: withMaxima(toQuota(q), maxima)}
 	return out, nil
 }
 
 // CreateToken creates an API token of tenant (admin only), creating the
 // tenant if needed. The token is shown once.
-func (s *Service) CreateToken(ctx context.Context, p Principal, tenant string, req CreateTokenRequest) (Token, error) {
+func (s *Service) CreateToken(ctx context.Context, p types.Principal, tenant string, req types.CreateTokenRequest) (types.Token, error) {
 	if !p.Admin {
-		return Token{}, fmt.Errorf("creating tokens needs an admin token: %w", errdefs.ErrPermissionDenied)
+		return types.Token{}, fmt.Errorf("creating tokens needs an admin token: %w", errdefs.ErrPermissionDenied)
 	}
 	if err := ValidateName("tenant", tenant); err != nil {
-		return Token{}, err
+		return types.Token{}, err
 	}
 	if imageRepo("") == projectRepo(tenant, "") {
-		return Token{}, fmt.Errorf("tenant %q: reserved (its repositories would be the base images'): %w", tenant, errdefs.ErrInvalidArgument)
+		return types.Token{}, fmt.Errorf("tenant %q: reserved (its repositories would be the base images'): %w", tenant, errdefs.ErrInvalidArgument)
 	}
 	ttl, err := tokenLifetime(req.ExpiresIn)
 	if err != nil {
-		return Token{}, err
+		return types.Token{}, err
 	}
 	tok, info, err := s.store.NewToken(ctx, tenant, req.Admin, ttl)
 	if err != nil {
-		return Token{}, err
+		return types.Token{}, err
 	}
-	return Token{Tenant: tenant, Token: tok, Admin: req.Admin, ID: info.ID, CreatedAt: info.CreatedAt, ExpiresAt: info.ExpiresAt}, nil
+	return types.Token{Tenant: tenant, Token: tok, Admin: req.Admin, ID: info.ID, CreatedAt: info.CreatedAt, ExpiresAt: info.ExpiresAt}, nil
 }
 
-func volumeBytes(vs []Volume) int64 {
+func volumeBytes(vs []types.Volume) int64 {
 	var n int64
 	for _, v := range vs {
 		n += v.SizeBytes

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/envd-dev/envd/runtime"
 )
 
@@ -74,14 +76,14 @@ func (s *Service) reapExpired(ctx context.Context) {
 	}
 	for _, in := range ins {
 		msg := fmt.Sprintf("expired at %s", in.ExpiresAt.UTC().Format(time.RFC3339))
-		if in.Retain && (in.State == StateRunning || in.State == StatePaused) {
+		if in.Retain && (in.State == types.StateRunning || in.State == types.StatePaused) {
 			// A retained instance's layer outlives its compute lifetime.
-			if _, err := s.stopInstance(ctx, Principal{Tenant: in.Tenant}, in.ID, ReasonTTLExpiry, msg); err != nil {
+			if _, err := s.stopInstance(ctx, types.Principal{Tenant: in.Tenant}, in.ID, types.ReasonTTLExpiry, msg); err != nil {
 				s.log.Warn("stop expired retained instance", "instance", in.ID, "err", err)
 			}
 			continue
 		}
-		if _, err := s.terminate(ctx, in, ReasonTTLExpiry, msg); err != nil {
+		if _, err := s.terminate(ctx, in, types.ReasonTTLExpiry, msg); err != nil {
 			s.log.Warn("terminate expired instance", "instance", in.ID, "err", err)
 			continue
 		}
@@ -150,21 +152,21 @@ func (s *Service) Reconcile(ctx context.Context) error {
 			continue
 		}
 		switch {
-		case in.State == StatePending:
+		case in.State == types.StatePending:
 			if time.Since(in.LastTransitionAt) > s.cfg.ProvisionTimeout {
-				s.fail(ctx, in.ID, in.State, ReasonProvisionTimeout, fmt.Sprintf("still starting after %s", s.cfg.ProvisionTimeout))
+				s.fail(ctx, in.ID, in.State, types.ReasonProvisionTimeout, fmt.Sprintf("still starting after %s", s.cfg.ProvisionTimeout))
 				_ = s.rt.Remove(ctx, in.ID)
 			}
 		case !st.Exists && in.HibernatedVersion > 0:
 			// hibernated: it lives as a version, no container expected
 		case !st.Exists:
-			s.fail(ctx, in.ID, in.State, ReasonNodeLost, "its container is gone from node "+s.cfg.Node)
-		case in.State == StateRunning && st.Task != "running" && st.Task != "paused" && st.OOMKilled:
+			s.fail(ctx, in.ID, in.State, types.ReasonNodeLost, "its container is gone from node "+s.cfg.Node)
+		case in.State == types.StateRunning && st.Task != "running" && st.Task != "paused" && st.OOMKilled:
 			s.failOOM(ctx, in.ID)
-		case in.State == StateRunning && st.Task != "running" && st.Task != "paused":
-			s.fail(ctx, in.ID, in.State, ReasonTaskExited, "its processes exited; the writable layer is kept until removal")
-		case in.State == StatePausing || in.State == StateResuming || in.State == StateStopping:
-			to := map[string]string{"running": StateRunning, "paused": StatePaused, "stopped": StateStopped, "": StateStopped}[st.Task]
+		case in.State == types.StateRunning && st.Task != "running" && st.Task != "paused":
+			s.fail(ctx, in.ID, in.State, types.ReasonTaskExited, "its processes exited; the writable layer is kept until removal")
+		case in.State == types.StatePausing || in.State == types.StateResuming || in.State == types.StateStopping:
+			to := map[string]string{"running": types.StateRunning, "paused": types.StatePaused, "stopped": types.StateStopped, "": types.StateStopped}[st.Task]
 			if _, err := s.store.Transition(ctx, in.ID, []string{in.State}, to, "recovered", "state recovered from the runtime after an interruption"); err != nil {
 				s.log.Warn("recover instance state", "instance", in.ID, "err", err)
 			}
@@ -204,7 +206,7 @@ func (s *Service) fence(ctx context.Context, id string, st runtime.Status) {
 }
 
 func (s *Service) fail(ctx context.Context, id, from, reason, msg string) {
-	if _, err := s.store.Transition(ctx, id, []string{from}, StateFailed, reason, msg); err != nil {
+	if _, err := s.store.Transition(ctx, id, []string{from}, types.StateFailed, reason, msg); err != nil {
 		s.log.Warn("mark instance failed", "instance", id, "reason", reason, "err", err)
 		return
 	}

@@ -5,16 +5,18 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/types"
+
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/versions"
 )
 
 // restoreJob is what a restore operation does, kept to settle it after a
 // crash.
 type restoreJob struct {
-	InstanceID string                `json:"instance_id"`
-	Project    string                `json:"project"`
-	Request    CreateInstanceRequest `json:"request"`
+	InstanceID string                      `json:"instance_id"`
+	Project    string                      `json:"project"`
+	Request    types.CreateInstanceRequest `json:"request"`
 }
 
 // Restore starts an instance of project from a version (req.Version, 0 =
@@ -25,18 +27,18 @@ type restoreJob struct {
 // as the operation runs, and the operation's result is the instance once it
 // runs. A provisioning failure fails the operation and leaves the instance
 // Failed (provision_failed).
-func (s *Service) Restore(ctx context.Context, p Principal, project string, req CreateInstanceRequest, idempotencyKey string) (Operation, error) {
+func (s *Service) Restore(ctx context.Context, p types.Principal, project string, req types.CreateInstanceRequest, idempotencyKey string) (types.Operation, error) {
 	if err := ValidateName("project", project); err != nil {
-		return Operation{}, err
+		return types.Operation{}, err
 	}
 	plan, err := s.planInstance(ctx, p, project, req)
 	if err != nil {
-		return Operation{}, err
+		return types.Operation{}, err
 	}
 	job := restoreJob{InstanceID: newID(project), Project: project, Request: req}
 	asked := struct {
 		Project string
-		Req     CreateInstanceRequest
+		Req     types.CreateInstanceRequest
 	}{project, req}
 	return s.startOp(ctx, p, "restore", job.InstanceID, project, idempotencyKey, asked, job, func(ctx context.Context, oc *opCtx) (any, error) {
 		oc.event(ctx, "started", fmt.Sprintf("starting instance %s of %s from version %d", job.InstanceID, project, plan.version.Number), nil)
@@ -63,8 +65,8 @@ func (s *Service) settleRestore(ctx context.Context, op versions.Operation) {
 	if !s.abandonPending(ctx, job.InstanceID, msg) {
 		// Not Pending: it got further (Running, or already settled) and
 		// only the operation's end was lost. Report what it is.
-		if in, err := s.store.GetInstance(ctx, "", job.InstanceID); err == nil && in.State != StateFailed && in.State != StatePending {
-			if ferr := s.store.FinishOperation(ctx, op.ID, OpSucceeded, s.view(ctx, in), nil); ferr != nil {
+		if in, err := s.store.GetInstance(ctx, "", job.InstanceID); err == nil && in.State != types.StateFailed && in.State != types.StatePending {
+			if ferr := s.store.FinishOperation(ctx, op.ID, types.OpSucceeded, s.view(ctx, in), nil); ferr != nil {
 				s.log.Error("settle operation", "op", op.ID, "err", ferr)
 			}
 			return

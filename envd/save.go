@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/types"
+
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/snapshotter"
 	"github.com/envd-dev/envd/versions"
@@ -29,23 +31,23 @@ type saveJob struct {
 
 // Save starts a save of the instance's changes as a new version (step 1 of
 // the save path: record the expected current and the generation).
-func (s *Service) Save(ctx context.Context, p Principal, id string, req SaveRequest, idempotencyKey string) (Operation, error) {
+func (s *Service) Save(ctx context.Context, p types.Principal, id string, req types.SaveRequest, idempotencyKey string) (types.Operation, error) {
 	in, err := s.instance(ctx, p, id)
 	if err != nil {
-		return Operation{}, err
+		return types.Operation{}, err
 	}
 	if err := checkGeneration(in, req.Generation); err != nil {
-		return Operation{}, err
+		return types.Operation{}, err
 	}
-	if in.State != StateRunning {
-		return Operation{}, errdefs.WithDetails(fmt.Errorf("instance %q is %s, save needs Running: %w", id, in.State, errdefs.ErrFailedPrecondition),
+	if in.State != types.StateRunning {
+		return types.Operation{}, errdefs.WithDetails(fmt.Errorf("instance %q is %s, save needs Running: %w", id, in.State, errdefs.ErrFailedPrecondition),
 			map[string]any{"state": in.State})
 	}
 	if in.Node != s.cfg.Node {
-		return Operation{}, fmt.Errorf("instance %q runs on node %q, not on %q: %w", id, in.Node, s.cfg.Node, errdefs.ErrFailedPrecondition)
+		return types.Operation{}, fmt.Errorf("instance %q runs on node %q, not on %q: %w", id, in.Node, s.cfg.Node, errdefs.ErrFailedPrecondition)
 	}
 	if len(req.Message) > 4096 {
-		return Operation{}, fmt.Errorf("message: longer than 4096 bytes: %w", errdefs.ErrInvalidArgument)
+		return types.Operation{}, fmt.Errorf("message: longer than 4096 bytes: %w", errdefs.ErrInvalidArgument)
 	}
 	job := saveJob{InstanceID: id, Generation: in.Generation, Message: req.Message, Expected: in.Version}
 	if in.LastSavedVersion > 0 {
@@ -53,7 +55,7 @@ func (s *Service) Save(ctx context.Context, p Principal, id string, req SaveRequ
 	}
 	if req.ExpectedCurrent != nil {
 		if *req.ExpectedCurrent < 0 {
-			return Operation{}, fmt.Errorf("expected_current %d: %w", *req.ExpectedCurrent, errdefs.ErrInvalidArgument)
+			return types.Operation{}, fmt.Errorf("expected_current %d: %w", *req.ExpectedCurrent, errdefs.ErrInvalidArgument)
 		}
 		job.Expected = *req.ExpectedCurrent
 	}
@@ -65,26 +67,26 @@ func (s *Service) Save(ctx context.Context, p Principal, id string, req SaveRequ
 }
 
 // runSave is steps 2-7 of the save path in DESIGN.md.
-func (s *Service) runSave(ctx context.Context, oc *opCtx, job saveJob) (SaveResult, error) {
+func (s *Service) runSave(ctx context.Context, oc *opCtx, job saveJob) (types.SaveResult, error) {
 	start := time.Now()
 	in, err := s.store.GetInstance(ctx, "", job.InstanceID)
 	if err != nil {
-		return SaveResult{}, err
+		return types.SaveResult{}, err
 	}
 	if in.Generation != job.Generation {
-		return SaveResult{}, fmt.Errorf("instance %q generation %d, save was for %d: %w", in.ID, in.Generation, job.Generation, errdefs.ErrStaleGeneration)
+		return types.SaveResult{}, fmt.Errorf("instance %q generation %d, save was for %d: %w", in.ID, in.Generation, job.Generation, errdefs.ErrStaleGeneration)
 	}
-	if in.State != StateRunning {
-		return SaveResult{}, fmt.Errorf("instance %q is %s: %w", in.ID, in.State, errdefs.ErrFailedPrecondition)
+	if in.State != types.StateRunning {
+		return types.SaveResult{}, fmt.Errorf("instance %q is %s: %w", in.ID, in.State, errdefs.ErrFailedPrecondition)
 	}
 	release, err := s.captureGuard(ctx, in.ID, oc.id)
 	if err != nil {
-		return SaveResult{}, err
+		return types.SaveResult{}, err
 	}
 	defer release()
 	c, err := s.capture(ctx, oc, oc.id, in, true, versions.QuotaEnforced)
 	if err != nil {
-		return SaveResult{}, err
+		return types.SaveResult{}, err
 	}
 	commitStart := time.Now()
 	v, switched, err := s.commitCaptured(ctx, c, versions.Commit{
@@ -92,9 +94,9 @@ func (s *Service) runSave(ctx context.Context, oc *opCtx, job saveJob) (SaveResu
 		Kind: "snapshot", Message: job.Message,
 	})
 	if err != nil {
-		return SaveResult{}, err
+		return types.SaveResult{}, err
 	}
-	res := SaveResult{
+	res := types.SaveResult{
 		Project: in.Project, Version: v.Number, Current: switched, Conflict: !switched, Expected: job.Expected,
 		Image: c.img.Ref(), FreezeMS: c.freeze.Milliseconds(), SpoolMS: c.stats.Duration.Milliseconds(),
 		EncodeMS: c.encode.Milliseconds(), PushMS: c.push.Milliseconds(), CommitMS: time.Since(commitStart).Milliseconds(),

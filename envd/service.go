@@ -17,8 +17,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/containerd/containerd/v2/core/mount"
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/internal/limiter"
 	"github.com/envd-dev/envd/internal/objstore"
 	"github.com/envd-dev/envd/registry"
@@ -85,7 +87,7 @@ type Config struct {
 
 	// DefaultLimits are the limits of instances whose project sets none of
 	// a kind (see Limits); zero fields = no limit.
-	DefaultLimits Limits
+	DefaultLimits types.Limits
 
 	ReapInterval      time.Duration // longest sleep of the TTL reaper; default 5s
 	ReconcileInterval time.Duration // default 30s
@@ -169,20 +171,20 @@ func (s *Service) Close() {
 }
 
 // Authenticate resolves a bearer token.
-func (s *Service) Authenticate(ctx context.Context, token string) (Principal, error) {
+func (s *Service) Authenticate(ctx context.Context, token string) (types.Principal, error) {
 	if token == "" {
-		return Principal{}, fmt.Errorf("missing bearer token: %w", errdefs.ErrUnauthenticated)
+		return types.Principal{}, fmt.Errorf("missing bearer token: %w", errdefs.ErrUnauthenticated)
 	}
 	p, err := s.store.Authenticate(ctx, token)
 	if err != nil {
-		return Principal{}, err
+		return types.Principal{}, err
 	}
-	return Principal{Tenant: p.Tenant, Admin: p.Admin}, nil
+	return types.Principal{Tenant: p.Tenant, Admin: p.Admin}, nil
 }
 
 // Info describes this server.
-func (s *Service) Info(ctx context.Context) (Info, error) {
-	return Info{Version: BuildVersion, Node: s.cfg.Node, DataDir: s.cfg.DataDir,
+func (s *Service) Info(ctx context.Context) (types.Info, error) {
+	return types.Info{Version: BuildVersion, Node: s.cfg.Node, DataDir: s.cfg.DataDir,
 		Registry: s.reg.Addr(), Components: s.cfg.Components}, nil
 }
 
@@ -193,34 +195,34 @@ func imageRepo(name string) string              { return "envd/images/" + name }
 func projectRepo(tenant, project string) string { return "envd/" + tenant + "/" + project }
 
 // ImportImage stores a root filesystem tar as a base image named name.
-func (s *Service) ImportImage(ctx context.Context, p Principal, name string, tarball io.Reader) (Image, error) {
+func (s *Service) ImportImage(ctx context.Context, p types.Principal, name string, tarball io.Reader) (types.Image, error) {
 	if !p.Admin {
-		return Image{}, fmt.Errorf("importing images needs an admin token: %w", errdefs.ErrPermissionDenied)
+		return types.Image{}, fmt.Errorf("importing images needs an admin token: %w", errdefs.ErrPermissionDenied)
 	}
 	if err := ValidateName("image", name); err != nil {
-		return Image{}, err
+		return types.Image{}, err
 	}
 	f, err := os.CreateTemp(s.cfg.WorkDir, "import-*.tar")
 	if err != nil {
-		return Image{}, err
+		return types.Image{}, err
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
 	if _, err := io.Copy(f, tarball); err != nil {
-		return Image{}, fmt.Errorf("receive image %q: %w", name, err)
+		return types.Image{}, fmt.Errorf("receive image %q: %w", name, err)
 	}
 	if err := f.Sync(); err != nil {
-		return Image{}, err
+		return types.Image{}, err
 	}
 	img, up, err := s.importRootfs(ctx, f.Name(), imageRepo(name))
 	if err != nil {
-		return Image{}, fmt.Errorf("import image %q: %w", name, err)
+		return types.Image{}, fmt.Errorf("import image %q: %w", name, err)
 	}
 	defer up.End()
 	// The registry holds the content first; the name is recorded last.
 	rec, err := up.PutImage(ctx, versions.Image{Name: name, Repo: img.Repo, Digest: img.Digest, SizeBytes: img.Size})
 	if err != nil {
-		return Image{}, err
+		return types.Image{}, err
 	}
 	return toImage(rec), nil
 }
@@ -262,17 +264,17 @@ func (s *Service) importRootfs(ctx context.Context, src, repo string) (registry.
 	return img, up, err
 }
 
-func toImage(img versions.Image) Image {
-	return Image{Name: img.Name, Ref: img.Repo + "@" + img.Digest, Digest: img.Digest, Size: img.SizeBytes}
+func toImage(img versions.Image) types.Image {
+	return types.Image{Name: img.Name, Ref: img.Repo + "@" + img.Digest, Digest: img.Digest, Size: img.SizeBytes}
 }
 
 // ListImages lists imported base images.
-func (s *Service) ListImages(ctx context.Context, p Principal) ([]Image, error) {
+func (s *Service) ListImages(ctx context.Context, p types.Principal) ([]types.Image, error) {
 	imgs, err := s.store.ListImages(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Image, 0, len(imgs))
+	out := make([]types.Image, 0, len(imgs))
 	for _, img := range imgs {
 		out = append(out, toImage(img))
 	}

@@ -9,7 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/types"
+
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/runtime"
 	"github.com/envd-dev/envd/versions"
@@ -19,8 +21,8 @@ import (
 // projectSpec is what a project declares beyond its base: it is stored as
 // the project's spec document.
 type projectSpec struct {
-	Volumes []Volume `json:"volumes,omitempty"`
-	Limits  *Limits  `json:"limits,omitempty"`
+	Volumes []types.Volume `json:"volumes,omitempty"`
+	Limits  *types.Limits  `json:"limits,omitempty"`
 }
 
 func parseProjectSpec(raw json.RawMessage) (projectSpec, error) {
@@ -34,33 +36,33 @@ func parseProjectSpec(raw json.RawMessage) (projectSpec, error) {
 	return ps, nil
 }
 
-func toSpec(v Volume) workspace.Spec {
+func toSpec(v types.Volume) workspace.Spec {
 	return workspace.Spec{Name: v.Name, Path: v.Path, UID: v.UID, GID: v.GID, SizeBytes: v.SizeBytes, PathAdd: v.PathAdd}
 }
 
-func fromSpec(s workspace.Spec) Volume {
-	return Volume{Name: s.Name, Path: s.Path, UID: s.UID, GID: s.GID, SizeBytes: s.SizeBytes, PathAdd: s.PathAdd}
+func fromSpec(s workspace.Spec) types.Volume {
+	return types.Volume{Name: s.Name, Path: s.Path, UID: s.UID, GID: s.GID, SizeBytes: s.SizeBytes, PathAdd: s.PathAdd}
 }
 
 // parseVolume parses and checks "NAME:PATH[:UID:GID][:SIZE]".
-func parseVolume(spec string, pathAdd []string) (Volume, error) {
+func parseVolume(spec string, pathAdd []string) (types.Volume, error) {
 	s, err := workspace.ParseSpec(spec)
 	if err != nil {
-		return Volume{}, err
+		return types.Volume{}, err
 	}
 	s.PathAdd = pathAdd
 	if s.SizeBytes == 0 {
 		s.SizeBytes = workspace.DefaultSize
 	}
 	if err := s.Validate(); err != nil {
-		return Volume{}, err
+		return types.Volume{}, err
 	}
 	return fromSpec(s), nil
 }
 
 // addVolume appends v to vols, refusing a name or a mount path that is
 // taken, or a path nested in another volume's.
-func addVolume(vols []Volume, v Volume) ([]Volume, error) {
+func addVolume(vols []types.Volume, v types.Volume) ([]types.Volume, error) {
 	for _, o := range vols {
 		if o.Name == v.Name {
 			return nil, fmt.Errorf("volume %q: %w", v.Name, errdefs.ErrAlreadyExists)
@@ -130,53 +132,53 @@ func (s *Service) liveInstances(ctx context.Context, tenant, project string) ([]
 
 // AddVolume declares a new volume on a project; instances started from
 // now on mount it.
-func (s *Service) AddVolume(ctx context.Context, p Principal, project string, req AddVolumeRequest) (Project, error) {
+func (s *Service) AddVolume(ctx context.Context, p types.Principal, project string, req types.AddVolumeRequest) (types.Project, error) {
 	v, err := parseVolume(req.Spec, req.PathAdd)
 	if err != nil {
-		return Project{}, err
+		return types.Project{}, err
 	}
 	proj, ps, err := s.projectSpec(ctx, p.Tenant, project)
 	if err != nil {
-		return Project{}, err
+		return types.Project{}, err
 	}
 	if ps.Volumes, err = addVolume(ps.Volumes, v); err != nil {
-		return Project{}, err
+		return types.Project{}, err
 	}
 	if err := s.checkVolumeQuota(ctx, p.Tenant, v.SizeBytes); err != nil {
-		return Project{}, err
+		return types.Project{}, err
 	}
 	raw, _ := json.Marshal(ps)
 	proj, err = s.store.SetProjectSpec(ctx, p.Tenant, project, raw)
 	if err != nil {
-		return Project{}, err
+		return types.Project{}, err
 	}
 	return toProject(proj), nil
 }
 
 // RemoveVolume removes a volume and deletes its data on this node. It is
 // refused while the project has live instances (they may have it mounted).
-func (s *Service) RemoveVolume(ctx context.Context, p Principal, project, name string) (Project, error) {
+func (s *Service) RemoveVolume(ctx context.Context, p types.Principal, project, name string) (types.Project, error) {
 	proj, ps, err := s.projectSpec(ctx, p.Tenant, project)
 	if err != nil {
-		return Project{}, err
+		return types.Project{}, err
 	}
-	i := slices.IndexFunc(ps.Volumes, func(v Volume) bool { return v.Name == name })
+	i := slices.IndexFunc(ps.Volumes, func(v types.Volume) bool { return v.Name == name })
 	if i < 0 {
-		return Project{}, fmt.Errorf("volume %q of project %q: %w", name, project, errdefs.ErrNotFound)
+		return types.Project{}, fmt.Errorf("volume %q of project %q: %w", name, project, errdefs.ErrNotFound)
 	}
 	live, err := s.liveInstances(ctx, p.Tenant, project)
 	if err != nil {
-		return Project{}, err
+		return types.Project{}, err
 	}
 	if len(live) > 0 {
-		return Project{}, fmt.Errorf("project %q has %d live instance(s) (first %s): remove them before removing volume %q: %w",
+		return types.Project{}, fmt.Errorf("project %q has %d live instance(s) (first %s): remove them before removing volume %q: %w",
 			project, len(live), live[0].ID, name, errdefs.ErrFailedPrecondition)
 	}
 	ps.Volumes = slices.Delete(ps.Volumes, i, i+1)
 	raw, _ := json.Marshal(ps)
 	proj, err = s.store.SetProjectSpec(ctx, p.Tenant, project, raw)
 	if err != nil {
-		return Project{}, err
+		return types.Project{}, err
 	}
 	// The declaration is gone first; the data after, so a failure leaves
 	// only an unreferenced volume directory.
@@ -189,12 +191,12 @@ func (s *Service) RemoveVolume(ctx context.Context, p Principal, project, name s
 }
 
 // ListVolumes lists a project's volumes with their usage on this node.
-func (s *Service) ListVolumes(ctx context.Context, p Principal, project string) ([]Volume, error) {
+func (s *Service) ListVolumes(ctx context.Context, p types.Principal, project string) ([]types.Volume, error) {
 	_, ps, err := s.projectSpec(ctx, p.Tenant, project)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Volume, 0, len(ps.Volumes))
+	out := make([]types.Volume, 0, len(ps.Volumes))
 	for _, v := range ps.Volumes {
 		v.UsedBytes = -1
 		if s.cfg.Volumes != nil {
@@ -207,59 +209,59 @@ func (s *Service) ListVolumes(ctx context.Context, p Principal, project string) 
 	return out, nil
 }
 
-func (s *Service) volume(ctx context.Context, p Principal, project, name string) (Volume, error) {
+func (s *Service) volume(ctx context.Context, p types.Principal, project, name string) (types.Volume, error) {
 	_, ps, err := s.projectSpec(ctx, p.Tenant, project)
 	if err != nil {
-		return Volume{}, err
+		return types.Volume{}, err
 	}
 	for _, v := range ps.Volumes {
 		if v.Name == name {
 			if s.cfg.Volumes == nil || s.cfg.Objects == nil {
-				return Volume{}, fmt.Errorf("this node has no volume or object storage: %w", errdefs.ErrFailedPrecondition)
+				return types.Volume{}, fmt.Errorf("this node has no volume or object storage: %w", errdefs.ErrFailedPrecondition)
 			}
 			return v, nil
 		}
 	}
-	return Volume{}, fmt.Errorf("volume %q of project %q: %w", name, project, errdefs.ErrNotFound)
+	return types.Volume{}, fmt.Errorf("volume %q of project %q: %w", name, project, errdefs.ErrNotFound)
 }
 
 // ArchiveVolume copies a volume's content to object storage under a key
 // chosen here (see archives.go) and records it, so that it can be restored
 // on another node. The object is written first and recorded last: a
 // failure leaves no record, and the new object is deleted.
-func (s *Service) ArchiveVolume(ctx context.Context, p Principal, project, name string, req VolumeArchiveRequest) (VolumeArchive, error) {
+func (s *Service) ArchiveVolume(ctx context.Context, p types.Principal, project, name string, req types.VolumeArchiveRequest) (types.VolumeArchive, error) {
 	if req.Key != "" {
-		return VolumeArchive{}, fmt.Errorf("key %q: archive keys are chosen by the server; name the archive with name: %w", req.Key, errdefs.ErrInvalidArgument)
+		return types.VolumeArchive{}, fmt.Errorf("key %q: archive keys are chosen by the server; name the archive with name: %w", req.Key, errdefs.ErrInvalidArgument)
 	}
 	arcName := req.Name
 	if arcName == "" {
 		arcName = time.Now().UTC().Format("20060102T150405.000Z")
 	}
 	if err := validateArchiveName(arcName); err != nil {
-		return VolumeArchive{}, err
+		return types.VolumeArchive{}, err
 	}
 	v, err := s.volume(ctx, p, project, name)
 	if err != nil {
-		return VolumeArchive{}, err
+		return types.VolumeArchive{}, err
 	}
 	// Refuse before the upload what the record would refuse after it.
 	if !req.Replace {
 		if _, err := s.store.GetArchive(ctx, p.Tenant, project, name, arcName); err == nil {
-			return VolumeArchive{}, fmt.Errorf("archive %q of volume %q exists: archive under another name, or replace it (\"replace\": true, envctl --replace): %w", arcName, name, errdefs.ErrAlreadyExists)
+			return types.VolumeArchive{}, fmt.Errorf("archive %q of volume %q exists: archive under another name, or replace it (\"replace\": true, envctl --replace): %w", arcName, name, errdefs.ErrAlreadyExists)
 		} else if !errors.Is(err, errdefs.ErrNotFound) {
-			return VolumeArchive{}, err
+			return types.VolumeArchive{}, err
 		}
 	}
 	key := archiveKey(p.Tenant, project, name, arcName)
 	info, err := s.cfg.Volumes.Archive(ctx, volumeOwner(p.Tenant, project), toSpec(v), s.cfg.Objects, key)
 	if err != nil {
-		return VolumeArchive{}, fmt.Errorf("archive volume %q: %w", name, err)
+		return types.VolumeArchive{}, fmt.Errorf("archive volume %q: %w", name, err)
 	}
 	rec, replaced, err := s.store.PutArchive(ctx, versions.Archive{Tenant: p.Tenant, Project: project, Volume: name,
 		Name: arcName, Key: key, SizeBytes: info.Bytes, Files: info.Files, Node: s.cfg.Node}, req.Replace)
 	if err != nil {
 		s.deleteArchiveObject(ctx, key)
-		return VolumeArchive{}, fmt.Errorf("archive volume %q: %w", name, err)
+		return types.VolumeArchive{}, fmt.Errorf("archive volume %q: %w", name, err)
 	}
 	if replaced != "" {
 		s.deleteArchiveObject(ctx, replaced)
@@ -275,40 +277,40 @@ func (s *Service) ArchiveVolume(ctx context.Context, p Principal, project, name 
 // resolved through the archive records only: any other key, another
 // tenant's included, is ErrNotFound. Refused while the project has live
 // instances on this node.
-func (s *Service) RestoreVolume(ctx context.Context, p Principal, project, name string, req VolumeArchiveRequest) (Volume, error) {
+func (s *Service) RestoreVolume(ctx context.Context, p types.Principal, project, name string, req types.VolumeArchiveRequest) (types.Volume, error) {
 	if (req.Key == "") == (req.Name == "") {
-		return Volume{}, fmt.Errorf("give the archive's name or its key, one of them: %w", errdefs.ErrInvalidArgument)
+		return types.Volume{}, fmt.Errorf("give the archive's name or its key, one of them: %w", errdefs.ErrInvalidArgument)
 	}
 	if req.Replace {
-		return Volume{}, fmt.Errorf("replace: only for archive: %w", errdefs.ErrInvalidArgument)
+		return types.Volume{}, fmt.Errorf("replace: only for archive: %w", errdefs.ErrInvalidArgument)
 	}
 	v, err := s.volume(ctx, p, project, name)
 	if err != nil {
-		return Volume{}, err
+		return types.Volume{}, err
 	}
 	var arc versions.Archive
 	if req.Name != "" {
 		if err := validateArchiveName(req.Name); err != nil {
-			return Volume{}, err
+			return types.Volume{}, err
 		}
 		arc, err = s.store.GetArchive(ctx, p.Tenant, project, name, req.Name)
 	} else {
 		arc, err = s.store.GetArchiveByKey(ctx, p.Tenant, project, req.Key)
 	}
 	if err != nil {
-		return Volume{}, err
+		return types.Volume{}, err
 	}
 	live, err := s.liveInstances(ctx, p.Tenant, project)
 	if err != nil {
-		return Volume{}, err
+		return types.Volume{}, err
 	}
 	for _, in := range live {
 		if in.Node == s.cfg.Node {
-			return Volume{}, fmt.Errorf("instance %s of project %q uses the volume on this node: remove it first: %w", in.ID, project, errdefs.ErrFailedPrecondition)
+			return types.Volume{}, fmt.Errorf("instance %s of project %q uses the volume on this node: remove it first: %w", in.ID, project, errdefs.ErrFailedPrecondition)
 		}
 	}
 	if err := s.cfg.Volumes.Restore(ctx, volumeOwner(p.Tenant, project), toSpec(v), s.cfg.Objects, arc.Key); err != nil {
-		return Volume{}, fmt.Errorf("restore volume %q from archive %q: %w", name, arc.Name, err)
+		return types.Volume{}, fmt.Errorf("restore volume %q from archive %q: %w", name, arc.Name, err)
 	}
 	if u, err := s.cfg.Volumes.Usage(ctx, volumeOwner(p.Tenant, project), toSpec(v)); err == nil {
 		v.UsedBytes, v.SizeBytes = u.UsedBytes, u.SizeBytes

@@ -8,8 +8,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/internal/atomicfile"
-	"github.com/envd-dev/envd/internal/errdefs"
 )
 
 // Credential is a user name and password for HTTP Basic authentication to

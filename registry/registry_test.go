@@ -7,7 +7,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
-	"github.com/envd-dev/envd/internal/syncbuf"
 	"io"
 	"net/http"
 	"os"
@@ -19,9 +18,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envd-dev/envd/internal/syncbuf"
+
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/sirupsen/logrus"
@@ -29,7 +30,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/errdefs"
 )
 
 // startRegistry runs an embedded registry on a free port for the test.

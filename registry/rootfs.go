@@ -19,7 +19,7 @@ import (
 	"github.com/klauspost/compress/gzip"
 	"golang.org/x/sys/unix"
 
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/internal/rootfstar"
 )
 

@@ -2,11 +2,12 @@ package runtime
 
 import (
 	"context"
-	"github.com/envd-dev/envd/internal/syncbuf"
 	"io"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/envd-dev/envd/internal/syncbuf"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/errdefs"
 )
 
 // NetworkPolicy is what an instance may connect to. Terms:

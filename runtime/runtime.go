@@ -13,7 +13,7 @@
 //     container and snapshot; Remove deletes everything.
 //
 // Callers serialize operations on one instance ID; operations on different IDs
-// may run concurrently. Errors carry envd's kinds (internal/errdefs):
+// may run concurrently. Errors carry envd's kinds (api/errdefs):
 // ErrNotFound for an unknown instance or image, ErrAlreadyExists for a taken
 // ID, ErrFailedPrecondition for an instance in the wrong state,
 // ErrInvalidArgument for a bad spec, ErrUnavailable when containerd is down.
@@ -51,7 +51,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/errdefs"
 )
 
 // snapshotter is the containerd snapshotter instances' writable layers use.

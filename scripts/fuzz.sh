@@ -14,9 +14,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # package target executions
 targets=(
-	"./internal/rootfstar FuzzCopy 20000x"
+	"./internal/rootfstar FuzzCopy 100000x"
 	"./workspace FuzzParseSpec 200000x"
-	"./workspace FuzzParseSize 300000x"
+	"./api/types FuzzParseSize 200000x"
 	"./builder FuzzCheck 250000x"
 	"./api FuzzDecodeJSON 8000x"
 	"./api FuzzRoutes 15000x"

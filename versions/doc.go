@@ -26,7 +26,7 @@
 //   - operation: a long-running job; state pending -> running -> succeeded,
 //     failed or canceled (terminal). Its events are numbered 1..N without gaps.
 //
-// Errors carry the kinds of internal/errdefs (ErrNotFound, ErrAlreadyExists,
+// Errors carry the kinds of api/errdefs (ErrNotFound, ErrAlreadyExists,
 // ErrConflict, ErrStaleGeneration, ErrFailedPrecondition, ErrUnavailable...);
 // pgx and PostgreSQL errors are translated here and go no further (their text
 // is kept in the message, never in the chain).

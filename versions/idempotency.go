@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/errdefs"
 )
 
 // Claim is the outcome of claiming an idempotency key.

@@ -26,7 +26,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/types"
+
+	"github.com/envd-dev/envd/api/errdefs"
 )
 
 const (
@@ -92,7 +94,7 @@ func ParseSpec(s string) (Spec, error) {
 	spec.Name, spec.Path = parts[0], parts[1]
 	spec.SizeBytes = DefaultSize
 	if size != "" {
-		n, err := ParseSize(size)
+		n, err := types.ParseSize(size)
 		if err != nil {
 			return Spec{}, fmt.Errorf("volume %q: %w", s, err)
 		}
@@ -110,22 +112,6 @@ func parseID(s string) (int, error) {
 		return 0, fmt.Errorf("%q is not a numeric id: %w", s, errdefs.ErrInvalidArgument)
 	}
 	return int(n), nil
-}
-
-// ParseSize parses a byte count with an optional binary suffix: "1073741824",
-// "512M", "2G", "2Gi", "2GiB", "1T".
-func ParseSize(s string) (int64, error) {
-	num := strings.TrimRight(s, "KMGTiBkmgtb")
-	suffix := strings.ToUpper(s[len(num):])
-	suffix = strings.TrimSuffix(suffix, "B")
-	suffix = strings.TrimSuffix(suffix, "I")
-	shift := map[string]uint{"": 0, "K": 10, "M": 20, "G": 30, "T": 40}
-	sh, ok := shift[suffix]
-	n, err := strconv.ParseInt(num, 10, 64)
-	if !ok || err != nil || n < 0 || (sh > 0 && n > (1<<62)>>sh) {
-		return 0, fmt.Errorf("size %q: want bytes or a number with K, M, G or T: %w", s, errdefs.ErrInvalidArgument)
-	}
-	return n << sh, nil
 }
 
 // Validate checks the name grammar, the mount path rules, the ids, the

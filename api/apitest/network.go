@@ -3,15 +3,15 @@ package apitest
 import (
 	"context"
 
-	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/api/types"
 )
 
 // SetProjectNetwork answers the project with the policy (egress "" as
 // "open").
-func (c *Core) SetProjectNetwork(ctx context.Context, p envd.Principal, project string, n envd.ProjectNetwork) (envd.Project, error) {
+func (c *Core) SetProjectNetwork(ctx context.Context, p types.Principal, project string, n types.ProjectNetwork) (types.Project, error) {
 	c.record("SetProjectNetwork", p, project, n)
 	if n.Egress == "" {
 		n.Egress = "open"
 	}
-	return envd.Project{Name: project, Current: 1, Egress: n.Egress, IsolateInstances: n.IsolateInstances, CreatedAt: Epoch}, nil
+	return types.Project{Name: project, Current: 1, Egress: n.Egress, IsolateInstances: n.IsolateInstances, CreatedAt: Epoch}, nil
 }

@@ -5,17 +5,16 @@ import (
 	"io"
 	"sort"
 
-	"github.com/spf13/cobra"
+	"github.com/envd-dev/envd/api/types"
 
-	"github.com/envd-dev/envd/envd"
-	"github.com/envd-dev/envd/workspace"
+	"github.com/spf13/cobra"
 )
 
 func (a *app) adminCommand() *cobra.Command {
 	token := a.adminTokenCommand() // tokens.go
 
 	var (
-		q      envd.Quota
+		q      types.Quota
 		stored string
 		ql     quotaLimitFlags
 	)
@@ -39,7 +38,7 @@ quota_exceeded (HTTP 507) and the numbers.`,
 				return err
 			}
 			if stored != "" {
-				if q.MaxStoredBytes, err = workspace.ParseSize(stored); err != nil {
+				if q.MaxStoredBytes, err = types.ParseSize(stored); err != nil {
 					return usageError{fmt.Errorf("--max-stored: %w", err)}
 				}
 			}
@@ -93,7 +92,7 @@ func limit(n int64, format func(int64) string) string {
 
 func count(n int64) string { return fmt.Sprint(n) }
 
-func quotaRows(w io.Writer, q envd.Quota) {
+func quotaRows(w io.Writer, q types.Quota) {
 	row(w, "MAX INSTANCES:", limit(int64(q.MaxInstances), count))
 	row(w, "MAX VERSIONS:", limit(int64(q.MaxVersions), count))
 	row(w, "MAX STORED:", limit(q.MaxStoredBytes, formatBytes))
@@ -101,7 +100,7 @@ func quotaRows(w io.Writer, q envd.Quota) {
 	quotaLimitRows(w, q)
 }
 
-func usageRows(w io.Writer, u envd.Usage) {
+func usageRows(w io.Writer, u types.Usage) {
 	row(w, "TENANT:", u.Tenant)
 	row(w, "INSTANCES:", fmt.Sprintf("%d of %s", u.Instances, limit(int64(u.Quota.MaxInstances), count)))
 	row(w, "STORED:", fmt.Sprintf("%s of %s (versions %s, volumes %s, writable layers %s)", formatBytes(u.StoredBytes),

@@ -7,15 +7,16 @@ import (
 	"os"
 	"strings"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/spf13/cobra"
 
 	"github.com/envd-dev/envd/client"
-	"github.com/envd-dev/envd/envd"
 )
 
 func (a *app) buildCommand() *cobra.Command {
 	var (
-		req      envd.BuildRequest
+		req      types.BuildRequest
 		file     string
 		apt, apk []string
 		validate []string
@@ -50,7 +51,7 @@ current (--switch lost to another change of current).`,
 			}
 			op, err := c.Build(cmd.Context(), args[0], req, client.WithIdempotencyKey(key))
 			return runOperation(a, cmd, c, "build", op, err, noWait, buildRows,
-				func(r envd.BuildResult) bool { return r.Conflict })
+				func(r types.BuildResult) bool { return r.Conflict })
 		},
 	}
 	f := cmd.Flags()
@@ -66,7 +67,7 @@ current (--switch lost to another change of current).`,
 }
 
 // buildRequest fills req from -f or from the package flags (not both).
-func buildRequest(cmd *cobra.Command, req *envd.BuildRequest, file string, apt, apk, validate []string) error {
+func buildRequest(cmd *cobra.Command, req *types.BuildRequest, file string, apt, apk, validate []string) error {
 	if file != "" {
 		if len(apt)+len(apk) > 0 {
 			return usageError{fmt.Errorf("-f and --apt/--apk: give one of them")}
@@ -108,7 +109,7 @@ func buildRequest(cmd *cobra.Command, req *envd.BuildRequest, file string, apt, 
 	return nil
 }
 
-func buildRows(w io.Writer, r envd.BuildResult) {
+func buildRows(w io.Writer, r types.BuildResult) {
 	row(w, "PROJECT:", r.Project)
 	row(w, "VERSION:", r.Version)
 	row(w, "FROM:", r.From)
@@ -123,7 +124,7 @@ func buildRows(w io.Writer, r envd.BuildResult) {
 
 func (a *app) migrateCommand() *cobra.Command {
 	var (
-		req      envd.MigrateRequest
+		req      types.MigrateRequest
 		validate []string
 		noWait   bool
 		key      string
@@ -155,7 +156,7 @@ NOT current (--switch lost to another change of current).`,
 			}
 			op, err := c.Migrate(cmd.Context(), args[0], req, client.WithIdempotencyKey(key))
 			return runOperation(a, cmd, c, "migrate", op, err, noWait, migrateRows,
-				func(r envd.MigrateResult) bool { return r.Conflict })
+				func(r types.MigrateResult) bool { return r.Conflict })
 		},
 	}
 	f := cmd.Flags()
@@ -167,7 +168,7 @@ NOT current (--switch lost to another change of current).`,
 	return cmd
 }
 
-func migrateRows(w io.Writer, r envd.MigrateResult) {
+func migrateRows(w io.Writer, r types.MigrateResult) {
 	row(w, "PROJECT:", r.Project)
 	row(w, "VERSION:", fmt.Sprintf("%d (from %d)", r.Version, r.From))
 	row(w, "BASE:", r.OldBase+" -> "+r.NewBase)

@@ -16,13 +16,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/envd-dev/envd/api"
 	"github.com/envd-dev/envd/api/apitest"
-	"github.com/envd-dev/envd/envd"
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/errdefs"
 )
 
 // envctlBin is the envctl binary built for the tests.
@@ -97,7 +98,7 @@ func TestUp(t *testing.T) {
 	assert.Equal(t, "Running", inst["state"])
 	assert.Equal(t, float64(3), inst["version"])
 	call, _ := core.LastCall("CreateInstance")
-	assert.Equal(t, []any{"web", envd.CreateInstanceRequest{Version: 3, TTL: "2h", Retain: true}, ""}, call.Args)
+	assert.Equal(t, []any{"web", types.CreateInstanceRequest{Version: 3, TTL: "2h", Retain: true}, ""}, call.Args)
 
 	r = envctl(t, env, nil, "up", "web")
 	require.Equal(t, 0, r.code, r.stderr)
@@ -110,11 +111,11 @@ func TestUp(t *testing.T) {
 func TestExecPassesExitCodeThrough(t *testing.T) {
 	t.Parallel()
 	core, env := server(t, func(core *apitest.Core) {
-		core.ExecFunc = func(_ context.Context, id string, req envd.ExecRequest) (envd.ExecResult, error) {
+		core.ExecFunc = func(_ context.Context, id string, req types.ExecRequest) (types.ExecResult, error) {
 			if req.Args[0] == "true" {
-				return envd.ExecResult{}, nil
+				return types.ExecResult{}, nil
 			}
-			return envd.ExecResult{ExitCode: 7, Stdout: "out:" + req.Stdin, Stderr: "err\n"}, nil
+			return types.ExecResult{ExitCode: 7, Stdout: "out:" + req.Stdin, Stderr: "err\n"}, nil
 		}
 	})
 	r := envctl(t, env, strings.NewReader("piped"), "exec", "i-1", "--env", "A=1", "--cwd", "/w", "--", "sh", "-c", "exit 7")
@@ -122,7 +123,7 @@ func TestExecPassesExitCodeThrough(t *testing.T) {
 	assert.Equal(t, "out:piped", r.stdout)
 	assert.Equal(t, "err\n", r.stderr)
 	call, _ := core.LastCall("Exec")
-	assert.Equal(t, []any{"i-1", envd.ExecRequest{Args: []string{"sh", "-c", "exit 7"}, Env: []string{"A=1"}, Cwd: "/w", Stdin: "piped"}}, call.Args)
+	assert.Equal(t, []any{"i-1", types.ExecRequest{Args: []string{"sh", "-c", "exit 7"}, Env: []string{"A=1"}, Cwd: "/w", Stdin: "piped"}}, call.Args)
 
 	r = envctl(t, env, nil, "exec", "i-1", "--", "true")
 	assert.Equal(t, 0, r.code, r.stderr)
@@ -130,18 +131,18 @@ func TestExecPassesExitCodeThrough(t *testing.T) {
 
 // finishedSave makes Save return an operation that has events and
 // finishes shortly.
-func finishedSave(state string, res envd.SaveResult, opErr *envd.OpError) func(*apitest.Core) {
+func finishedSave(state string, res types.SaveResult, opErr *types.OpError) func(*apitest.Core) {
 	return func(core *apitest.Core) { saveFunc(core, state, res, opErr) }
 }
 
-func saveFunc(core *apitest.Core, state string, res envd.SaveResult, opErr *envd.OpError) {
-	core.SaveFunc = func(_ context.Context, id string, _ envd.SaveRequest, _ string) (envd.Operation, error) {
+func saveFunc(core *apitest.Core, state string, res types.SaveResult, opErr *types.OpError) {
+	core.SaveFunc = func(_ context.Context, id string, _ types.SaveRequest, _ string) (types.Operation, error) {
 		op := core.NewOperation("save", id)
 		core.AppendEvent(op.ID, "freeze", "froze the instance")
 		core.AppendEvent(op.ID, "push", "pushed the layer")
 		go func() {
 			time.Sleep(20 * time.Millisecond)
-			if state == envd.OpSucceeded {
+			if state == types.OpSucceeded {
 				core.Finish(op.ID, state, res, nil)
 			} else {
 				core.Finish(op.ID, state, nil, opErr)
@@ -153,7 +154,7 @@ func saveFunc(core *apitest.Core, state string, res envd.SaveResult, opErr *envd
 
 func TestSave(t *testing.T) {
 	t.Parallel()
-	core, env := server(t, finishedSave(envd.OpSucceeded, envd.SaveResult{Project: "web", Version: 4, Current: true, TotalMS: 1200}, nil))
+	core, env := server(t, finishedSave(types.OpSucceeded, types.SaveResult{Project: "web", Version: 4, Current: true, TotalMS: 1200}, nil))
 
 	r := envctl(t, env, nil, "-o", "json", "save", "i-1", "-m", "graphviz", "--expected", "3", "--idempotency-key", "k1")
 	require.Equal(t, 0, r.code, r.stderr)
@@ -168,7 +169,7 @@ func TestSave(t *testing.T) {
 	assert.Contains(t, r.stderr, "freeze: froze the instance\npush: pushed the layer\n")
 	three := 3
 	call, _ := core.LastCall("Save")
-	assert.Equal(t, []any{"i-1", envd.SaveRequest{Message: "graphviz", ExpectedCurrent: &three}, "k1"}, call.Args)
+	assert.Equal(t, []any{"i-1", types.SaveRequest{Message: "graphviz", ExpectedCurrent: &three}, "k1"}, call.Args)
 
 	r = envctl(t, env, nil, "save", "i-1")
 	require.Equal(t, 0, r.code, r.stderr)
@@ -178,10 +179,10 @@ func TestSave(t *testing.T) {
 
 func TestSaveConflictExitsThree(t *testing.T) {
 	t.Parallel()
-	_, env := server(t, finishedSave(envd.OpSucceeded, envd.SaveResult{Project: "web", Version: 4, Conflict: true, Expected: 2}, nil),
+	_, env := server(t, finishedSave(types.OpSucceeded, types.SaveResult{Project: "web", Version: 4, Conflict: true, Expected: 2}, nil),
 		func(core *apitest.Core) {
-			core.GetProjectFunc = func(_ context.Context, name string) (envd.Project, error) {
-				return envd.Project{Name: name, Current: 5}, nil
+			core.GetProjectFunc = func(_ context.Context, name string) (types.Project, error) {
+				return types.Project{Name: name, Current: 5}, nil
 			}
 		})
 	r := envctl(t, env, nil, "save", "i-1")
@@ -195,7 +196,7 @@ func TestSaveConflictExitsThree(t *testing.T) {
 
 func TestSaveFailureExitsOne(t *testing.T) {
 	t.Parallel()
-	_, env := server(t, finishedSave(envd.OpFailed, envd.SaveResult{}, &envd.OpError{Code: "unavailable", Message: "registry down"}))
+	_, env := server(t, finishedSave(types.OpFailed, types.SaveResult{}, &types.OpError{Code: "unavailable", Message: "registry down"}))
 	r := envctl(t, env, nil, "save", "i-1")
 	assert.Equal(t, 1, r.code)
 	assert.Contains(t, r.stderr, "envctl: save op-1 failed: registry down (unavailable)")
@@ -206,10 +207,10 @@ func TestSaveNoWait(t *testing.T) {
 	_, env := server(t)
 	r := envctl(t, env, nil, "-o", "json", "save", "i-1", "--no-wait")
 	require.Equal(t, 0, r.code, r.stderr)
-	var op envd.Operation
+	var op types.Operation
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &op))
 	assert.Equal(t, "op-1", op.ID)
-	assert.Equal(t, envd.OpRunning, op.State)
+	assert.Equal(t, types.OpRunning, op.State)
 }
 
 func TestUpNoWaitIsARestoreOperation(t *testing.T) {
@@ -217,12 +218,12 @@ func TestUpNoWaitIsARestoreOperation(t *testing.T) {
 	core, env := server(t)
 	r := envctl(t, env, nil, "-o", "json", "up", "web", "--version", "2", "--no-wait")
 	require.Equal(t, 0, r.code, r.stderr)
-	var op envd.Operation
+	var op types.Operation
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &op))
 	assert.Equal(t, "restore", op.Kind)
 	call, ok := core.LastCall("Restore")
 	require.True(t, ok)
-	assert.Equal(t, []any{"web", envd.CreateInstanceRequest{Version: 2}, ""}, call.Args)
+	assert.Equal(t, []any{"web", types.CreateInstanceRequest{Version: 2}, ""}, call.Args)
 }
 
 func TestRetentionAndGC(t *testing.T) {
@@ -233,14 +234,14 @@ func TestRetentionAndGC(t *testing.T) {
 	assert.Contains(t, r.stdout, "the newest 3 and those newer than 720h")
 	call, ok := core.LastCall("SetRetention")
 	require.True(t, ok)
-	assert.Equal(t, []any{"web", envd.Retention{KeepLast: 3, KeepNewerThan: "720h"}}, call.Args)
+	assert.Equal(t, []any{"web", types.Retention{KeepLast: 3, KeepNewerThan: "720h"}}, call.Args)
 
-	core.GCFunc = func(_ context.Context, req envd.GCRequest, _ string) (envd.Operation, error) {
+	core.GCFunc = func(_ context.Context, req types.GCRequest, _ string) (types.Operation, error) {
 		op := core.NewOperation("gc", "registry")
 		go func() {
 			time.Sleep(20 * time.Millisecond)
-			core.Finish(op.ID, envd.OpSucceeded, envd.GCResult{DryRun: req.DryRun,
-				Versions: []envd.GCVersion{{Tenant: "t1", Project: "web", Version: 2, SizeBytes: 2 << 20}},
+			core.Finish(op.ID, types.OpSucceeded, types.GCResult{DryRun: req.DryRun,
+				Versions: []types.GCVersion{{Tenant: "t1", Project: "web", Version: 2, SizeBytes: 2 << 20}},
 				Swept:    true, BlobsBefore: 9, BlobsAfter: 4, BytesBefore: 10 << 20, BytesAfter: 8 << 20}, nil)
 		}()
 		return op, nil
@@ -250,11 +251,11 @@ func TestRetentionAndGC(t *testing.T) {
 	assert.Contains(t, r.stdout, "web")
 	assert.Contains(t, r.stdout, "registry: 9 -> 4 blobs")
 	call, _ = core.LastCall("GC")
-	assert.Equal(t, envd.GCRequest{}, call.Args[0])
+	assert.Equal(t, types.GCRequest{}, call.Args[0])
 
 	r = envctl(t, env, nil, "-o", "json", "gc", "--dry-run")
 	require.Equal(t, 0, r.code, r.stderr)
-	var res envd.GCResult
+	var res types.GCResult
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &res))
 	assert.True(t, res.DryRun)
 	assert.Len(t, res.Versions, 1)
@@ -267,7 +268,7 @@ func TestAdminQuotaAndUsage(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	call, ok := core.LastCall("SetQuota")
 	require.True(t, ok)
-	assert.Equal(t, []any{"t2", envd.Quota{MaxInstances: 3, MaxStoredBytes: 2 << 30, MaxTTL: "8h"}}, call.Args)
+	assert.Equal(t, []any{"t2", types.Quota{MaxInstances: 3, MaxStoredBytes: 2 << 30, MaxTTL: "8h"}}, call.Args)
 	assert.Contains(t, r.stdout, "no limit", "max versions was not given")
 
 	r = envctl(t, env, nil, "admin", "quota", "t2", "--max-stored", "lots")
@@ -289,14 +290,14 @@ func TestBuildRequests(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	call, ok := core.LastCall("Build")
 	require.True(t, ok)
-	assert.Equal(t, []any{"web", envd.BuildRequest{Manager: "apt", Packages: []string{"tree", "jq=1.6-2.1"},
+	assert.Equal(t, []any{"web", types.BuildRequest{Manager: "apt", Packages: []string{"tree", "jq=1.6-2.1"},
 		Validate: [][]string{{"tree", "--version"}}, Switch: true}, ""}, call.Args)
 
 	spec := `{"manager": "apk", "packages": ["graphviz"], "validate": [["dot", "-V"]]}`
 	r = envctl(t, env, strings.NewReader(spec), "build", "web", "-f", "-", "--from", "2", "--no-wait")
 	require.Equal(t, 0, r.code, r.stderr)
 	call, _ = core.LastCall("Build")
-	assert.Equal(t, envd.BuildRequest{Manager: "apk", Packages: []string{"graphviz"}, Validate: [][]string{{"dot", "-V"}}, From: 2}, call.Args[1])
+	assert.Equal(t, types.BuildRequest{Manager: "apk", Packages: []string{"graphviz"}, Validate: [][]string{{"dot", "-V"}}, From: 2}, call.Args[1])
 
 	r = envctl(t, env, strings.NewReader(`{"manager": "apt", "pkgs": []}`), "build", "web", "-f", "-")
 	assert.Equal(t, 2, r.code, "an unknown field in the spec is a usage error")
@@ -313,7 +314,7 @@ func TestMigrateRequest(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	call, ok := core.LastCall("Migrate")
 	require.True(t, ok)
-	assert.Equal(t, []any{"web", envd.MigrateRequest{Base: "debian-13", Validate: [][]string{{"dot", "-V"}}, Switch: true}, ""}, call.Args)
+	assert.Equal(t, []any{"web", types.MigrateRequest{Base: "debian-13", Validate: [][]string{{"dot", "-V"}}, Switch: true}, ""}, call.Args)
 	r = envctl(t, env, nil, "migrate", "web")
 	assert.Equal(t, 2, r.code, "--base is required")
 }
@@ -321,8 +322,8 @@ func TestMigrateRequest(t *testing.T) {
 func TestNotFoundPrintsCode(t *testing.T) {
 	t.Parallel()
 	_, env := server(t, func(core *apitest.Core) {
-		core.GetInstanceFunc = func(_ context.Context, id string) (envd.Instance, error) {
-			return envd.Instance{}, fmt.Errorf("instance %q: %w", id, errdefs.ErrNotFound)
+		core.GetInstanceFunc = func(_ context.Context, id string) (types.Instance, error) {
+			return types.Instance{}, fmt.Errorf("instance %q: %w", id, errdefs.ErrNotFound)
 		}
 	})
 	r := envctl(t, env, nil, "show", "i-missing")
@@ -409,8 +410,8 @@ func TestImageImportDirectory(t *testing.T) {
 func TestVersionsTable(t *testing.T) {
 	t.Parallel()
 	core, env := server(t, func(core *apitest.Core) {
-		core.ListVersionsFunc = func(_ context.Context, p string) ([]envd.Version, error) {
-			return []envd.Version{
+		core.ListVersionsFunc = func(_ context.Context, p string) ([]types.Version, error) {
+			return []types.Version{
 				{Project: p, Number: 1, Kind: "base", State: "ready", SizeBytes: 2 << 20, CreatedAt: apitest.Epoch},
 				{Project: p, Number: 2, Kind: "snapshot", State: "ready", Current: true, Pinned: true, Message: "graphviz", CreatedAt: apitest.Epoch},
 			}, nil
@@ -428,7 +429,7 @@ func TestVersionsTable(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	two := 2
 	call, _ := core.LastCall("SetCurrent")
-	assert.Equal(t, []any{"web", envd.SetCurrentRequest{Version: 1, ExpectedCurrent: &two}}, call.Args)
+	assert.Equal(t, []any{"web", types.SetCurrentRequest{Version: 1, ExpectedCurrent: &two}}, call.Args)
 
 	// Without --expected, the current version read first is the expectation:
 	// the switch is never a blind write.
@@ -436,7 +437,7 @@ func TestVersionsTable(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	one := 1
 	call, _ = core.LastCall("SetCurrent")
-	assert.Equal(t, []any{"web", envd.SetCurrentRequest{Version: 2, ExpectedCurrent: &one}}, call.Args)
+	assert.Equal(t, []any{"web", types.SetCurrentRequest{Version: 2, ExpectedCurrent: &one}}, call.Args)
 
 	r = envctl(t, env, nil, "-o", "json", "pin", "web", "2")
 	require.Equal(t, 0, r.code, r.stderr)
@@ -450,7 +451,7 @@ func TestOpWatch(t *testing.T) {
 	core.AppendEvent(op.ID, "spool", "spooled")
 	go func() {
 		time.Sleep(30 * time.Millisecond)
-		core.Finish(op.ID, envd.OpCanceled, nil, &envd.OpError{Code: "canceled", Message: "canceled by request"})
+		core.Finish(op.ID, types.OpCanceled, nil, &types.OpError{Code: "canceled", Message: "canceled by request"})
 	}()
 	r := envctl(t, env, nil, "op", "watch", op.ID)
 	assert.Equal(t, 1, r.code)

@@ -6,16 +6,17 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"golang.org/x/term"
 
 	"github.com/envd-dev/envd/client"
-	"github.com/envd-dev/envd/envd"
 )
 
 // execStream runs exec -i/-t: the command's streams connected live to
 // envctl's, the local terminal raw while a remote one is attached.
-func (a *app) execStream(ctx context.Context, c *client.Client, id string, req envd.ExecRequest, stdin, tty bool) error {
-	stdio := envd.Stdio{Stdout: a.stdout, Stderr: a.stderr, TTY: tty}
+func (a *app) execStream(ctx context.Context, c *client.Client, id string, req types.ExecRequest, stdin, tty bool) error {
+	stdio := types.Stdio{Stdout: a.stdout, Stderr: a.stderr, TTY: tty}
 	if stdin {
 		stdio.Stdin = a.stdin
 	}
@@ -27,7 +28,7 @@ func (a *app) execStream(ctx context.Context, c *client.Client, id string, req e
 			}
 			defer func() { _ = term.Restore(in, old) }()
 		}
-		resize := make(chan envd.TermSize, 1)
+		resize := make(chan types.TermSize, 1)
 		stdio.Resize = resize
 		sizeOf := a.terminalSize()
 		if sz, ok := sizeOf(); ok {
@@ -66,19 +67,19 @@ func (a *app) execStream(ctx context.Context, c *client.Client, id string, req e
 
 // terminalSize returns a function reading the local terminal's size from
 // stdout, stdin or stderr, whichever is a terminal.
-func (a *app) terminalSize() func() (envd.TermSize, bool) {
+func (a *app) terminalSize() func() (types.TermSize, bool) {
 	for _, f := range []any{a.stdout, a.stdin, a.stderr} {
 		if fd, ok := terminalFd(f); ok {
-			return func() (envd.TermSize, bool) {
+			return func() (types.TermSize, bool) {
 				w, h, err := term.GetSize(fd)
 				if err != nil || w <= 0 || h <= 0 {
-					return envd.TermSize{}, false
+					return types.TermSize{}, false
 				}
-				return envd.TermSize{Cols: uint16(w), Rows: uint16(h)}, true
+				return types.TermSize{Cols: uint16(w), Rows: uint16(h)}, true
 			}
 		}
 	}
-	return func() (envd.TermSize, bool) { return envd.TermSize{}, false }
+	return func() (types.TermSize, bool) { return types.TermSize{}, false }
 }
 
 func terminalFd(f any) (int, bool) {
@@ -90,7 +91,7 @@ func terminalFd(f any) (int, bool) {
 }
 
 // sendLatest puts sz on ch (buffer one), replacing a size not taken yet.
-func sendLatest(ch chan envd.TermSize, sz envd.TermSize) {
+func sendLatest(ch chan types.TermSize, sz types.TermSize) {
 	for {
 		select {
 		case ch <- sz:

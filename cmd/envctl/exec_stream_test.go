@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"github.com/envd-dev/envd/internal/syncbuf"
 	"io"
 	"os"
 	"os/exec"
@@ -14,12 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/internal/syncbuf"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"github.com/envd-dev/envd/api/apitest"
-	"github.com/envd-dev/envd/envd"
 )
 
 // openPTY returns a new pseudo-terminal's master and its terminal side.
@@ -41,10 +42,10 @@ func openPTY(t *testing.T) (master, tty *os.File) {
 // terminal sizes it gets.
 type miniShell struct {
 	mu    sync.Mutex
-	sizes []envd.TermSize
+	sizes []types.TermSize
 }
 
-func (sh *miniShell) run(ctx context.Context, _ string, _ envd.ExecRequest, stdio envd.Stdio) (int, error) {
+func (sh *miniShell) run(ctx context.Context, _ string, _ types.ExecRequest, stdio types.Stdio) (int, error) {
 	go func() {
 		for sz := range stdio.Resize {
 			sh.mu.Lock()
@@ -76,10 +77,10 @@ func (sh *miniShell) run(ctx context.Context, _ string, _ envd.ExecRequest, stdi
 	}
 }
 
-func (sh *miniShell) Sizes() []envd.TermSize {
+func (sh *miniShell) Sizes() []types.TermSize {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	return append([]envd.TermSize(nil), sh.sizes...)
+	return append([]types.TermSize(nil), sh.sizes...)
 }
 
 // TestExecInteractiveTTY drives envctl exec -it on a pseudo-terminal as a
@@ -111,7 +112,7 @@ func TestExecInteractiveTTY(t *testing.T) {
 
 	waitFor("$ ")
 	require.Eventually(t, func() bool { return len(sh.Sizes()) >= 1 }, 5*time.Second, 10*time.Millisecond)
-	assert.Equal(t, envd.TermSize{Cols: 90, Rows: 30}, sh.Sizes()[0], "the initial size is the local terminal's")
+	assert.Equal(t, types.TermSize{Cols: 90, Rows: 30}, sh.Sizes()[0], "the initial size is the local terminal's")
 	// Raw mode: the local terminal neither echoes nor turns \r into \n.
 	_, err = master.Write([]byte("echo hi\r"))
 	require.NoError(t, err)
@@ -122,7 +123,7 @@ func TestExecInteractiveTTY(t *testing.T) {
 	require.NoError(t, unix.IoctlSetWinsize(int(tty.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: 50, Col: 160}))
 	require.Eventually(t, func() bool {
 		s := sh.Sizes()
-		return len(s) >= 2 && s[len(s)-1] == envd.TermSize{Cols: 160, Rows: 50}
+		return len(s) >= 2 && s[len(s)-1] == types.TermSize{Cols: 160, Rows: 50}
 	}, 5*time.Second, 10*time.Millisecond, "sizes %v", sh.Sizes())
 
 	_, err = master.Write([]byte("exit 5\r"))
@@ -137,13 +138,13 @@ func TestExecInteractiveTTY(t *testing.T) {
 	assert.Equal(t, before.Lflag, after.Lflag, "the terminal is restored")
 	assert.Equal(t, before.Iflag, after.Iflag, "the terminal is restored")
 	call, _ := core.LastCall("ExecStream")
-	assert.Equal(t, []any{"i-1", envd.ExecRequest{Args: []string{"bash", "-l"}}, true}, call.Args)
+	assert.Equal(t, []any{"i-1", types.ExecRequest{Args: []string{"bash", "-l"}}, true}, call.Args)
 }
 
 func TestExecInteractiveStreamsStdin(t *testing.T) {
 	t.Parallel()
 	core, env := server(t, func(core *apitest.Core) {
-		core.ExecStreamFunc = func(_ context.Context, _ string, _ envd.ExecRequest, stdio envd.Stdio) (int, error) {
+		core.ExecStreamFunc = func(_ context.Context, _ string, _ types.ExecRequest, stdio types.Stdio) (int, error) {
 			b, err := io.ReadAll(stdio.Stdin)
 			if err != nil {
 				return -1, err
@@ -159,5 +160,5 @@ func TestExecInteractiveStreamsStdin(t *testing.T) {
 	assert.Equal(t, fmt.Sprintf("got %d bytes", len(big)), r.stdout)
 	assert.Equal(t, "to stderr", r.stderr)
 	call, _ := core.LastCall("ExecStream")
-	assert.Equal(t, []any{"i-1", envd.ExecRequest{Args: []string{"wc", "-c"}}, false}, call.Args)
+	assert.Equal(t, []any{"i-1", types.ExecRequest{Args: []string{"wc", "-c"}}, false}, call.Args)
 }

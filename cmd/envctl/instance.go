@@ -6,15 +6,16 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/spf13/cobra"
 
 	"github.com/envd-dev/envd/client"
-	"github.com/envd-dev/envd/envd"
 )
 
 func (a *app) upCommand() *cobra.Command {
 	var (
-		req    envd.CreateInstanceRequest
+		req    types.CreateInstanceRequest
 		key    string
 		noWait bool
 	)
@@ -60,7 +61,7 @@ const maxStdin = 960 << 10
 
 func (a *app) execCommand() *cobra.Command {
 	var (
-		req                  envd.ExecRequest
+		req                  types.ExecRequest
 		noStdin              bool
 		interactive, withTTY bool
 	)
@@ -117,7 +118,7 @@ command's exit code.`,
 				_, _ = io.WriteString(a.stdout, res.Stdout)
 				_, _ = io.WriteString(a.stderr, res.Stderr)
 				if res.Truncated {
-					fmt.Fprintf(a.stderr, "envctl: output cut at %d bytes\n", envd.MaxExecOutput)
+					fmt.Fprintf(a.stderr, "envctl: output cut at %d bytes\n", types.MaxExecOutput)
 				}
 			}
 			if res.ExitCode != 0 {
@@ -202,18 +203,18 @@ func (a *app) rmCommand() *cobra.Command {
 
 // saveOutput is what save -o json prints.
 type saveOutput struct {
-	ID        string         `json:"id"`
-	State     string         `json:"state"`
-	Project   string         `json:"project,omitempty"`
-	Version   int            `json:"version"`
-	Current   bool           `json:"current"`
-	Conflict  bool           `json:"conflict"`
-	Operation envd.Operation `json:"operation"`
+	ID        string          `json:"id"`
+	State     string          `json:"state"`
+	Project   string          `json:"project,omitempty"`
+	Version   int             `json:"version"`
+	Current   bool            `json:"current"`
+	Conflict  bool            `json:"conflict"`
+	Operation types.Operation `json:"operation"`
 }
 
 func (a *app) saveCommand() *cobra.Command {
 	var (
-		req      envd.SaveRequest
+		req      types.SaveRequest
 		expected int
 		noWait   bool
 		key      string
@@ -252,8 +253,8 @@ Exit codes: 0 saved and current; 1 the save failed or was canceled;
 			if op, err = a.follow(ctx, c, "save", op); err != nil {
 				return err
 			}
-			var res envd.SaveResult
-			if op.State == envd.OpSucceeded {
+			var res types.SaveResult
+			if op.State == types.OpSucceeded {
 				if err := json.Unmarshal(op.Result, &res); err != nil {
 					return fmt.Errorf("save operation %s: decode result: %w", op.ID, err)
 				}
@@ -264,7 +265,7 @@ Exit codes: 0 saved and current; 1 the save failed or was canceled;
 				return err
 			}
 			switch {
-			case op.State != envd.OpSucceeded:
+			case op.State != types.OpSucceeded:
 				return &exitCodeError{code: exitError, err: opFailure("save", op)}
 			case res.Conflict:
 				return &exitCodeError{code: exitConflict}
@@ -279,8 +280,8 @@ Exit codes: 0 saved and current; 1 the save failed or was canceled;
 	return cmd
 }
 
-func (a *app) saveTable(cmd *cobra.Command, w io.Writer, op envd.Operation, res envd.SaveResult) {
-	if op.State != envd.OpSucceeded {
+func (a *app) saveTable(cmd *cobra.Command, w io.Writer, op types.Operation, res types.SaveResult) {
+	if op.State != types.OpSucceeded {
 		row(w, fmt.Sprintf("save %s %s", op.ID, op.State))
 		return
 	}
@@ -301,7 +302,7 @@ func (a *app) saveTable(cmd *cobra.Command, w io.Writer, op envd.Operation, res 
 }
 
 // opFailure describes an operation that did not succeed.
-func opFailure(what string, op envd.Operation) error {
+func opFailure(what string, op types.Operation) error {
 	if op.Error != nil {
 		return fmt.Errorf("%s %s %s: %s (%s)", what, op.ID, op.State, op.Error.Message, op.Error.Code)
 	}

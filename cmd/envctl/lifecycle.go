@@ -4,14 +4,15 @@ import (
 	"context"
 	"io"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/spf13/cobra"
 
 	"github.com/envd-dev/envd/client"
-	"github.com/envd-dev/envd/envd"
 )
 
 // lifecycleCommand is one instance verb: stop, start, pause or resume.
-func (a *app) lifecycleCommand(use, short string, verb func(*client.Client, context.Context, string) (envd.Instance, error)) *cobra.Command {
+func (a *app) lifecycleCommand(use, short string, verb func(*client.Client, context.Context, string) (types.Instance, error)) *cobra.Command {
 	return &cobra.Command{
 		Use:   use + " INSTANCE",
 		Short: short,

@@ -8,12 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/envd-dev/envd/api/apitest"
-	"github.com/envd-dev/envd/envd"
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/errdefs"
 )
 
 func TestLifecycleVerbs(t *testing.T) {
@@ -35,7 +36,7 @@ func TestLifecycleVerbs(t *testing.T) {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			r := envctl(t, env, nil, append([]string{"-o", "json"}, tc.args...)...)
 			require.Equal(t, 0, r.code, r.stderr)
-			var in envd.Instance
+			var in types.Instance
 			require.NoError(t, json.Unmarshal([]byte(r.stdout), &in), r.stdout)
 			assert.Equal(t, tc.state, in.State)
 			call, ok := core.LastCall(tc.call)
@@ -55,8 +56,8 @@ func TestLifecycleVerbs(t *testing.T) {
 func TestIllegalTransitionShowsState(t *testing.T) {
 	t.Parallel()
 	_, env := server(t, func(core *apitest.Core) {
-		core.ResumeInstanceFunc = func(_ context.Context, id string) (envd.Instance, error) {
-			return envd.Instance{}, errdefs.WithDetails(fmt.Errorf("instance %q is Running, resume needs Paused: %w", id, errdefs.ErrFailedPrecondition),
+		core.ResumeInstanceFunc = func(_ context.Context, id string) (types.Instance, error) {
+			return types.Instance{}, errdefs.WithDetails(fmt.Errorf("instance %q is Running, resume needs Paused: %w", id, errdefs.ErrFailedPrecondition),
 				map[string]any{"state": "Running"})
 		}
 	})
@@ -71,20 +72,20 @@ func TestIdempotencyKeyFlags(t *testing.T) {
 	r := envctl(t, env, nil, "up", "web", "--idempotency-key", "k-up")
 	require.Equal(t, 0, r.code, r.stderr)
 	call, _ := core.LastCall("CreateInstance")
-	assert.Equal(t, []any{"web", envd.CreateInstanceRequest{}, "k-up"}, call.Args)
+	assert.Equal(t, []any{"web", types.CreateInstanceRequest{}, "k-up"}, call.Args)
 
 	r = envctl(t, env, nil, "project", "create", "web", "--base", "busybox", "--idempotency-key", "k-p")
 	require.Equal(t, 0, r.code, r.stderr)
 	call, _ = core.LastCall("CreateProject")
-	assert.Equal(t, []any{envd.CreateProjectRequest{Name: "web", Base: "busybox"}, "k-p"}, call.Args)
+	assert.Equal(t, []any{types.CreateProjectRequest{Name: "web", Base: "busybox"}, "k-p"}, call.Args)
 }
 
 func TestShowPrintsAddressAndExpiry(t *testing.T) {
 	t.Parallel()
 	expires := time.Now().Add(2 * time.Hour)
 	_, env := server(t, func(core *apitest.Core) {
-		core.GetInstanceFunc = func(_ context.Context, id string) (envd.Instance, error) {
-			return envd.Instance{ID: id, Project: "web", State: "Running", Address: "10.88.0.7", ExpiresAt: &expires}, nil
+		core.GetInstanceFunc = func(_ context.Context, id string) (types.Instance, error) {
+			return types.Instance{ID: id, Project: "web", State: "Running", Address: "10.88.0.7", ExpiresAt: &expires}, nil
 		}
 	})
 	r := envctl(t, env, nil, "show", "i-1")

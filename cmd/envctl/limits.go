@@ -6,11 +6,10 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-
-	"github.com/envd-dev/envd/envd"
-	"github.com/envd-dev/envd/workspace"
 )
 
 // limitFlags are the resource-limit flags of "project create" and
@@ -34,17 +33,17 @@ func (f *limitFlags) add(fs *pflag.FlagSet) {
 }
 
 // limits returns the limits the flags set; set is false when none was given.
-func (f *limitFlags) limits(fs *pflag.FlagSet) (l envd.Limits, set bool, err error) {
+func (f *limitFlags) limits(fs *pflag.FlagSet) (l types.Limits, set bool, err error) {
 	for _, n := range []string{"memory", "pids", "cpus", "cpu-weight", "io-weight", "disk", "allow-privilege-escalation"} {
 		set = set || fs.Changed(n)
 	}
 	if f.memory != "" {
-		if l.MemoryBytes, err = workspace.ParseSize(f.memory); err != nil {
+		if l.MemoryBytes, err = types.ParseSize(f.memory); err != nil {
 			return l, set, usageError{fmt.Errorf("--memory: %w", err)}
 		}
 	}
 	if f.disk != "" {
-		if l.DiskBytes, err = workspace.ParseSize(f.disk); err != nil {
+		if l.DiskBytes, err = types.ParseSize(f.disk); err != nil {
 			return l, set, usageError{fmt.Errorf("--disk: %w", err)}
 		}
 	}
@@ -88,7 +87,7 @@ limits they started with ("envctl show" lists them).`,
 }
 
 // limitsText renders limits on one line; "-" when none is set.
-func limitsText(l *envd.Limits) string {
+func limitsText(l *types.Limits) string {
 	if l == nil {
 		return "-"
 	}
@@ -123,28 +122,28 @@ func limitsText(l *envd.Limits) string {
 // quotaLimitFlags are the limit-maxima flags of "admin quota".
 type quotaLimitFlags struct{ memory, disk string }
 
-func (f *quotaLimitFlags) add(fs *pflag.FlagSet, q *envd.Quota) {
+func (f *quotaLimitFlags) add(fs *pflag.FlagSet, q *types.Quota) {
 	fs.StringVar(&f.memory, "max-memory", "", "largest memory limit of one instance, e.g. 8G")
 	fs.Int64Var(&q.MaxPids, "max-pids", 0, "largest pids limit of one instance")
 	fs.Float64Var(&q.MaxCPUs, "max-cpus", 0, "largest CPU quota of one instance, in cores")
 	fs.StringVar(&f.disk, "max-disk", "", "largest writable layer of one instance, e.g. 50G")
 }
 
-func (f *quotaLimitFlags) apply(q *envd.Quota) (err error) {
+func (f *quotaLimitFlags) apply(q *types.Quota) (err error) {
 	if f.memory != "" {
-		if q.MaxMemoryBytes, err = workspace.ParseSize(f.memory); err != nil {
+		if q.MaxMemoryBytes, err = types.ParseSize(f.memory); err != nil {
 			return usageError{fmt.Errorf("--max-memory: %w", err)}
 		}
 	}
 	if f.disk != "" {
-		if q.MaxDiskBytes, err = workspace.ParseSize(f.disk); err != nil {
+		if q.MaxDiskBytes, err = types.ParseSize(f.disk); err != nil {
 			return usageError{fmt.Errorf("--max-disk: %w", err)}
 		}
 	}
 	return nil
 }
 
-func quotaLimitRows(w io.Writer, q envd.Quota) {
+func quotaLimitRows(w io.Writer, q types.Quota) {
 	row(w, "MAX MEMORY:", limit(q.MaxMemoryBytes, formatBytes))
 	row(w, "MAX PIDS:", limit(q.MaxPids, count))
 	cpus := "-"

@@ -3,10 +3,10 @@ package main
 import (
 	"testing"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/envd-dev/envd/envd"
 )
 
 func TestLimitFlags(t *testing.T) {
@@ -18,19 +18,19 @@ func TestLimitFlags(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	call, ok := core.LastCall("CreateProject")
 	require.True(t, ok)
-	req := call.Args[0].(envd.CreateProjectRequest)
-	assert.Equal(t, &envd.Limits{MemoryBytes: 2 << 30, Pids: 512, CPUs: 1.5, CPUWeight: 200, IOWeight: 300, DiskBytes: 10 << 30}, req.Limits)
+	req := call.Args[0].(types.CreateProjectRequest)
+	assert.Equal(t, &types.Limits{MemoryBytes: 2 << 30, Pids: 512, CPUs: 1.5, CPUWeight: 200, IOWeight: 300, DiskBytes: 10 << 30}, req.Limits)
 
 	r = envctl(t, env, nil, "project", "create", "plain", "--base", "busybox")
 	require.Equal(t, 0, r.code, r.stderr)
 	call, _ = core.LastCall("CreateProject")
-	assert.Nil(t, call.Args[0].(envd.CreateProjectRequest).Limits, "no flag: the node's defaults")
+	assert.Nil(t, call.Args[0].(types.CreateProjectRequest).Limits, "no flag: the node's defaults")
 
 	r = envctl(t, env, nil, "project", "limits", "web", "--memory", "1G", "--allow-privilege-escalation")
 	require.Equal(t, 0, r.code, r.stderr)
 	call, ok = core.LastCall("SetProjectLimits")
 	require.True(t, ok)
-	assert.Equal(t, []any{"web", envd.Limits{MemoryBytes: 1 << 30, AllowPrivilegeEscalation: true}}, call.Args)
+	assert.Equal(t, []any{"web", types.Limits{MemoryBytes: 1 << 30, AllowPrivilegeEscalation: true}}, call.Args)
 	assert.Contains(t, r.stdout, "memory 1.0 GiB")
 
 	r = envctl(t, env, nil, "project", "limits", "web", "--memory", "lots")
@@ -42,6 +42,6 @@ func TestLimitFlags(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	call, ok = core.LastCall("SetQuota")
 	require.True(t, ok)
-	assert.Equal(t, []any{"t3", envd.Quota{MaxMemoryBytes: 8 << 30, MaxPids: 1024, MaxCPUs: 2, MaxDiskBytes: 50 << 30}}, call.Args)
+	assert.Equal(t, []any{"t3", types.Quota{MaxMemoryBytes: 8 << 30, MaxPids: 1024, MaxCPUs: 2, MaxDiskBytes: 50 << 30}}, call.Args)
 	assert.Contains(t, r.stdout, "MAX MEMORY:")
 }

@@ -3,13 +3,13 @@ package main
 import (
 	"io"
 
-	"github.com/spf13/cobra"
+	"github.com/envd-dev/envd/api/types"
 
-	"github.com/envd-dev/envd/envd"
+	"github.com/spf13/cobra"
 )
 
 func (a *app) networkCommand() *cobra.Command {
-	var n envd.ProjectNetwork
+	var n types.ProjectNetwork
 	cmd := &cobra.Command{
 		Use:   "network NAME --egress open|none|allow:CIDR|HOST,... [--isolate-instances]",
 		Short: "Set where a project's instances may connect",

@@ -3,10 +3,10 @@ package main
 import (
 	"testing"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/envd-dev/envd/envd"
 )
 
 func TestProjectNetwork(t *testing.T) {
@@ -16,7 +16,7 @@ func TestProjectNetwork(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	call, ok := core.LastCall("CreateProject")
 	require.True(t, ok)
-	req := call.Args[0].(envd.CreateProjectRequest)
+	req := call.Args[0].(types.CreateProjectRequest)
 	assert.Equal(t, "none", req.Egress)
 	assert.True(t, req.IsolateInstances)
 
@@ -25,5 +25,5 @@ func TestProjectNetwork(t *testing.T) {
 	assert.Contains(t, r.stdout, "allow:10.0.0.0/8,example.org")
 	call, ok = core.LastCall("SetProjectNetwork")
 	require.True(t, ok)
-	assert.Equal(t, []any{"web", envd.ProjectNetwork{Egress: "allow:10.0.0.0/8,example.org"}}, call.Args)
+	assert.Equal(t, []any{"web", types.ProjectNetwork{Egress: "allow:10.0.0.0/8,example.org"}}, call.Args)
 }

@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/spf13/cobra"
 
 	"github.com/envd-dev/envd/client"
-	"github.com/envd-dev/envd/envd"
 )
 
 func (a *app) opCommand() *cobra.Command {
@@ -50,7 +51,7 @@ not cancel the operation.`,
 			if err := a.emit(op, func(w io.Writer) { operationDetail(w, op) }); err != nil {
 				return err
 			}
-			if op.State != envd.OpSucceeded {
+			if op.State != types.OpSucceeded {
 				return &exitCodeError{code: exitError, err: opFailure(op.Kind, op)}
 			}
 			return nil
@@ -77,7 +78,7 @@ not cancel the operation.`,
 
 func (a *app) gcCommand() *cobra.Command {
 	var (
-		req    envd.GCRequest
+		req    types.GCRequest
 		noWait bool
 	)
 	cmd := &cobra.Command{
@@ -103,7 +104,7 @@ what would go and deletes nothing.`,
 	return cmd
 }
 
-func gcTable(w io.Writer, res envd.GCResult) {
+func gcTable(w io.Writer, res types.GCResult) {
 	row(w, "TENANT", "PROJECT", "VERSION", "SIZE")
 	for _, v := range res.Versions {
 		row(w, v.Tenant, v.Project, v.Version, formatBytes(v.SizeBytes))
@@ -118,7 +119,7 @@ func gcTable(w io.Writer, res envd.GCResult) {
 }
 
 // follow waits for op to end, showing its events as progress.
-func (a *app) follow(ctx context.Context, c *client.Client, what string, op envd.Operation) (envd.Operation, error) {
+func (a *app) follow(ctx context.Context, c *client.Client, what string, op types.Operation) (types.Operation, error) {
 	p := a.newProgress()
 	done, err := c.WaitOperation(ctx, op.ID, p.event)
 	p.done()
@@ -132,7 +133,7 @@ func (a *app) follow(ctx context.Context, c *client.Client, what string, op envd
 // start returned them): with noWait it prints the operation; otherwise it
 // follows it, prints its result with rows, and exits 1 if it failed, 3 if
 // conflict (may be nil) says its result lost a compare-and-swap.
-func runOperation[T any](a *app, cmd *cobra.Command, c *client.Client, what string, op envd.Operation, err error,
+func runOperation[T any](a *app, cmd *cobra.Command, c *client.Client, what string, op types.Operation, err error,
 	noWait bool, rows func(io.Writer, T), conflict func(T) bool) error {
 	if err != nil {
 		return err
@@ -143,7 +144,7 @@ func runOperation[T any](a *app, cmd *cobra.Command, c *client.Client, what stri
 	if op, err = a.follow(cmd.Context(), c, what, op); err != nil {
 		return err
 	}
-	if op.State != envd.OpSucceeded {
+	if op.State != types.OpSucceeded {
 		return &exitCodeError{code: exitError, err: opFailure(what, op)}
 	}
 	var res T

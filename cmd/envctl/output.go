@@ -10,7 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/api/types"
 )
 
 // emit prints v as JSON with -o json, else calls table with a tab writer.
@@ -101,21 +101,21 @@ func isTerminal(f any) bool {
 
 // Tables of the envd types.
 
-func imageTable(w io.Writer, imgs ...envd.Image) {
+func imageTable(w io.Writer, imgs ...types.Image) {
 	row(w, "NAME", "REF", "SIZE")
 	for _, i := range imgs {
 		row(w, i.Name, i.Ref, formatBytes(i.Size))
 	}
 }
 
-func projectTable(w io.Writer, ps ...envd.Project) {
+func projectTable(w io.Writer, ps ...types.Project) {
 	row(w, "NAME", "BASE", "CURRENT", "COMPRESSION", "CREATED")
 	for _, p := range ps {
 		row(w, p.Name, p.BaseImage, p.Current, p.Compression, formatTime(p.CreatedAt))
 	}
 }
 
-func projectDetail(w io.Writer, p envd.Project) {
+func projectDetail(w io.Writer, p types.Project) {
 	row(w, "NAME:", p.Name)
 	row(w, "BASE:", p.BaseImage)
 	row(w, "CURRENT:", p.Current)
@@ -144,7 +144,7 @@ func projectDetail(w io.Writer, p envd.Project) {
 	row(w, "CREATED:", formatTime(p.CreatedAt))
 }
 
-func volumeTable(w io.Writer, vs ...envd.Volume) {
+func volumeTable(w io.Writer, vs ...types.Volume) {
 	row(w, "NAME", "PATH", "OWNER", "USED", "SIZE", "PATH ADDITIONS")
 	for _, v := range vs {
 		used := "-"
@@ -155,14 +155,14 @@ func volumeTable(w io.Writer, vs ...envd.Volume) {
 	}
 }
 
-func instanceTable(w io.Writer, is ...envd.Instance) {
+func instanceTable(w io.Writer, is ...types.Instance) {
 	row(w, "ID", "STATE", "VERSION", "PROJECT", "REASON", "EXPIRES")
 	for _, i := range is {
 		row(w, i.ID, i.State, i.Version, i.Project, orDash(i.Reason), formatTimePtr(i.ExpiresAt))
 	}
 }
 
-func instanceDetail(w io.Writer, i envd.Instance) {
+func instanceDetail(w io.Writer, i types.Instance) {
 	row(w, "ID:", i.ID)
 	row(w, "PROJECT:", i.Project)
 	row(w, "STATE:", i.State)
@@ -190,7 +190,7 @@ func instanceDetail(w io.Writer, i envd.Instance) {
 	row(w, "LAST TRANSITION:", formatTime(i.LastTransitionAt))
 }
 
-func versionTable(w io.Writer, vs ...envd.Version) {
+func versionTable(w io.Writer, vs ...types.Version) {
 	row(w, "VERSION", "KIND", "STATE", "CURRENT", "PINNED", "SIZE", "CREATED", "MESSAGE")
 	for _, v := range vs {
 		row(w, v.Number, v.Kind, v.State, yesNo(v.Current), yesNo(v.Pinned), formatBytes(v.SizeBytes),
@@ -198,7 +198,7 @@ func versionTable(w io.Writer, vs ...envd.Version) {
 	}
 }
 
-func versionDetail(w io.Writer, v envd.Version) {
+func versionDetail(w io.Writer, v types.Version) {
 	row(w, "PROJECT:", v.Project)
 	row(w, "VERSION:", v.Number)
 	row(w, "KIND:", v.Kind)
@@ -221,7 +221,7 @@ func intOrEmpty(n int) string {
 	return strconv.Itoa(n)
 }
 
-func operationDetail(w io.Writer, op envd.Operation) {
+func operationDetail(w io.Writer, op types.Operation) {
 	row(w, "ID:", op.ID)
 	row(w, "KIND:", op.Kind)
 	row(w, "TARGET:", op.Target)
@@ -248,7 +248,7 @@ func (a *app) newProgress() *progress {
 	return &progress{w: a.stderr, tty: isTerminal(a.stderr)}
 }
 
-func (p *progress) event(ev envd.Event) {
+func (p *progress) event(ev types.Event) {
 	msg := strings.ReplaceAll(ev.Message, "\n", " ")
 	if p.tty {
 		fmt.Fprintf(p.w, "\r\033[K%s: %s", ev.Type, msg)

@@ -4,10 +4,11 @@ import (
 	"io"
 	"sort"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/spf13/cobra"
 
 	"github.com/envd-dev/envd/client"
-	"github.com/envd-dev/envd/envd"
 )
 
 func sortedKeys(m map[string]string) []string {
@@ -21,7 +22,7 @@ func sortedKeys(m map[string]string) []string {
 
 func (a *app) projectCommand() *cobra.Command {
 	var (
-		req envd.CreateProjectRequest
+		req types.CreateProjectRequest
 		key string
 		lf  limitFlags
 	)
@@ -110,7 +111,7 @@ func (a *app) projectCommand() *cobra.Command {
 }
 
 func (a *app) retentionCommand() *cobra.Command {
-	var r envd.Retention
+	var r types.Retention
 	cmd := &cobra.Command{
 		Use:   "retention NAME [--keep-last N] [--keep-newer-than D]",
 		Short: "Set which versions a GC keeps",

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/spf13/cobra"
 
 	"github.com/envd-dev/envd/client"
@@ -75,7 +77,7 @@ func (a *app) exitCode(err error) int {
 	var (
 		ec  *exitCodeError
 		ue  usageError
-		cer *client.Error
+		cer *types.Error
 	)
 	switch {
 	case errors.As(err, &ec):
@@ -96,7 +98,7 @@ func (a *app) exitCode(err error) int {
 }
 
 func (a *app) printError(err error) {
-	var cer *client.Error
+	var cer *types.Error
 	if errors.As(err, &cer) {
 		details := ""
 		for _, k := range slices.Sorted(maps.Keys(cer.Details)) {

@@ -7,17 +7,18 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/spf13/cobra"
 
 	"github.com/envd-dev/envd/client"
-	"github.com/envd-dev/envd/envd"
 )
 
 // adminTokenCommand is `envctl admin token`: create, ls and revoke. The
 // older form `envctl admin token TENANT` still creates (a tenant named
 // like a subcommand needs `token create NAME`).
 func (a *app) adminTokenCommand() *cobra.Command {
-	var req envd.CreateTokenRequest
+	var req types.CreateTokenRequest
 	create := func(cmd *cobra.Command, args []string) error {
 		c, err := a.client()
 		if err != nil {
@@ -113,7 +114,7 @@ func tokenIDArg(s string) (int64, error) {
 	return id, nil
 }
 
-func tokenState(t envd.TokenInfo) string {
+func tokenState(t types.TokenInfo) string {
 	switch {
 	case t.RevokedAt != nil:
 		return "revoked"
@@ -123,7 +124,7 @@ func tokenState(t envd.TokenInfo) string {
 	return "live"
 }
 
-func tokenTable(w io.Writer, ts ...envd.TokenInfo) {
+func tokenTable(w io.Writer, ts ...types.TokenInfo) {
 	row(w, "ID", "TENANT", "ADMIN", "CREATED", "EXPIRES", "LAST USED", "STATE")
 	for _, t := range ts {
 		row(w, t.ID, t.Tenant, yesNo(t.Admin), formatTime(t.CreatedAt), formatTimePtr(t.ExpiresAt),
@@ -133,7 +134,7 @@ func tokenTable(w io.Writer, ts ...envd.TokenInfo) {
 
 // revokeTokenCommand is `revoke ID` with revoke, the admin's or a tenant's
 // own route.
-func (a *app) revokeTokenCommand(short string, revoke func(*client.Client, context.Context, int64) (envd.TokenInfo, error)) *cobra.Command {
+func (a *app) revokeTokenCommand(short string, revoke func(*client.Client, context.Context, int64) (types.TokenInfo, error)) *cobra.Command {
 	return &cobra.Command{
 		Use:   "revoke ID",
 		Short: short,

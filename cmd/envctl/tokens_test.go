@@ -5,11 +5,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/envd-dev/envd/api/apitest"
-	"github.com/envd-dev/envd/envd"
 )
 
 func TestAdminTokenCreate(t *testing.T) {
@@ -17,11 +18,11 @@ func TestAdminTokenCreate(t *testing.T) {
 	tests := []struct {
 		name string
 		args []string
-		want envd.CreateTokenRequest
+		want types.CreateTokenRequest
 	}{
-		{"old form", []string{"admin", "token", "acme"}, envd.CreateTokenRequest{}},
-		{"old form with flags", []string{"admin", "token", "acme", "--admin", "--expires", "1h"}, envd.CreateTokenRequest{Admin: true, ExpiresIn: "1h"}},
-		{"create", []string{"admin", "token", "create", "acme", "--expires", "720h"}, envd.CreateTokenRequest{ExpiresIn: "720h"}},
+		{"old form", []string{"admin", "token", "acme"}, types.CreateTokenRequest{}},
+		{"old form with flags", []string{"admin", "token", "acme", "--admin", "--expires", "1h"}, types.CreateTokenRequest{Admin: true, ExpiresIn: "1h"}},
+		{"create", []string{"admin", "token", "create", "acme", "--expires", "720h"}, types.CreateTokenRequest{ExpiresIn: "720h"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -103,12 +104,12 @@ func TestVolumeArchives(t *testing.T) {
 	r = envctl(t, env, nil, "volume", "archive", "web", "work", "--name", "before-upgrade", "--replace")
 	require.Equal(t, 0, r.code, r.stderr)
 	call, _ = core.LastCall("ArchiveVolume")
-	assert.Equal(t, []any{"web", "work", envd.VolumeArchiveRequest{Name: "before-upgrade", Replace: true}}, call.Args)
+	assert.Equal(t, []any{"web", "work", types.VolumeArchiveRequest{Name: "before-upgrade", Replace: true}}, call.Args)
 
 	r = envctl(t, env, nil, "volume", "restore", "web", "work", "--name", "before-upgrade")
 	require.Equal(t, 0, r.code, r.stderr)
 	call, _ = core.LastCall("RestoreVolume")
-	assert.Equal(t, []any{"web", "work", envd.VolumeArchiveRequest{Name: "before-upgrade"}}, call.Args)
+	assert.Equal(t, []any{"web", "work", types.VolumeArchiveRequest{Name: "before-upgrade"}}, call.Args)
 
 	for _, args := range [][]string{
 		{"volume", "restore", "web", "work"},

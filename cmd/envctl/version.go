@@ -3,9 +3,9 @@ package main
 import (
 	"io"
 
-	"github.com/spf13/cobra"
+	"github.com/envd-dev/envd/api/types"
 
-	"github.com/envd-dev/envd/envd"
+	"github.com/spf13/cobra"
 )
 
 func (a *app) versionsCommand() *cobra.Command {
@@ -71,7 +71,7 @@ a conflict and nothing changes.`,
 			if err != nil {
 				return err
 			}
-			req := envd.SetCurrentRequest{Version: n, ExpectedCurrent: &expected}
+			req := types.SetCurrentRequest{Version: n, ExpectedCurrent: &expected}
 			if !cmd.Flags().Changed("expected") {
 				p, err := c.GetProject(cmd.Context(), args[0])
 				if err != nil {
@@ -108,7 +108,7 @@ func (a *app) pinCommand(pin bool) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var v envd.Version
+			var v types.Version
 			if pin {
 				v, err = c.PinVersion(cmd.Context(), args[0], n)
 			} else {

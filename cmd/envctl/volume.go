@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/spf13/cobra"
+	"github.com/envd-dev/envd/api/types"
 
-	"github.com/envd-dev/envd/envd"
+	"github.com/spf13/cobra"
 )
 
 func (a *app) volumeCommand() *cobra.Command {
@@ -36,7 +36,7 @@ func (a *app) volumeCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			p, err := c.AddVolume(cmd.Context(), args[0], envd.AddVolumeRequest{Spec: args[1], PathAdd: pathAdd})
+			p, err := c.AddVolume(cmd.Context(), args[0], types.AddVolumeRequest{Spec: args[1], PathAdd: pathAdd})
 			if err != nil {
 				return err
 			}
@@ -60,7 +60,7 @@ func (a *app) volumeCommand() *cobra.Command {
 			return a.emit(p, func(w io.Writer) { projectDetail(w, p) })
 		},
 	}
-	var arcReq envd.VolumeArchiveRequest
+	var arcReq types.VolumeArchiveRequest
 	archive := &cobra.Command{
 		Use:   "archive PROJECT NAME [--name ARCHIVE] [--replace]",
 		Short: "Copy a volume's content to object storage, as a named archive of the project",
@@ -91,7 +91,7 @@ already there is refused (already_exists) unless --replace is given.`,
 	}
 	archive.Flags().StringVar(&arcReq.Name, "name", "", "archive name within the volume (default: a UTC time stamp)")
 	archive.Flags().BoolVar(&arcReq.Replace, "replace", false, "replace an archive of the same name")
-	var restoreReq envd.VolumeArchiveRequest
+	var restoreReq types.VolumeArchiveRequest
 	restore := &cobra.Command{
 		Use:   "restore PROJECT NAME (--name ARCHIVE | --key KEY)",
 		Short: "Replace a volume's content on this node with one of the project's archives",
@@ -150,7 +150,7 @@ already there is refused (already_exists) unless --replace is given.`,
 	return group("volume", "Persistent volumes of a project", ls, add, rm, archive, restore, archives, archiveRm)
 }
 
-func archiveTable(w io.Writer, as ...envd.VolumeArchive) {
+func archiveTable(w io.Writer, as ...types.VolumeArchive) {
 	row(w, "VOLUME", "NAME", "BYTES", "FILES", "NODE", "CREATED", "KEY")
 	for _, a := range as {
 		row(w, a.Volume, a.Name, formatBytes(a.Bytes), a.Files, orDash(a.Node), formatTime(a.CreatedAt), a.Key)

@@ -4,10 +4,11 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/spf13/pflag"
 
 	"github.com/envd-dev/envd/envd"
-	"github.com/envd-dev/envd/workspace"
 )
 
 // limitFlags are the node's default instance limits (envd up and serve).
@@ -24,18 +25,18 @@ func (f *limitFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.disk, "default-disk", env("ENVD_DEFAULT_DISK", "10G"), "writable-layer size of instances whose project sets none, e.g. 20G (ENVD_DEFAULT_DISK)")
 }
 
-func (f *limitFlags) limits() (envd.Limits, error) {
+func (f *limitFlags) limits() (types.Limits, error) {
 	var (
-		l   envd.Limits
+		l   types.Limits
 		err error
 	)
 	if f.memory != "" {
-		if l.MemoryBytes, err = workspace.ParseSize(f.memory); err != nil {
+		if l.MemoryBytes, err = types.ParseSize(f.memory); err != nil {
 			return l, fmt.Errorf("--default-memory: %w", err)
 		}
 	}
 	if f.disk != "" {
-		if l.DiskBytes, err = workspace.ParseSize(f.disk); err != nil {
+		if l.DiskBytes, err = types.ParseSize(f.disk); err != nil {
 			return l, fmt.Errorf("--default-disk: %w", err)
 		}
 	}
@@ -61,5 +62,5 @@ func (f *limitFlags) limits() (envd.Limits, error) {
 		}
 		l.IOWeight = uint16(w)
 	}
-	return l, l.Validate()
+	return l, envd.ValidateLimits(l)
 }

@@ -22,12 +22,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/envd-dev/envd/api/types"
+
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/envd-dev/envd/api"
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/internal/atomicfile"
-	"github.com/envd-dev/envd/internal/errdefs"
 	"github.com/envd-dev/envd/internal/objstore"
 	"github.com/envd-dev/envd/internal/pgserver"
 	"github.com/envd-dev/envd/registry"
@@ -80,7 +82,7 @@ type Config struct {
 	Logger            *slog.Logger
 	// DefaultLimits are the resource limits of instances whose project
 	// sets none of a kind; zero fields = no limit.
-	DefaultLimits envd.Limits
+	DefaultLimits types.Limits
 	// DisableDiskLimit ignores writable-layer size limits
 	// (Limits.DiskBytes): layers stay plain directories, bounded only by
 	// the node's disk.

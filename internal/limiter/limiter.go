@@ -18,7 +18,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/errdefs"
 )
 
 // Limit of one kind.

@@ -23,7 +23,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/errdefs"
 )
 
 // Store is the object storage envd needs.

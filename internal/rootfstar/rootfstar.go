@@ -14,7 +14,7 @@ import (
 
 	"github.com/klauspost/compress/gzip"
 
-	"github.com/envd-dev/envd/internal/errdefs"
+	"github.com/envd-dev/envd/api/errdefs"
 )
 
 const paxXattr = "SCHILY.xattr."

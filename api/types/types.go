@@ -1,4 +1,8 @@
-package envd
+// Package types is envd's wire contract: the request and response bodies of
+// the HTTP API, instance and operation states, and the error body. It
+// depends on the standard library only (and on api/errdefs, also a leaf), so
+// clients and SDKs import it without the server's dependencies.
+package types
 
 import (
 	"encoding/json"
@@ -508,4 +512,50 @@ type MigrateResult struct {
 	Validated        int      `json:"validated"`
 	Current          bool     `json:"current"`
 	Conflict         bool     `json:"conflict,omitempty"` // Switch asked, but current had moved
+}
+
+// Limits are one instance's resource limits; a zero field is "not set".
+// An instance's effective limits are, per field, its project's value, else
+// the node's default (Config.DefaultLimits), else none; then cut to the
+// tenant's maximum (Quota.Max*), which also applies when neither sets one.
+// The body of PUT /v1/projects/{p}/limits.
+type Limits struct {
+	MemoryBytes int64   `json:"memory_bytes,omitempty"` // memory (swap not allowed beyond it)
+	Pids        int64   `json:"pids,omitempty"`         // processes and threads
+	CPUs        float64 `json:"cpus,omitempty"`         // CPU quota in cores (1.5 = one and a half)
+	CPUWeight   uint64  `json:"cpu_weight,omitempty"`   // relative share, 1-10000 (100 = default)
+	IOWeight    uint16  `json:"io_weight,omitempty"`    // relative block IO share, 10-1000; a no-op where the host has no IO weight
+	DiskBytes   int64   `json:"disk_bytes,omitempty"`   // writable layer size; counts toward max_stored_bytes
+	// AllowPrivilegeEscalation turns no_new_privs off: a non-root user's
+	// sudo (setuid binaries) works. Off by default; root's sudo works
+	// either way.
+	AllowPrivilegeEscalation bool `json:"allow_privilege_escalation,omitempty"`
+}
+
+// ProjectNetwork is a project's network policy, the body of PUT
+// /v1/projects/{p}/network.
+//   - Egress: "open" (default: the internet, private ranges dropped),
+//     "none" (nothing beyond the project's own instances, no DNS server), or
+//     "allow:ENTRY,..." with IPv4 CIDRs, addresses and host names (resolved
+//     when an instance starts) plus DNS.
+//   - IsolateInstances: the project's instances cannot connect to each
+//     other either. Other projects' instances never can.
+//
+// Whatever the policy, instances never reach the node, link-local
+// addresses or the cluster's endpoints.
+type ProjectNetwork struct {
+	Egress           string `json:"egress"`
+	IsolateInstances bool   `json:"isolate_instances"`
+}
+
+// TokenInfo describes an API token without the token itself, which is
+// shown only once, at creation.
+type TokenInfo struct {
+	ID         int64      `json:"id"`
+	Tenant     string     `json:"tenant"`
+	Admin      bool       `json:"admin"`
+	CreatedAt  time.Time  `json:"created_at"`
+	ExpiresAt  *time.Time `json:"expires_at,omitempty"`   // absent: never expires
+	RevokedAt  *time.Time `json:"revoked_at,omitempty"`   // absent: not revoked
+	LastUsedAt *time.Time `json:"last_used_at,omitempty"` // to the minute; absent: never used
 }

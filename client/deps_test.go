@@ -1,0 +1,45 @@
+package client_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The client and the CLI are what users and SDKs build against: they depend
+// on the wire contract (api/types, api/errdefs, api/execproto) and a few small
+// modules, never on the server's (containerd, distribution, pgx, minio, AWS).
+// The wire packages themselves depend on the standard library only.
+func TestDependenciesStayLight(t *testing.T) {
+	const mod = "github.com/envd-dev/envd/"
+	for _, tc := range []struct {
+		pkgs    []string
+		allowed []string // import path prefixes of non-standard packages
+	}{
+		{
+			pkgs:    []string{mod + "api/types", mod + "api/errdefs", mod + "api/execproto"},
+			allowed: []string{mod + "api/types", mod + "api/errdefs", mod + "api/execproto"},
+		},
+		{
+			pkgs: []string{mod + "client", mod + "cmd/envctl"},
+			allowed: []string{mod + "api/types", mod + "api/errdefs", mod + "api/execproto", mod + "client", mod + "cmd/envctl",
+				"github.com/coder/websocket", "github.com/spf13/cobra", "github.com/spf13/pflag",
+				"golang.org/x/sys/", "golang.org/x/term"},
+		},
+	} {
+		args := append([]string{"list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}"}, tc.pkgs...)
+		out, err := exec.Command("go", args...).CombinedOutput()
+		require.NoError(t, err, "go list: %s", out)
+		deps := strings.Fields(string(out))
+		require.NotEmpty(t, deps)
+		for _, d := range deps {
+			ok := false
+			for _, a := range tc.allowed {
+				ok = ok || d == a || strings.HasPrefix(d, a+"/") || (strings.HasSuffix(a, "/") && strings.HasPrefix(d, a))
+			}
+			require.True(t, ok, "%v depends on %s, which is not in the allowed list", tc.pkgs, d)
+		}
+	}
+}
