@@ -130,7 +130,7 @@ func (e *env) setup(ctx context.Context, rootfs string, net runtime.NetworkConfi
 	if err != nil {
 		return err
 	}
-	img, err := registry.NewClient(e.reg.Addr(), registry.WithCredential(e.reg.Access().Node)).ImportRootfs(ctx, rootfs, imageRepo, imageTag)
+	img, err := importImage(ctx, e.reg, rootfs)
 	if err != nil {
 		return fmt.Errorf("import rootfs: %w", err)
 	}
@@ -434,4 +434,14 @@ func removeHostNetwork(bridge string) {
 func mountsUnder(dir string) []string {
 	mps, _ := mountinfo.Under(dir)
 	return mps
+}
+
+// importImage imports rootfs as imageRepo:imageTag into reg with the node
+// credential.
+func importImage(ctx context.Context, reg *registry.Server, rootfs string) (registry.Image, error) {
+	c, err := registry.NewClient(reg.Addr(), registry.WithCredential(reg.Access().Node))
+	if err != nil {
+		return registry.Image{}, err
+	}
+	return c.ImportRootfs(ctx, rootfs, imageRepo, imageTag)
 }

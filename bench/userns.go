@@ -29,7 +29,7 @@ func runUserNS(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 		return err
 	}
 	defer func() { rErr = errors.Join(rErr, reg.Close(context.WithoutCancel(ctx))) }()
-	img, err := registry.NewClient(reg.Addr(), registry.WithCredential(reg.Access().Node)).ImportRootfs(ctx, cfg.rootfs, imageRepo, imageTag)
+	img, err := importImage(ctx, reg, cfg.rootfs)
 	if err != nil {
 		return fmt.Errorf("import rootfs: %w", err)
 	}

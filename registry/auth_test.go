@@ -7,7 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -27,7 +29,8 @@ func TestAccess(t *testing.T) {
 	// An image to pull and delete, pushed with the node credential.
 	src := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(src, "f"), []byte("hello"), 0o644))
-	node := NewClient(srv.Addr(), WithCredential(a.Node))
+	node, err := NewClient(srv.Addr(), WithCredential(a.Node))
+	require.NoError(t, err)
 	img, err := node.ImportRootfs(ctx, src, "envd/images/acc", "t1")
 	require.NoError(t, err, "the node credential pushes")
 	_, err = node.Get(ctx, img.Ref())
@@ -94,9 +97,10 @@ func TestAccess(t *testing.T) {
 	})
 
 	t.Run("gc credential deletes", func(t *testing.T) {
-		gc := NewClient(srv.Addr(), WithCredential(a.Node), WithDeleteCredential(a.GC))
+		gc, err := NewClient(srv.Addr(), WithCredential(a.Node), WithDeleteCredential(a.GC))
+		require.NoError(t, err)
 		require.NoError(t, gc.DeleteManifest(ctx, img))
-		_, err := node.Get(ctx, img.Ref())
+		_, err = node.Get(ctx, img.Ref())
 		assert.ErrorIs(t, err, errdefs.ErrNotFound)
 	})
 }
@@ -195,7 +199,9 @@ func TestPing(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := NewClient(srv.Addr(), tt.opts...).Ping(context.Background())
+			c, err := NewClient(srv.Addr(), tt.opts...)
+			require.NoError(t, err)
+			err = c.Ping(context.Background())
 			if tt.want == nil {
 				assert.NoError(t, err)
 			} else {
@@ -205,5 +211,39 @@ func TestPing(t *testing.T) {
 	}
 	closed := startRegistry(t)
 	require.NoError(t, closed.Close(context.Background()))
-	assert.ErrorIs(t, NewClient(closed.Addr()).Ping(context.Background()), errdefs.ErrUnavailable)
+	c, err := NewClient(closed.Addr())
+	require.NoError(t, err)
+	assert.ErrorIs(t, c.Ping(context.Background()), errdefs.ErrUnavailable)
+}
+
+// NewClient refuses an invalid option instead of ignoring it; zero
+// credentials are anonymous, as without the option.
+func TestNewClientOptions(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		opt  ClientOption
+		want error
+	}{
+		{"nil transport", WithTransport(nil), errdefs.ErrInvalidArgument},
+		{"no attempt", WithRetryBackoff(remote.Backoff{Steps: 0}), errdefs.ErrInvalidArgument},
+		{"negative backoff", WithRetryBackoff(remote.Backoff{Steps: 2, Duration: -time.Second}), errdefs.ErrInvalidArgument},
+		{"user without password", WithCredential(Credential{User: NodeUser}), errdefs.ErrInvalidArgument},
+		{"delete password without user", WithDeleteCredential(Credential{Password: "p"}), errdefs.ErrInvalidArgument},
+		{"one attempt", WithRetryBackoff(remote.Backoff{Steps: 1}), nil},
+		{"zero credential", WithCredential(Credential{}), nil},
+		{"transport", WithTransport(http.DefaultTransport), nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := NewClient("127.0.0.1:5000", tt.opt)
+			if tt.want != nil {
+				assert.ErrorIs(t, err, tt.want)
+				assert.Nil(t, c)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, "127.0.0.1:5000", c.Addr())
+		})
+	}
 }

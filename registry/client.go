@@ -37,69 +37,110 @@ type Client struct {
 	delAuth   authn.Authenticator // deletes
 }
 
-// ClientOption configures a Client.
-type ClientOption func(*Client)
+// clientOptions are what ClientOptions set; defaultClientOptions holds
+// every default.
+type clientOptions struct {
+	transport http.RoundTripper
+	backoff   remote.Backoff
+	cred      Credential // zero = anonymous
+	delCred   Credential // zero = cred
+}
+
+func defaultClientOptions() clientOptions {
+	return clientOptions{
+		transport: remote.DefaultTransport.(*http.Transport).Clone(),
+		backoff:   remote.Backoff{Duration: 250 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 3},
+	}
+}
+
+// ClientOption configures a Client; it fails NewClient on an invalid value.
+type ClientOption func(*clientOptions) error
 
 // WithTransport sets the HTTP transport the client sends requests through
 // (go-containerregistry adds retries and authentication on top of it).
-// Default: a clone of remote.DefaultTransport.
+// Default: a clone of remote.DefaultTransport. A nil transport is invalid.
 func WithTransport(t http.RoundTripper) ClientOption {
-	return func(c *Client) {
-		if t != nil {
-			c.transport = t
+	return func(o *clientOptions) error {
+		if t == nil {
+			return fmt.Errorf("registry client transport is nil: %w", errdefs.ErrInvalidArgument)
 		}
+		o.transport = t
+		return nil
 	}
 }
 
 // WithRetryBackoff sets how transient failures (resets, 5xx, 429) are
 // retried. Default: 3 attempts, 250 ms apart, doubling. A refused
 // connection is not retried: the registry is down, and callers get
-// errdefs.ErrUnavailable at once.
+// errdefs.ErrUnavailable at once. Steps must be at least 1 (one attempt)
+// and Duration not negative.
 func WithRetryBackoff(b remote.Backoff) ClientOption {
-	return func(c *Client) { c.backoff = b }
+	return func(o *clientOptions) error {
+		if b.Steps < 1 || b.Duration < 0 {
+			return fmt.Errorf("registry client backoff: %d steps of %s: %w", b.Steps, b.Duration, errdefs.ErrInvalidArgument)
+		}
+		o.backoff = b
+		return nil
+	}
 }
 
 // WithCredential sets the credential of every request (HTTP Basic, sent
-// after the registry's challenge). Default: anonymous.
+// after the registry's challenge). Default: anonymous; a zero Credential
+// keeps it. A user without a password, or the reverse, is invalid.
 func WithCredential(cr Credential) ClientOption {
-	return func(c *Client) {
-		if !cr.IsZero() {
-			c.auth = authn.FromConfig(authn.AuthConfig{Username: cr.User, Password: cr.Password})
+	return func(o *clientOptions) error {
+		if err := validCredential(cr); err != nil {
+			return err
 		}
+		o.cred = cr
+		return nil
 	}
 }
 
 // WithDeleteCredential sets the credential DeleteManifest uses: the
 // embedded registry lets only its GC credential delete. Default: the one of
-// WithCredential.
+// WithCredential; a zero Credential keeps it. A user without a password,
+// or the reverse, is invalid.
 func WithDeleteCredential(cr Credential) ClientOption {
-	return func(c *Client) {
-		if !cr.IsZero() {
-			c.delAuth = authn.FromConfig(authn.AuthConfig{Username: cr.User, Password: cr.Password})
+	return func(o *clientOptions) error {
+		if err := validCredential(cr); err != nil {
+			return err
 		}
+		o.delCred = cr
+		return nil
 	}
 }
 
-// NewClient talks plain HTTP to a registry at addr ("host:port").
-// An invalid addr is reported by the first call, as errdefs.ErrInvalidArgument.
-func NewClient(addr string, opts ...ClientOption) *Client {
-	c := &Client{
-		addr:      addr,
-		transport: remote.DefaultTransport.(*http.Transport).Clone(),
-		backoff:   remote.Backoff{Duration: 250 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 3},
-		auth:      authn.Anonymous,
+func validCredential(cr Credential) error {
+	if (cr.User == "") != (cr.Password == "") {
+		return fmt.Errorf("registry credential %s: needs both a user and a password: %w", cr, errdefs.ErrInvalidArgument)
 	}
+	return nil
+}
+
+// NewClient talks plain HTTP to a registry at addr ("host:port"). An
+// invalid option is an errdefs.ErrInvalidArgument; an invalid addr is
+// reported by the first call, as errdefs.ErrInvalidArgument.
+func NewClient(addr string, opts ...ClientOption) (*Client, error) {
+	o := defaultClientOptions()
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	c := &Client{addr: addr, transport: o.transport, backoff: o.backoff, auth: authn.Anonymous}
 	// name.Insecure makes go-containerregistry use http instead of https.
 	if reg, err := name.NewRegistry(addr, name.Insecure, name.StrictValidation); err == nil {
 		c.reg = reg
 	}
-	for _, o := range opts {
-		o(c)
+	if !o.cred.IsZero() {
+		c.auth = authn.FromConfig(authn.AuthConfig{Username: o.cred.User, Password: o.cred.Password})
 	}
-	if c.delAuth == nil {
-		c.delAuth = c.auth
+	c.delAuth = c.auth
+	if !o.delCred.IsZero() {
+		c.delAuth = authn.FromConfig(authn.AuthConfig{Username: o.delCred.User, Password: o.delCred.Password})
 	}
-	return c
+	return c, nil
 }
 
 // Addr returns the registry's "host:port".

@@ -84,7 +84,7 @@ func TestGarbageCollect(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
 	srv := startRegistryIn(t, root)
-	c := clientOf(srv)
+	c := clientOf(t, srv)
 	ctx := context.Background()
 
 	// base holds the shared layer; a and b mount it and add one layer each.
@@ -170,7 +170,7 @@ func TestGarbageCollectThenPushAgain(t *testing.T) {
 			root := t.TempDir()
 			srv := startRegistryIn(t, root)
 			rec := &recorder{next: http.DefaultTransport}
-			c := clientOf(srv, WithTransport(rec))
+			c := clientOf(t, srv, WithTransport(rec))
 			ctx := context.Background()
 
 			layer := makeLayerFile(t, map[string]string{"f.txt": "swept then pushed again"}, nil)
@@ -213,7 +213,7 @@ func TestGarbageCollectStorageFailure(t *testing.T) {
 	srv := startRegistryIn(t, root)
 	src := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(src, "f"), []byte("x"), 0o644))
-	_, err := clientOf(srv).ImportRootfs(context.Background(), src, "envd/gc/broken", "")
+	_, err := clientOf(t, srv).ImportRootfs(context.Background(), src, "envd/gc/broken", "")
 	require.NoError(t, err)
 	blobs := filepath.Join(root, "docker/registry/v2/blobs")
 	require.NoError(t, os.RemoveAll(blobs))
@@ -229,7 +229,7 @@ func TestGarbageCollectStorageFailure(t *testing.T) {
 func TestGarbageCollectOrphanManifests(t *testing.T) {
 	t.Parallel()
 	srv := startRegistryIn(t, t.TempDir())
-	c := clientOf(srv)
+	c := clientOf(t, srv)
 	ctx := context.Background()
 	base, err := c.PushRootfsLayer(ctx, makeLayerFile(t, map[string]string{"base.txt": "base"}, nil), "envd/images/base", "")
 	require.NoError(t, err)

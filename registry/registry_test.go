@@ -48,9 +48,12 @@ func startRegistry(t *testing.T) *Server {
 
 // clientOf is a Client of srv with the credentials a node has: the node's,
 // and the GC's for deletes.
-func clientOf(srv *Server, opts ...ClientOption) *Client {
+func clientOf(t *testing.T, srv *Server, opts ...ClientOption) *Client {
+	t.Helper()
 	a := srv.Access()
-	return NewClient(srv.Addr(), append([]ClientOption{WithCredential(a.Node), WithDeleteCredential(a.GC)}, opts...)...)
+	c, err := NewClient(srv.Addr(), append([]ClientOption{WithCredential(a.Node), WithDeleteCredential(a.GC)}, opts...)...)
+	require.NoError(t, err)
+	return c
 }
 
 // remoteImage opens img through go-containerregistry directly, bypassing Client.
@@ -118,7 +121,7 @@ func TestImportRootfsDirectoryAsRoot(t *testing.T) {
 	}
 	t.Parallel()
 	srv := startRegistry(t)
-	c := clientOf(srv)
+	c := clientOf(t, srv)
 
 	root := t.TempDir()
 	must := func(err error) { t.Helper(); require.NoError(t, err) }
@@ -215,7 +218,7 @@ func writeTar(t *testing.T, path string, gz bool, hdrs []*tar.Header, bodies map
 func TestImportRootfsTar(t *testing.T) {
 	t.Parallel()
 	srv := startRegistry(t)
-	c := clientOf(srv)
+	c := clientOf(t, srv)
 
 	rootfs := func() []*tar.Header {
 		return []*tar.Header{
@@ -349,7 +352,7 @@ func TestAppend(t *testing.T) {
 	t.Parallel()
 	srv := startRegistry(t)
 	rec := &recorder{next: http.DefaultTransport}
-	c := clientOf(srv, WithTransport(rec))
+	c := clientOf(t, srv, WithTransport(rec))
 	ctx := context.Background()
 
 	src := t.TempDir()
@@ -456,7 +459,7 @@ func TestAppend(t *testing.T) {
 func TestErrors(t *testing.T) {
 	t.Parallel()
 	srv := startRegistry(t)
-	c := clientOf(srv)
+	c := clientOf(t, srv)
 	ctx := context.Background()
 	src := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(src, "f"), []byte("x"), 0o644))
@@ -508,7 +511,7 @@ func TestErrors(t *testing.T) {
 func TestDeleteManifest(t *testing.T) {
 	t.Parallel()
 	srv := startRegistry(t)
-	c := clientOf(srv)
+	c := clientOf(t, srv)
 	ctx := context.Background()
 	src := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(src, "f"), []byte("x"), 0o644))
@@ -529,7 +532,7 @@ func TestClosedServerIsUnavailable(t *testing.T) {
 	t.Parallel()
 	srv, err := Serve(context.Background(), t.TempDir(), "127.0.0.1:0")
 	require.NoError(t, err)
-	c := clientOf(srv)
+	c := clientOf(t, srv)
 	src := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(src, "f"), []byte("x"), 0o644))
 	img, err := c.ImportRootfs(context.Background(), src, "envd/images/u", "t1")

@@ -38,6 +38,14 @@ func env(name, def string) string {
 	return def
 }
 
+// envBool is whether the environment variable name is "1", def when unset.
+func envBool(name string, def bool) bool {
+	if v := os.Getenv(name); v != "" {
+		return v == "1"
+	}
+	return def
+}
+
 func splitList(s string) []string {
 	var out []string
 	for _, e := range strings.Split(s, ",") {
@@ -63,6 +71,21 @@ func (f *flags) envInt(name string, def int) int {
 	return n
 }
 
+// envDuration is the duration in the environment variable name, def when
+// unset; a value that is not a duration is remembered and reported by run.
+func (f *flags) envDuration(name string, def time.Duration) time.Duration {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		f.envErrs = append(f.envErrs, fmt.Errorf("%s=%q: not a duration", name, v))
+		return def
+	}
+	return d
+}
+
 func root() *cobra.Command {
 	cmd := &cobra.Command{Use: "envd", Short: "keeps per-project development environments alive and versioned", SilenceUsage: true, SilenceErrors: true}
 	cmd.AddCommand(upCmd(), serveCmd(), downCmd(), snapshotterCmd(), &cobra.Command{
@@ -72,89 +95,90 @@ func root() *cobra.Command {
 	return cmd
 }
 
+// flags turn the command line and ENVD_* variables into a node.Config;
+// every default comes from node.DefaultConfig.
 type flags struct {
-	cfg            node.Config
-	defaultTTL     string
-	maxTTL         string
-	hibernateAfter string
-	s3             objstore.S3Config
-	regS3          registry.S3Storage
-	limits         limitFlags
-	envErrs        []error
+	cfg     node.Config
+	s3      objstore.S3Config
+	regS3   registry.S3Storage
+	limits  limitFlags
+	envErrs []error
 }
 
 func (f *flags) register(cmd *cobra.Command, external bool) {
 	fl := cmd.Flags()
-	fl.StringVar(&f.cfg.DataDir, "data-dir", env("ENVD_DATA_DIR", node.DefaultDataDir()), "data directory (ENVD_DATA_DIR)")
-	fl.StringVar(&f.cfg.Listen, "listen", env("ENVD_LISTEN", "127.0.0.1:0"), "API listen address; the chosen one is written to DATA_DIR/envd.url (ENVD_LISTEN)")
-	fl.StringVar(&f.cfg.Node, "node", env("ENVD_NODE", ""), "node name (default: generated once, kept in DATA_DIR/node) (ENVD_NODE)")
-	fl.StringVar(&f.defaultTTL, "default-ttl", env("ENVD_DEFAULT_TTL", "8h"), "instance lifetime when none is asked (ENVD_DEFAULT_TTL)")
-	fl.StringVar(&f.maxTTL, "max-ttl", env("ENVD_MAX_TTL", "0"), "longest instance lifetime a client may ask, 0 = no limit (ENVD_MAX_TTL)")
-	fl.StringSliceVar(&f.cfg.InstanceDeny, "instance-deny", splitList(os.Getenv("ENVD_INSTANCE_DENY")), "cluster endpoints instances never reach besides PostgreSQL, the registry and S3 (other nodes, say): CIDR, IP, HOST, IP:PORT or HOST:PORT, comma-separated (ENVD_INSTANCE_DENY)")
-	fl.StringVar(&f.cfg.BuildEgress, "build-egress", env("ENVD_BUILD_EGRESS", "open"), "egress policy of build containers, whatever their project's: open, none or allow:CIDR|HOST,... (ENVD_BUILD_EGRESS)")
-	fl.StringVar(&f.hibernateAfter, "hibernate-after", env("ENVD_HIBERNATE_AFTER", "0"), "save and free the layer of a retained instance stopped this long, 0 = never (ENVD_HIBERNATE_AFTER)")
-	f.limits.register(fl)
-	fl.BoolVar(&f.cfg.UserNS, "userns", env("ENVD_USERNS", "") == "1", "run instances in a user namespace (root inside is an unprivileged host id); costs: images are pulled in full (no lazy restore) and chowned once per image on the node; see docs/NOTES.md (ENVD_USERNS=1)")
-	fl.BoolVar(&f.cfg.DisableDiskLimit, "no-disk-limit", env("ENVD_NO_DISK_LIMIT", "") == "1", "ignore writable-layer limits: layers are bounded only by the node's disk (ENVD_NO_DISK_LIMIT=1)")
-	d := envd.DefaultTenantLimits
-	fl.IntVar(&f.cfg.Limits.Saves, "max-saves-per-tenant", f.envInt("ENVD_MAX_SAVES_PER_TENANT", d.Saves), "concurrent save operations per tenant on this node, past them 429; negative = unlimited (ENVD_MAX_SAVES_PER_TENANT)")
-	fl.IntVar(&f.cfg.Limits.Builds, "max-builds-per-tenant", f.envInt("ENVD_MAX_BUILDS_PER_TENANT", d.Builds), "concurrent build operations per tenant on this node; negative = unlimited (ENVD_MAX_BUILDS_PER_TENANT)")
-	fl.IntVar(&f.cfg.Limits.Exec, "max-exec-per-tenant", f.envInt("ENVD_MAX_EXEC_PER_TENANT", d.Exec), "concurrent exec requests and exec WebSockets per tenant on this node; negative = unlimited (ENVD_MAX_EXEC_PER_TENANT)")
-	fl.IntVar(&f.cfg.Limits.Events, "max-event-streams-per-tenant", f.envInt("ENVD_MAX_EVENT_STREAMS_PER_TENANT", d.Events), "open operation event streams per tenant on this node; negative = unlimited (ENVD_MAX_EVENT_STREAMS_PER_TENANT)")
+	d := node.DefaultConfig()
+	f.cfg = d // fields without a flag here (up's Namespace) keep the default
+	fl.StringVar(&f.cfg.DataDir, "data-dir", env("ENVD_DATA_DIR", d.DataDir), "data directory (ENVD_DATA_DIR)")
+	fl.StringVar(&f.cfg.Listen, "listen", env("ENVD_LISTEN", d.Listen), "API listen address; the chosen one is written to DATA_DIR/envd.url (ENVD_LISTEN)")
+	fl.StringVar(&f.cfg.Node, "node", env("ENVD_NODE", d.Node), "node name (default: generated once, kept in DATA_DIR/node) (ENVD_NODE)")
+	fl.DurationVar(&f.cfg.DefaultTTL, "default-ttl", f.envDuration("ENVD_DEFAULT_TTL", d.DefaultTTL), "instance lifetime when none is asked (ENVD_DEFAULT_TTL)")
+	fl.DurationVar(&f.cfg.MaxTTL, "max-ttl", f.envDuration("ENVD_MAX_TTL", d.MaxTTL), "longest instance lifetime a client may ask, 0 = no limit (ENVD_MAX_TTL)")
+	fl.StringSliceVar(&f.cfg.InstanceDeny, "instance-deny", splitList(env("ENVD_INSTANCE_DENY", strings.Join(d.InstanceDeny, ","))), "cluster endpoints instances never reach besides PostgreSQL, the registry and S3 (other nodes, say): CIDR, IP, HOST, IP:PORT or HOST:PORT, comma-separated (ENVD_INSTANCE_DENY)")
+	fl.StringVar(&f.cfg.BuildEgress, "build-egress", env("ENVD_BUILD_EGRESS", d.BuildEgress), "egress policy of build containers, whatever their project's: open, none or allow:CIDR|HOST,... (ENVD_BUILD_EGRESS)")
+	fl.DurationVar(&f.cfg.HibernateAfter, "hibernate-after", f.envDuration("ENVD_HIBERNATE_AFTER", d.HibernateAfter), "save and free the layer of a retained instance stopped this long, 0 = never (ENVD_HIBERNATE_AFTER)")
+	f.limits.register(fl, d.DefaultLimits)
+	fl.BoolVar(&f.cfg.UserNS, "userns", envBool("ENVD_USERNS", d.UserNS), "run instances in a user namespace (root inside is an unprivileged host id); costs: images are pulled in full (no lazy restore) and chowned once per image on the node; see docs/NOTES.md (ENVD_USERNS=1)")
+	fl.BoolVar(&f.cfg.DisableDiskLimit, "no-disk-limit", envBool("ENVD_NO_DISK_LIMIT", d.DisableDiskLimit), "ignore writable-layer limits: layers are bounded only by the node's disk (ENVD_NO_DISK_LIMIT=1)")
+	fl.IntVar(&f.cfg.Limits.Saves, "max-saves-per-tenant", f.envInt("ENVD_MAX_SAVES_PER_TENANT", d.Limits.Saves), "concurrent save operations per tenant on this node, past them 429; negative = unlimited (ENVD_MAX_SAVES_PER_TENANT)")
+	fl.IntVar(&f.cfg.Limits.Builds, "max-builds-per-tenant", f.envInt("ENVD_MAX_BUILDS_PER_TENANT", d.Limits.Builds), "concurrent build operations per tenant on this node; negative = unlimited (ENVD_MAX_BUILDS_PER_TENANT)")
+	fl.IntVar(&f.cfg.Limits.Exec, "max-exec-per-tenant", f.envInt("ENVD_MAX_EXEC_PER_TENANT", d.Limits.Exec), "concurrent exec requests and exec WebSockets per tenant on this node; negative = unlimited (ENVD_MAX_EXEC_PER_TENANT)")
+	fl.IntVar(&f.cfg.Limits.Events, "max-event-streams-per-tenant", f.envInt("ENVD_MAX_EVENT_STREAMS_PER_TENANT", d.Limits.Events), "open operation event streams per tenant on this node; negative = unlimited (ENVD_MAX_EVENT_STREAMS_PER_TENANT)")
 	if external {
 		fl.StringVar(&f.s3.Endpoint, "s3-endpoint", env("ENVD_S3_ENDPOINT", ""), "S3 host:port for volume archives; empty = a directory in the data dir (ENVD_S3_ENDPOINT)")
-		fl.StringVar(&f.s3.Bucket, "s3-bucket", env("ENVD_S3_BUCKET", "envd"), "S3 bucket (ENVD_S3_BUCKET)")
-		fl.BoolVar(&f.s3.Secure, "s3-tls", env("ENVD_S3_TLS", "") == "1", "use TLS for S3 (ENVD_S3_TLS=1)")
+		fl.StringVar(&f.s3.Bucket, "s3-bucket", env("ENVD_S3_BUCKET", node.DefaultS3Bucket), "S3 bucket (ENVD_S3_BUCKET)")
+		fl.BoolVar(&f.s3.Secure, "s3-tls", envBool("ENVD_S3_TLS", false), "use TLS for S3 (ENVD_S3_TLS=1)")
 		f.s3.AccessKey, f.s3.SecretKey = os.Getenv("ENVD_S3_ACCESS_KEY"), os.Getenv("ENVD_S3_SECRET_KEY")
 		fl.StringVar(&f.regS3.Endpoint, "registry-s3-endpoint", env("ENVD_REGISTRY_S3_ENDPOINT", ""), "S3 host:port for the embedded registry's storage; empty = DATA_DIR/registry (ENVD_REGISTRY_S3_ENDPOINT)")
-		fl.StringVar(&f.regS3.Bucket, "registry-s3-bucket", env("ENVD_REGISTRY_S3_BUCKET", "envd-registry"), "S3 bucket of the embedded registry (ENVD_REGISTRY_S3_BUCKET)")
-		fl.BoolVar(&f.regS3.Secure, "registry-s3-tls", env("ENVD_REGISTRY_S3_TLS", "") == "1", "use TLS for the registry's S3 (ENVD_REGISTRY_S3_TLS=1)")
+		fl.StringVar(&f.regS3.Bucket, "registry-s3-bucket", env("ENVD_REGISTRY_S3_BUCKET", node.DefaultRegistryS3Bucket), "S3 bucket of the embedded registry (ENVD_REGISTRY_S3_BUCKET)")
+		fl.BoolVar(&f.regS3.Secure, "registry-s3-tls", envBool("ENVD_REGISTRY_S3_TLS", false), "use TLS for the registry's S3 (ENVD_REGISTRY_S3_TLS=1)")
 		f.regS3.AccessKey, f.regS3.SecretKey = os.Getenv("ENVD_REGISTRY_S3_ACCESS_KEY"), os.Getenv("ENVD_REGISTRY_S3_SECRET_KEY")
-		fl.StringVar(&f.cfg.DSN, "database", env("ENVD_DATABASE_URL", ""), "PostgreSQL DSN; empty = private cluster in the data dir (ENVD_DATABASE_URL)")
-		fl.StringVar(&f.cfg.Registry, "registry", env("ENVD_REGISTRY", ""), "registry host:port (plain HTTP); empty = embedded (ENVD_REGISTRY)")
-		fl.StringVar(&f.cfg.RegistryCredentialFile, "registry-credential-file", env("ENVD_REGISTRY_CREDENTIAL_FILE", ""),
+		fl.StringVar(&f.cfg.DSN, "database", env("ENVD_DATABASE_URL", d.DSN), "PostgreSQL DSN; empty = private cluster in the data dir (ENVD_DATABASE_URL)")
+		fl.StringVar(&f.cfg.Registry, "registry", env("ENVD_REGISTRY", d.Registry), "registry host:port (plain HTTP); empty = embedded (ENVD_REGISTRY)")
+		fl.StringVar(&f.cfg.RegistryCredentialFile, "registry-credential-file", env("ENVD_REGISTRY_CREDENTIAL_FILE", d.RegistryCredentialFile),
 			"file (0600) with the --registry credential as user:password, e.g. a copy of the first node's DATA_DIR/registry-node.credential; empty = anonymous (ENVD_REGISTRY_CREDENTIAL_FILE)")
-		fl.StringVar(&f.cfg.RegistryGCCredentialFile, "registry-gc-credential-file", env("ENVD_REGISTRY_GC_CREDENTIAL_FILE", ""),
+		fl.StringVar(&f.cfg.RegistryGCCredentialFile, "registry-gc-credential-file", env("ENVD_REGISTRY_GC_CREDENTIAL_FILE", d.RegistryGCCredentialFile),
 			"file (0600) with the --registry credential allowed to delete, for a node that runs the GC; empty = this node's GC cannot delete manifests (ENVD_REGISTRY_GC_CREDENTIAL_FILE)")
-		fl.StringVar(&f.cfg.Containerd, "containerd", env("ENVD_CONTAINERD", ""), "containerd socket; empty = private daemon in the data dir (ENVD_CONTAINERD)")
-		fl.StringVar(&f.cfg.Namespace, "namespace", env("ENVD_NAMESPACE", "envd"), "containerd namespace (ENVD_NAMESPACE)")
+		fl.StringVar(&f.cfg.Containerd, "containerd", env("ENVD_CONTAINERD", d.Containerd), "containerd socket; empty = private daemon in the data dir (ENVD_CONTAINERD)")
+		fl.StringVar(&f.cfg.Namespace, "namespace", env("ENVD_NAMESPACE", d.Namespace), "containerd namespace (ENVD_NAMESPACE)")
 	}
 }
 
-func (f *flags) run(cmd *cobra.Command) error {
+// config is the node.Config the flags and variables give.
+func (f *flags) config() (node.Config, error) {
 	if err := errors.Join(f.envErrs...); err != nil {
-		return err
+		return node.Config{}, err
 	}
+	cfg := f.cfg
 	var err error
-	if f.cfg.DefaultTTL, err = time.ParseDuration(f.defaultTTL); err != nil {
-		return fmt.Errorf("--default-ttl: %w", err)
-	}
-	if f.cfg.MaxTTL, err = time.ParseDuration(f.maxTTL); err != nil {
-		return fmt.Errorf("--max-ttl: %w", err)
-	}
-	if f.cfg.HibernateAfter, err = time.ParseDuration(f.hibernateAfter); err != nil {
-		return fmt.Errorf("--hibernate-after: %w", err)
-	}
-	if f.cfg.DefaultLimits, err = f.limits.limits(); err != nil {
-		return err
+	if cfg.DefaultLimits, err = f.limits.limits(); err != nil {
+		return node.Config{}, err
 	}
 	if f.regS3.Endpoint != "" {
-		f.cfg.RegistryS3 = &f.regS3 // credentials from the environment only
+		cfg.RegistryS3 = &f.regS3 // credentials from the environment only
 	}
 	if f.s3.Endpoint != "" {
-		f.cfg.S3 = &f.s3 // credentials from ENVD_S3_ACCESS_KEY / ENVD_S3_SECRET_KEY only, never flags
+		cfg.S3 = &f.s3 // credentials from ENVD_S3_ACCESS_KEY / ENVD_S3_SECRET_KEY only, never flags
 	}
-	f.cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	n, err := node.Start(ctx, f.cfg)
+	return cfg, nil
+}
+
+func (f *flags) run(cmd *cobra.Command) error {
+	cfg, err := f.config()
 	if err != nil {
 		return err
 	}
-	if err := node.WritePID(f.cfg.DataDir); err != nil {
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	n, err := node.Start(ctx, cfg)
+	if err != nil {
 		return err
 	}
-	fmt.Printf("envd is up: %s (data dir %s)\n", n.URL, f.cfg.DataDir)
+	if err := node.WritePID(cfg.DataDir); err != nil {
+		return err
+	}
+	fmt.Printf("envd is up: %s (data dir %s)\n", n.URL, cfg.DataDir)
 	<-ctx.Done()
 	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

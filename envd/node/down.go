@@ -34,7 +34,7 @@ func Down(ctx context.Context, cfg Config) error {
 		}
 		_ = os.Remove(filepath.Join(cfg.DataDir, PIDFile))
 	}
-	cfg.Listen = "127.0.0.1:0"
+	cfg.Listen = DefaultListen
 	cfg.PrefetchWindow = -1
 	n, err := Start(ctx, cfg)
 	if err != nil {
@@ -86,8 +86,8 @@ func rememberParts(cfg *Config) error {
 	if cfg.Containerd == "" {
 		cfg.Containerd = saved.Containerd
 	}
-	if saved.Namespace != "" && (cfg.Namespace == "" || cfg.Namespace == "envd") {
-		cfg.Namespace = saved.Namespace // "envd" is the flag's default, not a choice
+	if saved.Namespace != "" && (cfg.Namespace == "" || cfg.Namespace == DefaultNamespace) {
+		cfg.Namespace = saved.Namespace // the default is not a choice
 	}
 	if cfg.Registry != "" && cfg.Registry == saved.Registry {
 		if cfg.RegistryCredentialFile == "" {

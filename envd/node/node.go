@@ -8,47 +8,34 @@ package node
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/envd-dev/envd/api/types"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/envd-dev/envd/api"
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/internal/atomicfile"
 	"github.com/envd-dev/envd/internal/objstore"
-	"github.com/envd-dev/envd/internal/pgserver"
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/runtime"
-	"github.com/envd-dev/envd/snapshotter/stargz"
-	"github.com/envd-dev/envd/versions"
-	"github.com/envd-dev/envd/workspace"
 )
 
 // Config of a node. Empty external addresses mean "embedded, under DataDir".
 type Config struct {
 	DataDir string
-	Listen  string // API address; default 127.0.0.1:0, the chosen one is written to DataDir/envd.url
+	Listen  string // API address; default DefaultListen, the chosen one is written to DataDir/envd.url
 	Node    string // default: persisted in DataDir/node
 
 	DSN        string // external PostgreSQL; "" = private cluster in DataDir/pg
 	Registry   string // external registry host:port (plain HTTP); "" = embedded in DataDir/registry
 	Containerd string // external containerd socket; "" = private daemon in DataDir/containerd
-	Namespace  string // containerd namespace; default "envd"
+	Namespace  string // containerd namespace; default DefaultNamespace
 
 	// RegistryCredentialFile holds the credential ("user:password", a 0600
 	// file) this node pulls and pushes with on the external Registry; ""
@@ -68,7 +55,7 @@ type Config struct {
 	// hibernated layers); nil = a directory under DataDir/objects.
 	S3 *objstore.S3Config
 
-	DefaultTTL     time.Duration
+	DefaultTTL     time.Duration // default DefaultTTL
 	MaxTTL         time.Duration
 	HibernateAfter time.Duration // 0 = never
 	PrefetchWindow time.Duration // 0 = envd's default (60s), negative = off
@@ -111,6 +98,43 @@ type Config struct {
 	Limits envd.TenantLimits
 }
 
+// The defaults of a node, in one place: DefaultConfig gathers them for
+// cmd/envd's flags and ENVD_* variables, and Start fills zero fields from
+// the same values.
+const (
+	// DefaultListen is the API address: loopback, a free port (the chosen
+	// one is written to DataDir/envd.url).
+	DefaultListen = "127.0.0.1:0"
+	// DefaultNamespace is the containerd namespace of the node's images
+	// and containers.
+	DefaultNamespace = "envd"
+	// DefaultTTL is an instance's lifetime when its client asks for none.
+	DefaultTTL = 8 * time.Hour
+	// DefaultS3Bucket and DefaultRegistryS3Bucket are the buckets `envd
+	// serve` names in Config.S3 and Config.RegistryS3 when given none.
+	DefaultS3Bucket         = "envd"
+	DefaultRegistryS3Bucket = "envd-registry"
+)
+
+// DefaultConfig is what `envd up` runs with when given no flag or ENVD_*
+// variable: every part embedded under DefaultDataDir. Start fills a zero
+// DataDir, Listen, Namespace and DefaultTTL from the same values; fields
+// whose zero value has a meaning of its own (DefaultLimits: no limit) are
+// left as given, so a Config written by hand runs without the instance
+// limits the command applies.
+func DefaultConfig() Config {
+	return Config{
+		DataDir:     DefaultDataDir(),
+		Listen:      DefaultListen,
+		Namespace:   DefaultNamespace,
+		DefaultTTL:  DefaultTTL,
+		BuildEgress: string(runtime.EgressOpen),
+		// What envd up gives instances whose project sets no limit.
+		DefaultLimits: types.Limits{Pids: 4096, DiskBytes: 10 << 30},
+		Limits:        envd.DefaultTenantLimits,
+	}
+}
+
 // DefaultDataDir is /var/lib/envd for root, ~/.local/share/envd otherwise.
 func DefaultDataDir() string {
 	if os.Geteuid() == 0 {
@@ -127,288 +151,114 @@ type Node struct {
 	URL     string
 	Token   string
 
-	closers []func(context.Context) error
-	srv     *http.Server
-	ln      net.Listener
+	// What the steps of Start made, in their order (steps.go).
+	db   database
+	reg  registryPart
+	ctrd containerdPart
+	rt   *runtime.Runtime
+	vols volumes
+	srv  *http.Server
 
-	// Embedded parts this node started; nil when external.
-	pg      *pgserver.Server
-	daemon  *runtime.Daemon
-	stargz  *stargz.Process // the lazy snapshotter process; nil when not running
-	rt      *runtime.Runtime
-	vols    *workspace.Manager
-	reg     *registry.Client
-	regAddr string
-	regCred registryFiles
-	dsn     string
+	components map[string]string // each part as envd info shows it
+	closers    []func(context.Context) error
 }
 
-// Start brings the node up and starts serving; Wait or Close end it.
+// Start brings the node up and starts serving; Close or Shutdown end it.
+// Each step (steps.go) takes what the earlier ones made and registers the
+// cleanup of what it starts with onClose; when a step fails, Close undoes
+// the steps done so far, last first. The embedded PostgreSQL, containerd
+// and lazy snapshotter are not stopped then, as on Close: a restart finds
+// them, and Shutdown stops them.
 func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
-	if cfg.DataDir == "" {
-		cfg.DataDir = DefaultDataDir()
-	}
-	if cfg.DataDir, err = filepath.Abs(cfg.DataDir); err != nil {
+	if cfg, err = withDefaults(cfg); err != nil {
 		return nil, err
 	}
+	n := &Node{cfg: cfg, components: map[string]string{}}
+	defer func() {
+		if err != nil {
+			n.Close(context.WithoutCancel(ctx))
+		}
+	}()
+	if n.db, err = n.startPostgreSQL(ctx); err != nil {
+		return nil, err
+	}
+	if n.reg, err = n.startRegistry(ctx); err != nil {
+		return nil, err
+	}
+	if n.ctrd, err = n.startContainerd(ctx, n.reg); err != nil {
+		return nil, err
+	}
+	if n.rt, err = n.startRuntime(ctx, n.db, n.reg, n.ctrd); err != nil {
+		return nil, err
+	}
+	if n.vols, err = n.openVolumes(ctx); err != nil {
+		return nil, err
+	}
+	if n.Service, err = n.newService(n.db, n.reg, n.rt, n.vols); err != nil {
+		return nil, err
+	}
+	if n.Token, err = n.adminToken(ctx, n.db); err != nil {
+		return nil, err
+	}
+	if err := n.Service.Start(ctx); err != nil {
+		return nil, err
+	}
+	n.protectFromOOM()
+	n.reportCgroupLimits()
+	if n.URL, err = n.serveAPI(n.Service); err != nil {
+		return nil, err
+	}
+	cfg.Logger.Info("envd node up", "node", cfg.Node, "url", n.URL, "data_dir", cfg.DataDir, "registry", n.reg.addr, "containerd", n.ctrd.addr)
+	return n, nil
+}
+
+// withDefaults fills cfg's zero fields (DefaultConfig), makes its paths
+// absolute, names the node once (kept in DataDir/node) and takes the
+// external parts an earlier start recorded (rememberParts).
+func withDefaults(cfg Config) (_ Config, err error) {
+	d := DefaultConfig()
+	if cfg.DataDir == "" {
+		cfg.DataDir = d.DataDir
+	}
+	if cfg.DataDir, err = filepath.Abs(cfg.DataDir); err != nil {
+		return cfg, err
+	}
 	if cfg.Listen == "" {
-		cfg.Listen = "127.0.0.1:0"
+		cfg.Listen = d.Listen
 	}
 	for _, f := range []*string{&cfg.RegistryCredentialFile, &cfg.RegistryGCCredentialFile} {
 		if *f != "" {
 			if *f, err = filepath.Abs(*f); err != nil {
-				return nil, err
+				return cfg, err
 			}
 		}
 	}
 	if cfg.Namespace == "" {
-		cfg.Namespace = "envd"
+		cfg.Namespace = d.Namespace
+	}
+	if cfg.DefaultTTL == 0 {
+		cfg.DefaultTTL = d.DefaultTTL
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
-		return nil, err
+		return cfg, err
 	}
 	if cfg.Node == "" {
 		if cfg.Node, err = persisted(filepath.Join(cfg.DataDir, "node"), func() string {
 			h, _ := os.Hostname()
 			return fmt.Sprintf("%s-%s", sanitize(h), randomHex(3))
 		}); err != nil {
-			return nil, err
+			return cfg, err
 		}
 	}
-	if err := rememberParts(&cfg); err != nil {
-		return nil, err
-	}
-	n := &Node{cfg: cfg}
-	defer func() {
-		if err != nil {
-			n.Close(context.WithoutCancel(ctx))
-		}
-	}()
-	log := cfg.Logger
-	components := map[string]string{}
-
-	// PostgreSQL
-	dsn := cfg.DSN
-	if dsn == "" {
-		pg, err := pgserver.Start(ctx, filepath.Join(cfg.DataDir, "pg"))
-		if err != nil {
-			return nil, fmt.Errorf("embedded postgresql: %w", err)
-		}
-		// The cluster outlives envd on purpose (restarts keep it); it is
-		// stopped only by Shutdown.
-		n.pg = pg
-		dsn = pg.DSN()
-		components["postgresql"] = "embedded " + filepath.Join(cfg.DataDir, "pg")
-	} else {
-		components["postgresql"] = "external"
-	}
-	n.dsn = dsn
-	store, err := versions.Open(ctx, dsn)
-	if err != nil {
-		return nil, fmt.Errorf("metadata store: %w", err)
-	}
-	n.closers = append(n.closers, func(context.Context) error { store.Close(); return nil })
-
-	// Registry
-	regAddr := cfg.Registry
-	var sweeper envd.Sweeper // the embedded registry; an external one sweeps itself
-	if regAddr == "" {
-		addrFile := filepath.Join(cfg.DataDir, "registry.addr")
-		listen := "127.0.0.1:0"
-		if b, err := os.ReadFile(addrFile); err == nil {
-			listen = strings.TrimSpace(string(b)) // keep the address: image refs in containerd name it
-		}
-		var ropts []registry.Option
-		if rs := cfg.RegistryS3; rs != nil {
-			// distribution's driver does not create its bucket.
-			if _, err := objstore.NewS3(ctx, objstore.S3Config{Endpoint: rs.Endpoint, Bucket: rs.Bucket,
-				AccessKey: rs.AccessKey, SecretKey: rs.SecretKey, Secure: rs.Secure, Region: rs.Region}); err != nil {
-				return nil, fmt.Errorf("registry bucket: %w", err)
-			}
-			ropts = append(ropts, registry.WithS3Storage(*rs))
-		}
-		files := registryFiles{Node: filepath.Join(cfg.DataDir, nodeCredentialFile), GC: filepath.Join(cfg.DataDir, gcCredentialFile)}
-		access, err := files.loadOrCreate()
-		if err != nil {
-			return nil, err
-		}
-		n.regCred = files
-		ropts = append(ropts, registry.WithAccess(access))
-		srv, err := registry.Serve(ctx, filepath.Join(cfg.DataDir, "registry"), listen, ropts...)
-		if err != nil && listen != "127.0.0.1:0" {
-			log.Warn("registry address taken, choosing another", "addr", listen, "err", err)
-			srv, err = registry.Serve(ctx, filepath.Join(cfg.DataDir, "registry"), "127.0.0.1:0", ropts...)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("embedded registry: %w", err)
-		}
-		n.closers = append(n.closers, srv.Close)
-		sweeper = srv
-		regAddr = srv.Addr()
-		if err := writeFileAtomic(addrFile, []byte(regAddr+"\n"), 0o600); err != nil {
-			return nil, err
-		}
-		components["registry"] = "embedded distribution v3 at " + regAddr
-	} else {
-		components["registry"] = "external " + regAddr
-		n.regCred = registryFiles{Node: cfg.RegistryCredentialFile, GC: cfg.RegistryGCCredentialFile}
-	}
-	n.regAddr = regAddr
-	regAccess, err := n.regCred.load()
-	if err != nil {
-		return nil, err
-	}
-	reg := registry.NewClient(regAddr, registry.WithCredential(regAccess.Node), registry.WithDeleteCredential(regAccess.GC))
-	n.reg = reg
-	if cfg.Registry != "" {
-		// A refused credential would otherwise show only at the first
-		// save or restore; an unreachable registry may come back.
-		if err := reg.Ping(ctx); errors.Is(err, errdefs.ErrUnauthenticated) {
-			return nil, fmt.Errorf("registry %s refuses this node (give its node credential with --registry-credential-file): %w", regAddr, err)
-		} else if err != nil {
-			log.Warn("registry not reachable at start", "registry", regAddr, "err", err)
-		}
-	}
-
-	// containerd
-	ctrdAddr := cfg.Containerd
-	lazy := ""
-	if ctrdAddr == "" {
-		// --- lazy snapshotter: its own process, started before containerd,
-		// which uses it as the proxy plugin stargz.Name. Without it (no FUSE,
-		// say) every restore is a full pull for overlayfs.
-		var dopts []runtime.DaemonOption
-		if cfg.DisableLazy {
-			components["lazy snapshotter"] = "disabled"
-		} else if sp, err := stargz.Start(ctx, "", filepath.Join(cfg.DataDir, "stargz"), []string{regAddr}, regAccess.stargzOptions(regAddr)...); err != nil {
-			log.Warn("lazy snapshotter unavailable, restores pull images in full (overlayfs)", "err", err)
-			components["lazy snapshotter"] = "unavailable: " + err.Error()
-		} else {
-			n.stargz = sp
-			lazy = stargz.Name
-			dopts = append(dopts, runtime.WithProxySnapshotter(stargz.Name, sp.Socket()))
-			components["lazy snapshotter"] = "embedded stargz at " + sp.Socket()
-		}
-		// --- end lazy snapshotter
-		d, err := runtime.StartDaemon(ctx, filepath.Join(cfg.DataDir, "containerd"), dopts...)
-		if err != nil {
-			return nil, fmt.Errorf("embedded containerd: %w", err)
-		}
-		n.daemon = d
-		ctrdAddr = d.Address()
-		components["containerd"] = "embedded at " + ctrdAddr
-	} else {
-		components["containerd"] = "external at " + ctrdAddr
-	}
-	rt, err := runtime.New(ctx, runtime.Config{
-		Address: ctrdAddr, Namespace: cfg.Namespace, StateDir: filepath.Join(cfg.DataDir, "runtime"),
-		Network:             networkFor(cfg.DataDir, clusterEndpoints(cfg, dsn, regAddr)),
-		PlainHTTPRegistries: []string{regAddr},
-		RegistryCredentials: regAccess.nodeFor(regAddr),
-		LazySnapshotter:     lazy,
-		DisableDiskLimit:    cfg.DisableDiskLimit,
-		DiskReserveBytes:    cfg.DiskReserveBytes,
-		UserNS:              cfg.UserNS,
-		Unrestricted:        cfg.Unrestricted,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("runtime: %w", err)
-	}
-	// --- writable-layer limits
-	switch err := rt.DiskLimitErr(); {
-	case cfg.DisableDiskLimit:
-		components["disk limit"] = "disabled"
-	case err != nil:
-		log.Warn("writable-layer limits cannot be honoured: instances with one fail to start", "err", err)
-		components["disk limit"] = "unavailable: " + err.Error()
-	default:
-		components["disk limit"] = fmt.Sprintf("ext4 image per instance, default %d bytes (0 = none)", cfg.DefaultLimits.DiskBytes)
-	}
-	// --- end writable-layer limits
-	if root, on := rt.UserNS(); on {
-		components["user namespaces"] = fmt.Sprintf("on: instance root is host uid %d (%d ids); images pulled in full (no lazy restore)", root, runtime.UserNSSize)
-	}
-	if cfg.Unrestricted {
-		log.Warn("instances run without hardening, limits or network rules (benchmarks only)")
-		components["hardening"] = "off (benchmarks only)"
-	}
-	if err := rt.LazyErr(); err != nil {
-		log.Warn("lazy snapshotter not usable, restores pull images in full (overlayfs)", "err", err)
-		components["lazy snapshotter"] = "unavailable: " + err.Error()
-	}
-	n.rt = rt
-	n.closers = append(n.closers, func(context.Context) error { return rt.Close() })
-
-	vols, err := workspace.NewManager(filepath.Join(cfg.DataDir, "volumes"))
-	if err != nil {
-		return nil, fmt.Errorf("volumes: %w", err)
-	}
-	n.vols = vols
-	var objects objstore.Store
-	if cfg.S3 != nil {
-		if objects, err = objstore.NewS3(ctx, *cfg.S3); err != nil {
-			return nil, fmt.Errorf("object store: %w", err)
-		}
-		components["objects"] = "s3 " + cfg.S3.Endpoint + "/" + cfg.S3.Bucket
-	} else {
-		if objects, err = objstore.NewDir(filepath.Join(cfg.DataDir, "objects")); err != nil {
-			return nil, fmt.Errorf("object store: %w", err)
-		}
-		components["objects"] = "directory " + filepath.Join(cfg.DataDir, "objects")
-	}
-
-	svc, err := envd.New(envd.Config{
-		Node: cfg.Node, WorkDir: filepath.Join(cfg.DataDir, "work"), DataDir: cfg.DataDir,
-		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, Components: components, Logger: log,
-		Volumes: vols, Objects: objects, HibernateAfter: cfg.HibernateAfter, PrefetchWindow: cfg.PrefetchWindow, ReconcileInterval: cfg.ReconcileInterval,
-		Sweeper: sweeper, DefaultLimits: cfg.DefaultLimits, BuildEgress: cfg.BuildEgress,
-		Limits: cfg.Limits,
-	}, store, reg, rt)
-	if err != nil {
-		return nil, err
-	}
-	n.Service = svc
-	n.closers = append(n.closers, func(context.Context) error { svc.Close(); return nil })
-
-	// The admin token is created once and kept, so envctl keeps working
-	// across restarts.
-	tokenFile := filepath.Join(cfg.DataDir, "admin.token")
-	n.Token, err = persisted(tokenFile, func() string { return randomHex(32) })
-	if err != nil {
-		return nil, err
-	}
-	if err := os.Chmod(tokenFile, 0o600); err != nil {
-		return nil, err
-	}
-	if err := store.EnsureAdminToken(ctx, "admin", n.Token); err != nil {
-		return nil, fmt.Errorf("admin token: %w", err)
-	}
-	if err := svc.Start(ctx); err != nil {
-		return nil, err
-	}
-	n.protectFromOOM()
-	n.reportCgroupLimits()
-
-	n.ln, err = net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
-	}
-	n.URL = "http://" + n.ln.Addr().String()
-	if err := writeFileAtomic(filepath.Join(cfg.DataDir, "envd.url"), []byte(n.URL+"\n"), 0o600); err != nil {
-		return nil, err
-	}
-	n.srv = newHTTPServer(api.New(svc))
-	go func() {
-		if err := n.srv.Serve(n.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("api server", "err", err)
-		}
-	}()
-	log.Info("envd node up", "node", cfg.Node, "url", n.URL, "data_dir", cfg.DataDir, "registry", regAddr, "containerd", ctrdAddr)
-	return n, nil
+	return cfg, rememberParts(&cfg)
 }
+
+// onClose registers the cleanup of what a step started; Close runs them
+// last first.
+func (n *Node) onClose(f func(context.Context) error) { n.closers = append(n.closers, f) }
 
 // Close stops serving and releases the node's clients. Containers, the
 // private containerd and PostgreSQL keep running, so a restart finds them.
@@ -432,18 +282,18 @@ func (n *Node) Runtime() *runtime.Runtime { return n.rt }
 
 // DSN is the PostgreSQL connection string the node uses (so a second node
 // can join it).
-func (n *Node) DSN() string { return n.dsn }
+func (n *Node) DSN() string { return n.db.dsn }
 
 // RegistryAddr is the host:port of the registry the node uses.
-func (n *Node) RegistryAddr() string { return n.regAddr }
+func (n *Node) RegistryAddr() string { return n.reg.addr }
 
 // RegistryClient is the node's client of its registry, with its credentials.
-func (n *Node) RegistryClient() *registry.Client { return n.reg }
+func (n *Node) RegistryClient() *registry.Client { return n.reg.client }
 
 // RegistryCredentialFiles are the files holding the node's registry
 // credentials: the node's (pull and push) and the GC's (also delete); ""
 // for one the node has none of.
-func (n *Node) RegistryCredentialFiles() (node, gc string) { return n.regCred.Node, n.regCred.GC }
+func (n *Node) RegistryCredentialFiles() (node, gc string) { return n.reg.files.Node, n.reg.files.GC }
 
 // Name is the node's name.
 func (n *Node) Name() string { return n.cfg.Node }
@@ -469,73 +319,27 @@ func (n *Node) Shutdown(ctx context.Context) {
 		}
 	}
 	n.Close(ctx)
-	if n.vols != nil {
-		if err := n.vols.Detach(ctx); err != nil {
+	if n.vols.manager != nil {
+		if err := n.vols.manager.Detach(ctx); err != nil {
 			n.cfg.Logger.Warn("unmount volumes", "err", err)
 		}
 	}
-	if n.daemon != nil {
-		if err := n.daemon.Stop(ctx); err != nil {
+	if n.ctrd.daemon != nil {
+		if err := n.ctrd.daemon.Stop(ctx); err != nil {
 			n.cfg.Logger.Warn("stop containerd", "err", err)
 		}
 	}
 	// After the containers: their lower layers are its FUSE mounts.
-	if n.stargz != nil {
-		if err := n.stargz.Stop(ctx); err != nil {
+	if n.ctrd.stargz != nil {
+		if err := n.ctrd.stargz.Stop(ctx); err != nil {
 			n.cfg.Logger.Warn("stop lazy snapshotter", "err", err)
 		}
 	}
-	if n.pg != nil {
-		if err := n.pg.Stop(ctx); err != nil {
+	if n.db.server != nil {
+		if err := n.db.server.Stop(ctx); err != nil {
 			n.cfg.Logger.Warn("stop postgresql", "err", err)
 		}
 	}
-}
-
-// networkFor derives a bridge and subnet from the data dir, so two nodes
-// on one machine never share them.
-func networkFor(dataDir string, deny []string) runtime.NetworkConfig {
-	sum := sha256.Sum256([]byte(dataDir))
-	return runtime.NetworkConfig{
-		Bridge: "envd" + hex.EncodeToString(sum[:4]),
-		Subnet: fmt.Sprintf("10.%d.%d.0/24", 200+int(sum[4])%50, sum[5]),
-		Deny:   deny,
-	}
-}
-
-// clusterEndpoints are the service endpoints instances must not reach: the
-// PostgreSQL, registry and S3 addresses this node uses (loopback and unix
-// sockets need no rule: an instance's loopback is its own), and
-// cfg.InstanceDeny.
-func clusterEndpoints(cfg Config, dsn, regAddr string) []string {
-	var out []string
-	if pc, err := pgconn.ParseConfig(dsn); err == nil && !strings.HasPrefix(pc.Host, "/") {
-		out = append(out, net.JoinHostPort(pc.Host, strconv.Itoa(int(pc.Port))))
-		for _, fb := range pc.Fallbacks {
-			if !strings.HasPrefix(fb.Host, "/") {
-				out = append(out, net.JoinHostPort(fb.Host, strconv.Itoa(int(fb.Port))))
-			}
-		}
-	}
-	out = append(out, regAddr)
-	if cfg.S3 != nil {
-		out = append(out, cfg.S3.Endpoint)
-	}
-	if cfg.RegistryS3 != nil {
-		out = append(out, cfg.RegistryS3.Endpoint)
-	}
-	var keep []string
-	for _, e := range out {
-		host, _, err := net.SplitHostPort(e)
-		if err != nil {
-			host = e
-		}
-		if ip := net.ParseIP(host); (ip != nil && ip.IsLoopback()) || host == "localhost" || e == "" || slices.Contains(keep, e) {
-			continue
-		}
-		keep = append(keep, e)
-	}
-	return append(keep, cfg.InstanceDeny...)
 }
 
 func persisted(path string, make func() string) (string, error) {
@@ -569,18 +373,4 @@ func sanitize(s string) string {
 		return "node"
 	}
 	return b.String()
-}
-
-// newHTTPServer bounds what a client can hold without sending a request:
-// headers must arrive within ReadHeaderTimeout and fit MaxHeaderBytes, and
-// an idle keep-alive connection is closed after IdleTimeout. There is no
-// ReadTimeout or WriteTimeout: they would cut exec WebSockets, event
-// streams and image uploads, which last as long as their work.
-func newHTTPServer(h http.Handler) *http.Server {
-	return &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-	}
 }

@@ -12,14 +12,14 @@ import (
 // a positive oom_score_adj.
 func (n *Node) protectFromOOM() {
 	pids := map[string]int{"envd": os.Getpid()}
-	if n.pg != nil {
-		pids["postgresql"] = n.pg.PID()
+	if n.db.server != nil {
+		pids["postgresql"] = n.db.server.PID()
 	}
-	if n.daemon != nil {
-		pids["containerd"] = n.daemon.Pid()
+	if n.ctrd.daemon != nil {
+		pids["containerd"] = n.ctrd.daemon.Pid()
 	}
-	if n.stargz != nil {
-		pids["snapshotter"] = n.stargz.Pid()
+	if n.ctrd.stargz != nil {
+		pids["snapshotter"] = n.ctrd.stargz.Pid()
 	}
 	for name, pid := range pids {
 		if err := proc.ProtectFromOOM(pid); err != nil {
