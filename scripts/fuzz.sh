@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # package target executions
 targets=(
-	"./internal/rootfstar FuzzCopy 20000x"
+	"./internal/tarfs FuzzCopyRootfs 20000x"
 	"./workspace FuzzParseSpec 200000x"
 	"./workspace FuzzParseSize 300000x"
 	"./builder FuzzCheck 250000x"
