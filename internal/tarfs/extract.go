@@ -85,7 +85,7 @@ func Extract(ctx context.Context, dir string, r io.Reader, opts ExtractOptions) 
 			}
 			return n, fmt.Errorf("archive entry %q: %w", hdr.Name, err)
 		}
-		if name != "." {
+		if name != "." && x.writes(hdr.Typeflag) {
 			n++
 		}
 		if hdr.Typeflag == tar.TypeDir {
@@ -157,6 +157,17 @@ func (x *extractor) openBeneath(dir string) (int, error) {
 		fd = next
 	}
 	return fd, nil
+}
+
+// writes reports whether an entry of type typ is written.
+func (x *extractor) writes(typ byte) bool {
+	switch typ {
+	case tar.TypeDir, tar.TypeReg, tar.TypeRegA, tar.TypeSymlink, tar.TypeLink, tar.TypeFifo:
+		return true
+	case tar.TypeChar, tar.TypeBlock:
+		return x.opts.Devices
+	}
+	return false
 }
 
 func (x *extractor) entry(name string, hdr *tar.Header, r io.Reader) error {
