@@ -143,18 +143,33 @@ func (x *extractor) openBeneath(dir string) (int, error) {
 		}
 		noOpenat2.Store(true)
 	}
-	// Without openat2: one element at a time, following no symlink at all.
+	// Without openat2: one element at a time, following no symlink at all
+	// (one is ELOOP, refused as an escape even if it would stay inside).
 	fd, err := unix.Dup(x.root.fd)
 	if err != nil {
 		return -1, err
 	}
 	for part := range strings.SplitSeq(dir, "/") {
-		next, err := unix.Openat(fd, part, flags|unix.O_NOFOLLOW, 0)
+		next, err := unix.Openat(fd, part, unix.O_PATH|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 		unix.Close(fd)
 		if err != nil {
 			return -1, err
 		}
 		fd = next
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			unix.Close(fd)
+			return -1, err
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+		case unix.S_IFLNK:
+			unix.Close(fd)
+			return -1, unix.ELOOP
+		default:
+			unix.Close(fd)
+			return -1, unix.ENOTDIR
+		}
 	}
 	return fd, nil
 }

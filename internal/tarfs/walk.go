@@ -255,15 +255,15 @@ func (w *walker) header(rel string, st *unix.Stat_t, xattrs map[string]string) *
 	return h
 }
 
-// xattrs reads the xattrs to record of an entry, and whether it is an
-// opaque overlay directory.
-func (w *walker) xattrs(x xattrReader, full string) (map[string]string, bool, error) {
-	xs, err := readXattrs(x, full, &w.xbuf)
+// xattrs reads the xattrs to record of the entry name of d ("" for d),
+// and whether it is an opaque overlay directory.
+func (w *walker) xattrs(d *Dir, name string) (map[string]string, bool, error) {
+	xs, err := d.readXattrs(name, &w.xbuf)
 	if err != nil || len(xs) == 0 {
 		return nil, false, err
 	}
 	if w.opts.Overlay {
-		opaque, err := overlayXattrs(xs, full)
+		opaque, err := overlayXattrs(xs, d.Path(name))
 		return xs, opaque, err
 	}
 	for k := range xs {
@@ -280,7 +280,7 @@ func (w *walker) root(d *Dir) error {
 	if err := unix.Fstat(d.fd, &st); err != nil {
 		return fmt.Errorf("fstat %q: %w", d.path, err)
 	}
-	xs, _, err := w.xattrs(d.xattrs(""), d.path)
+	xs, _, err := w.xattrs(d, "")
 	if err != nil {
 		return err
 	}
@@ -361,7 +361,7 @@ func (w *walker) entry(d *Dir, dirRel string, c *child, depth int) error {
 	}
 
 	rel := join(dirRel, c.name)
-	xattrs, opaque, err := w.xattrs(d.xattrs(c.name), d.Path(c.name))
+	xattrs, opaque, err := w.xattrs(d, c.name)
 	if err != nil {
 		return err
 	}

@@ -18,81 +18,59 @@ import (
 // ("SCHILY.xattr.NAME"), as GNU tar and archive/tar write them.
 const PAXXattr = "SCHILY.xattr."
 
-// xattrReader reads the xattrs of one entry, not following it if it is a
-// symlink: llistxattr(2) and lgetxattr(2) semantics.
-type xattrReader interface {
-	list(buf []byte) (int, error)
-	get(name string, buf []byte) (int, error)
-}
-
-// Xattrs returns the extended attributes of the entry name of d, not
-// following a symlink, all of them (overlay's own included). A file system
-// without xattrs gives none.
+// Xattrs returns the extended attributes of the entry name of d ("" for d
+// itself), not following a symlink, all of them (overlay's own included).
+// A file system without xattrs gives none.
 func (d *Dir) Xattrs(name string) (map[string]string, error) {
-	return readXattrs(d.xattrs(name), d.Path(name), &d.xbuf)
+	return d.readXattrs(name, &d.xbuf)
 }
 
-// xattrs reads the xattrs of the entry name without following it: with
-// listxattrat/getxattrat (Linux 6.13) on d's fd, or else with the l*xattr
-// calls on d's /proc/self/fd link (the directory is reached through its own
-// fd; the l-variants do not follow name). "" is d itself.
-func (d *Dir) xattrs(name string) xattrReader {
-	if name == "" {
-		return xattrFd(d.fd)
-	}
-	if noXattrat.Load() {
-		return xattrPath(d.proc + name)
-	}
-	return xattrAt{d: d, name: name}
-}
-
-// readXattrs returns every xattr of x; buf is scratch space kept between
-// calls. full names the entry in errors.
-func readXattrs(x xattrReader, full string, buf *[]byte) (map[string]string, error) {
+// readXattrs is Xattrs with buf as scratch space kept between calls.
+func (d *Dir) readXattrs(name string, buf *[]byte) (map[string]string, error) {
 	if len(*buf) < 256 {
 		*buf = make([]byte, 1024)
 	}
-	n, err := x.list(*buf)
+	n, err := d.listxattr(name, *buf)
 	for errors.Is(err, unix.ERANGE) {
 		var sz int
-		if sz, err = x.list(nil); err != nil {
+		if sz, err = d.listxattr(name, nil); err != nil {
 			break
 		}
 		*buf = make([]byte, sz*2+1)
-		n, err = x.list(*buf)
+		n, err = d.listxattr(name, *buf)
 	}
 	if errors.Is(err, unix.ENOTSUP) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("list xattrs of %q: %w", full, err)
+		return nil, fmt.Errorf("list xattrs of %q: %w", d.Path(name), err)
 	}
 	if n == 0 {
 		return nil, nil
 	}
 	names := strings.Split(string(bytes.TrimRight((*buf)[:n], "\x00")), "\x00")
 	out := make(map[string]string, len(names))
-	for _, name := range names {
-		if name == "" {
+	for _, attr := range names {
+		if attr == "" {
 			continue
 		}
-		v, err := getXattr(x, name, buf)
+		v, err := d.getxattrAll(name, attr, buf)
 		if errors.Is(err, unix.ENODATA) {
 			continue // removed since the listing
 		}
 		if err != nil {
-			return nil, fmt.Errorf("get xattr %s of %q: %w", name, full, err)
+			return nil, fmt.Errorf("get xattr %s of %q: %w", attr, d.Path(name), err)
 		}
-		out[name] = v
+		out[attr] = v
 	}
 	return out, nil
 }
 
-func getXattr(x xattrReader, name string, buf *[]byte) (string, error) {
+func (d *Dir) getxattrAll(name, attr string, buf *[]byte) (string, error) {
 	for {
-		n, err := x.get(name, *buf)
+		n, err := d.getxattr(name, attr, *buf)
 		if errors.Is(err, unix.ERANGE) {
-			sz, err := x.get(name, nil)
+			sz, err := d.getxattr(name, attr, nil)
 			if err != nil {
 				return "", err
 			}
@@ -133,40 +111,19 @@ func overlayXattrs(xs map[string]string, full string) (opaque bool, err error) {
 	return opaque, nil
 }
 
-// xattrPath reads the xattrs of a path (its last component not followed).
-type xattrPath string
-
-func (p xattrPath) list(buf []byte) (int, error) { return unix.Llistxattr(string(p), buf) }
-func (p xattrPath) get(name string, buf []byte) (int, error) {
-	return unix.Lgetxattr(string(p), name, buf)
-}
-
-// xattrFd reads the xattrs of an open file.
-type xattrFd int
-
-func (fd xattrFd) list(buf []byte) (int, error) { return unix.Flistxattr(int(fd), buf) }
-func (fd xattrFd) get(name string, buf []byte) (int, error) {
-	return unix.Fgetxattr(int(fd), name, buf)
-}
-
-// xattrAt reads xattrs with the *xattrat system calls, falling back to the
-// /proc path on kernels without them.
-type xattrAt struct {
-	d    *Dir
-	name string
-}
-
-// The *xattrat system calls (the same numbers on every architecture).
-const (
-	sysGetxattrat  = 464
-	sysListxattrat = 465
-)
-
-// noXattrat is set when the kernel lacks the *xattrat calls (before 6.13).
-var noXattrat atomic.Bool
-
-func (x xattrAt) list(buf []byte) (int, error) {
-	name, err := unix.BytePtrFromString(x.name)
+// listxattr and getxattr read the xattrs of the entry name without
+// following it: with listxattrat/getxattrat (Linux 6.13) on d's fd, or else
+// with the l*xattr calls on d's /proc/self/fd link (the directory is
+// reached through its own fd; the l-variants do not follow name). "" is d
+// itself.
+func (d *Dir) listxattr(name string, buf []byte) (int, error) {
+	switch {
+	case name == "":
+		return unix.Flistxattr(d.fd, buf)
+	case noXattrat.Load():
+		return unix.Llistxattr(d.proc+name, buf)
+	}
+	np, err := unix.BytePtrFromString(name)
 	if err != nil {
 		return 0, err
 	}
@@ -174,12 +131,12 @@ func (x xattrAt) list(buf []byte) (int, error) {
 	if len(buf) > 0 {
 		p = unsafe.Pointer(&buf[0])
 	}
-	n, _, errno := unix.Syscall6(sysListxattrat, uintptr(x.d.fd), uintptr(unsafe.Pointer(name)), unix.AT_SYMLINK_NOFOLLOW,
+	n, _, errno := unix.Syscall6(sysListxattrat, uintptr(d.fd), uintptr(unsafe.Pointer(np)), unix.AT_SYMLINK_NOFOLLOW,
 		uintptr(p), uintptr(len(buf)), 0)
 	runtime.KeepAlive(buf)
 	if errno == unix.ENOSYS {
 		noXattrat.Store(true)
-		return xattrPath(x.d.proc + x.name).list(buf)
+		return unix.Llistxattr(d.proc+name, buf)
 	}
 	if errno != 0 {
 		return 0, errno
@@ -194,8 +151,14 @@ type xattrArgs struct {
 	flags uint32
 }
 
-func (x xattrAt) get(attr string, buf []byte) (int, error) {
-	name, err := unix.BytePtrFromString(x.name)
+func (d *Dir) getxattr(name, attr string, buf []byte) (int, error) {
+	switch {
+	case name == "":
+		return unix.Fgetxattr(d.fd, attr, buf)
+	case noXattrat.Load():
+		return unix.Lgetxattr(d.proc+name, attr, buf)
+	}
+	np, err := unix.BytePtrFromString(name)
 	if err != nil {
 		return 0, err
 	}
@@ -207,12 +170,12 @@ func (x xattrAt) get(attr string, buf []byte) (int, error) {
 	if len(buf) > 0 {
 		args.value = uint64(uintptr(unsafe.Pointer(&buf[0])))
 	}
-	n, _, errno := unix.Syscall6(sysGetxattrat, uintptr(x.d.fd), uintptr(unsafe.Pointer(name)), unix.AT_SYMLINK_NOFOLLOW,
+	n, _, errno := unix.Syscall6(sysGetxattrat, uintptr(d.fd), uintptr(unsafe.Pointer(np)), unix.AT_SYMLINK_NOFOLLOW,
 		uintptr(unsafe.Pointer(an)), uintptr(unsafe.Pointer(&args)), unsafe.Sizeof(args))
 	runtime.KeepAlive(buf)
 	if errno == unix.ENOSYS {
 		noXattrat.Store(true)
-		return xattrPath(x.d.proc+x.name).get(attr, buf)
+		return unix.Lgetxattr(d.proc+name, attr, buf)
 	}
 	if errno != 0 {
 		return 0, errno
@@ -220,12 +183,21 @@ func (x xattrAt) get(attr string, buf []byte) (int, error) {
 	return int(n), nil
 }
 
+// The *xattrat system calls (the same numbers on every architecture).
+const (
+	sysGetxattrat  = 464
+	sysListxattrat = 465
+)
+
+// noXattrat is set when the kernel lacks the *xattrat calls (before 6.13).
+var noXattrat atomic.Bool
+
 // OverlayXattrs reads the xattrs of the entry name of d, an overlay upper
 // dir's, as a walk with Options.Overlay does: whether it is an opaque
 // directory, or errdefs.ErrFailedPrecondition if it uses redirect_dir or
 // metacopy.
 func (d *Dir) OverlayXattrs(name string) (opaque bool, err error) {
-	xs, err := readXattrs(d.xattrs(name), d.Path(name), &d.xbuf)
+	xs, err := d.readXattrs(name, &d.xbuf)
 	if err != nil || len(xs) == 0 {
 		return false, err
 	}
