@@ -237,7 +237,7 @@ func (p *TwoPass) excluded(rel string) bool { return excluded(p.excludes, rel) }
 
 // prepareDir copies the regular files below the directory d, at rel.
 // Entries that vanish or change type while it runs are skipped: Frozen sees
-// them as they end up. Like the walker, it looks at entries only relative
+// them as they end up. Like tarfs.Walk, it looks at entries only relative
 // to d's fd and follows nothing: the tenant may be swapping directories for
 // symlinks while it runs.
 func (p *TwoPass) prepareDir(ctx context.Context, d *tarfs.Dir, rel string, depth int) error {
@@ -451,7 +451,7 @@ func (p *TwoPass) Frozen(ctx context.Context) (FrozenStats, error) {
 	return p.stats, nil
 }
 
-// freezer is the sink of the frozen pass: it plans the entries Spool's
+// freezer is the handler of the frozen pass: it plans the entries the
 // walker gives, a regular file's content taken from its Prepare copy when
 // the file is unchanged, else copied now.
 type freezer struct {
