@@ -4,12 +4,13 @@ import (
 	"archive/tar"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"path"
 	"sort"
 	"strings"
+
+	"github.com/envd-dev/envd/internal/tarfs"
 )
 
 // Entries of an eStargz layer's tar that are not part of the file system.
@@ -29,67 +30,34 @@ type Tree map[string]string
 // Apply adds one layer (an uncompressed OCI layer tar) to t: whiteouts
 // delete, opaque markers empty their directory, other entries replace.
 func (t Tree) Apply(layer io.Reader) error {
-	return walkLayer(layer, func(e layerEntry) error {
-		switch e.kind {
-		case opaque:
-			t.removeUnder(e.path, false)
-		case whiteout:
-			t.removeUnder(e.path, true)
+	return walkLayer(layer, func(e tarfs.LayerEntry) error {
+		switch e.Kind {
+		case tarfs.Opaque:
+			t.removeUnder(e.Path, false)
+		case tarfs.Whiteout:
+			t.removeUnder(e.Path, true)
 		default:
-			sig, err := signature(e.header, e.body)
+			sig, err := signature(e.Header, e.Body)
 			if err != nil {
-				return fmt.Errorf("read %s: %w", e.path, err)
+				return fmt.Errorf("read %s: %w", e.Path, err)
 			}
-			t[e.path] = sig
+			t[e.Path] = sig
 		}
 		return nil
 	})
 }
 
-// The kinds of a layer's entries.
-const (
-	file     = iota // an added or replaced entry, of any type
-	whiteout        // path was deleted
-	opaque          // path is a directory hiding everything below it
-)
-
-// layerEntry is one entry of a layer with its whiteout naming decoded:
-// path is the file system path it is about.
-type layerEntry struct {
-	kind   int
-	path   string
-	header *tar.Header
-	body   io.Reader
-}
-
-// walkLayer calls f for each entry of a layer (uncompressed tar), leaving
-// out the eStargz metadata entries.
-func walkLayer(layer io.Reader, f func(layerEntry) error) error {
-	tr := tar.NewReader(layer)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
+// walkLayer calls f for each entry of a layer (uncompressed tar), whiteouts
+// decoded and Path made absolute ("/usr/bin"), leaving out the root and the
+// eStargz metadata entries.
+func walkLayer(layer io.Reader, f func(tarfs.LayerEntry) error) error {
+	return tarfs.ReadLayer(layer, func(e tarfs.LayerEntry) error {
+		if e.Kind == tarfs.Added && (e.Path == "." || estargzMeta[e.Path]) {
 			return nil
 		}
-		if err != nil {
-			return fmt.Errorf("read layer: %w", err)
-		}
-		p, ok := cleanPath(h.Name)
-		if !ok {
-			continue
-		}
-		e := layerEntry{kind: file, path: p, header: h, body: tr}
-		dir, base := path.Split(p)
-		switch {
-		case base == ".wh..wh..opq":
-			e.kind, e.path = opaque, path.Clean(dir)
-		case strings.HasPrefix(base, ".wh."):
-			e.kind, e.path = whiteout, path.Join(dir, strings.TrimPrefix(base, ".wh."))
-		}
-		if err := f(e); err != nil {
-			return err
-		}
-	}
+		e.Path = path.Join("/", e.Path)
+		return f(e)
+	})
 }
 
 // removeUnder deletes everything below p, and p itself when self is set.
@@ -117,17 +85,6 @@ func signature(h *tar.Header, r io.Reader) (string, error) {
 	return sig, nil
 }
 
-// cleanPath returns a tar entry's name as an absolute, clean path, and
-// false for the eStargz metadata entries and the root.
-func cleanPath(name string) (string, bool) {
-	name = strings.TrimPrefix(name, "./")
-	if estargzMeta[name] {
-		return "", false
-	}
-	p := path.Clean("/" + name)
-	return p, p != "/"
-}
-
 // Changed is what a layer changes: Paths it adds, modifies or deletes, and
 // Hidden, the paths below which it hides everything of the layers under it
 // (a whiteout's deleted path, an opaque directory).
@@ -138,15 +95,15 @@ type Changed struct {
 
 // Changes reads a layer (uncompressed tar) and adds what it changes to c.
 func (c *Changed) Changes(layer io.Reader) error {
-	return walkLayer(layer, func(e layerEntry) error {
-		switch e.kind {
-		case opaque:
-			c.Hidden = append(c.Hidden, e.path)
-		case whiteout:
-			c.Paths = append(c.Paths, e.path)
-			c.Hidden = append(c.Hidden, e.path)
+	return walkLayer(layer, func(e tarfs.LayerEntry) error {
+		switch e.Kind {
+		case tarfs.Opaque:
+			c.Hidden = append(c.Hidden, e.Path)
+		case tarfs.Whiteout:
+			c.Paths = append(c.Paths, e.Path)
+			c.Hidden = append(c.Hidden, e.Path)
 		default:
-			c.Paths = append(c.Paths, e.path)
+			c.Paths = append(c.Paths, e.Path)
 		}
 		return nil
 	})

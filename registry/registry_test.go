@@ -31,6 +31,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/internal/tarfs"
 )
 
 // startRegistry runs an embedded registry on a free port for the test.
@@ -100,11 +101,11 @@ func readLayer(t *testing.T, l v1.Layer) ([]string, map[string]tarEntry) {
 			Content: string(body), Devmajor: hdr.Devmajor, Devminor: hdr.Devminor,
 		}
 		for k, v := range hdr.PAXRecords {
-			if strings.HasPrefix(k, paxXattr) {
+			if strings.HasPrefix(k, tarfs.PAXXattr) {
 				if e.Xattrs == nil {
 					e.Xattrs = map[string]string{}
 				}
-				e.Xattrs[strings.TrimPrefix(k, paxXattr)] = v
+				e.Xattrs[strings.TrimPrefix(k, tarfs.PAXXattr)] = v
 			}
 		}
 		names = append(names, hdr.Name)

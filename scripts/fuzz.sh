@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # package target executions
 targets=(
-	"./internal/rootfstar FuzzCopy 100000x"
+	"./internal/tarfs FuzzCopyRootfs 100000x"
 	"./workspace FuzzParseSpec 200000x"
 	"./api/types FuzzParseSize 200000x"
 	"./builder FuzzCheck 250000x"

@@ -29,6 +29,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/internal/tarfs"
 )
 
 // The round-trip suite, in the style of continuity's fstest: build a lower
@@ -536,22 +537,23 @@ func snapshotTree(t *testing.T, root string) map[string]fileInfo {
 		default:
 			fi.Type = fmt.Sprintf("mode %o", st.Mode&unix.S_IFMT)
 		}
-		names, err := listXattrs(p)
+		d, err := tarfs.OpenDir(filepath.Dir(p))
 		if err != nil {
 			return err
 		}
-		for _, n := range names {
+		xattrs, err := d.Xattrs(filepath.Base(p))
+		d.Close()
+		if err != nil {
+			return err
+		}
+		for n, v := range xattrs {
 			if !strings.HasPrefix(n, "user.") {
 				continue
-			}
-			v, err := getXattr(p, n)
-			if err != nil {
-				return err
 			}
 			if fi.Xattrs == nil {
 				fi.Xattrs = map[string]string{}
 			}
-			fi.Xattrs[n] = string(v)
+			fi.Xattrs[n] = v
 		}
 		out[filepath.ToSlash(rel)] = fi
 		return nil

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/internal/tarfs"
 )
 
 // Terms used by TwoPass:
@@ -131,6 +132,9 @@ func stampOf(st *unix.Stat_t) stamp {
 	}
 }
 
+// inode names a file for hard link groups.
+type inode struct{ dev, ino uint64 }
+
 // copyRec is a trusted Prepare copy: stamp.size bytes at off in the data file.
 type copyRec struct {
 	stamp stamp
@@ -186,7 +190,7 @@ func Prepare(ctx context.Context, upperDir, workDir string, opts SpoolOptions) (
 		byInode:  make(map[inode]copyRec),
 		buf:      make([]byte, 1<<20),
 	}
-	root, err := openRootDir(upperDir)
+	root, err := tarfs.OpenDir(upperDir)
 	if err != nil {
 		p.Close()
 		return nil, err
@@ -233,16 +237,16 @@ func (p *TwoPass) excluded(rel string) bool { return excluded(p.excludes, rel) }
 
 // prepareDir copies the regular files below the directory d, at rel.
 // Entries that vanish or change type while it runs are skipped: Frozen sees
-// them as they end up. Like the walker, it looks at entries only relative
+// them as they end up. Like tarfs.Walk, it looks at entries only relative
 // to d's fd and follows nothing: the tenant may be swapping directories for
 // symlinks while it runs.
-func (p *TwoPass) prepareDir(ctx context.Context, d *dirHandle, rel string, depth int) error {
-	if depth > maxDepth {
+func (p *TwoPass) prepareDir(ctx context.Context, d *tarfs.Dir, rel string, depth int) error {
+	if depth > tarfs.MaxDepth {
 		return nil // Frozen refuses it
 	}
-	names, err := d.names()
+	names, err := d.Names()
 	if err != nil {
-		return fmt.Errorf("read dir %q: %w", filepath.Join(p.root, rel), err)
+		return fmt.Errorf("read dir %q: %w", d.Path(""), err)
 	}
 	slices.Sort(names) // the order Frozen and WriteTar read the copies in, near enough
 	for _, name := range names {
@@ -253,21 +257,20 @@ func (p *TwoPass) prepareDir(ctx context.Context, d *dirHandle, rel string, dept
 		if p.excluded(childRel) {
 			continue
 		}
-		full := filepath.Join(p.root, childRel)
 		var st unix.Stat_t
-		if err := d.lstat(name, &st); err != nil {
+		if err := d.Lstat(name, &st); err != nil {
 			if errors.Is(err, unix.ENOENT) {
 				continue
 			}
-			return fmt.Errorf("lstat %q: %w", full, err)
+			return fmt.Errorf("lstat %q: %w", d.Path(name), err)
 		}
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFDIR:
 			// Refuse redirect_dir upper dirs now rather than in the freeze.
-			if _, _, err := readXattrs(d.xattrs(name), full); err != nil && !errors.Is(err, unix.ENOENT) {
+			if _, err := d.OverlayXattrs(name); err != nil && !errors.Is(err, unix.ENOENT) {
 				return err
 			}
-			sub, err := d.openDirAt(name, full)
+			sub, err := d.OpenDir(name)
 			if err != nil {
 				if vanished(err) {
 					continue
@@ -280,7 +283,7 @@ func (p *TwoPass) prepareDir(ctx context.Context, d *dirHandle, rel string, dept
 				return err
 			}
 		case unix.S_IFREG:
-			if _, _, err := readXattrs(d.xattrs(name), full); err != nil && !errors.Is(err, unix.ENOENT) {
+			if _, err := d.OverlayXattrs(name); err != nil && !errors.Is(err, unix.ENOENT) {
 				return err // metacopy
 			}
 			if err := p.prepareFile(ctx, d, name, childRel, &st); err != nil {
@@ -296,23 +299,23 @@ func (p *TwoPass) prepareDir(ctx context.Context, d *dirHandle, rel string, dept
 // a device): the first pass skips it, the frozen pass sees what it became.
 func vanished(err error) bool {
 	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) ||
-		errors.Is(err, unix.EXDEV) || errors.Is(err, errNotRegular)
+		errors.Is(err, unix.EXDEV) || errors.Is(err, tarfs.ErrNotRegular)
 }
 
 // prepareFile copies the content of the regular file name of d (rel in the
 // upper dir) and records it if the copy is trusted (see TwoPass for the
 // argument). It copies at most the size fstat gives when the copy starts.
-func (p *TwoPass) prepareFile(ctx context.Context, d *dirHandle, name, rel string, lst *unix.Stat_t) error {
+func (p *TwoPass) prepareFile(ctx context.Context, d *tarfs.Dir, name, rel string, lst *unix.Stat_t) error {
 	if lst.Nlink > 1 {
 		if rec, ok := p.byInode[inode{dev: lst.Dev, ino: lst.Ino}]; ok && rec.stamp == stampOf(lst) {
 			p.copies[rel] = rec // another name of an inode already copied
 			return nil
 		}
 	}
-	full := filepath.Join(p.root, rel)
+	full := d.Path(name)
 	t0 := time.Now()
 	var before, after unix.Stat_t
-	f, err := d.openRegular(name, full, &before)
+	f, err := d.OpenFile(name, &before)
 	if err != nil {
 		if vanished(err) {
 			return nil
@@ -435,9 +438,8 @@ func (p *TwoPass) Frozen(ctx context.Context) (FrozenStats, error) {
 		return p.stats, fmt.Errorf("upper dir %q is not a directory: %w", p.root, errdefs.ErrInvalidArgument)
 	}
 	fz := &freezer{TwoPass: p, ctx: ctx}
-	w := newWalker(ctx, p.root, p.excludes, fz, &p.stats.SpoolStats)
-	w.shift = p.shift
-	err = w.walk()
+	ts, err := tarfs.Walk(ctx, p.root, walkOptions(p.excludes, p.shift), fz.entry)
+	p.stats.Entries, p.stats.Whiteouts, p.stats.OpaqueDirs = ts.Entries, ts.Whiteouts, ts.OpaqueDirs
 	if err == nil {
 		p.stats.Bytes, err = planSize(p.plan)
 	}
@@ -449,7 +451,7 @@ func (p *TwoPass) Frozen(ctx context.Context) (FrozenStats, error) {
 	return p.stats, nil
 }
 
-// freezer is the sink of the frozen pass: it plans the entries Spool's
+// freezer is the handler of the frozen pass: it plans the entries the
 // walker gives, a regular file's content taken from its Prepare copy when
 // the file is unchanged, else copied now.
 type freezer struct {
@@ -457,47 +459,46 @@ type freezer struct {
 	ctx context.Context
 }
 
-func (z *freezer) entry(h *tar.Header) error {
-	z.plan = append(z.plan, planEntry{hdr: h})
-	return nil
-}
-
-func (z *freezer) file(h *tar.Header, rel string, d *dirHandle, name, full string, st *unix.Stat_t) error {
-	off, err := z.content(rel, d, name, full, st)
+// entry plans one entry; a regular file's content is its Prepare copy if
+// the file's stamp is the one Prepare recorded for that path, else a copy
+// made now of exactly the size lstat gave.
+func (z *freezer) entry(e *tarfs.Entry) error {
+	if !e.HasContent() {
+		z.plan = append(z.plan, planEntry{hdr: e.Header})
+		return nil
+	}
+	off, err := z.content(e)
 	if err != nil {
 		return err
 	}
-	z.plan = append(z.plan, planEntry{hdr: h, off: off})
+	z.plan = append(z.plan, planEntry{hdr: e.Header, off: off})
 	return nil
 }
 
-// content returns the offset in the data file of the content of the regular
-// file name of d (rel in the upper dir), whose lstat is st: Prepare's copy if
-// its stamp is st's, else a copy made now of exactly st.Size bytes.
-func (z *freezer) content(rel string, d *dirHandle, name, full string, st *unix.Stat_t) (int64, error) {
-	s := stampOf(st)
-	if rec, ok := z.copies[rel]; ok && rec.stamp == s {
+func (z *freezer) content(e *tarfs.Entry) (int64, error) {
+	s := stampOf(&e.Stat)
+	if rec, ok := z.copies[e.Header.Name]; ok && rec.stamp == s {
 		return rec.off, nil
 	}
 	var now unix.Stat_t
-	f, err := d.openRegular(name, full, &now)
-	if errors.Is(err, errNotRegular) {
-		return 0, changedError(full)
+	f, err := e.Open(&now)
+	if errors.Is(err, tarfs.ErrNotRegular) {
+		return 0, tarfs.ChangedError(e.Path())
 	}
 	if err != nil {
 		return 0, err
 	}
 	defer f.Close()
 	if stampOf(&now) != s {
-		return 0, fmt.Errorf("%q changed while frozen: %w", full, errdefs.ErrConflict)
+		return 0, fmt.Errorf("%q changed while frozen: %w", e.Path(), errdefs.ErrConflict)
 	}
 	off := z.dataEnd
-	n, err := z.copyContent(z.ctx, f, st.Size)
+	n, err := z.copyContent(z.ctx, f, e.Stat.Size)
 	if err != nil {
-		return 0, fmt.Errorf("copy %q: %w", full, err)
+		return 0, fmt.Errorf("copy %q: %w", e.Path(), err)
 	}
-	if n != st.Size {
-		return 0, fmt.Errorf("%q shrank from %d to %d bytes while frozen: %w", full, st.Size, n, errdefs.ErrConflict)
+	if n != e.Stat.Size {
+		return 0, fmt.Errorf("%q shrank from %d to %d bytes while frozen: %w", e.Path(), e.Stat.Size, n, errdefs.ErrConflict)
 	}
 	z.stats.RecopiedFiles++
 	z.stats.RecopiedBytes += n

@@ -1,14 +1,10 @@
-// Package rootfstar normalizes an uploaded root filesystem tar into the
-// tar of an image layer. It is apart from package registry so that its
-// fuzz target builds without the registry's dependencies.
-package rootfstar
+package tarfs
 
 import (
 	"archive/tar"
 	"bufio"
 	"fmt"
 	"io"
-	"path"
 	"strings"
 	"time"
 
@@ -17,17 +13,16 @@ import (
 	"github.com/envd-dev/envd/api/errdefs"
 )
 
-const paxXattr = "SCHILY.xattr."
-
-// Copy copies the tar stream r (plain or gzip), an upload named src in
-// errors, to tw entry by entry, with names normalized: relative, no leading "/" or "./", no root
-// entry. Names that climb out of the root (".."), hardlinks to entries not
-// seen before, and entry types an image has no use for are refused;
-// character and block devices are dropped (an image must not carry device
-// nodes: containerd would create them when it unpacks the layer, and
-// runtimes give /dev its own tmpfs anyway). Every error caused by the
-// upload's content wraps errdefs.ErrInvalidArgument.
-func Copy(tw *tar.Writer, r io.Reader, src string) error {
+// CopyRootfs copies the tar stream r (plain or gzip), an uploaded root file
+// system named src in errors, to tw entry by entry as the tar of an image
+// layer, with names as Clean gives them: relative, no leading "/" or "./",
+// no root entry. Names that climb out of the root (".."), hardlinks to
+// entries not seen before, and entry types an image has no use for are
+// refused; character and block devices are dropped (an image must not
+// carry device nodes: containerd would create them when it unpacks the
+// layer, and runtimes give /dev its own tmpfs anyway). Every error caused
+// by the upload's content wraps errdefs.ErrInvalidArgument.
+func CopyRootfs(tw *tar.Writer, r io.Reader, src string) error {
 	br := bufio.NewReaderSize(r, 1<<20)
 	r = br
 	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
@@ -50,11 +45,11 @@ func Copy(tw *tar.Writer, r io.Reader, src string) error {
 			return fmt.Errorf("rootfs tar %q: %w: %w", src, errdefs.ErrInvalidArgument, err)
 		}
 		entries++
-		name, ok := cleanTarName(hdr.Name)
-		if !ok {
-			return fmt.Errorf("rootfs tar %q: entry %q leaves the root: %w", src, hdr.Name, errdefs.ErrInvalidArgument)
+		name, err := Clean(hdr.Name)
+		if err != nil {
+			return fmt.Errorf("rootfs tar %q: %w", src, err)
 		}
-		if name == "" {
+		if name == "." {
 			continue // the root directory itself
 		}
 		// A sparse file's map can claim any size: the reader would make up
@@ -75,8 +70,8 @@ func Copy(tw *tar.Writer, r io.Reader, src string) error {
 			return fmt.Errorf("rootfs tar %q: entry %q has type %q, which an image cannot hold: %w", src, hdr.Name, hdr.Typeflag, errdefs.ErrInvalidArgument)
 		}
 		if hdr.Typeflag == tar.TypeLink {
-			target, ok := cleanTarName(hdr.Linkname)
-			if !ok || target == "" {
+			target, err := Clean(hdr.Linkname)
+			if err != nil || target == "." {
 				return fmt.Errorf("rootfs tar %q: hardlink %q to %q leaves the root: %w", src, hdr.Name, hdr.Linkname, errdefs.ErrInvalidArgument)
 			}
 			if !seen[target] {
@@ -98,7 +93,7 @@ func Copy(tw *tar.Writer, r io.Reader, src string) error {
 		// the reader already decoded and the writer re-encodes as needed.
 		var pax map[string]string
 		for k, v := range hdr.PAXRecords {
-			if strings.HasPrefix(k, paxXattr) {
+			if strings.HasPrefix(k, PAXXattr) {
 				if pax == nil {
 					pax = map[string]string{}
 				}
@@ -128,18 +123,6 @@ func Copy(tw *tar.Writer, r io.Reader, src string) error {
 		return fmt.Errorf("rootfs tar %q has no entries: %w", src, errdefs.ErrInvalidArgument)
 	}
 	return nil
-}
-
-// cleanTarName returns name relative to the root ("" for the root itself),
-// false when it climbs out of it.
-func cleanTarName(name string) (string, bool) {
-	c := path.Clean("/" + name) // "/" anchors "..": Clean("/../x") is "/x"
-	for _, part := range strings.Split(name, "/") {
-		if part == ".." {
-			return "", false
-		}
-	}
-	return strings.TrimPrefix(c, "/"), true
 }
 
 // readErrs remembers the error its reader returned (other than io.EOF), so

@@ -1,4 +1,4 @@
-package rootfstar_test
+package tarfs_test
 
 import (
 	"archive/tar"
@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/envd-dev/envd/api/errdefs"
-	"github.com/envd-dev/envd/internal/rootfstar"
+	"github.com/envd-dev/envd/internal/tarfs"
 )
 
 // tarOf builds a tar from headers; a regular file's body is its name.
@@ -71,19 +71,19 @@ func rootfsSeeds() [][]byte {
 	}
 }
 
-// FuzzCopy feeds uploads to the image import's tar reader (what
+// FuzzCopyRootfs feeds uploads to the image import's tar reader (what
 // registry.WriteRootfsTar runs on an uploaded tar). It
 // must never panic; a refusal is errdefs.ErrInvalidArgument; an accepted
 // upload becomes a layer tar whose every entry stays under the root, whose
 // hardlinks point at earlier files, and which holds no device nodes.
-func FuzzCopy(f *testing.F) {
+func FuzzCopyRootfs(f *testing.F) {
 	for _, s := range rootfsSeeds() {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, upload []byte) {
 		var out bytes.Buffer
 		tw := tar.NewWriter(&out)
-		err := rootfstar.Copy(tw, bytes.NewReader(upload), "upload.tar")
+		err := tarfs.CopyRootfs(tw, bytes.NewReader(upload), "upload.tar")
 		if err == nil {
 			err = tw.Close()
 		}
@@ -124,12 +124,12 @@ func FuzzCopy(f *testing.F) {
 }
 
 // The seeds' outcomes, as a plain test: what an admin importing them sees.
-func TestCopyRefusesEscapesAndDropsDevices(t *testing.T) {
+func TestCopyRootfsRefusesEscapesAndDropsDevices(t *testing.T) {
 	seeds := rootfsSeeds()
 	write := func(b []byte) (*tar.Reader, error) {
 		var out bytes.Buffer
 		tw := tar.NewWriter(&out)
-		err := rootfstar.Copy(tw, bytes.NewReader(b), "u.tar")
+		err := tarfs.CopyRootfs(tw, bytes.NewReader(b), "u.tar")
 		if err == nil {
 			err = tw.Close()
 		}
