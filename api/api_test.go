@@ -29,7 +29,9 @@ import (
 func newServer(t *testing.T) (*apitest.Core, *httptest.Server) {
 	t.Helper()
 	core := apitest.New()
-	srv := httptest.NewServer(api.New(core, api.WithEventPollInterval(10*time.Millisecond)))
+	h, err := api.New(core, api.WithEventPollInterval(10*time.Millisecond))
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return core, srv
 }
@@ -710,7 +712,9 @@ func TestCancelOperation(t *testing.T) {
 func TestAccessLog(t *testing.T) {
 	t.Parallel()
 	var buf syncbuf.Buffer
-	srv := httptest.NewServer(api.New(apitest.New(), api.WithAccessLog(&buf)))
+	h, err := api.New(apitest.New(), api.WithAccessLog(&buf))
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
 	defer srv.Close()
 	do(t, srv, http.MethodGet, "/healthz", nil, nil)
 	assert.Contains(t, buf.String(), "/healthz")

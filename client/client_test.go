@@ -27,7 +27,8 @@ import (
 func newServer(t *testing.T, wrap func(http.Handler) http.Handler) (*apitest.Core, *client.Client) {
 	t.Helper()
 	core := apitest.New()
-	var h http.Handler = api.New(core, api.WithEventPollInterval(5*time.Millisecond))
+	h, err := api.New(core, api.WithEventPollInterval(5*time.Millisecond))
+	require.NoError(t, err)
 	if wrap != nil {
 		h = wrap(h)
 	}

@@ -400,7 +400,11 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := writeFileAtomic(filepath.Join(cfg.DataDir, "envd.url"), []byte(n.URL+"\n"), 0o600); err != nil {
 		return nil, err
 	}
-	n.srv = newHTTPServer(api.New(svc))
+	h, err := api.New(svc)
+	if err != nil {
+		return nil, err
+	}
+	n.srv = newHTTPServer(h)
 	go func() {
 		if err := n.srv.Serve(n.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("api server", "err", err)
