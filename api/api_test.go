@@ -719,3 +719,23 @@ func TestAccessLog(t *testing.T) {
 	do(t, srv, http.MethodGet, "/healthz", nil, nil)
 	assert.Contains(t, buf.String(), "/healthz")
 }
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		opt  api.Option
+		want string
+	}{
+		"nil access log":      {api.WithAccessLog(nil), "access log writer is nil"},
+		"nil error log":       {api.WithErrorLog(nil), "error log writer is nil"},
+		"zero poll interval":  {api.WithEventPollInterval(0), "event poll interval 0s: must be positive"},
+		"negative keep-alive": {api.WithKeepAlive(-time.Second), "keep-alive interval -1s: must be positive"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h, err := api.New(apitest.New(), api.WithErrorLog(io.Discard), tc.opt)
+			assert.Nil(t, h)
+			require.Error(t, err)
+			assert.Equal(t, "api: "+tc.want, err.Error())
+		})
+	}
+}
