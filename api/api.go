@@ -9,6 +9,14 @@
 //
 // with the HTTP status and the stable code of the error's kind (package
 // errdefs); writeError is the one place that mapping happens.
+//
+// Routes come in groups, one file each (projects.go, instances.go, ...):
+// the group declares the small interface of the core methods it calls and
+// lists its routes. Nearly every route is one handle call (handle.go):
+// decode the JSON body into the request type, call the core, answer the
+// result with a status or the error. To add a route, add its line to its
+// group's routes and, when the core method is new, the method to the
+// group's interface (and to *envd.Service and the fake in apitest).
 package api
 
 import (
