@@ -31,8 +31,8 @@ import (
 
 // Core is what the API needs from envd's service core: the union of the
 // small interfaces its route groups declare, each next to its handlers
-// (auth.go, node.go, images.go, projects.go, instances.go, exec_ws.go,
-// versions.go, volumes.go, operations.go, tenants.go). *envd.Service
+// (auth.go, node.go, images.go, projects.go, instances.go (two groups),
+// exec_ws.go, versions.go, volumes.go, operations.go, tenants.go). *envd.Service
 // implements it. Every method but Authenticate and Info acts for the
 // principal the request's token belongs to.
 type Core interface {
@@ -41,6 +41,7 @@ type Core interface {
 	ImageCore
 	ProjectCore
 	InstanceCore
+	LifecycleCore
 	ExecCore
 	VersionCore
 	VolumeCore
@@ -149,7 +150,8 @@ func New(core Core, opts ...Option) (http.Handler, error) {
 		node.routes(),
 		images{core}.routes(),
 		projects{core}.routes(),
-		instances{core, admit}.routes(),
+		instances{core}.routes(),
+		lifecycle{core}.routes(),
 		execs{core, admit}.routes(),
 		versions{core}.routes(),
 		volumes{core}.routes(),

@@ -24,23 +24,24 @@ type InstanceCore interface {
 	ListInstances(ctx context.Context, p types.Principal, project string) ([]types.Instance, error)
 	GetInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error)
 	DeleteInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error)
-	// StopInstance, StartInstance, PauseInstance, ResumeInstance and
-	// HibernateInstance move the instance through its lifecycle; an illegal
-	// transition is an errdefs.ErrFailedPrecondition whose details hold the
-	// current "state".
+}
+
+// LifecycleCore moves an instance through its lifecycle; an illegal
+// transition is an errdefs.ErrFailedPrecondition whose details hold the
+// current "state".
+type LifecycleCore interface {
 	StopInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error)
 	StartInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error)
 	PauseInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error)
 	ResumeInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error)
+	// HibernateInstance saves a stopped retained instance as a version and
+	// frees its layer on the node.
 	HibernateInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error)
 	// RenewInstance sets the instance's expiry to now + ttl ("none": never).
 	RenewInstance(ctx context.Context, p types.Principal, id, ttl string) (types.Instance, error)
 }
 
-type instances struct {
-	core  InstanceCore
-	admit admitFunc
-}
+type instances struct{ core InstanceCore }
 
 func (g instances) routes() []route {
 	list := handle(http.StatusOK, func(r in, _ none) ([]types.Instance, error) {
@@ -50,13 +51,20 @@ func (g instances) routes() []route {
 		{http.MethodPost, "/projects/:p/instances", g.create()},
 		{http.MethodGet, "/projects/:p/instances", list},
 		{http.MethodGet, "/instances", list},
-		{http.MethodGet, "/instances/:i", g.verb(g.core.GetInstance)},
-		{http.MethodDelete, "/instances/:i", g.verb(g.core.DeleteInstance)},
-		{http.MethodPost, "/instances/:i/stop", g.verb(g.core.StopInstance)},
-		{http.MethodPost, "/instances/:i/start", g.verb(g.core.StartInstance)},
-		{http.MethodPost, "/instances/:i/pause", g.verb(g.core.PauseInstance)},
-		{http.MethodPost, "/instances/:i/resume", g.verb(g.core.ResumeInstance)},
-		{http.MethodPost, "/instances/:i/hibernate", g.verb(g.core.HibernateInstance)},
+		{http.MethodGet, "/instances/:i", onInstance(g.core.GetInstance)},
+		{http.MethodDelete, "/instances/:i", onInstance(g.core.DeleteInstance)},
+	}
+}
+
+type lifecycle struct{ core LifecycleCore }
+
+func (g lifecycle) routes() []route {
+	return []route{
+		{http.MethodPost, "/instances/:i/stop", onInstance(g.core.StopInstance)},
+		{http.MethodPost, "/instances/:i/start", onInstance(g.core.StartInstance)},
+		{http.MethodPost, "/instances/:i/pause", onInstance(g.core.PauseInstance)},
+		{http.MethodPost, "/instances/:i/resume", onInstance(g.core.ResumeInstance)},
+		{http.MethodPost, "/instances/:i/hibernate", onInstance(g.core.HibernateInstance)},
 		{http.MethodPost, "/instances/:i/renew", handle(http.StatusOK, func(r in, req types.RenewRequest) (types.Instance, error) {
 			return g.core.RenewInstance(r.ctx, r.p, r.param("i"), req.TTL)
 		})},
@@ -99,8 +107,8 @@ func respondAsync(c *gin.Context) bool {
 	return false
 }
 
-// verb serves a call on instance :i without a body.
-func (g instances) verb(call func(ctx context.Context, p types.Principal, id string) (types.Instance, error)) gin.HandlerFunc {
+// onInstance serves a call on instance :i without a body.
+func onInstance(call func(ctx context.Context, p types.Principal, id string) (types.Instance, error)) gin.HandlerFunc {
 	return handle(http.StatusOK, func(r in, _ none) (types.Instance, error) {
 		return call(r.ctx, r.p, r.param("i"))
 	})

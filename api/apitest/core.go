@@ -264,7 +264,7 @@ func (c *Core) DeleteInstance(ctx context.Context, p types.Principal, id string)
 	return c.verb(ctx, "DeleteInstance", p, id, nil, instanceIn(id, types.StateTerminated, types.ReasonUserDelete))
 }
 
-// The lifecycle verbs answer the instance in the state the verb leads to.
+// LifecycleCore: each verb answers the instance in the state it leads to.
 
 func (c *Core) StopInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
 	return c.verb(ctx, "StopInstance", p, id, nil, instanceIn(id, types.StateStopped, types.ReasonUserStop))
