@@ -8,7 +8,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/envd-dev/envd/versions"
+	versionstore "github.com/envd-dev/envd/versions"
 )
 
 // Admitter is implemented by a Core that limits how many exec and event
@@ -19,31 +19,34 @@ type Admitter interface {
 	Admit(p types.Principal, kind string) (release func(), err error)
 }
 
-// admit takes a slot of kind for the request's tenant, or answers 429 and
-// returns false. The caller defers release: a handler's defers run on
-// every path, client disconnects and recovered panics included.
-func (h *handlers) admit(c *gin.Context, kind string) (release func(), ok bool) {
-	a, limited := h.core.(Admitter)
-	if !limited {
-		return func() {}, true
+// admitFunc takes a slot of kind for p, or fails with the error to answer.
+// The caller defers release: a handler's defers run on every path, client
+// disconnects and recovered panics included.
+type admitFunc func(p types.Principal, kind string) (release func(), err error)
+
+// admission is core's Admit, or one that admits everything.
+func admission(core Core) admitFunc {
+	if a, limited := core.(Admitter); limited {
+		return a.Admit
 	}
-	release, err := a.Admit(principal(c), kind)
-	if err != nil {
-		writeError(c, err)
-		return nil, false
-	}
-	return release, true
+	return func(types.Principal, string) (func(), error) { return func() {}, nil }
 }
 
 // checkIdempotencyKey answers 400 for an Idempotency-Key the store cannot
 // hold, on every route, before a handler does any work.
-func (h *handlers) checkIdempotencyKey(c *gin.Context) {
-	if err := versions.CheckIdempotencyKey(c.GetHeader(IdempotencyKeyHeader)); err != nil {
+func checkIdempotencyKey(c *gin.Context) {
+	if err := versionstore.CheckIdempotencyKey(c.GetHeader(IdempotencyKeyHeader)); err != nil {
 		writeError(c, err)
 		return
 	}
 	c.Next()
 }
+
+// IdempotencyKeyHeader carries a client-chosen key on creating POSTs
+// (projects, instances, saves): a retry with the same key and body returns
+// the same object or operation; the same key with a different body is 422
+// idempotency_key_reused.
+const IdempotencyKeyHeader = "Idempotency-Key"
 
 // retryAfter is implemented by errors that suggest when to retry (a
 // refused admission); writeError sends it as the Retry-After header.

@@ -38,8 +38,9 @@ func newLimitedServer(t *testing.T, max int) (*apitest.Core, *limiter.Limiter, *
 		envd.AdmitExec:   {Max: max, RetryAfter: 3 * time.Second},
 		envd.AdmitEvents: {Max: max, RetryAfter: 3 * time.Second},
 	})
-	srv := httptest.NewServer(api.New(limitedCore{core, lim}, api.WithEventPollInterval(10*time.Millisecond),
-		api.WithErrorLog(io.Discard)))
+	h, err := api.New(limitedCore{core, lim}, api.WithEventPollInterval(10*time.Millisecond), api.WithErrorLog(io.Discard))
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return core, lim, srv
 }

@@ -29,7 +29,9 @@ import (
 func newServer(t *testing.T) (*apitest.Core, *httptest.Server) {
 	t.Helper()
 	core := apitest.New()
-	srv := httptest.NewServer(api.New(core, api.WithEventPollInterval(10*time.Millisecond)))
+	h, err := api.New(core, api.WithEventPollInterval(10*time.Millisecond))
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return core, srv
 }
@@ -710,8 +712,30 @@ func TestCancelOperation(t *testing.T) {
 func TestAccessLog(t *testing.T) {
 	t.Parallel()
 	var buf syncbuf.Buffer
-	srv := httptest.NewServer(api.New(apitest.New(), api.WithAccessLog(&buf)))
+	h, err := api.New(apitest.New(), api.WithAccessLog(&buf))
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
 	defer srv.Close()
 	do(t, srv, http.MethodGet, "/healthz", nil, nil)
 	assert.Contains(t, buf.String(), "/healthz")
+}
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		opt  api.Option
+		want string
+	}{
+		"nil access log":      {api.WithAccessLog(nil), "access log writer is nil"},
+		"nil error log":       {api.WithErrorLog(nil), "error log writer is nil"},
+		"zero poll interval":  {api.WithEventPollInterval(0), "event poll interval 0s: must be positive"},
+		"negative keep-alive": {api.WithKeepAlive(-time.Second), "keep-alive interval -1s: must be positive"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h, err := api.New(apitest.New(), api.WithErrorLog(io.Discard), tc.opt)
+			assert.Nil(t, h)
+			require.Error(t, err)
+			assert.Equal(t, "api: "+tc.want, err.Error())
+		})
+	}
 }

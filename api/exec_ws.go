@@ -40,6 +40,33 @@ import (
 // "base64url.bearer.envd.dev.<token, base64url without padding>" offered
 // next to execproto.Subprotocol. A client disconnect kills the process.
 
+// ExecCore runs commands in instances.
+type ExecCore interface {
+	Exec(ctx context.Context, p types.Principal, id string, req types.ExecRequest) (types.ExecResult, error)
+	// ExecStream runs a command with its streams connected to stdio and
+	// returns its exit code when it ends; canceling ctx kills it.
+	ExecStream(ctx context.Context, p types.Principal, id string, req types.ExecRequest, stdio types.Stdio) (int, error)
+}
+
+type execs struct {
+	core  ExecCore
+	admit admitFunc
+}
+
+func (g execs) routes() []route {
+	return []route{
+		{http.MethodPost, "/instances/:i/exec", handle(http.StatusOK, func(r in, req types.ExecRequest) (types.ExecResult, error) {
+			release, err := g.admit(r.p, envd.AdmitExec)
+			if err != nil {
+				return types.ExecResult{}, err
+			}
+			defer release()
+			return g.core.Exec(r.ctx, r.p, r.param("i"), req)
+		})},
+		{http.MethodGet, "/instances/:i/exec/ws", g.webSocket},
+	}
+}
+
 // Close codes of the exec stream besides the normal 1000: 4000 + the HTTP
 // status of the error in the exit message (4409 for failed_precondition).
 const execCloseErrorBase = 4000
@@ -58,7 +85,7 @@ func subprotocolToken(r *http.Request) (string, bool) {
 	return "", false
 }
 
-func (h *handlers) execWebSocket(c *gin.Context) {
+func (g execs) webSocket(c *gin.Context) {
 	req := types.ExecRequest{Args: c.QueryArray("cmd"), Env: c.QueryArray("env"), Cwd: c.Query("cwd")}
 	if len(req.Args) == 0 || req.Args[0] == "" {
 		writeError(c, invalidArgument("query parameter cmd is required, once per argument (?cmd=sh&cmd=-l)"))
@@ -88,8 +115,9 @@ func (h *handlers) execWebSocket(c *gin.Context) {
 		return
 	}
 	// Admitted before the upgrade, so a refusal is a plain 429.
-	release, ok := h.admit(c, envd.AdmitExec)
-	if !ok {
+	release, err := g.admit(principal(c), envd.AdmitExec)
+	if err != nil {
+		writeError(c, err)
 		return
 	}
 	defer release()
@@ -137,7 +165,7 @@ func (h *handlers) execWebSocket(c *gin.Context) {
 	if tty {
 		stdio.Resize = resize
 	}
-	code, err := h.core.ExecStream(ctx, principal(c), c.Param("i"), req, stdio)
+	code, err := g.core.ExecStream(ctx, principal(c), c.Param("i"), req, stdio)
 	_ = stdinR.CloseWithError(io.ErrClosedPipe) // unblock a reader stuck on a pipe write
 
 	exit := types.ExecExit{ExitCode: code}

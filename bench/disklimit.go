@@ -53,7 +53,10 @@ func runDiskLimit(ctx context.Context, b *bed, out io.Writer) (rErr error) {
 	if err := ln.Runtime().DiskLimitErr(); err != nil {
 		return err
 	}
-	lc := envdclient.New(ln.URL, ln.Token)
+	lc, err := envdclient.New(ln.URL, ln.Token)
+	if err != nil {
+		return err
+	}
 
 	type variant struct {
 		name    string

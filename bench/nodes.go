@@ -62,7 +62,9 @@ func startBed(ctx context.Context, cfg config) (*bed, error) {
 		return b, fmt.Errorf("start primary node: %w", err)
 	}
 	b.primary = n
-	b.c = envdclient.New(n.URL, n.Token)
+	if b.c, err = envdclient.New(n.URL, n.Token); err != nil {
+		return b, err
+	}
 	b.reg = n.RegistryClient()
 	if n.Runtime().LazySnapshotter() != stargz.Name {
 		return b, fmt.Errorf("the primary node has no lazy snapshotter (see %s)", filepath.Join(b.dir, "primary", "stargz", "snapshotter.log"))
@@ -255,7 +257,10 @@ func (b *bed) coldRestoreWith(ctx context.Context, project string, version int, 
 	if !full && jn.Runtime().LazySnapshotter() != stargz.Name {
 		return r, fmt.Errorf("joining node has no lazy snapshotter (see %s)", filepath.Join(dir, "stargz", "snapshotter.log"))
 	}
-	jc := envdclient.New(jn.URL, jn.Token)
+	jc, err := envdclient.New(jn.URL, jn.Token)
+	if err != nil {
+		return r, err
+	}
 
 	start := time.Now()
 	in, err := jc.CreateInstance(ctx, project, types.CreateInstanceRequest{Version: version, TTL: "2h"})

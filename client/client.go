@@ -27,57 +27,70 @@ import (
 
 // Client talks to one envd server. It is safe for concurrent use.
 type Client struct {
-	base         string
-	token        string
+	base  string
+	token string
+	options
+}
+
+type options struct {
 	hc           *http.Client
 	userAgent    string
 	pollInterval time.Duration
 }
 
-// Option configures a Client.
-type Option func(*Client)
+// Option configures New; it fails on an invalid value.
+type Option func(*options) error
 
 // WithHTTPClient sets the HTTP client. Default: a client without a timeout
-// (event streams are long); bound calls with their context. A nil client is
-// ignored.
+// (event streams are long); bound calls with their context.
 func WithHTTPClient(hc *http.Client) Option {
-	return func(c *Client) {
-		if hc != nil {
-			c.hc = hc
+	return func(o *options) error {
+		if hc == nil {
+			return errors.New("http client is nil")
 		}
+		o.hc = hc
+		return nil
 	}
 }
 
 // WithUserAgent sets the User-Agent header. Default: "envd-client".
 func WithUserAgent(ua string) Option {
-	return func(c *Client) { c.userAgent = ua }
+	return func(o *options) error {
+		if ua == "" {
+			return errors.New("user agent is empty")
+		}
+		o.userAgent = ua
+		return nil
+	}
 }
 
 // WithPollInterval sets how often WaitOperation polls when the event stream
 // cannot be used, and the base of its reconnect back-off. Default: 500ms.
-// Non-positive values are ignored.
 func WithPollInterval(d time.Duration) Option {
-	return func(c *Client) {
-		if d > 0 {
-			c.pollInterval = d
+	return func(o *options) error {
+		if d <= 0 {
+			return fmt.Errorf("poll interval %v: must be positive", d)
 		}
+		o.pollInterval = d
+		return nil
 	}
 }
 
 // New returns a client for the server at baseURL (for example
-// "http://127.0.0.1:43123") that authenticates with token.
-func New(baseURL, token string, opts ...Option) *Client {
-	c := &Client{
-		base:         strings.TrimRight(baseURL, "/"),
-		token:        token,
+// "http://127.0.0.1:43123") that authenticates with token, or the error of
+// the first invalid option.
+func New(baseURL, token string, opts ...Option) (*Client, error) {
+	o := options{
 		hc:           &http.Client{},
 		userAgent:    "envd-client",
 		pollInterval: 500 * time.Millisecond,
 	}
-	for _, o := range opts {
-		o(c)
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, fmt.Errorf("client: %w", err)
+		}
 	}
-	return c
+	return &Client{base: strings.TrimRight(baseURL, "/"), token: token, options: o}, nil
 }
 
 // BaseURL returns the server's base URL.

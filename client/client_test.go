@@ -27,13 +27,16 @@ import (
 func newServer(t *testing.T, wrap func(http.Handler) http.Handler) (*apitest.Core, *client.Client) {
 	t.Helper()
 	core := apitest.New()
-	var h http.Handler = api.New(core, api.WithEventPollInterval(5*time.Millisecond))
+	h, err := api.New(core, api.WithEventPollInterval(5*time.Millisecond))
+	require.NoError(t, err)
 	if wrap != nil {
 		h = wrap(h)
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return core, client.New(srv.URL+"/", apitest.Token, client.WithPollInterval(10*time.Millisecond))
+	c, err := client.New(srv.URL+"/", apitest.Token, client.WithPollInterval(10*time.Millisecond))
+	require.NoError(t, err)
+	return core, c
 }
 
 func TestRoundTrip(t *testing.T) {
@@ -233,7 +236,9 @@ func TestErrors(t *testing.T) {
 	assert.Equal(t, map[string]any{"state": "Stopped"}, e.Details)
 	assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition)
 
-	_, err = client.New(c.BaseURL(), "wrong").Info(ctx)
+	wrong, err := client.New(c.BaseURL(), "wrong")
+	require.NoError(t, err)
+	_, err = wrong.Info(ctx)
 	assert.ErrorIs(t, err, errdefs.ErrUnauthenticated)
 }
 
@@ -243,7 +248,9 @@ func TestErrorWithoutJSONBody(t *testing.T) {
 		http.Error(w, "upstream down", http.StatusBadGateway)
 	}))
 	defer srv.Close()
-	_, err := client.New(srv.URL, "t").Info(context.Background())
+	c, err := client.New(srv.URL, "t")
+	require.NoError(t, err)
+	_, err = c.Info(context.Background())
 	var e *types.Error
 	require.ErrorAs(t, err, &e)
 	assert.Equal(t, &types.Error{Status: 502, Code: "unavailable", Message: "upstream down"}, e)
@@ -403,3 +410,23 @@ func TestWaitOperationErrors(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		opt  client.Option
+		want string
+	}{
+		"nil http client":    {client.WithHTTPClient(nil), "http client is nil"},
+		"empty user agent":   {client.WithUserAgent(""), "user agent is empty"},
+		"zero poll interval": {client.WithPollInterval(0), "poll interval 0s: must be positive"},
+		"negative poll":      {client.WithPollInterval(-time.Second), "poll interval -1s: must be positive"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, err := client.New("http://127.0.0.1:1", "t", client.WithUserAgent("ok"), tc.opt)
+			assert.Nil(t, c)
+			require.Error(t, err)
+			assert.Equal(t, "client: "+tc.want, err.Error())
+		})
+	}
+}

@@ -105,7 +105,9 @@ func TestExecStreamErrors(t *testing.T) {
 	assert.Equal(t, map[string]any{"state": "Paused"}, e.Details)
 	assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition)
 
-	_, err = client.New(c.BaseURL(), "wrong").ExecStream(ctx, "i-1", types.ExecRequest{Args: []string{"ls"}}, types.Stdio{})
+	wrong, err := client.New(c.BaseURL(), "wrong")
+	require.NoError(t, err)
+	_, err = wrong.ExecStream(ctx, "i-1", types.ExecRequest{Args: []string{"ls"}}, types.Stdio{})
 	assert.ErrorIs(t, err, errdefs.ErrUnauthenticated)
 
 	_, err = c.ExecStream(ctx, "i-1", types.ExecRequest{}, types.Stdio{})

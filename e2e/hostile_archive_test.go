@@ -23,7 +23,9 @@ func newTenant(t *testing.T, prefix string) (string, *client.Client) {
 	tenant := fmt.Sprintf("%s-%d", prefix, projectSeq.Add(1))
 	tok, err := env.c.CreateToken(ctx(t), tenant, types.CreateTokenRequest{})
 	require.NoError(t, err)
-	return tenant, client.New(env.node.URL, tok.Token)
+	tc, err := client.New(env.node.URL, tok.Token)
+	require.NoError(t, err)
+	return tenant, tc
 }
 
 // Tenant A archives a volume; tenant B, with a project and volume of the

@@ -166,7 +166,8 @@ func TestRootLimitMaxima(t *testing.T) {
 	tenant := fmt.Sprintf("maxima-%d", projectSeq.Add(1))
 	tok, err := env.c.CreateToken(c, tenant, types.CreateTokenRequest{})
 	require.NoError(t, err)
-	tc := client.New(env.node.URL, tok.Token)
+	tc, err := client.New(env.node.URL, tok.Token)
+	require.NoError(t, err)
 	q, err := env.c.SetQuota(c, tenant, types.Quota{MaxMemoryBytes: 256 << 20, MaxPids: 128, MaxCPUs: 1, MaxDiskBytes: 2 << 30,
 		MaxStoredBytes: 5 << 29})
 	require.NoError(t, err)

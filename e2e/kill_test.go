@@ -54,7 +54,8 @@ func startEnvd(t *testing.T, bin, dataDir string) (*envdProcess, *client.Client)
 	}, 90*time.Second, 100*time.Millisecond, "envd up did not start; see %s/envd.log", dataDir)
 	token, err := os.ReadFile(filepath.Join(dataDir, "admin.token"))
 	require.NoError(t, err)
-	c := client.New(strings.TrimSpace(string(url)), strings.TrimSpace(string(token)))
+	c, err := client.New(strings.TrimSpace(string(url)), strings.TrimSpace(string(token)))
+	require.NoError(t, err)
 	require.Eventually(t, func() bool { return c.Healthz(context.Background()) == nil }, 30*time.Second, 100*time.Millisecond)
 	return p, c
 }

@@ -57,7 +57,10 @@ func run(m *testing.M) int {
 		defer cancel()
 		n.Shutdown(sctx)
 	}()
-	env.c = client.New(n.URL, n.Token)
+	if env.c, err = client.New(n.URL, n.Token); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
 	if err := importFixtureImage(ctx, filepath.Join(dir, "rootfs")); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: import base image:", err)
 		return 1

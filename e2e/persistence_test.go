@@ -172,7 +172,9 @@ func startJoiningNode(t *testing.T, name string, s3 *node.Config) (*node.Node, *
 		n.Shutdown(sctx)
 		_ = os.RemoveAll(dir)
 	})
-	return n, client.New(n.URL, n.Token)
+	c, err := client.New(n.URL, n.Token)
+	require.NoError(t, err)
+	return n, c
 }
 
 // Two nodes (two data dirs, two containerds) share one PostgreSQL and

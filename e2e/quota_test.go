@@ -24,7 +24,8 @@ func TestRootQuotas(t *testing.T) {
 	tenant := fmt.Sprintf("quota-%d", projectSeq.Add(1))
 	tok, err := env.c.CreateToken(c, tenant, types.CreateTokenRequest{})
 	require.NoError(t, err)
-	tc := client.New(env.node.URL, tok.Token)
+	tc, err := client.New(env.node.URL, tok.Token)
+	require.NoError(t, err)
 	_, err = env.c.SetQuota(c, tenant, types.Quota{MaxInstances: 1, MaxStoredBytes: 512 << 10, MaxTTL: "1h"})
 	require.NoError(t, err)
 

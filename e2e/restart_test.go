@@ -26,7 +26,8 @@ func restartNode(t *testing.T) {
 	n, err := node.Start(cctx, node.Config{DataDir: env.dataDir, DefaultTTL: time.Hour, PrefetchWindow: prefetchWindow})
 	require.NoError(t, err)
 	env.node = n
-	env.c = client.New(n.URL, n.Token)
+	env.c, err = client.New(n.URL, n.Token)
+	require.NoError(t, err)
 }
 
 // Restarting envd keeps projects, versions and running instances, and a

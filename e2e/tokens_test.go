@@ -41,10 +41,12 @@ func TestRootTokens(t *testing.T) {
 	_, err = env.c.CreateToken(c, tenant, types.CreateTokenRequest{ExpiresIn: "-1h"})
 	assert.ErrorIs(t, err, errdefs.ErrInvalidArgument)
 
-	cShort := client.New(env.node.URL, short.Token)
-	cLong := client.New(env.node.URL, long.Token)
-	cSpare := client.New(env.node.URL, spare.Token)
-	cOther := client.New(env.node.URL, otherTok.Token)
+	newClient := func(token string) *client.Client {
+		cl, err := client.New(env.node.URL, token)
+		require.NoError(t, err)
+		return cl
+	}
+	cShort, cLong, cSpare, cOther := newClient(short.Token), newClient(long.Token), newClient(spare.Token), newClient(otherTok.Token)
 
 	_, err = cShort.ListProjects(c)
 	require.NoError(t, err, "works before it expires")

@@ -1,11 +1,12 @@
 // Package apitest provides a scriptable api.Core for tests of the HTTP layer
 // and of its clients (package client, envctl).
 //
-// It is not a model of envd: every method records its call and answers from
-// a Func field when one is set, otherwise with a plain echo of its input.
-// Operations are the exception: the fake keeps an in-memory log per
-// operation (NewOperation, AppendEvent, Finish) so that event streams can be
-// tested. Behaviour of the real service is tested against *envd.Service.
+// It is not a model of envd: every method records its call and answers a
+// plain echo of its input, or what its Func field answers where a test
+// needs another answer (an error, mostly). Operations are the exception:
+// the fake keeps an in-memory log per operation (NewOperation, AppendEvent,
+// Finish) so that event streams can be tested. Behaviour of the real
+// service is tested against *envd.Service.
 package apitest
 
 import (
@@ -45,46 +46,23 @@ type Core struct {
 	Token     string
 	Principal types.Principal
 
-	InfoFunc           func(ctx context.Context) (types.Info, error)
-	ImportImageFunc    func(ctx context.Context, name string, tarball io.Reader) (types.Image, error)
-	ListImagesFunc     func(ctx context.Context) ([]types.Image, error)
-	CreateProjectFunc  func(ctx context.Context, req types.CreateProjectRequest, key string) (types.Project, error)
-	ListProjectsFunc   func(ctx context.Context) ([]types.Project, error)
+	// Set before the first request, a Func answers instead of the echo.
 	GetProjectFunc     func(ctx context.Context, name string) (types.Project, error)
-	DeleteProjectFunc  func(ctx context.Context, name string) error
 	CreateInstanceFunc func(ctx context.Context, project string, req types.CreateInstanceRequest, key string) (types.Instance, error)
 	RestoreFunc        func(ctx context.Context, project string, req types.CreateInstanceRequest, key string) (types.Operation, error)
-	SetRetentionFunc   func(ctx context.Context, project string, r types.Retention) (types.Project, error)
-	GCFunc             func(ctx context.Context, req types.GCRequest, key string) (types.Operation, error)
-	BuildFunc          func(ctx context.Context, project string, req types.BuildRequest, key string) (types.Operation, error)
-	ListInstancesFunc  func(ctx context.Context, project string) ([]types.Instance, error)
 	GetInstanceFunc    func(ctx context.Context, id string) (types.Instance, error)
-	DeleteInstanceFunc func(ctx context.Context, id string) (types.Instance, error)
+	StartInstanceFunc  func(ctx context.Context, id string) (types.Instance, error)
+	PauseInstanceFunc  func(ctx context.Context, id string) (types.Instance, error)
+	ResumeInstanceFunc func(ctx context.Context, id string) (types.Instance, error)
 	ExecFunc           func(ctx context.Context, id string, req types.ExecRequest) (types.ExecResult, error)
 	// ExecStreamFunc scripts a streaming exec. Without it the fake echoes
 	// stdin to stdout until stdin ends, records the sizes received (Sizes)
 	// and returns exit code 0.
-	ExecStreamFunc func(ctx context.Context, id string, req types.ExecRequest, stdio types.Stdio) (int, error)
-	// The lifecycle verbs; without them each answers the instance in the
-	// state the verb leads to.
-	StopInstanceFunc    func(ctx context.Context, id string) (types.Instance, error)
-	StartInstanceFunc   func(ctx context.Context, id string) (types.Instance, error)
-	PauseInstanceFunc   func(ctx context.Context, id string) (types.Instance, error)
-	ResumeInstanceFunc  func(ctx context.Context, id string) (types.Instance, error)
-	RenewInstanceFunc   func(ctx context.Context, id, ttl string) (types.Instance, error)
-	HibernateFunc       func(ctx context.Context, id string) (types.Instance, error)
-	ListVolumesFunc     func(ctx context.Context, project string) ([]types.Volume, error)
-	AddVolumeFunc       func(ctx context.Context, project string, req types.AddVolumeRequest) (types.Project, error)
-	RemoveVolumeFunc    func(ctx context.Context, project, name string) (types.Project, error)
-	ArchiveVolumeFunc   func(ctx context.Context, project, name string, req types.VolumeArchiveRequest) (types.VolumeArchive, error)
-	RestoreVolumeFunc   func(ctx context.Context, project, name string, req types.VolumeArchiveRequest) (types.Volume, error)
-	SaveFunc            func(ctx context.Context, id string, req types.SaveRequest, key string) (types.Operation, error)
-	ListVersionsFunc    func(ctx context.Context, project string) ([]types.Version, error)
-	GetVersionFunc      func(ctx context.Context, project string, n int) (types.Version, error)
-	SetCurrentFunc      func(ctx context.Context, project string, req types.SetCurrentRequest) (types.Project, error)
-	PinVersionFunc      func(ctx context.Context, project string, n int, pinned bool) (types.Version, error)
-	GetOperationFunc    func(ctx context.Context, id string) (types.Operation, error)
-	OperationEventsFunc func(ctx context.Context, id string, after int) ([]types.Event, error)
+	ExecStreamFunc   func(ctx context.Context, id string, req types.ExecRequest, stdio types.Stdio) (int, error)
+	SaveFunc         func(ctx context.Context, id string, req types.SaveRequest, key string) (types.Operation, error)
+	ListVersionsFunc func(ctx context.Context, project string) ([]types.Version, error)
+	SetCurrentFunc   func(ctx context.Context, project string, req types.SetCurrentRequest) (types.Project, error)
+	GCFunc           func(ctx context.Context, req types.GCRequest, key string) (types.Operation, error)
 
 	mu    sync.Mutex
 	calls []Call
@@ -92,6 +70,8 @@ type Core struct {
 	ops   map[string]*opLog
 	nOps  int
 }
+
+var _ api.Core = (*Core)(nil)
 
 type opLog struct {
 	op     types.Operation
@@ -113,6 +93,12 @@ func (c *Core) record(method string, p types.Principal, args ...any) {
 	c.calls = append(c.calls, Call{Method: method, Principal: p, Args: args})
 }
 
+// echo records the call and answers v.
+func echo[T any](c *Core, method string, p types.Principal, v T, args ...any) (T, error) {
+	c.record(method, p, args...)
+	return v, nil
+}
+
 // Calls returns the calls so far, oldest first.
 func (c *Core) Calls() []Call {
 	c.mu.Lock()
@@ -132,48 +118,6 @@ func (c *Core) LastCall(method string) (Call, bool) {
 	return Call{}, false
 }
 
-// NewOperation adds a running operation and returns it.
-func (c *Core) NewOperation(kind, target string) types.Operation {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.nOps++
-	op := types.Operation{
-		ID: fmt.Sprintf("op-%d", c.nOps), Kind: kind, Target: target, State: types.OpRunning,
-		CreatedAt: Epoch, UpdatedAt: Epoch,
-	}
-	c.ops[op.ID] = &opLog{op: op}
-	return op
-}
-
-// AppendEvent appends an event to the operation's log and returns it. It
-// panics when the operation does not exist.
-func (c *Core) AppendEvent(id, typ, message string) types.Event {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	l := c.ops[id]
-	ev := types.Event{Seq: len(l.events) + 1, At: Epoch, Type: typ, Message: message}
-	l.events = append(l.events, ev)
-	return ev
-}
-
-// Finish moves the operation to a terminal state with a result (marshalled
-// to JSON when not nil) or an error.
-func (c *Core) Finish(id, state string, result any, opErr *types.OpError) types.Operation {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	l := c.ops[id]
-	l.op.State = state
-	l.op.Error = opErr
-	if result != nil {
-		b, err := json.Marshal(result)
-		if err != nil {
-			panic(err)
-		}
-		l.op.Result = b
-	}
-	return l.op
-}
-
 func (c *Core) Authenticate(ctx context.Context, token string) (types.Principal, error) {
 	c.record("Authenticate", types.Principal{}, token)
 	if subtle.ConstantTimeCompare([]byte(token), []byte(c.Token)) != 1 {
@@ -182,22 +126,31 @@ func (c *Core) Authenticate(ctx context.Context, token string) (types.Principal,
 	return c.Principal, nil
 }
 
+// NodeCore.
+
 func (c *Core) Info(ctx context.Context) (types.Info, error) {
-	c.record("Info", types.Principal{})
-	if c.InfoFunc != nil {
-		return c.InfoFunc(ctx)
-	}
-	return types.Info{Version: "test", Node: "node-1", Registry: "127.0.0.1:5000",
-		Components: map[string]string{"containerd": "v2.4.2"}}, nil
+	return echo(c, "Info", types.Principal{}, types.Info{Version: "test", Node: "node-1", Registry: "127.0.0.1:5000",
+		Components: map[string]string{"containerd": "v2.4.2"}})
 }
+
+func (c *Core) Metrics(ctx context.Context, p types.Principal) (string, error) {
+	return echo(c, "Metrics", p, "envd_up 1\n")
+}
+
+// GC starts a running operation of kind "gc".
+func (c *Core) GC(ctx context.Context, p types.Principal, req types.GCRequest, key string) (types.Operation, error) {
+	c.record("GC", p, req, key)
+	if c.GCFunc != nil {
+		return c.GCFunc(ctx, req, key)
+	}
+	return c.NewOperation("gc", "registry"), nil
+}
+
+// ImageCore.
 
 // ImportImage reads the whole tarball; the recorded arguments are the name
 // and the bytes read.
 func (c *Core) ImportImage(ctx context.Context, p types.Principal, name string, tarball io.Reader) (types.Image, error) {
-	if c.ImportImageFunc != nil {
-		c.record("ImportImage", p, name)
-		return c.ImportImageFunc(ctx, name, tarball)
-	}
 	b, err := io.ReadAll(tarball)
 	c.record("ImportImage", p, name, b)
 	if err != nil {
@@ -209,33 +162,22 @@ func (c *Core) ImportImage(ctx context.Context, p types.Principal, name string, 
 }
 
 func (c *Core) ListImages(ctx context.Context, p types.Principal) ([]types.Image, error) {
-	c.record("ListImages", p)
-	if c.ListImagesFunc != nil {
-		return c.ListImagesFunc(ctx)
-	}
-	return nil, nil
+	return echo(c, "ListImages", p, []types.Image(nil))
 }
 
-// CreateProject records the request and the idempotency key.
+// ProjectCore.
+
 func (c *Core) CreateProject(ctx context.Context, p types.Principal, req types.CreateProjectRequest, key string) (types.Project, error) {
-	c.record("CreateProject", p, req, key)
-	if c.CreateProjectFunc != nil {
-		return c.CreateProjectFunc(ctx, req, key)
-	}
 	comp := req.Compression
 	if comp == "" {
 		comp = "estargz"
 	}
-	return types.Project{Name: req.Name, BaseImage: req.Base, Current: 1, Excludes: req.Excludes,
-		Compression: comp, CreatedAt: Epoch}, nil
+	return echo(c, "CreateProject", p, types.Project{Name: req.Name, BaseImage: req.Base, Current: 1, Excludes: req.Excludes,
+		Compression: comp, CreatedAt: Epoch}, req, key)
 }
 
 func (c *Core) ListProjects(ctx context.Context, p types.Principal) ([]types.Project, error) {
-	c.record("ListProjects", p)
-	if c.ListProjectsFunc != nil {
-		return c.ListProjectsFunc(ctx)
-	}
-	return nil, nil
+	return echo(c, "ListProjects", p, []types.Project(nil))
 }
 
 func (c *Core) GetProject(ctx context.Context, p types.Principal, name string) (types.Project, error) {
@@ -247,61 +189,29 @@ func (c *Core) GetProject(ctx context.Context, p types.Principal, name string) (
 }
 
 func (c *Core) DeleteProject(ctx context.Context, p types.Principal, name string) error {
-	c.record("DeleteProject", p, name)
-	if c.DeleteProjectFunc != nil {
-		return c.DeleteProjectFunc(ctx, name)
-	}
-	return nil
+	_, err := echo(c, "DeleteProject", p, 0, name)
+	return err
 }
 
-// CreateInstance records the project, the request and the idempotency key.
-func (c *Core) CreateInstance(ctx context.Context, p types.Principal, project string, req types.CreateInstanceRequest, key string) (types.Instance, error) {
-	c.record("CreateInstance", p, project, req, key)
-	if c.CreateInstanceFunc != nil {
-		return c.CreateInstanceFunc(ctx, project, req, key)
-	}
-	v := req.Version
-	if v == 0 {
-		v = 1
-	}
-	return types.Instance{ID: "i-1", Project: project, Node: "node-1", Version: v, Generation: 1,
-		State: types.StateRunning, Reason: types.ReasonStarted, Retain: req.Retain,
-		CreatedAt: Epoch, LastTransitionAt: Epoch}, nil
+func (c *Core) SetRetention(ctx context.Context, p types.Principal, project string, r types.Retention) (types.Project, error) {
+	return echo(c, "SetRetention", p, types.Project{Name: project, Current: 1, Retention: &r, CreatedAt: Epoch}, project, r)
 }
 
-func (c *Core) ListInstances(ctx context.Context, p types.Principal, project string) ([]types.Instance, error) {
-	c.record("ListInstances", p, project)
-	if c.ListInstancesFunc != nil {
-		return c.ListInstancesFunc(ctx, project)
-	}
-	return nil, nil
+func (c *Core) SetProjectLimits(ctx context.Context, p types.Principal, project string, l types.Limits) (types.Project, error) {
+	return echo(c, "SetProjectLimits", p, types.Project{Name: project, Current: 1, Limits: &l, CreatedAt: Epoch}, project, l)
 }
 
-func (c *Core) GetInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
-	c.record("GetInstance", p, id)
-	if c.GetInstanceFunc != nil {
-		return c.GetInstanceFunc(ctx, id)
+// SetProjectNetwork answers the policy with egress "" as "open".
+func (c *Core) SetProjectNetwork(ctx context.Context, p types.Principal, project string, n types.ProjectNetwork) (types.Project, error) {
+	egress := n.Egress
+	if egress == "" {
+		egress = "open"
 	}
-	return types.Instance{ID: id, Project: "p", Node: "node-1", Version: 1, Generation: 1,
-		State: types.StateRunning, Reason: types.ReasonStarted, CreatedAt: Epoch, LastTransitionAt: Epoch}, nil
+	return echo(c, "SetProjectNetwork", p, types.Project{Name: project, Current: 1, Egress: egress,
+		IsolateInstances: n.IsolateInstances, CreatedAt: Epoch}, project, n)
 }
 
-func (c *Core) DeleteInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
-	c.record("DeleteInstance", p, id)
-	if c.DeleteInstanceFunc != nil {
-		return c.DeleteInstanceFunc(ctx, id)
-	}
-	return types.Instance{ID: id, Project: "p", Node: "node-1", Version: 1, Generation: 1,
-		State: types.StateTerminated, Reason: types.ReasonUserDelete, CreatedAt: Epoch, LastTransitionAt: Epoch}, nil
-}
-
-func (c *Core) Exec(ctx context.Context, p types.Principal, id string, req types.ExecRequest) (types.ExecResult, error) {
-	c.record("Exec", p, id, req)
-	if c.ExecFunc != nil {
-		return c.ExecFunc(ctx, id, req)
-	}
-	return types.ExecResult{Stdout: fmt.Sprintln(req.Args)}, nil
-}
+// InstanceCore.
 
 // instanceIn is the fake's instance id in state, entered for reason.
 func instanceIn(id, state, reason string) types.Instance {
@@ -309,47 +219,82 @@ func instanceIn(id, state, reason string) types.Instance {
 		State: state, Reason: reason, CreatedAt: Epoch, LastTransitionAt: Epoch}
 }
 
-func (c *Core) StopInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
-	c.record("StopInstance", p, id)
-	if c.StopInstanceFunc != nil {
-		return c.StopInstanceFunc(ctx, id)
+// verb records a lifecycle call and answers f's instance, else in.
+func (c *Core) verb(ctx context.Context, method string, p types.Principal, id string,
+	f func(context.Context, string) (types.Instance, error), in types.Instance) (types.Instance, error) {
+	c.record(method, p, id)
+	if f != nil {
+		return f(ctx, id)
 	}
-	return instanceIn(id, types.StateStopped, types.ReasonUserStop), nil
-}
-
-func (c *Core) StartInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
-	c.record("StartInstance", p, id)
-	if c.StartInstanceFunc != nil {
-		return c.StartInstanceFunc(ctx, id)
-	}
-	in := instanceIn(id, types.StateRunning, types.ReasonStarted)
-	in.Generation = 2
 	return in, nil
 }
 
-func (c *Core) PauseInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
-	c.record("PauseInstance", p, id)
-	if c.PauseInstanceFunc != nil {
-		return c.PauseInstanceFunc(ctx, id)
+// CreateInstance answers instance "i-1" of the project, running.
+func (c *Core) CreateInstance(ctx context.Context, p types.Principal, project string, req types.CreateInstanceRequest, key string) (types.Instance, error) {
+	c.record("CreateInstance", p, project, req, key)
+	if c.CreateInstanceFunc != nil {
+		return c.CreateInstanceFunc(ctx, project, req, key)
 	}
-	return instanceIn(id, types.StatePaused, types.ReasonUserPause), nil
+	in := instanceIn("i-1", types.StateRunning, types.ReasonStarted)
+	in.Project, in.Version, in.Retain = project, req.Version, req.Retain
+	if in.Version == 0 {
+		in.Version = 1
+	}
+	return in, nil
+}
+
+// Restore starts a running operation of kind "restore" on a new instance.
+func (c *Core) Restore(ctx context.Context, p types.Principal, project string, req types.CreateInstanceRequest, key string) (types.Operation, error) {
+	c.record("Restore", p, project, req, key)
+	if c.RestoreFunc != nil {
+		return c.RestoreFunc(ctx, project, req, key)
+	}
+	return c.NewOperation("restore", project+"-i1"), nil
+}
+
+func (c *Core) ListInstances(ctx context.Context, p types.Principal, project string) ([]types.Instance, error) {
+	return echo(c, "ListInstances", p, []types.Instance(nil), project)
+}
+
+func (c *Core) GetInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
+	return c.verb(ctx, "GetInstance", p, id, c.GetInstanceFunc, instanceIn(id, types.StateRunning, types.ReasonStarted))
+}
+
+func (c *Core) DeleteInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
+	return c.verb(ctx, "DeleteInstance", p, id, nil, instanceIn(id, types.StateTerminated, types.ReasonUserDelete))
+}
+
+// LifecycleCore: each verb answers the instance in the state it leads to.
+
+func (c *Core) StopInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
+	return c.verb(ctx, "StopInstance", p, id, nil, instanceIn(id, types.StateStopped, types.ReasonUserStop))
+}
+
+func (c *Core) StartInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
+	in := instanceIn(id, types.StateRunning, types.ReasonStarted)
+	in.Generation = 2
+	return c.verb(ctx, "StartInstance", p, id, c.StartInstanceFunc, in)
+}
+
+func (c *Core) PauseInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
+	return c.verb(ctx, "PauseInstance", p, id, c.PauseInstanceFunc, instanceIn(id, types.StatePaused, types.ReasonUserPause))
 }
 
 func (c *Core) ResumeInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
-	c.record("ResumeInstance", p, id)
-	if c.ResumeInstanceFunc != nil {
-		return c.ResumeInstanceFunc(ctx, id)
-	}
-	return instanceIn(id, types.StateRunning, types.ReasonUserResume), nil
+	return c.verb(ctx, "ResumeInstance", p, id, c.ResumeInstanceFunc, instanceIn(id, types.StateRunning, types.ReasonUserResume))
+}
+
+// HibernateInstance answers a Stopped instance hibernated as version 2.
+func (c *Core) HibernateInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
+	in := instanceIn(id, types.StateStopped, "hibernated")
+	in.HibernatedVersion = 2
+	return c.verb(ctx, "HibernateInstance", p, id, nil, in)
 }
 
 // RenewInstance answers a Running instance expiring at Epoch + ttl, or
 // never with "none".
 func (c *Core) RenewInstance(ctx context.Context, p types.Principal, id, ttl string) (types.Instance, error) {
 	c.record("RenewInstance", p, id, ttl)
-	if c.RenewInstanceFunc != nil {
-		return c.RenewInstanceFunc(ctx, id, ttl)
-	}
 	in := instanceIn(id, types.StateRunning, types.ReasonStarted)
 	if ttl == "none" {
 		return in, nil
@@ -361,6 +306,17 @@ func (c *Core) RenewInstance(ctx context.Context, p types.Principal, id, ttl str
 	at := Epoch.Add(d)
 	in.ExpiresAt = &at
 	return in, nil
+}
+
+// ExecCore.
+
+// Exec answers the arguments as stdout.
+func (c *Core) Exec(ctx context.Context, p types.Principal, id string, req types.ExecRequest) (types.ExecResult, error) {
+	c.record("Exec", p, id, req)
+	if c.ExecFunc != nil {
+		return c.ExecFunc(ctx, id, req)
+	}
+	return types.ExecResult{Stdout: fmt.Sprintln(req.Args)}, nil
 }
 
 // ExecStream records the id, the request and whether a TTY was asked for.
@@ -428,71 +384,7 @@ func (c *Core) Sizes() []types.TermSize {
 	return append([]types.TermSize(nil), c.sizes...)
 }
 
-// Save starts a running operation of kind "save" unless SaveFunc is set.
-// SetRetention answers the project with the policy unless SetRetentionFunc
-// is set.
-func (c *Core) SetRetention(ctx context.Context, p types.Principal, project string, r types.Retention) (types.Project, error) {
-	c.record("SetRetention", p, project, r)
-	if c.SetRetentionFunc != nil {
-		return c.SetRetentionFunc(ctx, project, r)
-	}
-	return types.Project{Name: project, Current: 1, Retention: &r, CreatedAt: Epoch}, nil
-}
-
-// Migrate starts a running operation of kind "migrate".
-func (c *Core) Migrate(ctx context.Context, p types.Principal, project string, req types.MigrateRequest, key string) (types.Operation, error) {
-	c.record("Migrate", p, project, req, key)
-	return c.NewOperation("migrate", project), nil
-}
-
-// Build starts a running operation of kind "build" unless BuildFunc is set.
-func (c *Core) Build(ctx context.Context, p types.Principal, project string, req types.BuildRequest, key string) (types.Operation, error) {
-	c.record("Build", p, project, req, key)
-	if c.BuildFunc != nil {
-		return c.BuildFunc(ctx, project, req, key)
-	}
-	return c.NewOperation("build", project), nil
-}
-
-// SetQuota answers the quota as asked.
-func (c *Core) SetQuota(ctx context.Context, p types.Principal, tenant string, q types.Quota) (types.Quota, error) {
-	c.record("SetQuota", p, tenant, q)
-	return q, nil
-}
-
-// Usage answers an empty usage of the tenant ("" = the caller's).
-func (c *Core) Usage(ctx context.Context, p types.Principal, tenant string) (types.Usage, error) {
-	c.record("Usage", p, tenant)
-	if tenant == "" {
-		tenant = p.Tenant
-	}
-	return types.Usage{Tenant: tenant, Versions: map[string]int{}}, nil
-}
-
-// CreateToken answers a fixed token of the tenant.
-func (c *Core) CreateToken(ctx context.Context, p types.Principal, tenant string, req types.CreateTokenRequest) (types.Token, error) {
-	c.record("CreateToken", p, tenant, req)
-	return types.Token{Tenant: tenant, Token: "tok-" + tenant, Admin: req.Admin}, nil
-}
-
-// GC starts a running operation of kind "gc" unless GCFunc is set.
-func (c *Core) GC(ctx context.Context, p types.Principal, req types.GCRequest, key string) (types.Operation, error) {
-	c.record("GC", p, req, key)
-	if c.GCFunc != nil {
-		return c.GCFunc(ctx, req, key)
-	}
-	return c.NewOperation("gc", "registry"), nil
-}
-
-// Restore starts a running operation of kind "restore" on a new instance
-// id unless RestoreFunc is set.
-func (c *Core) Restore(ctx context.Context, p types.Principal, project string, req types.CreateInstanceRequest, key string) (types.Operation, error) {
-	c.record("Restore", p, project, req, key)
-	if c.RestoreFunc != nil {
-		return c.RestoreFunc(ctx, project, req, key)
-	}
-	return c.NewOperation("restore", project+"-i1"), nil
-}
+// VersionCore. Save, Build and Migrate start running operations.
 
 func (c *Core) Save(ctx context.Context, p types.Principal, id string, req types.SaveRequest, key string) (types.Operation, error) {
 	c.record("Save", p, id, req, key)
@@ -500,6 +392,14 @@ func (c *Core) Save(ctx context.Context, p types.Principal, id string, req types
 		return c.SaveFunc(ctx, id, req, key)
 	}
 	return c.NewOperation("save", id), nil
+}
+
+func (c *Core) Build(ctx context.Context, p types.Principal, project string, req types.BuildRequest, key string) (types.Operation, error) {
+	return echo(c, "Build", p, c.NewOperation("build", project), project, req, key)
+}
+
+func (c *Core) Migrate(ctx context.Context, p types.Principal, project string, req types.MigrateRequest, key string) (types.Operation, error) {
+	return echo(c, "Migrate", p, c.NewOperation("migrate", project), project, req, key)
 }
 
 func (c *Core) ListVersions(ctx context.Context, p types.Principal, project string) ([]types.Version, error) {
@@ -511,11 +411,7 @@ func (c *Core) ListVersions(ctx context.Context, p types.Principal, project stri
 }
 
 func (c *Core) GetVersion(ctx context.Context, p types.Principal, project string, n int) (types.Version, error) {
-	c.record("GetVersion", p, project, n)
-	if c.GetVersionFunc != nil {
-		return c.GetVersionFunc(ctx, project, n)
-	}
-	return types.Version{Project: project, Number: n, Kind: "snapshot", State: "ready", CreatedAt: Epoch}, nil
+	return echo(c, "GetVersion", p, types.Version{Project: project, Number: n, Kind: "snapshot", State: "ready", CreatedAt: Epoch}, project, n)
 }
 
 func (c *Core) SetCurrent(ctx context.Context, p types.Principal, project string, req types.SetCurrentRequest) (types.Project, error) {
@@ -527,23 +423,108 @@ func (c *Core) SetCurrent(ctx context.Context, p types.Principal, project string
 }
 
 func (c *Core) PinVersion(ctx context.Context, p types.Principal, project string, n int, pinned bool) (types.Version, error) {
-	c.record("PinVersion", p, project, n, pinned)
-	if c.PinVersionFunc != nil {
-		return c.PinVersionFunc(ctx, project, n, pinned)
+	return echo(c, "PinVersion", p, types.Version{Project: project, Number: n, Kind: "snapshot", State: "ready", Pinned: pinned,
+		CreatedAt: Epoch}, project, n, pinned)
+}
+
+// VolumeCore.
+
+func (c *Core) ListVolumes(ctx context.Context, p types.Principal, project string) ([]types.Volume, error) {
+	return echo(c, "ListVolumes", p, []types.Volume(nil), project)
+}
+
+// AddVolume answers the project with the spec as its only volume's name.
+func (c *Core) AddVolume(ctx context.Context, p types.Principal, project string, req types.AddVolumeRequest) (types.Project, error) {
+	return echo(c, "AddVolume", p, types.Project{Name: project, Volumes: []types.Volume{{Name: req.Spec}}, CreatedAt: Epoch}, project, req)
+}
+
+func (c *Core) RemoveVolume(ctx context.Context, p types.Principal, project, name string) (types.Project, error) {
+	return echo(c, "RemoveVolume", p, types.Project{Name: project, CreatedAt: Epoch}, project, name)
+}
+
+func (c *Core) ArchiveVolume(ctx context.Context, p types.Principal, project, name string, req types.VolumeArchiveRequest) (types.VolumeArchive, error) {
+	return echo(c, "ArchiveVolume", p, types.VolumeArchive{Key: req.Key, Bytes: 1, Files: 1}, project, name, req)
+}
+
+func (c *Core) RestoreVolume(ctx context.Context, p types.Principal, project, name string, req types.VolumeArchiveRequest) (types.Volume, error) {
+	return echo(c, "RestoreVolume", p, types.Volume{Name: name}, project, name, req)
+}
+
+// ListArchives answers one archive named "a1" of the volume ("work" for
+// all volumes).
+func (c *Core) ListArchives(ctx context.Context, p types.Principal, project, volume string) ([]types.VolumeArchive, error) {
+	c.record("ListArchives", p, project, volume)
+	if volume == "" {
+		volume = "work"
 	}
-	return types.Version{Project: project, Number: n, Kind: "snapshot", State: "ready", Pinned: pinned, CreatedAt: Epoch}, nil
+	return []types.VolumeArchive{{Key: "volumes/" + p.Tenant + "/" + project + "/" + volume + "/a1/0123456789abcdef.tar.zst",
+		Bytes: 2048, Files: 3, Name: "a1", Project: project, Volume: volume, Node: "node-1", CreatedAt: Epoch}}, nil
+}
+
+func (c *Core) DeleteArchive(ctx context.Context, p types.Principal, project, volume, name string) (types.VolumeArchive, error) {
+	return echo(c, "DeleteArchive", p, types.VolumeArchive{Name: name, Project: project, Volume: volume, CreatedAt: Epoch}, project, volume, name)
+}
+
+// OperationCore: an in-memory log per operation.
+
+// NewOperation adds a running operation and returns it.
+func (c *Core) NewOperation(kind, target string) types.Operation {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.nOps++
+	op := types.Operation{
+		ID: fmt.Sprintf("op-%d", c.nOps), Kind: kind, Target: target, State: types.OpRunning,
+		CreatedAt: Epoch, UpdatedAt: Epoch,
+	}
+	c.ops[op.ID] = &opLog{op: op}
+	return op
+}
+
+// AppendEvent appends an event to the operation's log and returns it. It
+// panics when the operation does not exist.
+func (c *Core) AppendEvent(id, typ, message string) types.Event {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := c.ops[id]
+	ev := types.Event{Seq: len(l.events) + 1, At: Epoch, Type: typ, Message: message}
+	l.events = append(l.events, ev)
+	return ev
+}
+
+// Finish moves the operation to a terminal state with a result (marshalled
+// to JSON when not nil) or an error.
+func (c *Core) Finish(id, state string, result any, opErr *types.OpError) types.Operation {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := c.ops[id]
+	l.op.State = state
+	l.op.Error = opErr
+	if result != nil {
+		b, err := json.Marshal(result)
+		if err != nil {
+			panic(err)
+		}
+		l.op.Result = b
+	}
+	return l.op
+}
+
+// opLog returns the log of operation id under c.mu.
+func (c *Core) opLog(id string) (*opLog, error) {
+	l, ok := c.ops[id]
+	if !ok {
+		return nil, fmt.Errorf("operation %q: %w", id, errdefs.ErrNotFound)
+	}
+	return l, nil
 }
 
 func (c *Core) GetOperation(ctx context.Context, p types.Principal, id string) (types.Operation, error) {
 	c.record("GetOperation", p, id)
-	if c.GetOperationFunc != nil {
-		return c.GetOperationFunc(ctx, id)
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	l, ok := c.ops[id]
-	if !ok {
-		return types.Operation{}, fmt.Errorf("operation %q: %w", id, errdefs.ErrNotFound)
+	l, err := c.opLog(id)
+	if err != nil {
+		return types.Operation{}, err
 	}
 	return l.op, nil
 }
@@ -553,9 +534,9 @@ func (c *Core) CancelOperation(ctx context.Context, p types.Principal, id string
 	c.record("CancelOperation", p, id)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	l, ok := c.ops[id]
-	if !ok {
-		return types.Operation{}, fmt.Errorf("operation %q: %w", id, errdefs.ErrNotFound)
+	l, err := c.opLog(id)
+	if err != nil {
+		return types.Operation{}, err
 	}
 	if !l.op.Done() {
 		l.op.State = types.OpCanceled
@@ -566,14 +547,11 @@ func (c *Core) CancelOperation(ctx context.Context, p types.Principal, id string
 
 func (c *Core) OperationEvents(ctx context.Context, p types.Principal, id string, after int) ([]types.Event, error) {
 	c.record("OperationEvents", p, id, after)
-	if c.OperationEventsFunc != nil {
-		return c.OperationEventsFunc(ctx, id, after)
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	l, ok := c.ops[id]
-	if !ok {
-		return nil, fmt.Errorf("operation %q: %w", id, errdefs.ErrNotFound)
+	l, err := c.opLog(id)
+	if err != nil {
+		return nil, err
 	}
 	var out []types.Event
 	for _, ev := range l.events {
@@ -584,66 +562,41 @@ func (c *Core) OperationEvents(ctx context.Context, p types.Principal, id string
 	return out, nil
 }
 
-var _ api.Core = (*Core)(nil)
+// TenantCore.
 
-// HibernateInstance answers a Stopped instance hibernated as version 2.
-func (c *Core) HibernateInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
-	c.record("HibernateInstance", p, id)
-	if c.HibernateFunc != nil {
-		return c.HibernateFunc(ctx, id)
-	}
-	in := instanceIn(id, types.StateStopped, "hibernated")
-	in.HibernatedVersion = 2
-	return in, nil
+func (c *Core) SetQuota(ctx context.Context, p types.Principal, tenant string, q types.Quota) (types.Quota, error) {
+	return echo(c, "SetQuota", p, q, tenant, q)
 }
 
-// ListVolumes answers no volumes.
-func (c *Core) ListVolumes(ctx context.Context, p types.Principal, project string) ([]types.Volume, error) {
-	c.record("ListVolumes", p, project)
-	if c.ListVolumesFunc != nil {
-		return c.ListVolumesFunc(ctx, project)
+// Usage answers an empty usage of the tenant ("" = the caller's).
+func (c *Core) Usage(ctx context.Context, p types.Principal, tenant string) (types.Usage, error) {
+	u := types.Usage{Tenant: tenant, Versions: map[string]int{}}
+	if tenant == "" {
+		u.Tenant = p.Tenant
 	}
-	return nil, nil
+	return echo(c, "Usage", p, u, tenant)
 }
 
-// AddVolume answers the project with the spec as its only volume's name.
-func (c *Core) AddVolume(ctx context.Context, p types.Principal, project string, req types.AddVolumeRequest) (types.Project, error) {
-	c.record("AddVolume", p, project, req)
-	if c.AddVolumeFunc != nil {
-		return c.AddVolumeFunc(ctx, project, req)
-	}
-	return types.Project{Name: project, Volumes: []types.Volume{{Name: req.Spec}}, CreatedAt: Epoch}, nil
+// CreateToken answers a fixed token of the tenant.
+func (c *Core) CreateToken(ctx context.Context, p types.Principal, tenant string, req types.CreateTokenRequest) (types.Token, error) {
+	return echo(c, "CreateToken", p, types.Token{Tenant: tenant, Token: "tok-" + tenant, Admin: req.Admin}, tenant, req)
 }
 
-// RemoveVolume answers the project without volumes.
-func (c *Core) RemoveVolume(ctx context.Context, p types.Principal, project, name string) (types.Project, error) {
-	c.record("RemoveVolume", p, project, name)
-	if c.RemoveVolumeFunc != nil {
-		return c.RemoveVolumeFunc(ctx, project, name)
+// ListTokens answers two tokens of the tenant (tenant "t1" for ""): id 1
+// an admin token, id 2 a plain one that expires a day after Epoch.
+func (c *Core) ListTokens(ctx context.Context, p types.Principal, tenant string) ([]types.TokenInfo, error) {
+	c.record("ListTokens", p, tenant)
+	if tenant == "" {
+		tenant = "t1"
 	}
-	return types.Project{Name: project, CreatedAt: Epoch}, nil
+	exp := Epoch.Add(24 * time.Hour)
+	return []types.TokenInfo{
+		{ID: 1, Tenant: tenant, Admin: true, CreatedAt: Epoch, LastUsedAt: &Epoch},
+		{ID: 2, Tenant: tenant, CreatedAt: Epoch, ExpiresAt: &exp},
+	}, nil
 }
 
-// ArchiveVolume answers an archive under the requested key.
-func (c *Core) ArchiveVolume(ctx context.Context, p types.Principal, project, name string, req types.VolumeArchiveRequest) (types.VolumeArchive, error) {
-	c.record("ArchiveVolume", p, project, name, req)
-	if c.ArchiveVolumeFunc != nil {
-		return c.ArchiveVolumeFunc(ctx, project, name, req)
-	}
-	return types.VolumeArchive{Key: req.Key, Bytes: 1, Files: 1}, nil
-}
-
-// RestoreVolume answers the volume by name.
-func (c *Core) RestoreVolume(ctx context.Context, p types.Principal, project, name string, req types.VolumeArchiveRequest) (types.Volume, error) {
-	c.record("RestoreVolume", p, project, name, req)
-	if c.RestoreVolumeFunc != nil {
-		return c.RestoreVolumeFunc(ctx, project, name, req)
-	}
-	return types.Volume{Name: name}, nil
-}
-
-// Metrics answers one sample.
-func (c *Core) Metrics(ctx context.Context, p types.Principal) (string, error) {
-	c.record("Metrics", p)
-	return "envd_up 1\n", nil
+// RevokeToken answers token id of the caller's tenant, revoked at Epoch.
+func (c *Core) RevokeToken(ctx context.Context, p types.Principal, id int64) (types.TokenInfo, error) {
+	return echo(c, "RevokeToken", p, types.TokenInfo{ID: id, Tenant: p.Tenant, CreatedAt: Epoch, RevokedAt: &Epoch}, id)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"sort"
@@ -8,6 +9,8 @@ import (
 	"github.com/envd-dev/envd/api/types"
 
 	"github.com/spf13/cobra"
+
+	"github.com/envd-dev/envd/client"
 )
 
 func (a *app) adminCommand() *cobra.Command {
@@ -33,23 +36,17 @@ What would exceed a quota is refused before anything is made, with code
 quota_exceeded (HTTP 507) and the numbers.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			if stored != "" {
-				if q.MaxStoredBytes, err = types.ParseSize(stored); err != nil {
-					return usageError{fmt.Errorf("--max-stored: %w", err)}
+			return call(a, cmd, func(ctx context.Context, c *client.Client) (got types.Quota, err error) {
+				if stored != "" {
+					if q.MaxStoredBytes, err = types.ParseSize(stored); err != nil {
+						return got, usageError{fmt.Errorf("--max-stored: %w", err)}
+					}
 				}
-			}
-			if err := ql.apply(&q); err != nil {
-				return err
-			}
-			got, err := c.SetQuota(cmd.Context(), args[0], q)
-			if err != nil {
-				return err
-			}
-			return a.emit(got, func(w io.Writer) { quotaRows(w, got) })
+				if err := ql.apply(&q); err != nil {
+					return got, err
+				}
+				return c.SetQuota(ctx, args[0], q)
+			}, quotaRows)
 		},
 	}
 	f := quota.Flags()
@@ -68,15 +65,9 @@ func (a *app) usageCommand() *cobra.Command {
 		Short: "Show what a tenant uses of its quota (default: your own)",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			u, err := c.Usage(cmd.Context(), tenant)
-			if err != nil {
-				return err
-			}
-			return a.emit(u, func(w io.Writer) { usageRows(w, u) })
+			return call(a, cmd, func(ctx context.Context, c *client.Client) (types.Usage, error) {
+				return c.Usage(ctx, tenant)
+			}, usageRows)
 		},
 	}
 	cmd.Flags().StringVar(&tenant, "tenant", "", "another tenant (admin token)")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -42,16 +43,12 @@ Exit codes: 0 built (and current with --switch); 1 failed; 3 built but NOT
 current (--switch lost to another change of current).`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			if err := buildRequest(cmd, &req, file, apt, apk, validate); err != nil {
-				return err
-			}
-			op, err := c.Build(cmd.Context(), args[0], req, client.WithIdempotencyKey(key))
-			return runOperation(a, cmd, c, "build", op, err, noWait, buildRows,
-				func(r types.BuildResult) bool { return r.Conflict })
+			return runOperation(a, cmd, "build", func(ctx context.Context, c *client.Client) (types.Operation, error) {
+				if err := buildRequest(cmd, &req, file, apt, apk, validate); err != nil {
+					return types.Operation{}, err
+				}
+				return c.Build(ctx, args[0], req, client.WithIdempotencyKey(key))
+			}, noWait, buildRows, func(r types.BuildResult) bool { return r.Conflict })
 		},
 	}
 	f := cmd.Flags()
@@ -144,19 +141,15 @@ Exit codes: 0 migrated (and current with --switch); 1 failed; 3 migrated but
 NOT current (--switch lost to another change of current).`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			if req.Base == "" {
-				return usageError{fmt.Errorf("--base is required")}
-			}
-			for _, v := range validate {
-				req.Validate = append(req.Validate, strings.Fields(v))
-			}
-			op, err := c.Migrate(cmd.Context(), args[0], req, client.WithIdempotencyKey(key))
-			return runOperation(a, cmd, c, "migrate", op, err, noWait, migrateRows,
-				func(r types.MigrateResult) bool { return r.Conflict })
+			return runOperation(a, cmd, "migrate", func(ctx context.Context, c *client.Client) (types.Operation, error) {
+				if req.Base == "" {
+					return types.Operation{}, usageError{fmt.Errorf("--base is required")}
+				}
+				for _, v := range validate {
+					req.Validate = append(req.Validate, strings.Fields(v))
+				}
+				return c.Migrate(ctx, args[0], req, client.WithIdempotencyKey(key))
+			}, noWait, migrateRows, func(r types.MigrateResult) bool { return r.Conflict })
 		},
 	}
 	f := cmd.Flags()

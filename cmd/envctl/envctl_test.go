@@ -82,7 +82,9 @@ func server(t *testing.T, setup ...func(*apitest.Core)) (*apitest.Core, []string
 	for _, f := range setup {
 		f(core)
 	}
-	srv := httptest.NewServer(api.New(core, api.WithEventPollInterval(5*time.Millisecond)))
+	h, err := api.New(core, api.WithEventPollInterval(5*time.Millisecond))
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return core, []string{"ENVD_URL=" + srv.URL, "ENVD_TOKEN=" + apitest.Token}
 }

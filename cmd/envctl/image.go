@@ -9,7 +9,10 @@ import (
 	"os/exec"
 	"strings"
 
+	"github.com/envd-dev/envd/api/types"
 	"github.com/spf13/cobra"
+
+	"github.com/envd-dev/envd/client"
 )
 
 func (a *app) infoCommand() *cobra.Command {
@@ -18,16 +21,10 @@ func (a *app) infoCommand() *cobra.Command {
 		Short: "Show the server, its registry and component versions",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			info, err := c.Info(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return a.emit(info, func(w io.Writer) {
-				row(w, "SERVER:", c.BaseURL())
+			return call(a, cmd, func(ctx context.Context, c *client.Client) (types.Info, error) {
+				return c.Info(ctx)
+			}, func(w io.Writer, info types.Info) {
+				row(w, "SERVER:", a.c.BaseURL())
 				row(w, "VERSION:", info.Version)
 				row(w, "NODE:", info.Node)
 				if info.DataDir != "" {
@@ -53,30 +50,28 @@ attributes and ACLs (run as root to read every file); a file is sent as it
 is and must be a tar, plain or gzip compressed.`,
 		Args: exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
 			src, name := args[0], args[1]
-			st, err := os.Stat(src)
-			if err != nil {
-				return err
-			}
-			var body io.ReadCloser
-			if st.IsDir() {
-				body, err = tarDir(cmd.Context(), src)
-			} else {
-				body, err = os.Open(src)
-			}
-			if err != nil {
-				return err
-			}
-			defer body.Close()
-			img, err := c.ImportImage(cmd.Context(), name, body)
-			if err != nil {
-				return fmt.Errorf("import %s: %w", src, err)
-			}
-			return a.emit(img, func(w io.Writer) { imageTable(w, img) })
+			return call(a, cmd, func(ctx context.Context, c *client.Client) (types.Image, error) {
+				st, err := os.Stat(src)
+				if err != nil {
+					return types.Image{}, err
+				}
+				var body io.ReadCloser
+				if st.IsDir() {
+					body, err = tarDir(ctx, src)
+				} else {
+					body, err = os.Open(src)
+				}
+				if err != nil {
+					return types.Image{}, err
+				}
+				defer body.Close()
+				img, err := c.ImportImage(ctx, name, body)
+				if err != nil {
+					return img, fmt.Errorf("import %s: %w", src, err)
+				}
+				return img, nil
+			}, one(imageTable))
 		},
 	}
 	lsCmd := &cobra.Command{
@@ -84,15 +79,9 @@ is and must be a tar, plain or gzip compressed.`,
 		Short: "List imported base images",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			imgs, err := c.ListImages(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return a.emit(imgs, func(w io.Writer) { imageTable(w, imgs...) })
+			return call(a, cmd, func(ctx context.Context, c *client.Client) ([]types.Image, error) {
+				return c.ListImages(ctx)
+			}, all(imageTable))
 		},
 	}
 	return group("image", "Manage base images", importCmd, lsCmd)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,22 +30,14 @@ With --no-wait the start is a restore operation: it is printed at once (its
 target is the new instance) and runs on; follow it with "envctl op watch ID".`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
 			if noWait {
-				op, err := c.Restore(cmd.Context(), args[0], req, client.WithIdempotencyKey(key))
-				if err != nil {
-					return err
-				}
-				return a.emit(op, func(w io.Writer) { operationDetail(w, op) })
+				return call(a, cmd, func(ctx context.Context, c *client.Client) (types.Operation, error) {
+					return c.Restore(ctx, args[0], req, client.WithIdempotencyKey(key))
+				}, operationDetail)
 			}
-			inst, err := c.CreateInstance(cmd.Context(), args[0], req, client.WithIdempotencyKey(key))
-			if err != nil {
-				return err
-			}
-			return a.emit(inst, func(w io.Writer) { instanceTable(w, inst) })
+			return call(a, cmd, func(ctx context.Context, c *client.Client) (types.Instance, error) {
+				return c.CreateInstance(ctx, args[0], req, client.WithIdempotencyKey(key))
+			}, one(instanceTable))
 		},
 	}
 	cmd.Flags().IntVar(&req.Version, "version", 0, "version to start from (default: the project's current)")
@@ -146,19 +139,13 @@ func (a *app) lsCommand() *cobra.Command {
 		Short: "List instances, of one project or all",
 		Args:  rangeArgs(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
 			project := ""
 			if len(args) == 1 {
 				project = args[0]
 			}
-			is, err := c.ListInstances(cmd.Context(), project)
-			if err != nil {
-				return err
-			}
-			return a.emit(is, func(w io.Writer) { instanceTable(w, is...) })
+			return call(a, cmd, func(ctx context.Context, c *client.Client) ([]types.Instance, error) {
+				return c.ListInstances(ctx, project)
+			}, all(instanceTable))
 		},
 	}
 }
@@ -169,15 +156,9 @@ func (a *app) showCommand() *cobra.Command {
 		Short: "Show an instance",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			inst, err := c.GetInstance(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return a.emit(inst, func(w io.Writer) { instanceDetail(w, inst) })
+			return call(a, cmd, func(ctx context.Context, c *client.Client) (types.Instance, error) {
+				return c.GetInstance(ctx, args[0])
+			}, instanceDetail)
 		},
 	}
 }
@@ -188,15 +169,9 @@ func (a *app) rmCommand() *cobra.Command {
 		Short: "Delete an instance",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			inst, err := c.DeleteInstance(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return a.emit(inst, func(w io.Writer) { instanceTable(w, inst) })
+			return call(a, cmd, func(ctx context.Context, c *client.Client) (types.Instance, error) {
+				return c.DeleteInstance(ctx, args[0])
+			}, one(instanceTable))
 		},
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"io"
 
 	"github.com/envd-dev/envd/api/types"
 
@@ -18,15 +17,9 @@ func (a *app) lifecycleCommand(use, short string, verb func(*client.Client, cont
 		Short: short,
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			inst, err := verb(c, cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return a.emit(inst, func(w io.Writer) { instanceTable(w, inst) })
+			return call(a, cmd, func(ctx context.Context, c *client.Client) (types.Instance, error) {
+				return verb(c, ctx, args[0])
+			}, one(instanceTable))
 		},
 	}
 }
@@ -48,15 +41,9 @@ func (a *app) renewCommand() *cobra.Command {
 		Short: "Set an instance's expiry to now + D (may shorten it), or none",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			inst, err := c.RenewInstance(cmd.Context(), args[0], ttl)
-			if err != nil {
-				return err
-			}
-			return a.emit(inst, func(w io.Writer) { instanceTable(w, inst) })
+			return call(a, cmd, func(ctx context.Context, c *client.Client) (types.Instance, error) {
+				return c.RenewInstance(ctx, args[0], ttl)
+			}, one(instanceTable))
 		},
 	}
 	cmd.Flags().StringVar(&ttl, "ttl", "", `time to live from now, a Go duration such as 2h, or "none" (required)`)

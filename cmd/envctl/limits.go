@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strconv"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/envd-dev/envd/client"
 )
 
 // limitFlags are the resource-limit flags of "project create" and
@@ -71,15 +74,9 @@ limits they started with ("envctl show" lists them).`,
 			if err != nil {
 				return err
 			}
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			p, err := c.SetProjectLimits(cmd.Context(), args[0], l)
-			if err != nil {
-				return err
-			}
-			return a.emit(p, func(w io.Writer) { projectDetail(w, p) })
+			return call(a, cmd, func(ctx context.Context, c *client.Client) (types.Project, error) {
+				return c.SetProjectLimits(ctx, args[0], l)
+			}, projectDetail)
 		},
 	}
 	f.add(cmd.Flags())

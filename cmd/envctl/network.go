@@ -1,11 +1,13 @@
 package main
 
 import (
-	"io"
+	"context"
 
 	"github.com/envd-dev/envd/api/types"
 
 	"github.com/spf13/cobra"
+
+	"github.com/envd-dev/envd/client"
 )
 
 func (a *app) networkCommand() *cobra.Command {
@@ -24,15 +26,9 @@ once to running instances on the node that answers, to the others when they
 next start; open connections are not cut.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			p, err := c.SetProjectNetwork(cmd.Context(), args[0], n)
-			if err != nil {
-				return err
-			}
-			return a.emit(p, func(w io.Writer) { projectDetail(w, p) })
+			return call(a, cmd, func(ctx context.Context, c *client.Client) (types.Project, error) {
+				return c.SetProjectNetwork(ctx, args[0], n)
+			}, projectDetail)
 		},
 	}
 	cmd.Flags().StringVar(&n.Egress, "egress", "open", "open, none, or allow:CIDR|HOST,...")

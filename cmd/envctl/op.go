@@ -19,15 +19,9 @@ func (a *app) opCommand() *cobra.Command {
 		Short: "Show an operation",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			op, err := c.GetOperation(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return a.emit(op, func(w io.Writer) { operationDetail(w, op) })
+			return call(a, cmd, func(ctx context.Context, c *client.Client) (types.Operation, error) {
+				return c.GetOperation(ctx, args[0])
+			}, operationDetail)
 		},
 	}
 	watch := &cobra.Command{
@@ -62,15 +56,13 @@ not cancel the operation.`,
 		Short: "Ask an operation to stop",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			op, err := c.CancelOperation(cmd.Context(), args[0])
-			if err != nil {
-				return fmt.Errorf("cancel operation %s: %w", args[0], err)
-			}
-			return a.emit(op, func(w io.Writer) { operationDetail(w, op) })
+			return call(a, cmd, func(ctx context.Context, c *client.Client) (types.Operation, error) {
+				op, err := c.CancelOperation(ctx, args[0])
+				if err != nil {
+					return op, fmt.Errorf("cancel operation %s: %w", args[0], err)
+				}
+				return op, nil
+			}, operationDetail)
 		},
 	}
 	return group("op", "Inspect and follow operations", show, watch, cancel)
@@ -91,12 +83,9 @@ manifests, then the registry's blobs no manifest references. --dry-run lists
 what would go and deletes nothing.`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			op, err := c.GC(cmd.Context(), req)
-			return runOperation(a, cmd, c, "gc", op, err, noWait, gcTable, nil)
+			return runOperation(a, cmd, "gc", func(ctx context.Context, c *client.Client) (types.Operation, error) {
+				return c.GC(ctx, req)
+			}, noWait, gcTable, nil)
 		},
 	}
 	cmd.Flags().BoolVar(&req.DryRun, "dry-run", false, "list what would be deleted, delete nothing")
@@ -129,12 +118,17 @@ func (a *app) follow(ctx context.Context, c *client.Client, what string, op type
 	return done, nil
 }
 
-// runOperation finishes a command that started an operation (op, err as the
-// start returned them): with noWait it prints the operation; otherwise it
-// follows it, prints its result with rows, and exits 1 if it failed, 3 if
-// conflict (may be nil) says its result lost a compare-and-swap.
-func runOperation[T any](a *app, cmd *cobra.Command, c *client.Client, what string, op types.Operation, err error,
+// runOperation is call for a command that starts an operation: with noWait
+// it prints the operation start returned; otherwise it follows it, prints
+// its result with rows, and exits 1 if it failed, 3 if conflict (may be
+// nil) says its result lost a compare-and-swap.
+func runOperation[T any](a *app, cmd *cobra.Command, what string, start func(ctx context.Context, c *client.Client) (types.Operation, error),
 	noWait bool, rows func(io.Writer, T), conflict func(T) bool) error {
+	c, err := a.client()
+	if err != nil {
+		return err
+	}
+	op, err := start(cmd.Context(), c)
 	if err != nil {
 		return err
 	}

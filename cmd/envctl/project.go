@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"io"
 	"sort"
 
@@ -31,21 +32,15 @@ func (a *app) projectCommand() *cobra.Command {
 		Short: "Create a project on a base image",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			req.Name = args[0]
-			if l, set, err := lf.limits(cmd.Flags()); err != nil {
-				return err
-			} else if set {
-				req.Limits = &l
-			}
-			p, err := c.CreateProject(cmd.Context(), req, client.WithIdempotencyKey(key))
-			if err != nil {
-				return err
-			}
-			return a.emit(p, func(w io.Writer) { projectTable(w, p) })
+			return call(a, cmd, func(ctx context.Context, c *client.Client) (types.Project, error) {
+				req.Name = args[0]
+				if l, set, err := lf.limits(cmd.Flags()); err != nil {
+					return types.Project{}, err
+				} else if set {
+					req.Limits = &l
+				}
+				return c.CreateProject(ctx, req, client.WithIdempotencyKey(key))
+			}, one(projectTable))
 		},
 	}
 	create.Flags().StringVar(&req.Base, "base", "", "base image: an imported image name or repo@digest (required)")
@@ -63,15 +58,9 @@ func (a *app) projectCommand() *cobra.Command {
 		Short: "List projects",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			ps, err := c.ListProjects(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return a.emit(ps, func(w io.Writer) { projectTable(w, ps...) })
+			return call(a, cmd, func(ctx context.Context, c *client.Client) ([]types.Project, error) {
+				return c.ListProjects(ctx)
+			}, all(projectTable))
 		},
 	}
 	show := &cobra.Command{
@@ -79,15 +68,9 @@ func (a *app) projectCommand() *cobra.Command {
 		Short: "Show a project",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			p, err := c.GetProject(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return a.emit(p, func(w io.Writer) { projectDetail(w, p) })
+			return call(a, cmd, func(ctx context.Context, c *client.Client) (types.Project, error) {
+				return c.GetProject(ctx, args[0])
+			}, projectDetail)
 		},
 	}
 	rm := &cobra.Command{
@@ -95,16 +78,9 @@ func (a *app) projectCommand() *cobra.Command {
 		Short: "Delete a project",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			if err := c.DeleteProject(cmd.Context(), args[0]); err != nil {
-				return err
-			}
-			return a.emit(map[string]any{"name": args[0], "deleted": true}, func(w io.Writer) {
-				row(w, "deleted project "+args[0])
-			})
+			return call(a, cmd, func(ctx context.Context, c *client.Client) (map[string]any, error) {
+				return map[string]any{"name": args[0], "deleted": true}, c.DeleteProject(ctx, args[0])
+			}, func(w io.Writer, _ map[string]any) { row(w, "deleted project "+args[0]) })
 		},
 	}
 	return group("project", "Manage projects", create, ls, show, rm, a.retentionCommand(), a.limitsCommand(), a.networkCommand())
@@ -122,15 +98,9 @@ current version, pinned versions and versions an instance uses are always
 kept. Without either flag every version is kept.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			p, err := c.SetRetention(cmd.Context(), args[0], r)
-			if err != nil {
-				return err
-			}
-			return a.emit(p, func(w io.Writer) { projectDetail(w, p) })
+			return call(a, cmd, func(ctx context.Context, c *client.Client) (types.Project, error) {
+				return c.SetRetention(ctx, args[0], r)
+			}, projectDetail)
 		},
 	}
 	cmd.Flags().IntVar(&r.KeepLast, "keep-last", 0, "keep the newest N versions (0: no count limit)")

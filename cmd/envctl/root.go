@@ -215,7 +215,11 @@ func (a *app) client() (*client.Client, error) {
 			token = strings.TrimSpace(string(b))
 		}
 	}
-	a.c = client.New(url, token, client.WithUserAgent("envctl"))
+	c, err := client.New(url, token, client.WithUserAgent("envctl"))
+	if err != nil {
+		return nil, err
+	}
+	a.c = c
 	return a.c, nil
 }
 

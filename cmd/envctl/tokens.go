@@ -20,15 +20,9 @@ import (
 func (a *app) adminTokenCommand() *cobra.Command {
 	var req types.CreateTokenRequest
 	create := func(cmd *cobra.Command, args []string) error {
-		c, err := a.client()
-		if err != nil {
-			return err
-		}
-		t, err := c.CreateToken(cmd.Context(), args[0], req)
-		if err != nil {
-			return err
-		}
-		return a.emit(t, func(w io.Writer) { row(w, t.Token) })
+		return call(a, cmd, func(ctx context.Context, c *client.Client) (types.Token, error) {
+			return c.CreateToken(ctx, args[0], req)
+		}, func(w io.Writer, t types.Token) { row(w, t.Token) })
 	}
 	flags := func(cmd *cobra.Command) {
 		cmd.Flags().BoolVar(&req.Admin, "admin", false, "an admin token (quotas, gc, images, every tenant's usage and tokens)")
@@ -64,19 +58,13 @@ A tenant lists and revokes its own tokens with "envctl token ls|revoke".`,
 		Short: "List API tokens (never the tokens themselves)",
 		Args:  rangeArgs(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
 			tenant := ""
 			if len(args) == 1 {
 				tenant = args[0]
 			}
-			ts, err := c.ListTokens(cmd.Context(), tenant)
-			if err != nil {
-				return err
-			}
-			return a.emit(ts, func(w io.Writer) { tokenTable(w, ts...) })
+			return call(a, cmd, func(ctx context.Context, c *client.Client) ([]types.TokenInfo, error) {
+				return c.ListTokens(ctx, tenant)
+			}, all(tokenTable))
 		},
 	}
 	revoke := a.revokeTokenCommand("Revoke an API token: it gets 401 from then on", (*client.Client).RevokeToken)
@@ -91,15 +79,9 @@ func (a *app) ownTokenCommand() *cobra.Command {
 		Short: "List your tenant's API tokens (never the tokens themselves)",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			ts, err := c.ListOwnTokens(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return a.emit(ts, func(w io.Writer) { tokenTable(w, ts...) })
+			return call(a, cmd, func(ctx context.Context, c *client.Client) ([]types.TokenInfo, error) {
+				return c.ListOwnTokens(ctx)
+			}, all(tokenTable))
 		},
 	}
 	revoke := a.revokeTokenCommand("Revoke one of your tenant's (non-admin) tokens, the one you use included", (*client.Client).RevokeOwnToken)
@@ -144,15 +126,9 @@ func (a *app) revokeTokenCommand(short string, revoke func(*client.Client, conte
 			if err != nil {
 				return err
 			}
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			t, err := revoke(c, cmd.Context(), id)
-			if err != nil {
-				return err
-			}
-			return a.emit(t, func(w io.Writer) { tokenTable(w, t) })
+			return call(a, cmd, func(ctx context.Context, c *client.Client) (types.TokenInfo, error) {
+				return revoke(c, ctx, id)
+			}, one(tokenTable))
 		},
 	}
 }

@@ -1,11 +1,13 @@
 package main
 
 import (
-	"io"
+	"context"
 
 	"github.com/envd-dev/envd/api/types"
 
 	"github.com/spf13/cobra"
+
+	"github.com/envd-dev/envd/client"
 )
 
 func (a *app) versionsCommand() *cobra.Command {
@@ -14,15 +16,9 @@ func (a *app) versionsCommand() *cobra.Command {
 		Short: "List a project's versions",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			vs, err := c.ListVersions(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return a.emit(vs, func(w io.Writer) { versionTable(w, vs...) })
+			return call(a, cmd, func(ctx context.Context, c *client.Client) ([]types.Version, error) {
+				return c.ListVersions(ctx, args[0])
+			}, all(versionTable))
 		},
 	}
 }
@@ -37,15 +33,9 @@ func (a *app) versionCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			v, err := c.GetVersion(cmd.Context(), args[0], n)
-			if err != nil {
-				return err
-			}
-			return a.emit(v, func(w io.Writer) { versionDetail(w, v) })
+			return call(a, cmd, func(ctx context.Context, c *client.Client) (types.Version, error) {
+				return c.GetVersion(ctx, args[0], n)
+			}, versionDetail)
 		},
 	}
 	return group("version", "Inspect versions", show)
@@ -67,23 +57,17 @@ a conflict and nothing changes.`,
 			if err != nil {
 				return err
 			}
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			req := types.SetCurrentRequest{Version: n, ExpectedCurrent: &expected}
-			if !cmd.Flags().Changed("expected") {
-				p, err := c.GetProject(cmd.Context(), args[0])
-				if err != nil {
-					return err
+			return call(a, cmd, func(ctx context.Context, c *client.Client) (types.Project, error) {
+				req := types.SetCurrentRequest{Version: n, ExpectedCurrent: &expected}
+				if !cmd.Flags().Changed("expected") {
+					p, err := c.GetProject(ctx, args[0])
+					if err != nil {
+						return p, err
+					}
+					expected = p.Current
 				}
-				expected = p.Current
-			}
-			p, err := c.SetCurrent(cmd.Context(), args[0], req)
-			if err != nil {
-				return err
-			}
-			return a.emit(p, func(w io.Writer) { projectTable(w, p) })
+				return c.SetCurrent(ctx, args[0], req)
+			}, one(projectTable))
 		},
 	}
 	cmd.Flags().IntVar(&expected, "expected", 0, "switch only if this version is current (default: the current version read first)")
@@ -104,20 +88,12 @@ func (a *app) pinCommand(pin bool) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			var v types.Version
-			if pin {
-				v, err = c.PinVersion(cmd.Context(), args[0], n)
-			} else {
-				v, err = c.UnpinVersion(cmd.Context(), args[0], n)
-			}
-			if err != nil {
-				return err
-			}
-			return a.emit(v, func(w io.Writer) { versionTable(w, v) })
+			return call(a, cmd, func(ctx context.Context, c *client.Client) (types.Version, error) {
+				if pin {
+					return c.PinVersion(ctx, args[0], n)
+				}
+				return c.UnpinVersion(ctx, args[0], n)
+			}, one(versionTable))
 		},
 	}
 }

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 
 	"github.com/envd-dev/envd/api/types"
 
 	"github.com/spf13/cobra"
+
+	"github.com/envd-dev/envd/client"
 )
 
 func (a *app) volumeCommand() *cobra.Command {
@@ -15,15 +18,9 @@ func (a *app) volumeCommand() *cobra.Command {
 		Short: "List a project's volumes with their usage on this node",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			vs, err := c.ListVolumes(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return a.emit(vs, func(w io.Writer) { volumeTable(w, vs...) })
+			return call(a, cmd, func(ctx context.Context, c *client.Client) ([]types.Volume, error) {
+				return c.ListVolumes(ctx, args[0])
+			}, all(volumeTable))
 		},
 	}
 	var pathAdd []string
@@ -32,15 +29,9 @@ func (a *app) volumeCommand() *cobra.Command {
 		Short: "Add a volume to a project (mounted by instances started from now on)",
 		Args:  exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			p, err := c.AddVolume(cmd.Context(), args[0], types.AddVolumeRequest{Spec: args[1], PathAdd: pathAdd})
-			if err != nil {
-				return err
-			}
-			return a.emit(p, func(w io.Writer) { projectDetail(w, p) })
+			return call(a, cmd, func(ctx context.Context, c *client.Client) (types.Project, error) {
+				return c.AddVolume(ctx, args[0], types.AddVolumeRequest{Spec: args[1], PathAdd: pathAdd})
+			}, projectDetail)
 		},
 	}
 	add.Flags().StringArrayVar(&pathAdd, "path-add", nil, "directory inside the volume to put on instances' PATH (repeatable)")
@@ -49,15 +40,9 @@ func (a *app) volumeCommand() *cobra.Command {
 		Short: "Remove a volume and delete its data (refused while instances are live)",
 		Args:  exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			p, err := c.RemoveVolume(cmd.Context(), args[0], args[1])
-			if err != nil {
-				return err
-			}
-			return a.emit(p, func(w io.Writer) { projectDetail(w, p) })
+			return call(a, cmd, func(ctx context.Context, c *client.Client) (types.Project, error) {
+				return c.RemoveVolume(ctx, args[0], args[1])
+			}, projectDetail)
 		},
 	}
 	var arcReq types.VolumeArchiveRequest
@@ -70,15 +55,9 @@ it within the volume (default: a UTC time stamp). An archive of that name
 already there is refused (already_exists) unless --replace is given.`,
 		Args: exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			arc, err := c.ArchiveVolume(cmd.Context(), args[0], args[1], arcReq)
-			if err != nil {
-				return err
-			}
-			return a.emit(arc, func(w io.Writer) {
+			return call(a, cmd, func(ctx context.Context, c *client.Client) (types.VolumeArchive, error) {
+				return c.ArchiveVolume(ctx, args[0], args[1], arcReq)
+			}, func(w io.Writer, arc types.VolumeArchive) {
 				row(w, "NAME:", arc.Name)
 				row(w, "KEY:", arc.Key)
 				row(w, "BYTES:", formatBytes(arc.Bytes))
@@ -100,15 +79,9 @@ already there is refused (already_exists) unless --replace is given.`,
 			if (restoreReq.Name == "") == (restoreReq.Key == "") {
 				return usageError{fmt.Errorf("volume restore: give --name or --key, one of them")}
 			}
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			v, err := c.RestoreVolume(cmd.Context(), args[0], args[1], restoreReq)
-			if err != nil {
-				return err
-			}
-			return a.emit(v, func(w io.Writer) { volumeTable(w, v) })
+			return call(a, cmd, func(ctx context.Context, c *client.Client) (types.Volume, error) {
+				return c.RestoreVolume(ctx, args[0], args[1], restoreReq)
+			}, one(volumeTable))
 		},
 	}
 	restore.Flags().StringVar(&restoreReq.Name, "name", "", "name of an archive of this volume")
@@ -119,15 +92,9 @@ already there is refused (already_exists) unless --replace is given.`,
 		Short: "List a project's volume archives",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			as, err := c.ListArchives(cmd.Context(), args[0], arcVolume)
-			if err != nil {
-				return err
-			}
-			return a.emit(as, func(w io.Writer) { archiveTable(w, as...) })
+			return call(a, cmd, func(ctx context.Context, c *client.Client) ([]types.VolumeArchive, error) {
+				return c.ListArchives(ctx, args[0], arcVolume)
+			}, all(archiveTable))
 		},
 	}
 	archives.Flags().StringVar(&arcVolume, "volume", "", "only this volume's archives")
@@ -136,15 +103,9 @@ already there is refused (already_exists) unless --replace is given.`,
 		Short: "Delete an archive of a volume (its record and its object)",
 		Args:  exactArgs(3),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			arc, err := c.DeleteArchive(cmd.Context(), args[0], args[1], args[2])
-			if err != nil {
-				return err
-			}
-			return a.emit(arc, func(w io.Writer) { archiveTable(w, arc) })
+			return call(a, cmd, func(ctx context.Context, c *client.Client) (types.VolumeArchive, error) {
+				return c.DeleteArchive(ctx, args[0], args[1], args[2])
+			}, one(archiveTable))
 		},
 	}
 	return group("volume", "Persistent volumes of a project", ls, add, rm, archive, restore, archives, archiveRm)

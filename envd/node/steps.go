@@ -308,6 +308,10 @@ func (n *Node) adminToken(ctx context.Context, db database) (string, error) {
 // serveAPI listens on Config.Listen, writes the URL to DataDir/envd.url
 // and serves svc's API there; Close stops it.
 func (n *Node) serveAPI(svc *envd.Service) (url string, err error) {
+	h, err := api.New(svc)
+	if err != nil {
+		return "", err
+	}
 	ln, err := net.Listen("tcp", n.cfg.Listen)
 	if err != nil {
 		return "", fmt.Errorf("listen %s: %w", n.cfg.Listen, err)
@@ -317,7 +321,7 @@ func (n *Node) serveAPI(svc *envd.Service) (url string, err error) {
 		ln.Close()
 		return "", err
 	}
-	n.srv = newHTTPServer(api.New(svc))
+	n.srv = newHTTPServer(h)
 	go func() {
 		if err := n.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			n.cfg.Logger.Error("api server", "err", err)

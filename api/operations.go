@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -13,6 +14,36 @@ import (
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/envd"
 )
+
+// OperationCore follows and cancels operations (saves, builds, restores,
+// migrations, GCs).
+type OperationCore interface {
+	GetOperation(ctx context.Context, p types.Principal, id string) (types.Operation, error)
+	CancelOperation(ctx context.Context, p types.Principal, id string) (types.Operation, error)
+	// OperationEvents returns the operation's events with Seq > after, in
+	// order.
+	OperationEvents(ctx context.Context, p types.Principal, id string, after int) ([]types.Event, error)
+}
+
+type operations struct {
+	core  OperationCore
+	admit admitFunc
+	// poll is how often a stream asks the core for new events; keepAlive
+	// how often an idle stream sends a comment.
+	poll, keepAlive time.Duration
+}
+
+func (g operations) routes() []route {
+	return []route{
+		{http.MethodGet, "/operations/:id", handle(http.StatusOK, func(r in, _ none) (types.Operation, error) {
+			return g.core.GetOperation(r.ctx, r.p, r.param("id"))
+		})},
+		{http.MethodDelete, "/operations/:id", handle(http.StatusAccepted, func(r in, _ none) (types.Operation, error) {
+			return g.core.CancelOperation(r.ctx, r.p, r.param("id"))
+		})},
+		{http.MethodGet, "/operations/:id/events", g.events},
+	}
+}
 
 // Server-sent events of GET /v1/operations/:id/events.
 //
@@ -40,7 +71,7 @@ const (
 	SSEEventError = "error"
 )
 
-func (h *handlers) operationEvents(c *gin.Context) {
+func (g operations) events(c *gin.Context) {
 	ctx := c.Request.Context()
 	p, id := principal(c), c.Param("id")
 	after, err := eventCursor(c)
@@ -49,19 +80,24 @@ func (h *handlers) operationEvents(c *gin.Context) {
 		return
 	}
 	if wantsEventList(c) {
-		evs, err := h.core.OperationEvents(ctx, p, id, after)
-		list(c, evs, err)
+		evs, err := items(g.core.OperationEvents(ctx, p, id, after))
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		c.JSON(http.StatusOK, evs)
 		return
 	}
 	// Answer a missing operation with a plain error before committing to a
 	// 200 stream.
-	op, err := h.core.GetOperation(ctx, p, id)
+	op, err := g.core.GetOperation(ctx, p, id)
 	if err != nil {
 		writeError(c, err)
 		return
 	}
-	release, ok := h.admit(c, envd.AdmitEvents)
-	if !ok {
+	release, err := g.admit(p, envd.AdmitEvents)
+	if err != nil {
+		writeError(c, err)
 		return
 	}
 	defer release()
@@ -72,19 +108,19 @@ func (h *handlers) operationEvents(c *gin.Context) {
 	w.WriteHeader(http.StatusOK)
 	w.Flush()
 
-	ticker := time.NewTicker(h.opts.pollInterval)
+	ticker := time.NewTicker(g.poll)
 	defer ticker.Stop()
 	lastWrite := time.Now()
 	for first := true; ; first = false {
 		if !first {
 			// The operation is read before its events: when it is done,
 			// every event it will ever have is in the read that follows.
-			if op, err = h.core.GetOperation(ctx, p, id); err != nil {
+			if op, err = g.core.GetOperation(ctx, p, id); err != nil {
 				sendStreamError(c, err)
 				return
 			}
 		}
-		evs, err := h.core.OperationEvents(ctx, p, id, after)
+		evs, err := g.core.OperationEvents(ctx, p, id, after)
 		if err != nil {
 			sendStreamError(c, err)
 			return
@@ -102,7 +138,7 @@ func (h *handlers) operationEvents(c *gin.Context) {
 			w.Flush()
 			return
 		}
-		if !wrote && time.Since(lastWrite) >= h.opts.keepAlive {
+		if !wrote && time.Since(lastWrite) >= g.keepAlive {
 			_, _ = w.WriteString(": keep-alive\n\n")
 			wrote = true
 		}

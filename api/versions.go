@@ -1,0 +1,69 @@
+package api
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/envd-dev/envd/api/types"
+
+	"github.com/gin-gonic/gin"
+)
+
+// VersionCore makes a project's versions (save, build, migrate) and moves
+// its current version.
+type VersionCore interface {
+	// Save starts a save operation. A repeated call with the same non-empty
+	// idempotencyKey returns the same operation.
+	Save(ctx context.Context, p types.Principal, id string, req types.SaveRequest, idempotencyKey string) (types.Operation, error)
+	// Build starts an operation of kind "build".
+	Build(ctx context.Context, p types.Principal, project string, req types.BuildRequest, idempotencyKey string) (types.Operation, error)
+	// Migrate starts an operation of kind "migrate".
+	Migrate(ctx context.Context, p types.Principal, project string, req types.MigrateRequest, idempotencyKey string) (types.Operation, error)
+	ListVersions(ctx context.Context, p types.Principal, project string) ([]types.Version, error)
+	GetVersion(ctx context.Context, p types.Principal, project string, n int) (types.Version, error)
+	// SetCurrent moves the project's current version by compare-and-swap; a
+	// lost swap is an errdefs.ErrConflict.
+	SetCurrent(ctx context.Context, p types.Principal, project string, req types.SetCurrentRequest) (types.Project, error)
+	PinVersion(ctx context.Context, p types.Principal, project string, n int, pinned bool) (types.Version, error)
+}
+
+type versions struct{ core VersionCore }
+
+func (g versions) routes() []route {
+	return []route{
+		{http.MethodPost, "/instances/:i/save", started(func(r in, req types.SaveRequest) (types.Operation, error) {
+			return g.core.Save(r.ctx, r.p, r.param("i"), req, r.key())
+		})},
+		{http.MethodPost, "/projects/:p/builds", started(func(r in, req types.BuildRequest) (types.Operation, error) {
+			return g.core.Build(r.ctx, r.p, r.param("p"), req, r.key())
+		})},
+		{http.MethodPost, "/projects/:p/migrations", started(func(r in, req types.MigrateRequest) (types.Operation, error) {
+			return g.core.Migrate(r.ctx, r.p, r.param("p"), req, r.key())
+		})},
+		{http.MethodGet, "/projects/:p/versions", handle(http.StatusOK, func(r in, _ none) ([]types.Version, error) {
+			return items(g.core.ListVersions(r.ctx, r.p, r.param("p")))
+		})},
+		{http.MethodGet, "/projects/:p/versions/:n", handle(http.StatusOK, func(r in, _ none) (types.Version, error) {
+			n, err := r.version()
+			if err != nil {
+				return types.Version{}, err
+			}
+			return g.core.GetVersion(r.ctx, r.p, r.param("p"), n)
+		})},
+		{http.MethodPost, "/projects/:p/current", handle(http.StatusOK, func(r in, req types.SetCurrentRequest) (types.Project, error) {
+			return g.core.SetCurrent(r.ctx, r.p, r.param("p"), req)
+		})},
+		{http.MethodPost, "/projects/:p/versions/:n/pin", g.pin(true)},
+		{http.MethodDelete, "/projects/:p/versions/:n/pin", g.pin(false)},
+	}
+}
+
+func (g versions) pin(pinned bool) gin.HandlerFunc {
+	return handle(http.StatusOK, func(r in, _ none) (types.Version, error) {
+		n, err := r.version()
+		if err != nil {
+			return types.Version{}, err
+		}
+		return g.core.PinVersion(r.ctx, r.p, r.param("p"), n, pinned)
+	})
+}
