@@ -248,7 +248,7 @@ func TestLifecycleRoutesReachTheCore(t *testing.T) {
 	for _, tc := range []struct {
 		verb, body, call string
 		args             []any
-		state            string
+		state            types.InstanceState
 	}{
 		{"stop", "", "StopInstance", []any{"i-1"}, types.StateStopped},
 		{"start", "", "StartInstance", []any{"i-1"}, types.StateRunning},

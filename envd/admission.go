@@ -66,12 +66,12 @@ func (s *Service) limiter() *limiter.Limiter {
 }
 
 // opAdmission maps an operation kind to the limit it counts against.
-var opAdmission = map[string]string{"save": AdmitSaves, "build": AdmitBuilds}
+var opAdmission = map[types.OpKind]string{types.OpKindSave: AdmitSaves, types.OpKindBuild: AdmitBuilds}
 
 // admitOp takes a slot for a new operation of kind. A retry of an accepted
 // request (same idempotency key and request hash) is never refused: it gets
 // the operation it started (existing), whatever the tenant holds now.
-func (s *Service) admitOp(ctx context.Context, p types.Principal, kind, idemKey, requestHash string) (release func(), existing *types.Operation, err error) {
+func (s *Service) admitOp(ctx context.Context, p types.Principal, kind types.OpKind, idemKey, requestHash string) (release func(), existing *types.Operation, err error) {
 	adm, ok := opAdmission[kind]
 	if !ok {
 		return func() {}, nil, nil

@@ -62,7 +62,7 @@ func (s *Service) Build(ctx context.Context, p types.Principal, project string, 
 		return types.Operation{}, err
 	}
 	job := buildJob{Project: project, Request: req, Expected: proj.Current, Builder: newID(project), Trial: newID(project)}
-	return s.startOp(ctx, p, "build", project, project, idempotencyKey, req, job, func(ctx context.Context, oc *opCtx) (any, error) {
+	return s.startOp(ctx, p, types.OpKindBuild, project, project, idempotencyKey, req, job, func(ctx context.Context, oc *opCtx) (any, error) {
 		return s.runBuild(ctx, oc, p, job)
 	})
 }

@@ -12,13 +12,13 @@ import (
 
 // captureKinds are the operations that capture an instance's layer: one at
 // a time per instance (see CreateExclusiveOperation).
-var captureKinds = []string{"save"}
+var captureKinds = []types.OpKind{types.OpKindSave}
 
 // startExclusiveOp is startOp for an operation on an instance of which
 // only one of captureKinds may run at a time, on any node: while one is
 // unfinished, another answers ErrFailedPrecondition (409) naming it. A
 // retry with the same idempotency key still returns its operation.
-func (s *Service) startExclusiveOp(ctx context.Context, p types.Principal, kind, instance, idemKey string, asked, job any, run opFunc) (types.Operation, error) {
+func (s *Service) startExclusiveOp(ctx context.Context, p types.Principal, kind types.OpKind, instance, idemKey string, asked, job any, run opFunc) (types.Operation, error) {
 	return s.startOpIn(ctx, p, kind, instance, instance, idemKey, asked, job, run, captureKinds)
 }
 

@@ -37,7 +37,7 @@ func (s *Service) GC(ctx context.Context, p types.Principal, req types.GCRequest
 		return types.Operation{}, fmt.Errorf("gc needs an admin token: %w", errdefs.ErrPermissionDenied)
 	}
 	job := gcJob{DryRun: req.DryRun}
-	return s.startOp(ctx, p, "gc", "registry", "registry", idempotencyKey, req, job, func(ctx context.Context, oc *opCtx) (any, error) {
+	return s.startOp(ctx, p, types.OpKindGC, "registry", "registry", idempotencyKey, req, job, func(ctx context.Context, oc *opCtx) (any, error) {
 		return s.runGC(ctx, oc, job)
 	})
 }

@@ -206,7 +206,7 @@ func (s *Service) startPlanned(ctx context.Context, p types.Principal, id string
 		s.abandonPending(ctx, in.ID, err.Error())
 		return types.Instance{}, fmt.Errorf("start instance of %q from version %d: %w: %w", project, n, errProvision, err)
 	}
-	in, err = s.store.Transition(ctx, in.ID, []string{types.StatePending}, types.StateRunning, types.ReasonStarted, fmt.Sprintf("running version %d", n))
+	in, err = s.store.Transition(ctx, in.ID, []types.InstanceState{types.StatePending}, types.StateRunning, types.ReasonStarted, fmt.Sprintf("running version %d", n))
 	if err != nil {
 		return types.Instance{}, err
 	}
@@ -225,7 +225,7 @@ func (s *Service) startPlanned(ctx context.Context, p types.Principal, id string
 func (s *Service) abandonPending(ctx context.Context, id, msg string) bool {
 	cctx, cancel := detach(ctx, time.Minute)
 	defer cancel()
-	_, err := s.store.Transition(cctx, id, []string{types.StatePending}, types.StateFailed, types.ReasonProvisionFailed, msg)
+	_, err := s.store.Transition(cctx, id, []types.InstanceState{types.StatePending}, types.StateFailed, types.ReasonProvisionFailed, msg)
 	if err != nil {
 		if !errors.Is(err, errdefs.ErrFailedPrecondition) && !errors.Is(err, errdefs.ErrNotFound) {
 			s.log.Warn("record failed instance", "instance", id, "err", err)

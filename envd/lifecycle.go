@@ -28,11 +28,11 @@ import (
 //	any      --provision_failed|node_lost|task_exited|provision_timeout--> Failed
 
 // liveStates are the states in which an instance holds resources on a node.
-var liveStates = []string{types.StatePending, types.StateRunning, types.StatePausing, types.StatePaused, types.StateResuming, types.StateStopping, types.StateStopped}
+var liveStates = []types.InstanceState{types.StatePending, types.StateRunning, types.StatePausing, types.StatePaused, types.StateResuming, types.StateStopping, types.StateStopped}
 
 // step runs one lifecycle verb: from -> mid (runtime work) -> to. When the
 // work fails the instance goes back to back (or Failed when back is "").
-func (s *Service) step(ctx context.Context, p types.Principal, id string, from []string, mid, to, reason, msg, back string,
+func (s *Service) step(ctx context.Context, p types.Principal, id string, from []types.InstanceState, mid, to types.InstanceState, reason, msg string, back types.InstanceState,
 	work func(ctx context.Context, in versions.Instance) error) (types.Instance, error) {
 	in, err := s.instance(ctx, p, id)
 	if err != nil {
@@ -52,12 +52,12 @@ func (s *Service) step(ctx context.Context, p types.Principal, id string, from [
 		if state == "" {
 			state, why = types.StateFailed, reason+"_failed"
 		}
-		if _, terr := s.store.Transition(cctx, id, []string{mid}, state, why, werr.Error()); terr != nil {
+		if _, terr := s.store.Transition(cctx, id, []types.InstanceState{mid}, state, why, werr.Error()); terr != nil {
 			s.log.Warn("record failed transition", "instance", id, "err", terr)
 		}
 		return types.Instance{}, fmt.Errorf("%s instance %q: %w", reason, id, werr)
 	}
-	in, err = s.store.Transition(ctx, id, []string{mid}, to, reason, msg)
+	in, err = s.store.Transition(ctx, id, []types.InstanceState{mid}, to, reason, msg)
 	if err != nil {
 		return types.Instance{}, err
 	}
@@ -66,13 +66,13 @@ func (s *Service) step(ctx context.Context, p types.Principal, id string, from [
 
 // PauseInstance freezes the instance's processes; memory is kept.
 func (s *Service) PauseInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
-	return s.step(ctx, p, id, []string{types.StateRunning}, types.StatePausing, types.StatePaused, types.ReasonUserPause, "paused by the user", types.StateRunning,
+	return s.step(ctx, p, id, []types.InstanceState{types.StateRunning}, types.StatePausing, types.StatePaused, types.ReasonUserPause, "paused by the user", types.StateRunning,
 		func(ctx context.Context, in versions.Instance) error { return s.frozen.hold(ctx, s.rt, id, holderUser) })
 }
 
 // ResumeInstance thaws a paused instance and returns its current endpoint.
 func (s *Service) ResumeInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
-	return s.step(ctx, p, id, []string{types.StatePaused}, types.StateResuming, types.StateRunning, types.ReasonUserResume, "resumed by the user", types.StatePaused,
+	return s.step(ctx, p, id, []types.InstanceState{types.StatePaused}, types.StateResuming, types.StateRunning, types.ReasonUserResume, "resumed by the user", types.StatePaused,
 		func(ctx context.Context, in versions.Instance) error {
 			// A save's freeze window may hold the task frozen too: the
 			// resume completes (Running) only after the save's thaw.
@@ -108,7 +108,7 @@ func (s *Service) StopInstance(ctx context.Context, p types.Principal, id string
 }
 
 func (s *Service) stopInstance(ctx context.Context, p types.Principal, id, reason, msg string) (types.Instance, error) {
-	return s.step(ctx, p, id, []string{types.StateRunning, types.StatePaused}, types.StateStopping, types.StateStopped, reason,
+	return s.step(ctx, p, id, []types.InstanceState{types.StateRunning, types.StatePaused}, types.StateStopping, types.StateStopped, reason,
 		msg+"; the writable layer is kept on node "+s.cfg.Node, "",
 		func(ctx context.Context, in versions.Instance) error { return s.rt.Stop(ctx, id) })
 }
@@ -127,7 +127,7 @@ func (s *Service) StartInstance(ctx context.Context, p types.Principal, id strin
 	if in.HibernatedVersion > 0 && in.State == types.StateStopped {
 		return s.wake(ctx, p, in)
 	}
-	return s.step(ctx, p, id, []string{types.StateStopped}, types.StatePending, types.StateRunning, types.ReasonStarted, "started on the kept writable layer", "",
+	return s.step(ctx, p, id, []types.InstanceState{types.StateStopped}, types.StatePending, types.StateRunning, types.ReasonStarted, "started on the kept writable layer", "",
 		func(ctx context.Context, in versions.Instance) error {
 			gen, err := s.store.BumpGeneration(ctx, id)
 			if err != nil {
@@ -171,7 +171,7 @@ func (s *Service) wake(ctx context.Context, p types.Principal, in versions.Insta
 	if err != nil {
 		return types.Instance{}, err
 	}
-	if in, err = s.store.Transition(ctx, in.ID, []string{types.StateStopped}, types.StatePending, types.ReasonStarted,
+	if in, err = s.store.Transition(ctx, in.ID, []types.InstanceState{types.StateStopped}, types.StatePending, types.ReasonStarted,
 		fmt.Sprintf("waking from hibernation version %d on node %s", v.Number, s.cfg.Node)); err != nil {
 		return types.Instance{}, err
 	}
@@ -188,7 +188,7 @@ func (s *Service) wake(ctx context.Context, p types.Principal, in versions.Insta
 	if err := s.renewOnStart(ctx, in); err != nil {
 		return types.Instance{}, err
 	}
-	in, err = s.store.Transition(ctx, in.ID, []string{types.StatePending}, types.StateRunning, types.ReasonStarted,
+	in, err = s.store.Transition(ctx, in.ID, []types.InstanceState{types.StatePending}, types.StateRunning, types.ReasonStarted,
 		fmt.Sprintf("woke from hibernation version %d", v.Number))
 	if err != nil {
 		return types.Instance{}, err

@@ -49,7 +49,7 @@ func (s *Service) Migrate(ctx context.Context, p types.Principal, project string
 		return types.Operation{}, err
 	}
 	job := migrateJob{Project: project, Request: req, From: proj.Current, NewBase: newBase.Ref(), Trial: newID(project)}
-	return s.startOp(ctx, p, "migrate", project, project, idempotencyKey, req, job, func(ctx context.Context, oc *opCtx) (any, error) {
+	return s.startOp(ctx, p, types.OpKindMigrate, project, project, idempotencyKey, req, job, func(ctx context.Context, oc *opCtx) (any, error) {
 		return s.runMigrate(ctx, oc, p, job)
 	})
 }

@@ -50,14 +50,14 @@ func (o *opCtx) event(ctx context.Context, typ, msg string, data any) {
 // The idempotency digest covers kind, scope and asked: scope is what the
 // request names (the instance of a save, the project of a restore), while
 // target may be made anew by each request (a restore's new instance id).
-func (s *Service) startOp(ctx context.Context, p types.Principal, kind, target, scope, idemKey string, asked, job any, run opFunc) (types.Operation, error) {
+func (s *Service) startOp(ctx context.Context, p types.Principal, kind types.OpKind, target, scope, idemKey string, asked, job any, run opFunc) (types.Operation, error) {
 	return s.startOpIn(ctx, p, kind, target, scope, idemKey, asked, job, run, nil)
 }
 
 // startOpIn is startOp; with exclusive set, the operation is refused while
 // one of those kinds is unfinished on the same target (startExclusiveOp).
 // Both paths check the key and take the tenant's admission slot alike.
-func (s *Service) startOpIn(ctx context.Context, p types.Principal, kind, target, scope, idemKey string, asked, job any, run opFunc, exclusive []string) (types.Operation, error) {
+func (s *Service) startOpIn(ctx context.Context, p types.Principal, kind types.OpKind, target, scope, idemKey string, asked, job any, run opFunc, exclusive []types.OpKind) (types.Operation, error) {
 	askedBody, err := json.Marshal(asked)
 	if err != nil {
 		return types.Operation{}, err
@@ -66,7 +66,7 @@ func (s *Service) startOpIn(ctx context.Context, p types.Principal, kind, target
 	if err != nil {
 		return types.Operation{}, err
 	}
-	sum := sha256.Sum256(append([]byte(kind+"\x00"+scope+"\x00"), askedBody...))
+	sum := sha256.Sum256(append([]byte(string(kind)+"\x00"+scope+"\x00"), askedBody...))
 	if err := versions.CheckIdempotencyKey(idemKey); err != nil {
 		return types.Operation{}, err
 	}
@@ -156,7 +156,7 @@ func (s *Service) resumeOperations(ctx context.Context) error {
 	for _, op := range ops {
 		oc := &opCtx{s: s, id: op.ID}
 		switch op.Kind {
-		case "save":
+		case types.OpKindSave:
 			var job saveJob
 			if err := json.Unmarshal(op.Request, &job); err != nil {
 				s.settle(ctx, op, fmt.Errorf("unreadable request: %v: %w", err, errdefs.ErrFailedPrecondition))
@@ -164,13 +164,13 @@ func (s *Service) resumeOperations(ctx context.Context) error {
 			}
 			oc.event(ctx, "resumed", "envd restarted during the save; running it again", nil)
 			s.launch(op, func(ctx context.Context, oc *opCtx) (any, error) { return s.runSave(ctx, oc, job) })
-		case "restore":
+		case types.OpKindRestore:
 			s.settleRestore(ctx, op)
-		case "build":
+		case types.OpKindBuild:
 			s.settleBuild(ctx, op)
-		case "migrate":
+		case types.OpKindMigrate:
 			s.settleMigrate(ctx, op)
-		case "gc":
+		case types.OpKindGC:
 			var job gcJob
 			if err := json.Unmarshal(op.Request, &job); err != nil {
 				s.settle(ctx, op, fmt.Errorf("unreadable request: %v: %w", err, errdefs.ErrFailedPrecondition))

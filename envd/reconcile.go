@@ -166,8 +166,8 @@ func (s *Service) Reconcile(ctx context.Context) error {
 		case in.State == types.StateRunning && st.Task != "running" && st.Task != "paused":
 			s.fail(ctx, in.ID, in.State, types.ReasonTaskExited, "its processes exited; the writable layer is kept until removal")
 		case in.State == types.StatePausing || in.State == types.StateResuming || in.State == types.StateStopping:
-			to := map[string]string{"running": types.StateRunning, "paused": types.StatePaused, "stopped": types.StateStopped, "": types.StateStopped}[st.Task]
-			if _, err := s.store.Transition(ctx, in.ID, []string{in.State}, to, "recovered", "state recovered from the runtime after an interruption"); err != nil {
+			to := map[string]types.InstanceState{"running": types.StateRunning, "paused": types.StatePaused, "stopped": types.StateStopped, "": types.StateStopped}[st.Task]
+			if _, err := s.store.Transition(ctx, in.ID, []types.InstanceState{in.State}, to, "recovered", "state recovered from the runtime after an interruption"); err != nil {
 				s.log.Warn("recover instance state", "instance", in.ID, "err", err)
 			}
 		}
@@ -205,8 +205,8 @@ func (s *Service) fence(ctx context.Context, id string, st runtime.Status) {
 	}
 }
 
-func (s *Service) fail(ctx context.Context, id, from, reason, msg string) {
-	if _, err := s.store.Transition(ctx, id, []string{from}, types.StateFailed, reason, msg); err != nil {
+func (s *Service) fail(ctx context.Context, id string, from types.InstanceState, reason, msg string) {
+	if _, err := s.store.Transition(ctx, id, []types.InstanceState{from}, types.StateFailed, reason, msg); err != nil {
 		s.log.Warn("mark instance failed", "instance", id, "reason", reason, "err", err)
 		return
 	}

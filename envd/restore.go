@@ -40,7 +40,7 @@ func (s *Service) Restore(ctx context.Context, p types.Principal, project string
 		Project string
 		Req     types.CreateInstanceRequest
 	}{project, req}
-	return s.startOp(ctx, p, "restore", job.InstanceID, project, idempotencyKey, asked, job, func(ctx context.Context, oc *opCtx) (any, error) {
+	return s.startOp(ctx, p, types.OpKindRestore, job.InstanceID, project, idempotencyKey, asked, job, func(ctx context.Context, oc *opCtx) (any, error) {
 		oc.event(ctx, "started", fmt.Sprintf("starting instance %s of %s from version %d", job.InstanceID, project, plan.version.Number), nil)
 		in, err := s.startPlanned(ctx, p, job.InstanceID, plan)
 		if err != nil {

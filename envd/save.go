@@ -61,7 +61,7 @@ func (s *Service) Save(ctx context.Context, p types.Principal, id string, req ty
 	}
 	// One save of an instance at a time: a second answers 409 while the
 	// first is unfinished, on whichever node it is asked.
-	return s.startExclusiveOp(ctx, p, "save", id, idempotencyKey, req, job, func(ctx context.Context, oc *opCtx) (any, error) {
+	return s.startExclusiveOp(ctx, p, types.OpKindSave, id, idempotencyKey, req, job, func(ctx context.Context, oc *opCtx) (any, error) {
 		return s.runSave(ctx, oc, job)
 	})
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/internal/pgserver/pgtest"
 	"github.com/envd-dev/envd/versions"
 )
@@ -328,12 +329,12 @@ func TestInstances(t *testing.T) {
 	_, err = s.CreateInstance(ctx, versions.Instance{ID: "i4", Tenant: tenant, Project: "p", Version: 9})
 	assert.ErrorIs(t, err, errdefs.ErrNotFound, "an unknown version")
 
-	in, err = s.Transition(ctx, "i1", []string{"Pending"}, "Running", "Started", "")
+	in, err = s.Transition(ctx, "i1", []types.InstanceState{"Pending"}, "Running", "Started", "")
 	require.NoError(t, err)
 	assert.Equal(t, "Running", in.State)
 	assert.Equal(t, "Started", in.Reason)
 
-	_, err = s.Transition(ctx, "i1", []string{"Paused", "Stopped"}, "Running", "Resumed", "")
+	_, err = s.Transition(ctx, "i1", []types.InstanceState{"Paused", "Stopped"}, "Running", "Resumed", "")
 	require.ErrorIs(t, err, errdefs.ErrFailedPrecondition)
 	assert.Contains(t, err.Error(), "is Running")
 	got, err := s.GetInstance(ctx, tenant, "i1")
@@ -351,14 +352,14 @@ func TestInstances(t *testing.T) {
 	// Stopped instance; a later transition keeps the version.
 	_, err = s.Hibernated(ctx, "i1", 1, "hibernated", "as version 1")
 	require.ErrorIs(t, err, errdefs.ErrFailedPrecondition, "a Running instance does not hibernate")
-	_, err = s.Transition(ctx, "i1", []string{"Running"}, "Stopped", "user_stop", "")
+	_, err = s.Transition(ctx, "i1", []types.InstanceState{"Running"}, "Stopped", "user_stop", "")
 	require.NoError(t, err)
 	in, err = s.Hibernated(ctx, "i1", 1, "hibernated", "as version 1")
 	require.NoError(t, err)
 	assert.Equal(t, 1, in.HibernatedVersion)
 	assert.Equal(t, "hibernated", in.Reason)
 	assert.Equal(t, "as version 1", in.Message)
-	in, err = s.Transition(ctx, "i1", []string{"Stopped"}, "Running", "Started", "")
+	in, err = s.Transition(ctx, "i1", []types.InstanceState{"Stopped"}, "Running", "Started", "")
 	require.NoError(t, err)
 	assert.Equal(t, 1, in.HibernatedVersion, "an ordinary transition leaves it")
 

@@ -138,7 +138,7 @@ func (c *Core) NewOperation(kind, target string) types.Operation {
 	defer c.mu.Unlock()
 	c.nOps++
 	op := types.Operation{
-		ID: fmt.Sprintf("op-%d", c.nOps), Kind: kind, Target: target, State: types.OpRunning,
+		ID: fmt.Sprintf("op-%d", c.nOps), Kind: types.OpKind(kind), Target: target, State: types.OpRunning,
 		CreatedAt: Epoch, UpdatedAt: Epoch,
 	}
 	c.ops[op.ID] = &opLog{op: op}
@@ -158,7 +158,7 @@ func (c *Core) AppendEvent(id, typ, message string) types.Event {
 
 // Finish moves the operation to a terminal state with a result (marshalled
 // to JSON when not nil) or an error.
-func (c *Core) Finish(id, state string, result any, opErr *types.OpError) types.Operation {
+func (c *Core) Finish(id string, state types.OpState, result any, opErr *types.OpError) types.Operation {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	l := c.ops[id]
@@ -304,7 +304,7 @@ func (c *Core) Exec(ctx context.Context, p types.Principal, id string, req types
 }
 
 // instanceIn is the fake's instance id in state, entered for reason.
-func instanceIn(id, state, reason string) types.Instance {
+func instanceIn(id string, state types.InstanceState, reason string) types.Instance {
 	return types.Instance{ID: id, Project: "p", Node: "node-1", Version: 1, Generation: 1,
 		State: state, Reason: reason, CreatedAt: Epoch, LastTransitionAt: Epoch}
 }

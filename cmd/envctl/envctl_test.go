@@ -131,11 +131,11 @@ func TestExecPassesExitCodeThrough(t *testing.T) {
 
 // finishedSave makes Save return an operation that has events and
 // finishes shortly.
-func finishedSave(state string, res types.SaveResult, opErr *types.OpError) func(*apitest.Core) {
+func finishedSave(state types.OpState, res types.SaveResult, opErr *types.OpError) func(*apitest.Core) {
 	return func(core *apitest.Core) { saveFunc(core, state, res, opErr) }
 }
 
-func saveFunc(core *apitest.Core, state string, res types.SaveResult, opErr *types.OpError) {
+func saveFunc(core *apitest.Core, state types.OpState, res types.SaveResult, opErr *types.OpError) {
 	core.SaveFunc = func(_ context.Context, id string, _ types.SaveRequest, _ string) (types.Operation, error) {
 		op := core.NewOperation("save", id)
 		core.AppendEvent(op.ID, "freeze", "froze the instance")
