@@ -332,7 +332,7 @@ func TestSave(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, r.status, "body %s", r.body)
 	var op types.Operation
 	require.NoError(t, json.Unmarshal(r.body, &op))
-	assert.Equal(t, "save", op.Kind)
+	assert.Equal(t, types.OpKindSave, op.Kind)
 	assert.Equal(t, types.OpRunning, op.State)
 	assert.Equal(t, "/v1/operations/"+op.ID, r.header.Get("Location"))
 
@@ -352,7 +352,7 @@ func TestRestoreAsync(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, r.status, "body %s", r.body)
 	var op types.Operation
 	require.NoError(t, json.Unmarshal(r.body, &op))
-	assert.Equal(t, "restore", op.Kind)
+	assert.Equal(t, types.OpKindRestore, op.Kind)
 	assert.Equal(t, "/v1/operations/"+op.ID, r.header.Get("Location"))
 	assert.Equal(t, "respond-async", r.header.Get("Preference-Applied"))
 	call, ok := core.LastCall("Restore")
@@ -391,7 +391,7 @@ func TestRetentionAndGC(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, r.status, "body %s", r.body)
 	var op types.Operation
 	require.NoError(t, json.Unmarshal(r.body, &op))
-	assert.Equal(t, "gc", op.Kind)
+	assert.Equal(t, types.OpKindGC, op.Kind)
 	assert.Equal(t, "/v1/operations/"+op.ID, r.header.Get("Location"))
 	call, ok = core.LastCall("GC")
 	require.True(t, ok)

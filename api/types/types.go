@@ -62,6 +62,17 @@ const (
 	StateFailed     InstanceState = "Failed"
 )
 
+// Live reports whether an instance in state s holds resources on its node
+// (a container or a kept writable layer): every state but Terminated and
+// Failed.
+func (s InstanceState) Live() bool {
+	switch s {
+	case StatePending, StateRunning, StatePausing, StatePaused, StateResuming, StateStopping, StateStopped:
+		return true
+	}
+	return false
+}
+
 // Reasons for state transitions, machine-readable.
 const (
 	ReasonCreated          = "created"

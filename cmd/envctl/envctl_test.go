@@ -220,7 +220,7 @@ func TestUpNoWaitIsARestoreOperation(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	var op types.Operation
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &op))
-	assert.Equal(t, "restore", op.Kind)
+	assert.Equal(t, types.OpKindRestore, op.Kind)
 	call, ok := core.LastCall("Restore")
 	require.True(t, ok)
 	assert.Equal(t, []any{"web", types.CreateInstanceRequest{Version: 2}, ""}, call.Args)

@@ -1,4 +1,4 @@
-package envd
+package lifecycle
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/envd/names"
+	"github.com/envd-dev/envd/envd/ops"
 
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/versions"
@@ -27,50 +29,49 @@ type restoreJob struct {
 // as the operation runs, and the operation's result is the instance once it
 // runs. A provisioning failure fails the operation and leaves the instance
 // Failed (provision_failed).
-func (s *Service) Restore(ctx context.Context, p types.Principal, project string, req types.CreateInstanceRequest, idempotencyKey string) (types.Operation, error) {
-	if err := ValidateName("project", project); err != nil {
+func (m *Manager) Restore(ctx context.Context, p types.Principal, project string, req types.CreateInstanceRequest, idempotencyKey string) (types.Operation, error) {
+	if err := names.Validate("project", project); err != nil {
 		return types.Operation{}, err
 	}
-	plan, err := s.planInstance(ctx, p, project, req)
+	plan, err := m.planInstance(ctx, p, project, req)
 	if err != nil {
 		return types.Operation{}, err
 	}
-	job := restoreJob{InstanceID: newID(project), Project: project, Request: req}
+	job := restoreJob{InstanceID: names.NewID(project), Project: project, Request: req}
 	asked := struct {
 		Project string
 		Req     types.CreateInstanceRequest
 	}{project, req}
-	return s.startOp(ctx, p, types.OpKindRestore, job.InstanceID, project, idempotencyKey, asked, job, func(ctx context.Context, oc *opCtx) (any, error) {
-		oc.event(ctx, "started", fmt.Sprintf("starting instance %s of %s from version %d", job.InstanceID, project, plan.version.Number), nil)
-		in, err := s.startPlanned(ctx, p, job.InstanceID, plan)
-		if err != nil {
-			return nil, err
-		}
-		oc.event(ctx, "running", fmt.Sprintf("instance %s runs version %d", in.ID, in.Version), nil)
-		return in, nil
-	})
+	return m.Ops.Start(ctx, p, ops.Spec{Kind: types.OpKindRestore, Target: job.InstanceID, Scope: project, IdempotencyKey: idempotencyKey,
+		Asked: asked, Job: job, Run: func(ctx context.Context, op *ops.Op) (any, error) {
+			op.Event(ctx, "started", fmt.Sprintf("starting instance %s of %s from version %d", job.InstanceID, project, plan.version.Number), nil)
+			in, err := m.startPlanned(ctx, p, job.InstanceID, plan)
+			if err != nil {
+				return nil, err
+			}
+			op.Event(ctx, "running", fmt.Sprintf("instance %s runs version %d", in.ID, in.Version), nil)
+			return in, nil
+		}})
 }
 
-// settleRestore ends a restore that a previous envd left unfinished: its
+// SettleRestore ends a restore that a previous envd left unfinished: its
 // instance, if still Pending, is removed and marked Failed, and the
 // operation is settled. It is not run again: the client may have given up,
 // and a second instance would surprise it.
-func (s *Service) settleRestore(ctx context.Context, op versions.Operation) {
+func (m *Manager) SettleRestore(ctx context.Context, op versions.Operation) {
 	var job restoreJob
 	if err := json.Unmarshal(op.Request, &job); err != nil {
-		s.settle(ctx, op, fmt.Errorf("unreadable request: %v: %w", err, errdefs.ErrFailedPrecondition))
+		m.Ops.Settle(ctx, op, fmt.Errorf("unreadable request: %v: %w", err, errdefs.ErrFailedPrecondition))
 		return
 	}
 	const msg = "envd restarted while the instance was starting; start a new one"
-	if !s.abandonPending(ctx, job.InstanceID, msg) {
+	if !m.abandonPending(ctx, job.InstanceID, msg) {
 		// Not Pending: it got further (Running, or already settled) and
 		// only the operation's end was lost. Report what it is.
-		if in, err := s.store.GetInstance(ctx, "", job.InstanceID); err == nil && in.State != types.StateFailed && in.State != types.StatePending {
-			if ferr := s.store.FinishOperation(ctx, op.ID, types.OpSucceeded, s.view(ctx, in), nil); ferr != nil {
-				s.log.Error("settle operation", "op", op.ID, "err", ferr)
-			}
+		if in, err := m.Store.GetInstance(ctx, "", job.InstanceID); err == nil && in.State != types.StateFailed && in.State != types.StatePending {
+			m.Ops.Succeed(ctx, op, m.view(ctx, in))
 			return
 		}
 	}
-	s.settle(ctx, op, fmt.Errorf("restore of %s: %s: %w", job.InstanceID, msg, errdefs.ErrFailedPrecondition))
+	m.Ops.Settle(ctx, op, fmt.Errorf("restore of %s: %s: %w", job.InstanceID, msg, errdefs.ErrFailedPrecondition))
 }

@@ -1,4 +1,4 @@
-package envd
+package lifecycle
 
 import (
 	"testing"
