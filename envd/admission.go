@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/envd-dev/envd/api/types"
-
 	"github.com/envd-dev/envd/internal/limiter"
 )
 

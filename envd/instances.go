@@ -61,11 +61,11 @@ func (s *Service) HibernateInstance(ctx context.Context, p types.Principal, id s
 
 // Exec runs a command in a running instance and returns its output.
 func (s *Service) Exec(ctx context.Context, p types.Principal, id string, req types.ExecRequest) (types.ExecResult, error) {
-	return s.life.Exec(ctx, p, id, req)
+	return s.cmds.Exec(ctx, p, id, req)
 }
 
 // ExecStream runs a command in a running instance with its streams
 // connected to stdio and returns its exit code.
 func (s *Service) ExecStream(ctx context.Context, p types.Principal, id string, req types.ExecRequest, stdio types.Stdio) (int, error) {
-	return s.life.ExecStream(ctx, p, id, req, stdio)
+	return s.cmds.Stream(ctx, p, id, req, stdio)
 }

@@ -6,9 +6,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/envd-dev/envd/api/types"
-
 	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/types"
 )
 
 // Metrics renders the node's metrics in the Prometheus text format: the

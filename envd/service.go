@@ -5,7 +5,8 @@
 //
 //	ops        operations: start, idempotency, admission, events, resume, settle
 //	save       the save path: capture (spool, freeze, encode), quota, push, commit
-//	lifecycle  instances: create, verbs, exec, TTL reaper, reconcile, hibernation
+//	lifecycle  instances: create, verbs, TTL reaper, reconcile, hibernation
+//	command    exec in running instances
 //	build      builds and migrations
 //	gc         registry content: upload leases, manifest drops, the GC operation
 //	quota      the early quota checks
@@ -31,8 +32,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/containerd/containerd/v2/core/mount"
+
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/envd/build"
+	"github.com/envd-dev/envd/envd/command"
 	"github.com/envd-dev/envd/envd/freeze"
 	"github.com/envd-dev/envd/envd/gc"
 	"github.com/envd-dev/envd/envd/lifecycle"
@@ -41,10 +46,6 @@ import (
 	"github.com/envd-dev/envd/envd/quota"
 	"github.com/envd-dev/envd/envd/save"
 	"github.com/envd-dev/envd/envd/volumes"
-
-	"github.com/containerd/containerd/v2/core/mount"
-
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/internal/limiter"
 	"github.com/envd-dev/envd/internal/objstore"
 	"github.com/envd-dev/envd/registry"
@@ -145,6 +146,7 @@ type Service struct {
 	saver   *save.Saver
 	vols    *volumes.Manager
 	life    *lifecycle.Manager
+	cmds    *command.Runner
 	builds  *build.Builder
 	gc      *gc.Collector
 
@@ -214,6 +216,7 @@ func (s *Service) wire(ctx context.Context) {
 		DefaultLimits: cfg.DefaultLimits, BuildEgress: cfg.BuildEgress, HibernateAfter: cfg.HibernateAfter,
 		PrefetchWindow: cfg.PrefetchWindow, ReapInterval: cfg.ReapInterval, ReconcileInterval: cfg.ReconcileInterval,
 		ProvisionTimeout: cfg.ProvisionTimeout})
+	s.cmds = command.New(cfg.Node, s.store, s.rt, gate)
 	s.builds = build.New(build.Deps{Store: s.store, Reg: s.reg, Runtime: s.rt, Capturer: s.saver, Instances: s.life,
 		Quota: s.quota, Content: s.content, Bases: bases{s}, Ops: s.ops, Log: s.log})
 	s.gc = gc.NewCollector(s.store, s.reg, s.ops, cfg.Sweeper, gcVolumes)

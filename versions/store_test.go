@@ -313,7 +313,7 @@ func TestInstances(t *testing.T) {
 	in, err := s.CreateInstance(ctx, versions.Instance{ID: "i1", Tenant: tenant, Project: "p", Node: "n1", Version: 1,
 		Retain: true, ExpiresAt: &exp, Spec: json.RawMessage(`{"env":["A=1"]}`)})
 	require.NoError(t, err)
-	assert.Equal(t, "Pending", in.State)
+	assert.Equal(t, types.StatePending, in.State)
 	assert.Equal(t, int64(1), in.Generation)
 	assert.Equal(t, "p", in.Project)
 	require.NotNil(t, in.ExpiresAt)
@@ -331,7 +331,7 @@ func TestInstances(t *testing.T) {
 
 	in, err = s.Transition(ctx, "i1", []types.InstanceState{"Pending"}, "Running", "Started", "")
 	require.NoError(t, err)
-	assert.Equal(t, "Running", in.State)
+	assert.Equal(t, types.StateRunning, in.State)
 	assert.Equal(t, "Started", in.Reason)
 
 	_, err = s.Transition(ctx, "i1", []types.InstanceState{"Paused", "Stopped"}, "Running", "Resumed", "")
@@ -339,7 +339,7 @@ func TestInstances(t *testing.T) {
 	assert.Contains(t, err.Error(), "is Running")
 	got, err := s.GetInstance(ctx, tenant, "i1")
 	require.NoError(t, err)
-	assert.Equal(t, "Running", got.State, "a refused transition changes nothing")
+	assert.Equal(t, types.StateRunning, got.State, "a refused transition changes nothing")
 	assert.Equal(t, "Started", got.Reason)
 
 	_, err = s.Transition(ctx, "nope", nil, "Failed", "Lost", "")
@@ -551,7 +551,7 @@ func TestOperationLifecycle(t *testing.T) {
 	evs, err := s.Events(ctx, "op2", 0, 0)
 	require.NoError(t, err)
 	require.Len(t, evs, 1)
-	assert.Equal(t, versions.OpCanceled, evs[0].Type)
+	assert.Equal(t, string(versions.OpCanceled), evs[0].Type)
 	assert.Equal(t, "canceled by user", evs[0].Message)
 	assert.JSONEq(t, `{"error":{"code":"canceled","message":"canceled by user"}}`, string(evs[0].Data))
 

@@ -1,21 +1,17 @@
 package lifecycle
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/envd/names"
 	"github.com/envd-dev/envd/envd/ops"
-	"github.com/envd-dev/envd/envd/save"
 	"github.com/envd-dev/envd/envd/spec"
-
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/runtime"
 	"github.com/envd-dev/envd/versions"
 )
@@ -298,99 +294,4 @@ func (m *Manager) DeleteInstance(ctx context.Context, p types.Principal, id stri
 		return types.Instance{}, err
 	}
 	return m.view(ctx, in), nil
-}
-
-// Exec runs a command in a running instance and returns its output, each
-// stream cut at MaxExecOutput.
-func (m *Manager) Exec(ctx context.Context, p types.Principal, id string, req types.ExecRequest) (types.ExecResult, error) {
-	if len(req.Args) == 0 || req.Args[0] == "" {
-		return types.ExecResult{}, fmt.Errorf("exec: args: at least the command is required: %w", errdefs.ErrInvalidArgument)
-	}
-	if err := CheckExecRequest(req); err != nil {
-		return types.ExecResult{}, err
-	}
-	timeout := 10 * time.Minute
-	if req.Timeout != "" {
-		d, err := time.ParseDuration(req.Timeout)
-		if err != nil || d <= 0 {
-			return types.ExecResult{}, fmt.Errorf("exec: timeout %q: %w", req.Timeout, errdefs.ErrInvalidArgument)
-		}
-		timeout = d
-	}
-	in, err := m.instance(ctx, p, id)
-	if err != nil {
-		return types.ExecResult{}, err
-	}
-	if err := save.CheckGeneration(in, req.Generation); err != nil {
-		return types.ExecResult{}, err
-	}
-	if in.Node != m.Node && in.State == types.StateRunning {
-		return types.ExecResult{}, fmt.Errorf("instance %q runs on node %q, not on %q: %w", id, in.Node, m.Node, errdefs.ErrFailedPrecondition)
-	}
-	if in.State != types.StateRunning {
-		return types.ExecResult{}, errdefs.WithDetails(fmt.Errorf("instance %q is %s, exec needs Running: %w", id, in.State, errdefs.ErrFailedPrecondition),
-			map[string]any{"state": in.State})
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	stdout := &limitedBuffer{max: types.MaxExecOutput}
-	stderr := &limitedBuffer{max: types.MaxExecOutput}
-	var code int
-	started := time.Now()
-	// A save may freeze the task between our check and the exec: containerd
-	// then refuses to exec in a paused task before starting anything, and
-	// the exec waits for the thaw and tries again.
-	for attempt := 0; ; attempt++ {
-		if err := m.Gate.Wait(ctx, id); err != nil {
-			return types.ExecResult{}, fmt.Errorf("exec in %q: waiting for a save's freeze to end: %w", id, err)
-		}
-		stdout.Reset()
-		stderr.Reset()
-		code, err = m.Runtime.Exec(ctx, id, runtime.ExecSpec{
-			Args: req.Args, Env: req.Env, Cwd: req.Cwd,
-			Stdin: strings.NewReader(req.Stdin), Stdout: stdout, Stderr: stderr,
-		})
-		if err == nil {
-			break
-		}
-		if attempt < 50 {
-			// Refused as paused, or paused now: a save's freeze; the
-			// thaw may come before the look at the task, so both count.
-			if st, serr := m.Runtime.Status(ctx, id); errors.Is(err, runtime.ErrTaskPaused) || (serr == nil && st.Task == "paused") {
-				select {
-				case <-time.After(100 * time.Millisecond):
-					continue
-				case <-ctx.Done():
-				}
-			}
-		}
-		return types.ExecResult{}, fmt.Errorf("exec in %q: %w", id, err)
-	}
-	return types.ExecResult{ExitCode: code, Stdout: stdout.String(), Stderr: stderr.String(),
-		Truncated: stdout.truncated || stderr.truncated, OOMKilled: code == 137 && m.oomKilledSince(id, started)}, nil
-}
-
-// limitedBuffer keeps the first max bytes written and drops the rest, so a
-// chatty command cannot exhaust the server's memory.
-type limitedBuffer struct {
-	bytes.Buffer
-	max       int
-	truncated bool
-}
-
-func (b *limitedBuffer) Write(p []byte) (int, error) {
-	if room := b.max - b.Len(); room < len(p) {
-		b.truncated = true
-		if room > 0 {
-			b.Buffer.Write(p[:room])
-		}
-		return len(p), nil
-	}
-	return b.Buffer.Write(p)
-}
-
-// Reset empties the buffer for a retried exec.
-func (b *limitedBuffer) Reset() {
-	b.Buffer.Reset()
-	b.truncated = false
 }

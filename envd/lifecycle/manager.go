@@ -1,10 +1,10 @@
 // Package lifecycle owns instances on this node: creating them from a
 // version (at once or as a restore operation), the verbs that move them
-// between states (pause, resume, stop, start, delete, renew), exec into
-// them, hibernation of idle stopped ones, the TTL reaper, the reconciler
-// that makes the runtime and the instance rows agree, and OOM kills. It
-// needs the store's instance, project and version records (Store), the
-// container runtime but for its mounts (Runtime), the project's volumes
+// between states (pause, resume, stop, start, delete, renew), hibernation
+// of idle stopped ones, the TTL reaper, the reconciler that makes the
+// runtime and the instance rows agree, and OOM kills. It needs the
+// store's instance, project and version records (Store), the container
+// runtime but for its mounts and exec (Runtime), the project's volumes
 // (Volumes), the quota's TTL, start and disk checks (Quota), the save
 // path's Guard, Capture and Commit for hibernation (Saver), the node's
 // freeze gate, and operations (Operations).
@@ -60,11 +60,10 @@ type Store interface {
 }
 
 // Runtime is what instances need of the container runtime: everything
-// but the rootfs mounts, which only the save path reads.
+// but the rootfs mounts (the save path's) and exec (envd/command's).
 type Runtime interface {
 	Pull(ctx context.Context, ref string) error
 	Create(ctx context.Context, spec runtime.InstanceSpec) error
-	Exec(ctx context.Context, id string, spec runtime.ExecSpec) (int, error)
 	Pause(ctx context.Context, id string) error
 	Resume(ctx context.Context, id string) error
 	Stop(ctx context.Context, id string) error

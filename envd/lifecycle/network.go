@@ -5,7 +5,6 @@ import (
 	"strconv"
 
 	"github.com/envd-dev/envd/api/types"
-
 	"github.com/envd-dev/envd/runtime"
 	"github.com/envd-dev/envd/versions"
 )

@@ -59,12 +59,3 @@ func (m *Manager) failOOM(ctx context.Context, id string) {
 	}
 	m.fail(ctx, id, in.State, types.ReasonOOMKilled, msg)
 }
-
-// oomKilledSince reports whether the runtime saw an OOM kill in instance id
-// at or after t.
-func (m *Manager) oomKilledSince(id string, t time.Time) bool {
-	w, ok := m.Runtime.(interface {
-		OOMKilledSince(id string, t time.Time) bool
-	})
-	return ok && w.OOMKilledSince(id, t)
-}

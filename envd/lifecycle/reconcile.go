@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/envd-dev/envd/api/types"
-
 	"github.com/envd-dev/envd/runtime"
 )
 

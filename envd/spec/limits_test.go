@@ -3,11 +3,10 @@ package spec
 import (
 	"testing"
 
-	"github.com/envd-dev/envd/api/types"
-
 	"github.com/stretchr/testify/assert"
 
 	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/versions"
 )
 

@@ -1,13 +1,12 @@
-package lifecycle
+package command
 
 import (
 	"fmt"
 	"path"
 	"strings"
 
-	"github.com/envd-dev/envd/api/types"
-
 	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/types"
 )
 
 // CheckExecRequest refuses what the OCI runtime would fail on only after
