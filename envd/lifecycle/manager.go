@@ -138,11 +138,39 @@ type Manager struct {
 	ctx      context.Context // lives as long as the service
 	wg       sync.WaitGroup  // background loops and watchers
 	reapWake chan struct{}
+
+	mu     sync.Mutex
+	acting map[string]int // instance -> verbs of this process running on it
 }
 
 // New makes a Manager whose background work runs under ctx.
 func New(ctx context.Context, d Deps) *Manager {
 	return &Manager{Deps: d, ctx: ctx, reapWake: make(chan struct{}, 1)}
+}
+
+// act records that a verb of this process acts on instance id until done
+// is called: the reconciler leaves its transitional state alone.
+func (m *Manager) act(id string) (done func()) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.acting == nil {
+		m.acting = map[string]int{}
+	}
+	m.acting[id]++
+	return func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.acting[id]--; m.acting[id] <= 0 {
+			delete(m.acting, id)
+		}
+	}
+}
+
+// inFlight reports whether a verb of this process acts on instance id.
+func (m *Manager) inFlight(id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.acting[id] > 0
 }
 
 // Wait returns when the background work has returned (after ctx ended).

@@ -99,7 +99,8 @@ func (m *Manager) reconcileLoop() {
 //   - a live row whose container vanished becomes Failed (node_lost);
 //   - a Running row whose task is gone becomes Failed (task_exited);
 //   - a row stuck in Pending longer than ProvisionTimeout becomes Failed;
-//   - a row left in a transitional state by a crash takes the runtime's state.
+//   - a row left in a transitional state by a crash (no verb of this
+//     process acts on it) takes the runtime's state.
 func (m *Manager) Reconcile(ctx context.Context) error {
 	rows, err := m.Store.ListNodeInstances(ctx, m.Node)
 	if err != nil {
@@ -152,7 +153,10 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 			m.failOOM(ctx, in.ID)
 		case in.State == types.StateRunning && st.Task != "running" && st.Task != "paused":
 			m.fail(ctx, in.ID, in.State, types.ReasonTaskExited, "its processes exited; the writable layer is kept until removal")
-		case in.State == types.StatePausing || in.State == types.StateResuming || in.State == types.StateStopping:
+		case (in.State == types.StatePausing || in.State == types.StateResuming || in.State == types.StateStopping) && !m.inFlight(in.ID):
+			// Left by a crash: no verb of this process acts on it (a verb
+			// in flight ends its transition itself; the runtime may not
+			// show its effect yet).
 			to := map[string]types.InstanceState{"running": types.StateRunning, "paused": types.StatePaused, "stopped": types.StateStopped, "": types.StateStopped}[st.Task]
 			if _, err := m.Store.Transition(ctx, in.ID, []types.InstanceState{in.State}, to, "recovered", "state recovered from the runtime after an interruption"); err != nil {
 				m.Log.Warn("recover instance state", "instance", in.ID, "err", err)

@@ -31,6 +31,7 @@ type verb struct {
 
 // step runs verb v on instance id of p's tenant, on this node.
 func (m *Manager) step(ctx context.Context, p types.Principal, id string, v verb) (types.Instance, error) {
+	defer m.act(id)()
 	in, err := m.instance(ctx, p, id)
 	if err != nil {
 		return types.Instance{}, err
