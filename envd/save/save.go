@@ -12,104 +12,27 @@ package save
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
+	"os"
+	"path/filepath"
 	"time"
-
-	"github.com/containerd/containerd/v2/core/mount"
 
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/envd/freeze"
 	"github.com/envd-dev/envd/envd/names"
 	"github.com/envd-dev/envd/envd/ops"
+	"github.com/envd-dev/envd/envd/spec"
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/runtime"
+	"github.com/envd-dev/envd/snapshotter"
 	"github.com/envd-dev/envd/versions"
 )
 
-// Runtime is what a save needs of the container runtime: the rootfs
-// mounts to find the upper dir, the freezer, and the task's status (is it
-// frozen, its user namespace).
-type Runtime interface {
-	Mounts(ctx context.Context, id string) ([]mount.Mount, error)
-	Pause(ctx context.Context, id string) error
-	Resume(ctx context.Context, id string) error
-	Status(ctx context.Context, id string) (runtime.Status, error)
-}
-
-// Store is what a save reads of the store.
-type Store interface {
-	GetInstance(ctx context.Context, tenant, id string) (versions.Instance, error)
-	ListNodeInstances(ctx context.Context, node string) ([]versions.Instance, error)
-	GetProject(ctx context.Context, tenant, name string) (versions.Project, error)
-	GetVersion(ctx context.Context, tenant, project string, n int) (versions.Version, error)
-	UnfinishedOperationOn(ctx context.Context, target string, kinds []types.OpKind) (versions.Operation, error)
-}
-
-// Registry is what a save needs of the registry.
-type Registry interface {
-	Get(ctx context.Context, ref string) (registry.Image, error)
-	Append(ctx context.Context, parent registry.Image, layer registry.LayerFile, targetRepo, tag string, annotations map[string]string) (registry.Image, error)
-}
-
-// Content is the upload lease a push runs under and the drop of a pushed
-// manifest whose commit failed (gc.Content).
-type Content interface {
-	Upload(ctx context.Context, push func() error) (*versions.Upload, error)
-	Drop(ctx context.Context, img registry.Image)
-}
-
-// Quota is the early quota check of a new version (quota.Checker.Save).
-type Quota interface {
-	Save(ctx context.Context, tenant, project string, layerBytes int64) (volumeBytes int64, err error)
-}
-
-// Operations starts operations.
-type Operations interface {
-	Start(ctx context.Context, p types.Principal, spec ops.Spec) (types.Operation, error)
-}
-
-// Events receives a capture's progress: an operation's log (*ops.Op), or
-// NoEvents for a capture that is no operation (hibernation).
-type Events interface {
-	Event(ctx context.Context, typ, msg string, data any)
-}
-
-// NoEvents drops progress.
-type NoEvents struct{}
-
-// Event does nothing.
-func (NoEvents) Event(context.Context, string, string, any) {}
-
-// Deps are what a Saver works with.
-type Deps struct {
-	Node    string // this node: only its instances are saved here
-	WorkDir string // spool directories of captures in progress
-	Runtime Runtime
-	Store   Store
-	Reg     Registry
-	Content Content
-	Quota   Quota
-	Ops     Operations
-	// Gate is the node's freeze gate, shared with the user's pause.
-	Gate *freeze.Gate
-	Log  *slog.Logger
-}
-
-// Saver saves instances of this node.
-type Saver struct {
-	Deps
-	stats stats
-}
-
-// New makes a Saver.
-func New(d Deps) *Saver { return &Saver{Deps: d} }
-
-// CaptureKinds are the operations that capture an instance's layer: one at
-// a time per instance (see versions.Store.CreateExclusiveOperation).
-var CaptureKinds = []types.OpKind{types.OpKindSave}
+// injectedFiles are bind-mounted into every instance by the runtime; runc
+// creates empty files for them in the upper dir when the image lacks them.
+// They belong to the node, not to the environment.
+var injectedFiles = []string{"/etc/resolv.conf", "/etc/hosts", "/etc/hostname"}
 
 // Job is everything a save needs, fixed when it is requested, so that a
 // resumed save does exactly what was asked.
@@ -205,53 +128,220 @@ func (s *Saver) Run(ctx context.Context, op *ops.Op, job Job) (types.SaveResult,
 	return res, nil
 }
 
-// Guard claims the instance's capture on this node for what, after
-// checking that no capture operation of it runs on any node (a hibernation
-// is not an operation; a save is). Call release when the capture ends.
-func (s *Saver) Guard(ctx context.Context, id, what string) (release func(), err error) {
-	op, err := s.Store.UnfinishedOperationOn(ctx, id, CaptureKinds)
-	switch {
-	case err == nil && op.ID != what:
-		return nil, errdefs.WithDetails(fmt.Errorf("instance %q: %s operation %s is still running; one at a time: "+
-			"wait for it to finish, then try again: %w", id, op.Kind, op.ID, errdefs.ErrFailedPrecondition),
-			map[string]any{"operation": op.ID})
-	case err != nil && !errors.Is(err, errdefs.ErrNotFound):
+// Capture says what to capture and how.
+type Capture struct {
+	// Work names the spool directory under the work dir and the holder of
+	// the freeze: a save's operation id, "hibernate-<instance>".
+	Work     string
+	Instance versions.Instance
+	// Freeze: the instance runs and is frozen for the second spool pass;
+	// a stopped instance has nothing to freeze and is read in one pass.
+	Freeze bool
+	// Quota says whether the tenant's quota applies, checked here before
+	// the upload and by Commit again, atomically. Only the node's own idle
+	// hibernation is exempt.
+	Quota versions.QuotaPolicy
+}
+
+// Captured is an instance's rootfs changes pushed as an image, under an
+// upload lease that Commit ends.
+type Captured struct {
+	Image                registry.Image
+	Base                 versions.Version // the version whose layers the image extends
+	Stats                snapshotter.SpoolStats
+	Layer                snapshotter.Layer
+	Compression          string
+	Freeze, Encode, Push time.Duration
+
+	upload      *versions.Upload
+	quota       versions.QuotaPolicy
+	volumeBytes int64 // the tenant's declared volume sizes, for the commit's quota check
+}
+
+// Capture is steps 2-5 of the save path: read the instance's upper dir,
+// encode it, check it against the tenant's quota (unless exempt), and push
+// it on top of the version the rootfs sits on. The caller must pass the
+// result to Commit.
+func (s *Saver) Capture(ctx context.Context, ev Events, cp Capture) (Captured, error) {
+	var c Captured
+	in := cp.Instance
+	proj, err := s.Store.GetProject(ctx, in.Tenant, in.Project)
+	if err != nil {
+		return c, err
+	}
+	// The new image is the layers the rootfs sits on plus one layer of
+	// everything changed since: repeated saves replace that layer.
+	layerVersion := in.Version
+	if in.LayerVersion > 0 {
+		layerVersion = in.LayerVersion
+	}
+	if c.Base, err = s.Store.GetVersion(ctx, in.Tenant, in.Project, layerVersion); err != nil {
+		return c, err
+	}
+	mounts, err := s.Runtime.Mounts(ctx, in.ID)
+	if err != nil {
+		return c, fmt.Errorf("rootfs of %q: %w", in.ID, err)
+	}
+	upper, err := snapshotter.UpperDir(mounts)
+	if err != nil {
+		return c, fmt.Errorf("rootfs of %q: %w", in.ID, err)
+	}
+
+	dir := filepath.Join(s.WorkDir, cp.Work)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return c, err
+	}
+	defer os.RemoveAll(dir)
+
+	excludes := append(append(append([]string{}, snapshotter.DefaultExcludes...), injectedFiles...), proj.Excludes...)
+	ps, err := spec.Parse(proj.Spec)
+	if err != nil {
+		return c, err
+	}
+	for _, v := range ps.Volumes {
+		excludes = append(excludes, v.Path) // volumes are never part of a snapshot
+	}
+	spoolPath := filepath.Join(dir, "layer.tar")
+	c.Stats, c.Freeze, err = s.spool(ctx, in.ID, cp.Work, upper, spoolPath, excludes, cp.Freeze)
+	if err != nil {
+		return c, err
+	}
+	ev.Event(ctx, "spooled", fmt.Sprintf("read %d entries (%d bytes) while frozen for %s", c.Stats.Entries, c.Stats.Bytes, c.Freeze.Round(time.Millisecond)),
+		map[string]any{"entries": c.Stats.Entries, "bytes": c.Stats.Bytes, "whiteouts": c.Stats.Whiteouts, "freeze_ms": c.Freeze.Milliseconds()})
+
+	encStart := time.Now()
+	c.Compression = proj.Compression
+	c.Layer, err = snapshotter.Encode(ctx, spoolPath, dir, snapshotter.EncodeOptions{
+		Compression: snapshotter.Compression(proj.Compression), PrioritizedFiles: proj.Prefetch})
+	if err != nil {
+		return c, fmt.Errorf("encode layer: %w", err)
+	}
+	c.Encode = time.Since(encStart)
+	_ = os.Remove(spoolPath)
+	ev.Event(ctx, "encoded", fmt.Sprintf("%s layer of %d bytes in %s", proj.Compression, c.Layer.Size, c.Encode.Round(time.Millisecond)),
+		map[string]any{"layer_bytes": c.Layer.Size, "encode_ms": c.Encode.Milliseconds()})
+
+	// The quota is checked on the encoded size before anything is
+	// uploaded, and again, atomically, by the commit.
+	c.quota = cp.Quota
+	if cp.Quota != versions.QuotaExempt {
+		if c.volumeBytes, err = s.Quota.Save(ctx, in.Tenant, in.Project, c.Layer.Size); err != nil {
+			return c, err
+		}
+	}
+	pushStart := time.Now()
+	parent, err := s.Reg.Get(ctx, c.Base.Image)
+	if err != nil {
+		return c, fmt.Errorf("parent image of version %d: %w", c.Base.Number, err)
+	}
+	c.upload, err = s.Content.Upload(ctx, func() (err error) {
+		c.Image, err = s.Reg.Append(ctx, parent, registry.LayerFile{
+			Path: c.Layer.Path, MediaType: c.Layer.MediaType, Digest: c.Layer.Digest.String(), DiffID: c.Layer.DiffID.String(),
+			Size: c.Layer.Size, Annotations: c.Layer.Annotations,
+		}, names.ProjectRepo(in.Tenant, in.Project), "", map[string]string{
+			"org.envd.project": in.Project, "org.envd.instance": in.ID, "org.envd.parent-version": fmt.Sprint(c.Base.Number),
+		})
+		return err
+	})
+	if err != nil {
+		return c, fmt.Errorf("push version image: %w", err)
+	}
+	c.Push = time.Since(pushStart)
+	ev.Event(ctx, "pushed", fmt.Sprintf("pushed and verified %s in %s", c.Image.Ref(), c.Push.Round(time.Millisecond)),
+		map[string]any{"image": c.Image.Ref(), "push_ms": c.Push.Milliseconds()})
+	return c, nil
+}
+
+// spool writes the layer tar of the instance's upper dir to path. A running
+// instance is frozen only for the second pass of a two-pass spool (step 2):
+// the first pass copies every file while the instance runs, the frozen one
+// re-reads metadata and copies only what changed meanwhile, so the freeze
+// grows with what changed during the save, not with the size of the change.
+// The thaw always runs, even when ctx is canceled. work names the save
+// (its operation) as a holder of the freeze.
+func (s *Saver) spool(ctx context.Context, id, work, upper, path string, excludes []string, freezeIt bool) (snapshotter.SpoolStats, time.Duration, error) {
+	opts := snapshotter.SpoolOptions{Excludes: excludes}
+	var err error
+	if opts.IDShift, err = s.idShift(ctx, id); err != nil {
+		return snapshotter.SpoolStats{}, 0, err
+	}
+	if !freezeIt { // a stopped instance: nothing runs, one pass
+		f, err := os.Create(path)
+		if err != nil {
+			return snapshotter.SpoolStats{}, 0, err
+		}
+		defer f.Close()
+		stats, err := snapshotter.Spool(ctx, upper, f, opts)
+		if err == nil {
+			err = f.Close()
+		}
+		return stats, 0, err
+	}
+	tp, err := snapshotter.Prepare(ctx, upper, filepath.Dir(path), opts)
+	if err != nil {
+		return snapshotter.SpoolStats{}, 0, fmt.Errorf("read changes of %q: %w", id, err)
+	}
+	defer tp.Close()
+
+	// The freeze is held for this save alone: a user's pause during it
+	// stays in force after it (see freeze.Gate).
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	holder := freeze.SaveHolder(work)
+	frozen := time.Now()
+	if err := s.Gate.Hold(ctx, s.Runtime, id, holder); err != nil {
+		return snapshotter.SpoolStats{}, 0, err
+	}
+	fs, frozenErr := tp.Frozen(ctx)
+	resumeErr := s.Gate.Release(rctx, s.Runtime, id, holder, false)
+	window := time.Since(frozen)
+	if frozenErr != nil {
+		return fs.SpoolStats, window, fmt.Errorf("read changes of %q: %w", id, frozenErr)
+	}
+	if resumeErr != nil {
+		return fs.SpoolStats, window, resumeErr
+	}
+
+	f, err := os.Create(path)
+	if err != nil {
+		return fs.SpoolStats, window, err
+	}
+	defer f.Close()
+	if err := tp.WriteTar(ctx, f); err != nil {
+		return fs.SpoolStats, window, fmt.Errorf("write layer tar of %q: %w", id, err)
+	}
+	return fs.SpoolStats, window, f.Close()
+}
+
+// idShift is how a save maps instance id's upper dir ids back to the
+// container's: nil unless it runs in a user namespace (the node's --userns).
+func (s *Saver) idShift(ctx context.Context, id string) (*snapshotter.IDShift, error) {
+	st, err := s.Runtime.Status(ctx, id)
+	if err != nil {
 		return nil, err
 	}
-	return s.Gate.ClaimCapture(id, what)
-}
-
-// ThawInterrupted resumes the tasks of this node's Running instances that
-// are frozen: only a save freezes a Running instance, so a frozen one was
-// left by a process that died during a save's freeze window.
-func (s *Saver) ThawInterrupted(ctx context.Context) error {
-	ins, err := s.Store.ListNodeInstances(ctx, s.Node)
+	v := st.Labels[runtime.LabelUserNS]
+	if v == "" {
+		return nil, nil
+	}
+	m, err := runtime.ParseUserNSLabel(v)
 	if err != nil {
-		return fmt.Errorf("instances of node %q: %w", s.Node, err)
+		return nil, fmt.Errorf("instance %q: %w", id, err)
 	}
-	for _, in := range ins {
-		if in.State != types.StateRunning {
-			continue
-		}
-		st, err := s.Runtime.Status(ctx, in.ID)
-		if err != nil || st.Task != "paused" {
-			continue
-		}
-		if err := s.Runtime.Resume(ctx, in.ID); err != nil {
-			s.Log.Warn("thaw instance frozen by an interrupted save", "instance", in.ID, "err", err)
-			continue
-		}
-		s.Log.Info("thawed instance frozen by an interrupted save", "instance", in.ID)
-	}
-	return nil
+	return &snapshotter.IDShift{HostBase: m[0].HostID, Size: m[0].Size}, nil
 }
 
-// CheckGeneration fences a request that names a generation (g != 0): only
-// the instance's newest one may act.
-func CheckGeneration(in versions.Instance, g int64) error {
-	if g != 0 && g != in.Generation {
-		return errdefs.WithDetails(fmt.Errorf("instance %q: generation %d is stale, the newest is %d: %w", in.ID, g, in.Generation, errdefs.ErrStaleGeneration),
-			map[string]any{"generation": in.Generation})
+// Commit is step 6 for a captured image: c's image, parent and sizes are
+// recorded as the version commit describes, under c's upload lease (ended
+// here) and checked against the quota as Capture was asked. A failed
+// commit drops the pushed manifest.
+func (s *Saver) Commit(ctx context.Context, c Captured, commit versions.Commit) (versions.Version, bool, error) {
+	defer c.upload.End()
+	commit.Image, commit.Parent, commit.SizeBytes, commit.Layers = c.Image.Ref(), c.Base.Number, c.Image.Size, len(c.Image.Layers)
+	commit.LayerBytes, commit.Quota, commit.OtherStoredBytes = c.Layer.Size, c.quota, c.volumeBytes
+	v, switched, err := c.upload.CommitVersion(ctx, commit)
+	if err != nil {
+		s.Content.Drop(ctx, c.Image)
 	}
-	return nil
+	return v, switched, err
 }
