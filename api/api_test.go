@@ -250,7 +250,7 @@ func TestLifecycleRoutesReachTheCore(t *testing.T) {
 	for _, tc := range []struct {
 		verb, body, call string
 		args             []any
-		state            string
+		state            types.InstanceState
 	}{
 		{"stop", "", "StopInstance", []any{"i-1"}, types.StateStopped},
 		{"start", "", "StartInstance", []any{"i-1"}, types.StateRunning},
@@ -334,7 +334,7 @@ func TestSave(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, r.status, "body %s", r.body)
 	var op types.Operation
 	require.NoError(t, json.Unmarshal(r.body, &op))
-	assert.Equal(t, "save", op.Kind)
+	assert.Equal(t, types.OpKindSave, op.Kind)
 	assert.Equal(t, types.OpRunning, op.State)
 	assert.Equal(t, "/v1/operations/"+op.ID, r.header.Get("Location"))
 
@@ -354,7 +354,7 @@ func TestRestoreAsync(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, r.status, "body %s", r.body)
 	var op types.Operation
 	require.NoError(t, json.Unmarshal(r.body, &op))
-	assert.Equal(t, "restore", op.Kind)
+	assert.Equal(t, types.OpKindRestore, op.Kind)
 	assert.Equal(t, "/v1/operations/"+op.ID, r.header.Get("Location"))
 	assert.Equal(t, "respond-async", r.header.Get("Preference-Applied"))
 	call, ok := core.LastCall("Restore")
@@ -393,7 +393,7 @@ func TestRetentionAndGC(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, r.status, "body %s", r.body)
 	var op types.Operation
 	require.NoError(t, json.Unmarshal(r.body, &op))
-	assert.Equal(t, "gc", op.Kind)
+	assert.Equal(t, types.OpKindGC, op.Kind)
 	assert.Equal(t, "/v1/operations/"+op.ID, r.header.Get("Location"))
 	call, ok = core.LastCall("GC")
 	require.True(t, ok)

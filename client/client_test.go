@@ -161,7 +161,7 @@ func TestRestore(t *testing.T) {
 	core, c := newServer(t, nil)
 	op, err := c.Restore(context.Background(), "web", types.CreateInstanceRequest{Version: 3}, client.WithIdempotencyKey("k-2"))
 	require.NoError(t, err)
-	assert.Equal(t, "restore", op.Kind)
+	assert.Equal(t, types.OpKindRestore, op.Kind)
 	call, ok := core.LastCall("Restore")
 	require.True(t, ok)
 	assert.Equal(t, []any{"web", types.CreateInstanceRequest{Version: 3}, "k-2"}, call.Args)

@@ -19,13 +19,13 @@ import (
 )
 
 // requireState asserts err is a 409 naming the instance's current state.
-func requireState(t *testing.T, err error, state string) {
+func requireState(t *testing.T, err error, state types.InstanceState) {
 	t.Helper()
 	require.ErrorIs(t, err, errdefs.ErrFailedPrecondition)
 	var ce *types.Error
 	require.True(t, errors.As(err, &ce), "error %v", err)
 	assert.Equal(t, 409, ce.Status)
-	assert.Equal(t, state, ce.Details["state"], "details carry the current state")
+	assert.Equal(t, string(state), ce.Details["state"], "details carry the current state")
 }
 
 // Each legal transition, with its reason, and the illegal ones refused with
@@ -87,7 +87,7 @@ func TestRootLifecycleTransitions(t *testing.T) {
 }
 
 // waitState polls until the instance reaches state or the timeout passes.
-func waitState(t *testing.T, id, state string, timeout time.Duration) types.Instance {
+func waitState(t *testing.T, id string, state types.InstanceState, timeout time.Duration) types.Instance {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {

@@ -88,7 +88,7 @@ func TestRootCancelSave(t *testing.T) {
 	require.NoError(t, err)
 	asked, err := env.c.CancelOperation(ctx(t), op.ID)
 	require.NoError(t, err)
-	assert.Contains(t, []string{types.OpPending, types.OpRunning}, asked.State, "cancel answers the operation as it is now")
+	assert.Contains(t, []types.OpState{types.OpPending, types.OpRunning}, asked.State, "cancel answers the operation as it is now")
 	done, err := env.c.WaitOperation(ctx(t), op.ID, nil)
 	require.NoError(t, err)
 	assert.Equal(t, types.OpCanceled, done.State)

@@ -29,7 +29,7 @@ func TestRootRestoreOperation(t *testing.T) {
 	req := types.CreateInstanceRequest{Version: saved.Version}
 	op, err := env.c.Restore(c, p, req, client.WithIdempotencyKey("restore-key"))
 	require.NoError(t, err)
-	assert.Equal(t, "restore", op.Kind)
+	assert.Equal(t, types.OpKindRestore, op.Kind)
 	t.Cleanup(func() { _, _ = env.c.DeleteInstance(c, op.Target) })
 
 	again, err := env.c.Restore(c, p, req, client.WithIdempotencyKey("restore-key"))

@@ -1,13 +1,9 @@
 package envd
 
 import (
-	"context"
-	"errors"
 	"time"
 
 	"github.com/envd-dev/envd/api/types"
-
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/internal/limiter"
 )
 
@@ -66,26 +62,17 @@ func (s *Service) limiter() *limiter.Limiter {
 }
 
 // opAdmission maps an operation kind to the limit it counts against.
-var opAdmission = map[string]string{"save": AdmitSaves, "build": AdmitBuilds}
+var opAdmission = map[types.OpKind]string{types.OpKindSave: AdmitSaves, types.OpKindBuild: AdmitBuilds}
 
-// admitOp takes a slot for a new operation of kind. A retry of an accepted
-// request (same idempotency key and request hash) is never refused: it gets
-// the operation it started (existing), whatever the tenant holds now.
-func (s *Service) admitOp(ctx context.Context, p types.Principal, kind, idemKey, requestHash string) (release func(), existing *types.Operation, err error) {
+// opAdmitter admits operations against the tenant limits (ops.Admission).
+type opAdmitter struct{ s *Service }
+
+func (a opAdmitter) AdmitOp(tenant string, kind types.OpKind) (release func(), err error) {
 	adm, ok := opAdmission[kind]
 	if !ok {
-		return func() {}, nil, nil
+		return func() {}, nil
 	}
-	release, err = s.limiter().Acquire(p.Tenant, adm)
-	if err == nil || idemKey == "" || !errors.Is(err, errdefs.ErrResourceExhausted) {
-		return release, nil, err
-	}
-	op, lerr := s.store.OperationByIdempotencyKey(ctx, p.Tenant, idemKey)
-	if lerr != nil || op.Kind != kind || op.RequestHash != requestHash {
-		return nil, nil, err
-	}
-	out := toOperation(op)
-	return nil, &out, nil
+	return a.s.limiter().Acquire(tenant, adm)
 }
 
 // AdmissionInUse is how many slots of kind tenant holds on this node now.

@@ -4,33 +4,11 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/envd-dev/envd/api/types"
-
 	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/types"
 )
-
-// saveStats accumulates the timings of this process's saves for /metrics.
-type saveStats struct {
-	mu                          sync.Mutex
-	count, conflicts            int
-	freeze, encode, push, total time.Duration
-}
-
-func (st *saveStats) add(r types.SaveResult) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	st.count++
-	if r.Conflict {
-		st.conflicts++
-	}
-	st.freeze += time.Duration(r.FreezeMS) * time.Millisecond
-	st.encode += time.Duration(r.EncodeMS) * time.Millisecond
-	st.push += time.Duration(r.PushMS) * time.Millisecond
-	st.total += time.Duration(r.TotalMS) * time.Millisecond
-}
 
 // Metrics renders the node's metrics in the Prometheus text format: the
 // instances of this node by state (and how many have no expiry: a TTL of
@@ -56,16 +34,14 @@ func (s *Service) Metrics(ctx context.Context, p types.Principal) (string, error
 	}
 	fmt.Fprintf(&b, "# HELP envd_instances_without_expiry Live instances started with ttl none.\n# TYPE envd_instances_without_expiry gauge\n")
 	fmt.Fprintf(&b, "envd_instances_without_expiry{node=%q} %d\n", node, noExpiry)
-	st := &s.saves
-	st.mu.Lock()
-	defer st.mu.Unlock()
+	st := s.saver.Stats()
 	fmt.Fprintf(&b, "# HELP envd_saves_total Saves finished by this process.\n# TYPE envd_saves_total counter\n")
-	fmt.Fprintf(&b, "envd_saves_total{node=%q} %d\n", node, st.count)
-	fmt.Fprintf(&b, "envd_save_conflicts_total{node=%q} %d\n", node, st.conflicts)
+	fmt.Fprintf(&b, "envd_saves_total{node=%q} %d\n", node, st.Count)
+	fmt.Fprintf(&b, "envd_save_conflicts_total{node=%q} %d\n", node, st.Conflicts)
 	for _, m := range []struct {
 		name string
 		d    time.Duration
-	}{{"freeze", st.freeze}, {"encode", st.encode}, {"push", st.push}, {"total", st.total}} {
+	}{{"freeze", st.Freeze}, {"encode", st.Encode}, {"push", st.Push}, {"total", st.Total}} {
 		fmt.Fprintf(&b, "envd_save_%s_seconds_sum{node=%q} %.3f\n", m.name, node, m.d.Seconds())
 	}
 	return b.String(), nil

@@ -2,17 +2,10 @@ package envd
 
 import (
 	"context"
-	"strconv"
 
 	"github.com/envd-dev/envd/api/types"
-
 	"github.com/envd-dev/envd/runtime"
-	"github.com/envd-dev/envd/versions"
 )
-
-// LabelBuild is "true" on build and trial containers: their network policy
-// is the node's build policy, not their project's.
-const LabelBuild = "envd.build"
 
 // normalizeEgress validates an egress policy and returns its normal text
 // form ("" = open).
@@ -22,27 +15,6 @@ func normalizeEgress(s string) (string, error) {
 		return "", err
 	}
 	return e.String(), nil
-}
-
-// networkPolicy is the runtime policy of proj's instances: the project is
-// the group.
-func networkPolicy(proj versions.Project) runtime.NetworkPolicy {
-	e, err := runtime.ParseEgress(proj.Egress)
-	if err != nil {
-		// Stored values were validated; an unreadable one allows nothing.
-		e = runtime.Egress{Mode: runtime.EgressNone}
-	}
-	return runtime.NetworkPolicy{Group: "project:" + strconv.FormatInt(proj.ID, 10), Isolated: proj.IsolateInstances, Egress: e}
-}
-
-// refreshNetworkPolicy gives an instance about to start its project's
-// current policy (it may have changed while the instance was stopped).
-func (s *Service) refreshNetworkPolicy(ctx context.Context, in versions.Instance) error {
-	proj, err := s.store.GetProject(ctx, in.Tenant, in.Project)
-	if err != nil {
-		return err
-	}
-	return s.rt.SetNetworkPolicy(ctx, in.ID, networkPolicy(proj))
 }
 
 // SetProjectNetwork sets a project's network policy. It applies at once to
@@ -60,21 +32,8 @@ func (s *Service) SetProjectNetwork(ctx context.Context, p types.Principal, proj
 	if err != nil {
 		return types.Project{}, err
 	}
-	ins, err := s.store.ListInstances(ctx, p.Tenant, project)
-	if err != nil {
+	if err := s.life.ApplyNetwork(ctx, proj); err != nil {
 		return types.Project{}, err
-	}
-	pol := networkPolicy(proj)
-	for _, in := range ins {
-		if in.Node != s.cfg.Node || (in.State != types.StateRunning && in.State != types.StatePaused) {
-			continue
-		}
-		if st, err := s.rt.Status(ctx, in.ID); err != nil || st.Labels[LabelBuild] == "true" {
-			continue
-		}
-		if err := s.rt.SetNetworkPolicy(ctx, in.ID, pol); err != nil {
-			s.log.Warn("apply network policy", "instance", in.ID, "err", err)
-		}
 	}
 	return toProject(proj), nil
 }

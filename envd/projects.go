@@ -7,9 +7,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/envd-dev/envd/api/types"
-
 	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/envd/names"
+	"github.com/envd-dev/envd/envd/ops"
+	"github.com/envd-dev/envd/envd/spec"
+	"github.com/envd-dev/envd/envd/volumes"
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/snapshotter"
 	"github.com/envd-dev/envd/versions"
@@ -25,12 +28,12 @@ func (s *Service) CreateProject(ctx context.Context, p types.Principal, req type
 	if err := ValidateName("project", req.Name); err != nil {
 		return types.Project{}, err
 	}
-	existing, release, err := s.claim(ctx, p, idempotencyKey, "create_project", req, req.Name)
+	existing, release, err := s.ops.Claim(ctx, p, idempotencyKey, "create_project", req, req.Name)
 	if err != nil {
 		return types.Project{}, err
 	}
 	if existing != "" {
-		return await(ctx, func(ctx context.Context) (types.Project, error) { return s.GetProject(ctx, p, existing) })
+		return ops.Await(ctx, func(ctx context.Context) (types.Project, error) { return s.GetProject(ctx, p, existing) })
 	}
 	proj, err := s.createProject(ctx, p, req)
 	if err != nil {
@@ -40,7 +43,7 @@ func (s *Service) CreateProject(ctx context.Context, p types.Principal, req type
 }
 
 func (s *Service) createProject(ctx context.Context, p types.Principal, req types.CreateProjectRequest) (types.Project, error) {
-	excludes, err := validateExcludes(req.Excludes)
+	excludes, err := names.ValidateExcludes(req.Excludes)
 	if err != nil {
 		return types.Project{}, err
 	}
@@ -50,17 +53,17 @@ func (s *Service) createProject(ctx context.Context, p types.Principal, req type
 	if !compressions[req.Compression] {
 		return types.Project{}, fmt.Errorf("compression %q: must be estargz, zstd or gzip: %w", req.Compression, errdefs.ErrInvalidArgument)
 	}
-	var ps projectSpec
-	for _, spec := range req.Volumes {
-		v, err := parseVolume(spec, nil)
+	var ps spec.Project
+	for _, text := range req.Volumes {
+		v, err := volumes.Parse(text, nil)
 		if err != nil {
 			return types.Project{}, err
 		}
-		if ps.Volumes, err = addVolume(ps.Volumes, v); err != nil {
+		if ps.Volumes, err = volumes.Append(ps.Volumes, v); err != nil {
 			return types.Project{}, err
 		}
 	}
-	if err := s.checkVolumeQuota(ctx, p.Tenant, volumeBytes(ps.Volumes)); err != nil {
+	if err := s.quota.Volume(ctx, p.Tenant, spec.VolumeBytes(ps.Volumes)); err != nil {
 		return types.Project{}, err
 	}
 	if err := s.checkProjectLimits(ctx, p.Tenant, req.Limits); err != nil {
@@ -89,7 +92,7 @@ func (s *Service) createProject(ctx context.Context, p types.Principal, req type
 }
 
 func toProject(p versions.Project) types.Project {
-	ps, _ := parseProjectSpec(p.Spec)
+	ps, _ := spec.Parse(p.Spec)
 	out := types.Project{Name: p.Name, BaseImage: p.BaseImage, Current: p.Current, Excludes: p.Excludes,
 		Compression: p.Compression, Volumes: ps.Volumes, Prefetch: p.Prefetch, CreatedAt: p.CreatedAt,
 		Limits: ps.Limits, Egress: p.Egress, IsolateInstances: p.IsolateInstances}
@@ -161,8 +164,8 @@ func (s *Service) GetProject(ctx context.Context, p types.Principal, name string
 // tenant may use one as its base); their blobs go at the next sweep. A
 // manifest left by a failure here is found by the sweep's orphan scan. Its
 // volume archives are deleted after the project (the objects, then the
-// records; archives.go): a failure there is logged, not answered, as the
-// project is gone.
+// records; volumes.Manager.DeleteOrphanArchives): a failure there is
+// logged, not answered, as the project is gone.
 func (s *Service) DeleteProject(ctx context.Context, p types.Principal, name string) error {
 	if err := ValidateName("project", name); err != nil {
 		return err
@@ -171,15 +174,15 @@ func (s *Service) DeleteProject(ctx context.Context, p types.Principal, name str
 	if err != nil {
 		return err
 	}
-	repo := projectRepo(p.Tenant, name)
+	repo := names.ProjectRepo(p.Tenant, name)
 	for _, ref := range images {
 		r, digest, ok := strings.Cut(ref, "@")
 		if !ok || r != repo {
 			continue // a base image: not the project's
 		}
-		s.dropManifest(ctx, registry.Image{Repo: r, Digest: digest})
+		s.content.Drop(ctx, registry.Image{Repo: r, Digest: digest})
 	}
-	s.deleteOrphanArchives(ctx)
+	s.vols.DeleteOrphanArchives(ctx)
 	return nil
 }
 
@@ -243,4 +246,14 @@ func (s *Service) PinVersion(ctx context.Context, p types.Principal, project str
 		return types.Version{}, err
 	}
 	return toVersion(v), nil
+}
+
+// projectSpec loads a project and its declared spec.
+func (s *Service) projectSpec(ctx context.Context, tenant, project string) (versions.Project, spec.Project, error) {
+	proj, err := s.store.GetProject(ctx, tenant, project)
+	if err != nil {
+		return proj, spec.Project{}, err
+	}
+	ps, err := spec.Parse(proj.Spec)
+	return proj, ps, err
 }

@@ -25,15 +25,9 @@ func (s *Service) removeScratch() {
 		s.log.Warn("list work dir", "dir", s.cfg.WorkDir, "err", err)
 		return
 	}
-	s.mu.Lock()
-	running := make(map[string]bool, len(s.ops))
-	for id := range s.ops {
-		running[id] = true
-	}
-	s.mu.Unlock()
 	for _, e := range entries {
 		name := e.Name()
-		if running[name] || !hasAnyPrefix(name, scratchPrefixes) {
+		if s.ops.Running(name) || !hasAnyPrefix(name, scratchPrefixes) {
 			continue
 		}
 		p := filepath.Join(s.cfg.WorkDir, name)

@@ -1,13 +1,28 @@
-// Package envd is the service core: projects, instances and their lifecycle,
-// operations, and the save path. It composes the store (versions), the
-// registry client (registry), the container runtime (runtime) and the layer
-// capture (snapshotter); api/ calls it and nothing else.
+// Package envd is the service core as the API sees it: one Service whose
+// methods are the API's operations. It is the composition root of the
+// core's parts, each a subpackage with its one job and the small
+// interfaces it declares:
+//
+//	ops        operations: start, idempotency, admission, events, resume, settle
+//	save       the save path: capture (spool, freeze, encode), quota, push, commit
+//	lifecycle  instances: create, verbs, TTL reaper, reconcile, hibernation
+//	command    exec in running instances
+//	build      builds and migrations
+//	gc         registry content: upload leases, manifest drops, the GC operation
+//	quota      the early quota checks
+//	volumes    project volumes and their archives
+//	freeze     the freeze gate shared by saves and the user's pause
+//	spec, names  leaf vocabulary: project specs and limits, names and ids
+//
+// What is here is what belongs to no part: projects and versions, images,
+// tokens, quotas and limits as set by an admin, node info and metrics. It
+// composes the store (versions), the registry client (registry), the
+// container runtime (runtime) and the layer capture (snapshotter); api/
+// calls it and nothing else.
 package envd
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,10 +32,20 @@ import (
 	"sync"
 	"time"
 
-	"github.com/envd-dev/envd/api/types"
-
 	"github.com/containerd/containerd/v2/core/mount"
+
 	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/envd/build"
+	"github.com/envd-dev/envd/envd/command"
+	"github.com/envd-dev/envd/envd/freeze"
+	"github.com/envd-dev/envd/envd/gc"
+	"github.com/envd-dev/envd/envd/lifecycle"
+	"github.com/envd-dev/envd/envd/names"
+	"github.com/envd-dev/envd/envd/ops"
+	"github.com/envd-dev/envd/envd/quota"
+	"github.com/envd-dev/envd/envd/save"
+	"github.com/envd-dev/envd/envd/volumes"
 	"github.com/envd-dev/envd/internal/limiter"
 	"github.com/envd-dev/envd/internal/objstore"
 	"github.com/envd-dev/envd/registry"
@@ -40,6 +65,9 @@ type ImageStore interface {
 	Rebase(ctx context.Context, img registry.Image, baseLayers int, newBase registry.Image, targetRepo string, annotations map[string]string) (registry.Image, error)
 	OpenLayer(ctx context.Context, img registry.Image, i int) (io.ReadCloser, error)
 }
+
+// Sweeper deletes the registry's unreferenced blobs (gc.Sweeper).
+type Sweeper = gc.Sweeper
 
 // Runtime is what the core needs of the container runtime.
 type Runtime interface {
@@ -110,15 +138,17 @@ type Service struct {
 	rt    Runtime
 	log   *slog.Logger
 
-	frozen   freezeGate
-	saves    saveStats
-	reapWake chan struct{}
+	stop context.CancelFunc // ends the service's context: operations and loops
 
-	mu   sync.Mutex
-	ops  map[string]context.CancelFunc // operations running in this process
-	wg   sync.WaitGroup
-	stop context.CancelFunc
-	ctx  context.Context // lives as long as the service; parents operations
+	ops     *ops.Runner
+	quota   *quota.Checker
+	content *gc.Content
+	saver   *save.Saver
+	vols    *volumes.Manager
+	life    *lifecycle.Manager
+	cmds    *command.Runner
+	builds  *build.Builder
+	gc      *gc.Collector
 
 	limits     *limiter.Limiter // per-tenant concurrency (admission.go)
 	limitsOnce sync.Once
@@ -160,14 +190,43 @@ func New(cfg Config, store *versions.Store, reg ImageStore, rt Runtime) (*Servic
 	}
 	cfg.BuildEgress = be
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Service{cfg: cfg, store: store, reg: reg, rt: rt, log: cfg.Logger,
-		ops: map[string]context.CancelFunc{}, ctx: ctx, stop: cancel, reapWake: make(chan struct{}, 1)}, nil
+	s := &Service{cfg: cfg, store: store, reg: reg, rt: rt, log: cfg.Logger, stop: cancel}
+	s.wire(ctx)
+	return s, nil
+}
+
+// wire makes the core's parts, each given only what it declares it needs.
+func (s *Service) wire(ctx context.Context) {
+	cfg := s.cfg
+	gate := &freeze.Gate{}
+	s.ops = ops.NewRunner(ctx, s.store, opAdmitter{s}, cfg.Node, s.log)
+	s.quota = quota.New(s.store, cfg.DefaultTTL, cfg.MaxTTL)
+	s.content = gc.NewContent(s.store, s.reg, s.log)
+	s.saver = save.New(save.Deps{Node: cfg.Node, WorkDir: cfg.WorkDir, Runtime: s.rt, Store: s.store, Reg: s.reg,
+		Content: s.content, Quota: s.quota, Ops: s.ops, Gate: gate, Log: s.log})
+	// A nil *workspace.Manager must stay a nil interface: "no volumes".
+	var storage volumes.Storage
+	var gcVolumes gc.Volumes
+	if cfg.Volumes != nil {
+		storage, gcVolumes = cfg.Volumes, cfg.Volumes
+	}
+	s.vols = volumes.New(cfg.Node, s.store, storage, cfg.Objects, s.quota, s.log)
+	s.life = lifecycle.New(ctx, lifecycle.Deps{Node: cfg.Node, Store: s.store, Runtime: s.rt, Registry: s.reg,
+		Volumes: s.vols, Quota: s.quota, Saver: s.saver, Gate: gate, Ops: s.ops, Log: s.log,
+		DefaultLimits: cfg.DefaultLimits, BuildEgress: cfg.BuildEgress, HibernateAfter: cfg.HibernateAfter,
+		PrefetchWindow: cfg.PrefetchWindow, ReapInterval: cfg.ReapInterval, ReconcileInterval: cfg.ReconcileInterval,
+		ProvisionTimeout: cfg.ProvisionTimeout})
+	s.cmds = command.New(cfg.Node, s.store, s.rt, gate)
+	s.builds = build.New(build.Deps{Store: s.store, Reg: s.reg, Runtime: s.rt, Capturer: s.saver, Instances: s.life,
+		Quota: s.quota, Content: s.content, Bases: bases{s}, Ops: s.ops, Log: s.log})
+	s.gc = gc.NewCollector(s.store, s.reg, s.ops, cfg.Sweeper, gcVolumes)
 }
 
 // Close cancels running operations and waits for them to settle.
 func (s *Service) Close() {
 	s.stop()
-	s.wg.Wait()
+	s.ops.Wait()
+	s.life.Wait()
 }
 
 // Authenticate resolves a bearer token.
@@ -191,9 +250,6 @@ func (s *Service) Info(ctx context.Context) (types.Info, error) {
 // BuildVersion of envd, set at build time.
 var BuildVersion = "0.1.0-dev"
 
-func imageRepo(name string) string              { return "envd/images/" + name }
-func projectRepo(tenant, project string) string { return "envd/" + tenant + "/" + project }
-
 // ImportImage stores a root filesystem tar as a base image named name.
 func (s *Service) ImportImage(ctx context.Context, p types.Principal, name string, tarball io.Reader) (types.Image, error) {
 	if !p.Admin {
@@ -214,7 +270,7 @@ func (s *Service) ImportImage(ctx context.Context, p types.Principal, name strin
 	if err := f.Sync(); err != nil {
 		return types.Image{}, err
 	}
-	img, up, err := s.importRootfs(ctx, f.Name(), imageRepo(name))
+	img, up, err := s.importRootfs(ctx, f.Name(), names.ImageRepo(name))
 	if err != nil {
 		return types.Image{}, fmt.Errorf("import image %q: %w", name, err)
 	}
@@ -254,7 +310,7 @@ func (s *Service) importRootfs(ctx context.Context, src, repo string) (registry.
 		return registry.Image{}, nil, fmt.Errorf("encode base layer: %w", err)
 	}
 	var img registry.Image
-	up, err := s.upload(ctx, func() (err error) {
+	up, err := s.content.Upload(ctx, func() (err error) {
 		img, err = s.reg.PushRootfsLayer(ctx, registry.LayerFile{
 			Path: layer.Path, MediaType: layer.MediaType, Digest: layer.Digest.String(), DiffID: layer.DiffID.String(),
 			Size: layer.Size, Annotations: layer.Annotations,
@@ -303,22 +359,15 @@ func (s *Service) resolveBase(ctx context.Context, tenant, base string) (registr
 		return registry.Image{}, fmt.Errorf("base image %q: %w", base, err)
 	}
 	// Answered like a missing image, so it tells nothing about the other's.
-	if !strings.HasPrefix(img.Repo, imageRepo("")) && !strings.HasPrefix(img.Repo, projectRepo(tenant, "")) {
+	if !strings.HasPrefix(img.Repo, names.ImageRepo("")) && !strings.HasPrefix(img.Repo, names.ProjectRepo(tenant, "")) {
 		return registry.Image{}, fmt.Errorf("base image %q: not an imported image nor one of this tenant's: %w", base, errdefs.ErrNotFound)
 	}
 	return img, nil
 }
 
-func newID(prefix string) string {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return prefix + "-" + hex.EncodeToString(b[:])
-}
+// bases resolves base images for builds and migrations (build.Bases).
+type bases struct{ s *Service }
 
-// detach returns a context for cleanup that must run even when ctx is done.
-func detach(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), d)
+func (b bases) ResolveBase(ctx context.Context, tenant, base string) (registry.Image, error) {
+	return b.s.resolveBase(ctx, tenant, base)
 }
-
-// spoolDir is where a save writes its temporary files.
-func (s *Service) spoolDir(opID string) string { return filepath.Join(s.cfg.WorkDir, opID) }

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/envd-dev/envd/api/types"
-
 	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/envd/names"
 	"github.com/envd-dev/envd/versions"
 )
 
@@ -85,4 +85,27 @@ func (s *Service) RevokeToken(ctx context.Context, p types.Principal, id int64) 
 		return types.TokenInfo{}, err
 	}
 	return toTokenInfo(t), nil
+}
+
+// CreateToken creates an API token of tenant (admin only), creating the
+// tenant if needed. The token is shown once.
+func (s *Service) CreateToken(ctx context.Context, p types.Principal, tenant string, req types.CreateTokenRequest) (types.Token, error) {
+	if !p.Admin {
+		return types.Token{}, fmt.Errorf("creating tokens needs an admin token: %w", errdefs.ErrPermissionDenied)
+	}
+	if err := ValidateName("tenant", tenant); err != nil {
+		return types.Token{}, err
+	}
+	if names.ImageRepo("") == names.ProjectRepo(tenant, "") {
+		return types.Token{}, fmt.Errorf("tenant %q: reserved (its repositories would be the base images'): %w", tenant, errdefs.ErrInvalidArgument)
+	}
+	ttl, err := tokenLifetime(req.ExpiresIn)
+	if err != nil {
+		return types.Token{}, err
+	}
+	tok, info, err := s.store.NewToken(ctx, tenant, req.Admin, ttl)
+	if err != nil {
+		return types.Token{}, err
+	}
+	return types.Token{Tenant: tenant, Token: tok, Admin: req.Admin, ID: info.ID, CreatedAt: info.CreatedAt, ExpiresAt: info.ExpiresAt}, nil
 }

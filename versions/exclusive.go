@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/types"
 )
 
 // CreateExclusiveOperation records op as CreateOperation does, unless an
@@ -22,7 +23,7 @@ import (
 // marker: it ends with the operation, and a node that restarts runs its own
 // unfinished operations again (so they end), so no marker outlives its work.
 // ErrNotFound if the instance does not exist.
-func (s *Store) CreateExclusiveOperation(ctx context.Context, op Operation, kinds []string) (Operation, bool, error) {
+func (s *Store) CreateExclusiveOperation(ctx context.Context, op Operation, kinds []types.OpKind) (Operation, bool, error) {
 	if op.ID == "" {
 		return Operation{}, false, fmt.Errorf("empty operation id: %w", errdefs.ErrInvalidArgument)
 	}
@@ -53,7 +54,7 @@ func (s *Store) CreateExclusiveOperation(ctx context.Context, op Operation, kind
 		var other, otherKind string
 		err := tx.QueryRow(ctx, `SELECT id, kind FROM operations
 			WHERE target = $1 AND kind = ANY($2) AND state IN ('pending', 'running') ORDER BY created_at LIMIT 1`,
-			op.Target, kinds).Scan(&other, &otherKind)
+			op.Target, kindNames(kinds)).Scan(&other, &otherKind)
 		if err == nil {
 			return created{}, errdefs.WithDetails(fmt.Errorf("instance %q: %s operation %s is still running; one at a time: "+
 				"wait for it to finish, then try again: %w", op.Target, otherKind, other, errdefs.ErrFailedPrecondition),
@@ -79,11 +80,20 @@ func (s *Store) CreateExclusiveOperation(ctx context.Context, op Operation, kind
 
 // UnfinishedOperationOn returns the oldest unfinished operation of one of
 // kinds on target, or ErrNotFound.
-func (s *Store) UnfinishedOperationOn(ctx context.Context, target string, kinds []string) (Operation, error) {
+func (s *Store) UnfinishedOperationOn(ctx context.Context, target string, kinds []types.OpKind) (Operation, error) {
 	op, err := scanOperation(s.db.QueryRow(ctx, "SELECT "+operationCols+` FROM operations o
-		WHERE o.target = $1 AND o.kind = ANY($2) AND o.state IN ('pending', 'running') ORDER BY o.created_at LIMIT 1`, target, kinds))
+		WHERE o.target = $1 AND o.kind = ANY($2) AND o.state IN ('pending', 'running') ORDER BY o.created_at LIMIT 1`, target, kindNames(kinds)))
 	if err != nil {
 		return Operation{}, translate(err, fmt.Sprintf("unfinished operations on %q", target))
 	}
 	return op, nil
+}
+
+// kindNames is kinds as the text[] the queries compare with.
+func kindNames(kinds []types.OpKind) []string {
+	out := make([]string, len(kinds))
+	for i, k := range kinds {
+		out[i] = string(k)
+	}
+	return out
 }

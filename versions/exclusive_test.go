@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/versions"
 )
 
@@ -36,7 +37,7 @@ func TestCreateExclusiveOperation(t *testing.T) {
 	)
 	for i := range n {
 		wg.Go(func() {
-			ops[i], created[i], errs[i] = s.CreateExclusiveOperation(ctx, saveOp(fmt.Sprintf("op-x%d-%s", i, p.Tenant), fmt.Sprint("k", i)), []string{"save"})
+			ops[i], created[i], errs[i] = s.CreateExclusiveOperation(ctx, saveOp(fmt.Sprintf("op-x%d-%s", i, p.Tenant), fmt.Sprint("k", i)), []types.OpKind{"save"})
 		})
 	}
 	wg.Wait()
@@ -59,25 +60,25 @@ func TestCreateExclusiveOperation(t *testing.T) {
 	}
 
 	// A retry of the running save's key is that save.
-	again, c, err := s.CreateExclusiveOperation(ctx, saveOp("op-retry-"+p.Tenant, fmt.Sprint("k", winner)), []string{"save"})
+	again, c, err := s.CreateExclusiveOperation(ctx, saveOp("op-retry-"+p.Tenant, fmt.Sprint("k", winner)), []types.OpKind{"save"})
 	require.NoError(t, err)
 	assert.False(t, c)
 	assert.Equal(t, ops[winner].ID, again.ID)
 
 	// Other kinds are not held back; an unknown instance is not found.
-	_, c, err = s.CreateExclusiveOperation(ctx, versions.Operation{ID: "op-other-" + p.Tenant, Tenant: p.Tenant, Kind: "restore", Target: in.ID}, []string{"restore"})
+	_, c, err = s.CreateExclusiveOperation(ctx, versions.Operation{ID: "op-other-" + p.Tenant, Tenant: p.Tenant, Kind: "restore", Target: in.ID}, []types.OpKind{"restore"})
 	require.NoError(t, err)
 	assert.True(t, c)
-	_, _, err = s.CreateExclusiveOperation(ctx, versions.Operation{ID: "op-nope-" + p.Tenant, Tenant: p.Tenant, Kind: "save", Target: "nope"}, []string{"save"})
+	_, _, err = s.CreateExclusiveOperation(ctx, versions.Operation{ID: "op-nope-" + p.Tenant, Tenant: p.Tenant, Kind: "save", Target: "nope"}, []types.OpKind{"save"})
 	require.ErrorIs(t, err, errdefs.ErrNotFound)
 
-	got, err := s.UnfinishedOperationOn(ctx, in.ID, []string{"save"})
+	got, err := s.UnfinishedOperationOn(ctx, in.ID, []types.OpKind{"save"})
 	require.NoError(t, err)
 	assert.Equal(t, ops[winner].ID, got.ID)
 	require.NoError(t, s.FinishOperation(ctx, ops[winner].ID, versions.OpSucceeded, nil, nil))
-	_, err = s.UnfinishedOperationOn(ctx, in.ID, []string{"save"})
+	_, err = s.UnfinishedOperationOn(ctx, in.ID, []types.OpKind{"save"})
 	require.ErrorIs(t, err, errdefs.ErrNotFound)
-	next, c, err := s.CreateExclusiveOperation(ctx, saveOp("op-next-"+p.Tenant, "k-next"), []string{"save"})
+	next, c, err := s.CreateExclusiveOperation(ctx, saveOp("op-next-"+p.Tenant, "k-next"), []types.OpKind{"save"})
 	require.NoError(t, err)
 	assert.True(t, c)
 	assert.Equal(t, "op-next-"+p.Tenant, next.ID)

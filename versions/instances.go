@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/types"
 )
 
 // Instance is a container of a project on one node.
@@ -26,7 +27,7 @@ type Instance struct {
 	Version          int
 	LastSavedVersion int
 	Generation       int64 // fencing token; 1 at creation
-	State            string
+	State            types.InstanceState
 	Reason           string // machine-readable cause of the last transition
 	Message          string
 	Retain           bool // keep the writable layer when stopped
@@ -155,7 +156,7 @@ func (s *Store) ListNodeInstances(ctx context.Context, node string) ([]Instance,
 // MaxInstances in the same transaction, under the tenant's row lock as
 // CreateInstance does, so concurrent starts cannot both take the last
 // place: ErrQuotaExceeded, nothing changed.
-func (s *Store) Transition(ctx context.Context, id string, from []string, to, reason, message string) (Instance, error) {
+func (s *Store) Transition(ctx context.Context, id string, from []types.InstanceState, to types.InstanceState, reason, message string) (Instance, error) {
 	return s.transition(ctx, id, from, to, reason, message, 0)
 }
 
@@ -166,18 +167,19 @@ func (s *Store) Hibernated(ctx context.Context, id string, v int, reason, messag
 	if v <= 0 {
 		return Instance{}, fmt.Errorf("hibernation version %d: %w", v, errdefs.ErrInvalidArgument)
 	}
-	return s.transition(ctx, id, []string{"Stopped"}, "Stopped", reason, message, v)
+	return s.transition(ctx, id, []types.InstanceState{types.StateStopped}, types.StateStopped, reason, message, v)
 }
 
 // transition is Transition that also sets hibernated_version when
 // hibernated > 0.
-func (s *Store) transition(ctx context.Context, id string, from []string, to, reason, message string, hibernated int) (Instance, error) {
+func (s *Store) transition(ctx context.Context, id string, from []types.InstanceState, to types.InstanceState, reason, message string, hibernated int) (Instance, error) {
 	if from == nil {
-		from = []string{}
+		from = []types.InstanceState{}
 	}
 	if slices.Contains(computeStates, to) {
 		return WithTxV(ctx, s.db, func(tx pgx.Tx) (Instance, error) {
-			var state, tenant string
+			var state types.InstanceState
+			var tenant string
 			// The instance first, then the tenant: CommitVersion locks in
 			// that order too.
 			err := tx.QueryRow(ctx, "SELECT state, tenant_id FROM instances WHERE id = $1 FOR NO KEY UPDATE", id).Scan(&state, &tenant)
@@ -199,7 +201,7 @@ func (s *Store) transition(ctx context.Context, id string, from []string, to, re
 	if err == nil || !errors.Is(err, errNoRow) {
 		return in, err
 	}
-	var state string
+	var state types.InstanceState
 	if err := s.db.QueryRow(ctx, "SELECT state FROM instances WHERE id = $1", id).Scan(&state); err != nil {
 		return Instance{}, translate(err, fmt.Sprintf("instance %q", id))
 	}
@@ -211,12 +213,12 @@ var errNoRow = errors.New("no such instance in those states")
 
 func updateState(ctx context.Context, db interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}, id string, from []string, to, reason, message string, hibernated int) (Instance, error) {
+}, id string, from []types.InstanceState, to types.InstanceState, reason, message string, hibernated int) (Instance, error) {
 	in, err := scanInstance(db.QueryRow(ctx, `UPDATE instances i
 		SET state = $2, reason = $3, message = $4, last_transition_at = now(),
 		    hibernated_version = COALESCE(NULLIF($6::int, 0), i.hibernated_version)
 		FROM projects p WHERE p.id = i.project_id AND i.id = $1 AND (cardinality($5::text[]) = 0 OR i.state = ANY($5))
-		RETURNING `+instanceCols, id, to, reason, message, from, hibernated))
+		RETURNING `+instanceCols, id, string(to), reason, message, stateNames(from), hibernated))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Instance{}, errNoRow
 	}
@@ -226,9 +228,18 @@ func updateState(ctx context.Context, db interface {
 	return in, nil
 }
 
-func notInState(id, state string, from []string, to string) error {
+func notInState(id string, state types.InstanceState, from []types.InstanceState, to types.InstanceState) error {
 	return errdefs.WithDetails(fmt.Errorf("instance %q is %s, not %s: cannot become %s: %w",
-		id, state, strings.Join(from, " or "), to, errdefs.ErrFailedPrecondition), map[string]any{"state": state})
+		id, state, strings.Join(stateNames(from), " or "), to, errdefs.ErrFailedPrecondition), map[string]any{"state": state})
+}
+
+// stateNames is states as the text[] the queries compare with.
+func stateNames(states []types.InstanceState) []string {
+	out := make([]string, len(states))
+	for i, st := range states {
+		out[i] = string(st)
+	}
+	return out
 }
 
 // BumpGeneration increments an instance's generation (on every start or
@@ -289,7 +300,7 @@ func (s *Store) NextExpiry(ctx context.Context, node string) (*time.Time, error)
 // with a new generation, and clears the hibernation: the caller then
 // provisions it there. It fails with ErrFailedPrecondition unless the
 // instance is hibernated and in state from.
-func (s *Store) Rehome(ctx context.Context, id, from, node string, layerVersion int) (Instance, error) {
+func (s *Store) Rehome(ctx context.Context, id string, from types.InstanceState, node string, layerVersion int) (Instance, error) {
 	in, err := scanInstance(s.db.QueryRow(ctx, `UPDATE instances i
 		SET node = $2, layer_version = $3, hibernated_version = NULL, generation = i.generation + 1
 		FROM projects p WHERE p.id = i.project_id AND i.id = $1 AND i.state = $4 AND i.hibernated_version IS NOT NULL
@@ -315,7 +326,7 @@ func (s *Store) IdleRetained(ctx context.Context, node string, before time.Time)
 // InstanceCount is the number of node's instances in one state, and how
 // many of them have no expiry.
 type InstanceCount struct {
-	State    string
+	State    types.InstanceState
 	Count    int
 	NoExpiry int
 }

@@ -10,24 +10,25 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/types"
 )
 
 // Operation states. Succeeded, failed and canceled are terminal.
 const (
-	OpPending   = "pending"
-	OpRunning   = "running"
-	OpSucceeded = "succeeded"
-	OpFailed    = "failed"
-	OpCanceled  = "canceled"
+	OpPending   = types.OpPending
+	OpRunning   = types.OpRunning
+	OpSucceeded = types.OpSucceeded
+	OpFailed    = types.OpFailed
+	OpCanceled  = types.OpCanceled
 )
 
 // Operation is a long-running job.
 type Operation struct {
 	ID     string
 	Tenant string
-	Kind   string // save, restore, build, migrate, gc...
-	Target string // what it acts on, e.g. an instance id or project name
-	State  string
+	Kind   types.OpKind // save, restore, build, migrate, gc...
+	Target string       // what it acts on, e.g. an instance id or project name
+	State  types.OpState
 	// IdempotencyKey ("" = none) and RequestHash identify a retry: see
 	// CreateOperation.
 	IdempotencyKey  string
@@ -57,7 +58,7 @@ type Event struct {
 }
 
 // Terminal reports whether an operation state is final.
-func Terminal(state string) bool {
+func Terminal(state types.OpState) bool {
 	return state == OpSucceeded || state == OpFailed || state == OpCanceled
 }
 
@@ -148,7 +149,7 @@ func (s *Store) notTerminal(ctx context.Context, id string) error {
 // SetOperationState moves an unfinished operation to pending or running.
 // Terminal states are set by FinishOperation. ErrFailedPrecondition if the
 // operation is already finished.
-func (s *Store) SetOperationState(ctx context.Context, id, state string) error {
+func (s *Store) SetOperationState(ctx context.Context, id string, state types.OpState) error {
 	if state != OpPending && state != OpRunning {
 		return fmt.Errorf("operation state %q (use FinishOperation for terminal states): %w", state, errdefs.ErrInvalidArgument)
 	}
@@ -167,7 +168,7 @@ func (s *Store) SetOperationState(ctx context.Context, id, state string) error {
 // result (JSON-encoded; nil = none) or error, and appends the final event
 // (type = the state, data = {"error": opErr} if any), in one transaction.
 // ErrFailedPrecondition if it is already finished.
-func (s *Store) FinishOperation(ctx context.Context, id, state string, result any, opErr *OpError) error {
+func (s *Store) FinishOperation(ctx context.Context, id string, state types.OpState, result any, opErr *OpError) error {
 	if !Terminal(state) {
 		return fmt.Errorf("operation state %q is not terminal: %w", state, errdefs.ErrInvalidArgument)
 	}
@@ -181,7 +182,7 @@ func (s *Store) FinishOperation(ctx context.Context, id, state string, result an
 			return err
 		}
 	}
-	msg := "operation " + state
+	msg := "operation " + string(state)
 	var data any
 	if opErr != nil {
 		msg = opErr.Message
@@ -196,7 +197,7 @@ func (s *Store) FinishOperation(ctx context.Context, id, state string, result an
 		if tag.RowsAffected() == 0 {
 			return s.notTerminal(ctx, id)
 		}
-		_, err = appendEvent(ctx, tx, id, state, msg, data, true)
+		_, err = appendEvent(ctx, tx, id, string(state), msg, data, true)
 		return err
 	})
 }

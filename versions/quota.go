@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/types"
 )
 
 // Quota limits what a tenant may use; a zero field is no limit.
@@ -76,7 +77,7 @@ func (s *Store) Quota(ctx context.Context, tenant string) (Quota, error) {
 
 // computeStates are the instance states that hold compute: they count
 // against MaxInstances.
-var computeStates = []string{"Pending", "Running", "Pausing", "Paused", "Resuming", "Stopping"}
+var computeStates = []types.InstanceState{types.StatePending, types.StateRunning, types.StatePausing, types.StatePaused, types.StateResuming, types.StateStopping}
 
 // Usage is what a tenant uses of its quota, from the database (volume sizes
 // live in project specs and are added by the caller).
@@ -89,7 +90,7 @@ type Usage struct {
 // Usage returns tenant's usage.
 func (s *Store) Usage(ctx context.Context, tenant string) (Usage, error) {
 	u := Usage{Versions: map[string]int{}}
-	err := s.db.QueryRow(ctx, "SELECT count(*) FROM instances WHERE tenant_id = $1 AND state = ANY($2)", tenant, computeStates).Scan(&u.Instances)
+	err := s.db.QueryRow(ctx, "SELECT count(*) FROM instances WHERE tenant_id = $1 AND state = ANY($2)", tenant, stateNames(computeStates)).Scan(&u.Instances)
 	if err != nil {
 		return Usage{}, translate(err, fmt.Sprintf("usage of %q", tenant))
 	}
@@ -128,7 +129,7 @@ func checkInstanceQuota(ctx context.Context, tx pgx.Tx, tenant string) error {
 		return translate(err, fmt.Sprintf("quota of %q", tenant))
 	}
 	var used int
-	if err := tx.QueryRow(ctx, "SELECT count(*) FROM instances WHERE tenant_id = $1 AND state = ANY($2)", tenant, computeStates).Scan(&used); err != nil {
+	if err := tx.QueryRow(ctx, "SELECT count(*) FROM instances WHERE tenant_id = $1 AND state = ANY($2)", tenant, stateNames(computeStates)).Scan(&used); err != nil {
 		return translate(err, fmt.Sprintf("usage of %q", tenant))
 	}
 	if used >= int(*limit) {

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/versions"
 )
 
@@ -123,7 +124,7 @@ func TestStartQuotaIsAtomic(t *testing.T) {
 	errs := make([]error, stopped)
 	for i := range errs {
 		wg.Go(func() {
-			_, errs[i] = s.Transition(ctx, fmt.Sprintf("s%d", i), []string{"Stopped"}, "Pending", "started", "")
+			_, errs[i] = s.Transition(ctx, fmt.Sprintf("s%d", i), []types.InstanceState{"Stopped"}, "Pending", "started", "")
 		})
 	}
 	wg.Wait()
@@ -141,8 +142,8 @@ func TestStartQuotaIsAtomic(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 3, u.Instances)
 
-	_, err = s.Transition(ctx, running.ID, []string{"Running"}, "Pausing", "user_pause", "")
+	_, err = s.Transition(ctx, running.ID, []types.InstanceState{"Running"}, "Pausing", "user_pause", "")
 	assert.NoError(t, err, "a live instance changing state takes no new place")
-	_, err = s.Transition(ctx, "s0", []string{"Running"}, "Pending", "started", "")
+	_, err = s.Transition(ctx, "s0", []types.InstanceState{"Running"}, "Pending", "started", "")
 	assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition, "the from states are still checked")
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/versions"
 )
 
@@ -37,7 +38,7 @@ func sql(t *testing.T, s *versions.Store, stmt string, args ...any) {
 func instanceAt(t *testing.T, s *versions.Store, id, state string, v int) {
 	t.Helper()
 	_, err := s.CreateInstance(context.Background(), versions.Instance{
-		ID: id, Tenant: tenant, Project: "p", Node: "n1", Version: v, State: state,
+		ID: id, Tenant: tenant, Project: "p", Node: "n1", Version: v, State: types.InstanceState(state),
 	})
 	require.NoError(t, err)
 }

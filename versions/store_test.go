@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/internal/pgserver/pgtest"
 	"github.com/envd-dev/envd/versions"
 )
@@ -312,7 +313,7 @@ func TestInstances(t *testing.T) {
 	in, err := s.CreateInstance(ctx, versions.Instance{ID: "i1", Tenant: tenant, Project: "p", Node: "n1", Version: 1,
 		Retain: true, ExpiresAt: &exp, Spec: json.RawMessage(`{"env":["A=1"]}`)})
 	require.NoError(t, err)
-	assert.Equal(t, "Pending", in.State)
+	assert.Equal(t, types.StatePending, in.State)
 	assert.Equal(t, int64(1), in.Generation)
 	assert.Equal(t, "p", in.Project)
 	require.NotNil(t, in.ExpiresAt)
@@ -328,17 +329,17 @@ func TestInstances(t *testing.T) {
 	_, err = s.CreateInstance(ctx, versions.Instance{ID: "i4", Tenant: tenant, Project: "p", Version: 9})
 	assert.ErrorIs(t, err, errdefs.ErrNotFound, "an unknown version")
 
-	in, err = s.Transition(ctx, "i1", []string{"Pending"}, "Running", "Started", "")
+	in, err = s.Transition(ctx, "i1", []types.InstanceState{"Pending"}, "Running", "Started", "")
 	require.NoError(t, err)
-	assert.Equal(t, "Running", in.State)
+	assert.Equal(t, types.StateRunning, in.State)
 	assert.Equal(t, "Started", in.Reason)
 
-	_, err = s.Transition(ctx, "i1", []string{"Paused", "Stopped"}, "Running", "Resumed", "")
+	_, err = s.Transition(ctx, "i1", []types.InstanceState{"Paused", "Stopped"}, "Running", "Resumed", "")
 	require.ErrorIs(t, err, errdefs.ErrFailedPrecondition)
 	assert.Contains(t, err.Error(), "is Running")
 	got, err := s.GetInstance(ctx, tenant, "i1")
 	require.NoError(t, err)
-	assert.Equal(t, "Running", got.State, "a refused transition changes nothing")
+	assert.Equal(t, types.StateRunning, got.State, "a refused transition changes nothing")
 	assert.Equal(t, "Started", got.Reason)
 
 	_, err = s.Transition(ctx, "nope", nil, "Failed", "Lost", "")
@@ -351,14 +352,14 @@ func TestInstances(t *testing.T) {
 	// Stopped instance; a later transition keeps the version.
 	_, err = s.Hibernated(ctx, "i1", 1, "hibernated", "as version 1")
 	require.ErrorIs(t, err, errdefs.ErrFailedPrecondition, "a Running instance does not hibernate")
-	_, err = s.Transition(ctx, "i1", []string{"Running"}, "Stopped", "user_stop", "")
+	_, err = s.Transition(ctx, "i1", []types.InstanceState{"Running"}, "Stopped", "user_stop", "")
 	require.NoError(t, err)
 	in, err = s.Hibernated(ctx, "i1", 1, "hibernated", "as version 1")
 	require.NoError(t, err)
 	assert.Equal(t, 1, in.HibernatedVersion)
 	assert.Equal(t, "hibernated", in.Reason)
 	assert.Equal(t, "as version 1", in.Message)
-	in, err = s.Transition(ctx, "i1", []string{"Stopped"}, "Running", "Started", "")
+	in, err = s.Transition(ctx, "i1", []types.InstanceState{"Stopped"}, "Running", "Started", "")
 	require.NoError(t, err)
 	assert.Equal(t, 1, in.HibernatedVersion, "an ordinary transition leaves it")
 
@@ -550,7 +551,7 @@ func TestOperationLifecycle(t *testing.T) {
 	evs, err := s.Events(ctx, "op2", 0, 0)
 	require.NoError(t, err)
 	require.Len(t, evs, 1)
-	assert.Equal(t, versions.OpCanceled, evs[0].Type)
+	assert.Equal(t, string(versions.OpCanceled), evs[0].Type)
 	assert.Equal(t, "canceled by user", evs[0].Message)
 	assert.JSONEq(t, `{"error":{"code":"canceled","message":"canceled by user"}}`, string(evs[0].Data))
 

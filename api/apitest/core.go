@@ -214,7 +214,7 @@ func (c *Core) SetProjectNetwork(ctx context.Context, p types.Principal, project
 // InstanceCore.
 
 // instanceIn is the fake's instance id in state, entered for reason.
-func instanceIn(id, state, reason string) types.Instance {
+func instanceIn(id string, state types.InstanceState, reason string) types.Instance {
 	return types.Instance{ID: id, Project: "p", Node: "node-1", Version: 1, Generation: 1,
 		State: state, Reason: reason, CreatedAt: Epoch, LastTransitionAt: Epoch}
 }
@@ -468,7 +468,7 @@ func (c *Core) DeleteArchive(ctx context.Context, p types.Principal, project, vo
 // OperationCore: an in-memory log per operation.
 
 // NewOperation adds a running operation and returns it.
-func (c *Core) NewOperation(kind, target string) types.Operation {
+func (c *Core) NewOperation(kind types.OpKind, target string) types.Operation {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.nOps++
@@ -493,7 +493,7 @@ func (c *Core) AppendEvent(id, typ, message string) types.Event {
 
 // Finish moves the operation to a terminal state with a result (marshalled
 // to JSON when not nil) or an error.
-func (c *Core) Finish(id, state string, result any, opErr *types.OpError) types.Operation {
+func (c *Core) Finish(id string, state types.OpState, result any, opErr *types.OpError) types.Operation {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	l := c.ops[id]

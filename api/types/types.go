@@ -45,18 +45,33 @@ type Image struct {
 	Size   int64  `json:"size_bytes"`
 }
 
-// Instance states. Clients must treat states as an open set of strings.
+// InstanceState is an instance's state; on the wire a string. Clients must
+// treat states as an open set of strings.
+type InstanceState string
+
+// Instance states.
 const (
-	StatePending    = "Pending"
-	StateRunning    = "Running"
-	StatePausing    = "Pausing"
-	StatePaused     = "Paused"
-	StateResuming   = "Resuming"
-	StateStopping   = "Stopping"
-	StateStopped    = "Stopped"
-	StateTerminated = "Terminated"
-	StateFailed     = "Failed"
+	StatePending    InstanceState = "Pending"
+	StateRunning    InstanceState = "Running"
+	StatePausing    InstanceState = "Pausing"
+	StatePaused     InstanceState = "Paused"
+	StateResuming   InstanceState = "Resuming"
+	StateStopping   InstanceState = "Stopping"
+	StateStopped    InstanceState = "Stopped"
+	StateTerminated InstanceState = "Terminated"
+	StateFailed     InstanceState = "Failed"
 )
+
+// Live reports whether an instance in state s holds resources on its node
+// (a container or a kept writable layer): every state but Terminated and
+// Failed.
+func (s InstanceState) Live() bool {
+	switch s {
+	case StatePending, StateRunning, StatePausing, StatePaused, StateResuming, StateStopping, StateStopped:
+		return true
+	}
+	return false
+}
 
 // Reasons for state transitions, machine-readable.
 const (
@@ -238,17 +253,17 @@ type SetCurrentRequest struct {
 
 // Instance is a container of a project on one node.
 type Instance struct {
-	ID               string `json:"id"`
-	Project          string `json:"project"`
-	Node             string `json:"node"`
-	Version          int    `json:"version"` // started from
-	LastSavedVersion int    `json:"last_saved_version,omitempty"`
-	Generation       int64  `json:"generation"`
-	State            string `json:"state"`
-	Reason           string `json:"reason"`
-	Message          string `json:"message,omitempty"`
-	Retain           bool   `json:"retain"`
-	Address          string `json:"address,omitempty"` // IP on the node's bridge while running, read from the runtime
+	ID               string        `json:"id"`
+	Project          string        `json:"project"`
+	Node             string        `json:"node"`
+	Version          int           `json:"version"` // started from
+	LastSavedVersion int           `json:"last_saved_version,omitempty"`
+	Generation       int64         `json:"generation"`
+	State            InstanceState `json:"state"`
+	Reason           string        `json:"reason"`
+	Message          string        `json:"message,omitempty"`
+	Retain           bool          `json:"retain"`
+	Address          string        `json:"address,omitempty"` // IP on the node's bridge while running, read from the runtime
 	// HibernatedVersion is set while a stopped retained instance has no
 	// local layer and lives as that version; start brings it back.
 	HibernatedVersion int `json:"hibernated_version,omitempty"`
@@ -337,21 +352,37 @@ type SaveResult struct {
 	Compression string `json:"compression"`
 }
 
+// OpState is an operation's state; on the wire a string. Succeeded,
+// failed and canceled are terminal.
+type OpState string
+
 // Operation states.
 const (
-	OpPending   = "pending"
-	OpRunning   = "running"
-	OpSucceeded = "succeeded"
-	OpFailed    = "failed"
-	OpCanceled  = "canceled"
+	OpPending   OpState = "pending"
+	OpRunning   OpState = "running"
+	OpSucceeded OpState = "succeeded"
+	OpFailed    OpState = "failed"
+	OpCanceled  OpState = "canceled"
+)
+
+// OpKind is what an operation does; on the wire a string.
+type OpKind string
+
+// Operation kinds.
+const (
+	OpKindSave    OpKind = "save"
+	OpKindRestore OpKind = "restore"
+	OpKindBuild   OpKind = "build"
+	OpKindMigrate OpKind = "migrate"
+	OpKindGC      OpKind = "gc"
 )
 
 // Operation is a long-running asynchronous job.
 type Operation struct {
 	ID        string          `json:"id"`
-	Kind      string          `json:"kind"`
+	Kind      OpKind          `json:"kind"`
 	Target    string          `json:"target"`
-	State     string          `json:"state"`
+	State     OpState         `json:"state"`
 	Result    json.RawMessage `json:"result,omitempty"`
 	Error     *OpError        `json:"error,omitempty"`
 	CreatedAt time.Time       `json:"created_at"`

@@ -133,11 +133,11 @@ func TestExecPassesExitCodeThrough(t *testing.T) {
 
 // finishedSave makes Save return an operation that has events and
 // finishes shortly.
-func finishedSave(state string, res types.SaveResult, opErr *types.OpError) func(*apitest.Core) {
+func finishedSave(state types.OpState, res types.SaveResult, opErr *types.OpError) func(*apitest.Core) {
 	return func(core *apitest.Core) { saveFunc(core, state, res, opErr) }
 }
 
-func saveFunc(core *apitest.Core, state string, res types.SaveResult, opErr *types.OpError) {
+func saveFunc(core *apitest.Core, state types.OpState, res types.SaveResult, opErr *types.OpError) {
 	core.SaveFunc = func(_ context.Context, id string, _ types.SaveRequest, _ string) (types.Operation, error) {
 		op := core.NewOperation("save", id)
 		core.AppendEvent(op.ID, "freeze", "froze the instance")
@@ -222,7 +222,7 @@ func TestUpNoWaitIsARestoreOperation(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	var op types.Operation
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &op))
-	assert.Equal(t, "restore", op.Kind)
+	assert.Equal(t, types.OpKindRestore, op.Kind)
 	call, ok := core.LastCall("Restore")
 	require.True(t, ok)
 	assert.Equal(t, []any{"web", types.CreateInstanceRequest{Version: 2}, ""}, call.Args)

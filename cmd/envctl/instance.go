@@ -234,7 +234,7 @@ Exit codes: 0 saved and current; 1 the save failed or was canceled;
 					return fmt.Errorf("save operation %s: decode result: %w", op.ID, err)
 				}
 			}
-			out := saveOutput{ID: op.ID, State: op.State, Project: res.Project, Version: res.Version,
+			out := saveOutput{ID: op.ID, State: string(op.State), Project: res.Project, Version: res.Version,
 				Current: res.Current, Conflict: res.Conflict, Operation: op}
 			if err := a.emit(out, func(w io.Writer) { a.saveTable(cmd, w, op, res) }); err != nil {
 				return err
@@ -281,5 +281,5 @@ func opFailure(what string, op types.Operation) error {
 	if op.Error != nil {
 		return fmt.Errorf("%s %s %s: %s (%s)", what, op.ID, op.State, op.Error.Message, op.Error.Code)
 	}
-	return errors.New(what + " " + op.ID + " " + op.State)
+	return errors.New(what + " " + op.ID + " " + string(op.State))
 }

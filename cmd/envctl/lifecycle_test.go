@@ -24,7 +24,7 @@ func TestLifecycleVerbs(t *testing.T) {
 		args  []string
 		call  string
 		want  []any
-		state string
+		state types.InstanceState
 	}{
 		{[]string{"stop", "i-1"}, "StopInstance", []any{"i-1"}, "Stopped"},
 		{[]string{"start", "i-1"}, "StartInstance", []any{"i-1"}, "Running"},

@@ -46,7 +46,7 @@ not cancel the operation.`,
 				return err
 			}
 			if op.State != types.OpSucceeded {
-				return &exitCodeError{code: exitError, err: opFailure(op.Kind, op)}
+				return &exitCodeError{code: exitError, err: opFailure(string(op.Kind), op)}
 			}
 			return nil
 		},

@@ -1,13 +1,13 @@
-package envd
+package lifecycle
 
 import (
 	"context"
 	"fmt"
 	"time"
 
-	"github.com/envd-dev/envd/api/types"
-
 	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/envd/save"
 	"github.com/envd-dev/envd/versions"
 )
 
@@ -17,18 +17,18 @@ const ReasonHibernated = "hibernated"
 
 // hibernateIdle hibernates the retained instances of this node that have
 // been stopped longer than HibernateAfter.
-func (s *Service) hibernateIdle(ctx context.Context) {
-	if s.cfg.HibernateAfter <= 0 {
+func (m *Manager) hibernateIdle(ctx context.Context) {
+	if m.HibernateAfter <= 0 {
 		return
 	}
-	ins, err := s.store.IdleRetained(ctx, s.cfg.Node, time.Now().Add(-s.cfg.HibernateAfter))
+	ins, err := m.Store.IdleRetained(ctx, m.Node, time.Now().Add(-m.HibernateAfter))
 	if err != nil {
-		s.log.Warn("list idle retained instances", "err", err)
+		m.Log.Warn("list idle retained instances", "err", err)
 		return
 	}
 	for _, in := range ins {
-		if _, err := s.hibernate(ctx, in, versions.QuotaExempt); err != nil {
-			s.log.Warn("hibernate", "instance", in.ID, "err", err)
+		if _, err := m.hibernate(ctx, in, versions.QuotaExempt); err != nil {
+			m.Log.Warn("hibernate", "instance", in.ID, "err", err)
 		}
 	}
 }
@@ -37,16 +37,16 @@ func (s *Service) hibernateIdle(ctx context.Context) {
 // waiting for HibernateAfter. Asked by the user, it is checked against the
 // tenant's quota like a save: only the node's own idle hibernation is
 // exempt.
-func (s *Service) HibernateInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
-	in, err := s.instance(ctx, p, id)
+func (m *Manager) HibernateInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
+	in, err := m.instance(ctx, p, id)
 	if err != nil {
 		return types.Instance{}, err
 	}
-	in, err = s.hibernate(ctx, in, versions.QuotaEnforced)
+	in, err = m.hibernate(ctx, in, versions.QuotaEnforced)
 	if err != nil {
 		return types.Instance{}, err
 	}
-	return s.view(ctx, in), nil
+	return m.view(ctx, in), nil
 }
 
 // hibernate saves a stopped retained instance's layer as a version that
@@ -54,35 +54,35 @@ func (s *Service) HibernateInstance(ctx context.Context, p types.Principal, id s
 // local layer. Until the record is committed nothing is freed, so a crash
 // at any step leaves the instance as it was (and at most an unreferenced
 // version or blobs). quota says whether the tenant's quota applies.
-func (s *Service) hibernate(ctx context.Context, in versions.Instance, quota versions.QuotaPolicy) (versions.Instance, error) {
-	if !in.Retain || in.State != types.StateStopped || in.HibernatedVersion > 0 || in.Node != s.cfg.Node {
+func (m *Manager) hibernate(ctx context.Context, in versions.Instance, quota versions.QuotaPolicy) (versions.Instance, error) {
+	if !in.Retain || in.State != types.StateStopped || in.HibernatedVersion > 0 || in.Node != m.Node {
 		return in, errdefs.WithDetails(fmt.Errorf("instance %q: only a stopped, retained instance on this node can hibernate: %w", in.ID, errdefs.ErrFailedPrecondition),
 			map[string]any{"state": in.State})
 	}
-	release, err := s.captureGuard(ctx, in.ID, "hibernation")
+	release, err := m.Saver.Guard(ctx, in.ID, "hibernation")
 	if err != nil {
 		return in, err
 	}
 	defer release()
-	c, err := s.capture(ctx, nil, "hibernate-"+in.ID, in, false, quota)
+	c, err := m.Saver.Capture(ctx, save.NoEvents{}, save.Capture{Work: "hibernate-" + in.ID, Instance: in, Freeze: false, Quota: quota})
 	if err != nil {
 		return in, err
 	}
-	v, _, err := s.commitCaptured(ctx, c, versions.Commit{
+	v, _, err := m.Saver.Commit(ctx, c, versions.Commit{
 		Tenant: in.Tenant, Project: in.Project, InstanceID: in.ID, Generation: in.Generation, NoSwitch: true,
 		Kind: "snapshot", Message: fmt.Sprintf("hibernation of instance %s", in.ID),
 	})
 	if err != nil {
 		return in, err
 	}
-	in, err = s.store.Hibernated(ctx, in.ID, v.Number, ReasonHibernated,
+	in, err = m.Store.Hibernated(ctx, in.ID, v.Number, ReasonHibernated,
 		fmt.Sprintf("hibernated as version %d; start brings it back on any node", v.Number))
 	if err != nil {
 		return in, err
 	}
-	if err := s.rt.Remove(ctx, in.ID); err != nil {
-		s.log.Warn("free hibernated layer", "instance", in.ID, "err", err) // the reconciler retries: no live owner on this node
+	if err := m.Runtime.Remove(ctx, in.ID); err != nil {
+		m.Log.Warn("free hibernated layer", "instance", in.ID, "err", err) // the reconciler retries: no live owner on this node
 	}
-	s.log.Info("instance hibernated", "instance", in.ID, "version", v.Number)
+	m.Log.Info("instance hibernated", "instance", in.ID, "version", v.Number)
 	return in, nil
 }

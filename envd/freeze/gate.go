@@ -1,4 +1,9 @@
-package envd
+// Package freeze is the gate through which an instance's task is frozen
+// and thawed on its node: it counts the holders of a freeze (a user's
+// pause, a save's frozen pass) so that none thaws what another still
+// holds, and it admits one capture (save or hibernation) of an instance at
+// a time. It needs the runtime's Pause, Resume and Status (Freezer).
+package freeze
 
 import (
 	"context"
@@ -16,7 +21,7 @@ import (
 // Pause and Resume) has two kinds of holders, both on the instance's node,
 // since only that node's runtime can freeze it:
 //
-//   - the user's pause (holderUser), from PauseInstance to ResumeInstance;
+//   - the user's pause (HolderUser), from PauseInstance to ResumeInstance;
 //   - a save's frozen pass (holder "save:<operation>"), for its freeze window.
 //
 // The task is frozen while anyone holds it; it is frozen by the first
@@ -27,21 +32,22 @@ import (
 // thawed only by the user's resume, never by a save's release or a failed
 // freeze.
 //
-// freezeGate also records which capture (save or hibernation) of an
+// Gate also records which capture (save or hibernation) of an
 // instance runs on this node: one at a time.
-type freezeGate struct {
+type Gate struct {
 	mu        sync.Mutex
 	instances map[string]*freezeState
 	captures  map[string]string // instance -> what captures it
 }
 
-// holderUser is the user's pause.
-const holderUser = "user"
+// HolderUser is the user's pause.
+const HolderUser = "user"
 
-func saveHolder(op string) string { return "save:" + op }
+// SaveHolder is the holder name of save operation op's frozen pass.
+func SaveHolder(op string) string { return "save:" + op }
 
-// freezer is what the gate needs of the runtime.
-type freezer interface {
+// Freezer is what the gate needs of the runtime.
+type Freezer interface {
 	Pause(ctx context.Context, id string) error
 	Resume(ctx context.Context, id string) error
 	Status(ctx context.Context, id string) (runtime.Status, error)
@@ -53,18 +59,18 @@ type freezeState struct {
 	// else may act on the task alone.
 	op      sync.Mutex
 	ours    bool            // under op: the gate froze the task (it was not found frozen)
-	refs    int             // under freezeGate.mu: calls using this state
-	holders map[string]bool // under freezeGate.mu
+	refs    int             // under Gate.mu: calls using this state
+	holders map[string]bool // under Gate.mu
 	// claims counts saves between asking to freeze (hold called) and
-	// holding (or failing to): under freezeGate.mu. A user's resume waits
+	// holding (or failing to): under Gate.mu. A user's resume waits
 	// for them too, or a save waiting for op while the resume thaws would
 	// freeze the task just after the resume reported it running.
 	claims  int
-	changed chan struct{} // under freezeGate.mu: closed and replaced when holders change
+	changed chan struct{} // under Gate.mu: closed and replaced when holders change
 }
 
 // ref returns the instance's state, kept until unref.
-func (g *freezeGate) ref(id string) *freezeState {
+func (g *Gate) ref(id string) *freezeState {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.instances == nil {
@@ -80,7 +86,7 @@ func (g *freezeGate) ref(id string) *freezeState {
 }
 
 // unref drops the state of an instance nobody uses or holds.
-func (g *freezeGate) unref(id string, st *freezeState) {
+func (g *Gate) unref(id string, st *freezeState) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	st.refs--
@@ -91,7 +97,7 @@ func (g *freezeGate) unref(id string, st *freezeState) {
 
 // claim adds n to the saves about to hold the instance and wakes the
 // waiters.
-func (g *freezeGate) claim(st *freezeState, n int) {
+func (g *Gate) claim(st *freezeState, n int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	st.claims += n
@@ -100,14 +106,14 @@ func (g *freezeGate) claim(st *freezeState, n int) {
 }
 
 // holders returns the instance's holders now.
-func (g *freezeGate) holders(id string, st *freezeState) map[string]bool {
+func (g *Gate) holders(id string, st *freezeState) map[string]bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return maps.Clone(st.holders)
 }
 
 // setHolder adds or removes a holder and wakes the waiters.
-func (g *freezeGate) setHolder(st *freezeState, holder string, on bool) {
+func (g *Gate) setHolder(st *freezeState, holder string, on bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if on {
@@ -120,7 +126,7 @@ func (g *freezeGate) setHolder(st *freezeState, holder string, on bool) {
 }
 
 // clearHolders drops every holder (st.op held).
-func (g *freezeGate) clearHolders(st *freezeState) {
+func (g *Gate) clearHolders(st *freezeState) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	clear(st.holders)
@@ -133,10 +139,10 @@ func (g *freezeGate) clearHolders(st *freezeState) {
 // was not found frozen, no other holder has it, and the failed Pause froze
 // it anyway (a canceled Pause may). An instance someone else froze is never
 // thawed by a failed freeze.
-func (g *freezeGate) hold(ctx context.Context, rt freezer, id, holder string) error {
+func (g *Gate) Hold(ctx context.Context, rt Freezer, id, holder string) error {
 	st := g.ref(id)
 	defer g.unref(id, st)
-	if holder != holderUser {
+	if holder != HolderUser {
 		g.claim(st, 1)
 		defer g.claim(st, -1) // after setHolder: no moment with neither
 	}
@@ -164,7 +170,7 @@ func (g *freezeGate) hold(ctx context.Context, rt freezer, id, holder string) er
 		if s.Task == "paused" {
 			st.ours = false // frozen by something else: not ours to thaw
 		} else if err := rt.Pause(ctx, id); err != nil {
-			cctx, cancel := detach(ctx, 30*time.Second)
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer cancel()
 			if now, serr := rt.Status(cctx, id); serr == nil && now.Task == "paused" {
 				if rerr := rt.Resume(cctx, id); rerr != nil {
@@ -184,7 +190,7 @@ func (g *freezeGate) hold(ctx context.Context, rt freezer, id, holder string) er
 // froze it; the user's resume (force) thaws it in any case. When other
 // holders remain, the task stays frozen and release returns at once: use
 // waitThawed to wait for the thaw.
-func (g *freezeGate) release(ctx context.Context, rt freezer, id, holder string, force bool) error {
+func (g *Gate) Release(ctx context.Context, rt Freezer, id, holder string, force bool) error {
 	st := g.ref(id)
 	defer g.unref(id, st)
 	st.op.Lock()
@@ -211,17 +217,17 @@ func (g *freezeGate) release(ctx context.Context, rt freezer, id, holder string,
 
 // waitThawed returns when nobody holds the instance frozen and no save is
 // about to.
-func (g *freezeGate) waitThawed(ctx context.Context, id string) error {
+func (g *Gate) WaitThawed(ctx context.Context, id string) error {
 	return g.waitUntil(ctx, id, func(holders []string, claims int) bool { return len(holders) == 0 && claims == 0 })
 }
 
 // wait returns when no save of this process holds the instance frozen:
 // execs wait out a save's freeze window (well under a second) instead of
 // failing on a frozen task.
-func (g *freezeGate) wait(ctx context.Context, id string) error {
+func (g *Gate) Wait(ctx context.Context, id string) error {
 	return g.waitUntil(ctx, id, func(holders []string, _ int) bool {
 		for _, h := range holders {
-			if h != holderUser {
+			if h != HolderUser {
 				return false
 			}
 		}
@@ -229,7 +235,7 @@ func (g *freezeGate) wait(ctx context.Context, id string) error {
 	})
 }
 
-func (g *freezeGate) waitUntil(ctx context.Context, id string, done func(holders []string, claims int) bool) error {
+func (g *Gate) waitUntil(ctx context.Context, id string, done func(holders []string, claims int) bool) error {
 	for {
 		g.mu.Lock()
 		var (
@@ -255,7 +261,7 @@ func (g *freezeGate) waitUntil(ctx context.Context, id string, done func(holders
 // claimCapture records that what (a save's operation, a hibernation)
 // captures the instance's layer on this node; a second capture of the same
 // instance fails with ErrFailedPrecondition until release is called.
-func (g *freezeGate) claimCapture(id, what string) (release func(), err error) {
+func (g *Gate) ClaimCapture(id, what string) (release func(), err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if other, ok := g.captures[id]; ok && other != what {

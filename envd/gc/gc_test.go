@@ -1,9 +1,11 @@
-package envd
+package gc
 
 import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/envd-dev/envd/envd/names"
 )
 
 // The sweep's orphan scan looks only at project repositories: never at
@@ -14,8 +16,8 @@ func TestIsProjectRepo(t *testing.T) {
 		repo string
 		want bool
 	}{
-		{projectRepo("acme", "web"), true},
-		{imageRepo("debian"), false},
+		{names.ProjectRepo("acme", "web"), true},
+		{names.ImageRepo("debian"), false},
 		{"envd/images/x", false},
 		{"envd/acme", false},
 		{"envd/acme/web/extra", false},
@@ -23,6 +25,6 @@ func TestIsProjectRepo(t *testing.T) {
 		{"other/acme/web", false},
 		{"library/busybox", false},
 	} {
-		assert.Equal(t, c.want, isProjectRepo(c.repo), c.repo)
+		assert.Equal(t, c.want, IsProjectRepo(c.repo), c.repo)
 	}
 }

@@ -1,4 +1,4 @@
-package envd
+package build
 
 import (
 	"context"
@@ -7,10 +7,11 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/envd-dev/envd/api/types"
-
 	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/builder"
+	"github.com/envd-dev/envd/envd/names"
+	"github.com/envd-dev/envd/envd/ops"
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/versions"
 )
@@ -33,42 +34,42 @@ const maxConflicts = 200
 // update and those layers changed are reported, the validation commands
 // run in a trial instance, and with Switch the result becomes current. The
 // migrated version stays for rollback.
-func (s *Service) Migrate(ctx context.Context, p types.Principal, project string, req types.MigrateRequest, idempotencyKey string) (types.Operation, error) {
-	if err := ValidateName("project", project); err != nil {
+func (b *Builder) Migrate(ctx context.Context, p types.Principal, project string, req types.MigrateRequest, idempotencyKey string) (types.Operation, error) {
+	if err := names.Validate("project", project); err != nil {
 		return types.Operation{}, err
 	}
 	if err := checkCommands(req.Validate); err != nil {
 		return types.Operation{}, err
 	}
-	newBase, err := s.resolveBase(ctx, p.Tenant, req.Base)
+	newBase, err := b.d.Bases.ResolveBase(ctx, p.Tenant, req.Base)
 	if err != nil {
 		return types.Operation{}, err
 	}
-	proj, err := s.store.GetProject(ctx, p.Tenant, project)
+	proj, err := b.d.Store.GetProject(ctx, p.Tenant, project)
 	if err != nil {
 		return types.Operation{}, err
 	}
-	job := migrateJob{Project: project, Request: req, From: proj.Current, NewBase: newBase.Ref(), Trial: newID(project)}
-	return s.startOp(ctx, p, "migrate", project, project, idempotencyKey, req, job, func(ctx context.Context, oc *opCtx) (any, error) {
-		return s.runMigrate(ctx, oc, p, job)
-	})
+	job := migrateJob{Project: project, Request: req, From: proj.Current, NewBase: newBase.Ref(), Trial: names.NewID(project)}
+	return b.d.Ops.Start(ctx, p, ops.Spec{Kind: types.OpKindMigrate, Target: project, Scope: project, IdempotencyKey: idempotencyKey,
+		Asked: req, Job: job, Run: func(ctx context.Context, op *ops.Op) (any, error) { return b.RunMigrate(ctx, op, p, job) }})
 }
 
-func (s *Service) runMigrate(ctx context.Context, oc *opCtx, p types.Principal, job migrateJob) (types.MigrateResult, error) {
+// RunMigrate does a migration.
+func (b *Builder) RunMigrate(ctx context.Context, op *ops.Op, p types.Principal, job migrateJob) (types.MigrateResult, error) {
 	res := types.MigrateResult{Project: job.Project, From: job.From, NewBase: job.NewBase, Conflicts: []string{}}
-	from, err := s.store.GetVersion(ctx, p.Tenant, job.Project, job.From)
+	from, err := b.d.Store.GetVersion(ctx, p.Tenant, job.Project, job.From)
 	if err != nil {
 		return res, err
 	}
-	src, err := s.reg.Get(ctx, from.Image)
+	src, err := b.d.Reg.Get(ctx, from.Image)
 	if err != nil {
 		return res, err
 	}
-	newBase, err := s.reg.Get(ctx, job.NewBase)
+	newBase, err := b.d.Reg.Get(ctx, job.NewBase)
 	if err != nil {
 		return res, err
 	}
-	oldBase, err := s.baseOf(ctx, src)
+	oldBase, err := b.baseOf(ctx, src)
 	if err != nil {
 		return res, fmt.Errorf("version %d: %w", from.Number, err)
 	}
@@ -76,22 +77,22 @@ func (s *Service) runMigrate(ctx context.Context, oc *opCtx, p types.Principal, 
 	if oldBase.Digest == newBase.Digest {
 		return res, fmt.Errorf("version %d already sits on %s: %w", from.Number, newBase.Ref(), errdefs.ErrFailedPrecondition)
 	}
-	conflicts, err := s.rebaseConflicts(ctx, src, oldBase, newBase)
+	conflicts, err := b.rebaseConflicts(ctx, src, oldBase, newBase)
 	if err != nil {
 		return res, err
 	}
 	res.DatabaseConflict = slices.ContainsFunc(conflicts, func(c string) bool { return slices.Contains(builder.DatabasePaths, c) })
 	res.Conflicts = conflicts[:min(len(conflicts), maxConflicts)]
-	oc.event(ctx, "conflicts", fmt.Sprintf("%d paths changed by both the base update and the project", len(conflicts)),
+	op.Event(ctx, "conflicts", fmt.Sprintf("%d paths changed by both the base update and the project", len(conflicts)),
 		map[string]any{"conflicts": res.Conflicts})
 
-	volumeBytes, err := s.checkSaveQuota(ctx, p.Tenant, job.Project, 0)
+	volumeBytes, err := b.d.Quota.Save(ctx, p.Tenant, job.Project, 0)
 	if err != nil {
 		return res, err
 	}
 	var img registry.Image
-	up, err := s.upload(ctx, func() (err error) {
-		img, err = s.reg.Rebase(ctx, src, len(oldBase.Layers), newBase, projectRepo(p.Tenant, job.Project), map[string]string{
+	up, err := b.d.Content.Upload(ctx, func() (err error) {
+		img, err = b.d.Reg.Rebase(ctx, src, len(oldBase.Layers), newBase, names.ProjectRepo(p.Tenant, job.Project), map[string]string{
 			"org.envd.project": job.Project, "org.envd.migrated-version": fmt.Sprint(from.Number),
 		})
 		return err
@@ -101,23 +102,24 @@ func (s *Service) runMigrate(ctx context.Context, oc *opCtx, p types.Principal, 
 	}
 	v, _, err := up.CommitVersion(ctx, versions.Commit{
 		Tenant: p.Tenant, Project: job.Project, NoSwitch: true, Kind: "migration", Image: img.Ref(), Parent: from.Number,
+		Quota:     versions.QuotaEnforced,
 		SizeBytes: img.Size, Layers: len(img.Layers), Validated: len(job.Request.Validate) == 0, OtherStoredBytes: volumeBytes,
 		Message: fmt.Sprintf("version %d moved from %s onto %s; %d conflicts", from.Number, oldBase.Ref(), newBase.Ref(), len(conflicts)),
 	})
 	up.End()
 	if err != nil {
-		s.dropManifest(ctx, img)
+		b.d.Content.Drop(ctx, img)
 		return res, err
 	}
 	res.Version = v.Number
-	oc.event(ctx, "rebased", fmt.Sprintf("version %d is version %d on the new base", v.Number, from.Number), nil)
-	if res.Validated, err = s.validateIn(ctx, oc, p, job.Project, job.Trial, job.Request.Validate, v); err != nil {
+	op.Event(ctx, "rebased", fmt.Sprintf("version %d is version %d on the new base", v.Number, from.Number), nil)
+	if res.Validated, err = b.validateIn(ctx, op, p, job.Project, job.Trial, job.Request.Validate, v); err != nil {
 		return res, err
 	}
 	if !job.Request.Switch {
 		return res, nil
 	}
-	_, err = s.store.SetCurrent(ctx, p.Tenant, job.Project, v.Number, job.From)
+	_, err = b.d.Store.SetCurrent(ctx, p.Tenant, job.Project, v.Number, job.From)
 	switch {
 	case err == nil:
 		res.Current = true
@@ -131,14 +133,14 @@ func (s *Service) runMigrate(ctx context.Context, oc *opCtx, p types.Principal, 
 
 // baseOf finds the imported base image that img sits on: the one whose
 // layers are the longest prefix of img's.
-func (s *Service) baseOf(ctx context.Context, img registry.Image) (registry.Image, error) {
-	imgs, err := s.store.ListImages(ctx)
+func (b *Builder) baseOf(ctx context.Context, img registry.Image) (registry.Image, error) {
+	imgs, err := b.d.Store.ListImages(ctx)
 	if err != nil {
 		return registry.Image{}, err
 	}
 	var best registry.Image
 	for _, rec := range imgs {
-		b, err := s.reg.Get(ctx, rec.Repo+"@"+rec.Digest)
+		b, err := b.d.Reg.Get(ctx, rec.Repo+"@"+rec.Digest)
 		if err != nil {
 			continue
 		}
@@ -155,18 +157,18 @@ func (s *Service) baseOf(ctx context.Context, img registry.Image) (registry.Imag
 
 // rebaseConflicts returns the paths that differ between the old and the new
 // base and that img's own layers (above the old base) also change.
-func (s *Service) rebaseConflicts(ctx context.Context, img, oldBase, newBase registry.Image) ([]string, error) {
-	oldTree, err := s.tree(ctx, oldBase)
+func (b *Builder) rebaseConflicts(ctx context.Context, img, oldBase, newBase registry.Image) ([]string, error) {
+	oldTree, err := b.tree(ctx, oldBase)
 	if err != nil {
 		return nil, err
 	}
-	newTree, err := s.tree(ctx, newBase)
+	newTree, err := b.tree(ctx, newBase)
 	if err != nil {
 		return nil, err
 	}
 	var changes builder.Changed
 	for i := len(oldBase.Layers); i < len(img.Layers); i++ {
-		rc, err := s.reg.OpenLayer(ctx, img, i)
+		rc, err := b.d.Reg.OpenLayer(ctx, img, i)
 		if err != nil {
 			return nil, err
 		}
@@ -180,10 +182,10 @@ func (s *Service) rebaseConflicts(ctx context.Context, img, oldBase, newBase reg
 }
 
 // tree flattens an image's layers.
-func (s *Service) tree(ctx context.Context, img registry.Image) (builder.Tree, error) {
+func (b *Builder) tree(ctx context.Context, img registry.Image) (builder.Tree, error) {
 	t := builder.Tree{}
 	for i := range img.Layers {
-		rc, err := s.reg.OpenLayer(ctx, img, i)
+		rc, err := b.d.Reg.OpenLayer(ctx, img, i)
 		if err != nil {
 			return nil, err
 		}
@@ -196,13 +198,13 @@ func (s *Service) tree(ctx context.Context, img registry.Image) (builder.Tree, e
 	return t, nil
 }
 
-// settleMigrate ends a migration a previous envd left unfinished: its trial
+// SettleMigrate ends a migration a previous envd left unfinished: its trial
 // instance is removed and the operation settled; the project is as it was
 // (a rebased version already recorded stays, not current).
-func (s *Service) settleMigrate(ctx context.Context, op versions.Operation) {
+func (b *Builder) SettleMigrate(ctx context.Context, op versions.Operation) {
 	var job migrateJob
 	if err := json.Unmarshal(op.Request, &job); err == nil {
-		s.removeIsolated(job.Trial)
+		b.d.Instances.RemoveIsolated(job.Trial)
 	}
-	s.settle(ctx, op, fmt.Errorf("envd restarted during the migration; ask again: %w", errdefs.ErrFailedPrecondition))
+	b.d.Ops.Settle(ctx, op, fmt.Errorf("envd restarted during the migration; ask again: %w", errdefs.ErrFailedPrecondition))
 }

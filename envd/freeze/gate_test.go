@@ -1,4 +1,4 @@
-package envd
+package freeze
 
 import (
 	"context"
@@ -84,13 +84,13 @@ func TestFreezeGateFailedFreeze(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			var g freezeGate
+			var g Gate
 			f := &fakeFreezer{pauseErr: errFreeze, freezes: tc.freezes}
-			err := g.hold(ctx, f, "i", saveHolder("op-1"))
+			err := g.Hold(ctx, f, "i", SaveHolder("op-1"))
 			require.ErrorIs(t, err, errFreeze)
 			assert.Equal(t, tc.wantPaused, f.isPaused())
 			assert.Equal(t, tc.wantResumes, f.resumes)
-			require.NoError(t, g.waitThawed(ctx, "i"), "a failed hold leaves no holder")
+			require.NoError(t, g.WaitThawed(ctx, "i"), "a failed hold leaves no holder")
 		})
 	}
 }
@@ -99,16 +99,16 @@ func TestFreezeGateFailedFreeze(t *testing.T) {
 // not by its release, not by a failed freeze.
 func TestFreezeGateForeignFreeze(t *testing.T) {
 	ctx := context.Background()
-	var g freezeGate
+	var g Gate
 	f := &fakeFreezer{paused: true, pauseErr: errFreeze, freezes: true}
-	require.NoError(t, g.hold(ctx, f, "i", saveHolder("op-1")), "already frozen: nothing to do")
+	require.NoError(t, g.Hold(ctx, f, "i", SaveHolder("op-1")), "already frozen: nothing to do")
 	assert.Zero(t, f.pauses)
-	require.NoError(t, g.release(ctx, f, "i", saveHolder("op-1"), false))
+	require.NoError(t, g.Release(ctx, f, "i", SaveHolder("op-1"), false))
 	assert.True(t, f.isPaused(), "left frozen as found")
 	assert.Zero(t, f.resumes)
 
 	// The user's resume thaws it whoever froze it.
-	require.NoError(t, g.release(ctx, f, "i", holderUser, true))
+	require.NoError(t, g.Release(ctx, f, "i", HolderUser, true))
 	assert.False(t, f.isPaused())
 }
 
@@ -124,24 +124,24 @@ func TestFreezeGateUserPauseAndSave(t *testing.T) {
 		{"pause before the freeze window", []string{"hold:user", "hold:save", "release:save"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var g freezeGate
+			var g Gate
 			f := &fakeFreezer{}
 			for _, step := range tc.order {
-				holder := saveHolder("op-1")
+				holder := SaveHolder("op-1")
 				if step[len(step)-4:] == "user" {
-					holder = holderUser
+					holder = HolderUser
 				}
 				if step[:4] == "hold" {
-					require.NoError(t, g.hold(ctx, f, "i", holder))
+					require.NoError(t, g.Hold(ctx, f, "i", holder))
 				} else {
-					require.NoError(t, g.release(ctx, f, "i", holder, holder == holderUser))
+					require.NoError(t, g.Release(ctx, f, "i", holder, holder == HolderUser))
 				}
 			}
 			assert.True(t, f.isPaused(), "the user's pause is in force")
 			assert.Equal(t, 1, f.pauses, "frozen once")
 			assert.Zero(t, f.resumes)
-			require.NoError(t, g.wait(ctx, "i"), "execs do not wait for a user's pause")
-			require.NoError(t, g.release(ctx, f, "i", holderUser, true))
+			require.NoError(t, g.Wait(ctx, "i"), "execs do not wait for a user's pause")
+			require.NoError(t, g.Release(ctx, f, "i", HolderUser, true))
 			assert.False(t, f.isPaused())
 		})
 	}
@@ -151,17 +151,17 @@ func TestFreezeGateUserPauseAndSave(t *testing.T) {
 // save's thaw.
 func TestFreezeGateResumeWaitsForSave(t *testing.T) {
 	ctx := context.Background()
-	var g freezeGate
+	var g Gate
 	f := &fakeFreezer{}
-	require.NoError(t, g.hold(ctx, f, "i", holderUser))
-	require.NoError(t, g.hold(ctx, f, "i", saveHolder("op-1")))
+	require.NoError(t, g.Hold(ctx, f, "i", HolderUser))
+	require.NoError(t, g.Hold(ctx, f, "i", SaveHolder("op-1")))
 	resumed := make(chan error, 1)
 	go func() {
-		if err := g.release(ctx, f, "i", holderUser, true); err != nil {
+		if err := g.Release(ctx, f, "i", HolderUser, true); err != nil {
 			resumed <- err
 			return
 		}
-		resumed <- g.waitThawed(ctx, "i")
+		resumed <- g.WaitThawed(ctx, "i")
 	}()
 	select {
 	case err := <-resumed:
@@ -169,7 +169,7 @@ func TestFreezeGateResumeWaitsForSave(t *testing.T) {
 	case <-time.After(200 * time.Millisecond):
 	}
 	assert.True(t, f.isPaused(), "still frozen for the save")
-	require.NoError(t, g.release(ctx, f, "i", saveHolder("op-1"), false))
+	require.NoError(t, g.Release(ctx, f, "i", SaveHolder("op-1"), false))
 	select {
 	case err := <-resumed:
 		require.NoError(t, err)
@@ -185,20 +185,20 @@ func TestFreezeGateResumeWaitsForSave(t *testing.T) {
 // that save's thaw, never with the task frozen again behind it.
 func TestFreezeGateResumeWaitsForSaveAboutToFreeze(t *testing.T) {
 	ctx := context.Background()
-	var g freezeGate
+	var g Gate
 	f := &fakeFreezer{resuming: make(chan struct{}), thaw: make(chan struct{})}
-	require.NoError(t, g.hold(ctx, f, "i", holderUser))
+	require.NoError(t, g.Hold(ctx, f, "i", HolderUser))
 	resumed := make(chan error, 1)
 	go func() {
-		if err := g.release(ctx, f, "i", holderUser, true); err != nil {
+		if err := g.Release(ctx, f, "i", HolderUser, true); err != nil {
 			resumed <- err
 			return
 		}
-		resumed <- g.waitThawed(ctx, "i")
+		resumed <- g.WaitThawed(ctx, "i")
 	}()
 	<-f.resuming // the user's thaw is under way
 	held := make(chan error, 1)
-	go func() { held <- g.hold(ctx, f, "i", saveHolder("op-1")) }()
+	go func() { held <- g.Hold(ctx, f, "i", SaveHolder("op-1")) }()
 	require.Eventually(t, func() bool {
 		g.mu.Lock()
 		defer g.mu.Unlock()
@@ -213,7 +213,7 @@ func TestFreezeGateResumeWaitsForSaveAboutToFreeze(t *testing.T) {
 	case <-time.After(200 * time.Millisecond):
 	}
 	go func() { <-f.resuming; f.thaw <- struct{}{} }()
-	require.NoError(t, g.release(ctx, f, "i", saveHolder("op-1"), false))
+	require.NoError(t, g.Release(ctx, f, "i", SaveHolder("op-1"), false))
 	select {
 	case err := <-resumed:
 		require.NoError(t, err)
@@ -225,15 +225,15 @@ func TestFreezeGateResumeWaitsForSaveAboutToFreeze(t *testing.T) {
 }
 
 func TestFreezeGateCaptureClaim(t *testing.T) {
-	var g freezeGate
-	release, err := g.claimCapture("i", "op-1")
+	var g Gate
+	release, err := g.ClaimCapture("i", "op-1")
 	require.NoError(t, err)
-	_, err = g.claimCapture("i", "hibernation")
+	_, err = g.ClaimCapture("i", "hibernation")
 	require.Error(t, err)
-	_, err = g.claimCapture("j", "hibernation")
+	_, err = g.ClaimCapture("j", "hibernation")
 	require.NoError(t, err, "another instance")
 	release()
-	_, err = g.claimCapture("i", "hibernation")
+	_, err = g.ClaimCapture("i", "hibernation")
 	require.NoError(t, err)
 }
 
@@ -241,15 +241,15 @@ func TestFreezeGateCaptureClaim(t *testing.T) {
 // while paused) are stale: a save freezes it for itself, and thaws it.
 func TestFreezeGateStaleHolders(t *testing.T) {
 	ctx := context.Background()
-	var g freezeGate
+	var g Gate
 	f := &fakeFreezer{}
-	require.NoError(t, g.hold(ctx, f, "i", holderUser))
+	require.NoError(t, g.Hold(ctx, f, "i", HolderUser))
 	f.mu.Lock()
 	f.paused = false // a new task
 	f.mu.Unlock()
-	require.NoError(t, g.hold(ctx, f, "i", saveHolder("op-1")))
+	require.NoError(t, g.Hold(ctx, f, "i", SaveHolder("op-1")))
 	assert.True(t, f.isPaused(), "the save froze the new task")
 	assert.Equal(t, 2, f.pauses)
-	require.NoError(t, g.release(ctx, f, "i", saveHolder("op-1"), false))
+	require.NoError(t, g.Release(ctx, f, "i", SaveHolder("op-1"), false))
 	assert.False(t, f.isPaused(), "and thawed it: the old pause does not hold it")
 }

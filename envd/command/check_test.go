@@ -1,13 +1,12 @@
-package envd
+package command
 
 import (
 	"testing"
 
-	"github.com/envd-dev/envd/api/types"
-
 	"github.com/stretchr/testify/assert"
 
 	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/types"
 )
 
 func TestCheckExecRequest(t *testing.T) {

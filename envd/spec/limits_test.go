@@ -1,13 +1,12 @@
-package envd
+package spec
 
 import (
 	"testing"
 
-	"github.com/envd-dev/envd/api/types"
-
 	"github.com/stretchr/testify/assert"
 
 	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/versions"
 )
 
@@ -29,9 +28,9 @@ func TestEffectiveLimitsRules(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			l := def
 			if tc.proj != nil {
-				l = overLimits(l, *tc.proj)
+				l = Over(l, *tc.proj)
 			}
-			assert.Equal(t, tc.want, capTo(l, maxima))
+			assert.Equal(t, tc.want, CapTo(l, maxima))
 		})
 	}
 }
@@ -50,7 +49,7 @@ func TestCheckMaxima(t *testing.T) {
 		{"disk", types.Limits{DiskBytes: 11 << 30}, "disk_bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := checkMaxima(tc.l, maxima)
+			err := CheckMaxima(tc.l, maxima)
 			if tc.quota == "" {
 				assert.NoError(t, err)
 				return
@@ -59,5 +58,5 @@ func TestCheckMaxima(t *testing.T) {
 			assert.Equal(t, tc.quota, errdefs.Details(err)["quota"])
 		})
 	}
-	assert.NoError(t, checkMaxima(types.Limits{MemoryBytes: 1 << 40}, versions.LimitMaxima{}), "no maxima, no refusal")
+	assert.NoError(t, CheckMaxima(types.Limits{MemoryBytes: 1 << 40}, versions.LimitMaxima{}), "no maxima, no refusal")
 }

@@ -1,4 +1,4 @@
-package envd
+package lifecycle
 
 import (
 	"context"
@@ -17,33 +17,33 @@ const maxPrefetchFiles = 5000
 // PrefetchWindow and records it on the project: the next save puts those
 // files first in its eStargz layer, so the next lazy restore fetches what
 // the first commands need in one go. Best effort: failures are logged.
-func (s *Service) recordFirstReads(in versions.Instance, compression string) {
-	if s.cfg.PrefetchWindow <= 0 || compression != string(snapshotter.Estargz) {
+func (m *Manager) recordFirstReads(in versions.Instance, compression string) {
+	if m.PrefetchWindow <= 0 || compression != string(snapshotter.Estargz) {
 		return
 	}
-	s.wg.Add(1)
+	m.wg.Add(1)
 	go func() {
-		defer s.wg.Done()
-		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.PrefetchWindow+10*time.Second)
+		defer m.wg.Done()
+		ctx, cancel := context.WithTimeout(m.ctx, m.PrefetchWindow+10*time.Second)
 		defer cancel()
-		st, err := s.rt.Status(ctx, in.ID)
+		st, err := m.Runtime.Status(ctx, in.ID)
 		if err != nil || st.Pid == 0 {
 			return
 		}
 		// The task's root, seen through /proc, is the container's rootfs
 		// mount: a mount mark on it sees every open inside the instance.
-		files, err := prefetch.Record(ctx, fmt.Sprintf("/proc/%d/root", st.Pid), s.cfg.PrefetchWindow, maxPrefetchFiles)
+		files, err := prefetch.Record(ctx, fmt.Sprintf("/proc/%d/root", st.Pid), m.PrefetchWindow, maxPrefetchFiles)
 		if err != nil && ctx.Err() == nil {
-			s.log.Warn("record first reads", "instance", in.ID, "err", err)
+			m.Log.Warn("record first reads", "instance", in.ID, "err", err)
 		}
 		files = prefetch.Prioritize(files)
-		if len(files) == 0 || s.ctx.Err() != nil {
+		if len(files) == 0 || m.ctx.Err() != nil {
 			return
 		}
-		if err := s.store.SetProjectPrefetch(context.WithoutCancel(ctx), in.Tenant, in.Project, files); err != nil {
-			s.log.Warn("store first reads", "project", in.Project, "err", err)
+		if err := m.Store.SetProjectPrefetch(context.WithoutCancel(ctx), in.Tenant, in.Project, files); err != nil {
+			m.Log.Warn("store first reads", "project", in.Project, "err", err)
 			return
 		}
-		s.log.Info("recorded first reads", "instance", in.ID, "files", len(files))
+		m.Log.Info("recorded first reads", "instance", in.ID, "files", len(files))
 	}()
 }

@@ -1,4 +1,4 @@
-package envd
+package command
 
 import (
 	"context"
@@ -6,13 +6,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/envd-dev/envd/api/types"
-
 	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/runtime"
 )
 
-// ExecStream runs a command in a running instance with its streams
+// Stream runs a command in a running instance with its streams
 // connected to stdio and returns its exit code. Output is streamed as it
 // comes, without the limit of Exec, and there is no timeout: the session
 // lasts until the process exits or ctx is canceled (the process is then
@@ -23,14 +22,14 @@ import (
 //
 // An instance that is not Running is an errdefs.ErrFailedPrecondition with
 // its state in the details. req.Stdin and req.Timeout are not used.
-func (s *Service) ExecStream(ctx context.Context, p types.Principal, id string, req types.ExecRequest, stdio types.Stdio) (int, error) {
+func (r *Runner) Stream(ctx context.Context, p types.Principal, id string, req types.ExecRequest, stdio types.Stdio) (int, error) {
 	if len(req.Args) == 0 || req.Args[0] == "" {
 		return -1, fmt.Errorf("exec: args: at least the command is required: %w", errdefs.ErrInvalidArgument)
 	}
 	if err := CheckExecRequest(req); err != nil {
 		return -1, err
 	}
-	in, err := s.instance(ctx, p, id)
+	in, err := r.instance(ctx, p, id)
 	if err != nil {
 		return -1, err
 	}
@@ -66,17 +65,17 @@ func (s *Service) ExecStream(ctx context.Context, p types.Principal, id string, 
 	// the task between the state check and the exec (containerd refuses to
 	// exec in a paused task before the process starts).
 	for attempt := 0; ; attempt++ {
-		if err := s.frozen.wait(ctx, id); err != nil {
+		if err := r.gate.Wait(ctx, id); err != nil {
 			return -1, fmt.Errorf("exec in %q: waiting for a save's freeze to end: %w", id, err)
 		}
-		code, err := s.rt.Exec(ctx, id, spec)
+		code, err := r.rt.Exec(ctx, id, spec)
 		if err == nil {
 			return code, nil
 		}
 		if attempt < 50 {
 			// Refused as paused, or paused now: a save's freeze; the
 			// thaw may come before the look at the task, so both count.
-			if st, serr := s.rt.Status(ctx, id); errors.Is(err, runtime.ErrTaskPaused) || (serr == nil && st.Task == "paused") {
+			if st, serr := r.rt.Status(ctx, id); errors.Is(err, runtime.ErrTaskPaused) || (serr == nil && st.Task == "paused") {
 				select {
 				case <-time.After(100 * time.Millisecond):
 					continue

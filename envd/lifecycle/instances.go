@@ -1,0 +1,297 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/envd/names"
+	"github.com/envd-dev/envd/envd/ops"
+	"github.com/envd-dev/envd/envd/spec"
+	"github.com/envd-dev/envd/runtime"
+	"github.com/envd-dev/envd/versions"
+)
+
+// Labels envd puts on containers, so the reconciler can tell its own.
+const (
+	LabelGeneration = "envd.generation"
+	LabelProject    = "envd.project"
+	LabelTenant     = "envd.tenant"
+)
+
+// view is the instance as a user sees it: with its current address and
+// what protects its data.
+func (m *Manager) view(ctx context.Context, in versions.Instance) types.Instance {
+	return m.viewWith(ctx, in, m.Volumes.Paths(ctx, in.Tenant, in.Project))
+}
+
+func (m *Manager) viewWith(ctx context.Context, in versions.Instance, volumes []string) types.Instance {
+	out := m.withEndpoint(ctx, View(in))
+	pr := types.Protection{RetainedLayer: in.Retain, LastSavedVersion: in.LastSavedVersion}
+	if len(volumes) > 0 {
+		pr.Volumes = volumes
+	}
+	saved := fmt.Sprintf("version %d", in.Version)
+	if in.LastSavedVersion > 0 {
+		saved = fmt.Sprintf("version %d (its last save)", in.LastSavedVersion)
+	}
+	switch {
+	case in.State == types.StateTerminated:
+		pr.LostOnStop, pr.LostOnRemove = "nothing more: the instance is gone", "nothing more: the instance is gone"
+	case in.Retain:
+		pr.LostOnStop = "memory and running processes; files are kept on the node"
+		pr.LostOnRemove = "root filesystem changes not saved since " + saved
+	default:
+		pr.LostOnStop = "stop is refused: the instance is not retained"
+		pr.LostOnRemove = "root filesystem changes not saved since " + saved
+	}
+	if len(pr.Volumes) > 0 {
+		pr.LostOnRemove += "; volumes are kept"
+	}
+	out.Protection = pr
+	return out
+}
+
+// views is view for a list, reading each project's volumes once.
+func (m *Manager) views(ctx context.Context, ins []versions.Instance) []types.Instance {
+	out := make([]types.Instance, 0, len(ins))
+	volumes := map[string][]string{}
+	for _, in := range ins {
+		vs, ok := volumes[in.Project]
+		if !ok {
+			vs = m.Volumes.Paths(ctx, in.Tenant, in.Project)
+			volumes[in.Project] = vs
+		}
+		out = append(out, m.viewWith(ctx, in, vs))
+	}
+	return out
+}
+
+// CreateInstance starts an instance of project from req.Version or the
+// current version. It returns when the instance runs (or has failed). A
+// retry with the same idempotency key and request returns the same instance.
+func (m *Manager) CreateInstance(ctx context.Context, p types.Principal, project string, req types.CreateInstanceRequest, idempotencyKey string) (types.Instance, error) {
+	if err := names.Validate("project", project); err != nil {
+		return types.Instance{}, err
+	}
+	id := names.NewID(project)
+	existing, release, err := m.Ops.Claim(ctx, p, idempotencyKey, "create_instance",
+		struct {
+			Project string
+			Req     types.CreateInstanceRequest
+		}{project, req}, id)
+	if err != nil {
+		return types.Instance{}, err
+	}
+	if existing != "" {
+		return ops.Await(ctx, func(ctx context.Context) (types.Instance, error) { return m.GetInstance(ctx, p, existing) })
+	}
+	in, err := m.createInstance(ctx, p, id, project, req)
+	if err != nil && !errors.Is(err, errProvision) {
+		release() // nothing was made; a provisioning failure leaves a Failed instance the key points at
+	}
+	return in, err
+}
+
+// errProvision marks a failure after the instance was recorded.
+var errProvision = errors.New("provisioning failed")
+
+func (m *Manager) createInstance(ctx context.Context, p types.Principal, id, project string, req types.CreateInstanceRequest) (types.Instance, error) {
+	plan, err := m.planInstance(ctx, p, project, req)
+	if err != nil {
+		return types.Instance{}, err
+	}
+	return m.startPlanned(ctx, p, id, plan)
+}
+
+// instancePlan is a checked request to start an instance.
+type instancePlan struct {
+	proj    versions.Project
+	version versions.Version
+	expires *time.Time
+	retain  bool
+	// isolated: a build or trial container: no volumes, its reads not
+	// recorded for prefetch.
+	isolated bool
+}
+
+// planInstance checks a request to start an instance of project: the
+// version (0 = current) exists and is ready, the TTL is allowed. It changes
+// nothing.
+func (m *Manager) planInstance(ctx context.Context, p types.Principal, project string, req types.CreateInstanceRequest) (instancePlan, error) {
+	if req.Version < 0 {
+		return instancePlan{}, fmt.Errorf("version %d: %w", req.Version, errdefs.ErrInvalidArgument)
+	}
+	expires, err := m.Quota.TTL(ctx, p.Tenant, req.TTL)
+	if err != nil {
+		return instancePlan{}, err
+	}
+	// Early, so that an async restore is refused before its operation
+	// exists; the store checks again, atomically, when it records one.
+	if err := m.Quota.Start(ctx, p.Tenant); err != nil {
+		return instancePlan{}, err
+	}
+	proj, err := m.Store.GetProject(ctx, p.Tenant, project)
+	if err != nil {
+		return instancePlan{}, err
+	}
+	n := req.Version
+	if n == 0 {
+		n = proj.Current
+	}
+	v, err := m.Store.GetVersion(ctx, p.Tenant, project, n)
+	if err != nil {
+		return instancePlan{}, err
+	}
+	if v.State != "ready" {
+		return instancePlan{}, fmt.Errorf("version %d of project %q is %s, only ready versions can be started: %w", n, project, v.State, errdefs.ErrFailedPrecondition)
+	}
+	return instancePlan{proj: proj, version: v, expires: expires, retain: req.Retain}, nil
+}
+
+// startPlanned records the instance as Pending, provisions it and returns
+// it Running. A provisioning failure leaves it Failed (errProvision).
+func (m *Manager) startPlanned(ctx context.Context, p types.Principal, id string, plan instancePlan) (types.Instance, error) {
+	n, project := plan.version.Number, plan.proj.Name
+	ps, _ := spec.Parse(plan.proj.Spec)
+	limits, err := m.effectiveLimits(ctx, p.Tenant, ps.Limits)
+	if err != nil {
+		return types.Instance{}, err
+	}
+	if err := m.Quota.Disk(ctx, p.Tenant, limits.DiskBytes); err != nil {
+		return types.Instance{}, err
+	}
+	in, err := m.Store.CreateInstance(ctx, versions.Instance{
+		ID: id, Tenant: p.Tenant, Project: project, Node: m.Node, Version: n,
+		State: types.StatePending, Reason: types.ReasonCreated, Message: fmt.Sprintf("starting from version %d", n),
+		ExpiresAt: plan.expires, Retain: plan.retain, Spec: spec.MarshalInstance(limits),
+	})
+	if err != nil {
+		return types.Instance{}, err
+	}
+	proj := plan.proj
+	if plan.isolated {
+		proj.Spec = nil // no volumes
+		// A build reaches its package sources whatever the project's
+		// egress, and no other instance.
+		proj.Egress, proj.IsolateInstances = m.BuildEgress, true
+	}
+	if err := m.provision(ctx, in, proj, plan.version.Image, plan.isolated); err != nil {
+		m.abandonPending(ctx, in.ID, err.Error())
+		return types.Instance{}, fmt.Errorf("start instance of %q from version %d: %w: %w", project, n, errProvision, err)
+	}
+	in, err = m.Store.Transition(ctx, in.ID, []types.InstanceState{types.StatePending}, types.StateRunning, types.ReasonStarted, fmt.Sprintf("running version %d", n))
+	if err != nil {
+		return types.Instance{}, err
+	}
+	if !plan.isolated {
+		m.recordFirstReads(in, plan.proj.Compression)
+	}
+	return m.view(ctx, in), nil
+}
+
+// abandonPending removes what provisioning made of a Pending instance and
+// marks it Failed (provision_failed) with msg.
+//
+// The transition comes first and the removal only if it happened: an
+// instance that got past Pending (a restore whose operation was not
+// recorded as finished before a crash) is left alone, never removed.
+func (m *Manager) abandonPending(ctx context.Context, id, msg string) bool {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	_, err := m.Store.Transition(cctx, id, []types.InstanceState{types.StatePending}, types.StateFailed, types.ReasonProvisionFailed, msg)
+	if err != nil {
+		if !errors.Is(err, errdefs.ErrFailedPrecondition) && !errors.Is(err, errdefs.ErrNotFound) {
+			m.Log.Warn("record failed instance", "instance", id, "err", err)
+		}
+		return false
+	}
+	if err := m.Runtime.Remove(cctx, id); err != nil {
+		m.Log.Warn("remove failed instance", "instance", id, "err", err)
+	}
+	return true
+}
+
+// provision pulls the version's image and creates the running container
+// with the project's volumes and network policy (build: a build container,
+// labelled LabelBuild, whose policy does not follow the project's).
+func (m *Manager) provision(ctx context.Context, in versions.Instance, proj versions.Project, image string, build bool) error {
+	mounts, env, err := m.Volumes.Mounts(ctx, proj)
+	if err != nil {
+		return err
+	}
+	ref := m.Registry.Addr() + "/" + image
+	if err := m.Runtime.Pull(ctx, ref); err != nil {
+		return fmt.Errorf("pull %s: %w", image, err)
+	}
+	var limits types.Limits
+	if l := spec.InstanceLimits(in.Spec); l != nil {
+		limits = *l
+	}
+	return m.Runtime.Create(ctx, runtime.InstanceSpec{
+		ID: in.ID, Image: ref, Hostname: in.Project, Mounts: mounts, Env: env,
+		Limits: spec.RuntimeLimits(limits), AllowPrivilegeEscalation: limits.AllowPrivilegeEscalation,
+		Network: NetworkPolicy(proj),
+		// A build's layer is saved: it runs with host ids (no user
+		// namespace, whose shifted ids a save cannot read).
+		HostIDs: build,
+		Labels: map[string]string{
+			LabelGeneration: generationLabel(in.Generation),
+			LabelProject:    in.Project,
+			LabelTenant:     in.Tenant,
+			LabelNode:       m.Node,
+			LabelBuild:      strconv.FormatBool(build),
+		},
+	})
+}
+
+// ListInstances lists the tenant's instances, of one project or all.
+func (m *Manager) ListInstances(ctx context.Context, p types.Principal, project string) ([]types.Instance, error) {
+	if project != "" {
+		if err := names.Validate("project", project); err != nil {
+			return nil, err
+		}
+	}
+	ins, err := m.Store.ListInstances(ctx, p.Tenant, project)
+	if err != nil {
+		return nil, err
+	}
+	return m.views(ctx, ins), nil
+}
+
+// GetInstance returns one instance.
+func (m *Manager) GetInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
+	in, err := m.instance(ctx, p, id)
+	if err != nil {
+		return types.Instance{}, err
+	}
+	return m.view(ctx, in), nil
+}
+
+func (m *Manager) instance(ctx context.Context, p types.Principal, id string) (versions.Instance, error) {
+	if err := names.ValidateInstanceID(id); err != nil {
+		return versions.Instance{}, err
+	}
+	return m.Store.GetInstance(ctx, p.Tenant, id)
+}
+
+// DeleteInstance terminates an instance: its container and writable layer
+// are removed; saved versions and volumes stay.
+func (m *Manager) DeleteInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
+	in, err := m.instance(ctx, p, id)
+	if err != nil {
+		return types.Instance{}, err
+	}
+	if in.State == types.StateTerminated {
+		return View(in), nil
+	}
+	in, err = m.terminate(ctx, in, types.ReasonUserDelete, "deleted by the user")
+	if err != nil {
+		return types.Instance{}, err
+	}
+	return m.view(ctx, in), nil
+}

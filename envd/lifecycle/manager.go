@@ -1,0 +1,186 @@
+// Package lifecycle owns instances on this node: creating them from a
+// version (at once or as a restore operation), the verbs that move them
+// between states (pause, resume, stop, start, delete, renew), hibernation
+// of idle stopped ones, the TTL reaper, the reconciler that makes the
+// runtime and the instance rows agree, and OOM kills. It needs the
+// store's instance, project and version records (Store), the container
+// runtime but for its mounts and exec (Runtime), the project's volumes
+// (Volumes), the quota's TTL, start and disk checks (Quota), the save
+// path's Guard, Capture and Commit for hibernation (Saver), the node's
+// freeze gate, and operations (Operations).
+//
+// Every change of state is a compare-and-swap on the instance's row
+// (versions.Store.Transition): a verb names the states it may start from,
+// moves to a transitional state (Pausing, Resuming, Stopping, Pending)
+// while the runtime works, then to the final one. Two verbs racing on one
+// instance cannot both pass the first step; the loser gets 409
+// failed_precondition with the current state in the details.
+//
+//	Pending  --started-->  Running  --user_pause--> Pausing --> Paused
+//	Paused   --user_resume--> Resuming --> Running
+//	Running|Paused --user_stop--> Stopping --> Stopped
+//	Stopped  --started--> Pending --> Running          (generation + 1)
+//	any      --user_delete|ttl_expiry--> Terminated
+//	any      --provision_failed|node_lost|task_exited|provision_timeout--> Failed
+package lifecycle
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/envd/freeze"
+	"github.com/envd-dev/envd/envd/ops"
+	"github.com/envd-dev/envd/envd/save"
+	"github.com/envd-dev/envd/envd/spec"
+	"github.com/envd-dev/envd/runtime"
+	"github.com/envd-dev/envd/versions"
+)
+
+// Store is what instances need of the store.
+type Store interface {
+	CreateInstance(ctx context.Context, in versions.Instance) (versions.Instance, error)
+	GetInstance(ctx context.Context, tenant, id string) (versions.Instance, error)
+	ListInstances(ctx context.Context, tenant, project string) ([]versions.Instance, error)
+	ListNodeInstances(ctx context.Context, node string) ([]versions.Instance, error)
+	Transition(ctx context.Context, id string, from []types.InstanceState, to types.InstanceState, reason, message string) (versions.Instance, error)
+	Rehome(ctx context.Context, id string, from types.InstanceState, node string, layerVersion int) (versions.Instance, error)
+	Hibernated(ctx context.Context, id string, v int, reason, message string) (versions.Instance, error)
+	BumpGeneration(ctx context.Context, id string) (int64, error)
+	SetExpiry(ctx context.Context, id string, at *time.Time) (versions.Instance, error)
+	NextExpiry(ctx context.Context, node string) (*time.Time, error)
+	ExpiredInstances(ctx context.Context, node string, now time.Time) ([]versions.Instance, error)
+	IdleRetained(ctx context.Context, node string, before time.Time) ([]versions.Instance, error)
+	GetProject(ctx context.Context, tenant, name string) (versions.Project, error)
+	SetProjectPrefetch(ctx context.Context, tenant, name string, files []string) error
+	GetVersion(ctx context.Context, tenant, project string, n int) (versions.Version, error)
+	LimitMaxima(ctx context.Context, tenant string) (versions.LimitMaxima, error)
+}
+
+// Runtime is what instances need of the container runtime: everything
+// but the rootfs mounts (the save path's) and exec (envd/command's).
+type Runtime interface {
+	Pull(ctx context.Context, ref string) error
+	Create(ctx context.Context, spec runtime.InstanceSpec) error
+	Pause(ctx context.Context, id string) error
+	Resume(ctx context.Context, id string) error
+	Stop(ctx context.Context, id string) error
+	Start(ctx context.Context, id string) error
+	SetLabels(ctx context.Context, id string, labels map[string]string) error
+	SetNetworkPolicy(ctx context.Context, id string, pol runtime.NetworkPolicy) error
+	Remove(ctx context.Context, id string) error
+	List(ctx context.Context) ([]string, error)
+	Status(ctx context.Context, id string) (runtime.Status, error)
+}
+
+// Registry is where instances pull their images from.
+type Registry interface {
+	Addr() string
+}
+
+// Volumes are a project's volumes on this node (volumes.Manager).
+type Volumes interface {
+	Mounts(ctx context.Context, proj versions.Project) ([]runtime.Mount, []string, error)
+	Paths(ctx context.Context, tenant, project string) []string
+}
+
+// Quota are the checks a start makes (quota.Checker).
+type Quota interface {
+	TTL(ctx context.Context, tenant, ttl string) (*time.Time, error)
+	Start(ctx context.Context, tenant string) error
+	Disk(ctx context.Context, tenant string, diskBytes int64) error
+}
+
+// Saver is the save path a hibernation captures through (save.Saver).
+type Saver interface {
+	Guard(ctx context.Context, id, what string) (release func(), err error)
+	Capture(ctx context.Context, ev save.Events, cp save.Capture) (save.Captured, error)
+	Commit(ctx context.Context, c save.Captured, commit versions.Commit) (versions.Version, bool, error)
+}
+
+// Operations starts restores, settles interrupted ones and makes instance
+// creation idempotent (ops.Runner).
+type Operations interface {
+	Start(ctx context.Context, p types.Principal, spec ops.Spec) (types.Operation, error)
+	Settle(ctx context.Context, op versions.Operation, err error)
+	Succeed(ctx context.Context, op versions.Operation, result any)
+	Claim(ctx context.Context, p types.Principal, key, kind string, req any, objectID string) (existing string, release func(), err error)
+}
+
+// Deps are what a Manager works with, and the node's settings for
+// instances (see envd.Config for each).
+type Deps struct {
+	Node     string
+	Store    Store
+	Runtime  Runtime
+	Registry Registry
+	Volumes  Volumes
+	Quota    Quota
+	Saver    Saver
+	Gate     *freeze.Gate // shared with the save path
+	Ops      Operations
+	Log      *slog.Logger
+
+	DefaultLimits     types.Limits
+	BuildEgress       string // normal text form
+	HibernateAfter    time.Duration
+	PrefetchWindow    time.Duration
+	ReapInterval      time.Duration
+	ReconcileInterval time.Duration
+	ProvisionTimeout  time.Duration
+}
+
+// Manager manages this node's instances.
+type Manager struct {
+	Deps
+	ctx      context.Context // lives as long as the service
+	wg       sync.WaitGroup  // background loops and watchers
+	reapWake chan struct{}
+
+	mu     sync.Mutex
+	acting map[string]int // instance -> verbs of this process running on it
+}
+
+// New makes a Manager whose background work runs under ctx.
+func New(ctx context.Context, d Deps) *Manager {
+	return &Manager{Deps: d, ctx: ctx, reapWake: make(chan struct{}, 1)}
+}
+
+// act records that a verb of this process acts on instance id until done
+// is called: the reconciler leaves its transitional state alone.
+func (m *Manager) act(id string) (done func()) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.acting == nil {
+		m.acting = map[string]int{}
+	}
+	m.acting[id]++
+	return func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.acting[id]--; m.acting[id] <= 0 {
+			delete(m.acting, id)
+		}
+	}
+}
+
+// inFlight reports whether a verb of this process acts on instance id.
+func (m *Manager) inFlight(id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.acting[id] > 0
+}
+
+// Wait returns when the background work has returned (after ctx ended).
+func (m *Manager) Wait() { m.wg.Wait() }
+
+// View is the instance as the API answers it, without the runtime's view.
+func View(in versions.Instance) types.Instance {
+	return types.Instance{ID: in.ID, Project: in.Project, Node: in.Node, Version: in.Version,
+		LastSavedVersion: in.LastSavedVersion, Generation: in.Generation, State: in.State,
+		Reason: in.Reason, Message: in.Message, Retain: in.Retain, ExpiresAt: in.ExpiresAt,
+		HibernatedVersion: in.HibernatedVersion, CreatedAt: in.CreatedAt, LastTransitionAt: in.LastTransitionAt,
+		Limits: spec.InstanceLimits(in.Spec)}
+}

@@ -1,0 +1,249 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/envd/freeze"
+	"github.com/envd-dev/envd/versions"
+)
+
+// terminable are the states an instance can be terminated from: all but
+// Terminated.
+var terminable = []types.InstanceState{types.StatePending, types.StateRunning, types.StatePausing, types.StatePaused,
+	types.StateResuming, types.StateStopping, types.StateStopped, types.StateFailed}
+
+// verb is one lifecycle verb: From -> Via while Work runs -> To.
+type verb struct {
+	From   []types.InstanceState // the states it may start from
+	Via    types.InstanceState   // the transitional state while the runtime works
+	To     types.InstanceState
+	Reason string // of both transitions; a failed Work records Reason+"_failed"
+	Msg    string
+	// Back is where a failed Work leaves the instance; "" = Failed.
+	Back types.InstanceState
+	Work func(ctx context.Context, in versions.Instance) error
+}
+
+// step runs verb v on instance id of p's tenant, on this node.
+func (m *Manager) step(ctx context.Context, p types.Principal, id string, v verb) (types.Instance, error) {
+	defer m.act(id)()
+	in, err := m.instance(ctx, p, id)
+	if err != nil {
+		return types.Instance{}, err
+	}
+	if in.Node != m.Node {
+		return types.Instance{}, fmt.Errorf("instance %q runs on node %q, not on %q: %w", id, in.Node, m.Node, errdefs.ErrFailedPrecondition)
+	}
+	in, err = m.Store.Transition(ctx, id, v.From, v.Via, v.Reason, v.Msg)
+	if err != nil {
+		return types.Instance{}, err
+	}
+	if werr := v.Work(ctx, in); werr != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		state := v.Back
+		if state == "" {
+			state = types.StateFailed
+		}
+		if _, terr := m.Store.Transition(cctx, id, []types.InstanceState{v.Via}, state, v.Reason+"_failed", werr.Error()); terr != nil {
+			m.Log.Warn("record failed transition", "instance", id, "err", terr)
+		}
+		return types.Instance{}, fmt.Errorf("%s instance %q: %w", v.Reason, id, werr)
+	}
+	in, err = m.Store.Transition(ctx, id, []types.InstanceState{v.Via}, v.To, v.Reason, v.Msg)
+	if err != nil {
+		return types.Instance{}, err
+	}
+	return m.withEndpoint(ctx, View(in)), nil
+}
+
+// PauseInstance freezes the instance's processes; memory is kept.
+func (m *Manager) PauseInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
+	return m.step(ctx, p, id, verb{From: []types.InstanceState{types.StateRunning}, Via: types.StatePausing, To: types.StatePaused,
+		Reason: types.ReasonUserPause, Msg: "paused by the user", Back: types.StateRunning,
+		Work: func(ctx context.Context, in versions.Instance) error {
+			return m.Gate.Hold(ctx, m.Runtime, id, freeze.HolderUser)
+		}})
+}
+
+// ResumeInstance thaws a paused instance and returns its current endpoint.
+func (m *Manager) ResumeInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
+	return m.step(ctx, p, id, verb{From: []types.InstanceState{types.StatePaused}, Via: types.StateResuming, To: types.StateRunning,
+		Reason: types.ReasonUserResume, Msg: "resumed by the user", Back: types.StatePaused,
+		Work: func(ctx context.Context, in versions.Instance) error {
+			// A save's freeze window may hold the task frozen too: the
+			// resume completes (Running) only after the save's thaw.
+			if err := m.Gate.Release(ctx, m.Runtime, id, freeze.HolderUser, true); err != nil {
+				return err
+			}
+			if err := m.Gate.WaitThawed(ctx, id); err != nil {
+				// Back to Paused: the pause holds again.
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+				defer cancel()
+				if herr := m.Gate.Hold(cctx, m.Runtime, id, freeze.HolderUser); herr != nil {
+					m.Log.Warn("pause again after an abandoned resume", "instance", id, "err", herr)
+				}
+				return err
+			}
+			return nil
+		}})
+}
+
+// StopInstance kills the instance's processes and releases its compute;
+// the writable layer stays on the node, so a start brings its files back.
+// Only retained instances can stop: for others the layer would be lost.
+func (m *Manager) StopInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
+	in, err := m.instance(ctx, p, id)
+	if err != nil {
+		return types.Instance{}, err
+	}
+	if !in.Retain {
+		return types.Instance{}, errdefs.WithDetails(fmt.Errorf("instance %q was not started with --retain: stopping it would lose its writable layer; "+
+			"save it and remove it, or start instances with --retain: %w", id, errdefs.ErrFailedPrecondition), map[string]any{"state": in.State})
+	}
+	return m.stopInstance(ctx, p, id, types.ReasonUserStop, "stopped by the user")
+}
+
+func (m *Manager) stopInstance(ctx context.Context, p types.Principal, id, reason, msg string) (types.Instance, error) {
+	return m.step(ctx, p, id, verb{From: []types.InstanceState{types.StateRunning, types.StatePaused}, Via: types.StateStopping, To: types.StateStopped,
+		Reason: reason, Msg: msg + "; the writable layer is kept on node " + m.Node,
+		Work: func(ctx context.Context, in versions.Instance) error { return m.Runtime.Stop(ctx, id) }})
+}
+
+// StartInstance starts a stopped instance on its kept writable layer, with
+// a new generation: anything still acting with the old one is fenced off.
+// A hibernated instance is brought back from its hibernation version, on
+// this node.
+func (m *Manager) StartInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
+	in, err := m.instance(ctx, p, id)
+	if err != nil {
+		return types.Instance{}, err
+	}
+	// The tenant's instance quota is checked by the store, atomically, as
+	// the instance leaves Stopped (versions.Store.Transition).
+	if in.HibernatedVersion > 0 && in.State == types.StateStopped {
+		return m.wake(ctx, p, in)
+	}
+	return m.step(ctx, p, id, verb{From: []types.InstanceState{types.StateStopped}, Via: types.StatePending, To: types.StateRunning,
+		Reason: types.ReasonStarted, Msg: "started on the kept writable layer",
+		Work: func(ctx context.Context, in versions.Instance) error {
+			gen, err := m.Store.BumpGeneration(ctx, id)
+			if err != nil {
+				return err
+			}
+			if err := m.Runtime.SetLabels(ctx, id, map[string]string{LabelGeneration: generationLabel(gen)}); err != nil {
+				return err
+			}
+			if err := m.refreshNetworkPolicy(ctx, in); err != nil {
+				return err
+			}
+			if err := m.Runtime.Start(ctx, id); err != nil {
+				return err
+			}
+			return m.renewOnStart(ctx, in)
+		}})
+}
+
+// renewOnStart gives a started instance a fresh default lifetime if it
+// had one.
+func (m *Manager) renewOnStart(ctx context.Context, in versions.Instance) error {
+	if in.ExpiresAt == nil {
+		return nil
+	}
+	exp, err := m.Quota.TTL(ctx, in.Tenant, "") // the default, cut to the tenant's maximum
+	if err != nil {
+		return err
+	}
+	_, err = m.Store.SetExpiry(ctx, in.ID, exp)
+	return err
+}
+
+// wake brings a hibernated instance back on this node: a new container
+// from its hibernation version, a new generation, this node as its home.
+func (m *Manager) wake(ctx context.Context, p types.Principal, in versions.Instance) (types.Instance, error) {
+	v, err := m.Store.GetVersion(ctx, in.Tenant, in.Project, in.HibernatedVersion)
+	if err != nil {
+		return types.Instance{}, err
+	}
+	proj, err := m.Store.GetProject(ctx, in.Tenant, in.Project)
+	if err != nil {
+		return types.Instance{}, err
+	}
+	if in, err = m.Store.Transition(ctx, in.ID, []types.InstanceState{types.StateStopped}, types.StatePending, types.ReasonStarted,
+		fmt.Sprintf("waking from hibernation version %d on node %s", v.Number, m.Node)); err != nil {
+		return types.Instance{}, err
+	}
+	if in, err = m.Store.Rehome(ctx, in.ID, types.StatePending, m.Node, v.Number); err != nil {
+		return types.Instance{}, err
+	}
+	if err := m.provision(ctx, in, proj, v.Image, false); err != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		_ = m.Runtime.Remove(cctx, in.ID)
+		m.fail(cctx, in.ID, types.StatePending, types.ReasonProvisionFailed, err.Error())
+		return types.Instance{}, fmt.Errorf("wake instance %q: %w", in.ID, err)
+	}
+	if err := m.renewOnStart(ctx, in); err != nil {
+		return types.Instance{}, err
+	}
+	in, err = m.Store.Transition(ctx, in.ID, []types.InstanceState{types.StatePending}, types.StateRunning, types.ReasonStarted,
+		fmt.Sprintf("woke from hibernation version %d", v.Number))
+	if err != nil {
+		return types.Instance{}, err
+	}
+	m.recordFirstReads(in, proj.Compression)
+	return m.view(ctx, in), nil
+}
+
+// RenewInstance sets the instance's expiry to now + ttl; it may shorten it.
+// "none" removes the expiry.
+func (m *Manager) RenewInstance(ctx context.Context, p types.Principal, id, ttl string) (types.Instance, error) {
+	if ttl == "" {
+		return types.Instance{}, fmt.Errorf("ttl: required (a Go duration such as 30m, or \"none\"): %w", errdefs.ErrInvalidArgument)
+	}
+	in, err := m.instance(ctx, p, id)
+	if err != nil {
+		return types.Instance{}, err
+	}
+	expires, err := m.Quota.TTL(ctx, in.Tenant, ttl)
+	if err != nil {
+		return types.Instance{}, err
+	}
+	if in.State == types.StateTerminated || in.State == types.StateFailed {
+		return types.Instance{}, errdefs.WithDetails(fmt.Errorf("instance %q is %s: cannot renew: %w", id, in.State, errdefs.ErrFailedPrecondition),
+			map[string]any{"state": in.State})
+	}
+	in, err = m.Store.SetExpiry(ctx, id, expires)
+	if err != nil {
+		return types.Instance{}, err
+	}
+	m.wakeReaper()
+	return View(in), nil
+}
+
+// withEndpoint fills the instance's network address from the runtime, as
+// it is now (never cached).
+func (m *Manager) withEndpoint(ctx context.Context, in types.Instance) types.Instance {
+	if in.State != types.StateRunning && in.State != types.StatePaused {
+		return in
+	}
+	if st, err := m.Runtime.Status(ctx, in.ID); err == nil {
+		in.Address = st.Address
+	}
+	return in
+}
+
+// terminate removes an instance's container and records why.
+func (m *Manager) terminate(ctx context.Context, in versions.Instance, reason, msg string) (versions.Instance, error) {
+	if err := m.Runtime.Remove(ctx, in.ID); err != nil {
+		return versions.Instance{}, fmt.Errorf("remove instance %q: %w", in.ID, err)
+	}
+	return m.Store.Transition(ctx, in.ID, terminable, types.StateTerminated, reason, msg)
+}
+
+func generationLabel(g int64) string { return strconv.FormatInt(g, 10) }

@@ -1,0 +1,347 @@
+// Package save is the save path of DESIGN.md: an instance's root
+// filesystem changes captured as a layer (spooled, frozen only for a
+// second pass, encoded), checked against the quota, pushed on top of the
+// version the rootfs sits on, and committed as a new version that becomes
+// current only if current is still what the save expected. Saves run as
+// operations; builds and hibernations capture through the same steps
+// (Capture, Commit). It needs of the runtime only Mounts, Pause, Resume
+// and Status (Runtime), of the registry Get and Append (Registry), the
+// store's instance, project and version reads (Store), the upload lease
+// (Content) and the early quota check (Quota).
+package save
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/envd/freeze"
+	"github.com/envd-dev/envd/envd/names"
+	"github.com/envd-dev/envd/envd/ops"
+	"github.com/envd-dev/envd/envd/spec"
+	"github.com/envd-dev/envd/registry"
+	"github.com/envd-dev/envd/runtime"
+	"github.com/envd-dev/envd/snapshotter"
+	"github.com/envd-dev/envd/versions"
+)
+
+// injectedFiles are bind-mounted into every instance by the runtime; runc
+// creates empty files for them in the upper dir when the image lacks them.
+// They belong to the node, not to the environment.
+var injectedFiles = []string{"/etc/resolv.conf", "/etc/hosts", "/etc/hostname"}
+
+// Job is everything a save needs, fixed when it is requested, so that a
+// resumed save does exactly what was asked.
+type Job struct {
+	InstanceID string `json:"instance_id"`
+	Generation int64  `json:"generation"`
+	Expected   int    `json:"expected_current"`
+	Message    string `json:"message,omitempty"`
+}
+
+// Save starts a save of the instance's changes as a new version (step 1 of
+// the save path: record the expected current and the generation).
+func (s *Saver) Save(ctx context.Context, p types.Principal, id string, req types.SaveRequest, idempotencyKey string) (types.Operation, error) {
+	if err := names.ValidateInstanceID(id); err != nil {
+		return types.Operation{}, err
+	}
+	in, err := s.Store.GetInstance(ctx, p.Tenant, id)
+	if err != nil {
+		return types.Operation{}, err
+	}
+	if err := CheckGeneration(in, req.Generation); err != nil {
+		return types.Operation{}, err
+	}
+	if in.State != types.StateRunning {
+		return types.Operation{}, errdefs.WithDetails(fmt.Errorf("instance %q is %s, save needs Running: %w", id, in.State, errdefs.ErrFailedPrecondition),
+			map[string]any{"state": in.State})
+	}
+	if in.Node != s.Node {
+		return types.Operation{}, fmt.Errorf("instance %q runs on node %q, not on %q: %w", id, in.Node, s.Node, errdefs.ErrFailedPrecondition)
+	}
+	if len(req.Message) > 4096 {
+		return types.Operation{}, fmt.Errorf("message: longer than 4096 bytes: %w", errdefs.ErrInvalidArgument)
+	}
+	job := Job{InstanceID: id, Generation: in.Generation, Message: req.Message, Expected: in.Version}
+	if in.LastSavedVersion > 0 {
+		job.Expected = in.LastSavedVersion
+	}
+	if req.ExpectedCurrent != nil {
+		if *req.ExpectedCurrent < 0 {
+			return types.Operation{}, fmt.Errorf("expected_current %d: %w", *req.ExpectedCurrent, errdefs.ErrInvalidArgument)
+		}
+		job.Expected = *req.ExpectedCurrent
+	}
+	// One save of an instance at a time: a second answers 409 while the
+	// first is unfinished, on whichever node it is asked.
+	return s.Ops.Start(ctx, p, ops.Spec{Kind: types.OpKindSave, Target: id, Scope: id, IdempotencyKey: idempotencyKey,
+		Asked: req, Job: job, Exclusive: CaptureKinds,
+		Run: func(ctx context.Context, op *ops.Op) (any, error) { return s.Run(ctx, op, job) }})
+}
+
+// Run is steps 2-7 of the save path in DESIGN.md.
+func (s *Saver) Run(ctx context.Context, op *ops.Op, job Job) (types.SaveResult, error) {
+	start := time.Now()
+	in, err := s.Store.GetInstance(ctx, "", job.InstanceID)
+	if err != nil {
+		return types.SaveResult{}, err
+	}
+	if in.Generation != job.Generation {
+		return types.SaveResult{}, fmt.Errorf("instance %q generation %d, save was for %d: %w", in.ID, in.Generation, job.Generation, errdefs.ErrStaleGeneration)
+	}
+	if in.State != types.StateRunning {
+		return types.SaveResult{}, fmt.Errorf("instance %q is %s: %w", in.ID, in.State, errdefs.ErrFailedPrecondition)
+	}
+	release, err := s.Guard(ctx, in.ID, op.ID)
+	if err != nil {
+		return types.SaveResult{}, err
+	}
+	defer release()
+	c, err := s.Capture(ctx, op, Capture{Work: op.ID, Instance: in, Freeze: true, Quota: versions.QuotaEnforced})
+	if err != nil {
+		return types.SaveResult{}, err
+	}
+	commitStart := time.Now()
+	v, switched, err := s.Commit(ctx, c, versions.Commit{
+		Tenant: in.Tenant, Project: in.Project, Expected: job.Expected, InstanceID: in.ID, Generation: job.Generation,
+		Kind: "snapshot", Message: job.Message,
+	})
+	if err != nil {
+		return types.SaveResult{}, err
+	}
+	res := types.SaveResult{
+		Project: in.Project, Version: v.Number, Current: switched, Conflict: !switched, Expected: job.Expected,
+		Image: c.Image.Ref(), FreezeMS: c.Freeze.Milliseconds(), SpoolMS: c.Stats.Duration.Milliseconds(),
+		EncodeMS: c.Encode.Milliseconds(), PushMS: c.Push.Milliseconds(), CommitMS: time.Since(commitStart).Milliseconds(),
+		TotalMS: time.Since(start).Milliseconds(), LayerBytes: c.Layer.Size, Entries: c.Stats.Entries, Compression: c.Compression,
+	}
+	s.stats.add(res)
+	if switched {
+		op.Event(ctx, "committed", fmt.Sprintf("version %d is current", v.Number), res)
+	} else {
+		op.Event(ctx, "conflict", fmt.Sprintf("version %d is ready but not current: current is no longer %d", v.Number, job.Expected), res)
+	}
+	return res, nil
+}
+
+// Capture says what to capture and how.
+type Capture struct {
+	// Work names the spool directory under the work dir and the holder of
+	// the freeze: a save's operation id, "hibernate-<instance>".
+	Work     string
+	Instance versions.Instance
+	// Freeze: the instance runs and is frozen for the second spool pass;
+	// a stopped instance has nothing to freeze and is read in one pass.
+	Freeze bool
+	// Quota says whether the tenant's quota applies, checked here before
+	// the upload and by Commit again, atomically. Only the node's own idle
+	// hibernation is exempt.
+	Quota versions.QuotaPolicy
+}
+
+// Captured is an instance's rootfs changes pushed as an image, under an
+// upload lease that Commit ends.
+type Captured struct {
+	Image                registry.Image
+	Base                 versions.Version // the version whose layers the image extends
+	Stats                snapshotter.SpoolStats
+	Layer                snapshotter.Layer
+	Compression          string
+	Freeze, Encode, Push time.Duration
+
+	upload      *versions.Upload
+	quota       versions.QuotaPolicy
+	volumeBytes int64 // the tenant's declared volume sizes, for the commit's quota check
+}
+
+// Capture is steps 2-5 of the save path: read the instance's upper dir,
+// encode it, check it against the tenant's quota (unless exempt), and push
+// it on top of the version the rootfs sits on. The caller must pass the
+// result to Commit.
+func (s *Saver) Capture(ctx context.Context, ev Events, cp Capture) (Captured, error) {
+	var c Captured
+	in := cp.Instance
+	proj, err := s.Store.GetProject(ctx, in.Tenant, in.Project)
+	if err != nil {
+		return c, err
+	}
+	// The new image is the layers the rootfs sits on plus one layer of
+	// everything changed since: repeated saves replace that layer.
+	layerVersion := in.Version
+	if in.LayerVersion > 0 {
+		layerVersion = in.LayerVersion
+	}
+	if c.Base, err = s.Store.GetVersion(ctx, in.Tenant, in.Project, layerVersion); err != nil {
+		return c, err
+	}
+	mounts, err := s.Runtime.Mounts(ctx, in.ID)
+	if err != nil {
+		return c, fmt.Errorf("rootfs of %q: %w", in.ID, err)
+	}
+	upper, err := snapshotter.UpperDir(mounts)
+	if err != nil {
+		return c, fmt.Errorf("rootfs of %q: %w", in.ID, err)
+	}
+
+	dir := filepath.Join(s.WorkDir, cp.Work)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return c, err
+	}
+	defer os.RemoveAll(dir)
+
+	excludes := append(append(append([]string{}, snapshotter.DefaultExcludes...), injectedFiles...), proj.Excludes...)
+	ps, err := spec.Parse(proj.Spec)
+	if err != nil {
+		return c, err
+	}
+	for _, v := range ps.Volumes {
+		excludes = append(excludes, v.Path) // volumes are never part of a snapshot
+	}
+	spoolPath := filepath.Join(dir, "layer.tar")
+	c.Stats, c.Freeze, err = s.spool(ctx, in.ID, cp.Work, upper, spoolPath, excludes, cp.Freeze)
+	if err != nil {
+		return c, err
+	}
+	ev.Event(ctx, "spooled", fmt.Sprintf("read %d entries (%d bytes) while frozen for %s", c.Stats.Entries, c.Stats.Bytes, c.Freeze.Round(time.Millisecond)),
+		map[string]any{"entries": c.Stats.Entries, "bytes": c.Stats.Bytes, "whiteouts": c.Stats.Whiteouts, "freeze_ms": c.Freeze.Milliseconds()})
+
+	encStart := time.Now()
+	c.Compression = proj.Compression
+	c.Layer, err = snapshotter.Encode(ctx, spoolPath, dir, snapshotter.EncodeOptions{
+		Compression: snapshotter.Compression(proj.Compression), PrioritizedFiles: proj.Prefetch})
+	if err != nil {
+		return c, fmt.Errorf("encode layer: %w", err)
+	}
+	c.Encode = time.Since(encStart)
+	_ = os.Remove(spoolPath)
+	ev.Event(ctx, "encoded", fmt.Sprintf("%s layer of %d bytes in %s", proj.Compression, c.Layer.Size, c.Encode.Round(time.Millisecond)),
+		map[string]any{"layer_bytes": c.Layer.Size, "encode_ms": c.Encode.Milliseconds()})
+
+	// The quota is checked on the encoded size before anything is
+	// uploaded, and again, atomically, by the commit.
+	c.quota = cp.Quota
+	if cp.Quota != versions.QuotaExempt {
+		if c.volumeBytes, err = s.Quota.Save(ctx, in.Tenant, in.Project, c.Layer.Size); err != nil {
+			return c, err
+		}
+	}
+	pushStart := time.Now()
+	parent, err := s.Reg.Get(ctx, c.Base.Image)
+	if err != nil {
+		return c, fmt.Errorf("parent image of version %d: %w", c.Base.Number, err)
+	}
+	c.upload, err = s.Content.Upload(ctx, func() (err error) {
+		c.Image, err = s.Reg.Append(ctx, parent, registry.LayerFile{
+			Path: c.Layer.Path, MediaType: c.Layer.MediaType, Digest: c.Layer.Digest.String(), DiffID: c.Layer.DiffID.String(),
+			Size: c.Layer.Size, Annotations: c.Layer.Annotations,
+		}, names.ProjectRepo(in.Tenant, in.Project), "", map[string]string{
+			"org.envd.project": in.Project, "org.envd.instance": in.ID, "org.envd.parent-version": fmt.Sprint(c.Base.Number),
+		})
+		return err
+	})
+	if err != nil {
+		return c, fmt.Errorf("push version image: %w", err)
+	}
+	c.Push = time.Since(pushStart)
+	ev.Event(ctx, "pushed", fmt.Sprintf("pushed and verified %s in %s", c.Image.Ref(), c.Push.Round(time.Millisecond)),
+		map[string]any{"image": c.Image.Ref(), "push_ms": c.Push.Milliseconds()})
+	return c, nil
+}
+
+// spool writes the layer tar of the instance's upper dir to path. A running
+// instance is frozen only for the second pass of a two-pass spool (step 2):
+// the first pass copies every file while the instance runs, the frozen one
+// re-reads metadata and copies only what changed meanwhile, so the freeze
+// grows with what changed during the save, not with the size of the change.
+// The thaw always runs, even when ctx is canceled. work names the save
+// (its operation) as a holder of the freeze.
+func (s *Saver) spool(ctx context.Context, id, work, upper, path string, excludes []string, freezeIt bool) (snapshotter.SpoolStats, time.Duration, error) {
+	opts := snapshotter.SpoolOptions{Excludes: excludes}
+	var err error
+	if opts.IDShift, err = s.idShift(ctx, id); err != nil {
+		return snapshotter.SpoolStats{}, 0, err
+	}
+	if !freezeIt { // a stopped instance: nothing runs, one pass
+		f, err := os.Create(path)
+		if err != nil {
+			return snapshotter.SpoolStats{}, 0, err
+		}
+		defer f.Close()
+		stats, err := snapshotter.Spool(ctx, upper, f, opts)
+		if err == nil {
+			err = f.Close()
+		}
+		return stats, 0, err
+	}
+	tp, err := snapshotter.Prepare(ctx, upper, filepath.Dir(path), opts)
+	if err != nil {
+		return snapshotter.SpoolStats{}, 0, fmt.Errorf("read changes of %q: %w", id, err)
+	}
+	defer tp.Close()
+
+	// The freeze is held for this save alone: a user's pause during it
+	// stays in force after it (see freeze.Gate).
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	holder := freeze.SaveHolder(work)
+	frozen := time.Now()
+	if err := s.Gate.Hold(ctx, s.Runtime, id, holder); err != nil {
+		return snapshotter.SpoolStats{}, 0, err
+	}
+	fs, frozenErr := tp.Frozen(ctx)
+	resumeErr := s.Gate.Release(rctx, s.Runtime, id, holder, false)
+	window := time.Since(frozen)
+	if frozenErr != nil {
+		return fs.SpoolStats, window, fmt.Errorf("read changes of %q: %w", id, frozenErr)
+	}
+	if resumeErr != nil {
+		return fs.SpoolStats, window, resumeErr
+	}
+
+	f, err := os.Create(path)
+	if err != nil {
+		return fs.SpoolStats, window, err
+	}
+	defer f.Close()
+	if err := tp.WriteTar(ctx, f); err != nil {
+		return fs.SpoolStats, window, fmt.Errorf("write layer tar of %q: %w", id, err)
+	}
+	return fs.SpoolStats, window, f.Close()
+}
+
+// idShift is how a save maps instance id's upper dir ids back to the
+// container's: nil unless it runs in a user namespace (the node's --userns).
+func (s *Saver) idShift(ctx context.Context, id string) (*snapshotter.IDShift, error) {
+	st, err := s.Runtime.Status(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	v := st.Labels[runtime.LabelUserNS]
+	if v == "" {
+		return nil, nil
+	}
+	m, err := runtime.ParseUserNSLabel(v)
+	if err != nil {
+		return nil, fmt.Errorf("instance %q: %w", id, err)
+	}
+	return &snapshotter.IDShift{HostBase: m[0].HostID, Size: m[0].Size}, nil
+}
+
+// Commit is step 6 for a captured image: c's image, parent and sizes are
+// recorded as the version commit describes, under c's upload lease (ended
+// here) and checked against the quota as Capture was asked. A failed
+// commit drops the pushed manifest.
+func (s *Saver) Commit(ctx context.Context, c Captured, commit versions.Commit) (versions.Version, bool, error) {
+	defer c.upload.End()
+	commit.Image, commit.Parent, commit.SizeBytes, commit.Layers = c.Image.Ref(), c.Base.Number, c.Image.Size, len(c.Image.Layers)
+	commit.LayerBytes, commit.Quota, commit.OtherStoredBytes = c.Layer.Size, c.quota, c.volumeBytes
+	v, switched, err := c.upload.CommitVersion(ctx, commit)
+	if err != nil {
+		s.Content.Drop(ctx, c.Image)
+	}
+	return v, switched, err
+}
