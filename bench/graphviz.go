@@ -445,3 +445,36 @@ func importImage(ctx context.Context, reg *registry.Server, rootfs string) (regi
 	}
 	return c.ImportRootfs(ctx, rootfs, imageRepo, imageTag)
 }
+
+// runtimeParts are what the runtime benchmarks share: an embedded registry
+// holding the Debian image (ref is its pullable reference) and a private
+// containerd.
+type runtimeParts struct {
+	reg    *registry.Server
+	daemon *runtime.Daemon
+	img    registry.Image
+	ref    string
+}
+
+// startRuntimeParts resets the work dir and starts the runtimeParts; stop
+// undoes both.
+func startRuntimeParts(ctx context.Context, cfg config) (p runtimeParts, stop func() error, err error) {
+	if err := ensureRootfs(ctx, cfg.rootfs); err != nil {
+		return p, nil, err
+	}
+	if err := resetWork(cfg.work); err != nil {
+		return p, nil, err
+	}
+	if p.reg, err = registry.Serve(ctx, filepath.Join(cfg.work, "registry"), "127.0.0.1:0"); err != nil {
+		return p, nil, err
+	}
+	closeReg := func() error { return p.reg.Close(context.WithoutCancel(ctx)) }
+	if p.img, err = importImage(ctx, p.reg, cfg.rootfs); err != nil {
+		return p, nil, errors.Join(fmt.Errorf("import rootfs: %w", err), closeReg())
+	}
+	if p.daemon, err = runtime.StartDaemon(ctx, filepath.Join(cfg.work, "containerd")); err != nil {
+		return p, nil, errors.Join(err, closeReg())
+	}
+	p.ref = p.reg.Addr() + "/" + p.img.Ref()
+	return p, func() error { return errors.Join(p.daemon.Stop(context.WithoutCancel(ctx)), closeReg()) }, nil
+}

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/envd-dev/envd/internal/syncbuf"
-	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/runtime"
 )
 
@@ -26,27 +25,12 @@ var hardeningLimits = runtime.Limits{MemoryBytes: 2 << 30, Pids: 4096, CPUWeight
 // runtime.Config.Unrestricted. The variants alternate, each run in a new
 // instance made from the same image, so load on the machine hits both.
 func runHardening(ctx context.Context, cfg config, out io.Writer) (rErr error) {
-	if err := ensureRootfs(ctx, cfg.rootfs); err != nil {
-		return err
-	}
-	if err := resetWork(cfg.work); err != nil {
-		return err
-	}
-	reg, err := registry.Serve(ctx, filepath.Join(cfg.work, "registry"), "127.0.0.1:0")
+	parts, stop, err := startRuntimeParts(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer func() { rErr = errors.Join(rErr, reg.Close(context.WithoutCancel(ctx))) }()
-	img, err := importImage(ctx, reg, cfg.rootfs)
-	if err != nil {
-		return fmt.Errorf("import rootfs: %w", err)
-	}
-	ref := reg.Addr() + "/" + img.Ref()
-	daemon, err := runtime.StartDaemon(ctx, filepath.Join(cfg.work, "containerd"))
-	if err != nil {
-		return err
-	}
-	defer func() { rErr = errors.Join(rErr, daemon.Stop(context.WithoutCancel(ctx))) }()
+	defer func() { rErr = errors.Join(rErr, stop()) }()
+	reg, daemon, ref := parts.reg, parts.daemon, parts.ref
 
 	type variant struct {
 		name string

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/runtime"
 )
 
@@ -18,27 +17,12 @@ import (
 // remapped snapshot), later ones, and instances without a user namespace,
 // then runs the Graphviz install in a user namespace instance.
 func runUserNS(ctx context.Context, cfg config, out io.Writer) (rErr error) {
-	if err := ensureRootfs(ctx, cfg.rootfs); err != nil {
-		return err
-	}
-	if err := resetWork(cfg.work); err != nil {
-		return err
-	}
-	reg, err := registry.Serve(ctx, filepath.Join(cfg.work, "registry"), "127.0.0.1:0")
+	parts, stop, err := startRuntimeParts(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer func() { rErr = errors.Join(rErr, reg.Close(context.WithoutCancel(ctx))) }()
-	img, err := importImage(ctx, reg, cfg.rootfs)
-	if err != nil {
-		return fmt.Errorf("import rootfs: %w", err)
-	}
-	ref := reg.Addr() + "/" + img.Ref()
-	daemon, err := runtime.StartDaemon(ctx, filepath.Join(cfg.work, "containerd"))
-	if err != nil {
-		return err
-	}
-	defer func() { rErr = errors.Join(rErr, daemon.Stop(context.WithoutCancel(ctx))) }()
+	defer func() { rErr = errors.Join(rErr, stop()) }()
+	reg, daemon, ref := parts.reg, parts.daemon, parts.ref
 	rt, err := runtime.New(ctx, runtime.Config{
 		Address:             daemon.Address(),
 		Namespace:           "envdbench-u",
@@ -104,7 +88,7 @@ func runUserNS(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 	fmt.Fprintf(&b, "Machine: %s\n\n", machine())
 	fmt.Fprintf(&b, "Date: %s\n\n", time.Now().UTC().Format("Mon Jan _2 15:04:05 UTC 2006"))
 	fmt.Fprintf(&b, "Command: `%s`\n\n", command())
-	fmt.Fprintf(&b, "Image: Debian bookworm minbase (%s MB), overlayfs; %d runs of the later creates, alternated; medians.\n\n", megabytes(img.Size), cfg.runs)
+	fmt.Fprintf(&b, "Image: Debian bookworm minbase (%s MB), overlayfs; %d runs of the later creates, alternated; medians.\n\n", megabytes(parts.img.Size), cfg.runs)
 	mdTable(&b, []string{"instance create (until the init runs)", "time"}, 1, [][]string{
 		{"first in a user namespace (the image chowned into a remapped snapshot)", seconds(first)},
 		{"later in a user namespace, while the first holds the remapped snapshot", seconds(median(later))},
