@@ -131,6 +131,14 @@ export class ExecSession {
     }
     const unlink = () => o.signal?.removeEventListener("abort", onAbort);
 
+    let probing = false;
+    const handshakeFailed = () => {
+      if (probing || this.finished) return;
+      probing = true;
+      // Browsers do not show the HTTP answer of a refused handshake, so ask
+      // the same URL without an upgrade to learn why (400, 401, 404 ...).
+      void probe(t, httpURL).then(fail, fail);
+    };
     this.ws.onopen = () => {
       open = true;
       resolveOpen();
@@ -178,9 +186,7 @@ export class ExecSession {
       unlink();
       if (this.finished) return;
       if (!open) {
-        // The handshake failed. Browsers do not show the HTTP answer, so ask
-        // the same URL without an upgrade to learn why (400, 401, 404 ...).
-        void probe(t, httpURL).then(fail, fail);
+        handshakeFailed();
         return;
       }
       if (ev.code >= 4000 && ev.code < 5000) {
@@ -189,8 +195,10 @@ export class ExecSession {
       }
       fail(new Error(`envd: exec in ${id}: the stream ended before the exit status (close ${ev.code}${ev.reason ? ": " + ev.reason : ""})`));
     };
+    // Some implementations (Node 20's) report a refused handshake with an
+    // error event only, no close; after the open, onclose says what happened.
     this.ws.onerror = () => {
-      // onclose follows and says what happened.
+      if (!open) handshakeFailed();
     };
   }
 
