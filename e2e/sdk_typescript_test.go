@@ -42,6 +42,15 @@ func TestSDKTypeScript(t *testing.T) {
 		}
 		t.Logf("npm run %s: ok %s", script, nodeTestSummary(string(out)))
 	}
+	// ENVD_SDK_BENCH=1 also measures the SDK against raw HTTP calls (1,000
+	// execs, 100 saves: minutes, so not by default).
+	if os.Getenv("ENVD_SDK_BENCH") != "" {
+		cmd := exec.CommandContext(ctx(t), "node", "bench/overhead.mjs")
+		cmd.Dir, cmd.Env = dir, environ
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "bench/overhead.mjs: %s", out)
+		t.Logf("bench/overhead.mjs: %s", out)
+	}
 }
 
 // nodeTestSummary picks the test runner's counts ("# pass 35", ...) from its output.

@@ -509,8 +509,8 @@ export class Operations {
     for (let failures = 0; failures <= maxReconnects; ) {
       const before = last;
       let reason: unknown;
+      const stream = this.stream<R>(id, last, opts);
       try {
-        const stream = this.stream<R>(id, last, opts);
         for (;;) {
           const r = await stream.next();
           if (r.done) return r.value;
@@ -521,6 +521,9 @@ export class Operations {
       } catch (e) {
         if (permanentOrAbort(e, opts.signal)) throw opts.signal?.aborted ? abortError(opts.signal) : e;
         reason = e;
+      } finally {
+        // Closes the connection when the caller stops iterating early.
+        await stream.return(undefined as never).catch(() => {});
       }
       failures = last > before ? 0 : failures + 1;
       if (failures > maxReconnects) break;

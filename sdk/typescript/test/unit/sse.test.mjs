@@ -170,6 +170,21 @@ describe("operation event streams", () => {
     assert.ok(srv.requests.some((r) => r.url.startsWith("/v1/operations/op-1/events?after=")));
   });
 
+  test("breaking out of the loop closes the connection", async () => {
+    let closed;
+    const gone = new Promise((r) => (closed = r));
+    behaviour = (req, res) => {
+      res.writeHead(200, { "Content-Type": "text/event-stream" });
+      res.write(sse(ev(1)));
+      res.on("close", () => closed(true));
+    };
+    for await (const e of client().operations.events("op-1")) {
+      assert.equal(e.seq, 1);
+      break;
+    }
+    assert.equal(await Promise.race([gone, new Promise((r) => setTimeout(() => r(false), 2000))]), true);
+  });
+
   test("aborting stops waiting", async () => {
     behaviour = (req, res) => {
       res.writeHead(200, { "Content-Type": "text/event-stream" });
