@@ -330,7 +330,7 @@ function live() {
       assert.match(base2.digest, /^sha256:/);
       const plain = await c.images.import(`sdkts-${suffix}-p`, tarOf({ "etc/": null, "etc/plain": "x\n" }));
       assert.notEqual(plain.digest, base2.digest);
-      await assert.rejects(c.images.import(`sdkts-${suffix}-p`, tarOf({ "x": "y" })), AlreadyExistsError);
+      assert.ok((await c.images.list()).some((i) => i.name === plain.name && i.digest === plain.digest));
 
       const m = await c.migrations.create(project, { base: base2.name });
       assert.equal(m.kind, "migrate");
