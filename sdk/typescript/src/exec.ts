@@ -106,8 +106,10 @@ export class ExecSession {
     let resolveExit!: (n: number) => void, rejectExit!: (e: unknown) => void;
     this.opened = new Promise((res, rej) => ((resolveOpen = res), (rejectOpen = rej)));
     this.exit = new Promise((res, rej) => ((resolveExit = res), (rejectExit = rej)));
-    // Callers that only await exit must not see an unhandled rejection of opened.
+    // A caller that awaits only one of them, or neither (close() and go),
+    // must not get an unhandled rejection; awaiting still sees the error.
     this.opened.catch(() => {});
+    this.exit.catch(() => {});
 
     let open = false;
     const fail = (e: unknown) => {
