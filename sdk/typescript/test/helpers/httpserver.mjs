@@ -8,8 +8,9 @@ export async function startHTTPServer(handler) {
     const chunks = [];
     req.on("data", (c) => chunks.push(c));
     req.on("end", () => {
-      const body = Buffer.concat(chunks).toString();
-      requests.push({ method: req.method, url: req.url, headers: req.headers, body });
+      const raw = Buffer.concat(chunks);
+      const body = raw.toString();
+      requests.push({ method: req.method, url: req.url, headers: req.headers, body, raw });
       handler(req, res, body, requests.length);
     });
   });
