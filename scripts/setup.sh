@@ -18,6 +18,11 @@ want_go=$(awk '/^go /{print $2}' "$(dirname "$0")/../go.mod")
 have_go=$(go env GOVERSION | sed 's/^go//')
 [ "$(printf '%s\n%s\n' "$want_go" "$have_go" | sort -V | head -n1)" = "$want_go" ] ||
   fail "go.mod needs Go $want_go or newer; go on PATH is $have_go"
+command -v node >/dev/null && command -v npm >/dev/null ||
+  fail "node and npm are not on PATH; install Node.js 20 or newer (the TypeScript SDK's tests need them)"
+have_node=$(node --version | sed 's/^v//')
+[ "$(printf '%s\n%s\n' 20 "$have_node" | sort -V | head -n1)" = 20 ] ||
+  fail "the TypeScript SDK needs Node.js 20 or newer; node on PATH is $have_node"
 
 need_apt=()
 for pkg in runc busybox-static debootstrap containernetworking-plugins iptables \
@@ -41,6 +46,15 @@ fi
 if [ ! -x "$GOBIN_DIR/versitygw" ]; then
   echo "setup: go install versitygw $VERSITYGW_VERSION"
   GOBIN="$GOBIN_DIR" go install "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION"
+fi
+# The TypeScript SDK's build and test tools (sdk/typescript, e2e TestSDKTypeScript): npm ci
+# from its committed package-lock.json, skipped while node_modules matches that lock file.
+SDK_TS_DIR=$(cd "$(dirname "$0")/../sdk/typescript" && pwd)
+sdk_ts_lock=$(sha256sum "$SDK_TS_DIR/package-lock.json" | cut -d' ' -f1)
+if [ "$(cat "$SDK_TS_DIR/node_modules/.envd-lock.sha256" 2>/dev/null)" != "$sdk_ts_lock" ]; then
+  echo "setup: npm ci in sdk/typescript"
+  (cd "$SDK_TS_DIR" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+  echo "$sdk_ts_lock" > "$SDK_TS_DIR/node_modules/.envd-lock.sha256"
 fi
 modprobe overlay 2>/dev/null || true
 modprobe fuse 2>/dev/null || true

@@ -1,0 +1,634 @@
+import { EnvdError, errorFromDetail, isPermanent, makeError, statusOfCode } from "./errors.js";
+import { ExecSession, type ExecStreamOptions } from "./exec.js";
+import {
+  abortError,
+  esc,
+  linkSignals,
+  newIdempotencyKey,
+  sleep,
+  Transport,
+  type CallOptions,
+  type ClientOptions,
+  type CreateOptions,
+} from "./http.js";
+import { parseSSE } from "./sse.js";
+import type * as T from "./types.js";
+
+/** Options of waiting for an operation and of its event stream. */
+export interface EventStreamOptions {
+  /** Start after this event (a seq seen before, for example by another process). Default: 0. */
+  after?: number;
+  /** Stops waiting (never cancels the operation). */
+  signal?: AbortSignal;
+  /**
+   * Called before each reconnect, with the last seq seen and the reason:
+   * the stream resumes from there (Last-Event-ID), without gaps or repeats.
+   */
+  onReconnect?: (lastSeq: number, reason: unknown) => void;
+  /**
+   * A stream that delivers nothing (not even the server's keep-alive
+   * comment, every 15 s) for this long is taken as dropped. Default: 45000.
+   */
+  idleTimeoutMs?: number;
+  /** How many reconnects in a row without a new event before falling back to polling. Default: 5. */
+  maxReconnects?: number;
+}
+
+export interface WaitOptions extends EventStreamOptions {
+  /** Called for each event of the operation's log, in order, each exactly once. */
+  onEvent?: (ev: T.OperationEvent) => void;
+}
+
+const permanentOrAbort = (e: unknown, signal?: AbortSignal) => signal?.aborted || isPermanent(e);
+
+/** The error of a finished operation that did not succeed. */
+export function operationError(op: T.Operation): EnvdError {
+  if (op.error) {
+    const e = errorFromDetail(statusOfCode(op.error.code), { code: op.error.code, message: op.error.message });
+    return e;
+  }
+  return makeError(statusOfCode("internal"), op.state === "canceled" ? "canceled" : "internal", `operation ${op.id} ended ${op.state}`);
+}
+
+export function isDone(op: T.Operation): boolean {
+  return op.state === "succeeded" || op.state === "failed" || op.state === "canceled";
+}
+
+/**
+ * A client of one envd server. Methods map one to one to the routes of
+ * docs/api.md, grouped by resource: client.projects.create(...),
+ * client.instances.exec(...), client.operations.wait(...).
+ */
+export class Client {
+  readonly transport: Transport;
+  readonly images: Images;
+  readonly projects: Projects;
+  readonly instances: Instances;
+  readonly versions: Versions;
+  readonly operations: Operations;
+  readonly builds: Builds;
+  readonly migrations: Migrations;
+  readonly volumes: Volumes;
+  readonly tokens: Tokens;
+  readonly tenants: Tenants;
+
+  constructor(opts: ClientOptions) {
+    const t = new Transport(opts);
+    this.transport = t;
+    this.operations = new Operations(t);
+    this.images = new Images(t);
+    this.projects = new Projects(t);
+    this.instances = new Instances(t, this.operations);
+    this.versions = new Versions(t);
+    this.builds = new Builds(t);
+    this.migrations = new Migrations(t);
+    this.volumes = new Volumes(t);
+    this.tokens = new Tokens(t);
+    this.tenants = new Tenants(t);
+  }
+
+  /** GET /healthz (no authentication needed). */
+  healthz(opts?: CallOptions): Promise<{ status: string }> {
+    return this.transport.json({ method: "GET", path: "/healthz", retry: "safe" }, opts);
+  }
+
+  /** GET /v1/info. */
+  info(opts?: CallOptions): Promise<T.Info> {
+    return this.transport.json({ method: "GET", path: "/v1/info", retry: "safe" }, opts);
+  }
+
+  /** POST /v1/admin/gc (admin token): a gc operation; its result is a GCResult. */
+  gc(req: T.GCRequest = {}, opts: CreateOptions = {}): Promise<T.Operation<T.GCResult>> {
+    return creating(this.transport, "/v1/admin/gc", req, opts);
+  }
+
+  /** Usage of the caller's tenant: GET /v1/usage. */
+  usage(opts?: CallOptions): Promise<T.Usage> {
+    return this.transport.json({ method: "GET", path: "/v1/usage", retry: "safe" }, opts);
+  }
+}
+
+/** A creating POST: sent with an Idempotency-Key (made here when not given) and retried with it. */
+function creating<R>(t: Transport, path: string, body: unknown, opts: CreateOptions, headers: Record<string, string> = {}): Promise<R> {
+  const key = opts.idempotencyKey ?? newIdempotencyKey();
+  return t.json<R>({ method: "POST", path, json: body, headers: { ...headers, "Idempotency-Key": key }, retry: "safe" }, opts);
+}
+
+const get = <R>(t: Transport, path: string, opts?: CallOptions, query?: Record<string, string | undefined>) =>
+  t.json<R>({ method: "GET", path, retry: "safe", ...(query ? { query } : {}) }, opts);
+
+/** Body types accepted by images.import. */
+export type TarSource = Blob | ReadableStream<Uint8Array> | Uint8Array | ArrayBuffer;
+
+export class Images {
+  constructor(private t: Transport) {}
+
+  /** GET /v1/images. */
+  list(opts?: CallOptions): Promise<T.Image[]> {
+    return get(this.t, "/v1/images", opts);
+  }
+
+  /**
+   * POST /v1/images?name=NAME: uploads a tar (plain or gzip, told apart by
+   * its first bytes). A ReadableStream is sent as it is read and never retried.
+   */
+  async import(name: string, tar: TarSource, opts: CallOptions & { contentType?: string } = {}): Promise<T.Image> {
+    let body: BodyInit;
+    let head: Uint8Array;
+    if (tar instanceof ArrayBuffer) tar = new Uint8Array(tar);
+    if (tar instanceof Uint8Array) {
+      body = tar as unknown as BodyInit;
+      head = tar.subarray(0, 2);
+    } else if (typeof Blob !== "undefined" && tar instanceof Blob) {
+      body = tar;
+      head = new Uint8Array(await tar.slice(0, 2).arrayBuffer());
+    } else {
+      const [peeked, stream] = await peekStream(tar as ReadableStream<Uint8Array>);
+      body = stream;
+      head = peeked;
+    }
+    const gz = head.length >= 2 && head[0] === 0x1f && head[1] === 0x8b;
+    return this.t.json<T.Image>(
+      {
+        method: "POST",
+        path: "/v1/images",
+        query: { name },
+        body,
+        contentType: opts.contentType ?? (gz ? "application/gzip" : "application/x-tar"),
+        retry: "refused",
+      },
+      opts,
+    );
+  }
+}
+
+/** Reads a stream's first chunk(s) to see its first two bytes, and gives back a stream of the whole. */
+async function peekStream(s: ReadableStream<Uint8Array>): Promise<[Uint8Array, ReadableStream<Uint8Array>]> {
+  const reader = s.getReader();
+  const first: Uint8Array[] = [];
+  let n = 0;
+  let done = false;
+  while (n < 2) {
+    const r = await reader.read();
+    if (r.done) {
+      done = true;
+      break;
+    }
+    first.push(r.value);
+    n += r.value.length;
+  }
+  const head = new Uint8Array(Math.min(n, 2));
+  let off = 0;
+  for (const c of first) {
+    if (off >= head.length) break;
+    const part = c.subarray(0, head.length - off);
+    head.set(part, off);
+    off += part.length;
+  }
+  const rest = new ReadableStream<Uint8Array>({
+    start(ctl) {
+      for (const c of first) ctl.enqueue(c);
+      if (done) ctl.close();
+    },
+    async pull(ctl) {
+      const r = await reader.read();
+      if (r.done) ctl.close();
+      else ctl.enqueue(r.value);
+    },
+    cancel(reason) {
+      return reader.cancel(reason);
+    },
+  });
+  return [head, rest];
+}
+
+export class Projects {
+  constructor(private t: Transport) {}
+
+  /** POST /v1/projects (with an Idempotency-Key, retried). */
+  create(req: T.CreateProjectRequest, opts: CreateOptions = {}): Promise<T.Project> {
+    return creating(this.t, "/v1/projects", req, opts);
+  }
+
+  /** GET /v1/projects. */
+  list(opts?: CallOptions): Promise<T.Project[]> {
+    return get(this.t, "/v1/projects", opts);
+  }
+
+  /** GET /v1/projects/{p}. */
+  get(name: string, opts?: CallOptions): Promise<T.Project> {
+    return get(this.t, `/v1/projects/${esc(name)}`, opts);
+  }
+
+  /** DELETE /v1/projects/{p}: 409 failed_precondition while instances are not Terminated. */
+  async delete(name: string, opts?: CallOptions): Promise<void> {
+    await this.t.json({ method: "DELETE", path: `/v1/projects/${esc(name)}`, retry: "safe" }, opts);
+  }
+
+  /** PUT /v1/projects/{p}/retention ({} keeps every version). */
+  setRetention(name: string, r: T.Retention, opts?: CallOptions): Promise<T.Project> {
+    return this.t.json({ method: "PUT", path: `/v1/projects/${esc(name)}/retention`, json: r, retry: "safe" }, opts);
+  }
+
+  /** PUT /v1/projects/{p}/limits ({} clears them). */
+  setLimits(name: string, l: T.Limits, opts?: CallOptions): Promise<T.Project> {
+    return this.t.json({ method: "PUT", path: `/v1/projects/${esc(name)}/limits`, json: l, retry: "safe" }, opts);
+  }
+
+  /** PUT /v1/projects/{p}/network. */
+  setNetwork(name: string, n: T.ProjectNetwork, opts?: CallOptions): Promise<T.Project> {
+    return this.t.json({ method: "PUT", path: `/v1/projects/${esc(name)}/network`, json: n, retry: "safe" }, opts);
+  }
+}
+
+export class Instances {
+  constructor(
+    private t: Transport,
+    private ops: Operations,
+  ) {}
+
+  /**
+   * POST /v1/projects/{p}/instances: answers when the instance is Running
+   * (a Failed one is an error). With an Idempotency-Key, retried.
+   */
+  create(project: string, req: T.CreateInstanceRequest = {}, opts: CreateOptions = {}): Promise<T.Instance> {
+    return creating(this.t, `/v1/projects/${esc(project)}/instances`, req, opts);
+  }
+
+  /**
+   * The same with Prefer: respond-async: a restore operation at once
+   * (target = the new instance's id; result = the instance, Running).
+   */
+  createAsync(project: string, req: T.CreateInstanceRequest = {}, opts: CreateOptions = {}): Promise<T.Operation<T.Instance>> {
+    return creating(this.t, `/v1/projects/${esc(project)}/instances`, req, opts, { Prefer: "respond-async" });
+  }
+
+  /**
+   * Starts an instance as an operation and waits for it, reporting its
+   * events: createAsync + operations.result. Throws the operation's error
+   * when the restore fails.
+   */
+  async up(project: string, req: T.CreateInstanceRequest = {}, opts: CreateOptions & WaitOptions = {}): Promise<T.Instance> {
+    const op = await this.createAsync(project, req, opts);
+    return this.ops.result<T.Instance>(op.id, opts);
+  }
+
+  /** GET /v1/projects/{p}/instances, or GET /v1/instances (all projects) without a project. */
+  list(project?: string, opts?: CallOptions): Promise<T.Instance[]> {
+    return get(this.t, project ? `/v1/projects/${esc(project)}/instances` : "/v1/instances", opts);
+  }
+
+  /** GET /v1/instances/{i}. */
+  get(id: string, opts?: CallOptions): Promise<T.Instance> {
+    return get(this.t, `/v1/instances/${esc(id)}`, opts);
+  }
+
+  /** DELETE /v1/instances/{i}: Terminated; deleting again answers it again. */
+  delete(id: string, opts?: CallOptions): Promise<T.Instance> {
+    return this.t.json({ method: "DELETE", path: `/v1/instances/${esc(id)}`, retry: "safe" }, opts);
+  }
+
+  private verb(id: string, verb: string, body: unknown, opts?: CallOptions): Promise<T.Instance> {
+    // A verb is a compare-and-swap on the state: it is not repeated after a
+    // network error (the first may have worked), only after a 429.
+    return this.t.json({ method: "POST", path: `/v1/instances/${esc(id)}/${verb}`, json: body, retry: "refused" }, opts);
+  }
+
+  /** POST .../stop (a retained instance). */
+  stop(id: string, opts?: CallOptions): Promise<T.Instance> {
+    return this.verb(id, "stop", undefined, opts);
+  }
+  /** POST .../start (generation + 1). */
+  start(id: string, opts?: CallOptions): Promise<T.Instance> {
+    return this.verb(id, "start", undefined, opts);
+  }
+  /** POST .../pause. */
+  pause(id: string, opts?: CallOptions): Promise<T.Instance> {
+    return this.verb(id, "pause", undefined, opts);
+  }
+  /** POST .../resume. */
+  resume(id: string, opts?: CallOptions): Promise<T.Instance> {
+    return this.verb(id, "resume", undefined, opts);
+  }
+  /** POST .../renew: expires_at = now + ttl (a Go duration), or none with "none". */
+  renew(id: string, ttl: string, opts?: CallOptions): Promise<T.Instance> {
+    return this.verb(id, "renew", { ttl } satisfies T.RenewRequest, opts);
+  }
+  /** POST .../hibernate (a stopped retained instance). */
+  hibernate(id: string, opts?: CallOptions): Promise<T.Instance> {
+    return this.verb(id, "hibernate", undefined, opts);
+  }
+
+  /**
+   * POST /v1/instances/{i}/exec: runs the command to its end. A non-zero
+   * exit code is not an error; a timeout is a DeadlineExceededError.
+   */
+  exec(id: string, req: T.ExecRequest, opts?: CallOptions): Promise<T.ExecResult> {
+    return this.t.json({ method: "POST", path: `/v1/instances/${esc(id)}/exec`, json: req, retry: "refused" }, opts);
+  }
+
+  /** GET /v1/instances/{i}/exec/ws: a streaming (optionally interactive) exec over a WebSocket. */
+  execStream(id: string, opts: ExecStreamOptions): ExecSession {
+    return new ExecSession(this.t, id, opts);
+  }
+
+  /**
+   * POST /v1/instances/{i}/save: a save operation (result: SaveResult).
+   * With an Idempotency-Key, retried: a retry answers the same operation.
+   */
+  save(id: string, req: T.SaveRequest = {}, opts: CreateOptions = {}): Promise<T.Operation<T.SaveResult>> {
+    return creating(this.t, `/v1/instances/${esc(id)}/save`, req, opts);
+  }
+}
+
+export class Versions {
+  constructor(private t: Transport) {}
+
+  /** GET /v1/projects/{p}/versions. */
+  list(project: string, opts?: CallOptions): Promise<T.Version[]> {
+    return get(this.t, `/v1/projects/${esc(project)}/versions`, opts);
+  }
+
+  /** GET /v1/projects/{p}/versions/{n}. */
+  get(project: string, n: number, opts?: CallOptions): Promise<T.Version> {
+    return get(this.t, `/v1/projects/${esc(project)}/versions/${esc(n)}`, opts);
+  }
+
+  /**
+   * POST /v1/projects/{p}/current: moves current to version if it still is
+   * expectedCurrent (0 = none); else a ConflictError. Rolling back is this.
+   */
+  setCurrent(project: string, version: number, expectedCurrent: number, opts?: CallOptions): Promise<T.Project> {
+    const body: T.SetCurrentRequest = { version, expected_current: expectedCurrent };
+    return this.t.json({ method: "POST", path: `/v1/projects/${esc(project)}/current`, json: body, retry: "safe" }, opts);
+  }
+
+  /** POST /v1/projects/{p}/versions/{n}/pin. */
+  pin(project: string, n: number, opts?: CallOptions): Promise<T.Version> {
+    return this.t.json({ method: "POST", path: `/v1/projects/${esc(project)}/versions/${esc(n)}/pin`, retry: "safe" }, opts);
+  }
+
+  /** DELETE /v1/projects/{p}/versions/{n}/pin. */
+  unpin(project: string, n: number, opts?: CallOptions): Promise<T.Version> {
+    return this.t.json({ method: "DELETE", path: `/v1/projects/${esc(project)}/versions/${esc(n)}/pin`, retry: "safe" }, opts);
+  }
+}
+
+export class Builds {
+  constructor(private t: Transport) {}
+  /** POST /v1/projects/{p}/builds: a build operation (result: BuildResult). */
+  create(project: string, req: T.BuildRequest, opts: CreateOptions = {}): Promise<T.Operation<T.BuildResult>> {
+    return creating(this.t, `/v1/projects/${esc(project)}/builds`, req, opts);
+  }
+}
+
+export class Migrations {
+  constructor(private t: Transport) {}
+  /** POST /v1/projects/{p}/migrations: a migrate operation (result: MigrateResult). */
+  create(project: string, req: T.MigrateRequest, opts: CreateOptions = {}): Promise<T.Operation<T.MigrateResult>> {
+    return creating(this.t, `/v1/projects/${esc(project)}/migrations`, req, opts);
+  }
+}
+
+export class Volumes {
+  constructor(private t: Transport) {}
+
+  /** GET /v1/projects/{p}/volumes. */
+  list(project: string, opts?: CallOptions): Promise<T.Volume[]> {
+    return get(this.t, `/v1/projects/${esc(project)}/volumes`, opts);
+  }
+  /** POST /v1/projects/{p}/volumes. Not retried after a network error (a repeat would be already_exists). */
+  add(project: string, req: T.AddVolumeRequest, opts?: CallOptions): Promise<T.Project> {
+    return this.t.json({ method: "POST", path: `/v1/projects/${esc(project)}/volumes`, json: req, retry: "refused" }, opts);
+  }
+  /** DELETE /v1/projects/{p}/volumes/{v}: the volume's data on this node is deleted. */
+  remove(project: string, volume: string, opts?: CallOptions): Promise<T.Project> {
+    return this.t.json({ method: "DELETE", path: `/v1/projects/${esc(project)}/volumes/${esc(volume)}`, retry: "safe" }, opts);
+  }
+  /** POST .../volumes/{v}/archive. */
+  archive(project: string, volume: string, req: T.VolumeArchiveRequest = {}, opts?: CallOptions): Promise<T.VolumeArchive> {
+    return this.t.json(
+      { method: "POST", path: `/v1/projects/${esc(project)}/volumes/${esc(volume)}/archive`, json: req, retry: "refused" },
+      opts,
+    );
+  }
+  /** POST .../volumes/{v}/restore ({name} or {key}). */
+  restore(project: string, volume: string, req: T.VolumeArchiveRequest, opts?: CallOptions): Promise<T.Volume> {
+    return this.t.json(
+      { method: "POST", path: `/v1/projects/${esc(project)}/volumes/${esc(volume)}/restore`, json: req, retry: "refused" },
+      opts,
+    );
+  }
+  /** GET /v1/projects/{p}/archives, or of one volume. */
+  archives(project: string, volume?: string, opts?: CallOptions): Promise<T.VolumeArchive[]> {
+    const v = volume ? `/volumes/${esc(volume)}` : "";
+    return get(this.t, `/v1/projects/${esc(project)}${v}/archives`, opts);
+  }
+  /** DELETE /v1/projects/{p}/volumes/{v}/archives/{name}. */
+  deleteArchive(project: string, volume: string, name: string, opts?: CallOptions): Promise<T.VolumeArchive> {
+    return this.t.json(
+      { method: "DELETE", path: `/v1/projects/${esc(project)}/volumes/${esc(volume)}/archives/${esc(name)}`, retry: "safe" },
+      opts,
+    );
+  }
+}
+
+export class Tokens {
+  constructor(private t: Transport) {}
+
+  /** POST /v1/admin/tenants/{t}/tokens (admin): the token is shown only here. Never retried. */
+  create(tenant: string, req: T.CreateTokenRequest = {}, opts?: CallOptions): Promise<T.Token> {
+    return this.t.json({ method: "POST", path: `/v1/admin/tenants/${esc(tenant)}/tokens`, json: req, retry: "refused" }, opts);
+  }
+  /** GET /v1/admin/tokens[?tenant=T] (admin). */
+  list(tenant?: string, opts?: CallOptions): Promise<T.TokenInfo[]> {
+    return get(this.t, "/v1/admin/tokens", opts, { tenant });
+  }
+  /** GET /v1/tokens: the caller's tenant's. */
+  listOwn(opts?: CallOptions): Promise<T.TokenInfo[]> {
+    return get(this.t, "/v1/tokens", opts);
+  }
+  /** DELETE /v1/admin/tokens/{id} (admin). */
+  revoke(id: number, opts?: CallOptions): Promise<T.TokenInfo> {
+    return this.t.json({ method: "DELETE", path: `/v1/admin/tokens/${esc(id)}`, retry: "safe" }, opts);
+  }
+  /** DELETE /v1/tokens/{id}: a token of the caller's tenant. */
+  revokeOwn(id: number, opts?: CallOptions): Promise<T.TokenInfo> {
+    return this.t.json({ method: "DELETE", path: `/v1/tokens/${esc(id)}`, retry: "safe" }, opts);
+  }
+}
+
+export class Tenants {
+  constructor(private t: Transport) {}
+
+  /** PUT /v1/admin/tenants/{t}/quota (admin). */
+  setQuota(tenant: string, q: T.Quota, opts?: CallOptions): Promise<T.Quota> {
+    return this.t.json({ method: "PUT", path: `/v1/admin/tenants/${esc(tenant)}/quota`, json: q, retry: "safe" }, opts);
+  }
+  /** GET /v1/admin/tenants/{t}/usage (admin). */
+  usage(tenant: string, opts?: CallOptions): Promise<T.Usage> {
+    return get(this.t, `/v1/admin/tenants/${esc(tenant)}/usage`, opts);
+  }
+  /** GET /v1/admin/tenants/{t}/tokens (admin). */
+  tokens(tenant: string, opts?: CallOptions): Promise<T.TokenInfo[]> {
+    return get(this.t, `/v1/admin/tenants/${esc(tenant)}/tokens`, opts);
+  }
+}
+
+export class Operations {
+  constructor(private t: Transport) {}
+
+  /** GET /v1/operations/{id}. */
+  get<R = unknown>(id: string, opts?: CallOptions): Promise<T.Operation<R>> {
+    return get(this.t, `/v1/operations/${esc(id)}`, opts);
+  }
+
+  /** DELETE /v1/operations/{id}: asks for cancellation; answers the operation as it is now. */
+  cancel<R = unknown>(id: string, opts?: CallOptions): Promise<T.Operation<R>> {
+    return this.t.json({ method: "DELETE", path: `/v1/operations/${esc(id)}`, retry: "safe" }, opts);
+  }
+
+  /** GET /v1/operations/{id}/events as JSON: the events after `after`, at once. */
+  listEvents(id: string, after = 0, opts?: CallOptions): Promise<T.OperationEvent[]> {
+    return get(this.t, `/v1/operations/${esc(id)}/events`, opts, { after: String(after), wait: "false" });
+  }
+
+  /**
+   * The operation's events as they happen (GET .../events, server-sent
+   * events), each exactly once and in order; the generator returns the
+   * finished operation. A dropped connection is resumed from the last event
+   * seen (Last-Event-ID); after `maxReconnects` reconnects in a row without
+   * a new event it falls back to polling. Breaking out of the loop closes
+   * the stream.
+   *
+   *     for await (const ev of client.operations.events(op.id)) console.log(ev.seq, ev.type);
+   */
+  async *events<R = unknown>(id: string, opts: EventStreamOptions = {}): AsyncGenerator<T.OperationEvent, T.Operation<R>, undefined> {
+    let last = opts.after ?? 0;
+    const maxReconnects = opts.maxReconnects ?? 5;
+    for (let failures = 0; failures <= maxReconnects; ) {
+      const before = last;
+      let reason: unknown;
+      const stream = this.stream<R>(id, last, opts);
+      try {
+        for (;;) {
+          const r = await stream.next();
+          if (r.done) return r.value;
+          if (r.value.seq <= last) continue; // never twice
+          last = r.value.seq;
+          yield r.value;
+        }
+      } catch (e) {
+        if (permanentOrAbort(e, opts.signal)) throw opts.signal?.aborted ? abortError(opts.signal) : e;
+        reason = e;
+      } finally {
+        // Closes the connection when the caller stops iterating early.
+        await stream.return(undefined as never).catch(() => {});
+      }
+      failures = last > before ? 0 : failures + 1;
+      if (failures > maxReconnects) break;
+      opts.onReconnect?.(last, reason);
+      await sleep(Math.min(failures * this.t.o.pollIntervalMs, 5000), opts.signal);
+    }
+    // The stream keeps failing: poll. The operation is read before its
+    // events, so when it is done the events read next are all it will have.
+    for (let failures = 0; ; ) {
+      try {
+        const op = await this.get<R>(id, { signal: opts.signal });
+        for (const ev of await this.listEvents(id, last, { signal: opts.signal })) {
+          if (ev.seq <= last) continue;
+          last = ev.seq;
+          yield ev;
+        }
+        if (isDone(op)) return op;
+        failures = 0;
+      } catch (e) {
+        if (permanentOrAbort(e, opts.signal) || ++failures >= 10) throw opts.signal?.aborted ? abortError(opts.signal) : e;
+      }
+      await sleep(this.t.o.pollIntervalMs, opts.signal);
+    }
+  }
+
+  /** One event stream after seq `after`; returns the operation at the end event, throws otherwise. */
+  private async *stream<R>(id: string, after: number, opts: EventStreamOptions): AsyncGenerator<T.OperationEvent, T.Operation<R>, undefined> {
+    const idle = opts.idleTimeoutMs ?? 45_000;
+    const conn = new AbortController();
+    const link = linkSignals([opts.signal, conn.signal]);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const arm = () => {
+      clearTimeout(timer);
+      timer = setTimeout(() => conn.abort(new Error(`no data on the event stream for ${idle} ms`)), idle);
+    };
+    try {
+      const headers: Record<string, string> = { Accept: "text/event-stream" };
+      if (after > 0) headers["Last-Event-ID"] = String(after);
+      arm();
+      const res = await this.t.send(
+        { method: "GET", path: `/v1/operations/${esc(id)}/events`, headers, retry: "refused", stream: true },
+        { signal: link.signal },
+        async (r) => r,
+      );
+      const ct = res.headers.get("Content-Type") ?? "";
+      if (!ct.startsWith("text/event-stream") || !res.body) {
+        await res.body?.cancel().catch(() => {});
+        throw new Error(`envd: operation ${id} events: content type ${JSON.stringify(ct)} is not an event stream`);
+      }
+      // Every chunk, keep-alive comments included, re-arms the idle timer.
+      const body = res.body.pipeThrough(
+        new TransformStream<Uint8Array, Uint8Array>({
+          transform(chunk, ctl) {
+            arm();
+            ctl.enqueue(chunk);
+          },
+        }),
+      );
+      for await (const m of parseSSE(body)) {
+        if (m.event === "end") return JSON.parse(m.data) as T.Operation<R>;
+        if (m.event === "error") {
+          let d: T.ErrorBody | undefined;
+          try {
+            d = JSON.parse(m.data) as T.ErrorBody;
+          } catch {
+            // not an error body
+          }
+          if (d?.error?.code) throw errorFromDetail(statusOfCode(d.error.code), d.error);
+          throw new Error(`envd: operation ${id} events: stream error ${m.data}`);
+        }
+        const ev = JSON.parse(m.data) as T.OperationEvent;
+        if (!ev.seq && m.id) ev.seq = Number(m.id);
+        yield ev;
+      }
+      throw new Error(`envd: operation ${id} events: the stream ended before the operation was done`);
+    } catch (e) {
+      if (conn.signal.aborted && !opts.signal?.aborted) throw conn.signal.reason;
+      throw e;
+    } finally {
+      clearTimeout(timer);
+      conn.abort();
+      link.done();
+    }
+  }
+
+  /**
+   * Follows the operation until it is done and returns it in its final
+   * state, which may be failed or canceled (check state and error).
+   * onEvent gets each event once, in order.
+   */
+  async wait<R = unknown>(id: string, opts: WaitOptions = {}): Promise<T.Operation<R>> {
+    const it = this.events<R>(id, opts);
+    for (;;) {
+      const r = await it.next();
+      if (r.done) return r.value;
+      opts.onEvent?.(r.value);
+    }
+  }
+
+  /** Waits for the operation and returns its result; throws its error (an EnvdError) unless it succeeded. */
+  async result<R = unknown>(id: string, opts: WaitOptions = {}): Promise<R> {
+    const op = await this.wait<R>(id, opts);
+    if (op.state !== "succeeded") throw operationError(op);
+    return op.result as R;
+  }
+}
+
+

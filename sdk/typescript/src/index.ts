@@ -1,0 +1,34 @@
+// @envd/sdk: a client of envd's HTTP API (docs/api.md) for Node 20+ and
+// browsers, with no runtime dependency beyond fetch and WebSocket.
+export {
+  Client,
+  Images,
+  Projects,
+  Instances,
+  Versions,
+  Operations,
+  Builds,
+  Migrations,
+  Volumes,
+  Tokens,
+  Tenants,
+  isDone,
+  operationError,
+  type EventStreamOptions,
+  type WaitOptions,
+  type TarSource,
+} from "./client.js";
+export * from "./errors.js";
+export {
+  Transport,
+  newIdempotencyKey,
+  type ClientOptions,
+  type CallOptions,
+  type CreateOptions,
+  type RetryPolicy,
+  type WebSocketConstructor,
+} from "./http.js";
+export { ExecSession, Channel, EXEC_SUBPROTOCOL, BEARER_PREFIX, bearerSubprotocol, type ExecStreamOptions } from "./exec.js";
+export { attachTerminal, type TerminalLike, type AttachOptions } from "./terminal.js";
+export { parseSSE, type SSEMessage } from "./sse.js";
+export type * from "./types.js";

@@ -1,0 +1,469 @@
+// The wire contract of envd's HTTP API, written by hand from the Go package
+// api/types (github.com/envd-dev/envd/api/types). Each interface names the Go
+// type it mirrors; field names are the JSON names. Optional fields (`?`) are
+// those the Go side marks omitempty or pointer. Times are RFC 3339 strings.
+//
+// States, reasons, kinds, event types and error codes are open sets: the
+// known values are listed for completion, and any other string is accepted.
+
+/** A string with known values that also accepts any other string. */
+export type Open<T extends string> = T | (string & {});
+
+/** Go: types.Info. GET /v1/info. */
+export interface Info {
+  version: string;
+  node: string;
+  data_dir?: string;
+  registry: string;
+  components: Record<string, string>;
+}
+
+/** Go: types.Image. */
+export interface Image {
+  name: string;
+  /** repo@digest, without the registry host. */
+  ref: string;
+  digest: string;
+  size_bytes: number;
+}
+
+/** Go: types.State* constants. */
+export type InstanceState = Open<
+  "Pending" | "Running" | "Pausing" | "Paused" | "Resuming" | "Stopping" | "Stopped" | "Terminated" | "Failed"
+>;
+
+/** Go: types.Reason* constants. */
+export type InstanceReason = Open<
+  | "created"
+  | "started"
+  | "user_delete"
+  | "user_stop"
+  | "user_pause"
+  | "user_resume"
+  | "ttl_expiry"
+  | "provision_failed"
+  | "node_lost"
+  | "task_exited"
+  | "provision_timeout"
+  | "build_finished"
+  | "oom_killed"
+  | "hibernated"
+  | "recovered"
+>;
+
+/** Go: types.Project. */
+export interface Project {
+  name: string;
+  base_image: string;
+  current_version: number;
+  excludes?: string[];
+  compression: Open<"estargz" | "zstd" | "gzip">;
+  volumes?: Volume[];
+  prefetch?: string[];
+  retention?: Retention;
+  created_at: string;
+  limits?: Limits;
+  egress: string;
+  isolate_instances: boolean;
+}
+
+/** Go: types.Retention. The body of PUT /v1/projects/{p}/retention. */
+export interface Retention {
+  keep_last?: number;
+  /** A Go duration ("720h"). */
+  keep_newer_than?: string;
+}
+
+/** Go: types.GCRequest. The body of POST /v1/admin/gc. */
+export interface GCRequest {
+  dry_run?: boolean;
+}
+
+/** Go: types.GCVersion. */
+export interface GCVersion {
+  tenant: string;
+  project: string;
+  version: number;
+  image: string;
+  size_bytes: number;
+}
+
+/** Go: types.GCResult. The result of a gc operation. */
+export interface GCResult {
+  dry_run?: boolean;
+  versions: GCVersion[] | null;
+  orphan_volumes?: string[];
+  swept: boolean;
+  blobs_before?: number;
+  blobs_after?: number;
+  bytes_before?: number;
+  bytes_after?: number;
+  note?: string;
+  orphan_manifests?: string[];
+}
+
+/** Go: types.CreateProjectRequest. The body of POST /v1/projects. */
+export interface CreateProjectRequest {
+  name: string;
+  /** An imported image name ("busybox") or repo@digest. */
+  base: string;
+  excludes?: string[];
+  compression?: Open<"estargz" | "zstd" | "gzip">;
+  /** "NAME:PATH[:UID:GID][:SIZE]". */
+  volumes?: string[];
+  limits?: Limits;
+  /** "open" (default), "none" or "allow:ENTRY,...". */
+  egress?: string;
+  isolate_instances?: boolean;
+}
+
+/** Go: types.Volume. */
+export interface Volume {
+  name: string;
+  path: string;
+  uid: number;
+  gid: number;
+  size_bytes: number;
+  path_add?: string[];
+  /** In listings; -1 when the volume is not on this node. */
+  used_bytes?: number;
+}
+
+/** Go: types.AddVolumeRequest. The body of POST /v1/projects/{p}/volumes. */
+export interface AddVolumeRequest {
+  /** NAME:PATH[:UID:GID][:SIZE] */
+  spec: string;
+  path_add?: string[];
+}
+
+/** Go: types.VolumeArchiveRequest. The body of .../archive and .../restore. */
+export interface VolumeArchiveRequest {
+  key?: string;
+  name?: string;
+  replace?: boolean;
+}
+
+/** Go: types.VolumeArchive. */
+export interface VolumeArchive {
+  key: string;
+  bytes: number;
+  files: number;
+  name?: string;
+  project?: string;
+  volume?: string;
+  node?: string;
+  created_at?: string;
+  replaced?: boolean;
+}
+
+/** Go: types.Version. */
+export interface Version {
+  project: string;
+  version: number;
+  kind: Open<"base" | "snapshot" | "build" | "migration">;
+  state: Open<"creating" | "ready" | "failed" | "deleting">;
+  image: string;
+  parent?: number;
+  message?: string;
+  size_bytes: number;
+  layers: number;
+  pinned: boolean;
+  current: boolean;
+  instance_id?: string;
+  created_at: string;
+}
+
+/**
+ * Go: types.SetCurrentRequest. The body of POST /v1/projects/{p}/current.
+ * expected_current is required: a switch is a compare-and-swap (0 = no
+ * current).
+ */
+export interface SetCurrentRequest {
+  version: number;
+  expected_current: number;
+}
+
+/** Go: types.Protection. */
+export interface Protection {
+  volumes?: string[];
+  retained_layer: boolean;
+  last_saved_version?: number;
+  lost_on_stop: string;
+  lost_on_remove: string;
+}
+
+/** Go: types.Instance. */
+export interface Instance {
+  id: string;
+  project: string;
+  node: string;
+  /** The version it started from. */
+  version: number;
+  last_saved_version?: number;
+  generation: number;
+  state: InstanceState;
+  reason: InstanceReason;
+  message?: string;
+  retain: boolean;
+  address?: string;
+  hibernated_version?: number;
+  protection: Protection;
+  expires_at?: string;
+  created_at: string;
+  last_transition_at: string;
+  limits?: Limits;
+}
+
+/** Go: types.CreateInstanceRequest. The body of POST /v1/projects/{p}/instances. */
+export interface CreateInstanceRequest {
+  /** 0 or absent = the project's current version. */
+  version?: number;
+  /** A Go duration; absent = server default; "none" = no expiry. */
+  ttl?: string;
+  retain?: boolean;
+}
+
+/** Go: types.ExecRequest. The body of POST /v1/instances/{i}/exec. */
+export interface ExecRequest {
+  args: string[];
+  env?: string[];
+  cwd?: string;
+  stdin?: string;
+  /** A Go duration; absent = 10m. */
+  timeout?: string;
+  /** Fences the request: anything but the newest generation is stale_generation. */
+  generation?: number;
+}
+
+/** Go: types.ExecResult. */
+export interface ExecResult {
+  exit_code: number;
+  stdout: string;
+  stderr: string;
+  truncated?: boolean;
+  oom_killed?: boolean;
+}
+
+/** Go: types.SaveRequest. The body of POST /v1/instances/{i}/save. */
+export interface SaveRequest {
+  message?: string;
+  expected_current?: number;
+  generation?: number;
+}
+
+/** Go: types.SaveResult. The result of a save operation. */
+export interface SaveResult {
+  project: string;
+  version: number;
+  current: boolean;
+  conflict: boolean;
+  expected_current: number;
+  image: string;
+  freeze_ms: number;
+  spool_ms: number;
+  encode_ms: number;
+  push_ms: number;
+  commit_ms: number;
+  total_ms: number;
+  layer_bytes: number;
+  entries: number;
+  compression: string;
+}
+
+/** Go: types.Op* constants. */
+export type OperationState = Open<"pending" | "running" | "succeeded" | "failed" | "canceled">;
+
+/** Operation kinds (docs/api.md, Operations). */
+export type OperationKind = Open<"save" | "restore" | "build" | "migrate" | "gc">;
+
+/** Go: types.OpError. */
+export interface OperationError {
+  code: ErrorCode;
+  message: string;
+}
+
+/**
+ * Go: types.Operation. `result` depends on `kind`: SaveResult, Instance
+ * (restore), BuildResult, MigrateResult, GCResult.
+ */
+export interface Operation<R = unknown> {
+  id: string;
+  kind: OperationKind;
+  target: string;
+  state: OperationState;
+  result?: R;
+  error?: OperationError;
+  created_at: string;
+  updated_at: string;
+}
+
+/** Go: types.Event. One entry of an operation's ordered log. */
+export interface OperationEvent {
+  seq: number;
+  at: string;
+  type: string;
+  message: string;
+  data?: unknown;
+}
+
+/** Go: types.RenewRequest. */
+export interface RenewRequest {
+  /** A Go duration from now, or "none". */
+  ttl: string;
+}
+
+/** Go: types.TermSize. */
+export interface TermSize {
+  cols: number;
+  rows: number;
+}
+
+/** Go: types.Quota. The body of PUT /v1/admin/tenants/{t}/quota. */
+export interface Quota {
+  max_instances?: number;
+  max_versions?: number;
+  max_stored_bytes?: number;
+  max_ttl?: string;
+  max_memory_bytes?: number;
+  max_pids?: number;
+  max_cpus?: number;
+  max_disk_bytes?: number;
+}
+
+/** Go: types.Usage. */
+export interface Usage {
+  tenant: string;
+  instances: number;
+  stored_bytes: number;
+  version_bytes: number;
+  volume_bytes: number;
+  disk_bytes: number;
+  versions: Record<string, number> | null;
+  quota: Quota;
+}
+
+/** Go: types.CreateTokenRequest. */
+export interface CreateTokenRequest {
+  admin?: boolean;
+  /** A Go duration ("720h"); absent = never expires. */
+  expires_in?: string;
+}
+
+/** Go: types.Token. Shown only once, at creation. */
+export interface Token {
+  tenant: string;
+  token: string;
+  admin: boolean;
+  id?: number;
+  created_at?: string;
+  expires_at?: string;
+}
+
+/** Go: types.TokenInfo. */
+export interface TokenInfo {
+  id: number;
+  tenant: string;
+  admin: boolean;
+  created_at: string;
+  expires_at?: string;
+  revoked_at?: string;
+  last_used_at?: string;
+}
+
+/** Go: types.BuildRequest. The body of POST /v1/projects/{p}/builds. */
+export interface BuildRequest {
+  manager: Open<"apt" | "apk">;
+  packages: string[];
+  validate?: string[][];
+  from?: number;
+  switch?: boolean;
+}
+
+/** Go: types.BuildResult. */
+export interface BuildResult {
+  project: string;
+  version: number;
+  from: number;
+  key: string;
+  cached: boolean;
+  current: boolean;
+  conflict?: boolean;
+  build_ms: number;
+  validated: number;
+}
+
+/** Go: types.MigrateRequest. The body of POST /v1/projects/{p}/migrations. */
+export interface MigrateRequest {
+  base: string;
+  validate?: string[][];
+  switch?: boolean;
+}
+
+/** Go: types.MigrateResult. */
+export interface MigrateResult {
+  project: string;
+  version: number;
+  from: number;
+  old_base: string;
+  new_base: string;
+  conflicts: string[] | null;
+  database_conflict: boolean;
+  validated: number;
+  current: boolean;
+  conflict?: boolean;
+}
+
+/** Go: types.Limits. The body of PUT /v1/projects/{p}/limits. */
+export interface Limits {
+  memory_bytes?: number;
+  pids?: number;
+  cpus?: number;
+  cpu_weight?: number;
+  io_weight?: number;
+  disk_bytes?: number;
+  allow_privilege_escalation?: boolean;
+}
+
+/** Go: types.ProjectNetwork. The body of PUT /v1/projects/{p}/network. */
+export interface ProjectNetwork {
+  egress: string;
+  isolate_instances?: boolean;
+}
+
+/** Stable error codes (Go: api/errdefs; docs/api.md, Errors). */
+export type ErrorCode = Open<
+  | "invalid_argument"
+  | "unauthenticated"
+  | "permission_denied"
+  | "not_found"
+  | "already_exists"
+  | "stale_generation"
+  | "conflict"
+  | "failed_precondition"
+  | "idempotency_key_reused"
+  | "canceled"
+  | "internal"
+  | "unavailable"
+  | "deadline_exceeded"
+  | "quota_exceeded"
+  | "resource_exhausted"
+  | "interrupted"
+>;
+
+/** Go: types.ErrorDetail. */
+export interface ErrorDetail {
+  code: ErrorCode;
+  message: string;
+  details?: Record<string, unknown>;
+}
+
+/** Go: types.ErrorBody. The JSON body of every error answer. */
+export interface ErrorBody {
+  error: ErrorDetail;
+}
+
+/** Go: types.ExecExit. The payload of the exec stream's exit message. */
+export interface ExecExit {
+  exit_code: number;
+  error?: ErrorDetail;
+}
