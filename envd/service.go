@@ -130,6 +130,10 @@ type Config struct {
 	Limits TenantLimits
 }
 
+// DefaultTTL is an instance's lifetime when neither its client nor the
+// node's configuration names one.
+const DefaultTTL = 8 * time.Hour
+
 // Service implements the API's core.
 type Service struct {
 	cfg   Config
@@ -167,7 +171,7 @@ func New(cfg Config, store *versions.Store, reg ImageStore, rt Runtime) (*Servic
 		return nil, err
 	}
 	if cfg.DefaultTTL == 0 {
-		cfg.DefaultTTL = 8 * time.Hour
+		cfg.DefaultTTL = DefaultTTL
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

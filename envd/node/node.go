@@ -109,7 +109,7 @@ const (
 	// and containers.
 	DefaultNamespace = "envd"
 	// DefaultTTL is an instance's lifetime when its client asks for none.
-	DefaultTTL = 8 * time.Hour
+	DefaultTTL = envd.DefaultTTL
 	// DefaultS3Bucket and DefaultRegistryS3Bucket are the buckets `envd
 	// serve` names in Config.S3 and Config.RegistryS3 when given none.
 	DefaultS3Bucket         = "envd"
