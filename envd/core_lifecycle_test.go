@@ -19,12 +19,20 @@ import (
 	"github.com/envd-dev/envd/runtime"
 )
 
-// Instance lifecycle: each verb moves the instance's state as the user
-// sees it and does the matching runtime work; a verb from the wrong state
-// is refused with the state in the details.
+// Instance lifecycle as the user sees it, with the TTL reaper and the
+// reconciler that move instances on their own.
 func TestCoreLifecycle(t *testing.T) {
 	t.Parallel()
-	e := newCoreEnv(t, nil)
+	e := newCoreEnv(t, func(c *envd.Config) { c.ReapInterval = 50 * time.Millisecond })
+	t.Run("verbs", func(t *testing.T) { testLifecycleVerbs(t, e) })
+	t.Run("ttl expiry", func(t *testing.T) { testTTLExpiry(t, e) })
+	t.Run("reconcile", func(t *testing.T) { testReconcile(t, e) })
+}
+
+// Each verb moves the instance's state and does the matching runtime
+// work; a verb from the wrong state is refused with the state in the
+// details.
+func testLifecycleVerbs(t *testing.T, e *coreEnv) {
 	e.project("web")
 
 	t.Run("create runs the current version on this node", func(t *testing.T) {
@@ -173,14 +181,12 @@ func TestCoreLifecycle(t *testing.T) {
 
 // The TTL reaper: an expired instance is terminated; a retained one is
 // stopped, its layer kept.
-func TestCoreTTLExpiry(t *testing.T) {
-	t.Parallel()
-	e := newCoreEnv(t, func(c *envd.Config) { c.ReapInterval = 50 * time.Millisecond })
-	e.project("web")
-	plain := e.instance("web", types.CreateInstanceRequest{TTL: "300ms"})
-	retained := e.instance("web", types.CreateInstanceRequest{TTL: "300ms", Retain: true})
+func testTTLExpiry(t *testing.T, e *coreEnv) {
+	e.project("ttl")
+	plain := e.instance("ttl", types.CreateInstanceRequest{TTL: "300ms"})
+	retained := e.instance("ttl", types.CreateInstanceRequest{TTL: "300ms", Retain: true})
 	e.write(retained.ID, "home/dev/kept", "kept")
-	lasting := e.instance("web", types.CreateInstanceRequest{TTL: "1h"})
+	lasting := e.instance("ttl", types.CreateInstanceRequest{TTL: "1h"})
 
 	require.Eventually(t, func() bool {
 		return e.getInstance(plain.ID).State == types.StateTerminated && e.getInstance(retained.ID).State == types.StateStopped
@@ -197,19 +203,17 @@ func TestCoreTTLExpiry(t *testing.T) {
 // Reconcile makes the runtime and the rows agree: a vanished container
 // fails its instance, an orphan container is removed, a task of an older
 // generation is killed.
-func TestCoreReconcile(t *testing.T) {
-	t.Parallel()
-	e := newCoreEnv(t, nil)
-	e.project("web")
-	vanished := e.instance("web", types.CreateInstanceRequest{})
+func testReconcile(t *testing.T, e *coreEnv) {
+	e.project("rec")
+	vanished := e.instance("rec", types.CreateInstanceRequest{})
 	require.NoError(t, e.rt.Remove(e.ctx, vanished.ID))
-	fenced := e.instance("web", types.CreateInstanceRequest{})
+	fenced := e.instance("rec", types.CreateInstanceRequest{})
 	_, err := e.store.BumpGeneration(e.ctx, fenced.ID) // another start took it over
 	require.NoError(t, err)
-	healthy := e.instance("web", types.CreateInstanceRequest{})
-	orphan := runtime.InstanceSpec{ID: "web-0rphan00", Image: "x", Labels: map[string]string{envd.LabelNode: testNode}}
+	healthy := e.instance("rec", types.CreateInstanceRequest{})
+	orphan := runtime.InstanceSpec{ID: "rec-0rphan00", Image: "x", Labels: map[string]string{envd.LabelNode: testNode}}
 	require.NoError(t, e.rt.Create(e.ctx, orphan))
-	foreign := runtime.InstanceSpec{ID: "web-f0re1gn0", Image: "x", Labels: map[string]string{envd.LabelNode: "node-b"}}
+	foreign := runtime.InstanceSpec{ID: "rec-f0re1gn0", Image: "x", Labels: map[string]string{envd.LabelNode: "node-b"}}
 	require.NoError(t, e.rt.Create(e.ctx, foreign))
 
 	require.NoError(t, e.svc.Reconcile(e.ctx))

@@ -28,11 +28,17 @@ func blockUntilCanceled(rt *fakeruntime.Runtime, m fakeruntime.Method) (entered 
 	return ch
 }
 
-// Idempotency keys: a retry gets what the first request made; another
-// request under the same key is refused.
-func TestCoreIdempotency(t *testing.T) {
+// Operations: idempotency keys, and how operations settle.
+func TestCoreOperations(t *testing.T) {
 	t.Parallel()
 	e := newCoreEnv(t, nil)
+	t.Run("idempotency", func(t *testing.T) { testIdempotency(t, e) })
+	t.Run("settle", func(t *testing.T) { testOperationsSettle(t, e) })
+}
+
+// Idempotency keys: a retry gets what the first request made; another
+// request under the same key is refused.
+func testIdempotency(t *testing.T, e *coreEnv) {
 
 	t.Run("project", func(t *testing.T) {
 		req := types.CreateProjectRequest{Name: "idem", Base: baseImage}
@@ -98,9 +104,7 @@ func TestCoreIdempotency(t *testing.T) {
 // Operations run in the background and settle: succeeded with a result,
 // failed with a code, canceled when asked; their events are ordered, the
 // last one names the end; another tenant does not see them.
-func TestCoreOperationsSettle(t *testing.T) {
-	t.Parallel()
-	e := newCoreEnv(t, nil)
+func testOperationsSettle(t *testing.T, e *coreEnv) {
 	e.project("web")
 	_, err := e.svc.CreateToken(e.ctx, e.admin, "other", types.CreateTokenRequest{})
 	require.NoError(t, err)

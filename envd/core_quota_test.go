@@ -11,11 +11,17 @@ import (
 	"github.com/envd-dev/envd/api/types"
 )
 
-// A save beyond the tenant's quota is refused after its layer is encoded
-// and before anything is uploaded: no version, no blob, no spool left.
-func TestCoreSaveQuota(t *testing.T) {
+// Quotas are checked before anything is made or uploaded.
+func TestCoreQuota(t *testing.T) {
 	t.Parallel()
 	e := newCoreEnv(t, nil)
+	t.Run("save", func(t *testing.T) { testSaveQuota(t, e) })
+	t.Run("instances", func(t *testing.T) { testInstanceQuota(t, e) })
+}
+
+// A save beyond the tenant's quota is refused after its layer is encoded
+// and before anything is uploaded: no version, no blob, no spool left.
+func testSaveQuota(t *testing.T, e *coreEnv) {
 
 	for _, c := range []struct {
 		name, project string
@@ -51,14 +57,14 @@ func TestCoreSaveQuota(t *testing.T) {
 			assert.Empty(t, e.workDirEntries())
 			assert.Equal(t, types.StateRunning, e.getInstance(in.ID).State)
 			assert.Equal(t, "running", e.task(in.ID))
+			_, err = e.svc.DeleteInstance(e.ctx, e.user, in.ID)
+			require.NoError(t, err)
 		})
 	}
 }
 
 // Instance and TTL quotas are checked before anything is made.
-func TestCoreInstanceQuota(t *testing.T) {
-	t.Parallel()
-	e := newCoreEnv(t, nil)
+func testInstanceQuota(t *testing.T, e *coreEnv) {
 	e.project("web")
 	_, err := e.svc.SetQuota(e.ctx, e.admin, testTenant, types.Quota{MaxInstances: 1, MaxTTL: "1h"})
 	require.NoError(t, err)

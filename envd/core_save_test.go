@@ -20,11 +20,17 @@ import (
 // savedEvents are the events of a save that became current, in order.
 var savedEvents = []string{"spooled", "encoded", "pushed", "committed", types.OpSucceeded}
 
-// The save path's decisions: which version a save expects to be current,
-// what it is numbered, whether it becomes current, and what it contains.
-func TestCoreSaveDecisions(t *testing.T) {
+// The save path: which version a save expects to be current, what it is
+// numbered, whether it becomes current, what it contains, and what it
+// refuses before any operation exists.
+func TestCoreSave(t *testing.T) {
 	t.Parallel()
 	e := newCoreEnv(t, nil)
+	t.Run("decisions", func(t *testing.T) { testSaveDecisions(t, e) })
+	t.Run("refused", func(t *testing.T) { testSaveRefused(t, e) })
+}
+
+func testSaveDecisions(t *testing.T, e *coreEnv) {
 
 	t.Run("first save expects the version the instance started from and becomes current", func(t *testing.T) {
 		e.project("first")
@@ -138,15 +144,13 @@ func TestCoreSaveDecisions(t *testing.T) {
 }
 
 // What a save refuses before any operation exists.
-func TestCoreSaveRefused(t *testing.T) {
-	t.Parallel()
-	e := newCoreEnv(t, nil)
-	e.project("web")
-	running := e.instance("web", types.CreateInstanceRequest{})
-	paused := e.instance("web", types.CreateInstanceRequest{})
+func testSaveRefused(t *testing.T, e *coreEnv) {
+	e.project("refused")
+	running := e.instance("refused", types.CreateInstanceRequest{})
+	paused := e.instance("refused", types.CreateInstanceRequest{})
 	_, err := e.svc.PauseInstance(e.ctx, e.user, paused.ID)
 	require.NoError(t, err)
-	retained := e.instance("web", types.CreateInstanceRequest{Retain: true})
+	retained := e.instance("refused", types.CreateInstanceRequest{Retain: true})
 	_, err = e.svc.StopInstance(e.ctx, e.user, retained.ID)
 	require.NoError(t, err)
 	restarted, err := e.svc.StartInstance(e.ctx, e.user, retained.ID)
@@ -166,7 +170,7 @@ func TestCoreSaveRefused(t *testing.T) {
 		{"paused instance", e.user, paused.ID, types.SaveRequest{}, errdefs.ErrFailedPrecondition},
 		{"negative expected current", e.user, running.ID, types.SaveRequest{ExpectedCurrent: intp(-1)}, errdefs.ErrInvalidArgument},
 		{"message too long", e.user, running.ID, types.SaveRequest{Message: strings.Repeat("m", 4097)}, errdefs.ErrInvalidArgument},
-		{"unknown instance", e.user, "web-00000000", types.SaveRequest{}, errdefs.ErrNotFound},
+		{"unknown instance", e.user, "refused-00000000", types.SaveRequest{}, errdefs.ErrNotFound},
 		{"another tenant's instance", types.Principal{Tenant: "other"}, running.ID, types.SaveRequest{}, errdefs.ErrNotFound},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -177,7 +181,7 @@ func TestCoreSaveRefused(t *testing.T) {
 	t.Run("the newest generation is accepted", func(t *testing.T) {
 		assert.Equal(t, 2, e.saved(retained.ID, types.SaveRequest{Generation: restarted.Generation}).Version)
 	})
-	assert.Equal(t, []string{"1:ready", "2:ready:current"}, e.versionsOf("web"), "refused saves made no version")
+	assert.Equal(t, []string{"1:ready", "2:ready:current"}, e.versionsOf("refused"), "refused saves made no version")
 }
 
 // A save that fails leaves the project, the instance and the work dir as
