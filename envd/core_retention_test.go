@@ -110,4 +110,24 @@ func TestCoreRetention(t *testing.T) {
 		_, err := e.svc.GC(e.ctx, e.user, types.GCRequest{}, "")
 		assert.ErrorIs(t, err, errdefs.ErrPermissionDenied)
 	})
+
+	t.Run("deleting a project drops its manifests, not the base image", func(t *testing.T) {
+		vs, err := e.svc.ListVersions(e.ctx, e.user, "web")
+		require.NoError(t, err)
+		live := e.instance("web", types.CreateInstanceRequest{})
+		assert.ErrorIs(t, e.svc.DeleteProject(e.ctx, e.user, "web"), errdefs.ErrFailedPrecondition, "it has a live instance")
+		_, err = e.svc.DeleteInstance(e.ctx, e.user, live.ID)
+		require.NoError(t, err)
+		require.NoError(t, e.svc.DeleteProject(e.ctx, e.user, "web"))
+		_, err = e.svc.GetProject(e.ctx, e.user, "web")
+		assert.ErrorIs(t, err, errdefs.ErrNotFound)
+		for _, v := range vs {
+			_, err := e.reg.Get(e.ctx, v.Image)
+			if v.Kind == "base" {
+				assert.NoError(t, err, "the imported base image stays")
+			} else {
+				assert.ErrorIs(t, err, errdefs.ErrNotFound, "version %d's manifest", v.Number)
+			}
+		}
+	})
 }

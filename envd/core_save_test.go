@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,6 +15,7 @@ import (
 
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/internal/fakeruntime"
 	"github.com/envd-dev/envd/registry"
 )
@@ -114,6 +117,30 @@ func testSaveDecisions(t *testing.T, e *coreEnv) {
 		assert.Equal(t, types.SaveResult{Project: "race", Version: 5, Current: true, Expected: 4}, decision(e.saved(loser.ID, types.SaveRequest{})))
 	})
 
+	t.Run("concurrent saves expecting the same current: one becomes current, the other a conflict", func(t *testing.T) {
+		e.project("concurrent")
+		a := e.instance("concurrent", types.CreateInstanceRequest{})
+		b := e.instance("concurrent", types.CreateInstanceRequest{})
+		opA, err := e.svc.Save(e.ctx, e.user, a.ID, types.SaveRequest{}, "")
+		require.NoError(t, err)
+		opB, err := e.svc.Save(e.ctx, e.user, b.ID, types.SaveRequest{}, "")
+		require.NoError(t, err)
+		var results []types.SaveResult
+		for _, id := range []string{opA.ID, opB.ID} {
+			op := e.wait(e.user, id)
+			require.Equal(t, types.OpSucceeded, op.State, "%+v", op.Error)
+			var res types.SaveResult
+			require.NoError(t, json.Unmarshal(op.Result, &res))
+			results = append(results, decision(res))
+		}
+		slices.SortFunc(results, func(x, y types.SaveResult) int { return x.Version - y.Version })
+		assert.Equal(t, []types.SaveResult{
+			{Project: "concurrent", Version: 2, Current: true, Expected: 1},
+			{Project: "concurrent", Version: 3, Conflict: true, Expected: 1},
+		}, results, "the first commit wins the compare-and-swap")
+		assert.Equal(t, 2, e.current("concurrent"))
+	})
+
 	t.Run("expected_current named by the caller replaces the instance's own", func(t *testing.T) {
 		e.project("named")
 		in := e.instance("named", types.CreateInstanceRequest{})
@@ -178,6 +205,19 @@ func testSaveRefused(t *testing.T, e *coreEnv) {
 			assert.ErrorIs(t, err, c.want)
 		})
 	}
+	t.Run("another node's instance", func(t *testing.T) {
+		// A second node on the same database: the instance is not its own.
+		cfg := e.cfg
+		cfg.Node, cfg.WorkDir = "node-b", filepath.Join(t.TempDir(), "work")
+		other, err := envd.New(cfg, e.store, e.reg, e.rt)
+		require.NoError(t, err)
+		defer other.Close()
+		_, err = other.Save(e.ctx, e.user, running.ID, types.SaveRequest{}, "")
+		assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition)
+		_, err = other.PauseInstance(e.ctx, e.user, running.ID)
+		assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition)
+		assert.Equal(t, types.StateRunning, e.getInstance(running.ID).State)
+	})
 	t.Run("the newest generation is accepted", func(t *testing.T) {
 		assert.Equal(t, 2, e.saved(retained.ID, types.SaveRequest{Generation: restarted.Generation}).Version)
 	})
