@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -18,6 +20,7 @@ import (
 	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/internal/fakeruntime"
 	"github.com/envd-dev/envd/registry"
+	"github.com/envd-dev/envd/runtime"
 )
 
 // savedEvents are the events of a save that became current, in order.
@@ -31,10 +34,66 @@ func TestCoreSave(t *testing.T) {
 	e := newCoreEnv(t, nil)
 	t.Run("decisions", func(t *testing.T) { testSaveDecisions(t, e) })
 	t.Run("refused", func(t *testing.T) { testSaveRefused(t, e) })
+	t.Run("freeze window", func(t *testing.T) { testSaveFreezeWindow(t, e) })
+}
+
+// holdThaw makes the runtime's next thaw wait until release is called:
+// the task stays frozen and the save still holds it. frozen is closed when
+// the thaw is asked.
+func holdThaw(e *coreEnv) (frozen <-chan struct{}, release func()) {
+	asked, done := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	e.rt.SetFault(fakeruntime.Resume, func(ctx context.Context, id string) error {
+		once.Do(func() { close(asked) })
+		<-done
+		return nil
+	})
+	return asked, func() {
+		e.rt.SetFault(fakeruntime.Resume, nil)
+		close(done)
+	}
+}
+
+// While a save holds the instance frozen, an exec waits for the thaw. (A
+// user's pause during a save's freeze window needs a window the fake cannot
+// hold open: the gate serializes it behind the thaw; freeze_test.go checks
+// that interleaving on the gate itself.)
+func testSaveFreezeWindow(t *testing.T, e *coreEnv) {
+	e.project("freeze")
+	e.rt.SetExec(func(ctx context.Context, upper string, spec runtime.ExecSpec) (int, error) {
+		fmt.Fprint(spec.Stdout, "out")
+		fmt.Fprint(spec.Stderr, "err")
+		return 3, nil
+	})
+	defer e.rt.SetExec(nil)
+
+	t.Run("an exec waits for the thaw", func(t *testing.T) {
+		in := e.instance("freeze", types.CreateInstanceRequest{})
+		frozen, release := holdThaw(e)
+		op, err := e.svc.Save(e.ctx, e.user, in.ID, types.SaveRequest{}, "")
+		require.NoError(t, err)
+		<-frozen
+		require.Equal(t, "paused", e.task(in.ID))
+		done := make(chan types.ExecResult, 1)
+		go func() {
+			res, err := e.svc.Exec(e.ctx, e.user, in.ID, types.ExecRequest{Args: []string{"make"}})
+			assert.NoError(t, err)
+			done <- res
+		}()
+		select {
+		case <-done:
+			t.Fatal("the exec ran while the instance was frozen")
+		case <-time.After(200 * time.Millisecond):
+		}
+		release()
+		res := <-done
+		assert.Equal(t, types.ExecResult{ExitCode: 3, Stdout: "out", Stderr: "err"}, res, "the exit code and output pass through")
+		assert.Equal(t, types.OpSucceeded, e.wait(e.user, op.ID).State)
+		assert.Equal(t, "running", e.task(in.ID))
+	})
 }
 
 func testSaveDecisions(t *testing.T, e *coreEnv) {
-
 	t.Run("first save expects the version the instance started from and becomes current", func(t *testing.T) {
 		e.project("first")
 		in := e.instance("first", types.CreateInstanceRequest{})
