@@ -45,9 +45,16 @@ const (
 	baseImage  = "base"
 )
 
-// coreEnv is one service with its own database, registry and runtime.
+// coreEnv is one service with its own database, registry and runtime, as
+// seen by one test: helpers fail t, which a subtest sets with with(t).
 type coreEnv struct {
-	t       *testing.T
+	t *testing.T
+	*coreState
+}
+
+// coreState is what the tests of one env share.
+type coreState struct {
+	root    *testing.T // the top-level test, owner of the env's cleanups
 	ctx     context.Context
 	store   *versions.Store
 	regSrv  *registry.Server
@@ -66,7 +73,7 @@ func newCoreEnv(t *testing.T, edit func(*envd.Config)) *coreEnv {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	e := &coreEnv{t: t, ctx: ctx}
+	e := &coreEnv{t: t, coreState: &coreState{root: t, ctx: ctx}}
 
 	var err error
 	e.store, err = versions.Open(ctx, pgtest.DSN(t))
@@ -120,8 +127,12 @@ func (e *coreEnv) start() {
 	require.NoError(e.t, err)
 	require.NoError(e.t, svc.Start(e.ctx))
 	e.svc = svc
-	e.t.Cleanup(svc.Close) // Close twice is harmless: the second waits for nothing
+	e.root.Cleanup(svc.Close) // Close twice is harmless: the second waits for nothing
 }
+
+// with is the env as seen by t, a subtest: its helpers fail t, not the
+// test that made the env.
+func (e *coreEnv) with(t *testing.T) *coreEnv { return &coreEnv{t: t, coreState: e.coreState} }
 
 // restart closes the service, as a process exit would (its unfinished
 // operations stay unfinished), and starts a new one on the same store.
@@ -236,6 +247,13 @@ func (e *coreEnv) task(id string) string {
 	st, err := e.rt.Status(e.ctx, id)
 	require.NoError(e.t, err)
 	return st.Task
+}
+
+// instanceNow is the instance as the service answers now, the zero value
+// on an error: for conditions polled outside the test's goroutine.
+func (e *coreEnv) instanceNow(id string) types.Instance {
+	in, _ := e.svc.GetInstance(e.ctx, e.user, id)
+	return in
 }
 
 func (e *coreEnv) getInstance(id string) types.Instance {

@@ -22,6 +22,7 @@ func TestCoreHibernate(t *testing.T) {
 	e.project("web")
 
 	t.Run("saves the layer as a version that is not current, then frees it", func(t *testing.T) {
+		e := e.with(t)
 		in := e.instance("web", types.CreateInstanceRequest{Retain: true})
 		e.write(in.ID, "home/dev/work.txt", "unsaved work")
 		_, err := e.svc.StopInstance(e.ctx, e.user, in.ID)
@@ -53,6 +54,7 @@ func TestCoreHibernate(t *testing.T) {
 	})
 
 	t.Run("only a stopped retained instance hibernates", func(t *testing.T) {
+		e := e.with(t)
 		running := e.instance("web", types.CreateInstanceRequest{Retain: true})
 		_, err := e.svc.HibernateInstance(e.ctx, e.user, running.ID)
 		assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition)
@@ -95,7 +97,7 @@ func TestCoreHibernateQuota(t *testing.T) {
 	_, err = e.svc.StopInstance(e.ctx, e.user, idle.ID)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		return e.getInstance(idle.ID).HibernatedVersion > 0 && e.getInstance(asked.ID).HibernatedVersion > 0
+		return e.instanceNow(idle.ID).HibernatedVersion > 0 && e.instanceNow(asked.ID).HibernatedVersion > 0
 	}, 20*time.Second, 50*time.Millisecond, "the node hibernates idle instances whatever the quota")
 	assert.Equal(t, []string{"1:ready:current", "2:ready", "3:ready"}, e.versionsOf("web"))
 	assert.Empty(t, e.rt.UpperDir(idle.ID))

@@ -33,9 +33,11 @@ func TestCoreLifecycle(t *testing.T) {
 // work; a verb from the wrong state is refused with the state in the
 // details.
 func testLifecycleVerbs(t *testing.T, e *coreEnv) {
+	e = e.with(t)
 	e.project("web")
 
 	t.Run("create runs the current version on this node", func(t *testing.T) {
+		e := e.with(t)
 		in := e.instance("web", types.CreateInstanceRequest{})
 		assert.Equal(t, types.ReasonStarted, in.Reason)
 		assert.Equal(t, testNode, in.Node)
@@ -54,6 +56,7 @@ func testLifecycleVerbs(t *testing.T, e *coreEnv) {
 	})
 
 	t.Run("pause and resume", func(t *testing.T) {
+		e := e.with(t)
 		in := e.instance("web", types.CreateInstanceRequest{})
 		got, err := e.svc.PauseInstance(e.ctx, e.user, in.ID)
 		require.NoError(t, err)
@@ -76,6 +79,7 @@ func testLifecycleVerbs(t *testing.T, e *coreEnv) {
 	})
 
 	t.Run("a pause the runtime fails goes back to Running", func(t *testing.T) {
+		e := e.with(t)
 		in := e.instance("web", types.CreateInstanceRequest{})
 		e.rt.FailNext(fakeruntime.Pause, errors.New("cgroup freezer: device or resource busy"))
 		_, err := e.svc.PauseInstance(e.ctx, e.user, in.ID)
@@ -87,6 +91,7 @@ func testLifecycleVerbs(t *testing.T, e *coreEnv) {
 	})
 
 	t.Run("stop needs a retained instance", func(t *testing.T) {
+		e := e.with(t)
 		in := e.instance("web", types.CreateInstanceRequest{})
 		_, err := e.svc.StopInstance(e.ctx, e.user, in.ID)
 		assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition)
@@ -95,6 +100,7 @@ func testLifecycleVerbs(t *testing.T, e *coreEnv) {
 	})
 
 	t.Run("stop keeps the writable layer; start brings it back with a new generation", func(t *testing.T) {
+		e := e.with(t)
 		in := e.instance("web", types.CreateInstanceRequest{Retain: true})
 		e.write(in.ID, "home/dev/kept", "kept")
 		stopped, err := e.svc.StopInstance(e.ctx, e.user, in.ID)
@@ -121,6 +127,7 @@ func testLifecycleVerbs(t *testing.T, e *coreEnv) {
 	})
 
 	t.Run("a stop the runtime fails leaves the instance Failed", func(t *testing.T) {
+		e := e.with(t)
 		in := e.instance("web", types.CreateInstanceRequest{Retain: true})
 		e.rt.FailNext(fakeruntime.Stop, errors.New("task did not exit"))
 		_, err := e.svc.StopInstance(e.ctx, e.user, in.ID)
@@ -131,6 +138,7 @@ func testLifecycleVerbs(t *testing.T, e *coreEnv) {
 	})
 
 	t.Run("delete terminates and removes the container; versions stay", func(t *testing.T) {
+		e := e.with(t)
 		in := e.instance("web", types.CreateInstanceRequest{})
 		e.write(in.ID, "home/dev/x", "x")
 		require.Equal(t, types.OpSucceeded, e.save(in.ID, types.SaveRequest{}).State)
@@ -154,6 +162,7 @@ func testLifecycleVerbs(t *testing.T, e *coreEnv) {
 	})
 
 	t.Run("a create the runtime fails leaves a Failed instance", func(t *testing.T) {
+		e := e.with(t)
 		e.project("broken")
 		e.rt.FailNext(fakeruntime.Create, errors.New("runc: exec format error"))
 		_, err := e.svc.CreateInstance(e.ctx, e.user, "broken", types.CreateInstanceRequest{}, "")
@@ -166,6 +175,7 @@ func testLifecycleVerbs(t *testing.T, e *coreEnv) {
 	})
 
 	t.Run("renew sets the expiry from now, none removes it", func(t *testing.T) {
+		e := e.with(t)
 		in := e.instance("web", types.CreateInstanceRequest{TTL: "10m"})
 		got, err := e.svc.RenewInstance(e.ctx, e.user, in.ID, "3h")
 		require.NoError(t, err)
@@ -182,6 +192,7 @@ func testLifecycleVerbs(t *testing.T, e *coreEnv) {
 // The TTL reaper: an expired instance is terminated; a retained one is
 // stopped, its layer kept.
 func testTTLExpiry(t *testing.T, e *coreEnv) {
+	e = e.with(t)
 	e.project("ttl")
 	plain := e.instance("ttl", types.CreateInstanceRequest{TTL: "300ms"})
 	retained := e.instance("ttl", types.CreateInstanceRequest{TTL: "300ms", Retain: true})
@@ -189,7 +200,7 @@ func testTTLExpiry(t *testing.T, e *coreEnv) {
 	lasting := e.instance("ttl", types.CreateInstanceRequest{TTL: "1h"})
 
 	require.Eventually(t, func() bool {
-		return e.getInstance(plain.ID).State == types.StateTerminated && e.getInstance(retained.ID).State == types.StateStopped
+		return e.instanceNow(plain.ID).State == types.StateTerminated && e.instanceNow(retained.ID).State == types.StateStopped
 	}, 20*time.Second, 50*time.Millisecond)
 	assert.Equal(t, types.ReasonTTLExpiry, e.getInstance(plain.ID).Reason)
 	assert.Equal(t, types.ReasonTTLExpiry, e.getInstance(retained.ID).Reason)
@@ -204,6 +215,7 @@ func testTTLExpiry(t *testing.T, e *coreEnv) {
 // fails its instance, an orphan container is removed, a task of an older
 // generation is killed.
 func testReconcile(t *testing.T, e *coreEnv) {
+	e = e.with(t)
 	e.project("rec")
 	vanished := e.instance("rec", types.CreateInstanceRequest{})
 	require.NoError(t, e.rt.Remove(e.ctx, vanished.ID))

@@ -39,8 +39,10 @@ func TestCoreOperations(t *testing.T) {
 // Idempotency keys: a retry gets what the first request made; another
 // request under the same key is refused.
 func testIdempotency(t *testing.T, e *coreEnv) {
+	e = e.with(t)
 
 	t.Run("project", func(t *testing.T) {
+		e := e.with(t)
 		req := types.CreateProjectRequest{Name: "idem", Base: baseImage}
 		first, err := e.svc.CreateProject(e.ctx, e.user, req, "key-project")
 		require.NoError(t, err)
@@ -54,6 +56,7 @@ func testIdempotency(t *testing.T, e *coreEnv) {
 	})
 
 	t.Run("instance", func(t *testing.T) {
+		e := e.with(t)
 		req := types.CreateInstanceRequest{TTL: "1h"}
 		first, err := e.svc.CreateInstance(e.ctx, e.user, "idem", req, "key-instance")
 		require.NoError(t, err)
@@ -68,6 +71,7 @@ func testIdempotency(t *testing.T, e *coreEnv) {
 	})
 
 	t.Run("save", func(t *testing.T) {
+		e := e.with(t)
 		in := e.instance("idem", types.CreateInstanceRequest{})
 		req := types.SaveRequest{Message: "once"}
 		first, err := e.svc.Save(e.ctx, e.user, in.ID, req, "key-save")
@@ -105,11 +109,13 @@ func testIdempotency(t *testing.T, e *coreEnv) {
 // failed with a code, canceled when asked; their events are ordered, the
 // last one names the end; another tenant does not see them.
 func testOperationsSettle(t *testing.T, e *coreEnv) {
+	e = e.with(t)
 	e.project("web")
 	_, err := e.svc.CreateToken(e.ctx, e.admin, "other", types.CreateTokenRequest{})
 	require.NoError(t, err)
 
 	t.Run("restore succeeds with the running instance as its result", func(t *testing.T) {
+		e := e.with(t)
 		op, err := e.svc.Restore(e.ctx, e.user, "web", types.CreateInstanceRequest{Version: 1}, "")
 		require.NoError(t, err)
 		assert.Equal(t, "restore", op.Kind)
@@ -133,11 +139,13 @@ func testOperationsSettle(t *testing.T, e *coreEnv) {
 	})
 
 	t.Run("restore of a version that cannot start is refused before any operation", func(t *testing.T) {
+		e := e.with(t)
 		_, err := e.svc.Restore(e.ctx, e.user, "web", types.CreateInstanceRequest{Version: 9}, "")
 		assert.ErrorIs(t, err, errdefs.ErrNotFound)
 	})
 
 	t.Run("restore whose pull fails fails, its instance Failed", func(t *testing.T) {
+		e := e.with(t)
 		e.rt.FailNext(fakeruntime.Pull, errdefs.ErrUnavailable)
 		op, err := e.svc.Restore(e.ctx, e.user, "web", types.CreateInstanceRequest{}, "")
 		require.NoError(t, err)
@@ -150,6 +158,7 @@ func testOperationsSettle(t *testing.T, e *coreEnv) {
 	})
 
 	t.Run("a canceled save ends canceled and changes nothing", func(t *testing.T) {
+		e := e.with(t)
 		in := e.instance("web", types.CreateInstanceRequest{})
 		entered := blockUntilCanceled(e.rt, fakeruntime.Pause)
 		defer e.rt.SetFault(fakeruntime.Pause, nil)
@@ -191,6 +200,7 @@ func TestCoreOperationsAfterRestart(t *testing.T) {
 	e.restart()
 
 	t.Run("the save runs again and commits", func(t *testing.T) {
+		e := e.with(t)
 		op := e.wait(e.user, save.ID)
 		require.Equal(t, types.OpSucceeded, op.State, "%+v", op.Error)
 		var res types.SaveResult
@@ -206,6 +216,7 @@ func TestCoreOperationsAfterRestart(t *testing.T) {
 	})
 
 	t.Run("the restore is settled as interrupted, its instance Failed", func(t *testing.T) {
+		e := e.with(t)
 		op := e.wait(e.user, restore.ID)
 		require.Equal(t, types.OpFailed, op.State)
 		assert.Equal(t, "interrupted", op.Error.Code)

@@ -22,6 +22,7 @@ func TestCoreQuota(t *testing.T) {
 // A save beyond the tenant's quota is refused after its layer is encoded
 // and before anything is uploaded: no version, no blob, no spool left.
 func testSaveQuota(t *testing.T, e *coreEnv) {
+	e = e.with(t)
 
 	for _, c := range []struct {
 		name, project string
@@ -32,6 +33,7 @@ func testSaveQuota(t *testing.T, e *coreEnv) {
 		{"max stored bytes", "q-bytes", false, func(u types.Usage) types.Quota { return types.Quota{MaxStoredBytes: u.StoredBytes + 1} }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			e := e.with(t)
 			_, err := e.svc.SetQuota(e.ctx, e.admin, testTenant, types.Quota{})
 			require.NoError(t, err)
 			project := c.project
@@ -65,11 +67,13 @@ func testSaveQuota(t *testing.T, e *coreEnv) {
 
 // Instance and TTL quotas are checked before anything is made.
 func testInstanceQuota(t *testing.T, e *coreEnv) {
+	e = e.with(t)
 	e.project("web")
 	_, err := e.svc.SetQuota(e.ctx, e.admin, testTenant, types.Quota{MaxInstances: 1, MaxTTL: "1h"})
 	require.NoError(t, err)
 
 	t.Run("ttl", func(t *testing.T) {
+		e := e.with(t)
 		for _, c := range []struct {
 			ttl  string
 			want error
@@ -91,6 +95,7 @@ func testInstanceQuota(t *testing.T, e *coreEnv) {
 	})
 
 	t.Run("instances", func(t *testing.T) {
+		e := e.with(t)
 		_, err := e.svc.CreateInstance(e.ctx, e.user, "web", types.CreateInstanceRequest{}, "")
 		require.ErrorIs(t, err, errdefs.ErrQuotaExceeded)
 		assert.Equal(t, map[string]any{"quota": "instances", "limit": int64(1), "used": int64(1), "requested": int64(1)}, errdefs.Details(err))

@@ -36,13 +36,13 @@ func TestCoreRetention(t *testing.T) {
 		t.Helper()
 		op, err := e.svc.GC(e.ctx, e.admin, types.GCRequest{DryRun: dryRun}, "")
 		require.NoError(t, err)
-		op = e.wait(e.admin, op.ID)
+		op = e.with(t).wait(e.admin, op.ID)
 		require.Equal(t, types.OpSucceeded, op.State, "%+v", op.Error)
 		var res types.GCResult
 		require.NoError(t, json.Unmarshal(op.Result, &res))
 		return res
 	}
-	collected := func(res types.GCResult) []int {
+	collected := func(t *testing.T, res types.GCResult) []int {
 		var out []int
 		for _, v := range res.Versions {
 			require.Equal(t, "web", v.Project)
@@ -65,17 +65,19 @@ func TestCoreRetention(t *testing.T) {
 		{"keep last 1 or newer than an hour", types.Retention{KeepLast: 1, KeepNewerThan: "1h"}, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			e := e.with(t)
 			_, err := e.svc.SetRetention(e.ctx, e.user, "web", c.policy)
 			require.NoError(t, err)
 			res := gc(t, true)
 			assert.True(t, res.DryRun)
-			assert.Equal(t, c.want, collected(res))
+			assert.Equal(t, c.want, collected(t, res))
 			assert.Equal(t, []string{"1:ready", "2:ready", "3:ready", "4:ready", "5:ready", "6:ready:current"}, e.versionsOf("web"),
 				"a dry run deletes nothing")
 		})
 	}
 
 	t.Run("gc deletes what the policy does not keep, and sweeps its blobs", func(t *testing.T) {
+		e := e.with(t)
 		_, err := e.svc.SetRetention(e.ctx, e.user, "web", types.Retention{KeepLast: 1})
 		require.NoError(t, err)
 		images := map[int]string{}
@@ -85,7 +87,7 @@ func TestCoreRetention(t *testing.T) {
 			images[n] = v.Image
 		}
 		res := gc(t, false)
-		assert.Equal(t, []int{4, 5}, collected(res))
+		assert.Equal(t, []int{4, 5}, collected(t, res))
 		assert.True(t, res.Swept)
 		assert.Less(t, res.BlobsAfter, res.BlobsBefore)
 		assert.Equal(t, []string{"1:ready", "2:ready", "3:ready", "6:ready:current"}, e.versionsOf("web"))
@@ -103,15 +105,17 @@ func TestCoreRetention(t *testing.T) {
 		// Once nothing uses version 2, the policy collects it too.
 		_, err = e.svc.DeleteInstance(e.ctx, e.user, user.ID)
 		require.NoError(t, err)
-		assert.Equal(t, []int{2}, collected(gc(t, true)))
+		assert.Equal(t, []int{2}, collected(t, gc(t, true)))
 	})
 
 	t.Run("gc is the admin's", func(t *testing.T) {
+		e := e.with(t)
 		_, err := e.svc.GC(e.ctx, e.user, types.GCRequest{}, "")
 		assert.ErrorIs(t, err, errdefs.ErrPermissionDenied)
 	})
 
 	t.Run("deleting a project drops its manifests, not the base image", func(t *testing.T) {
+		e := e.with(t)
 		vs, err := e.svc.ListVersions(e.ctx, e.user, "web")
 		require.NoError(t, err)
 		live := e.instance("web", types.CreateInstanceRequest{})

@@ -59,6 +59,7 @@ func holdThaw(e *coreEnv) (frozen <-chan struct{}, release func()) {
 // hold open: the gate serializes it behind the thaw; freeze_test.go checks
 // that interleaving on the gate itself.)
 func testSaveFreezeWindow(t *testing.T, e *coreEnv) {
+	e = e.with(t)
 	e.project("freeze")
 	e.rt.SetExec(func(ctx context.Context, upper string, spec runtime.ExecSpec) (int, error) {
 		fmt.Fprint(spec.Stdout, "out")
@@ -68,6 +69,7 @@ func testSaveFreezeWindow(t *testing.T, e *coreEnv) {
 	defer e.rt.SetExec(nil)
 
 	t.Run("an exec waits for the thaw", func(t *testing.T) {
+		e := e.with(t)
 		in := e.instance("freeze", types.CreateInstanceRequest{})
 		frozen, release := holdThaw(e)
 		op, err := e.svc.Save(e.ctx, e.user, in.ID, types.SaveRequest{}, "")
@@ -94,7 +96,9 @@ func testSaveFreezeWindow(t *testing.T, e *coreEnv) {
 }
 
 func testSaveDecisions(t *testing.T, e *coreEnv) {
+	e = e.with(t)
 	t.Run("first save expects the version the instance started from and becomes current", func(t *testing.T) {
+		e := e.with(t)
 		e.project("first")
 		in := e.instance("first", types.CreateInstanceRequest{})
 		e.write(in.ID, "home/dev/notes.txt", "one")
@@ -121,6 +125,7 @@ func testSaveDecisions(t *testing.T, e *coreEnv) {
 	})
 
 	t.Run("a second save from the same instance expects its last save and replaces its layer", func(t *testing.T) {
+		e := e.with(t)
 		e.project("second")
 		in := e.instance("second", types.CreateInstanceRequest{})
 		e.write(in.ID, "home/dev/a", "a")
@@ -146,6 +151,7 @@ func testSaveDecisions(t *testing.T, e *coreEnv) {
 	})
 
 	t.Run("a save whose expected current moved is ready but a conflict and does not move current", func(t *testing.T) {
+		e := e.with(t)
 		e.project("race")
 		winner := e.instance("race", types.CreateInstanceRequest{})
 		loser := e.instance("race", types.CreateInstanceRequest{})
@@ -177,6 +183,7 @@ func testSaveDecisions(t *testing.T, e *coreEnv) {
 	})
 
 	t.Run("concurrent saves expecting the same current: one becomes current, the other a conflict", func(t *testing.T) {
+		e := e.with(t)
 		e.project("concurrent")
 		a := e.instance("concurrent", types.CreateInstanceRequest{})
 		b := e.instance("concurrent", types.CreateInstanceRequest{})
@@ -201,6 +208,7 @@ func testSaveDecisions(t *testing.T, e *coreEnv) {
 	})
 
 	t.Run("expected_current named by the caller replaces the instance's own", func(t *testing.T) {
+		e := e.with(t)
 		e.project("named")
 		in := e.instance("named", types.CreateInstanceRequest{})
 		require.Equal(t, 2, e.saved(in.ID, types.SaveRequest{}).Version)
@@ -216,6 +224,7 @@ func testSaveDecisions(t *testing.T, e *coreEnv) {
 	})
 
 	t.Run("runtime mount points, injected files and excluded paths are not saved", func(t *testing.T) {
+		e := e.with(t)
 		_, err := e.svc.CreateProject(e.ctx, e.user, types.CreateProjectRequest{Name: "excl", Base: baseImage, Excludes: []string{"/home/dev/.cache"}}, "")
 		require.NoError(t, err)
 		in := e.instance("excl", types.CreateInstanceRequest{})
@@ -231,6 +240,7 @@ func testSaveDecisions(t *testing.T, e *coreEnv) {
 
 // What a save refuses before any operation exists.
 func testSaveRefused(t *testing.T, e *coreEnv) {
+	e = e.with(t)
 	e.project("refused")
 	running := e.instance("refused", types.CreateInstanceRequest{})
 	paused := e.instance("refused", types.CreateInstanceRequest{})
@@ -260,11 +270,13 @@ func testSaveRefused(t *testing.T, e *coreEnv) {
 		{"another tenant's instance", types.Principal{Tenant: "other"}, running.ID, types.SaveRequest{}, errdefs.ErrNotFound},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			e := e.with(t)
 			_, err := e.svc.Save(e.ctx, c.p, c.id, c.req, "")
 			assert.ErrorIs(t, err, c.want)
 		})
 	}
 	t.Run("another node's instance", func(t *testing.T) {
+		e := e.with(t)
 		// A second node on the same database: the instance is not its own.
 		cfg := e.cfg
 		cfg.Node, cfg.WorkDir = "node-b", filepath.Join(t.TempDir(), "work")
@@ -278,6 +290,7 @@ func testSaveRefused(t *testing.T, e *coreEnv) {
 		assert.Equal(t, types.StateRunning, e.getInstance(running.ID).State)
 	})
 	t.Run("the newest generation is accepted", func(t *testing.T) {
+		e := e.with(t)
 		assert.Equal(t, 2, e.saved(retained.ID, types.SaveRequest{Generation: restarted.Generation}).Version)
 	})
 	assert.Equal(t, []string{"1:ready", "2:ready:current"}, e.versionsOf("refused"), "refused saves made no version")
@@ -290,6 +303,7 @@ func TestCoreSaveFailures(t *testing.T) {
 	e := newCoreEnv(t, nil)
 
 	t.Run("the generation moved during the upload: refused at commit, its image deleted", func(t *testing.T) {
+		e := e.with(t)
 		e.project("fenced")
 		in := e.instance("fenced", types.CreateInstanceRequest{})
 		e.write(in.ID, "home/dev/f", "f")
@@ -335,6 +349,7 @@ func TestCoreSaveFailures(t *testing.T) {
 		}, "internal", "paused"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			e := e.with(t)
 			project := "fail-" + strings.ReplaceAll(strings.TrimPrefix(c.name, "the "), " ", "-")
 			e.project(project)
 			in := e.instance(project, types.CreateInstanceRequest{})
@@ -359,6 +374,7 @@ func TestCoreSaveFailures(t *testing.T) {
 	}
 
 	t.Run("a task left frozen by a failed thaw is thawed when the service starts", func(t *testing.T) {
+		e := e.with(t)
 		require.NotEmpty(t, leftFrozen)
 		require.Equal(t, "paused", e.task(leftFrozen))
 		e.restart()
@@ -367,6 +383,7 @@ func TestCoreSaveFailures(t *testing.T) {
 	})
 
 	t.Run("one save of an instance at a time", func(t *testing.T) {
+		e := e.with(t)
 		e.project("one")
 		in := e.instance("one", types.CreateInstanceRequest{})
 		entered, unblock := make(chan struct{}), make(chan struct{})
