@@ -1,0 +1,105 @@
+package envd_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/envd"
+)
+
+// Hibernation saves a stopped retained instance's layer as a version that
+// does not become current, then frees the layer; a start brings it back.
+func TestCoreHibernate(t *testing.T) {
+	t.Parallel()
+	e := newCoreEnv(t, nil)
+	e.project("web")
+
+	t.Run("saves the layer as a version that is not current, then frees it", func(t *testing.T) {
+		e := e.with(t)
+		in := e.instance("web", types.CreateInstanceRequest{Retain: true})
+		e.write(in.ID, "home/dev/work.txt", "unsaved work")
+		_, err := e.svc.StopInstance(e.ctx, e.user, in.ID)
+		require.NoError(t, err)
+
+		hib, err := e.svc.HibernateInstance(e.ctx, e.user, in.ID)
+		require.NoError(t, err)
+		assert.Equal(t, types.StateStopped, hib.State)
+		assert.Equal(t, envd.ReasonHibernated, hib.Reason)
+		assert.Equal(t, 2, hib.HibernatedVersion)
+		assert.Equal(t, []string{"1:ready:current", "2:ready"}, e.versionsOf("web"), "a hibernation version does not become current")
+		assert.Equal(t, map[string]string{"home/": "", "home/dev/": "", "home/dev/work.txt": "unsaved work"}, e.layerFiles("web", 2))
+		assert.Empty(t, e.rt.UpperDir(in.ID), "the layer on the node is freed")
+		assert.Empty(t, e.workDirEntries())
+
+		_, err = e.svc.HibernateInstance(e.ctx, e.user, in.ID)
+		assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition, "a hibernated instance cannot hibernate again")
+
+		woken, err := e.svc.StartInstance(e.ctx, e.user, in.ID)
+		require.NoError(t, err)
+		assert.Equal(t, types.StateRunning, woken.State)
+		assert.Zero(t, woken.HibernatedVersion)
+		assert.Equal(t, in.Generation+1, woken.Generation, "waking is a start: a new generation")
+		v2, err := e.svc.GetVersion(e.ctx, e.user, "web", 2)
+		require.NoError(t, err)
+		spec, ok := e.rt.Spec(in.ID)
+		require.True(t, ok, "a new container was made")
+		assert.Equal(t, e.reg.Addr()+"/"+v2.Image, spec.Image, "from the hibernation version")
+	})
+
+	t.Run("only a stopped retained instance hibernates", func(t *testing.T) {
+		e := e.with(t)
+		running := e.instance("web", types.CreateInstanceRequest{Retain: true})
+		_, err := e.svc.HibernateInstance(e.ctx, e.user, running.ID)
+		assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition)
+		assert.Equal(t, "running", e.task(running.ID))
+	})
+}
+
+// The node's own idle hibernation is exempt from the tenant's quota; a
+// user's is checked like a save, before the upload.
+func TestCoreHibernateQuota(t *testing.T) {
+	t.Parallel()
+	e := newCoreEnv(t, func(c *envd.Config) {
+		c.HibernateAfter = 200 * time.Millisecond
+		c.ReconcileInterval = 100 * time.Millisecond
+	})
+	e.project("web")
+	_, err := e.svc.SetQuota(e.ctx, e.admin, testTenant, types.Quota{MaxVersions: 1})
+	require.NoError(t, err)
+
+	// Two retained instances, stopped; the node would hibernate both, so
+	// the first is asked by the user at once.
+	asked := e.instance("web", types.CreateInstanceRequest{Retain: true})
+	e.write(asked.ID, "home/dev/a", "a")
+	idle := e.instance("web", types.CreateInstanceRequest{Retain: true})
+	e.write(idle.ID, "home/dev/b", "b")
+	_, err = e.svc.StopInstance(e.ctx, e.user, asked.ID)
+	require.NoError(t, err)
+	blobs := e.registryBlobs()
+	_, err = e.svc.HibernateInstance(e.ctx, e.user, asked.ID)
+	require.ErrorIs(t, err, errdefs.ErrQuotaExceeded)
+	assert.Equal(t, map[string]any{"quota": "versions", "limit": int64(1), "used": int64(1), "requested": int64(1)}, errdefs.Details(err))
+	got := e.getInstance(asked.ID)
+	assert.Equal(t, types.StateStopped, got.State)
+	assert.Zero(t, got.HibernatedVersion)
+	assert.Equal(t, blobs, e.registryBlobs(), "refused before the upload")
+	b, err := os.ReadFile(filepath.Join(e.rt.UpperDir(asked.ID), "home/dev/a"))
+	require.NoError(t, err, "the layer is kept")
+	assert.Equal(t, "a", string(b))
+
+	_, err = e.svc.StopInstance(e.ctx, e.user, idle.ID)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return e.instanceNow(idle.ID).HibernatedVersion > 0 && e.instanceNow(asked.ID).HibernatedVersion > 0
+	}, 20*time.Second, 50*time.Millisecond, "the node hibernates idle instances whatever the quota")
+	assert.Equal(t, []string{"1:ready:current", "2:ready", "3:ready"}, e.versionsOf("web"))
+	assert.Empty(t, e.rt.UpperDir(idle.ID))
+	assert.Empty(t, e.rt.UpperDir(asked.ID))
+}
