@@ -137,12 +137,12 @@ class Client:
         self._prefix = u.path.rstrip("/")
         self._local = threading.local()
         self._conns_lock = threading.Lock()
-        self._conns: List[http.client.HTTPConnection] = []
+        self._conns: set = set()  # every thread's kept-alive connection, for close()
 
     def close(self) -> None:
         """Close the kept-alive connections (of every thread)."""
         with self._conns_lock:
-            conns, self._conns = self._conns, []
+            conns, self._conns = self._conns, set()
         for c in conns:
             c.close()
 
@@ -187,12 +187,11 @@ class Client:
             reused = conn is not None and not fresh
             if conn is None or fresh:
                 if conn is not None:
-                    conn.close()
+                    self._drop(conn)
                 conn = self._new_conn(timeout)
                 self._local.conn = conn
-                with self._conns_lock:
-                    self._conns = [c for c in self._conns if c.sock is not None]
-                    self._conns.append(conn)
+            with self._conns_lock:
+                self._conns.add(conn)
             conn.timeout = timeout
             if conn.sock is not None:
                 conn.sock.settimeout(timeout)
@@ -201,20 +200,23 @@ class Client:
                 resp = conn.getresponse()
                 data = resp.read()
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
-                conn.close()
-                self._local.conn = None
+                self._drop(conn)
                 if reused:
                     continue
                 raise
             except BaseException:
-                conn.close()
-                self._local.conn = None
+                self._drop(conn)
                 raise
             if resp.will_close:
-                conn.close()
-                self._local.conn = None
+                self._drop(conn)
             return resp.status, resp.reason, resp.headers, data
         raise AssertionError("unreachable")
+
+    def _drop(self, conn: http.client.HTTPConnection) -> None:
+        conn.close()
+        self._local.conn = None
+        with self._conns_lock:
+            self._conns.discard(conn)
 
     def _backoff(self, attempt: int) -> float:
         return min(self.max_retry_wait, 0.25 * (2 ** attempt)) * (0.5 + random.random() / 2)
@@ -294,7 +296,8 @@ class Client:
     def import_image(self, name: str, tar: Union[bytes, str, os.PathLike, BinaryIO]) -> JSON:
         """POST /v1/images?name=NAME: upload a base image as a tar stream,
         plain or gzip (bytes, a file path, or a binary file object, which is
-        streamed). Not retried: a repeated import is already_exists."""
+        streamed). Importing a name again points it at the new image. Not
+        retried (a stream cannot be replayed)."""
         path = self._path("/v1/images", {"name": name})
         h = self._headers()
         if isinstance(tar, (bytes, bytearray)):
