@@ -858,11 +858,17 @@ class EventStream:
             time.sleep(wait if wait is not None and wait <= self.client.max_retry_wait
                        else self.client._backoff(failures))
 
-    def close(self) -> None:
-        """Drop the current connection (the next iteration step reconnects)."""
+    def drop(self) -> None:
+        """Drop the current connection as a network failure would; the
+        iteration goes on over a new one, after the last event seen. Safe
+        to call from another thread."""
         c = self._conn
-        if c is not None:
-            c.close()
+        sock = c.sock if c is not None else None
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def _once(self) -> Iterator[JSON]:
         c = self.client

@@ -439,6 +439,24 @@ class LiveTest(unittest.TestCase):
         self.assertTrue(self.c.revoke_token(second["id"])["revoked_at"])
         self.assertTrue(self.c.revoke_token(second["id"])["revoked_at"], "revoking again answers it as it is")
 
+    def test_readme_example(self):
+        """The README's example, run as a program outside the package would
+        run it."""
+        import subprocess
+        import sys
+        root = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+        readme = open(os.path.join(root, "README.md"), encoding="utf-8").read()
+        section = readme.split("\n## Example\n", 1)[1]
+        code = section.split("```python\n", 1)[1].split("```", 1)[0]
+        env = dict(os.environ, PYTHONPATH=root)
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        self.assertIn("exit 0 stdout hello", out.stdout)
+        self.assertIn("after rollback: hello", out.stdout)
+        self.assertRegex(out.stdout, r"save succeeded after \d+ reconnect")
+        seqs = [int(m) for m in re.findall(r"(?m)^event (\d+) ", out.stdout)]
+        self.assertEqual(seqs, list(range(1, len(seqs) + 1)))
+
     def test_build_and_gc(self):
         p = self.project("build")["name"]
         with self.assertRaises(envd.InvalidArgument):

@@ -157,6 +157,41 @@ class ResumeTest(unittest.TestCase):
             list(c.events("op-x"))
         self.assertEqual(H.hits, 2)
 
+    def test_drop_resumes_after_the_last_event(self):
+        cursors = []
+
+        class H(_support.QuietHandler):
+            def do_GET(self):
+                cursor = self.headers.get("Last-Event-ID")
+                cursors.append(cursor)
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                try:
+                    for i in range(int(cursor or 0) + 1, 4):
+                        chunk = sse_bytes(event(i))
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                        self.wfile.flush()
+                        time.sleep(0.2)
+                    end = b"event: end\ndata: " + json.dumps(OP_DONE).encode() + b"\n\n"
+                    self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(end), end))
+                except OSError:
+                    pass
+                self.close_connection = True
+        s = _support.Server(H)
+        self.addCleanup(s.close)
+        stream = self.client(s.url).events("op-1")
+        seqs = []
+        for ev in stream:
+            seqs.append(ev["seq"])
+            if ev["seq"] == 1 and stream.reconnects == 0:
+                stream.drop()
+        self.assertEqual(seqs, [1, 2, 3])
+        self.assertEqual(cursors, [None, "1"])
+        self.assertEqual(stream.reconnects, 1)
+        self.assertEqual(stream.operation["state"], "succeeded")
+
     def test_wait_timeout(self):
         class H(_support.QuietHandler):
             def do_GET(self):
