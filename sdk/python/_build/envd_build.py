@@ -20,7 +20,8 @@ TAG = "py3-none-any"
 
 
 def _metadata():
-    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
     return (
         "Metadata-Version: 2.1\n"
         f"Name: {NAME}\n"

@@ -445,7 +445,8 @@ class LiveTest(unittest.TestCase):
         import subprocess
         import sys
         root = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-        readme = open(os.path.join(root, "README.md"), encoding="utf-8").read()
+        with open(os.path.join(root, "README.md"), encoding="utf-8") as f:
+            readme = f.read()
         section = readme.split("\n## Example\n", 1)[1]
         code = section.split("```python\n", 1)[1].split("```", 1)[0]
         env = dict(os.environ, PYTHONPATH=root)
