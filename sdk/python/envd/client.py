@@ -15,7 +15,7 @@ import ssl
 import threading
 import time
 import uuid
-from typing import Any, BinaryIO, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, BinaryIO, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 from urllib.parse import quote, urlencode, urlsplit
 
 from . import sse
@@ -135,6 +135,7 @@ class Client:
         self._host = u.hostname
         self._port = u.port or (443 if u.scheme == "https" else 80)
         self._prefix = u.path.rstrip("/")
+        self._netloc = u.netloc.rpartition("@")[2]
         self._local = threading.local()
         self._conns_lock = threading.Lock()
         self._conns: set = set()  # every thread's kept-alive connection, for close()
@@ -489,7 +490,7 @@ class Client:
             if cols is not None:
                 q += [("cols", str(cols)), ("rows", str(rows))]
         scheme = "wss" if self._scheme == "https" else "ws"
-        return f"{scheme}://{self._host}:{self._port}{self._prefix}/v1/instances/{_seg(instance_id)}/exec/ws?{urlencode(q)}"
+        return f"{scheme}://{self._netloc}{self._prefix}/v1/instances/{_seg(instance_id)}/exec/ws?{urlencode(q)}"
 
     def exec_session(self, instance_id: str, args: Sequence[str], *, tty: bool = False, cols: Optional[int] = None,
                      rows: Optional[int] = None, env: Optional[Sequence[str]] = None, cwd: Optional[str] = None,

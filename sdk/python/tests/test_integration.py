@@ -12,7 +12,6 @@ import secrets
 import socket
 import tarfile
 import threading
-import time
 import unittest
 
 import _support

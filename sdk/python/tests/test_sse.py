@@ -3,7 +3,6 @@ dropped connection against a local http.server that drops it."""
 
 import io
 import json
-import threading
 import time
 import unittest
 
