@@ -173,6 +173,7 @@ class LiveTest(unittest.TestCase):
         self.assertTrue(info["node"])
         self.assertEqual(self.c.healthz(), {"status": "ok"})
         self.assertIn(self.image, [i["name"] for i in self.c.list_images()])
+        self.assertIn("envd_instances", self.c.metrics())
 
         name = "sdkpy-img-" + RUN
         img = self.c.import_image(name, tiny_tar({"etc/sdk-base": b"B\n"}))
@@ -254,6 +255,21 @@ class LiveTest(unittest.TestCase):
         res = stream.operation["result"]
         self.assertEqual((res["version"], res["current"], res["conflict"]), (2, True, False))
         self.assertEqual([e["seq"] for e in self.c.operation_events(op["id"])], seqs)
+        self.assertEqual([e["seq"] for e in self.c.operation_events(op["id"], after=2)], seqs[2:])
+        self.assertEqual(self.c.cancel_operation(op["id"])["state"], "succeeded", "a finished operation stays as it is")
+
+        # One client, several threads.
+        results = []
+
+        def run(n):
+            for k in range(4):
+                results.append(self.c.exec(inst["id"], ["echo", "%d-%d" % (n, k)])["stdout"])
+        threads = [threading.Thread(target=run, args=(n,)) for n in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(sorted(results), sorted("%d-%d\n" % (n, k) for n in range(6) for k in range(4)))
 
         self.sh(inst, "echo two > /root/state")
         seen = []
@@ -415,6 +431,8 @@ class LiveTest(unittest.TestCase):
             tc.list_tokens()
         with self.assertRaises(envd.PermissionDenied):
             tc.gc(dry_run=True)
+        with self.assertRaises(envd.PermissionDenied):
+            tc.metrics()
 
         q = self.c.set_quota(tenant, max_ttl="1h", max_instances=2)
         self.assertEqual(q["max_instances"], 2)

@@ -121,6 +121,24 @@ class RetryTest(unittest.TestCase):
         c.info()
         self.assertEqual(len(r.requests), 3)
 
+    def test_a_kept_alive_connection_closed_while_idle_is_reopened_once(self):
+        hits = []
+
+        class H(_support.QuietHandler):
+            def do_POST(self):
+                hits.append(self.read_body())
+                # Answers as if keeping the connection, then closes it: the
+                # client learns only when it sends the next request.
+                self.send_json(200, {"exit_code": 0, "stdout": "", "stderr": ""})
+                self.close_connection = True
+        s = _support.Server(H)
+        self.addCleanup(s.close)
+        c = envd.Client(s.url, "tok", retries=0)
+        self.addCleanup(c.close)
+        for _ in range(3):
+            self.assertEqual(c.exec("web-1", ["true"])["exit_code"], 0)
+        self.assertEqual(len(hits), 3, "each exec reached the server once")
+
     def test_set_current_is_a_compare_and_swap(self):
         conflict = (409, {"error": {"code": "conflict", "message": "current is 4, not 3"}}, {})
         r, c = self.serve([conflict])
