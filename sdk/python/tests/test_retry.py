@@ -139,6 +139,44 @@ class RetryTest(unittest.TestCase):
             self.assertEqual(c.exec("web-1", ["true"])["exit_code"], 0)
         self.assertEqual(len(hits), 3, "each exec reached the server once")
 
+    def test_import_image_bodies(self):
+        import gzip
+        import io
+        import tempfile
+        got = []
+
+        class H(_support.QuietHandler):
+            def do_POST(self):
+                if self.headers.get("Transfer-Encoding") == "chunked":
+                    body = b""
+                    while True:
+                        n = int(self.rfile.readline().strip(), 16)
+                        chunk = self.rfile.read(n + 2)[:n]
+                        if n == 0:
+                            break
+                        body += chunk
+                else:
+                    body = self.read_body()
+                got.append((self.path, self.headers.get("Content-Type"), self.headers.get("Transfer-Encoding"), body))
+                self.send_json(201, {"name": "img", "digest": "sha256:x"})
+        s = _support.Server(H)
+        self.addCleanup(s.close)
+        c = envd.Client(s.url, "tok")
+        self.addCleanup(c.close)
+        tar = b"t" * 3000
+        gz = gzip.compress(tar)
+        c.import_image("a b", tar)
+        c.import_image("img", io.BytesIO(gz))
+        with tempfile.NamedTemporaryFile(suffix=".tar") as f:
+            f.write(tar)
+            f.flush()
+            c.import_image("img", f.name)
+        self.assertEqual(got, [
+            ("/v1/images?name=a+b", "application/x-tar", None, tar),
+            ("/v1/images?name=img", "application/gzip", "chunked", gz),
+            ("/v1/images?name=img", "application/x-tar", "chunked", tar),
+        ])
+
     def test_set_current_is_a_compare_and_swap(self):
         conflict = (409, {"error": {"code": "conflict", "message": "current is 4, not 3"}}, {})
         r, c = self.serve([conflict])
