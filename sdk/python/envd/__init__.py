@@ -1,0 +1,52 @@
+"""envd: a Python client for envd's HTTP API, on the standard library only.
+
+    import envd
+    c = envd.Client()              # ENVD_URL and ENVD_TOKEN
+    inst = c.up("web")
+    print(c.exec(inst["id"], ["uname", "-a"])["stdout"])
+"""
+
+from .client import (
+    DONE_STATES,
+    Client,
+    EventStream,
+    ExecSession,
+    bearer_subprotocol,
+    duration,
+    is_done,
+    new_idempotency_key,
+    operation_error,
+)
+from .errors import (
+    AlreadyExists,
+    Canceled,
+    Conflict,
+    DeadlineExceeded,
+    EnvdError,
+    FailedPrecondition,
+    IdempotencyKeyReused,
+    Internal,
+    Interrupted,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    QuotaExceeded,
+    ResourceExhausted,
+    StaleGeneration,
+    StreamError,
+    Unauthenticated,
+    Unavailable,
+    error_for_code,
+    error_from_body,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Client", "EventStream", "ExecSession", "DONE_STATES", "is_done", "duration", "new_idempotency_key",
+    "operation_error", "bearer_subprotocol",
+    "EnvdError", "InvalidArgument", "Unauthenticated", "PermissionDenied", "NotFound", "AlreadyExists",
+    "StaleGeneration", "Conflict", "FailedPrecondition", "IdempotencyKeyReused", "Canceled", "Internal",
+    "Unavailable", "DeadlineExceeded", "QuotaExceeded", "ResourceExhausted", "Interrupted", "StreamError",
+    "error_for_code", "error_from_body",
+]

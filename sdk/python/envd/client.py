@@ -1,0 +1,1050 @@
+"""envd's HTTP API as a Python client (standard library only).
+
+Results are plain dicts (and lists of dicts) with exactly the JSON keys of
+docs/api.md; see the README for why. Errors are the classes of envd.errors.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import random
+import socket
+import ssl
+import threading
+import time
+import uuid
+from typing import Any, BinaryIO, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from urllib.parse import quote, urlencode, urlsplit
+
+from . import sse
+from . import websocket as ws
+from .errors import (
+    CODE_STATUS,
+    EnvdError,
+    ResourceExhausted,
+    StreamError,
+    error_for_code,
+    error_from_body,
+    parse_retry_after,
+)
+
+__all__ = ["Client", "EventStream", "ExecSession", "is_done", "DONE_STATES"]
+
+JSON = Dict[str, Any]
+
+# Final operation states; any other state (the set is open) is unfinished.
+DONE_STATES = frozenset({"succeeded", "failed", "canceled"})
+
+# Codes a retry cannot fix: waiting and streaming stop at once on them.
+PERMANENT_CODES = frozenset({"invalid_argument", "not_found", "unauthenticated", "permission_denied"})
+
+# The exec stream's protocol (api/execproto).
+EXEC_SUBPROTOCOL = "v1.exec.envd.dev"
+BEARER_PREFIX = "base64url.bearer.envd.dev."
+CH_STDIN, CH_STDOUT, CH_STDERR, CH_RESIZE, CH_EXIT, CH_EOF = 0, 1, 2, 3, 4, 5
+EXEC_CHUNK = 32 << 10
+EXEC_MAX_MESSAGE = 1 << 20
+
+# Retry policies of one call.
+_RETRY_NONE = 0  # only 429: the server started nothing
+_RETRY_SAFE = 1  # also connection errors and 503: reads, PUTs, DELETEs and keyed creations
+
+
+def is_done(op: Mapping[str, Any]) -> bool:
+    """Whether an operation dict reached a final state."""
+    return op.get("state") in DONE_STATES
+
+
+def duration(v: Union[str, int, float, None]) -> Optional[str]:
+    """A Go duration for the API: strings pass as they are ("30m", "none"),
+    numbers are seconds."""
+    if v is None or isinstance(v, str):
+        return v
+    if isinstance(v, bool):
+        raise TypeError("a duration is a string or a number of seconds")
+    return f"{int(v)}s" if float(v).is_integer() else f"{float(v)}s"
+
+
+def _seconds(v: Union[str, int, float, None]) -> Optional[float]:
+    """Seconds of a simple Go duration ("90s", "10m", "1h30m"), None if unknown."""
+    if v is None:
+        return None
+    if isinstance(v, (int, float)):
+        return float(v)
+    units = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}
+    total, num, i = 0.0, "", 0
+    s = v.strip()
+    while i < len(s):
+        c = s[i]
+        if c.isdigit() or c == ".":
+            num += c
+            i += 1
+            continue
+        unit = s[i:i + 2] if s[i:i + 2] in units else s[i]
+        if unit not in units or not num:
+            return None
+        total += float(num) * units[unit]
+        num, i = "", i + len(unit)
+    return total if not num else None
+
+
+def _seg(s: Union[str, int]) -> str:
+    return quote(str(s), safe="")
+
+
+def new_idempotency_key() -> str:
+    """A fresh random Idempotency-Key."""
+    return str(uuid.uuid4())
+
+
+class Client:
+    """A client of one envd server; safe for use from several threads.
+
+    url and token default to the ENVD_URL and ENVD_TOKEN environment
+    variables. timeout bounds each socket wait of ordinary calls (seconds);
+    wait_timeout that of calls that wait for the server's work (creating an
+    instance synchronously, importing an image); a buffered exec waits for
+    its own timeout plus a margin. retries is how often a call is repeated
+    after a connection error, a 503 or a 429 (with Retry-After) when that
+    is safe; max_retry_wait caps one wait. ssl_context is used for https.
+    """
+
+    def __init__(self, url: Optional[str] = None, token: Optional[str] = None, *, timeout: float = 60.0,
+                 wait_timeout: float = 900.0, retries: int = 3, max_retry_wait: float = 30.0,
+                 poll_interval: float = 0.5, ssl_context: Optional[ssl.SSLContext] = None,
+                 user_agent: str = "envd-python"):
+        url = url if url is not None else os.environ.get("ENVD_URL", "")
+        token = token if token is not None else os.environ.get("ENVD_TOKEN", "")
+        if not url:
+            raise ValueError("envd url: pass url= or set ENVD_URL")
+        u = urlsplit(url.rstrip("/"))
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError(f"envd url {url!r}: must be http:// or https://HOST[:PORT]")
+        self.url = url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+        self.wait_timeout = wait_timeout
+        self.retries = max(0, retries)
+        self.max_retry_wait = max_retry_wait
+        self.poll_interval = poll_interval
+        self.ssl_context = ssl_context
+        self.user_agent = user_agent
+        self._scheme = u.scheme
+        self._host = u.hostname
+        self._port = u.port or (443 if u.scheme == "https" else 80)
+        self._prefix = u.path.rstrip("/")
+        self._netloc = u.netloc.rpartition("@")[2]
+        self._local = threading.local()
+        self._conns_lock = threading.Lock()
+        self._conns: set = set()  # every thread's kept-alive connection, for close()
+
+    def close(self) -> None:
+        """Close the kept-alive connections (of every thread)."""
+        with self._conns_lock:
+            conns, self._conns = self._conns, set()
+        for c in conns:
+            c.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------
+    # HTTP
+
+    def _new_conn(self, timeout: Optional[float]) -> http.client.HTTPConnection:
+        if self._scheme == "https":
+            return http.client.HTTPSConnection(self._host, self._port, timeout=timeout,
+                                               context=self.ssl_context or ssl.create_default_context())
+        return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+
+    def _headers(self, extra: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+        h = {"User-Agent": self.user_agent, "Accept": "application/json"}
+        if self.token:
+            h["Authorization"] = "Bearer " + self.token
+        if extra:
+            h.update(extra)
+        return h
+
+    def _path(self, path: str, query: Optional[Mapping[str, Any]] = None) -> str:
+        p = self._prefix + path
+        if query:
+            q = {k: v for k, v in query.items() if v is not None}
+            if q:
+                p += "?" + urlencode(q, doseq=True)
+        return p
+
+    def _exchange(self, method: str, path: str, body: Any, headers: Dict[str, str],
+                  timeout: float) -> Tuple[int, str, http.client.HTTPMessage, bytes]:
+        """One request on this thread's keep-alive connection. A reused
+        connection the server closed while idle is retried once on a new
+        one (the server never saw the request)."""
+        for fresh in (False, True):
+            conn = getattr(self._local, "conn", None)
+            reused = conn is not None and not fresh
+            if conn is None or fresh:
+                if conn is not None:
+                    self._drop(conn)
+                conn = self._new_conn(timeout)
+                self._local.conn = conn
+            with self._conns_lock:
+                self._conns.add(conn)
+            conn.timeout = timeout
+            if conn.sock is not None:
+                conn.sock.settimeout(timeout)
+            try:
+                conn.request(method, path, body=body, headers=headers)
+                resp = conn.getresponse()
+                data = resp.read()
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                self._drop(conn)
+                if reused:
+                    continue
+                raise
+            except BaseException:
+                self._drop(conn)
+                raise
+            if resp.will_close:
+                self._drop(conn)
+            return resp.status, resp.reason, resp.headers, data
+        raise AssertionError("unreachable")
+
+    def _drop(self, conn: http.client.HTTPConnection) -> None:
+        conn.close()
+        self._local.conn = None
+        with self._conns_lock:
+            self._conns.discard(conn)
+
+    def _backoff(self, attempt: int) -> float:
+        return min(self.max_retry_wait, 0.25 * (2 ** attempt)) * (0.5 + random.random() / 2)
+
+    def _call(self, method: str, path: str, *, body: Any = None, query: Optional[Mapping[str, Any]] = None,
+              headers: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None,
+              retry: int = _RETRY_SAFE, raw: bool = False) -> Any:
+        """Send a request (a JSON body when body is not bytes) with retries
+        and return the decoded JSON answer (None for an empty one; bytes
+        with raw)."""
+        h = self._headers(headers)
+        payload: Optional[bytes] = None
+        if body is not None:
+            if isinstance(body, (bytes, bytearray)):
+                payload = bytes(body)
+            else:
+                payload = json.dumps(body).encode("utf-8")
+                h["Content-Type"] = "application/json"
+        full = self._path(path, query)
+        t = timeout if timeout is not None else self.timeout
+        attempt = 0
+        while True:
+            try:
+                status, reason, rh, data = self._exchange(method, full, payload, h, t)
+            except (OSError, http.client.HTTPException):
+                if retry == _RETRY_SAFE and attempt < self.retries:
+                    time.sleep(self._backoff(attempt))
+                    attempt += 1
+                    continue
+                raise
+            if status < 300:
+                if raw:
+                    return data
+                if not data.strip():
+                    return None
+                return json.loads(data.decode("utf-8"))
+            err = error_from_body(status, data, reason, parse_retry_after(rh.get("Retry-After")))
+            retryable = status == 429 or (status == 503 and retry == _RETRY_SAFE)
+            if retryable and attempt < self.retries:
+                wait = getattr(err, "retry_after", None)
+                if wait is None:
+                    wait = parse_retry_after(rh.get("Retry-After"))
+                if wait is None:
+                    wait = self._backoff(attempt)
+                if wait <= self.max_retry_wait:
+                    time.sleep(wait)
+                    attempt += 1
+                    continue
+            raise err
+
+    @staticmethod
+    def _key_header(key: Optional[str]) -> Dict[str, str]:
+        return {"Idempotency-Key": key or new_idempotency_key()}
+
+    # ------------------------------------------------------------------
+    # Server
+
+    def healthz(self) -> JSON:
+        """GET /healthz (no token needed)."""
+        return self._call("GET", "/healthz")
+
+    def info(self) -> JSON:
+        """GET /v1/info: {version, node, data_dir, registry, components}."""
+        return self._call("GET", "/v1/info")
+
+    def metrics(self) -> str:
+        """GET /metrics (admin token): Prometheus text."""
+        return self._call("GET", "/metrics", headers={"Accept": "text/plain"}, raw=True).decode("utf-8")
+
+    # ------------------------------------------------------------------
+    # Images
+
+    def list_images(self) -> List[JSON]:
+        """GET /v1/images: [{name, ref, digest, size_bytes}]."""
+        return self._call("GET", "/v1/images")
+
+    def import_image(self, name: str, tar: Union[bytes, str, os.PathLike, BinaryIO]) -> JSON:
+        """POST /v1/images?name=NAME: upload a base image as a tar stream,
+        plain or gzip (bytes, a file path, or a binary file object, which is
+        streamed). Importing a name again points it at the new image. Not
+        retried (a stream cannot be replayed)."""
+        path = self._path("/v1/images", {"name": name})
+        h = self._headers()
+        if isinstance(tar, (bytes, bytearray)):
+            body: Any = bytes(tar)
+            magic = body[:2]
+        elif isinstance(tar, (str, os.PathLike)):
+            with open(tar, "rb") as f:
+                return self.import_image(name, f)
+        else:
+            magic = tar.read(2)
+            first = magic
+
+            def chunks() -> Iterator[bytes]:
+                if first:
+                    yield first
+                while True:
+                    b = tar.read(1 << 20)
+                    if not b:
+                        return
+                    yield b
+            body = chunks()
+            h["Transfer-Encoding"] = "chunked"
+        h["Content-Type"] = "application/gzip" if magic == b"\x1f\x8b" else "application/x-tar"
+        conn = self._new_conn(self.wait_timeout)
+        try:
+            conn.request("POST", path, body=body, headers=h, encode_chunked="Transfer-Encoding" in h)
+            resp = conn.getresponse()
+            data = resp.read()
+            if resp.status >= 300:
+                raise error_from_body(resp.status, data, resp.reason, parse_retry_after(resp.getheader("Retry-After")))
+            return json.loads(data.decode("utf-8"))
+        finally:
+            conn.close()
+
+    # ------------------------------------------------------------------
+    # Projects
+
+    def create_project(self, name: str, base: str, *, excludes: Optional[Sequence[str]] = None,
+                       compression: Optional[str] = None, volumes: Optional[Sequence[str]] = None,
+                       limits: Optional[Mapping[str, Any]] = None, egress: Optional[str] = None,
+                       isolate_instances: Optional[bool] = None, idempotency_key: Optional[str] = None) -> JSON:
+        """POST /v1/projects. volumes are "NAME:PATH[:UID:GID][:SIZE]";
+        compression "estargz" (default), "zstd" or "gzip"; egress "open",
+        "none" or "allow:...". A key is generated when none is given and
+        reused by the retries."""
+        req: JSON = {"name": name, "base": base}
+        for k, v in (("excludes", excludes), ("compression", compression), ("volumes", volumes),
+                     ("limits", limits), ("egress", egress), ("isolate_instances", isolate_instances)):
+            if v is not None:
+                req[k] = list(v) if k in ("excludes", "volumes") else (dict(v) if k == "limits" else v)
+        return self._call("POST", "/v1/projects", body=req, headers=self._key_header(idempotency_key))
+
+    def list_projects(self) -> List[JSON]:
+        return self._call("GET", "/v1/projects")
+
+    def get_project(self, project: str) -> JSON:
+        return self._call("GET", f"/v1/projects/{_seg(project)}")
+
+    def delete_project(self, project: str) -> None:
+        """DELETE /v1/projects/{p}; failed_precondition while instances are not Terminated."""
+        self._call("DELETE", f"/v1/projects/{_seg(project)}")
+
+    def set_retention(self, project: str, keep_last: Optional[int] = None,
+                      keep_newer_than: Union[str, int, float, None] = None) -> JSON:
+        """PUT /v1/projects/{p}/retention; no arguments removes the policy."""
+        req: JSON = {}
+        if keep_last is not None:
+            req["keep_last"] = keep_last
+        if keep_newer_than is not None:
+            req["keep_newer_than"] = duration(keep_newer_than)
+        return self._call("PUT", f"/v1/projects/{_seg(project)}/retention", body=req)
+
+    def set_limits(self, project: str, limits: Optional[Mapping[str, Any]] = None, **fields: Any) -> JSON:
+        """PUT /v1/projects/{p}/limits: memory_bytes, pids, cpus, cpu_weight,
+        io_weight, disk_bytes, allow_privilege_escalation (a dict, keyword
+        arguments, or both); none clears the limits."""
+        req = dict(limits or {})
+        req.update(fields)
+        return self._call("PUT", f"/v1/projects/{_seg(project)}/limits", body=req)
+
+    def set_network(self, project: str, egress: str, isolate_instances: bool = False) -> JSON:
+        """PUT /v1/projects/{p}/network."""
+        return self._call("PUT", f"/v1/projects/{_seg(project)}/network",
+                          body={"egress": egress, "isolate_instances": isolate_instances})
+
+    # ------------------------------------------------------------------
+    # Instances
+
+    def create_instance(self, project: str, *, version: Optional[int] = None,
+                        ttl: Union[str, int, float, None] = None, retain: bool = False, wait: bool = True,
+                        idempotency_key: Optional[str] = None) -> JSON:
+        """POST /v1/projects/{p}/instances. wait=True answers the instance
+        once it is Running; wait=False asks ``Prefer: respond-async`` and
+        answers the restore operation (its target is the new instance's id).
+        ttl: a Go duration, seconds, or "none". The idempotency key (one is
+        generated) makes retries return the same instance or operation."""
+        req: JSON = {}
+        if version:
+            req["version"] = version
+        if ttl is not None:
+            req["ttl"] = duration(ttl)
+        if retain:
+            req["retain"] = True
+        h = self._key_header(idempotency_key)
+        if not wait:
+            h["Prefer"] = "respond-async"
+        return self._call("POST", f"/v1/projects/{_seg(project)}/instances", body=req, headers=h,
+                          timeout=self.timeout if not wait else max(self.timeout, self.wait_timeout))
+
+    up = create_instance
+
+    def list_instances(self, project: Optional[str] = None) -> List[JSON]:
+        """GET /v1/projects/{p}/instances, or GET /v1/instances for all."""
+        if project is None:
+            return self._call("GET", "/v1/instances")
+        return self._call("GET", f"/v1/projects/{_seg(project)}/instances")
+
+    def get_instance(self, instance_id: str) -> JSON:
+        return self._call("GET", f"/v1/instances/{_seg(instance_id)}")
+
+    def delete_instance(self, instance_id: str) -> JSON:
+        """DELETE /v1/instances/{i}: the instance, Terminated (again for a Terminated one)."""
+        return self._call("DELETE", f"/v1/instances/{_seg(instance_id)}")
+
+    def _verb(self, instance_id: str, verb: str, body: Any = None, timeout: Optional[float] = None) -> JSON:
+        return self._call("POST", f"/v1/instances/{_seg(instance_id)}/{verb}", body=body,
+                          retry=_RETRY_NONE, timeout=timeout)
+
+    def stop(self, instance_id: str) -> JSON:
+        """POST .../stop (only instances created with retain)."""
+        return self._verb(instance_id, "stop")
+
+    def start(self, instance_id: str) -> JSON:
+        """POST .../start: Running, generation + 1."""
+        return self._verb(instance_id, "start", timeout=max(self.timeout, self.wait_timeout))
+
+    def pause(self, instance_id: str) -> JSON:
+        return self._verb(instance_id, "pause")
+
+    def resume(self, instance_id: str) -> JSON:
+        return self._verb(instance_id, "resume")
+
+    def renew(self, instance_id: str, ttl: Union[str, int, float]) -> JSON:
+        """POST .../renew: expires_at = now + ttl (may shorten it); "none" removes it."""
+        return self._verb(instance_id, "renew", {"ttl": duration(ttl)})
+
+    def hibernate(self, instance_id: str) -> JSON:
+        """POST .../hibernate: a stopped retained instance lives on as a version."""
+        return self._verb(instance_id, "hibernate", timeout=max(self.timeout, self.wait_timeout))
+
+    # ------------------------------------------------------------------
+    # Exec
+
+    def exec(self, instance_id: str, args: Sequence[str], *, env: Optional[Sequence[str]] = None,
+             cwd: Optional[str] = None, stdin: Union[str, bytes, None] = None,
+             timeout: Union[str, int, float, None] = None, generation: Optional[int] = None) -> JSON:
+        """POST /v1/instances/{i}/exec: runs args to the end and answers
+        {exit_code, stdout, stderr, truncated, oom_killed}. A non-zero exit
+        code is not an error; a timeout is DeadlineExceeded. Not retried."""
+        req: JSON = {"args": list(args)}
+        if env:
+            req["env"] = list(env)
+        if cwd:
+            req["cwd"] = cwd
+        if stdin is not None:
+            req["stdin"] = stdin.decode("utf-8") if isinstance(stdin, bytes) else stdin
+        if timeout is not None:
+            req["timeout"] = duration(timeout)
+        if generation:
+            req["generation"] = generation
+        secs = _seconds(timeout)
+        read_timeout = max(self.timeout, (secs if secs is not None else 600.0) + 30.0)
+        return self._call("POST", f"/v1/instances/{_seg(instance_id)}/exec", body=req, retry=_RETRY_NONE,
+                          timeout=read_timeout)
+
+    def exec_url(self, instance_id: str, args: Sequence[str], *, tty: bool = False, cols: Optional[int] = None,
+                 rows: Optional[int] = None, env: Optional[Sequence[str]] = None, cwd: Optional[str] = None) -> str:
+        """The ws:// or wss:// URL of an exec stream (no token in it)."""
+        if not args:
+            raise ValueError("exec: no command")
+        q: List[Tuple[str, str]] = [("cmd", a) for a in args]
+        q += [("env", e) for e in (env or [])]
+        if cwd:
+            q.append(("cwd", cwd))
+        if tty:
+            q.append(("tty", "1"))
+            if (cols is None) != (rows is None):
+                raise ValueError("exec: cols and rows go together")
+            if cols is not None:
+                q += [("cols", str(cols)), ("rows", str(rows))]
+        scheme = "wss" if self._scheme == "https" else "ws"
+        return f"{scheme}://{self._netloc}{self._prefix}/v1/instances/{_seg(instance_id)}/exec/ws?{urlencode(q)}"
+
+    def exec_session(self, instance_id: str, args: Sequence[str], *, tty: bool = False, cols: Optional[int] = None,
+                     rows: Optional[int] = None, env: Optional[Sequence[str]] = None, cwd: Optional[str] = None,
+                     token_in_subprotocol: bool = False) -> "ExecSession":
+        """Open an exec WebSocket: a streaming (or with tty, interactive)
+        command. Errors before the upgrade raise the usual EnvdError;
+        errors of the command itself come with its exit message (see
+        ExecSession). token_in_subprotocol sends the token the browser way
+        instead of the Authorization header."""
+        url = self.exec_url(instance_id, args, tty=tty, cols=cols, rows=rows, env=env, cwd=cwd)
+        protos = [EXEC_SUBPROTOCOL]
+        headers = {"User-Agent": self.user_agent}
+        if self.token:
+            if token_in_subprotocol:
+                protos.append(bearer_subprotocol(self.token))
+            else:
+                headers["Authorization"] = "Bearer " + self.token
+        attempt = 0
+        while True:
+            try:
+                conn = ws.connect(url, protos, headers, timeout=self.timeout, ssl_context=self.ssl_context,
+                                  max_message=EXEC_MAX_MESSAGE)
+                return ExecSession(conn, instance_id)
+            except ws.HandshakeError as e:
+                err = error_from_body(e.status, e.body, e.reason, parse_retry_after(e.headers.get("retry-after")))
+                if isinstance(err, ResourceExhausted) and attempt < self.retries:
+                    wait = err.retry_after if err.retry_after is not None else self._backoff(attempt)
+                    if wait <= self.max_retry_wait:
+                        time.sleep(wait)
+                        attempt += 1
+                        continue
+                raise err from None
+
+    def exec_stream(self, instance_id: str, args: Sequence[str], *, stdin: Union[bytes, str, BinaryIO, None] = None,
+                    stdout: Any = None, stderr: Any = None, tty: bool = False, cols: Optional[int] = None,
+                    rows: Optional[int] = None, env: Optional[Sequence[str]] = None, cwd: Optional[str] = None) -> int:
+        """Run a command over the exec WebSocket and return its exit code.
+        stdin: bytes, str or a binary file (read in a thread, then EOF is
+        sent); stdout/stderr: binary files or callables taking bytes (None
+        drops the output). No output limit, no timeout."""
+        with self.exec_session(instance_id, args, tty=tty, cols=cols, rows=rows, env=env, cwd=cwd) as s:
+            feeder = threading.Thread(target=s._feed, args=(stdin,), daemon=True)
+            feeder.start()
+            return s.wait(stdout=stdout, stderr=stderr)
+
+    # ------------------------------------------------------------------
+    # Save and versions
+
+    def save(self, instance_id: str, *, message: Optional[str] = None, expected_current: Optional[int] = None,
+             generation: Optional[int] = None, idempotency_key: Optional[str] = None) -> JSON:
+        """POST /v1/instances/{i}/save: answers the save operation (follow
+        it with wait()). A retry with the same key (one is generated)
+        answers the same operation, never a second save."""
+        req: JSON = {}
+        if message:
+            req["message"] = message
+        if expected_current is not None:
+            req["expected_current"] = expected_current
+        if generation:
+            req["generation"] = generation
+        return self._call("POST", f"/v1/instances/{_seg(instance_id)}/save", body=req,
+                          headers=self._key_header(idempotency_key))
+
+    def list_versions(self, project: str) -> List[JSON]:
+        return self._call("GET", f"/v1/projects/{_seg(project)}/versions")
+
+    def get_version(self, project: str, version: int) -> JSON:
+        return self._call("GET", f"/v1/projects/{_seg(project)}/versions/{int(version)}")
+
+    def set_current(self, project: str, version: int, expected_current: int) -> JSON:
+        """POST /v1/projects/{p}/current: a compare-and-swap, so
+        expected_current (0 = no current) is required; a lost swap raises
+        Conflict. Not retried after a connection error (a retry could lose
+        to itself)."""
+        return self._call("POST", f"/v1/projects/{_seg(project)}/current",
+                          body={"version": int(version), "expected_current": int(expected_current)}, retry=_RETRY_NONE)
+
+    def pin_version(self, project: str, version: int) -> JSON:
+        return self._call("POST", f"/v1/projects/{_seg(project)}/versions/{int(version)}/pin")
+
+    def unpin_version(self, project: str, version: int) -> JSON:
+        return self._call("DELETE", f"/v1/projects/{_seg(project)}/versions/{int(version)}/pin")
+
+    # ------------------------------------------------------------------
+    # Builds, migrations, GC
+
+    def build(self, project: str, manager: str, packages: Sequence[str], *,
+              validate: Optional[Sequence[Sequence[str]]] = None, from_version: Optional[int] = None,
+              switch: bool = False, idempotency_key: Optional[str] = None) -> JSON:
+        """POST /v1/projects/{p}/builds (manager "apt" or "apk"): the build operation."""
+        req: JSON = {"manager": manager, "packages": list(packages)}
+        if validate:
+            req["validate"] = [list(v) for v in validate]
+        if from_version:
+            req["from"] = from_version
+        if switch:
+            req["switch"] = True
+        return self._call("POST", f"/v1/projects/{_seg(project)}/builds", body=req,
+                          headers=self._key_header(idempotency_key))
+
+    def migrate(self, project: str, base: str, *, validate: Optional[Sequence[Sequence[str]]] = None,
+                switch: bool = False, idempotency_key: Optional[str] = None) -> JSON:
+        """POST /v1/projects/{p}/migrations: the migrate operation. base is
+        an imported image name or a repo@digest (an imported image, or a
+        version's image of the tenant's projects)."""
+        req: JSON = {"base": base}
+        if validate:
+            req["validate"] = [list(v) for v in validate]
+        if switch:
+            req["switch"] = True
+        return self._call("POST", f"/v1/projects/{_seg(project)}/migrations", body=req,
+                          headers=self._key_header(idempotency_key))
+
+    def gc(self, dry_run: bool = False, idempotency_key: Optional[str] = None) -> JSON:
+        """POST /v1/admin/gc (admin token): the gc operation."""
+        return self._call("POST", "/v1/admin/gc", body={"dry_run": True} if dry_run else {},
+                          headers=self._key_header(idempotency_key))
+
+    # ------------------------------------------------------------------
+    # Volumes and archives
+
+    def list_volumes(self, project: str) -> List[JSON]:
+        return self._call("GET", f"/v1/projects/{_seg(project)}/volumes")
+
+    def add_volume(self, project: str, spec: str, path_add: Optional[Sequence[str]] = None) -> JSON:
+        """POST /v1/projects/{p}/volumes with "NAME:PATH[:UID:GID][:SIZE]": the project."""
+        req: JSON = {"spec": spec}
+        if path_add:
+            req["path_add"] = list(path_add)
+        return self._call("POST", f"/v1/projects/{_seg(project)}/volumes", body=req, retry=_RETRY_NONE)
+
+    def remove_volume(self, project: str, volume: str) -> JSON:
+        """DELETE /v1/projects/{p}/volumes/{v}: the project; the volume's data on the node is deleted."""
+        return self._call("DELETE", f"/v1/projects/{_seg(project)}/volumes/{_seg(volume)}", retry=_RETRY_NONE)
+
+    def archive_volume(self, project: str, volume: str, name: Optional[str] = None, replace: bool = False) -> JSON:
+        """POST .../volumes/{v}/archive: the archive (the server picks its key)."""
+        req: JSON = {}
+        if name:
+            req["name"] = name
+        if replace:
+            req["replace"] = True
+        return self._call("POST", f"/v1/projects/{_seg(project)}/volumes/{_seg(volume)}/archive", body=req,
+                          retry=_RETRY_NONE, timeout=max(self.timeout, self.wait_timeout))
+
+    def restore_volume(self, project: str, volume: str, name: Optional[str] = None, key: Optional[str] = None) -> JSON:
+        """POST .../volumes/{v}/restore from an archive's name or key (one of them)."""
+        req: JSON = {}
+        if name:
+            req["name"] = name
+        if key:
+            req["key"] = key
+        return self._call("POST", f"/v1/projects/{_seg(project)}/volumes/{_seg(volume)}/restore", body=req,
+                          retry=_RETRY_NONE, timeout=max(self.timeout, self.wait_timeout))
+
+    def list_archives(self, project: str, volume: Optional[str] = None) -> List[JSON]:
+        path = f"/v1/projects/{_seg(project)}"
+        if volume is not None:
+            path += f"/volumes/{_seg(volume)}"
+        return self._call("GET", path + "/archives")
+
+    def delete_archive(self, project: str, volume: str, name: str) -> JSON:
+        return self._call("DELETE", f"/v1/projects/{_seg(project)}/volumes/{_seg(volume)}/archives/{_seg(name)}")
+
+    # ------------------------------------------------------------------
+    # Tenants, tokens, quotas
+
+    def create_token(self, tenant: str, admin: bool = False, expires_in: Union[str, int, float, None] = None) -> JSON:
+        """POST /v1/admin/tenants/{t}/tokens (admin): {tenant, token, admin,
+        id, created_at, expires_at?}; the token is shown only here. Not
+        retried (a retry would make a second token)."""
+        req: JSON = {}
+        if admin:
+            req["admin"] = True
+        if expires_in is not None:
+            req["expires_in"] = duration(expires_in)
+        return self._call("POST", f"/v1/admin/tenants/{_seg(tenant)}/tokens", body=req, retry=_RETRY_NONE)
+
+    def list_tokens(self, tenant: Optional[str] = None) -> List[JSON]:
+        """GET /v1/admin/tokens[?tenant=T] (admin): TokenInfo dicts, never tokens."""
+        return self._call("GET", "/v1/admin/tokens", query={"tenant": tenant} if tenant else None)
+
+    def revoke_token(self, token_id: int) -> JSON:
+        """DELETE /v1/admin/tokens/{id} (admin)."""
+        return self._call("DELETE", f"/v1/admin/tokens/{int(token_id)}")
+
+    def list_own_tokens(self) -> List[JSON]:
+        """GET /v1/tokens: the caller's tenant's tokens."""
+        return self._call("GET", "/v1/tokens")
+
+    def revoke_own_token(self, token_id: int) -> JSON:
+        """DELETE /v1/tokens/{id}: a token of the caller's tenant (its own included)."""
+        return self._call("DELETE", f"/v1/tokens/{int(token_id)}")
+
+    def set_quota(self, tenant: str, quota: Optional[Mapping[str, Any]] = None, **fields: Any) -> JSON:
+        """PUT /v1/admin/tenants/{t}/quota (admin): max_instances,
+        max_versions, max_stored_bytes, max_ttl, max_memory_bytes, max_pids,
+        max_cpus, max_disk_bytes; absent = no limit."""
+        req = dict(quota or {})
+        req.update(fields)
+        if "max_ttl" in req:
+            req["max_ttl"] = duration(req["max_ttl"])
+        return self._call("PUT", f"/v1/admin/tenants/{_seg(tenant)}/quota", body=req)
+
+    def usage(self, tenant: Optional[str] = None) -> JSON:
+        """GET /v1/usage (own), or GET /v1/admin/tenants/{t}/usage (admin)."""
+        if tenant is None:
+            return self._call("GET", "/v1/usage")
+        return self._call("GET", f"/v1/admin/tenants/{_seg(tenant)}/usage")
+
+    # ------------------------------------------------------------------
+    # Operations
+
+    def get_operation(self, op_id: str) -> JSON:
+        return self._call("GET", f"/v1/operations/{_seg(op_id)}")
+
+    def cancel_operation(self, op_id: str) -> JSON:
+        """DELETE /v1/operations/{id}: asks for cancellation; the operation as it is now."""
+        return self._call("DELETE", f"/v1/operations/{_seg(op_id)}")
+
+    def operation_events(self, op_id: str, after: int = 0) -> List[JSON]:
+        """GET /v1/operations/{id}/events as JSON: the events with seq > after, at once."""
+        return self._call("GET", f"/v1/operations/{_seg(op_id)}/events", query={"after": after, "wait": "false"})
+
+    def events(self, op: Union[str, Mapping[str, Any]], after: int = 0, *,
+               max_failures: int = 5, timeout: Optional[float] = None) -> "EventStream":
+        """The operation's events as they come (server-sent events), each
+        exactly once and in order, resuming after the last seen event when
+        the connection drops. Iterate it; when the iteration ends the
+        stream's ``operation`` is the final operation."""
+        return EventStream(self, _op_id(op), after, max_failures=max_failures, timeout=timeout)
+
+    def wait(self, op: Union[str, Mapping[str, Any]], *, timeout: Optional[float] = None,
+             on_event: Optional[Callable[[JSON], None]] = None) -> JSON:
+        """Follow an operation to its end and return it in its final state
+        (succeeded, failed or canceled: check ``state`` and ``error``).
+        Streams its events (on_event gets each once, in order) and falls
+        back to polling when the stream keeps failing. timeout (seconds)
+        raises TimeoutError; it never cancels the operation."""
+        op_id = _op_id(op)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        stream = EventStream(self, op_id, 0, timeout=timeout)
+        try:
+            for ev in stream:
+                if on_event:
+                    on_event(ev)
+            return stream.operation
+        except EnvdError as e:
+            if e.code in PERMANENT_CODES:
+                raise
+        except TimeoutError:
+            if stream._deadline_hit:
+                raise
+        except (OSError, http.client.HTTPException, ValueError):
+            pass
+        # The stream kept failing: poll from the last event it delivered.
+        return self._poll(op_id, stream.last_seq, deadline, on_event)
+
+    def _poll(self, op_id: str, last: int, deadline: Optional[float],
+              on_event: Optional[Callable[[JSON], None]]) -> JSON:
+        while True:
+            # The operation first: when it is done, the events read next
+            # are all it will ever have.
+            op = self.get_operation(op_id)
+            for ev in self.operation_events(op_id, last):
+                if ev.get("seq", 0) > last:
+                    last = ev["seq"]
+                    if on_event:
+                        on_event(ev)
+            if is_done(op):
+                return op
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"operation {op_id} not done in time")
+            time.sleep(self.poll_interval)
+
+    def wait_result(self, op: Union[str, Mapping[str, Any]], *, timeout: Optional[float] = None,
+                    on_event: Optional[Callable[[JSON], None]] = None) -> Any:
+        """wait(), then the operation's result when it succeeded; a failed
+        or canceled operation raises the EnvdError of its code (status 0)."""
+        done = self.wait(op, timeout=timeout, on_event=on_event)
+        if done.get("state") == "succeeded":
+            return done.get("result")
+        raise operation_error(done)
+
+
+def operation_error(op: Mapping[str, Any]) -> EnvdError:
+    """The exception for a failed or canceled operation dict."""
+    err = op.get("error") or {}
+    code = err.get("code") or ("canceled" if op.get("state") == "canceled" else "internal")
+    msg = err.get("message") or f"operation {op.get('id')} {op.get('state')}"
+    e = error_for_code(0, code, msg, err.get("details"))
+    e.operation = dict(op)  # type: ignore[attr-defined]
+    return e
+
+
+def _op_id(op: Union[str, Mapping[str, Any]]) -> str:
+    return op if isinstance(op, str) else str(op["id"])
+
+
+def bearer_subprotocol(token: str) -> str:
+    """The subprotocol carrying a token for clients that cannot set headers."""
+    import base64
+    return BEARER_PREFIX + base64.urlsafe_b64encode(token.encode("utf-8")).decode("ascii").rstrip("=")
+
+
+class EventStream:
+    """An operation's event stream (GET /v1/operations/{id}/events).
+
+    Iterating yields each event dict {seq, at, type, message, data?} once,
+    in order. When the connection drops (or the server ends it early) the
+    stream reconnects with Last-Event-ID = the last seq seen, so nothing is
+    missed or repeated; it gives up after max_failures reconnects in a row
+    that brought no new event, or at once on a permanent error (not_found,
+    unauthenticated, ...). After the iteration, ``operation`` is the final
+    operation; ``reconnects`` counts the reconnections.
+    """
+
+    def __init__(self, client: Client, op_id: str, after: int = 0, *, max_failures: int = 5,
+                 timeout: Optional[float] = None):
+        self.client = client
+        self.op_id = op_id
+        self.last_seq = after
+        self.max_failures = max_failures
+        self.operation: Optional[JSON] = None
+        self.reconnects = 0
+        self._deadline = None if timeout is None else time.monotonic() + timeout
+        self._deadline_hit = False
+        self._conn: Optional[http.client.HTTPConnection] = None
+
+    def _read_timeout(self) -> float:
+        # The server sends a keep-alive comment every 15 s.
+        t = max(self.client.timeout, 60.0)
+        if self._deadline is not None:
+            left = self._deadline - time.monotonic()
+            if left <= 0:
+                self._deadline_hit = True
+                raise TimeoutError(f"operation {self.op_id} not done in time")
+            t = min(t, left)
+        return t
+
+    def __iter__(self) -> Iterator[JSON]:
+        failures = 0
+        while True:
+            before = self.last_seq
+            wait: Optional[float] = None
+            try:
+                yield from self._once()
+                if self.operation is not None:
+                    return
+                err: BaseException = StreamError(f"operation {self.op_id} events: the stream ended before the operation was done")
+            except EnvdError as e:
+                if e.code in PERMANENT_CODES:
+                    raise
+                if isinstance(e, ResourceExhausted):
+                    wait = e.retry_after
+                err = e
+            except (OSError, http.client.HTTPException, ValueError) as e:
+                err = e
+            if self._deadline is not None and time.monotonic() >= self._deadline:
+                self._deadline_hit = True
+                raise TimeoutError(f"operation {self.op_id} not done in time") from err
+            failures = 0 if self.last_seq > before else failures + 1
+            if failures >= self.max_failures:
+                raise err
+            self.reconnects += 1
+            time.sleep(wait if wait is not None and wait <= self.client.max_retry_wait
+                       else self.client._backoff(failures))
+
+    def drop(self) -> None:
+        """Drop the current connection as a network failure would; the
+        iteration goes on over a new one, after the last event seen. Safe
+        to call from another thread."""
+        c = self._conn
+        sock = c.sock if c is not None else None
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _once(self) -> Iterator[JSON]:
+        c = self.client
+        conn = c._new_conn(self._read_timeout())
+        self._conn = conn
+        try:
+            h = c._headers({"Accept": "text/event-stream"})
+            if self.last_seq > 0:
+                h["Last-Event-ID"] = str(self.last_seq)
+            conn.request("GET", c._path(f"/v1/operations/{_seg(self.op_id)}/events"), headers=h)
+            resp = conn.getresponse()
+            if resp.status != 200:
+                data = resp.read(1 << 20)
+                raise error_from_body(resp.status, data, resp.reason, parse_retry_after(resp.getheader("Retry-After")))
+            ct = resp.getheader("Content-Type", "")
+            if not ct.startswith("text/event-stream"):
+                raise StreamError(f"operation {self.op_id} events: content type {ct!r} is not an event stream")
+            for e in sse.parse(resp):
+                if e.event == "end":
+                    self.operation = json.loads(e.data)
+                    return
+                if e.event == "error":
+                    raise error_from_body(0, e.data.encode("utf-8"))
+                ev = json.loads(e.data)
+                seq = ev.get("seq") or (int(e.id) if e.id and e.id.isdigit() else 0)
+                if seq <= self.last_seq:
+                    continue
+                self.last_seq = seq
+                yield ev
+        finally:
+            self._conn = None
+            conn.close()
+
+
+class ExecSession:
+    """One command over the exec WebSocket (see docs/api.md, "Streaming and
+    interactive").
+
+    write()/close_stdin()/resize() send; recv() or iteration returns output
+    as ("stdout" | "stderr", bytes) until the command exits, then
+    ``exit_code`` is set. A command that could not run (instance not
+    Running, unknown instance) raises the EnvdError of its exit message,
+    with the HTTP status of the close code (4000 + status).
+    """
+
+    def __init__(self, conn: ws.WebSocket, instance_id: str):
+        self.ws = conn
+        self.instance_id = instance_id
+        self.exit_code: Optional[int] = None
+        self.error: Optional[EnvdError] = None
+
+    def __enter__(self) -> "ExecSession":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _send(self, channel: int, payload: bytes = b"") -> None:
+        self.ws.send(bytes([channel]) + payload)
+
+    def write(self, data: Union[bytes, str]) -> None:
+        """Send stdin (channel 0), in messages of at most 32 KiB."""
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        for i in range(0, len(data), EXEC_CHUNK):
+            self._send(CH_STDIN, data[i:i + EXEC_CHUNK])
+
+    def close_stdin(self) -> None:
+        """Close the command's stdin (channel 5; with a tty the terminal hangs up)."""
+        self._send(CH_EOF)
+
+    def resize(self, cols: int, rows: int) -> None:
+        """The terminal's new size (channel 3)."""
+        self._send(CH_RESIZE, json.dumps({"cols": int(cols), "rows": int(rows)}).encode("ascii"))
+
+    def interrupt(self) -> None:
+        """Ctrl-C for the foreground process (with a tty)."""
+        self.write(b"\x03")
+
+    def recv(self) -> Optional[Tuple[str, bytes]]:
+        """The next output ("stdout" or "stderr", bytes); None once the
+        command exited (exit_code is then set)."""
+        if self.exit_code is not None:
+            return None
+        while True:
+            try:
+                op, msg = self.ws.recv()
+            except (OSError, ws.WebSocketError) as e:
+                raise StreamError(f"exec in {self.instance_id!r}: the stream ended before the exit status: {e}") from e
+            if op == ws.OP_CLOSE:
+                code = self.ws.close_code or 0
+                self.ws.abort()
+                if 4000 <= code < 5000:
+                    raise error_for_code(code - 4000, _code_for_status(code - 4000), self.ws.close_reason or f"closed with {code}")
+                raise StreamError(f"exec in {self.instance_id!r}: closed ({code}) before the exit status")
+            if not msg:
+                continue
+            ch, payload = msg[0], msg[1:]
+            if ch == CH_STDOUT:
+                return "stdout", payload
+            if ch == CH_STDERR:
+                return "stderr", payload
+            if ch == CH_EXIT:
+                try:
+                    ex = json.loads(payload.decode("utf-8"))
+                except ValueError as e:
+                    raise StreamError(f"exec in {self.instance_id!r}: malformed exit message") from e
+                self.ws.close(1000)
+                err = ex.get("error")
+                if err:
+                    code = err.get("code") or "internal"
+                    self.error = error_for_code(CODE_STATUS.get(code, 500), code, err.get("message", ""), err.get("details"))
+                    self.exit_code = int(ex.get("exit_code", -1))
+                    raise self.error
+                self.exit_code = int(ex.get("exit_code", -1))
+                return None
+            # unknown channels are ignored
+
+    def __iter__(self) -> Iterator[Tuple[str, bytes]]:
+        while True:
+            m = self.recv()
+            if m is None:
+                return
+            yield m
+
+    def wait(self, stdout: Any = None, stderr: Any = None) -> int:
+        """Read to the end, passing output to stdout/stderr (binary files
+        or callables; None drops it), and return the exit code."""
+        sinks = {"stdout": _sink(stdout), "stderr": _sink(stderr)}
+        for stream, data in self:
+            sinks[stream](data)
+        assert self.exit_code is not None
+        return self.exit_code
+
+    def output(self) -> Tuple[int, bytes, bytes]:
+        """Read to the end: (exit_code, stdout, stderr)."""
+        out, err = bytearray(), bytearray()
+        code = self.wait(out.extend, err.extend)
+        return code, bytes(out), bytes(err)
+
+    def _feed(self, stdin: Union[bytes, str, BinaryIO, None]) -> None:
+        try:
+            if isinstance(stdin, (bytes, bytearray, str)):
+                self.write(bytes(stdin) if not isinstance(stdin, str) else stdin)
+            elif stdin is not None:
+                while True:
+                    b = stdin.read(EXEC_CHUNK)
+                    if not b:
+                        break
+                    self.write(b)
+            self.close_stdin()
+        except (OSError, ws.WebSocketError):
+            pass  # the command ended first; recv reports how
+
+    def close(self) -> None:
+        """Close the connection (kills the command if it still runs)."""
+        self.ws.close(1000)
+
+
+def _sink(target: Any) -> Callable[[bytes], None]:
+    if target is None:
+        return lambda b: None
+    if callable(target):
+        return target
+    write = target.write
+
+    def w(b: bytes) -> None:
+        write(b)
+        if hasattr(target, "flush"):
+            target.flush()
+    return w
+
+
+def _code_for_status(status: int) -> str:
+    for code, st in CODE_STATUS.items():
+        if st == status and code not in ("already_exists", "stale_generation", "conflict"):
+            return code
+    return "internal"
