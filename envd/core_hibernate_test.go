@@ -53,6 +53,24 @@ func TestCoreHibernate(t *testing.T) {
 		assert.Equal(t, e.reg.Addr()+"/"+v2.Image, spec.Image, "from the hibernation version")
 	})
 
+	t.Run("a woken instance's first save expects the current it started from", func(t *testing.T) {
+		e := e.with(t)
+		in := e.instance("web", types.CreateInstanceRequest{Retain: true})
+		e.write(in.ID, "home/dev/work.txt", "unsaved work")
+		_, err := e.svc.StopInstance(e.ctx, e.user, in.ID)
+		require.NoError(t, err)
+		hib, err := e.svc.HibernateInstance(e.ctx, e.user, in.ID)
+		require.NoError(t, err)
+		_, err = e.svc.StartInstance(e.ctx, e.user, in.ID)
+		require.NoError(t, err)
+
+		res := e.saved(in.ID, types.SaveRequest{Message: "after the wake"})
+		assert.Equal(t, 1, res.Expected, "the hibernation is not the user's save")
+		assert.True(t, res.Current, "nobody moved current: the save wins")
+		assert.False(t, res.Conflict)
+		assert.Equal(t, hib.HibernatedVersion+1, res.Version)
+	})
+
 	t.Run("only a stopped retained instance hibernates", func(t *testing.T) {
 		e := e.with(t)
 		running := e.instance("web", types.CreateInstanceRequest{Retain: true})

@@ -289,7 +289,10 @@ type Commit struct {
 //  3. insert the version as ready with the project's next number;
 //  4. compare-and-swap current: UPDATE projects SET current_version = new
 //     WHERE current_version IS NOT DISTINCT FROM expected;
-//  5. record the version as the instance's last_saved_version.
+//  5. record the version as the instance's last_saved_version, unless
+//     c.NoSwitch: a version that does not compete for current (a
+//     hibernation, a build's) is not the instance's save, and its next save
+//     must still expect what it expected before.
 //
 // If current is no longer c.Expected, the version stays (ready, not current),
 // switched is false and err is nil: the caller reports the conflict and the
@@ -369,7 +372,7 @@ func (s *Store) commitVersion(ctx context.Context, c Commit, check func(ctx cont
 			}
 			switched = tag.RowsAffected() == 1
 		}
-		if c.InstanceID != "" {
+		if c.InstanceID != "" && !c.NoSwitch {
 			if _, err := tx.Exec(ctx, "UPDATE instances SET last_saved_version = $2 WHERE id = $1", c.InstanceID, n); err != nil {
 				return res{}, err
 			}
