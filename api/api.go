@@ -5,10 +5,11 @@
 // "Authorization: Bearer <token>" header (a WebSocket upgrade may carry the
 // token as a subprotocol instead, see exec_ws.go). Errors are JSON:
 //
-//	{"error": {"code": "not_found", "message": "project \"p\": not found"}}
+//	{"error": {"code": "not_found", "message": "project \"p\": not found", "request_id": "..."}}
 //
 // with the HTTP status and the stable code of the error's kind (package
-// errdefs); writeError is the one place that mapping happens.
+// errdefs); writeError is the one place that mapping happens. Every
+// request has an id, logged with it in the access log (observe.go).
 //
 // Routes come in groups, one file each (projects.go, instances.go, ...):
 // the group declares the small interface of the core methods it calls and

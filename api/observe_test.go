@@ -305,3 +305,30 @@ func TestObservabilityOptions(t *testing.T) {
 		})
 	}
 }
+
+// The access log's cost per request: go test -bench AccessLog ./api/
+func BenchmarkAccessLog(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		opts []api.Option
+	}{
+		{"off", nil},
+		{"json", []api.Option{api.WithLogger(slog.New(slog.NewJSONHandler(io.Discard, nil)))}},
+		{"text", []api.Option{api.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			h, err := api.New(apitest.New(), bc.opts...)
+			require.NoError(b, err)
+			req := httptest.NewRequest(http.MethodGet, "/v1/projects/web", nil)
+			req.Header.Set("Authorization", "Bearer "+apitest.Token)
+			b.ReportAllocs()
+			for b.Loop() {
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, req)
+				if w.Code != http.StatusOK {
+					b.Fatal(w.Code)
+				}
+			}
+		})
+	}
+}
