@@ -5,10 +5,11 @@
 // "Authorization: Bearer <token>" header (a WebSocket upgrade may carry the
 // token as a subprotocol instead, see exec_ws.go). Errors are JSON:
 //
-//	{"error": {"code": "not_found", "message": "project \"p\": not found"}}
+//	{"error": {"code": "not_found", "message": "project \"p\": not found", "request_id": "..."}}
 //
 // with the HTTP status and the stable code of the error's kind (package
-// errdefs); writeError is the one place that mapping happens.
+// errdefs); writeError is the one place that mapping happens. Every
+// request has an id, logged with it in the access log (observe.go).
 //
 // Routes come in groups, one file each (projects.go, instances.go, ...):
 // the group declares the small interface of the core methods it calls and
@@ -23,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -54,22 +56,63 @@ type Core interface {
 const MaxJSONBody = 1 << 20
 
 type options struct {
-	accessLog    io.Writer
+	accessLog    *slog.Logger
 	errorLog     io.Writer
 	pollInterval time.Duration
 	keepAlive    time.Duration
+	checks       map[string]Checker
+	checkTimeout time.Duration
 }
 
 // Option configures New.
 type Option func(*options) error
 
-// WithAccessLog writes one line per request to w. Default: no access log.
+// WithAccessLog writes the access log (accessLog in observe.go) to w as
+// text lines, probes included. Default: no access log.
 func WithAccessLog(w io.Writer) Option {
 	return func(o *options) error {
 		if w == nil {
 			return errors.New("access log writer is nil")
 		}
-		o.accessLog = w
+		o.accessLog = slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		return nil
+	}
+}
+
+// WithLogger writes the access log (accessLog in observe.go) through log:
+// a line per request at Info, probes at Debug. Default: no access log.
+func WithLogger(log *slog.Logger) Option {
+	return func(o *options) error {
+		if log == nil {
+			return errors.New("logger is nil")
+		}
+		o.accessLog = log
+		return nil
+	}
+}
+
+// WithReadiness sets what GET /readyz checks, by name (the names appear in
+// its answer). Default: nothing, so /readyz answers 200 while the process
+// serves.
+func WithReadiness(checks map[string]Checker) Option {
+	return func(o *options) error {
+		for name, ch := range checks {
+			if name == "" || ch == nil {
+				return fmt.Errorf("readiness check %q: needs a name and a checker", name)
+			}
+		}
+		o.checks = checks
+		return nil
+	}
+}
+
+// WithReadinessTimeout bounds each readiness check. Default: 2s.
+func WithReadinessTimeout(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return fmt.Errorf("readiness timeout %v: must be positive", d)
+		}
+		o.checkTimeout = d
 		return nil
 	}
 }
@@ -117,6 +160,7 @@ func New(core Core, opts ...Option) (http.Handler, error) {
 		errorLog:     gin.DefaultErrorWriter,
 		pollInterval: 200 * time.Millisecond,
 		keepAlive:    15 * time.Second,
+		checkTimeout: 2 * time.Second,
 	}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
@@ -130,8 +174,9 @@ func New(core Core, opts ...Option) (http.Handler, error) {
 	e.HandleMethodNotAllowed = false
 	e.ContextWithFallback = true
 	_ = e.SetTrustedProxies(nil)
+	e.Use(requestID)
 	if o.accessLog != nil {
-		e.Use(gin.LoggerWithWriter(o.accessLog))
+		e.Use(accessLog(o.accessLog))
 	}
 	e.Use(gin.CustomRecoveryWithWriter(o.errorLog, func(c *gin.Context, rec any) {
 		writeError(c, fmt.Errorf("internal error: %v", rec))
@@ -144,6 +189,7 @@ func New(core Core, opts ...Option) (http.Handler, error) {
 	admit := admission(core)
 	node := node{core}
 	e.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
+	e.GET("/readyz", readiness{o.checks, o.checkTimeout}.serve)
 	e.GET("/metrics", auth, node.metrics)
 	v1 := e.Group("/v1", auth, checkIdempotencyKey)
 	for _, group := range [][]route{

@@ -238,10 +238,10 @@ func TestErrorDetails(t *testing.T) {
 	core.SaveFunc = func(context.Context, string, types.SaveRequest, string) (types.Operation, error) {
 		return types.Operation{}, fmt.Errorf("save: %w", quotaError{10, 5})
 	}
-	r := do(t, srv, http.MethodPost, "/v1/instances/i-1/save", nil, nil)
+	r := do(t, srv, http.MethodPost, "/v1/instances/i-1/save", nil, map[string]string{"X-Request-Id": "req-1"})
 	assert.Equal(t, http.StatusInsufficientStorage, r.status)
 	assert.JSONEq(t, `{"error": {"code": "quota_exceeded", "message": "save: stored bytes 10 of 5",
-		"details": {"used_bytes": 10, "limit_bytes": 5}}}`, string(r.body))
+		"details": {"used_bytes": 10, "limit_bytes": 5}, "request_id": "req-1"}}`, string(r.body))
 }
 
 func TestLifecycleRoutesReachTheCore(t *testing.T) {

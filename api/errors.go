@@ -21,10 +21,11 @@ type detailer interface {
 	Details() map[string]any
 }
 
-// errorResponse is the one place an error becomes an HTTP status and body.
-func errorResponse(err error) (int, types.ErrorBody) {
+// errorResponse is the one place an error becomes an HTTP status and body
+// (with the request's id).
+func errorResponse(c *gin.Context, err error) (int, types.ErrorBody) {
 	status, code := errdefs.HTTPStatus(err), errdefs.Code(err)
-	body := types.ErrorBody{Error: types.ErrorDetail{Code: code, Message: err.Error()}}
+	body := types.ErrorBody{Error: types.ErrorDetail{Code: code, Message: err.Error(), RequestID: requestIDOf(c)}}
 	var d detailer
 	if errors.As(err, &d) {
 		body.Error.Details = d.Details()
@@ -34,7 +35,7 @@ func errorResponse(err error) (int, types.ErrorBody) {
 
 // writeError answers the request with err.
 func writeError(c *gin.Context, err error) {
-	status, body := errorResponse(err)
+	status, body := errorResponse(c, err)
 	if ra, ok := errors.AsType[retryAfter](err); ok {
 		c.Header("Retry-After", retryAfterSeconds(ra.RetryAfter()))
 	}

@@ -171,7 +171,7 @@ func (g execs) webSocket(c *gin.Context) {
 	exit := types.ExecExit{ExitCode: code}
 	closeCode, reason := websocket.StatusNormalClosure, ""
 	if err != nil {
-		status, body := errorResponse(err)
+		status, body := errorResponse(c, err)
 		exit = types.ExecExit{ExitCode: -1, Error: &body.Error}
 		closeCode, reason = websocket.StatusCode(execCloseErrorBase+status), body.Error.Code
 	}

@@ -183,7 +183,7 @@ func wantsEventList(c *gin.Context) bool {
 func writeSSE(c *gin.Context, id, typ string, v any) {
 	data, err := json.Marshal(v)
 	if err != nil {
-		data, _ = json.Marshal(types.ErrorBody{Error: types.ErrorDetail{Code: "internal", Message: err.Error()}})
+		data, _ = json.Marshal(types.ErrorBody{Error: types.ErrorDetail{Code: "internal", Message: err.Error(), RequestID: requestIDOf(c)}})
 		typ = SSEEventError
 	}
 	if typ == "" {
@@ -206,7 +206,7 @@ func sendStreamError(c *gin.Context, err error) {
 	if c.Request.Context().Err() != nil {
 		return // the client is gone
 	}
-	_, body := errorResponse(err)
+	_, body := errorResponse(c, err)
 	writeSSE(c, "", SSEEventError, body)
 	c.Writer.Flush()
 }

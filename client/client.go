@@ -115,7 +115,7 @@ func decodeError(resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	var body types.ErrorBody
 	if err := json.Unmarshal(b, &body); err == nil && body.Error.Code != "" {
-		return &types.Error{Status: resp.StatusCode, Code: body.Error.Code, Message: body.Error.Message, Details: body.Error.Details}
+		return &types.Error{Status: resp.StatusCode, Code: body.Error.Code, Message: body.Error.Message, Details: body.Error.Details, RequestID: body.Error.RequestID}
 	}
 	code, ok := statusCodes[resp.StatusCode]
 	if !ok {
@@ -125,7 +125,8 @@ func decodeError(resp *http.Response) error {
 	if msg == "" || len(msg) > 200 {
 		msg = resp.Status
 	}
-	return &types.Error{Status: resp.StatusCode, Code: code, Message: msg}
+	// Not envd's answer (a proxy's, say); the header is there when envd's.
+	return &types.Error{Status: resp.StatusCode, Code: code, Message: msg, RequestID: resp.Header.Get("X-Request-Id")}
 }
 
 // request is one API call.

@@ -217,7 +217,8 @@ func TestErrors(t *testing.T) {
 	require.Error(t, err)
 	var e *types.Error
 	require.ErrorAs(t, err, &e)
-	assert.Equal(t, &types.Error{Status: 404, Code: "not_found", Message: `project "web": not found`}, e)
+	assert.Len(t, e.RequestID, 24, "the server's generated request id, to quote")
+	assert.Equal(t, &types.Error{Status: 404, Code: "not_found", Message: `project "web": not found`, RequestID: e.RequestID}, e)
 	assert.ErrorIs(t, err, errdefs.ErrNotFound)
 	assert.NotErrorIs(t, err, errdefs.ErrConflict)
 	assert.Equal(t, `project "web": not found (not_found)`, err.Error())
@@ -245,6 +246,7 @@ func TestErrors(t *testing.T) {
 func TestErrorWithoutJSONBody(t *testing.T) {
 	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Request-Id", "proxy-1")
 		http.Error(w, "upstream down", http.StatusBadGateway)
 	}))
 	defer srv.Close()
@@ -253,7 +255,7 @@ func TestErrorWithoutJSONBody(t *testing.T) {
 	_, err = c.Info(context.Background())
 	var e *types.Error
 	require.ErrorAs(t, err, &e)
-	assert.Equal(t, &types.Error{Status: 502, Code: "unavailable", Message: "upstream down"}, e)
+	assert.Equal(t, &types.Error{Status: 502, Code: "unavailable", Message: "upstream down", RequestID: "proxy-1"}, e)
 	assert.ErrorIs(t, err, errdefs.ErrUnavailable)
 }
 

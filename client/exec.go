@@ -150,7 +150,7 @@ func (c *Client) ExecStream(ctx context.Context, id string, req types.ExecReques
 				if k := errdefs.FromCode(ex.Error.Code); k != nil {
 					status = errdefs.HTTPStatus(k)
 				}
-				return -1, &types.Error{Status: status, Code: ex.Error.Code, Message: ex.Error.Message, Details: ex.Error.Details}
+				return -1, &types.Error{Status: status, Code: ex.Error.Code, Message: ex.Error.Message, Details: ex.Error.Details, RequestID: ex.Error.RequestID}
 			}
 			return ex.ExitCode, nil
 		}

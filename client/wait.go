@@ -143,7 +143,7 @@ func (c *Client) streamEvents(ctx context.Context, id string, after int, deliver
 			if err := json.Unmarshal([]byte(data.String()), &body); err != nil || body.Error.Code == "" {
 				return types.Operation{}, fmt.Errorf("operation %s events: stream error %q", id, data.String())
 			}
-			return types.Operation{}, &types.Error{Code: body.Error.Code, Message: body.Error.Message, Details: body.Error.Details}
+			return types.Operation{}, &types.Error{Code: body.Error.Code, Message: body.Error.Message, Details: body.Error.Details, RequestID: body.Error.RequestID}
 		default:
 			if data.Len() > 0 {
 				var ev types.Event

@@ -13,11 +13,13 @@ type ErrorBody struct {
 
 // ErrorDetail is the error object: a stable code and a human message.
 // Details carries machine-readable numbers when the error offers them (for
-// example a quota's limit and usage).
+// example a quota's limit and usage). RequestID is the id of the request
+// that failed (its X-Request-Id), to quote when reporting it.
 type ErrorDetail struct {
-	Code    string         `json:"code"`
-	Message string         `json:"message"`
-	Details map[string]any `json:"details,omitempty"`
+	Code      string         `json:"code"`
+	Message   string         `json:"message"`
+	Details   map[string]any `json:"details,omitempty"`
+	RequestID string         `json:"request_id,omitempty"`
 }
 
 // Error is an error the API answered. errors.Is matches it against the
@@ -29,6 +31,10 @@ type Error struct {
 	Code    string         // stable code, as in errdefs.Code
 	Message string         // human-readable message
 	Details map[string]any // machine-readable details, when the server sent any
+	// RequestID is the server's id of the failed request (error.request_id,
+	// or the X-Request-Id header), "" when it sent none; the server's
+	// access log has a line with it.
+	RequestID string
 }
 
 func (e *Error) Error() string {

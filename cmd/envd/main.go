@@ -111,6 +111,7 @@ func (f *flags) register(cmd *cobra.Command, external bool) {
 	f.cfg = d // fields without a flag here (up's Namespace) keep the default
 	fl.StringVar(&f.cfg.DataDir, "data-dir", env("ENVD_DATA_DIR", d.DataDir), "data directory (ENVD_DATA_DIR)")
 	fl.StringVar(&f.cfg.Listen, "listen", env("ENVD_LISTEN", d.Listen), "API listen address; the chosen one is written to DATA_DIR/envd.url (ENVD_LISTEN)")
+	fl.StringVar(&f.cfg.LogFormat, "log-format", env("ENVD_LOG_FORMAT", d.LogFormat), "log format: text (key=value lines) or json (one object a line) (ENVD_LOG_FORMAT)")
 	fl.StringVar(&f.cfg.Node, "node", env("ENVD_NODE", d.Node), "node name (default: generated once, kept in DATA_DIR/node) (ENVD_NODE)")
 	fl.DurationVar(&f.cfg.DefaultTTL, "default-ttl", f.envDuration("ENVD_DEFAULT_TTL", d.DefaultTTL), "instance lifetime when none is asked (ENVD_DEFAULT_TTL)")
 	fl.DurationVar(&f.cfg.MaxTTL, "max-ttl", f.envDuration("ENVD_MAX_TTL", d.MaxTTL), "longest instance lifetime a client may ask, 0 = no limit (ENVD_MAX_TTL)")
@@ -168,7 +169,9 @@ func (f *flags) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if cfg.Logger, err = node.NewLogger(os.Stderr, cfg.LogFormat); err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	n, err := node.Start(ctx, cfg)

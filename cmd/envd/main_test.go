@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"os"
 	"strings"
 	"testing"
@@ -68,6 +70,54 @@ func TestFlagsConfig(t *testing.T) {
 			}
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, got)
+		})
+	}
+}
+
+// --log-format (or ENVD_LOG_FORMAT) picks how the node logs: text by
+// default, JSON objects a line, anything else an error before the node
+// starts.
+func TestLogFormat(t *testing.T) {
+	t.Setenv("ENVD_LOG_FORMAT", "")
+	tests := []struct {
+		name    string
+		env     string
+		args    []string
+		want    string // the first bytes of a line
+		wantErr string
+	}{
+		{name: "default", want: "time="},
+		{name: "flag json", args: []string{"--log-format", "json"}, want: `{"time":`},
+		{name: "variable json", env: "json", want: `{"time":`},
+		{name: "flag over variable", env: "json", args: []string{"--log-format", "text"}, want: "time="},
+		{name: "unknown", args: []string{"--log-format", "xml"}, wantErr: `log format "xml": must be text or json`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("ENVD_LOG_FORMAT", tt.env)
+			f := &flags{}
+			cmd := &cobra.Command{Use: "serve"}
+			f.register(cmd, true)
+			require.NoError(t, cmd.ParseFlags(tt.args))
+			cfg, err := f.config()
+			require.NoError(t, err)
+			var buf bytes.Buffer
+			log, err := node.NewLogger(&buf, cfg.LogFormat)
+			if tt.wantErr != "" {
+				assert.ErrorContains(t, err, tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			log.Info("http request", "status", 200)
+			log.Debug("below the level")
+			assert.True(t, strings.HasPrefix(buf.String(), tt.want), buf.String())
+			assert.Equal(t, 1, strings.Count(buf.String(), "\n"), "Info and above only: %s", buf.String())
+			if tt.want[0] == '{' {
+				var rec map[string]any
+				require.NoError(t, json.Unmarshal(buf.Bytes(), &rec))
+				assert.Equal(t, "http request", rec["msg"])
+				assert.EqualValues(t, 200, rec["status"])
+			}
 		})
 	}
 }

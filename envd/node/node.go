@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 
 	"github.com/envd-dev/envd/envd"
@@ -66,7 +68,12 @@ type Config struct {
 	// ReconcileInterval is how often the reconciler (and hibernation) runs;
 	// 0 = envd's default (30s).
 	ReconcileInterval time.Duration
-	Logger            *slog.Logger
+	// Logger is where the node logs, the API's access log included; nil =
+	// a logger of LogFormat on stderr, or slog.Default() when LogFormat is
+	// "" too.
+	Logger *slog.Logger
+	// LogFormat is LogText or LogJSON (NewLogger).
+	LogFormat string
 	// DefaultLimits are the resource limits of instances whose project
 	// sets none of a kind; zero fields = no limit.
 	DefaultLimits types.Limits
@@ -114,7 +121,28 @@ const (
 	// serve` names in Config.S3 and Config.RegistryS3 when given none.
 	DefaultS3Bucket         = "envd"
 	DefaultRegistryS3Bucket = "envd-registry"
+	// DefaultLogFormat is how `envd up` and `envd serve` log.
+	DefaultLogFormat = LogText
 )
+
+// The formats of NewLogger.
+const (
+	LogText = "text" // slog's key=value lines
+	LogJSON = "json" // one JSON object a line
+)
+
+// NewLogger is a node's logger: records of level Info and above written
+// to w in format, LogText or LogJSON.
+func NewLogger(w io.Writer, format string) (*slog.Logger, error) {
+	opts := &slog.HandlerOptions{Level: slog.LevelInfo}
+	switch format {
+	case LogText:
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case LogJSON:
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("log format %q: must be %s or %s: %w", format, LogText, LogJSON, errdefs.ErrInvalidArgument)
+}
 
 // DefaultConfig is what `envd up` runs with when given no flag or ENVD_*
 // variable: every part embedded under DefaultDataDir. Start fills a zero
@@ -129,6 +157,7 @@ func DefaultConfig() Config {
 		Namespace:   DefaultNamespace,
 		DefaultTTL:  DefaultTTL,
 		BuildEgress: string(runtime.EgressOpen),
+		LogFormat:   DefaultLogFormat,
 		// What envd up gives instances whose project sets no limit.
 		DefaultLimits: types.Limits{Pids: 4096, DiskBytes: 10 << 30},
 		Limits:        envd.DefaultTenantLimits,
@@ -238,6 +267,11 @@ func withDefaults(cfg Config) (_ Config, err error) {
 	}
 	if cfg.DefaultTTL == 0 {
 		cfg.DefaultTTL = d.DefaultTTL
+	}
+	if cfg.Logger == nil && cfg.LogFormat != "" {
+		if cfg.Logger, err = NewLogger(os.Stderr, cfg.LogFormat); err != nil {
+			return cfg, err
+		}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

@@ -308,7 +308,7 @@ func (n *Node) adminToken(ctx context.Context, db database) (string, error) {
 // serveAPI listens on Config.Listen, writes the URL to DataDir/envd.url
 // and serves svc's API there; Close stops it.
 func (n *Node) serveAPI(svc *envd.Service) (url string, err error) {
-	h, err := api.New(svc)
+	h, err := api.New(svc, api.WithLogger(n.cfg.Logger), api.WithReadiness(n.readiness()))
 	if err != nil {
 		return "", err
 	}

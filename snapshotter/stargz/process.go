@@ -94,6 +94,14 @@ func (p *Process) CredentialsFile() string { return filepath.Join(p.dir, credent
 // Pid is the process id (0 if unknown for a reused process).
 func (p *Process) Pid() int { return p.pid }
 
+// Ping returns nil when the snapshotter answers on its socket (within 2 s).
+func (p *Process) Ping(ctx context.Context) error {
+	if err := ping(ctx, p.socket); err != nil {
+		return fmt.Errorf("snapshotter on %s: %w", p.socket, err)
+	}
+	return nil
+}
+
 // Start runs `EXE snapshotter --root DIR/root --socket DIR/stargz.sock
 // [--plain-http H]... --credentials DIR/registry.credentials` in its own
 // session, so that it and its FUSE mounts outlive the calling process, and
