@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 
@@ -103,7 +102,7 @@ command's exit code.`,
 			if err != nil {
 				return err
 			}
-			if a.output == "json" {
+			if a.structured() {
 				if err := a.emit(res, nil); err != nil {
 					return err
 				}
@@ -278,8 +277,19 @@ func (a *app) saveTable(cmd *cobra.Command, w io.Writer, op types.Operation, res
 
 // opFailure describes an operation that did not succeed.
 func opFailure(what string, op types.Operation) error {
-	if op.Error != nil {
-		return fmt.Errorf("%s %s %s: %s (%s)", what, op.ID, op.State, op.Error.Message, op.Error.Code)
+	return &opFailedError{what: what, op: op}
+}
+
+// opFailedError is an operation that ended failed or canceled; -o json
+// prints its code and id.
+type opFailedError struct {
+	what string
+	op   types.Operation
+}
+
+func (e *opFailedError) Error() string {
+	if e.op.Error != nil {
+		return fmt.Sprintf("%s %s %s: %s (%s)", e.what, e.op.ID, e.op.State, e.op.Error.Message, e.op.Error.Code)
 	}
-	return errors.New(what + " " + op.ID + " " + string(op.State))
+	return e.what + " " + e.op.ID + " " + string(e.op.State)
 }
