@@ -480,7 +480,7 @@ func TestProgressOnAPipe(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Equal(t, "spooled: read 3 entries (2048 bytes) while frozen for 2ms [2.0 KiB]\n"+
 		"encoded: estargz layer of 1536 bytes in 1ms [1.5 KiB]\n"+
-		"pushed: pushed and verified x in 1ms\n", r.stderr)
+		"pushed: pushed and verified x in 1ms [1.5 KiB]\n", r.stderr, "pushed: the encoded layer's size")
 	assert.Contains(t, r.stdout, "version: 4\n")
 	assert.NotContains(t, r.stdout, "spooled")
 
@@ -531,4 +531,29 @@ func TestProgressOnATerminal(t *testing.T) {
 	}
 	assert.Contains(t, screen.String(), "\r\x1b[Kupload [")
 	assert.Contains(t, screen.String(), "] 2.9 KiB / 2.9 KiB 100%\r\x1b[K", "the bar ends full, then the line is cleared")
+}
+
+// A server that reports a transfer in steps (bytes of total_bytes) gets a
+// bar on a terminal and sizes on a pipe.
+func TestProgressOfSizedEvents(t *testing.T) {
+	t.Parallel()
+	ev := types.Event{Seq: 1, Type: "fetch", Message: "lazy fetch of version 3",
+		Data: json.RawMessage(`{"bytes": 512, "total_bytes": 2048}`)}
+	tests := []struct {
+		name string
+		tty  bool
+		want string
+	}{
+		{"terminal", true, "\r\x1b[Kfetch [======                  ] 512 B / 2.0 KiB  25%: lazy fetch of version 3\r\x1b[K"},
+		{"pipe", false, "fetch: lazy fetch of version 3 [512 B of 2.0 KiB]\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var b bytes.Buffer
+			p := &progress{w: &b, tty: tt.tty}
+			p.event(ev)
+			p.done()
+			assert.Equal(t, tt.want, b.String())
+		})
+	}
 }

@@ -65,7 +65,8 @@ func (a *app) execCommand() *cobra.Command {
 Without -i and -t, the command runs to its end and then its stdout and stderr
 are written as returned (each cut at 4 MiB) and envctl exits with the
 command's exit code. Stdin is forwarded (up to 960 KiB) when it is not a
-terminal, unless --no-stdin. With -o json the result object is printed instead.
+terminal, unless --no-stdin. With -o json or yaml the result object is printed
+instead.
 
 With -i or -t the command's streams are connected live over a WebSocket,
 without size limits: -i forwards stdin as it comes (closing it at EOF), -t

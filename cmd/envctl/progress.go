@@ -24,12 +24,15 @@ import (
 // "bytes" (done so far, or the size of what the phase made), optionally
 // "total_bytes" (the whole), and "layer_bytes" (the encoded layer of a
 // save, pushed next). A server that reports a long transfer (an upload, a
-// lazy fetch) in steps gets a moving bar from the same fields.
+// lazy fetch) in steps gets a moving bar from the same fields. A save's
+// "pushed" event carries no size: it is shown with the size of the layer
+// the "encoded" event before it reported, which is what was pushed.
 type progress struct {
-	mu   sync.Mutex
-	w    io.Writer
-	tty  bool
-	used bool
+	mu    sync.Mutex
+	w     io.Writer
+	tty   bool
+	used  bool
+	layer int64 // the last event's layer_bytes
 }
 
 func (a *app) newProgress() *progress {
@@ -73,6 +76,12 @@ func (p *progress) event(ev types.Event) {
 	done, total, sized := eventSizes(ev.Data)
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	switch {
+	case sized && ev.Type == "encoded":
+		p.layer = done
+	case !sized && ev.Type == "pushed" && p.layer > 0:
+		done, sized = p.layer, true
+	}
 	if p.tty {
 		line := fmt.Sprintf("%s: %s", ev.Type, msg)
 		if sized {
