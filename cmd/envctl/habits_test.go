@@ -557,3 +557,11 @@ func TestProgressOfSizedEvents(t *testing.T) {
 		})
 	}
 }
+
+func TestProgressFitsTheTerminal(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	p := &progress{w: &b, tty: true, width: 20}
+	p.event(types.Event{Seq: 1, Type: "spooled", Message: "read 3 entries (2048 bytes) while frozen for 2ms"})
+	assert.Equal(t, "\r\x1b[Kspooled: read 3 ent", b.String(), "19 columns: a full line would wrap")
+}

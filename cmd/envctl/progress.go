@@ -33,10 +33,30 @@ type progress struct {
 	tty   bool
 	used  bool
 	layer int64 // the last event's layer_bytes
+	width int   // the terminal's columns; 0 when unknown
 }
 
 func (a *app) newProgress() *progress {
-	return &progress{w: a.stderr, tty: isTTY(a.stderr)}
+	p := &progress{w: a.stderr, tty: isTTY(a.stderr)}
+	if p.tty {
+		if w, _, err := term.GetSize(int(a.stderr.(*os.File).Fd())); err == nil {
+			p.width = w
+		}
+	}
+	return p
+}
+
+// fit cuts line to the terminal's width: a line that wraps cannot be
+// redrawn in place.
+func (p *progress) fit(line string) string {
+	if p.width <= 1 {
+		return line
+	}
+	r := []rune(line)
+	if len(r) < p.width {
+		return line
+	}
+	return string(r[:p.width-1])
 }
 
 // isTTY says whether w is a terminal (not merely a character device such
@@ -87,7 +107,7 @@ func (p *progress) event(ev types.Event) {
 		if sized {
 			line = fmt.Sprintf("%s %s: %s", ev.Type, bar(done, total), msg)
 		}
-		fmt.Fprintf(p.w, "\r\033[K%s", line)
+		fmt.Fprintf(p.w, "\r\033[K%s", p.fit(line))
 		p.used = true
 		return
 	}
@@ -169,7 +189,7 @@ func (p *progress) upload(r io.Reader, what string, total int64) (io.Reader, fun
 	draw := func() {
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		fmt.Fprintf(p.w, "\r\033[Kupload %s", bar(cr.n.Load(), total))
+		fmt.Fprintf(p.w, "\r\033[K%s", p.fit("upload "+bar(cr.n.Load(), total)))
 		p.used = true
 	}
 	draw()
