@@ -10,8 +10,9 @@ import (
 )
 
 // call is how a command makes its API call: it finds the server (a.client),
-// runs do with the command's context and prints the result, as JSON with
-// -o json, else with table. An error of either is the command's error.
+// runs do with the command's context and prints the result with a.emit
+// (-o json, yaml or name), else with table. An error of either is the
+// command's error.
 func call[T any](a *app, cmd *cobra.Command, do func(ctx context.Context, c *client.Client) (T, error), table func(w io.Writer, v T)) error {
 	c, err := a.client()
 	if err != nil {

@@ -329,7 +329,7 @@ func TestNotFoundPrintsCode(t *testing.T) {
 		}
 	})
 	r := envctl(t, env, nil, "show", "i-missing")
-	assert.Equal(t, 1, r.code)
+	assert.Equal(t, 4, r.code, "not found exits 4")
 	assert.Equal(t, "envctl: instance \"i-missing\": not found (not_found)\n", r.stderr)
 	assert.Empty(t, r.stdout)
 }
@@ -342,7 +342,7 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{"bogus"},
 		{"exec", "i-1"},
 		{"switch", "web", "two"},
-		{"-o", "yaml", "ls"},
+		{"-o", "xml", "ls"},
 		{"ls", "--nope"},
 		{"project", "create", "web"}, // --base is required
 	} {

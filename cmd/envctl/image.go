@@ -66,7 +66,13 @@ is and must be a tar, plain or gzip compressed.`,
 					return types.Image{}, err
 				}
 				defer body.Close()
-				img, err := c.ImportImage(ctx, name, body)
+				var total int64 // a directory's tar has no size before it is made
+				if !st.IsDir() {
+					total = st.Size()
+				}
+				r, finish := a.newProgress().upload(body, src, total)
+				img, err := c.ImportImage(ctx, name, r)
+				finish()
 				if err != nil {
 					return img, fmt.Errorf("import %s: %w", src, err)
 				}

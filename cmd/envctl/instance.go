@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 
@@ -66,7 +65,8 @@ func (a *app) execCommand() *cobra.Command {
 Without -i and -t, the command runs to its end and then its stdout and stderr
 are written as returned (each cut at 4 MiB) and envctl exits with the
 command's exit code. Stdin is forwarded (up to 960 KiB) when it is not a
-terminal, unless --no-stdin. With -o json the result object is printed instead.
+terminal, unless --no-stdin. With -o json or yaml the result object is printed
+instead.
 
 With -i or -t the command's streams are connected live over a WebSocket,
 without size limits: -i forwards stdin as it comes (closing it at EOF), -t
@@ -103,7 +103,7 @@ command's exit code.`,
 			if err != nil {
 				return err
 			}
-			if a.output == "json" {
+			if a.structured() {
 				if err := a.emit(res, nil); err != nil {
 					return err
 				}
@@ -278,8 +278,19 @@ func (a *app) saveTable(cmd *cobra.Command, w io.Writer, op types.Operation, res
 
 // opFailure describes an operation that did not succeed.
 func opFailure(what string, op types.Operation) error {
-	if op.Error != nil {
-		return fmt.Errorf("%s %s %s: %s (%s)", what, op.ID, op.State, op.Error.Message, op.Error.Code)
+	return &opFailedError{what: what, op: op}
+}
+
+// opFailedError is an operation that ended failed or canceled; -o json
+// prints its code and id.
+type opFailedError struct {
+	what string
+	op   types.Operation
+}
+
+func (e *opFailedError) Error() string {
+	if e.op.Error != nil {
+		return fmt.Sprintf("%s %s %s: %s (%s)", e.what, e.op.ID, e.op.State, e.op.Error.Message, e.op.Error.Code)
 	}
-	return errors.New(what + " " + op.ID + " " + string(op.State))
+	return e.what + " " + e.op.ID + " " + string(e.op.State)
 }

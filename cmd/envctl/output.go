@@ -13,12 +13,37 @@ import (
 	"github.com/envd-dev/envd/api/types"
 )
 
-// emit prints v as JSON with -o json, else calls table with a tab writer.
+// Output formats of -o.
+const (
+	outTable = "table"
+	outJSON  = "json"
+	outYAML  = "yaml"
+	outName  = "name"
+)
+
+// structured says whether the output is a data format (json or yaml) that
+// prints whole objects.
+func (a *app) structured() bool { return a.output == outJSON || a.output == outYAML }
+
+// emit prints v as JSON with -o json, as YAML with -o yaml, its
+// identifiers with -o name (names.go), else calls table with a tab writer.
 func (a *app) emit(v any, table func(w io.Writer)) error {
-	if a.output == "json" {
+	switch a.output {
+	case outJSON:
 		enc := json.NewEncoder(a.stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(v)
+	case outYAML:
+		return writeYAML(a.stdout, v)
+	case outName:
+		ids, err := names(v)
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			fmt.Fprintln(a.stdout, id)
+		}
+		return nil
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 	table(tw)
@@ -234,33 +259,4 @@ func operationDetail(w io.Writer, op types.Operation) {
 	}
 	row(w, "CREATED:", formatTime(op.CreatedAt))
 	row(w, "UPDATED:", formatTime(op.UpdatedAt))
-}
-
-// progress prints an operation's events on stderr: one updating line on a
-// terminal, one line per event otherwise.
-type progress struct {
-	w    io.Writer
-	tty  bool
-	used bool
-}
-
-func (a *app) newProgress() *progress {
-	return &progress{w: a.stderr, tty: isTerminal(a.stderr)}
-}
-
-func (p *progress) event(ev types.Event) {
-	msg := strings.ReplaceAll(ev.Message, "\n", " ")
-	if p.tty {
-		fmt.Fprintf(p.w, "\r\033[K%s: %s", ev.Type, msg)
-		p.used = true
-		return
-	}
-	fmt.Fprintf(p.w, "%s: %s\n", ev.Type, msg)
-}
-
-// done ends the progress line.
-func (p *progress) done() {
-	if p.tty && p.used {
-		fmt.Fprint(p.w, "\r\033[K")
-	}
 }

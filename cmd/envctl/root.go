@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -18,20 +20,42 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/client"
 )
 
-// Exit codes.
+// Exit codes. A kind of API error has its own code so scripts can branch
+// without parsing text; every other error is 1.
 const (
-	exitError    = 1 // a failed request or operation
-	exitUsage    = 2 // bad flags or arguments
-	exitConflict = 3 // a save became a version but not current
+	exitError       = 1 // a failed request or operation
+	exitUsage       = 2 // bad flags or arguments
+	exitConflict    = 3 // a save became a version but not current; a compare-and-swap lost (conflict)
+	exitNotFound    = 4 // not_found
+	exitQuota       = 5 // quota_exceeded
+	exitUnavailable = 6 // unavailable: the server cannot be reached, or a dependency of it is down
 )
+
+// exitCodesHelp is the table of exit codes in envctl --help.
+const exitCodesHelp = `Exit codes:
+  0  success
+  1  error (a failed request or operation; a failed save, build or migrate)
+  2  usage error
+  3  conflict: a version was made but is not current (a save conflict, or build
+     or migrate --switch lost to another change), or a switch lost its
+     compare-and-swap (code conflict)
+  4  not found (code not_found)
+  5  quota exceeded (code quota_exceeded)
+  6  unavailable: envd cannot be reached, or one of its dependencies is down
+     (code unavailable)
+exec exits with the command's own exit code.
+With -o json an error is printed on stderr as one line of JSON:
+  {"error":{"code":"not_found","message":"...","details":{...},"status":404}}`
 
 // app holds the global flags and the process's streams.
 type app struct {
 	url, token, dataDir string
 	output              string
+	showVersion         bool
 	stdin               io.Reader
 	stdout, stderr      io.Writer
 	c                   *client.Client
@@ -75,9 +99,8 @@ func (a *app) exitCode(err error) int {
 		return 0
 	}
 	var (
-		ec  *exitCodeError
-		ue  usageError
-		cer *types.Error
+		ec *exitCodeError
+		ue usageError
 	)
 	switch {
 	case errors.As(err, &ec):
@@ -86,18 +109,77 @@ func (a *app) exitCode(err error) int {
 		}
 		return ec.code
 	case errors.As(err, &ue) || isCobraUsage(err):
-		fmt.Fprintf(a.stderr, "envctl: %v\nRun 'envctl --help' for usage.\n", err)
+		if a.output == outJSON {
+			a.printJSONError(errorDetail{Code: "usage", Message: err.Error()})
+		} else {
+			fmt.Fprintf(a.stderr, "envctl: %v\nRun 'envctl --help' for usage.\n", err)
+		}
 		return exitUsage
-	case errors.As(err, &cer):
-		a.printError(err)
-		return exitError
 	default:
 		a.printError(err)
-		return exitError
+		return kindExitCode(err)
 	}
 }
 
+// kindExitCode is the exit code of an error's kind (see exitCodesHelp).
+func kindExitCode(err error) int {
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound):
+		return exitNotFound
+	case errors.Is(err, errdefs.ErrConflict):
+		return exitConflict
+	case errors.Is(err, errdefs.ErrQuotaExceeded):
+		return exitQuota
+	case errors.Is(err, errdefs.ErrUnavailable), unreachable(err):
+		return exitUnavailable
+	}
+	return exitError
+}
+
+// unreachable says whether err is a failure to connect to the server.
+func unreachable(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "dial"
+}
+
+// errorDetail is what -o json prints for an error, as {"error": ...}: the
+// API's error body plus the HTTP status.
+type errorDetail struct {
+	Code    string         `json:"code"`
+	Message string         `json:"message"`
+	Details map[string]any `json:"details,omitempty"`
+	Status  int            `json:"status,omitempty"`
+}
+
+// describe returns err as an errorDetail: the API's code, message, details
+// and status; an operation's own error code; "unavailable" when the server
+// cannot be reached; else "error".
+func describe(err error) errorDetail {
+	var (
+		cer *types.Error
+		of  *opFailedError
+	)
+	switch {
+	case errors.As(err, &cer):
+		return errorDetail{Code: cer.Code, Message: cer.Message, Details: cer.Details, Status: cer.Status}
+	case errors.As(err, &of):
+		d := errorDetail{Code: "error", Message: of.Error(),
+			Details: map[string]any{"operation": of.op.ID, "state": string(of.op.State)}}
+		if of.op.Error != nil {
+			d.Code = of.op.Error.Code
+		}
+		return d
+	case unreachable(err):
+		return errorDetail{Code: "unavailable", Message: err.Error()}
+	}
+	return errorDetail{Code: "error", Message: err.Error()}
+}
+
 func (a *app) printError(err error) {
+	if a.output == outJSON {
+		a.printJSONError(describe(err))
+		return
+	}
 	var cer *types.Error
 	if errors.As(err, &cer) {
 		details := ""
@@ -108,6 +190,19 @@ func (a *app) printError(err error) {
 		return
 	}
 	fmt.Fprintf(a.stderr, "envctl: %v\n", err)
+}
+
+// printJSONError writes d on one line, so the last line of stderr parses
+// even after progress lines.
+func (a *app) printJSONError(d errorDetail) {
+	b, err := json.Marshal(struct {
+		Error errorDetail `json:"error"`
+	}{d})
+	if err != nil {
+		fmt.Fprintf(a.stderr, "envctl: %s\n", d.Message)
+		return
+	}
+	fmt.Fprintf(a.stderr, "%s\n", b)
 }
 
 // isCobraUsage recognizes cobra's own usage errors, which it does not type.
@@ -145,18 +240,32 @@ What is kept, three ways (a project can use all three):
                     version; envctl volume archive/restore moves it between nodes.
 envctl show INSTANCE says what protects an instance and what stop or rm would lose.
 
-Exit codes: 0 success, 1 error, 2 usage error, 3 a version was made but is not
-current (a save conflict, or build or migrate --switch lost to another change);
-exec exits with the command's own exit code.`,
+Output (-o): table (default), json, yaml, or name (one identifier per line:
+project names, instance ids, version numbers, operation ids, token ids; for
+xargs). Progress goes to stderr, never into the output.
+
+Shell completion: source <(envctl completion bash), or zsh or fish (see
+envctl completion --help); project names, instance ids and version numbers
+complete from the server.
+
+` + exitCodesHelp,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		Args:          noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if a.showVersion {
+				return a.printVersion(cmd)
+			}
 			return cmd.Help()
 		},
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
-			if a.output != "table" && a.output != "json" {
-				return usageError{fmt.Errorf("output format %q: must be table or json", a.output)}
+			switch a.output {
+			case outTable, outJSON, outYAML, outName:
+			default:
+				return usageError{fmt.Errorf("output format %q: must be table, json, yaml or name", a.output)}
+			}
+			if a.output == outName && cmd.Annotations[noNameOutput] != "" {
+				return usageError{fmt.Errorf("%s: -o name: the output has no identifier (use -o json or yaml)", cmdName(cmd))}
 			}
 			return nil
 		},
@@ -166,7 +275,9 @@ exec exits with the command's own exit code.`,
 	pf.StringVar(&a.url, "url", "", "envd URL (default $ENVD_URL, else DATA_DIR/envd.url)")
 	pf.StringVar(&a.token, "token", "", "API token (default $ENVD_TOKEN, else DATA_DIR/admin.token)")
 	pf.StringVar(&a.dataDir, "data-dir", "", "data dir of a local envd (default $ENVD_DATA_DIR, else /var/lib/envd as root, ~/.local/share/envd otherwise)")
-	pf.StringVarP(&a.output, "output", "o", "table", "output format: table or json")
+	pf.StringVarP(&a.output, "output", "o", outTable, "output format: table, json, yaml or name")
+	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{outTable, outJSON, outYAML, outName}, cobra.ShellCompDirectiveNoFileComp))
+	root.Flags().BoolVar(&a.showVersion, "version", false, "print envctl's version and the server's when it answers")
 
 	root.AddCommand(
 		a.infoCommand(),
@@ -180,6 +291,8 @@ exec exits with the command's own exit code.`,
 	root.AddCommand(a.ownTokenCommand()) // tokens.go
 	root.AddCommand(a.volumeCommand(), a.lifecycleCommand("hibernate",
 		"Save a stopped retained instance as a version and free its layer on the node", (*client.Client).HibernateInstance))
+	a.addCompletions(root) // complete.go
+	markNameless(root)     // names.go
 	return root
 }
 

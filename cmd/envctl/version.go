@@ -38,7 +38,12 @@ func (a *app) versionCommand() *cobra.Command {
 			}, versionDetail)
 		},
 	}
-	return group("version", "Inspect versions", show)
+	cmd := group("version", "Print envctl's and the server's version; show a project's version N", show)
+	cmd.Long = `Without a subcommand, print envctl's version and the server's (when it
+answers), like envctl --version. "envctl version show PROJECT N" shows
+version N of a project.`
+	cmd.RunE = func(cmd *cobra.Command, args []string) error { return a.printVersion(cmd) }
+	return cmd
 }
 
 func (a *app) switchCommand() *cobra.Command {
