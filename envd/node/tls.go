@@ -97,7 +97,9 @@ func (n *Node) setupTLS() (apiTLS, error) {
 
 // apiURL is the URL clients of this machine reach the API at, through
 // addr, where it listens: an unspecified address (0.0.0.0, ::) is reached
-// at 127.0.0.1, which the self-signed certificate names.
+// at 127.0.0.1, which the self-signed certificate names, and with TLS a
+// listen host name stays the name (the certificate names it, not
+// necessarily the address it resolved to).
 func (n *Node) apiURL(addr net.Addr) string {
 	scheme := "http"
 	if n.tls.config != nil {
@@ -109,6 +111,10 @@ func (n *Node) apiURL(addr net.Addr) string {
 	}
 	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
 		host = "127.0.0.1"
+	}
+	if listenHost, _, err := net.SplitHostPort(n.cfg.Listen); err == nil && n.tls.config != nil &&
+		listenHost != "" && net.ParseIP(listenHost) == nil {
+		host = listenHost
 	}
 	return scheme + "://" + net.JoinHostPort(host, port)
 }

@@ -171,11 +171,14 @@ func TestSetupTLS(t *testing.T) {
 }
 
 // An unspecified listen address is reached at 127.0.0.1, which the
-// self-signed certificate names.
+// self-signed certificate names; a listen host name over TLS stays the name.
 func TestAPIURL(t *testing.T) {
 	plain := &Node{}
 	assert.Equal(t, "http://127.0.0.1:80", plain.apiURL(&net.TCPAddr{IP: net.IPv4zero, Port: 80}))
 	assert.Equal(t, "http://127.0.0.1:80", plain.apiURL(&net.TCPAddr{IP: net.IPv6unspecified, Port: 80}))
-	secure := &Node{tls: apiTLS{config: &tls.Config{}}}
+	secure := &Node{cfg: Config{Listen: "10.1.2.3:0"}, tls: apiTLS{config: &tls.Config{}}}
 	assert.Equal(t, "https://10.1.2.3:443", secure.apiURL(&net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 443}))
+	named := &Node{cfg: Config{Listen: "envd.example:0"}, tls: apiTLS{config: &tls.Config{}}}
+	assert.Equal(t, "https://envd.example:443", named.apiURL(&net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 443}),
+		"the name the certificate holds, not the address it resolved to")
 }
