@@ -130,7 +130,7 @@ func (f *flags) register(cmd *cobra.Command, external bool) {
 	fl.IntVar(&f.cfg.Limits.Events, "max-event-streams-per-tenant", f.envInt("ENVD_MAX_EVENT_STREAMS_PER_TENANT", d.Limits.Events), "open operation event streams per tenant on this node; negative = unlimited (ENVD_MAX_EVENT_STREAMS_PER_TENANT)")
 	fl.StringVar(&f.cfg.TLSCert, "tls-cert", env("ENVD_TLS_CERT", d.TLSCert), "PEM certificate (chain) the API serves TLS with, with --tls-key; without them a loopback --listen is plain HTTP and any other gets a self-signed certificate in DATA_DIR/tls (ENVD_TLS_CERT)")
 	fl.StringVar(&f.cfg.TLSKey, "tls-key", env("ENVD_TLS_KEY", d.TLSKey), "PEM private key of --tls-cert (ENVD_TLS_KEY)")
-	fl.DurationVar(&f.cfg.ShutdownGrace, "shutdown-grace", f.envDuration("ENVD_SHUTDOWN_GRACE", d.ShutdownGrace), "on SIGTERM or SIGINT, how long requests and operations in flight may finish; the rest are cancelled, and the next start resumes or settles them (ENVD_SHUTDOWN_GRACE)")
+	fl.DurationVar(&f.cfg.ShutdownGrace, "shutdown-grace", f.envDuration("ENVD_SHUTDOWN_GRACE", d.ShutdownGrace), "on SIGTERM or SIGINT, how long requests and operations in flight may finish (0 = none); the rest are cancelled, and the next start resumes or settles them (ENVD_SHUTDOWN_GRACE)")
 	f.registerConfig(fl)
 	if external {
 		fl.StringVar(&f.s3.Endpoint, "s3-endpoint", env("ENVD_S3_ENDPOINT", ""), "S3 host:port for volume archives; empty = a directory in the data dir (ENVD_S3_ENDPOINT)")
@@ -164,6 +164,9 @@ func (f *flags) config() (node.Config, error) {
 	var err error
 	if cfg.DefaultLimits, err = f.limits.limits(); err != nil {
 		return node.Config{}, err
+	}
+	if cfg.ShutdownGrace == 0 {
+		cfg.ShutdownGrace = -1 // on the command line 0 is no wait; node.Config's 0 is its default
 	}
 	if f.regS3.Endpoint != "" {
 		cfg.RegistryS3 = &f.regS3 // credentials from the environment only

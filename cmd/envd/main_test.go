@@ -75,6 +75,12 @@ func TestFlagsConfig(t *testing.T) {
 				c.TLSCert, c.TLSKey, c.ShutdownGrace = "/c.pem", "/k.pem", 5*time.Second
 				return c
 			}()},
+		{name: "no grace", cmd: "up", args: []string{"--shutdown-grace", "0"},
+			want: func() node.Config {
+				c := node.DefaultConfig()
+				c.ShutdownGrace = -1
+				return c
+			}()},
 		{name: "unknown key", cmd: "up", file: "default-ttl: 5h\nlissten: :7443\n", wantErr: `unknown key "lissten"`},
 		{name: "serve's key in up's file", cmd: "up", file: "database: postgres://x\n", wantErr: `unknown key "database"`},
 		{name: "bad value", cmd: "up", file: "default-ttl: 3600\n", wantErr: `key "default-ttl"`},

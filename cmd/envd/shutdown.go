@@ -13,7 +13,7 @@ import (
 // what remains; the next start resumes or settles those operations.
 // Instances, containerd and PostgreSQL keep running, as on any restart.
 func shutdown(n *node.Node, cfg node.Config) error {
-	cfg.Logger.Info("shutting down: no new requests, waiting for those in flight and running operations", "grace", cfg.ShutdownGrace)
+	cfg.Logger.Info("shutting down: no new requests, waiting for those in flight and running operations", "grace", max(cfg.ShutdownGrace, 0))
 	if err := n.Drain(context.Background()); err != nil {
 		cfg.Logger.Warn("shutdown grace over: cancelling what remains, the next start resumes or settles it", "err", err)
 	}
