@@ -12,6 +12,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,6 +37,7 @@ type options struct {
 	hc           *http.Client
 	userAgent    string
 	pollInterval time.Duration
+	tls          *tls.Config // nil = the transport's own
 }
 
 // Option configures New; it fails on an invalid value.
@@ -89,6 +91,13 @@ func New(baseURL, token string, opts ...Option) (*Client, error) {
 		if err := opt(&o); err != nil {
 			return nil, fmt.Errorf("client: %w", err)
 		}
+	}
+	if o.tls != nil {
+		hc, err := withTLS(o.hc, o.tls)
+		if err != nil {
+			return nil, fmt.Errorf("client: %w", err)
+		}
+		o.hc = hc
 	}
 	return &Client{base: strings.TrimRight(baseURL, "/"), token: token, options: o}, nil
 }

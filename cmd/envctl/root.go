@@ -54,6 +54,7 @@ With -o json an error is printed on stderr as one line of JSON:
 // app holds the global flags and the process's streams.
 type app struct {
 	url, token, dataDir string
+	caCert              string // --ca-cert
 	output              string
 	showVersion         bool
 	stdin               io.Reader
@@ -274,6 +275,7 @@ complete from the server.
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.url, "url", "", "envd URL (default $ENVD_URL, else DATA_DIR/envd.url)")
 	pf.StringVar(&a.token, "token", "", "API token (default $ENVD_TOKEN, else DATA_DIR/admin.token)")
+	pf.StringVar(&a.caCert, "ca-cert", "", "PEM file of the CA (or self-signed certificate) to trust for an https URL (default $ENVD_CA_CERT, else DATA_DIR/tls/cert.pem when the URL comes from DATA_DIR)")
 	pf.StringVar(&a.dataDir, "data-dir", "", "data dir of a local envd (default $ENVD_DATA_DIR, else /var/lib/envd as root, ~/.local/share/envd otherwise)")
 	pf.StringVarP(&a.output, "output", "o", outTable, "output format: table, json, yaml or name")
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{outTable, outJSON, outYAML, outName}, cobra.ShellCompDirectiveNoFileComp))
@@ -308,6 +310,7 @@ func (a *app) client() (*client.Client, error) {
 	if token == "" {
 		token = os.Getenv("ENVD_TOKEN")
 	}
+	urlDir := "" // the data dir the URL came from
 	if url == "" || token == "" {
 		dir, err := a.resolveDataDir()
 		if err != nil {
@@ -318,7 +321,7 @@ func (a *app) client() (*client.Client, error) {
 			if err != nil {
 				return nil, fmt.Errorf("no envd server: set --url or ENVD_URL, or start one with envd up (%w)", err)
 			}
-			url = strings.TrimSpace(string(b))
+			url, urlDir = strings.TrimSpace(string(b)), dir
 		}
 		if token == "" {
 			b, err := os.ReadFile(filepath.Join(dir, "admin.token"))
@@ -328,7 +331,11 @@ func (a *app) client() (*client.Client, error) {
 			token = strings.TrimSpace(string(b))
 		}
 	}
-	c, err := client.New(url, token, client.WithUserAgent("envctl"))
+	opts, err := a.tlsOptions(url, urlDir)
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(url, token, append(opts, client.WithUserAgent("envctl"))...)
 	if err != nil {
 		return nil, err
 	}

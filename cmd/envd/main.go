@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/envd/node"
@@ -103,6 +104,9 @@ type flags struct {
 	regS3   registry.S3Storage
 	limits  limitFlags
 	envErrs []error
+
+	fs         *pflag.FlagSet // the command's flags, which the config file sets
+	configFile string
 }
 
 func (f *flags) register(cmd *cobra.Command, external bool) {
@@ -125,6 +129,10 @@ func (f *flags) register(cmd *cobra.Command, external bool) {
 	fl.IntVar(&f.cfg.Limits.Builds, "max-builds-per-tenant", f.envInt("ENVD_MAX_BUILDS_PER_TENANT", d.Limits.Builds), "concurrent build operations per tenant on this node; negative = unlimited (ENVD_MAX_BUILDS_PER_TENANT)")
 	fl.IntVar(&f.cfg.Limits.Exec, "max-exec-per-tenant", f.envInt("ENVD_MAX_EXEC_PER_TENANT", d.Limits.Exec), "concurrent exec requests and exec WebSockets per tenant on this node; negative = unlimited (ENVD_MAX_EXEC_PER_TENANT)")
 	fl.IntVar(&f.cfg.Limits.Events, "max-event-streams-per-tenant", f.envInt("ENVD_MAX_EVENT_STREAMS_PER_TENANT", d.Limits.Events), "open operation event streams per tenant on this node; negative = unlimited (ENVD_MAX_EVENT_STREAMS_PER_TENANT)")
+	fl.StringVar(&f.cfg.TLSCert, "tls-cert", env("ENVD_TLS_CERT", d.TLSCert), "PEM certificate (chain) the API serves TLS with, with --tls-key; without them a loopback --listen is plain HTTP and any other gets a self-signed certificate in DATA_DIR/tls (ENVD_TLS_CERT)")
+	fl.StringVar(&f.cfg.TLSKey, "tls-key", env("ENVD_TLS_KEY", d.TLSKey), "PEM private key of --tls-cert (ENVD_TLS_KEY)")
+	fl.DurationVar(&f.cfg.ShutdownGrace, "shutdown-grace", f.envDuration("ENVD_SHUTDOWN_GRACE", d.ShutdownGrace), "on SIGTERM or SIGINT, how long requests and operations in flight may finish (0 = none); the rest are cancelled, and the next start resumes or settles them (ENVD_SHUTDOWN_GRACE)")
+	f.registerConfig(fl)
 	if external {
 		fl.StringVar(&f.s3.Endpoint, "s3-endpoint", env("ENVD_S3_ENDPOINT", ""), "S3 host:port for volume archives; empty = a directory in the data dir (ENVD_S3_ENDPOINT)")
 		fl.StringVar(&f.s3.Bucket, "s3-bucket", env("ENVD_S3_BUCKET", node.DefaultS3Bucket), "S3 bucket (ENVD_S3_BUCKET)")
@@ -150,10 +158,16 @@ func (f *flags) config() (node.Config, error) {
 	if err := errors.Join(f.envErrs...); err != nil {
 		return node.Config{}, err
 	}
+	if err := f.applyConfigFile(); err != nil {
+		return node.Config{}, err
+	}
 	cfg := f.cfg
 	var err error
 	if cfg.DefaultLimits, err = f.limits.limits(); err != nil {
 		return node.Config{}, err
+	}
+	if cfg.ShutdownGrace == 0 {
+		cfg.ShutdownGrace = -1 // on the command line 0 is no wait; node.Config's 0 is its default
 	}
 	if f.regS3.Endpoint != "" {
 		cfg.RegistryS3 = &f.regS3 // credentials from the environment only
@@ -182,11 +196,15 @@ func (f *flags) run(cmd *cobra.Command) error {
 		return err
 	}
 	fmt.Printf("envd is up: %s (data dir %s)\n", n.URL, cfg.DataDir)
+	if fp := n.TLSFingerprint(); fp != "" {
+		fmt.Printf("TLS certificate SHA-256 fingerprint: %s\n", fp)
+		if c := n.SelfSignedCert(); c != "" {
+			fmt.Printf("self-signed: %s (envctl trusts it through the data dir; give it to other clients as their CA)\n", c)
+		}
+	}
 	<-ctx.Done()
-	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	n.Close(cctx)
-	return nil
+	stop() // a second signal ends the process at once
+	return shutdown(n, cfg)
 }
 
 func upCmd() *cobra.Command {
@@ -246,8 +264,11 @@ node's containers (unsaved changes in them are lost; saved versions, volumes and
 data dir stay). The parts a node was started with are remembered in DATA_DIR/parts.json.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := f.applyConfigFile(); err != nil {
+				return err
+			}
 			f.cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Minute)
+			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Minute+max(f.cfg.ShutdownGrace, 0))
 			defer cancel()
 			if err := node.Down(ctx, f.cfg); err != nil {
 				return err

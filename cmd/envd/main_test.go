@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,8 +18,9 @@ import (
 )
 
 // The node a command starts: without flags or variables it is
-// node.DefaultConfig, a variable overrides a default, a flag overrides a
-// variable, and a bad value is an error naming it.
+// node.DefaultConfig, a config file overrides a default, a variable
+// overrides the file, a flag overrides a variable, and a bad value or an
+// unknown key is an error naming it.
 func TestFlagsConfig(t *testing.T) {
 	for _, kv := range os.Environ() {
 		if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, "ENVD_") {
@@ -35,6 +37,7 @@ func TestFlagsConfig(t *testing.T) {
 		cmd     string
 		env     map[string]string
 		args    []string
+		file    string // a config file's content, given with --config
 		want    node.Config
 		wantErr string
 	}{
@@ -53,16 +56,58 @@ func TestFlagsConfig(t *testing.T) {
 		{name: "bad duration variable", cmd: "up", env: map[string]string{"ENVD_MAX_TTL": "soon"}, wantErr: `ENVD_MAX_TTL="soon": not a duration`},
 		{name: "bad integer variable", cmd: "up", env: map[string]string{"ENVD_MAX_EXEC_PER_TENANT": "many"}, wantErr: `ENVD_MAX_EXEC_PER_TENANT="many": not an integer`},
 		{name: "bad size", cmd: "up", args: []string{"--default-disk", "big"}, wantErr: "--default-disk"},
+		{name: "config file", cmd: "serve", file: "default-ttl: 5h\nlisten: 0.0.0.0:7443\ninstance-deny: [10.9.0.0/16, other:7443]\nuserns: true\nmax-saves-per-tenant: -1\ndefault-disk: 20G\nshutdown-grace: 1m\nnamespace:\n",
+			want: func() node.Config {
+				c := withTTL(5 * time.Hour)
+				c.Listen = "0.0.0.0:7443"
+				c.InstanceDeny = []string{"10.9.0.0/16", "other:7443"}
+				c.UserNS = true
+				c.Limits.Saves = -1
+				c.DefaultLimits.DiskBytes = 20 << 30
+				c.ShutdownGrace = time.Minute
+				c.Namespace = ""
+				return c
+			}()},
+		{name: "variable over config file", cmd: "up", env: map[string]string{"ENVD_DEFAULT_TTL": "2h"}, file: "default-ttl: 5h\n", want: withTTL(2 * time.Hour)},
+		{name: "flag over variable over config file", cmd: "up", env: map[string]string{"ENVD_DEFAULT_TTL": "2h"}, args: []string{"--default-ttl", "3h"}, file: "default-ttl: 5h\n", want: withTTL(3 * time.Hour)},
+		{name: "config file from ENVD_CONFIG", cmd: "up", env: map[string]string{"ENVD_CONFIG": "FILE"}, file: "default-ttl: 6h\n", want: withTTL(6 * time.Hour)},
+		{name: "TLS and grace", cmd: "up", env: map[string]string{"ENVD_TLS_KEY": "/k.pem"}, args: []string{"--tls-cert", "/c.pem", "--shutdown-grace", "5s"},
+			want: func() node.Config {
+				c := node.DefaultConfig()
+				c.TLSCert, c.TLSKey, c.ShutdownGrace = "/c.pem", "/k.pem", 5*time.Second
+				return c
+			}()},
+		{name: "no grace", cmd: "up", args: []string{"--shutdown-grace", "0"},
+			want: func() node.Config {
+				c := node.DefaultConfig()
+				c.ShutdownGrace = -1
+				return c
+			}()},
+		{name: "unknown key", cmd: "up", file: "default-ttl: 5h\nlissten: :7443\n", wantErr: `unknown key "lissten"`},
+		{name: "serve's key in up's file", cmd: "up", file: "database: postgres://x\n", wantErr: `unknown key "database"`},
+		{name: "bad value", cmd: "up", file: "default-ttl: 3600\n", wantErr: `key "default-ttl"`},
+		{name: "a map", cmd: "up", file: "listen: {host: x}\n", wantErr: `key "listen": map`},
+		{name: "not YAML", cmd: "up", file: "listen: [\n", wantErr: "config file"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			args := tt.args
+			if tt.file != "" {
+				path := filepath.Join(t.TempDir(), "envd.yaml")
+				require.NoError(t, os.WriteFile(path, []byte(tt.file), 0o600))
+				if tt.env["ENVD_CONFIG"] == "FILE" {
+					tt.env["ENVD_CONFIG"] = path
+				} else {
+					args = append(args, "--config", path)
+				}
+			}
 			for k, v := range tt.env {
 				t.Setenv(k, v)
 			}
 			f := &flags{}
 			cmd := &cobra.Command{Use: tt.cmd}
 			f.register(cmd, tt.cmd == "serve")
-			require.NoError(t, cmd.ParseFlags(tt.args))
+			require.NoError(t, cmd.ParseFlags(args))
 			got, err := f.config()
 			if tt.wantErr != "" {
 				assert.ErrorContains(t, err, tt.wantErr)

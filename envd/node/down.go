@@ -28,7 +28,12 @@ func WritePID(dataDir string) error {
 func Down(ctx context.Context, cfg Config) error {
 	if b, err := os.ReadFile(filepath.Join(cfg.DataDir, PIDFile)); err == nil {
 		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid != os.Getpid() && isEnvd(pid) {
-			if err := proc.Terminate(ctx, "envd", pid, nil, 30*time.Second); err != nil {
+			// Its own drain takes up to its shutdown grace, then it closes.
+			grace := cfg.ShutdownGrace
+			if grace == 0 {
+				grace = DefaultShutdownGrace
+			}
+			if err := proc.Terminate(ctx, "envd", pid, nil, max(grace, 0)+30*time.Second); err != nil {
 				return err
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -103,6 +104,15 @@ type Config struct {
 	// Limits bound one tenant's concurrent saves, builds, exec and event
 	// streams on this node; zero fields take envd.DefaultTenantLimits.
 	Limits envd.TenantLimits
+
+	// TLSCert and TLSKey are PEM files the API serves TLS with (both or
+	// neither). Without them the API is plain HTTP on a loopback Listen and
+	// TLS with a self-signed certificate of the node's (DataDir/tls)
+	// anywhere else (tls.go).
+	TLSCert, TLSKey string
+	// ShutdownGrace is how long Drain waits for requests in flight and
+	// running operations; default DefaultShutdownGrace, negative = no wait.
+	ShutdownGrace time.Duration
 }
 
 // The defaults of a node, in one place: DefaultConfig gathers them for
@@ -123,6 +133,9 @@ const (
 	DefaultRegistryS3Bucket = "envd-registry"
 	// DefaultLogFormat is how `envd up` and `envd serve` log.
 	DefaultLogFormat = LogText
+	// DefaultShutdownGrace is how long a stopping node lets requests and
+	// operations in flight finish (Drain).
+	DefaultShutdownGrace = 30 * time.Second
 )
 
 // The formats of NewLogger.
@@ -161,6 +174,7 @@ func DefaultConfig() Config {
 		// What envd up gives instances whose project sets no limit.
 		DefaultLimits: types.Limits{Pids: 4096, DiskBytes: 10 << 30},
 		Limits:        envd.DefaultTenantLimits,
+		ShutdownGrace: DefaultShutdownGrace,
 	}
 }
 
@@ -187,6 +201,7 @@ type Node struct {
 	rt   *runtime.Runtime
 	vols volumes
 	srv  *http.Server
+	tls  apiTLS // zero when the API is plain HTTP
 
 	components map[string]string // each part as envd info shows it
 	closers    []func(context.Context) error
@@ -255,7 +270,10 @@ func withDefaults(cfg Config) (_ Config, err error) {
 	if cfg.Listen == "" {
 		cfg.Listen = d.Listen
 	}
-	for _, f := range []*string{&cfg.RegistryCredentialFile, &cfg.RegistryGCCredentialFile} {
+	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
+		return cfg, errors.New("a TLS certificate and its key go together: give both or neither")
+	}
+	for _, f := range []*string{&cfg.RegistryCredentialFile, &cfg.RegistryGCCredentialFile, &cfg.TLSCert, &cfg.TLSKey} {
 		if *f != "" {
 			if *f, err = filepath.Abs(*f); err != nil {
 				return cfg, err
@@ -272,6 +290,9 @@ func withDefaults(cfg Config) (_ Config, err error) {
 		if cfg.Logger, err = NewLogger(os.Stderr, cfg.LogFormat); err != nil {
 			return cfg, err
 		}
+	}
+	if cfg.ShutdownGrace == 0 {
+		cfg.ShutdownGrace = d.ShutdownGrace
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -306,7 +307,8 @@ func (n *Node) adminToken(ctx context.Context, db database) (string, error) {
 }
 
 // serveAPI listens on Config.Listen, writes the URL to DataDir/envd.url
-// and serves svc's API there; Close stops it.
+// and serves svc's API there, with TLS as setupTLS decides (tls.go);
+// Drain and Close stop it.
 func (n *Node) serveAPI(svc *envd.Service) (url string, err error) {
 	h, err := api.New(svc, api.WithLogger(n.cfg.Logger), api.WithReadiness(n.readiness()))
 	if err != nil {
@@ -316,7 +318,14 @@ func (n *Node) serveAPI(svc *envd.Service) (url string, err error) {
 	if err != nil {
 		return "", fmt.Errorf("listen %s: %w", n.cfg.Listen, err)
 	}
-	url = "http://" + ln.Addr().String()
+	if n.tls, err = n.setupTLS(); err != nil {
+		ln.Close()
+		return "", err
+	}
+	url = n.apiURL(ln.Addr())
+	if n.tls.config != nil {
+		ln = tls.NewListener(ln, n.tls.config)
+	}
 	if err := writeFileAtomic(filepath.Join(n.cfg.DataDir, "envd.url"), []byte(url+"\n"), 0o600); err != nil {
 		ln.Close()
 		return "", err
