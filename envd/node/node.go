@@ -96,6 +96,10 @@ type Config struct {
 	// Limits bound one tenant's concurrent saves, builds, exec and event
 	// streams on this node; zero fields take envd.DefaultTenantLimits.
 	Limits envd.TenantLimits
+
+	// WrapAPI, when set, wraps the API's handler (tests validate every
+	// request and answer against docs/openapi.yaml with it); nil = none.
+	WrapAPI func(http.Handler) http.Handler
 }
 
 // The defaults of a node, in one place: DefaultConfig gathers them for
