@@ -138,3 +138,31 @@ func TestOpenAPIValidatorOnTheRouter(t *testing.T) {
 	assert.False(t, v.Report(&report), "violations:\n%s", report.String())
 	assert.Equal(t, 9, v.Checked())
 }
+
+// The validator reads the router's JSON answers: a spec that asks more of
+// a project than the server answers is reported.
+func TestOpenAPIValidatorReportsADrift(t *testing.T) {
+	doc, err := apispec.LoadSpec(context.Background(), specPath)
+	require.NoError(t, err)
+	project := doc.Components.Schemas["Project"].Value
+	project.Required = append(project.Required, "no_such_field")
+	v, err := apispec.NewValidator(doc)
+	require.NoError(t, err)
+	h, err := api.New(apitest.New())
+	require.NoError(t, err)
+	srv := httptest.NewServer(v.Wrap(h))
+	t.Cleanup(srv.Close)
+
+	req, err := http.NewRequest("GET", srv.URL+"/v1/projects/web", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+apitest.Token)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+
+	got, _ := v.Violations()
+	require.Len(t, got, 1)
+	assert.Equal(t, "/v1/projects/web", got[0].Path)
+	assert.Contains(t, got[0].Err, "no_such_field")
+}
