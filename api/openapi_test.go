@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -165,4 +166,64 @@ func TestOpenAPIValidatorReportsADrift(t *testing.T) {
 	require.Len(t, got, 1)
 	assert.Equal(t, "/v1/projects/web", got[0].Path)
 	assert.Contains(t, got[0].Err, "no_such_field")
+}
+
+// The spec's schemas are the wire types: the same property names (the JSON
+// tags), and in answers every field that is always sent (no omitempty)
+// required.
+func TestOpenAPISchemasMatchWireTypes(t *testing.T) {
+	doc, err := apispec.LoadSpec(context.Background(), specPath)
+	require.NoError(t, err)
+	answers := map[string]any{
+		"Principal": types.Principal{}, "Info": types.Info{}, "Image": types.Image{}, "Project": types.Project{},
+		"Retention": types.Retention{}, "GCResult": types.GCResult{}, "GCVersion": types.GCVersion{},
+		"Volume": types.Volume{}, "VolumeArchive": types.VolumeArchive{}, "Version": types.Version{},
+		"Instance": types.Instance{}, "Protection": types.Protection{}, "ExecResult": types.ExecResult{},
+		"SaveResult": types.SaveResult{}, "Operation": types.Operation{}, "OpError": types.OpError{},
+		"Event": types.Event{}, "TermSize": types.TermSize{}, "Quota": types.Quota{}, "Usage": types.Usage{},
+		"Token": types.Token{}, "BuildResult": types.BuildResult{}, "MigrateResult": types.MigrateResult{},
+		"Limits": types.Limits{}, "TokenInfo": types.TokenInfo{}, "ErrorBody": types.ErrorBody{},
+		"ErrorDetail": types.ErrorDetail{}, "ExecExit": types.ExecExit{},
+	}
+	requests := map[string]any{
+		"CreateProjectRequest": types.CreateProjectRequest{}, "AddVolumeRequest": types.AddVolumeRequest{},
+		"VolumeArchiveRequest": types.VolumeArchiveRequest{}, "SetCurrentRequest": types.SetCurrentRequest{},
+		"CreateInstanceRequest": types.CreateInstanceRequest{}, "ExecRequest": types.ExecRequest{},
+		"SaveRequest": types.SaveRequest{}, "RenewRequest": types.RenewRequest{}, "GCRequest": types.GCRequest{},
+		"CreateTokenRequest": types.CreateTokenRequest{}, "BuildRequest": types.BuildRequest{},
+		"MigrateRequest": types.MigrateRequest{}, "ProjectNetwork": types.ProjectNetwork{},
+	}
+	check := func(name string, v any, answer bool) {
+		t.Run(name, func(t *testing.T) {
+			ref := doc.Components.Schemas[name]
+			require.NotNil(t, ref, "no schema %s in components", name)
+			var props, always []string
+			rt := reflect.TypeOf(v)
+			for i := range rt.NumField() {
+				tag := rt.Field(i).Tag.Get("json")
+				jsonName, opts, _ := strings.Cut(tag, ",")
+				if jsonName == "" || jsonName == "-" {
+					continue
+				}
+				props = append(props, jsonName)
+				if !strings.Contains(opts, "omitempty") && !strings.Contains(opts, "omitzero") {
+					always = append(always, jsonName)
+				}
+			}
+			var specProps []string
+			for p := range ref.Value.Properties {
+				specProps = append(specProps, p)
+			}
+			assert.ElementsMatch(t, props, specProps, "properties of %s", name)
+			if answer {
+				assert.ElementsMatch(t, always, ref.Value.Required, "required properties of %s", name)
+			}
+		})
+	}
+	for name, v := range answers {
+		check(name, v, true)
+	}
+	for name, v := range requests {
+		check(name, v, false)
+	}
 }
