@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envd-dev/envd/api/apispec"
 	"github.com/envd-dev/envd/client"
 	"github.com/envd-dev/envd/envd/node"
 )
@@ -26,6 +27,9 @@ var env struct {
 	fixtureTar []byte // the fixture base image as a tar, for nodes a test starts itself
 	node       *node.Node
 	c          *client.Client
+	// spec checks every request and answer of the package's node (and of
+	// its restarts) against docs/openapi.yaml; run fails on a violation.
+	spec *apispec.Validator
 }
 
 func TestMain(m *testing.M) {
@@ -46,7 +50,16 @@ func run(m *testing.M) int {
 	_ = os.Chmod(dir, 0o755) // the postgres user must reach its cluster dir
 	defer os.RemoveAll(dir)
 	env.dataDir = filepath.Join(dir, "data")
-	n, err := node.Start(ctx, node.Config{DataDir: env.dataDir, DefaultTTL: time.Hour, PrefetchWindow: prefetchWindow})
+	doc, err := apispec.LoadSpec(ctx, "../docs/openapi.yaml")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	if env.spec, err = apispec.NewValidator(doc); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	n, err := node.Start(ctx, node.Config{DataDir: env.dataDir, DefaultTTL: time.Hour, PrefetchWindow: prefetchWindow, WrapAPI: env.spec.Wrap})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: start node:", err)
 		return 1
@@ -65,7 +78,16 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e: import base image:", err)
 		return 1
 	}
-	return m.Run()
+	code := m.Run()
+	fmt.Fprintf(os.Stderr, "e2e: %d requests checked against docs/openapi.yaml\n", env.spec.Checked())
+	var report bytes.Buffer
+	if env.spec.Report(&report) {
+		fmt.Fprintf(os.Stderr, "e2e: requests or answers that do not match docs/openapi.yaml (method path -> status: error):\n%s", report.String())
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
 }
 
 // prefetchWindow is how long new instances' first reads are recorded here

@@ -31,7 +31,7 @@ func TestRootDependenciesDown(t *testing.T) {
 	// Its own PostgreSQL (so the test can stop it), the shared registry
 	// through the proxy.
 	nodeCred, _ := env.node.RegistryCredentialFiles()
-	n, err := node.Start(c, node.Config{DataDir: filepath.Join(dir, "data"), Registry: reg.addr, RegistryCredentialFile: nodeCred, PrefetchWindow: -1})
+	n, err := node.Start(c, node.Config{DataDir: filepath.Join(dir, "data"), Registry: reg.addr, RegistryCredentialFile: nodeCred, PrefetchWindow: -1, WrapAPI: env.spec.Wrap})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)

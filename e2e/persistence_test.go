@@ -157,6 +157,7 @@ func startJoiningNode(t *testing.T, name string, s3 *node.Config) (*node.Node, *
 	cfg := *s3
 	cfg.DataDir, cfg.Node = filepath.Join(dir, "data"), name
 	cfg.DSN = env.node.DSN()
+	cfg.WrapAPI = env.spec.Wrap
 	switch cfg.Registry {
 	case "":
 		cfg.Registry = env.node.RegistryAddr()

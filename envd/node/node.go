@@ -113,6 +113,9 @@ type Config struct {
 	// ShutdownGrace is how long Drain waits for requests in flight and
 	// running operations; default DefaultShutdownGrace, negative = no wait.
 	ShutdownGrace time.Duration
+	// WrapAPI, when set, wraps the API's handler (tests validate every
+	// request and answer against docs/openapi.yaml with it); nil = none.
+	WrapAPI func(http.Handler) http.Handler
 }
 
 // The defaults of a node, in one place: DefaultConfig gathers them for

@@ -314,6 +314,9 @@ func (n *Node) serveAPI(svc *envd.Service) (url string, err error) {
 	if err != nil {
 		return "", err
 	}
+	if n.cfg.WrapAPI != nil {
+		h = n.cfg.WrapAPI(h)
+	}
 	ln, err := net.Listen("tcp", n.cfg.Listen)
 	if err != nil {
 		return "", fmt.Errorf("listen %s: %w", n.cfg.Listen, err)
