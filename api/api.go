@@ -58,6 +58,9 @@ type options struct {
 	errorLog     io.Writer
 	pollInterval time.Duration
 	keepAlive    time.Duration
+	metrics      http.Handler    // metrics.go
+	scrapeToken  string          // metrics.go
+	requests     RequestObserver // metrics.go
 }
 
 // Option configures New.
@@ -133,6 +136,9 @@ func New(core Core, opts ...Option) (http.Handler, error) {
 	if o.accessLog != nil {
 		e.Use(gin.LoggerWithWriter(o.accessLog))
 	}
+	if o.requests != nil {
+		e.Use(observeRequests(o.requests))
+	}
 	e.Use(gin.CustomRecoveryWithWriter(o.errorLog, func(c *gin.Context, rec any) {
 		writeError(c, fmt.Errorf("internal error: %v", rec))
 	}))
@@ -144,7 +150,7 @@ func New(core Core, opts ...Option) (http.Handler, error) {
 	admit := admission(core)
 	node := node{core}
 	e.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
-	e.GET("/metrics", auth, node.metrics)
+	e.GET("/metrics", scrapeAuth(core, o.scrapeToken), serveMetrics(o.metrics))
 	v1 := e.Group("/v1", auth, checkIdempotencyKey)
 	for _, group := range [][]route{
 		node.routes(),

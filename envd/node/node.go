@@ -20,6 +20,7 @@ import (
 	"github.com/envd-dev/envd/api/types"
 
 	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/envd/metrics"
 	"github.com/envd-dev/envd/internal/atomicfile"
 	"github.com/envd-dev/envd/internal/objstore"
 	"github.com/envd-dev/envd/registry"
@@ -96,6 +97,11 @@ type Config struct {
 	// Limits bound one tenant's concurrent saves, builds, exec and event
 	// streams on this node; zero fields take envd.DefaultTenantLimits.
 	Limits envd.TenantLimits
+
+	// MetricsListen serves /metrics alone, without a token, on a second
+	// plain-HTTP address (for a private network); "" = none. The API's
+	// /metrics takes the admin token or DataDir/metrics.token either way.
+	MetricsListen string
 }
 
 // The defaults of a node, in one place: DefaultConfig gathers them for
@@ -150,6 +156,10 @@ type Node struct {
 	Service *envd.Service
 	URL     string
 	Token   string
+	// ScrapeToken is the token of the API's /metrics (DataDir/metrics.token);
+	// MetricsURL the URL of Config.MetricsListen's /metrics, if any.
+	ScrapeToken, MetricsURL string
+	metrics                 *metrics.Metrics
 
 	// What the steps of Start made, in their order (steps.go).
 	db   database
@@ -194,6 +204,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.vols, err = n.openVolumes(ctx); err != nil {
 		return nil, err
 	}
+	if n.metrics, n.ScrapeToken, err = n.newMetrics(n.db); err != nil {
+		return nil, err
+	}
 	if n.Service, err = n.newService(n.db, n.reg, n.rt, n.vols); err != nil {
 		return nil, err
 	}
@@ -206,6 +219,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.protectFromOOM()
 	n.reportCgroupLimits()
 	if n.URL, err = n.serveAPI(n.Service); err != nil {
+		return nil, err
+	}
+	if n.MetricsURL, err = n.serveMetrics(); err != nil {
 		return nil, err
 	}
 	cfg.Logger.Info("envd node up", "node", cfg.Node, "url", n.URL, "data_dir", cfg.DataDir, "registry", n.reg.addr, "containerd", n.ctrd.addr)

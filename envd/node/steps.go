@@ -278,7 +278,7 @@ func (n *Node) newService(db database, reg registryPart, rt *runtime.Runtime, v 
 		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, Components: n.components, Logger: cfg.Logger,
 		Volumes: v.manager, Objects: v.objects, HibernateAfter: cfg.HibernateAfter, PrefetchWindow: cfg.PrefetchWindow, ReconcileInterval: cfg.ReconcileInterval,
 		Sweeper: reg.sweeper, DefaultLimits: cfg.DefaultLimits, BuildEgress: cfg.BuildEgress,
-		Limits: cfg.Limits,
+		Limits: cfg.Limits, Observer: n.metrics,
 	}, db.store, reg.client, rt)
 	if err != nil {
 		return nil, err
@@ -308,7 +308,7 @@ func (n *Node) adminToken(ctx context.Context, db database) (string, error) {
 // serveAPI listens on Config.Listen, writes the URL to DataDir/envd.url
 // and serves svc's API there; Close stops it.
 func (n *Node) serveAPI(svc *envd.Service) (url string, err error) {
-	h, err := api.New(svc)
+	h, err := api.New(svc, n.apiMetrics()...)
 	if err != nil {
 		return "", err
 	}
