@@ -14,7 +14,7 @@ import (
 
 // RequestObserver is told of every request the API answered, for the
 // node's metrics. route is the template the request matched
-// ("/v1/instances/:id"), never the raw path, so that ids do not become
+// ("/v1/instances/:i"), never the raw path, so that ids do not become
 // series; a request that matched no route has route "unmatched".
 type RequestObserver interface {
 	ObserveRequest(method, route string, status int, d time.Duration)

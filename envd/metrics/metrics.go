@@ -75,6 +75,9 @@ func New(node string, store Store, dataDir string) *Metrics {
 	m.saveConflicts = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "envd_save_conflicts_total", Help: "Saves whose version is ready but not current (same as envd_saves_total{result=\"conflict\"}).",
 	})
+	for _, result := range []string{ResultCurrent, ResultConflict, ResultFailed} {
+		m.saves.WithLabelValues(result) // every result is a series from the start, at 0
+	}
 	r.MustRegister(m.saves, m.saveConflicts)
 	for _, p := range []struct{ name, help string }{
 		{"spool", "Reading the upper dir into the spool, both passes."},
