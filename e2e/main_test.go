@@ -46,7 +46,7 @@ func run(m *testing.M) int {
 	_ = os.Chmod(dir, 0o755) // the postgres user must reach its cluster dir
 	defer os.RemoveAll(dir)
 	env.dataDir = filepath.Join(dir, "data")
-	n, err := node.Start(ctx, node.Config{DataDir: env.dataDir, DefaultTTL: time.Hour, PrefetchWindow: prefetchWindow})
+	n, err := node.Start(ctx, node.Config{DataDir: env.dataDir, DefaultTTL: time.Hour, PrefetchWindow: prefetchWindow, MetricsListen: "127.0.0.1:0"})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: start node:", err)
 		return 1
