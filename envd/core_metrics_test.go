@@ -65,7 +65,7 @@ func (e *metricsEnv) scrape() map[string]*dto.MetricFamily {
 	return scrapeURL(e.t, e.ctx, e.url+"/metrics", scrapeToken)
 }
 
-func scrapeURL(t *testing.T, ctx context.Context, url, token string) map[string]*dto.MetricFamily {
+func scrapeURL(t testing.TB, ctx context.Context, url, token string) map[string]*dto.MetricFamily {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	require.NoError(t, err)
