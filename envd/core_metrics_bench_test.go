@@ -39,19 +39,29 @@ func BenchmarkMetricsScrape(b *testing.B) {
 		m.ObserveRequest(http.MethodGet, fmt.Sprintf("/v1/route-%d", i), http.StatusOK, time.Millisecond)
 	}
 
-	b.Run("client_golang", func(b *testing.B) {
-		h := m.Handler()
-		var size int
-		for b.Loop() {
-			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-			if rec.Code != http.StatusOK {
-				b.Fatalf("scrape: %d", rec.Code)
-			}
-			size = rec.Body.Len()
+	for _, enc := range []string{"", "gzip"} {
+		name := "client_golang"
+		if enc != "" {
+			name += "_" + enc // as Prometheus asks
 		}
-		b.ReportMetric(float64(size), "bytes/scrape")
-	})
+		b.Run(name, func(b *testing.B) {
+			h := m.Handler()
+			var size int
+			for b.Loop() {
+				rec := httptest.NewRecorder()
+				req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+				if enc != "" {
+					req.Header.Set("Accept-Encoding", enc)
+				}
+				h.ServeHTTP(rec, req)
+				if rec.Code != http.StatusOK {
+					b.Fatalf("scrape: %d", rec.Code)
+				}
+				size = rec.Body.Len()
+			}
+			b.ReportMetric(float64(size), "bytes/scrape")
+		})
+	}
 	b.Run("hand_written", func(b *testing.B) {
 		var size int
 		for b.Loop() {
