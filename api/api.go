@@ -62,6 +62,9 @@ type options struct {
 	keepAlive    time.Duration
 	checks       map[string]Checker
 	checkTimeout time.Duration
+	metrics      http.Handler    // metrics.go
+	scrapeToken  string          // metrics.go
+	requests     RequestObserver // metrics.go
 }
 
 // Option configures New.
@@ -178,6 +181,9 @@ func New(core Core, opts ...Option) (http.Handler, error) {
 	if o.accessLog != nil {
 		e.Use(accessLog(o.accessLog))
 	}
+	if o.requests != nil {
+		e.Use(observeRequests(o.requests))
+	}
 	e.Use(gin.CustomRecoveryWithWriter(o.errorLog, func(c *gin.Context, rec any) {
 		writeError(c, fmt.Errorf("internal error: %v", rec))
 	}))
@@ -190,7 +196,7 @@ func New(core Core, opts ...Option) (http.Handler, error) {
 	node := node{core}
 	e.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	e.GET("/readyz", readiness{o.checks, o.checkTimeout}.serve)
-	e.GET("/metrics", auth, node.metrics)
+	e.GET("/metrics", scrapeAuth(core, o.scrapeToken), serveMetrics(o.metrics))
 	v1 := e.Group("/v1", auth, checkIdempotencyKey)
 	for _, group := range [][]route{
 		node.routes(),

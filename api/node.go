@@ -5,15 +5,12 @@ import (
 	"net/http"
 
 	"github.com/envd-dev/envd/api/types"
-
-	"github.com/gin-gonic/gin"
 )
 
-// NodeCore is the node as a whole: what it runs, its metrics, its GC.
+// NodeCore is the node as a whole: what it runs, its GC. Its metrics are
+// served by WithMetrics' handler (metrics.go).
 type NodeCore interface {
 	Info(ctx context.Context) (types.Info, error)
-	// Metrics is the Prometheus text exposition of the node (admin only).
-	Metrics(ctx context.Context, p types.Principal) (string, error)
 	// GC starts an operation of kind "gc" (admin only).
 	GC(ctx context.Context, p types.Principal, req types.GCRequest, idempotencyKey string) (types.Operation, error)
 }
@@ -29,14 +26,4 @@ func (g node) routes() []route {
 			return g.core.GC(r.ctx, r.p, req, r.key())
 		})},
 	}
-}
-
-// metrics serves GET /metrics (outside /v1): text, not JSON.
-func (g node) metrics(c *gin.Context) {
-	text, err := g.core.Metrics(c.Request.Context(), principal(c))
-	if err != nil {
-		writeError(c, err)
-		return
-	}
-	c.Data(http.StatusOK, "text/plain; version=0.0.4; charset=utf-8", []byte(text))
 }

@@ -59,7 +59,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
-	n, err := node.Start(ctx, node.Config{DataDir: env.dataDir, DefaultTTL: time.Hour, PrefetchWindow: prefetchWindow, WrapAPI: env.spec.Wrap})
+	n, err := node.Start(ctx, node.Config{DataDir: env.dataDir, DefaultTTL: time.Hour, PrefetchWindow: prefetchWindow, WrapAPI: env.spec.Wrap, MetricsListen: "127.0.0.1:0"})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: start node:", err)
 		return 1

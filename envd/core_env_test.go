@@ -48,13 +48,13 @@ const (
 // coreEnv is one service with its own database, registry and runtime, as
 // seen by one test: helpers fail t, which a subtest sets with with(t).
 type coreEnv struct {
-	t *testing.T
+	t testing.TB
 	*coreState
 }
 
 // coreState is what the tests of one env share.
 type coreState struct {
-	root    *testing.T // the top-level test, owner of the env's cleanups
+	root    testing.TB // the top-level test or benchmark, owner of the env's cleanups
 	ctx     context.Context
 	store   *versions.Store
 	regSrv  *registry.Server
@@ -69,7 +69,7 @@ type coreState struct {
 
 // newCoreEnv starts a service (Start called) with the base image imported.
 // edit, if set, changes the config before New.
-func newCoreEnv(t *testing.T, edit func(*envd.Config)) *coreEnv {
+func newCoreEnv(t testing.TB, edit func(*envd.Config)) *coreEnv {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
@@ -337,7 +337,7 @@ func opErr(t *testing.T, op types.Operation) error {
 }
 
 // baseRootfsTar is a tiny root filesystem.
-func baseRootfsTar(t *testing.T) []byte {
+func baseRootfsTar(t testing.TB) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)

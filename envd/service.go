@@ -128,6 +128,9 @@ type Config struct {
 	// Limits bound one tenant's concurrent saves, builds, exec and event
 	// streams on this node (admission.go).
 	Limits TenantLimits
+	// Observer is told of saves, restores and operations (the node's
+	// metrics); nil = nothing is observed.
+	Observer Observer
 }
 
 // DefaultTTL is an instance's lifetime when neither its client nor the
@@ -188,6 +191,9 @@ func New(cfg Config, store *versions.Store, reg ImageStore, rt Runtime) (*Servic
 	if cfg.ProvisionTimeout == 0 {
 		cfg.ProvisionTimeout = 10 * time.Minute
 	}
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
+	}
 	be, err := normalizeEgress(cfg.BuildEgress)
 	if err != nil {
 		return nil, fmt.Errorf("build egress: %w", err)
@@ -203,11 +209,11 @@ func New(cfg Config, store *versions.Store, reg ImageStore, rt Runtime) (*Servic
 func (s *Service) wire(ctx context.Context) {
 	cfg := s.cfg
 	gate := &freeze.Gate{}
-	s.ops = ops.NewRunner(ctx, s.store, opAdmitter{s}, cfg.Node, s.log)
+	s.ops = ops.NewRunner(ctx, s.store, opAdmitter{s}, cfg.Observer, cfg.Node, s.log)
 	s.quota = quota.New(s.store, cfg.DefaultTTL, cfg.MaxTTL)
 	s.content = gc.NewContent(s.store, s.reg, s.log)
 	s.saver = save.New(save.Deps{Node: cfg.Node, WorkDir: cfg.WorkDir, Runtime: s.rt, Store: s.store, Reg: s.reg,
-		Content: s.content, Quota: s.quota, Ops: s.ops, Gate: gate, Log: s.log})
+		Content: s.content, Quota: s.quota, Ops: s.ops, Gate: gate, Log: s.log, Observer: cfg.Observer})
 	// A nil *workspace.Manager must stay a nil interface: "no volumes".
 	var storage volumes.Storage
 	var gcVolumes gc.Volumes
@@ -216,7 +222,7 @@ func (s *Service) wire(ctx context.Context) {
 	}
 	s.vols = volumes.New(cfg.Node, s.store, storage, cfg.Objects, s.quota, s.log)
 	s.life = lifecycle.New(ctx, lifecycle.Deps{Node: cfg.Node, Store: s.store, Runtime: s.rt, Registry: s.reg,
-		Volumes: s.vols, Quota: s.quota, Saver: s.saver, Gate: gate, Ops: s.ops, Log: s.log,
+		Volumes: s.vols, Quota: s.quota, Saver: s.saver, Gate: gate, Ops: s.ops, Log: s.log, Observer: cfg.Observer,
 		DefaultLimits: cfg.DefaultLimits, BuildEgress: cfg.BuildEgress, HibernateAfter: cfg.HibernateAfter,
 		PrefetchWindow: cfg.PrefetchWindow, ReapInterval: cfg.ReapInterval, ReconcileInterval: cfg.ReconcileInterval,
 		ProvisionTimeout: cfg.ProvisionTimeout})

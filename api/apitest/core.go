@@ -133,10 +133,6 @@ func (c *Core) Info(ctx context.Context) (types.Info, error) {
 		Components: map[string]string{"containerd": "v2.4.2"}})
 }
 
-func (c *Core) Metrics(ctx context.Context, p types.Principal) (string, error) {
-	return echo(c, "Metrics", p, "envd_up 1\n")
-}
-
 // GC starts a running operation of kind "gc".
 func (c *Core) GC(ctx context.Context, p types.Principal, req types.GCRequest, key string) (types.Operation, error) {
 	c.record("GC", p, req, key)

@@ -117,6 +117,7 @@ func (f *flags) register(cmd *cobra.Command, external bool) {
 	fl.StringVar(&f.cfg.Listen, "listen", env("ENVD_LISTEN", d.Listen), "API listen address; the chosen one is written to DATA_DIR/envd.url (ENVD_LISTEN)")
 	fl.StringVar(&f.cfg.LogFormat, "log-format", env("ENVD_LOG_FORMAT", d.LogFormat), "log format: text (key=value lines) or json (one object a line) (ENVD_LOG_FORMAT)")
 	fl.StringVar(&f.cfg.Node, "node", env("ENVD_NODE", d.Node), "node name (default: generated once, kept in DATA_DIR/node) (ENVD_NODE)")
+	fl.StringVar(&f.cfg.MetricsListen, "metrics-listen", env("ENVD_METRICS_LISTEN", d.MetricsListen), "also serve /metrics alone, without a token, on this plain-HTTP address (a private network's); the API's /metrics takes the admin token or DATA_DIR/metrics.token (ENVD_METRICS_LISTEN)")
 	fl.DurationVar(&f.cfg.DefaultTTL, "default-ttl", f.envDuration("ENVD_DEFAULT_TTL", d.DefaultTTL), "instance lifetime when none is asked (ENVD_DEFAULT_TTL)")
 	fl.DurationVar(&f.cfg.MaxTTL, "max-ttl", f.envDuration("ENVD_MAX_TTL", d.MaxTTL), "longest instance lifetime a client may ask, 0 = no limit (ENVD_MAX_TTL)")
 	fl.StringSliceVar(&f.cfg.InstanceDeny, "instance-deny", splitList(env("ENVD_INSTANCE_DENY", strings.Join(d.InstanceDeny, ","))), "cluster endpoints instances never reach besides PostgreSQL, the registry and S3 (other nodes, say): CIDR, IP, HOST, IP:PORT or HOST:PORT, comma-separated (ENVD_INSTANCE_DENY)")
@@ -201,6 +202,9 @@ func (f *flags) run(cmd *cobra.Command) error {
 		if c := n.SelfSignedCert(); c != "" {
 			fmt.Printf("self-signed: %s (envctl trusts it through the data dir; give it to other clients as their CA)\n", c)
 		}
+	}
+	if n.MetricsURL != "" {
+		fmt.Printf("metrics: %s\n", n.MetricsURL)
 	}
 	<-ctx.Done()
 	stop() // a second signal ends the process at once

@@ -165,6 +165,7 @@ func (m *Manager) startPlanned(ctx context.Context, p types.Principal, id string
 	if err := m.Quota.Disk(ctx, p.Tenant, limits.DiskBytes); err != nil {
 		return types.Instance{}, err
 	}
+	created := time.Now()
 	in, err := m.Store.CreateInstance(ctx, versions.Instance{
 		ID: id, Tenant: p.Tenant, Project: project, Node: m.Node, Version: n,
 		State: types.StatePending, Reason: types.ReasonCreated, Message: fmt.Sprintf("starting from version %d", n),
@@ -188,6 +189,7 @@ func (m *Manager) startPlanned(ctx context.Context, p types.Principal, id string
 	if err != nil {
 		return types.Instance{}, err
 	}
+	m.Observer.Restored("create", time.Since(created))
 	if !plan.isolated {
 		m.recordFirstReads(in, plan.proj.Compression)
 	}
@@ -210,6 +212,7 @@ func (m *Manager) abandonPending(ctx context.Context, id, msg string) bool {
 		}
 		return false
 	}
+	m.Observer.InstanceFailed(types.ReasonProvisionFailed)
 	if err := m.Runtime.Remove(cctx, id); err != nil {
 		m.Log.Warn("remove failed instance", "instance", id, "err", err)
 	}

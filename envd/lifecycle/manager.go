@@ -109,6 +109,16 @@ type Operations interface {
 	Claim(ctx context.Context, p types.Principal, key, kind string, req any, objectID string) (existing string, release func(), err error)
 }
 
+// Observer is told how long instances take to run and which fail, for
+// the node's metrics.
+type Observer interface {
+	// Restored is an instance Running d after its creation (path
+	// "create") or its wake from hibernation (path "wake") began.
+	Restored(path string, d time.Duration)
+	// InstanceFailed is an instance this node marked Failed for reason.
+	InstanceFailed(reason string)
+}
+
 // Deps are what a Manager works with, and the node's settings for
 // instances (see envd.Config for each).
 type Deps struct {
@@ -122,6 +132,7 @@ type Deps struct {
 	Gate     *freeze.Gate // shared with the save path
 	Ops      Operations
 	Log      *slog.Logger
+	Observer Observer
 
 	DefaultLimits     types.Limits
 	BuildEgress       string // normal text form

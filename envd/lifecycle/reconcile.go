@@ -202,4 +202,5 @@ func (m *Manager) fail(ctx context.Context, id string, from types.InstanceState,
 		return
 	}
 	m.Log.Info("instance failed", "instance", id, "reason", reason)
+	m.Observer.InstanceFailed(reason)
 }

@@ -166,6 +166,7 @@ func (m *Manager) renewOnStart(ctx context.Context, in versions.Instance) error 
 // wake brings a hibernated instance back on this node: a new container
 // from its hibernation version, a new generation, this node as its home.
 func (m *Manager) wake(ctx context.Context, p types.Principal, in versions.Instance) (types.Instance, error) {
+	began := time.Now()
 	v, err := m.Store.GetVersion(ctx, in.Tenant, in.Project, in.HibernatedVersion)
 	if err != nil {
 		return types.Instance{}, err
@@ -196,6 +197,7 @@ func (m *Manager) wake(ctx context.Context, p types.Principal, in versions.Insta
 	if err != nil {
 		return types.Instance{}, err
 	}
+	m.Observer.Restored("wake", time.Since(began))
 	m.recordFirstReads(in, proj.Compression)
 	return m.view(ctx, in), nil
 }

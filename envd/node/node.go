@@ -23,6 +23,7 @@ import (
 	"github.com/envd-dev/envd/api/types"
 
 	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/envd/metrics"
 	"github.com/envd-dev/envd/internal/atomicfile"
 	"github.com/envd-dev/envd/internal/objstore"
 	"github.com/envd-dev/envd/registry"
@@ -116,6 +117,10 @@ type Config struct {
 	// WrapAPI, when set, wraps the API's handler (tests validate every
 	// request and answer against docs/openapi.yaml with it); nil = none.
 	WrapAPI func(http.Handler) http.Handler
+	// MetricsListen serves /metrics alone, without a token, on a second
+	// plain-HTTP address (for a private network); "" = none. The API's
+	// /metrics takes the admin token or DataDir/metrics.token either way.
+	MetricsListen string
 }
 
 // The defaults of a node, in one place: DefaultConfig gathers them for
@@ -196,6 +201,10 @@ type Node struct {
 	Service *envd.Service
 	URL     string
 	Token   string
+	// ScrapeToken is the token of the API's /metrics (DataDir/metrics.token);
+	// MetricsURL the URL of Config.MetricsListen's /metrics, if any.
+	ScrapeToken, MetricsURL string
+	metrics                 *metrics.Metrics
 
 	// What the steps of Start made, in their order (steps.go).
 	db   database
@@ -241,6 +250,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.vols, err = n.openVolumes(ctx); err != nil {
 		return nil, err
 	}
+	if n.metrics, n.ScrapeToken, err = n.newMetrics(n.db); err != nil {
+		return nil, err
+	}
 	if n.Service, err = n.newService(n.db, n.reg, n.rt, n.vols); err != nil {
 		return nil, err
 	}
@@ -253,6 +265,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.protectFromOOM()
 	n.reportCgroupLimits()
 	if n.URL, err = n.serveAPI(n.Service); err != nil {
+		return nil, err
+	}
+	if n.MetricsURL, err = n.serveMetrics(); err != nil {
 		return nil, err
 	}
 	cfg.Logger.Info("envd node up", "node", cfg.Node, "url", n.URL, "data_dir", cfg.DataDir, "registry", n.reg.addr, "containerd", n.ctrd.addr)

@@ -279,7 +279,7 @@ func (n *Node) newService(db database, reg registryPart, rt *runtime.Runtime, v 
 		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, Components: n.components, Logger: cfg.Logger,
 		Volumes: v.manager, Objects: v.objects, HibernateAfter: cfg.HibernateAfter, PrefetchWindow: cfg.PrefetchWindow, ReconcileInterval: cfg.ReconcileInterval,
 		Sweeper: reg.sweeper, DefaultLimits: cfg.DefaultLimits, BuildEgress: cfg.BuildEgress,
-		Limits: cfg.Limits,
+		Limits: cfg.Limits, Observer: n.metrics,
 	}, db.store, reg.client, rt)
 	if err != nil {
 		return nil, err
@@ -310,7 +310,7 @@ func (n *Node) adminToken(ctx context.Context, db database) (string, error) {
 // and serves svc's API there, with TLS as setupTLS decides (tls.go);
 // Drain and Close stop it.
 func (n *Node) serveAPI(svc *envd.Service) (url string, err error) {
-	h, err := api.New(svc, api.WithLogger(n.cfg.Logger), api.WithReadiness(n.readiness()))
+	h, err := api.New(svc, append(n.apiMetrics(), api.WithLogger(n.cfg.Logger), api.WithReadiness(n.readiness()))...)
 	if err != nil {
 		return "", err
 	}

@@ -75,6 +75,7 @@ func (o *Op) Event(ctx context.Context, typ, msg string, data any) {
 type Runner struct {
 	store Store
 	admit Admission
+	obs   Observer
 	node  string
 	log   *slog.Logger
 	ctx   context.Context // parents every operation; done when the service stops
@@ -84,10 +85,17 @@ type Runner struct {
 	wg      sync.WaitGroup
 }
 
+// Observer is told how each operation this runner launched ended, for the
+// node's metrics.
+type Observer interface {
+	OperationFinished(kind types.OpKind, state types.OpState, d time.Duration)
+}
+
 // NewRunner makes the runner of node's operations; they run under ctx,
-// whose end leaves them unfinished for the next start to resume.
-func NewRunner(ctx context.Context, store Store, admit Admission, node string, log *slog.Logger) *Runner {
-	return &Runner{store: store, admit: admit, node: node, log: log, ctx: ctx, running: map[string]context.CancelFunc{}}
+// whose end leaves them unfinished for the next start to resume. obs is
+// told of every operation that finishes.
+func NewRunner(ctx context.Context, store Store, admit Admission, obs Observer, node string, log *slog.Logger) *Runner {
+	return &Runner{store: store, admit: admit, obs: obs, node: node, log: log, ctx: ctx, running: map[string]context.CancelFunc{}}
 }
 
 // Wait returns when every operation launched by this runner has returned.
@@ -207,6 +215,7 @@ func (r *Runner) Launch(op versions.Operation, run Func) {
 		if err := r.store.SetOperationState(ctx, op.ID, types.OpRunning); err != nil {
 			r.log.Warn("mark operation running", "op", op.ID, "err", err)
 		}
+		start := time.Now()
 		res, err := run(ctx, &Op{ID: op.ID, r: r})
 		if err != nil && r.ctx.Err() != nil {
 			r.log.Info("operation interrupted by shutdown", "op", op.ID)
@@ -226,6 +235,7 @@ func (r *Runner) Launch(op versions.Operation, run Func) {
 		if ferr := r.store.FinishOperation(fctx, op.ID, state, res, opErr); ferr != nil {
 			r.log.Error("finish operation", "op", op.ID, "err", ferr)
 		}
+		r.obs.OperationFinished(op.Kind, state, time.Since(start))
 	}()
 }
 

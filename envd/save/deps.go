@@ -81,12 +81,24 @@ type Deps struct {
 	// Gate is the node's freeze gate, shared with the user's pause.
 	Gate *freeze.Gate
 	Log  *slog.Logger
+	// Observer is told of every save and push (envd/metrics).
+	Observer Observer
+}
+
+// Observer is told how saves and pushes end, for the node's metrics.
+type Observer interface {
+	// Saved is a save that committed a version, current or in conflict.
+	Saved(res types.SaveResult)
+	// SaveFailed is a save that ended with err before or at its commit.
+	SaveFailed(err error)
+	// Pushed is a version image's push (a save's, a build's, a
+	// hibernation's): err nil when pushed and verified.
+	Pushed(err error)
 }
 
 // Saver saves instances of this node.
 type Saver struct {
 	Deps
-	stats stats
 }
 
 // New makes a Saver.

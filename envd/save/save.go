@@ -83,8 +83,20 @@ func (s *Saver) Save(ctx context.Context, p types.Principal, id string, req type
 		Run: func(ctx context.Context, op *ops.Op) (any, error) { return s.Run(ctx, op, job) }})
 }
 
-// Run is steps 2-7 of the save path in DESIGN.md.
+// Run is steps 2-7 of the save path in DESIGN.md, and tells the Observer
+// how the save ended (a canceled save is neither saved nor failed).
 func (s *Saver) Run(ctx context.Context, op *ops.Op, job Job) (types.SaveResult, error) {
+	res, err := s.run(ctx, op, job)
+	switch {
+	case err == nil:
+		s.Observer.Saved(res)
+	case ctx.Err() == nil:
+		s.Observer.SaveFailed(err)
+	}
+	return res, err
+}
+
+func (s *Saver) run(ctx context.Context, op *ops.Op, job Job) (types.SaveResult, error) {
 	start := time.Now()
 	in, err := s.Store.GetInstance(ctx, "", job.InstanceID)
 	if err != nil {
@@ -119,7 +131,6 @@ func (s *Saver) Run(ctx context.Context, op *ops.Op, job Job) (types.SaveResult,
 		EncodeMS: c.Encode.Milliseconds(), PushMS: c.Push.Milliseconds(), CommitMS: time.Since(commitStart).Milliseconds(),
 		TotalMS: time.Since(start).Milliseconds(), LayerBytes: c.Layer.Size, Entries: c.Stats.Entries, Compression: c.Compression,
 	}
-	s.stats.add(res)
 	if switched {
 		op.Event(ctx, "committed", fmt.Sprintf("version %d is current", v.Number), res)
 	} else {
@@ -243,6 +254,9 @@ func (s *Saver) Capture(ctx context.Context, ev Events, cp Capture) (Captured, e
 		})
 		return err
 	})
+	if ctx.Err() == nil {
+		s.Observer.Pushed(err)
+	}
 	if err != nil {
 		return c, fmt.Errorf("push version image: %w", err)
 	}
