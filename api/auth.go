@@ -31,17 +31,8 @@ func authenticate(core Authenticator) gin.HandlerFunc {
 		if !ok && strings.EqualFold(c.GetHeader("Upgrade"), "websocket") {
 			token, ok = subprotocolToken(c.Request)
 		}
+		p, ok := principalOf(c, core, token, ok)
 		if !ok {
-			c.Header("WWW-Authenticate", `Bearer realm="envd"`)
-			writeError(c, fmt.Errorf("missing bearer token in the Authorization header: %w", errdefs.ErrUnauthenticated))
-			return
-		}
-		p, err := core.Authenticate(c.Request.Context(), token)
-		if err != nil {
-			if errors.Is(err, errdefs.ErrUnauthenticated) {
-				c.Header("WWW-Authenticate", `Bearer realm="envd", error="invalid_token"`)
-			}
-			writeError(c, err)
 			return
 		}
 		c.Set(principalKey, p)
@@ -62,4 +53,23 @@ func principal(c *gin.Context) types.Principal {
 	p, _ := c.Get(principalKey)
 	pr, _ := p.(types.Principal)
 	return pr
+}
+
+// principalOf resolves token (found = a token was given at all) or answers
+// 401 with the WWW-Authenticate challenge and reports false.
+func principalOf(c *gin.Context, core Authenticator, token string, found bool) (types.Principal, bool) {
+	if !found {
+		c.Header("WWW-Authenticate", `Bearer realm="envd"`)
+		writeError(c, fmt.Errorf("missing bearer token in the Authorization header: %w", errdefs.ErrUnauthenticated))
+		return types.Principal{}, false
+	}
+	p, err := core.Authenticate(c.Request.Context(), token)
+	if err != nil {
+		if errors.Is(err, errdefs.ErrUnauthenticated) {
+			c.Header("WWW-Authenticate", `Bearer realm="envd", error="invalid_token"`)
+		}
+		writeError(c, err)
+		return types.Principal{}, false
+	}
+	return p, true
 }

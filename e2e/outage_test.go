@@ -24,21 +24,7 @@ import (
 // stays, the instance keeps running, and work succeeds once they are back.
 func TestRootDependenciesDown(t *testing.T) {
 	c := ctx(t)
-	reg := startProxy(t, env.node.RegistryAddr(), 0) // the registry as this node sees it
-	dir, err := os.MkdirTemp("", "envd-e2e-outage-")
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(dir, 0o755))
-	// Its own PostgreSQL (so the test can stop it), the shared registry
-	// through the proxy.
-	nodeCred, _ := env.node.RegistryCredentialFiles()
-	n, err := node.Start(c, node.Config{DataDir: filepath.Join(dir, "data"), Registry: reg.addr, RegistryCredentialFile: nodeCred, PrefetchWindow: -1, WrapAPI: env.spec.Wrap})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		n.Shutdown(sctx)
-		_ = os.RemoveAll(dir)
-	})
+	n, reg, dir := startCuttableNode(t, "outage", node.Config{PrefetchWindow: -1, WrapAPI: env.spec.Wrap})
 	cl, err := client.New(n.URL, n.Token)
 	require.NoError(t, err)
 	_, err = cl.ImportImage(c, "fixture", bytes.NewReader(env.fixtureTar))
@@ -92,4 +78,26 @@ func TestRootDependenciesDown(t *testing.T) {
 	assert.Less(t, time.Since(start), 15*time.Second)
 	_, err = cl.Save(c, in.ID, types.SaveRequest{}, "")
 	require.ErrorIs(t, err, errdefs.ErrUnavailable)
+}
+
+// startCuttableNode starts a node with its own PostgreSQL (the test can
+// stop it: its data is under dir/data/pg) and the shared registry behind a
+// proxy the test can cut; cfg's other fields are kept.
+func startCuttableNode(t *testing.T, name string, cfg node.Config) (*node.Node, *proxy, string) {
+	t.Helper()
+	reg := startProxy(t, env.node.RegistryAddr(), 0) // the registry as this node sees it
+	dir, err := os.MkdirTemp("", "envd-e2e-"+name+"-")
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(dir, 0o755)) // the postgres user must reach its cluster dir
+	cfg.DataDir, cfg.Registry = filepath.Join(dir, "data"), reg.addr
+	cfg.RegistryCredentialFile, _ = env.node.RegistryCredentialFiles()
+	n, err := node.Start(ctx(t), cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		n.Shutdown(sctx)
+		_ = os.RemoveAll(dir)
+	})
+	return n, reg, dir
 }

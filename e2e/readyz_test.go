@@ -1,12 +1,10 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -28,23 +26,8 @@ import (
 // access log has a line per request with the id the answer carried.
 func TestRootReadyz(t *testing.T) {
 	c := ctx(t)
-	reg := startProxy(t, env.node.RegistryAddr(), 0) // the registry as this node sees it
-	dir, err := os.MkdirTemp("", "envd-e2e-readyz-")
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(dir, 0o755))
 	var logs syncbuf.Buffer
-	// Its own PostgreSQL (so the test can stop it), the shared registry
-	// through the proxy (so the test can cut it).
-	nodeCred, _ := env.node.RegistryCredentialFiles()
-	n, err := node.Start(c, node.Config{DataDir: filepath.Join(dir, "data"), Registry: reg.addr, RegistryCredentialFile: nodeCred,
-		PrefetchWindow: -1, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		n.Shutdown(sctx)
-		_ = os.RemoveAll(dir)
-	})
+	n, reg, dir := startCuttableNode(t, "readyz", node.Config{PrefetchWindow: -1, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 
 	ready := readyz(t, n.URL, http.StatusOK)
 	assert.Equal(t, types.ReadyStatus, ready.Status)

@@ -69,21 +69,12 @@ type ImageStore interface {
 // Sweeper deletes the registry's unreferenced blobs (gc.Sweeper).
 type Sweeper = gc.Sweeper
 
-// Runtime is what the core needs of the container runtime.
+// Runtime is what the core needs of the container runtime: what instances
+// need, plus exec (envd/command) and the rootfs mounts (the save path).
 type Runtime interface {
-	Pull(ctx context.Context, ref string) error
-	Create(ctx context.Context, spec runtime.InstanceSpec) error
+	lifecycle.Runtime
 	Exec(ctx context.Context, id string, spec runtime.ExecSpec) (int, error)
-	Pause(ctx context.Context, id string) error
-	Resume(ctx context.Context, id string) error
-	Stop(ctx context.Context, id string) error
-	Start(ctx context.Context, id string) error
-	SetLabels(ctx context.Context, id string, labels map[string]string) error
-	SetNetworkPolicy(ctx context.Context, id string, pol runtime.NetworkPolicy) error
-	Remove(ctx context.Context, id string) error
-	List(ctx context.Context) ([]string, error)
 	Mounts(ctx context.Context, id string) ([]mount.Mount, error)
-	Status(ctx context.Context, id string) (runtime.Status, error)
 }
 
 // Config of the core. Zero values get defaults in New.
