@@ -59,7 +59,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
-	n, err := node.Start(ctx, node.Config{DataDir: env.dataDir, DefaultTTL: time.Hour, PrefetchWindow: prefetchWindow, WrapAPI: env.spec.Wrap, MetricsListen: "127.0.0.1:0"})
+	n, err := node.Start(ctx, sharedNodeConfig())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: start node:", err)
 		return 1
@@ -88,6 +88,14 @@ func run(m *testing.M) int {
 		}
 	}
 	return code
+}
+
+// sharedNodeConfig is the configuration of the node the tests share, at
+// its first start and at every restart: every answer checked against the
+// spec, metrics also on a listener of their own.
+func sharedNodeConfig() node.Config {
+	return node.Config{DataDir: env.dataDir, DefaultTTL: time.Hour, PrefetchWindow: prefetchWindow,
+		WrapAPI: env.spec.Wrap, MetricsListen: "127.0.0.1:0"}
 }
 
 // prefetchWindow is how long new instances' first reads are recorded here

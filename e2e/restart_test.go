@@ -23,7 +23,7 @@ func restartNode(t *testing.T) {
 	cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	env.node.Close(cctx)
-	n, err := node.Start(cctx, node.Config{DataDir: env.dataDir, DefaultTTL: time.Hour, PrefetchWindow: prefetchWindow, WrapAPI: env.spec.Wrap})
+	n, err := node.Start(cctx, sharedNodeConfig())
 	require.NoError(t, err)
 	env.node = n
 	env.c, err = client.New(n.URL, n.Token)

@@ -14,6 +14,8 @@ export class EnvdError extends Error {
   readonly details: Record<string, unknown> | undefined;
   /** Seconds from a Retry-After header (429, 503), when present. */
   readonly retryAfter: number | undefined;
+  /** The id of the request that failed, when the server sent one. */
+  requestId: string | undefined;
 
   constructor(status: number, code: ErrorCode, message: string, details?: Record<string, unknown>, retryAfter?: number) {
     super(message);
@@ -112,7 +114,9 @@ export function makeError(
 
 /** Makes the error of an error object (a body's `error`, an exec exit's, an operation's). */
 export function errorFromDetail(status: number, d: ErrorDetail, retryAfter?: number): EnvdError {
-  return makeError(status, d.code, d.message, d.details, retryAfter);
+  const err = makeError(status, d.code, d.message, d.details, retryAfter);
+  err.requestId = d.request_id;
+  return err;
 }
 
 /** Parses a Retry-After header given in seconds (envd never sends a date). */

@@ -455,6 +455,8 @@ export interface ErrorDetail {
   code: ErrorCode;
   message: string;
   details?: Record<string, unknown>;
+  /** The request's id (also the X-Request-Id answer header); quote it when reporting a problem. */
+  request_id?: string;
 }
 
 /** Go: types.ErrorBody. The JSON body of every error answer. */
