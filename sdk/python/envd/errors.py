@@ -41,10 +41,12 @@ class EnvdError(Exception):
     status: the HTTP status (0 when the error came from an operation's
     ``error`` or an event stream, which have no status of their own);
     code: the stable code; message: for humans; details: a dict of
-    machine-readable values (may be empty).
+    machine-readable values (may be empty); request_id: the id of the
+    request that failed (its X-Request-Id), when the server sent one.
     """
 
     code_name: Optional[str] = None
+    request_id: Optional[str] = None
 
     def __init__(self, status: int, code: str, message: str, details: Optional[Mapping[str, Any]] = None):
         super().__init__(f"{message} ({code})")
@@ -226,7 +228,10 @@ def error_from_body(status: int, body: bytes, reason: str = "", retry_after: Opt
         err = doc.get("error") if isinstance(doc, dict) else None
         if isinstance(err, dict) and isinstance(err.get("code"), str) and err["code"]:
             details = err.get("details") if isinstance(err.get("details"), dict) else None
-            return error_for_code(status, err["code"], str(err.get("message", "")), details, retry_after)
+            e = error_for_code(status, err["code"], str(err.get("message", "")), details, retry_after)
+            if isinstance(err.get("request_id"), str):
+                e.request_id = err["request_id"]
+            return e
     except (ValueError, UnicodeDecodeError):
         pass
     code = _STATUS_CODES.get(status, "internal")
@@ -251,4 +256,7 @@ def error_from_response(resp) -> EnvdError:
     """The exception for an http.client.HTTPResponse with an error status
     (reads at most 1 MiB of its body)."""
     body = resp.read(1 << 20)
-    return error_from_body(resp.status, body, resp.reason or "", parse_retry_after(resp.getheader("Retry-After")))
+    e = error_from_body(resp.status, body, resp.reason or "", parse_retry_after(resp.getheader("Retry-After")))
+    if e.request_id is None and resp.getheader("X-Request-Id"):
+        e.request_id = resp.getheader("X-Request-Id")
+    return e

@@ -39,6 +39,11 @@ class ErrorMappingTest(unittest.TestCase):
         self.assertIs(type(e), envd.EnvdError)
         self.assertEqual((e.status, e.code, e.details), (418, "teapot_overflow", {}))
 
+    def test_request_id_from_the_body(self):
+        e = envd.error_from_body(404, b'{"error":{"code":"not_found","message":"no","request_id":"abc-123"}}')
+        self.assertEqual(e.request_id, "abc-123")
+        self.assertIsNone(envd.error_from_body(404, b'{"error":{"code":"not_found","message":"no"}}').request_id)
+
     def test_bodies_without_an_envd_error(self):
         cases = [
             (502, b"<html>bad gateway</html>", envd.Unavailable, "unavailable"),
