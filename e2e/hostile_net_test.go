@@ -4,18 +4,17 @@ import (
 	"crypto/rand"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
-	goruntime "runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/envd-dev/envd/internal/netns"
 
 	"github.com/envd-dev/envd/api/types"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 )
 
 // privateService is a network namespace the test makes to stand for a
@@ -87,24 +86,8 @@ func inUse(ifaces []net.Interface, subnet *net.IPNet) bool {
 // connections.
 func (s *privateService) listen(t *testing.T, addr string) *atomic.Int32 {
 	t.Helper()
-	var ln net.Listener
-	errc := make(chan error, 1)
-	go func() {
-		goruntime.LockOSThread() // never unlocked: the thread changed namespace
-		f, err := os.Open("/run/netns/" + s.name)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- err
-			return
-		}
-		ln, err = net.Listen("tcp4", addr)
-		errc <- err
-	}()
-	require.NoError(t, <-errc)
+	ln, err := netns.Listen("/run/netns/"+s.name, "tcp4", addr)
+	require.NoError(t, err)
 	t.Cleanup(func() { ln.Close() })
 	return countAccepts(ln)
 }

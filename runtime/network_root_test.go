@@ -8,15 +8,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/envd-dev/envd/internal/netns"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 )
 
 // serviceNetns is a network namespace the test makes to stand for a
@@ -81,24 +81,8 @@ func newServiceNetns(t *testing.T, extra ...string) *serviceNetns {
 // accepted connections.
 func (s *serviceNetns) listen(t *testing.T, addr string) *atomic.Int32 {
 	t.Helper()
-	var ln net.Listener
-	errc := make(chan error, 1)
-	go func() {
-		goruntime.LockOSThread() // never unlocked: the thread changed namespace
-		f, err := os.Open(s.path)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- err
-			return
-		}
-		ln, err = net.Listen("tcp4", addr)
-		errc <- err
-	}()
-	require.NoError(t, <-errc)
+	ln, err := netns.Listen(s.path, "tcp4", addr)
+	require.NoError(t, err)
 	t.Cleanup(func() { ln.Close() })
 	accepted := new(atomic.Int32)
 	go func() {
