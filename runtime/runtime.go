@@ -638,7 +638,13 @@ func (r *Runtime) exec(ctx context.Context, id string, spec ExecSpec) (int, erro
 	if err != nil {
 		return -1, translate(err, "task of instance %q", id)
 	}
-	if st.Status != client.Running {
+	switch st.Status {
+	case client.Running:
+	case client.Paused, client.Pausing:
+		// Frozen now (by a save, or by a save an envd that died left to
+		// the next one): nothing ran, the caller may wait for the thaw.
+		return -1, fmt.Errorf("instance %q is %s: %w: %w", id, st.Status, ErrTaskPaused, errdefs.ErrFailedPrecondition)
+	default:
 		return -1, fmt.Errorf("instance %q is %s: %w", id, st.Status, errdefs.ErrFailedPrecondition)
 	}
 	cspec, err := c.Spec(ctx)
@@ -803,8 +809,9 @@ func (r *Runtime) exec(ctx context.Context, id string, spec ExecSpec) (int, erro
 }
 
 // ErrTaskPaused is in the error of an Exec refused because the task was
-// frozen when the process was to start (runc: "cannot exec in a paused
-// state"); nothing ran, so the caller may wait for the thaw and try again.
+// frozen, when Exec looked at it or when the process was to start (runc:
+// "cannot exec in a paused state"); nothing ran, so the caller may wait
+// for the thaw and try again.
 // The freeze may already be over when the caller looks at the task.
 var ErrTaskPaused = errors.New("task is paused")
 
