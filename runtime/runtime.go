@@ -32,6 +32,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -526,11 +527,11 @@ func (r *Runtime) startTask(ctx context.Context, id, hostname string) (retErr er
 	}
 	t, err := c.NewTask(ctx, cio.NullIO)
 	if err != nil {
-		return translate(err, "create task of instance %q", id)
+		return startErr(err, "create task of instance %q", id)
 	}
 	if err := t.Start(ctx); err != nil {
 		_, _ = t.Delete(context.WithoutCancel(ctx), client.WithProcessKill)
-		return translate(err, "start task of instance %q", id)
+		return startErr(err, "start task of instance %q", id)
 	}
 	return nil
 }
@@ -722,6 +723,16 @@ func (r *Runtime) exec(ctx context.Context, id string, spec ExecSpec) (int, erro
 		return -1, translate(err, "exec in instance %q", id)
 	}
 	if err := p.Start(ctx); err != nil {
+		if code, msg, ok := commandNotRun(err); ok {
+			// What a shell does with a command it cannot run: no error,
+			// an exit status and the reason on stderr.
+			w := spec.Stderr
+			if spec.TTY || w == nil {
+				w = stdout // a terminal has one stream; io.Discard when none
+			}
+			_, _ = io.WriteString(w, msg+"\n")
+			return code, nil
+		}
 		return -1, execStartErr(err, "start %q in instance %q", spec.Args[0], id)
 	}
 	// statusC delivers the exit status once and is then closed: only the
@@ -820,7 +831,67 @@ func execStartErr(err error, format string, args ...any) error {
 	if strings.Contains(err.Error(), "paused state") {
 		return fmt.Errorf(format+": %w: %w", append(args, ErrTaskPaused, errdefs.ErrFailedPrecondition)...)
 	}
+	return startErr(err, format, args...)
+}
+
+// startErr translates the error of a process start (an exec's, an
+// instance's init): a reason runc gives for the process itself (its
+// command, working directory or user) is the image's or the request's
+// fault, so errdefs.ErrStartFailed with that reason; the rest as translate.
+func startErr(err error, format string, args ...any) error {
+	if reason, ok := processStartReason(err); ok {
+		return fmt.Errorf("%s: %s: %w", fmt.Sprintf(format, args...), reason, errdefs.ErrStartFailed)
+	}
 	return translate(err, format, args...)
+}
+
+// runc's words for a process it set up but could not start, as containerd
+// passes them on, e.g.
+//
+//	OCI runtime exec failed: exec failed: unable to start container process: exec: "nosuch": executable file not found in $PATH: unknown
+var processStartFailure = regexp.MustCompile(`unable to start container process: (.+?)(?:: unknown)?$`)
+
+// processStartReason returns runc's reason for a process that did not
+// start, without the layers of prefixes.
+func processStartReason(err error) (string, bool) {
+	m := processStartFailure.FindStringSubmatch(err.Error())
+	if m == nil {
+		return "", false
+	}
+	return m[1], true
+}
+
+// execReason is runc's reason for a command it could not execute:
+// `exec: "nosuch": executable file not found in $PATH`.
+var execReason = regexp.MustCompile(`^exec: "((?:[^"\\]|\\.)*)": (.+)$`)
+
+// commandNotRun tells whether err is an exec's command that could not be
+// run, with the exit status a POSIX shell gives for it (127 not found, 126
+// found but not executable) and a message in the runtime's words.
+func commandNotRun(err error) (code int, msg string, ok bool) {
+	reason, ok := processStartReason(err)
+	if !ok {
+		return 0, "", false
+	}
+	m := execReason.FindStringSubmatch(reason)
+	if m == nil {
+		return 0, "", false
+	}
+	cmd, why := m[1], m[2]
+	if unq, err := strconv.Unquote(`"` + cmd + `"`); err == nil {
+		cmd = unq
+	}
+	// runc's lookup of a relative name stats it: drop the repeated name.
+	why = strings.TrimPrefix(why, "stat "+cmd+": ")
+	switch {
+	case strings.Contains(why, "executable file not found"), strings.HasSuffix(why, "no such file or directory"):
+		return 127, cmd + ": " + why, true
+	case strings.HasSuffix(why, "permission denied"), strings.HasSuffix(why, "exec format error"),
+		strings.HasSuffix(why, "is a directory"), strings.HasSuffix(why, "too many levels of symbolic links"),
+		strings.HasSuffix(why, "not a directory"):
+		return 126, cmd + ": " + why, true
+	}
+	return 0, "", false
 }
 
 // activityWriter records when output last arrived.

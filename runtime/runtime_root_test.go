@@ -282,8 +282,28 @@ func TestRootInstanceLifecycle(t *testing.T) {
 		assert.Equal(t, 0, code)
 		assert.Equal(t, "/tmp\ny\nfrom stdin\n", stdout.String())
 
-		_, err = rt.Exec(ctx, id, ExecSpec{Args: []string{"/does/not/exist"}})
-		assert.Error(t, err)
+		// A command that cannot run is what a shell makes of it: 127 for
+		// one not found, 126 for one not executable, the reason on stderr.
+		for _, tc := range []struct {
+			args   []string
+			code   int
+			stderr string
+		}{
+			{[]string{"/does/not/exist"}, 127, "/does/not/exist: no such file or directory\n"},
+			{[]string{"nosuch", "-x"}, 127, "nosuch: executable file not found in $PATH\n"},
+			{[]string{"/etc/passwd"}, 126, "/etc/passwd: permission denied\n"},
+		} {
+			stdout.Reset()
+			var stderr bytes.Buffer
+			code, err := rt.Exec(ctx, id, ExecSpec{Args: tc.args, Stdout: &stdout, Stderr: &stderr})
+			require.NoError(t, err, "%v", tc.args)
+			assert.Equal(t, tc.code, code, "%v", tc.args)
+			assert.Equal(t, tc.stderr, stderr.String(), "%v", tc.args)
+			assert.Empty(t, stdout.String())
+		}
+		_, err = rt.Exec(ctx, id, ExecSpec{Args: []string{"true"}, Cwd: "/nope"})
+		assert.ErrorIs(t, err, errdefs.ErrStartFailed, "a working directory that does not exist")
+		assert.ErrorContains(t, err, "/nope")
 
 		// A background child keeps the output streams open; Exec returns
 		// anyway, shortly after the shell exits.

@@ -32,6 +32,13 @@ var (
 	// ErrResourceExhausted: a per-tenant limit on concurrent work (saves,
 	// builds, exec and event streams) is reached; retry later.
 	ErrResourceExhausted = errors.New("resource exhausted")
+	// ErrStartFailed: the runtime could not start a process for a reason
+	// in the image or the request (an instance's init whose /bin/sh is
+	// missing or a symlink loop, an exec whose working directory does not
+	// exist); the message carries the runtime's reason. A missing or
+	// unexecutable command of an exec is not an error but exit code 127
+	// or 126, as a shell would give.
+	ErrStartFailed = errors.New("process could not start")
 )
 
 type kind struct {
@@ -54,6 +61,7 @@ var kinds = []kind{
 	{ErrUnavailable, "unavailable", http.StatusServiceUnavailable},
 	{ErrIdempotencyReuse, "idempotency_key_reused", http.StatusUnprocessableEntity},
 	{ErrResourceExhausted, "resource_exhausted", http.StatusTooManyRequests},
+	{ErrStartFailed, "start_failed", http.StatusUnprocessableEntity},
 	{ErrCanceled, "canceled", 499},
 	{context.Canceled, "canceled", 499},
 	{context.DeadlineExceeded, "deadline_exceeded", http.StatusGatewayTimeout},
