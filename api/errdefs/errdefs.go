@@ -67,6 +67,32 @@ var kinds = []kind{
 	{context.DeadlineExceeded, "deadline_exceeded", http.StatusGatewayTimeout},
 }
 
+// Codes returns every stable code with its HTTP status, in kinds' order
+// ("internal" 500 last), for documentation checks.
+func Codes() []struct {
+	Code   string
+	Status int
+} {
+	var out []struct {
+		Code   string
+		Status int
+	}
+	seen := map[string]bool{}
+	for _, k := range kinds {
+		if !seen[k.code] {
+			seen[k.code] = true
+			out = append(out, struct {
+				Code   string
+				Status int
+			}{k.code, k.status})
+		}
+	}
+	return append(out, struct {
+		Code   string
+		Status int
+	}{"internal", http.StatusInternalServerError})
+}
+
 // Code returns the stable machine-readable code of err, "internal" when it
 // carries no known kind.
 func Code(err error) string {

@@ -32,6 +32,7 @@ from .errors import (
     PermissionDenied,
     QuotaExceeded,
     ResourceExhausted,
+    StartFailed,
     StaleGeneration,
     StreamError,
     Unauthenticated,
@@ -47,6 +48,6 @@ __all__ = [
     "operation_error", "bearer_subprotocol",
     "EnvdError", "InvalidArgument", "Unauthenticated", "PermissionDenied", "NotFound", "AlreadyExists",
     "StaleGeneration", "Conflict", "FailedPrecondition", "IdempotencyKeyReused", "Canceled", "Internal",
-    "Unavailable", "DeadlineExceeded", "QuotaExceeded", "ResourceExhausted", "Interrupted", "StreamError",
+    "Unavailable", "DeadlineExceeded", "QuotaExceeded", "ResourceExhausted", "StartFailed", "Interrupted", "StreamError",
     "error_for_code", "error_from_body",
 ]

@@ -27,6 +27,7 @@ __all__ = [
     "DeadlineExceeded",
     "QuotaExceeded",
     "ResourceExhausted",
+    "StartFailed",
     "Interrupted",
     "StreamError",
     "error_from_body",
@@ -150,6 +151,14 @@ class ResourceExhausted(EnvdError):
         self.retry_after = retry_after
 
 
+class StartFailed(EnvdError):
+    """422: a process could not start for a reason in the image or the
+    request (an instance whose init cannot run, an exec's missing working
+    directory); the runtime's reason is in the message. A command that is
+    not found is not this error but exit code 127."""
+    code_name = "start_failed"
+
+
 class Interrupted(EnvdError):
     """An operation that envd stopped while it ran and could not resume (operations only)."""
     code_name = "interrupted"
@@ -169,7 +178,8 @@ _CLASSES: Dict[str, Type[EnvdError]] = {
     for cls in (
         InvalidArgument, Unauthenticated, PermissionDenied, NotFound, AlreadyExists,
         StaleGeneration, Conflict, FailedPrecondition, IdempotencyKeyReused, Canceled,
-        Internal, Unavailable, DeadlineExceeded, QuotaExceeded, ResourceExhausted, Interrupted,
+        Internal, Unavailable, DeadlineExceeded, QuotaExceeded, ResourceExhausted, StartFailed,
+        Interrupted,
     )
 }
 
@@ -202,6 +212,7 @@ CODE_STATUS = {
     "conflict": 409,
     "failed_precondition": 409,
     "idempotency_key_reused": 422,
+    "start_failed": 422,
     "resource_exhausted": 429,
     "canceled": 499,
     "internal": 500,

@@ -47,6 +47,8 @@ export class DeadlineExceededError extends EnvdError {}
 export class QuotaExceededError extends EnvdError {}
 /** details: {kind, limit, retry_after_seconds}; retryAfter is set. */
 export class ResourceExhaustedError extends EnvdError {}
+/** A process could not start for a reason in the image or the request (the runtime's reason is in the message). */
+export class StartFailedError extends EnvdError {}
 /** An operation ended because envd stopped while it ran. */
 export class InterruptedError extends EnvdError {}
 
@@ -75,6 +77,7 @@ const codes: Record<string, [ErrorClass, number]> = {
   deadline_exceeded: [DeadlineExceededError, 504],
   quota_exceeded: [QuotaExceededError, 507],
   resource_exhausted: [ResourceExhaustedError, 429],
+  start_failed: [StartFailedError, 422],
   interrupted: [InterruptedError, 500],
 };
 

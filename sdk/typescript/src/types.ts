@@ -447,6 +447,7 @@ export type ErrorCode = Open<
   | "deadline_exceeded"
   | "quota_exceeded"
   | "resource_exhausted"
+  | "start_failed"
   | "interrupted"
 >;
 
