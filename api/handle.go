@@ -138,3 +138,17 @@ func (r in) version() (int, error) {
 	}
 	return n, nil
 }
+
+// queryInt parses an optional non-negative integer query parameter; absent
+// is 0.
+func (r in) queryInt(name string) (int, error) {
+	s, ok := r.c.GetQuery(name)
+	if !ok {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0, invalidArgument("query parameter %s %q: must be a non-negative integer", name, s)
+	}
+	return n, nil
+}

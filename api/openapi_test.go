@@ -185,6 +185,10 @@ func TestOpenAPISchemasMatchWireTypes(t *testing.T) {
 		"Limits": types.Limits{}, "TokenInfo": types.TokenInfo{}, "ErrorBody": types.ErrorBody{},
 		"ErrorDetail": types.ErrorDetail{}, "ExecExit": types.ExecExit{},
 		"Readiness": types.Readiness{}, "Check": types.Check{},
+		"Changes": types.Changes{}, "PackageChanges": types.PackageChanges{}, "Package": types.Package{},
+		"PackageUpgrade": types.PackageUpgrade{}, "FileChange": types.FileChange{}, "FileState": types.FileState{},
+		"DirSummary": types.DirSummary{}, "DirBytes": types.DirBytes{}, "ChangeTotals": types.ChangeTotals{},
+		"ExcludedPath": types.ExcludedPath{},
 	}
 	requests := map[string]any{
 		"CreateProjectRequest": types.CreateProjectRequest{}, "AddVolumeRequest": types.AddVolumeRequest{},

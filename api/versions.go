@@ -25,6 +25,13 @@ type VersionCore interface {
 	// lost swap is an errdefs.ErrConflict.
 	SetCurrent(ctx context.Context, p types.Principal, project string, req types.SetCurrentRequest) (types.Project, error)
 	PinVersion(ctx context.Context, p types.Principal, project string, n int, pinned bool) (types.Version, error)
+	// VersionChanges tells what changed from version against (0: n's
+	// parent) to n, listing at most limit entries of each kind (0: the
+	// default).
+	VersionChanges(ctx context.Context, p types.Principal, project string, n, against, limit int) (types.Changes, error)
+	// InstanceChanges tells what a save of the instance would capture now,
+	// with the paths a save leaves out and why.
+	InstanceChanges(ctx context.Context, p types.Principal, id string, limit int) (types.Changes, error)
 }
 
 type versions struct{ core VersionCore }
@@ -52,6 +59,28 @@ func (g versions) routes() []route {
 		})},
 		{http.MethodPost, "/projects/:p/current", handle(http.StatusOK, func(r in, req types.SetCurrentRequest) (types.Project, error) {
 			return g.core.SetCurrent(r.ctx, r.p, r.param("p"), req)
+		})},
+		{http.MethodGet, "/projects/:p/versions/:n/changes", handle(http.StatusOK, func(r in, _ none) (types.Changes, error) {
+			n, err := r.version()
+			if err != nil {
+				return types.Changes{}, err
+			}
+			against, err := r.queryInt("against")
+			if err != nil {
+				return types.Changes{}, err
+			}
+			limit, err := r.queryInt("limit")
+			if err != nil {
+				return types.Changes{}, err
+			}
+			return g.core.VersionChanges(r.ctx, r.p, r.param("p"), n, against, limit)
+		})},
+		{http.MethodGet, "/instances/:i/changes", handle(http.StatusOK, func(r in, _ none) (types.Changes, error) {
+			limit, err := r.queryInt("limit")
+			if err != nil {
+				return types.Changes{}, err
+			}
+			return g.core.InstanceChanges(r.ctx, r.p, r.param("i"), limit)
 		})},
 		{http.MethodPost, "/projects/:p/versions/:n/pin", g.pin(true)},
 		{http.MethodDelete, "/projects/:p/versions/:n/pin", g.pin(false)},

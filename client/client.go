@@ -511,6 +511,34 @@ func (c *Client) GetVersion(ctx context.Context, project string, n int) (types.V
 	return get[types.Version](ctx, c, "/v1/projects/"+esc(project)+"/versions/"+strconv.Itoa(n))
 }
 
+// VersionChanges tells what changed from version against (0: n's parent)
+// to version n: GET /v1/projects/{p}/versions/{n}/changes. limit 0 is the
+// server's default.
+func (c *Client) VersionChanges(ctx context.Context, project string, n, against, limit int) (types.Changes, error) {
+	q := url.Values{}
+	if against > 0 {
+		q.Set("against", strconv.Itoa(against))
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	p := "/v1/projects/" + esc(project) + "/versions/" + strconv.Itoa(n) + "/changes"
+	if len(q) > 0 {
+		p += "?" + q.Encode()
+	}
+	return get[types.Changes](ctx, c, p)
+}
+
+// InstanceChanges tells what a save of the instance would capture now:
+// GET /v1/instances/{i}/changes. limit 0 is the server's default.
+func (c *Client) InstanceChanges(ctx context.Context, id string, limit int) (types.Changes, error) {
+	p := "/v1/instances/" + esc(id) + "/changes"
+	if limit > 0 {
+		p += "?limit=" + strconv.Itoa(limit)
+	}
+	return get[types.Changes](ctx, c, p)
+}
+
 // SetCurrent moves the project's current version by compare-and-swap:
 // POST /v1/projects/{p}/current. A lost swap matches errdefs.ErrConflict.
 func (c *Client) SetCurrent(ctx context.Context, project string, req types.SetCurrentRequest) (types.Project, error) {

@@ -88,6 +88,30 @@ func TestRootBuildFromDeclaredPackages(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "build", v.Kind)
 
+	// What the build changed: the package first, then its files.
+	ch, err := env.c.VersionChanges(c, p, 2, 0, 0)
+	require.NoError(t, err)
+	assert.Equal(t, 1, ch.Against, "against the parent")
+	require.NotNil(t, ch.Packages, "the build changed dpkg's status")
+	assert.Equal(t, "dpkg", ch.Packages.Manager)
+	var added []string
+	for _, pk := range ch.Packages.Added {
+		added = append(added, pk.Name)
+		assert.NotEmpty(t, pk.Version, pk.Name)
+	}
+	assert.Contains(t, added, "tree")
+	assert.Empty(t, ch.Packages.Removed)
+	var files []string
+	for _, fc := range ch.Added {
+		files = append(files, fc.Path)
+	}
+	assert.Contains(t, files, "/usr/bin/tree")
+	var summarised []string
+	for _, s := range ch.Summarized {
+		summarised = append(summarised, s.Path)
+	}
+	assert.Contains(t, summarised, "/var/lib/dpkg", "dpkg's bookkeeping is summarised, not listed")
+
 	in := up(t, p, 0)
 	assert.Contains(t, mustSh(t, in.ID, "tree --version"), "tree v")
 	list, err := env.c.ListInstances(c, p)

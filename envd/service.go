@@ -37,6 +37,7 @@ import (
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/envd/build"
+	"github.com/envd-dev/envd/envd/changes"
 	"github.com/envd-dev/envd/envd/command"
 	"github.com/envd-dev/envd/envd/freeze"
 	"github.com/envd-dev/envd/envd/gc"
@@ -150,6 +151,8 @@ type Service struct {
 
 	limits     *limiter.Limiter // per-tenant concurrency (admission.go)
 	limitsOnce sync.Once
+
+	diffs *changes.Cache // computed version changes (changes.go)
 }
 
 // New makes the core. Call Start once after, and Close at the end.
@@ -191,7 +194,7 @@ func New(cfg Config, store *versions.Store, reg ImageStore, rt Runtime) (*Servic
 	}
 	cfg.BuildEgress = be
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Service{cfg: cfg, store: store, reg: reg, rt: rt, log: cfg.Logger, stop: cancel}
+	s := &Service{cfg: cfg, store: store, reg: reg, rt: rt, log: cfg.Logger, stop: cancel, diffs: changes.NewCache(64)}
 	s.wire(ctx)
 	return s, nil
 }

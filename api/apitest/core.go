@@ -423,6 +423,21 @@ func (c *Core) PinVersion(ctx context.Context, p types.Principal, project string
 		CreatedAt: Epoch}, project, n, pinned)
 }
 
+// VersionChanges answers no changes between the two versions.
+func (c *Core) VersionChanges(ctx context.Context, p types.Principal, project string, n, against, limit int) (types.Changes, error) {
+	return echo(c, "VersionChanges", p, types.Changes{Project: project, Version: n, Against: against,
+		Added: []types.FileChange{}, Modified: []types.FileChange{}, Deleted: []types.FileChange{},
+		Summarized: []types.DirSummary{}, TopDirs: []types.DirBytes{}}, project, n, against, limit)
+}
+
+// InstanceChanges answers no changes against version 1.
+func (c *Core) InstanceChanges(ctx context.Context, p types.Principal, id string, limit int) (types.Changes, error) {
+	return echo(c, "InstanceChanges", p, types.Changes{Project: "p", Instance: id, Against: 1,
+		Added: []types.FileChange{}, Modified: []types.FileChange{}, Deleted: []types.FileChange{},
+		Summarized: []types.DirSummary{}, TopDirs: []types.DirBytes{},
+		Excluded: []types.ExcludedPath{{Path: "/proc", Reason: "runtime mount point"}}}, id, limit)
+}
+
 // VolumeCore.
 
 func (c *Core) ListVolumes(ctx context.Context, p types.Principal, project string) ([]types.Volume, error) {

@@ -100,6 +100,8 @@ var positionalCompletions = map[string][]completer{
 	"versions":           {completeProjects},
 	"version show":       {completeProjects, completeVersions},
 	"switch":             {completeProjects, completeVersions},
+	"diff":               {completeProjects, completeVersions, completeVersions},
+	"changes":            {completeInstances},
 	"pin":                {completeProjects, completeVersions},
 	"unpin":              {completeProjects, completeVersions},
 	"build":              {completeProjects},

@@ -22,7 +22,6 @@ import (
 	"github.com/envd-dev/envd/envd/freeze"
 	"github.com/envd-dev/envd/envd/names"
 	"github.com/envd-dev/envd/envd/ops"
-	"github.com/envd-dev/envd/envd/spec"
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/runtime"
 	"github.com/envd-dev/envd/snapshotter"
@@ -204,13 +203,13 @@ func (s *Saver) Capture(ctx context.Context, ev Events, cp Capture) (Captured, e
 	}
 	defer os.RemoveAll(dir)
 
-	excludes := append(append(append([]string{}, snapshotter.DefaultExcludes...), injectedFiles...), proj.Excludes...)
-	ps, err := spec.Parse(proj.Spec)
+	excl, err := Exclusions(proj)
 	if err != nil {
 		return c, err
 	}
-	for _, v := range ps.Volumes {
-		excludes = append(excludes, v.Path) // volumes are never part of a snapshot
+	excludes := make([]string, len(excl))
+	for i, e := range excl {
+		excludes[i] = e.Path
 	}
 	spoolPath := filepath.Join(dir, "layer.tar")
 	c.Stats, c.Freeze, err = s.spool(ctx, in.ID, cp.Work, upper, spoolPath, excludes, cp.Freeze)
