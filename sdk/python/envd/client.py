@@ -560,6 +560,19 @@ class Client:
     def get_version(self, project: str, version: int) -> JSON:
         return self._call("GET", f"/v1/projects/{_seg(project)}/versions/{int(version)}")
 
+    def version_changes(self, project: str, version: int, against: Optional[int] = None,
+                        limit: Optional[int] = None) -> JSON:
+        """GET /v1/projects/{p}/versions/{n}/changes: what changed from
+        version ``against`` (default: the version's parent) to ``version``:
+        packages added, removed and upgraded, then files."""
+        return self._call("GET", f"/v1/projects/{_seg(project)}/versions/{int(version)}/changes",
+                          query={"against": against, "limit": limit})
+
+    def instance_changes(self, instance_id: str, limit: Optional[int] = None) -> JSON:
+        """GET /v1/instances/{i}/changes: what a save of the instance would
+        capture now, and what it leaves out (``excluded``, with reasons)."""
+        return self._call("GET", f"/v1/instances/{_seg(instance_id)}/changes", query={"limit": limit})
+
     def set_current(self, project: str, version: int, expected_current: int) -> JSON:
         """POST /v1/projects/{p}/current: a compare-and-swap, so
         expected_current (0 = no current) is required; a lost swap raises

@@ -281,6 +281,17 @@ class LiveTest(unittest.TestCase):
         versions = self.c.list_versions(name)
         self.assertEqual([v["version"] for v in versions], [1, 2, 3])
         self.assertTrue(self.c.get_version(name, 3)["current"])
+        # A second save of an instance replaces its one layer over the
+        # version it started from: version 3's parent is 1, like 2's.
+        ch = self.c.version_changes(name, 3)
+        self.assertEqual((ch["version"], ch["against"]), (3, 1))
+        self.assertIn("/root/state", [f["path"] for f in ch["added"]])
+        ch = self.c.version_changes(name, 3, against=2, limit=5)
+        self.assertEqual([f["path"] for f in ch["modified"]], ["/root/state"])
+        self.sh(inst, "echo pending > /root/new")
+        pending = self.c.instance_changes(inst["id"])
+        self.assertIn("/root/new", [f["path"] for f in pending["added"]])
+        self.assertIn("/tmp", [e["path"] for e in pending["excluded"]])
 
         # Roll back: switch current to version 2, a compare-and-swap.
         proj = self.c.set_current(name, 2, expected_current=3)

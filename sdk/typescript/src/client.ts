@@ -372,6 +372,26 @@ export class Versions {
   unpin(project: string, n: number, opts?: CallOptions): Promise<T.Version> {
     return this.t.json({ method: "DELETE", path: `/v1/projects/${esc(project)}/versions/${esc(n)}/pin`, retry: "safe" }, opts);
   }
+
+  /**
+   * GET /v1/projects/{p}/versions/{n}/changes: what changed from version
+   * `against` (default: n's parent) to n, packages first, then files.
+   */
+  changes(project: string, n: number, q: { against?: number; limit?: number } = {}, opts?: CallOptions): Promise<T.Changes> {
+    return get(this.t, `/v1/projects/${esc(project)}/versions/${esc(n)}/changes`, opts, numbers(q));
+  }
+
+  /** GET /v1/instances/{i}/changes: what a save of the instance would capture now, and what it leaves out. */
+  pending(id: string, q: { limit?: number } = {}, opts?: CallOptions): Promise<T.Changes> {
+    return get(this.t, `/v1/instances/${esc(id)}/changes`, opts, numbers(q));
+  }
+}
+
+/** Query values of the positive numbers in q. */
+function numbers(q: Record<string, number | undefined>): Record<string, string | undefined> {
+  const out: Record<string, string | undefined> = {};
+  for (const [k, v] of Object.entries(q)) if (v !== undefined && v > 0) out[k] = String(v);
+  return out;
 }
 
 export class Builds {

@@ -470,3 +470,97 @@ export interface ExecExit {
   exit_code: number;
   error?: ErrorDetail;
 }
+
+/** Go: types.Changes. GET .../versions/{n}/changes and GET /v1/instances/{i}/changes. */
+export interface Changes {
+  project: string;
+  /** The newer version; 0 for what a save of `instance` would capture. */
+  version: number;
+  instance?: string;
+  against: number;
+  packages?: PackageChanges;
+  added: FileChange[];
+  modified: FileChange[];
+  deleted: FileChange[];
+  summarized: DirSummary[];
+  top_dirs: DirBytes[];
+  totals: ChangeTotals;
+  truncated?: boolean;
+  excluded?: ExcludedPath[];
+}
+
+/** Go: types.PackageChanges. */
+export interface PackageChanges {
+  manager: Open<"dpkg" | "apk">;
+  added: Package[];
+  removed: Package[];
+  upgraded: PackageUpgrade[];
+}
+
+/** Go: types.Package. */
+export interface Package {
+  name: string;
+  version: string;
+  arch?: string;
+}
+
+/** Go: types.PackageUpgrade. */
+export interface PackageUpgrade {
+  name: string;
+  from: string;
+  to: string;
+}
+
+/** Go: types.FileChange. */
+export interface FileChange {
+  path: string;
+  type: Open<"file" | "dir" | "symlink" | "hardlink" | "char" | "block" | "fifo">;
+  size: number;
+  /** Permission bits in octal, e.g. "0644". */
+  mode: string;
+  uid: number;
+  gid: number;
+  link?: string;
+  was?: FileState;
+}
+
+/** Go: types.FileState. */
+export interface FileState {
+  type: string;
+  size: number;
+  mode: string;
+  uid: number;
+  gid: number;
+  link?: string;
+}
+
+/** Go: types.DirSummary. */
+export interface DirSummary {
+  path: string;
+  reason: string;
+  added: number;
+  modified: number;
+  deleted: number;
+  bytes: number;
+}
+
+/** Go: types.DirBytes. */
+export interface DirBytes {
+  path: string;
+  bytes: number;
+  files: number;
+}
+
+/** Go: types.ChangeTotals. */
+export interface ChangeTotals {
+  added: number;
+  modified: number;
+  deleted: number;
+  added_bytes: number;
+}
+
+/** Go: types.ExcludedPath. */
+export interface ExcludedPath {
+  path: string;
+  reason: string;
+}

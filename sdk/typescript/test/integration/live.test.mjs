@@ -235,6 +235,11 @@ function live() {
       await assert.rejects(c.versions.setCurrent(project, 2, 2), (e) => e instanceof ConflictError && e.status === 409);
       assert.equal((await c.versions.pin(project, 2)).pinned, true);
       assert.equal((await c.versions.unpin(project, 2)).pinned, false);
+      const ch = await c.versions.changes(project, 2);
+      assert.equal(ch.against, 1, "against the parent");
+      assert.ok(ch.totals.added + ch.totals.modified + ch.totals.deleted > 0, "the save changed something");
+      const back = await c.versions.changes(project, 1, { against: 2, limit: 3 });
+      assert.equal(back.against, 2);
     });
 
     test("instances: up (async restore operation) starts from the rolled-back version", async () => {
