@@ -13,6 +13,9 @@ import (
 type ImageCore interface {
 	// ImportImage stores a base image from a tar stream (plain or gzip).
 	ImportImage(ctx context.Context, p types.Principal, name string, tarball io.Reader) (types.Image, error)
+	// PullImage copies an image from another OCI registry (POST
+	// /v1/images?name=NAME&ref=REF).
+	PullImage(ctx context.Context, p types.Principal, name, ref string) (types.Image, error)
 	ListImages(ctx context.Context, p types.Principal) ([]types.Image, error)
 }
 
@@ -38,11 +41,15 @@ var imageContentTypes = map[string]bool{
 	"application/octet-stream": true,
 }
 
-// importImage streams the body, a tar of unlimited size, to the core.
+// importImage streams the body, a tar of unlimited size, to the core; with
+// ref it asks the core to pull that reference instead.
 func (g images) importImage(r in, _ none) (types.Image, error) {
 	name := r.c.Query("name")
 	if name == "" {
 		return types.Image{}, invalidArgument("query parameter name is required (POST /v1/images?name=NAME)")
+	}
+	if ref := r.c.Query("ref"); ref != "" {
+		return g.core.PullImage(r.ctx, r.p, name, ref)
 	}
 	if ct := r.c.GetHeader("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)

@@ -2,6 +2,9 @@ package api
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"mime"
 	"net/http"
 
 	"github.com/envd-dev/envd/api/types"
@@ -32,6 +35,9 @@ type VersionCore interface {
 	// InstanceChanges tells what a save of the instance would capture now,
 	// with the paths a save leaves out and why.
 	InstanceChanges(ctx context.Context, p types.Principal, id string, limit int) (types.Changes, error)
+	// ExportVersion writes version n as a tar of an OCI image layout to w;
+	// an error before anything was written is an ordinary error answer.
+	ExportVersion(ctx context.Context, p types.Principal, project string, n int, w io.Writer) error
 }
 
 type versions struct{ core VersionCore }
@@ -82,6 +88,7 @@ func (g versions) routes() []route {
 			}
 			return g.core.InstanceChanges(r.ctx, r.p, r.param("i"), limit)
 		})},
+		{http.MethodGet, "/projects/:p/versions/:n/export", g.export},
 		{http.MethodPost, "/projects/:p/versions/:n/pin", g.pin(true)},
 		{http.MethodDelete, "/projects/:p/versions/:n/pin", g.pin(false)},
 	}
@@ -95,4 +102,50 @@ func (g versions) pin(pinned bool) gin.HandlerFunc {
 		}
 		return g.core.PinVersion(r.ctx, r.p, r.param("p"), n, pinned)
 	})
+}
+
+// export streams version :n as an OCI image layout tar. Once the first
+// byte is out the status cannot change: a later failure aborts the
+// connection, so the client sees a cut stream, never a short valid tar.
+func (g versions) export(c *gin.Context) {
+	r := in{ctx: c.Request.Context(), p: principal(c), c: c}
+	n, err := r.version()
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	w := &startedWriter{c: c, name: fmt.Sprintf("%s-%d.oci.tar", r.param("p"), n)}
+	if err := g.core.ExportVersion(r.ctx, r.p, r.param("p"), n, w); err != nil {
+		if !w.started {
+			writeError(c, err)
+			return
+		}
+		panic(http.ErrAbortHandler)
+	}
+	if !w.started {
+		w.start()
+	}
+}
+
+// startedWriter writes the answer's headers at the first write.
+type startedWriter struct {
+	c       *gin.Context
+	name    string
+	started bool
+}
+
+func (w *startedWriter) start() {
+	w.started = true
+	h := w.c.Writer.Header()
+	h.Set("Content-Type", "application/x-tar")
+	h.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": w.name}))
+	w.c.Status(http.StatusOK)
+	w.c.Writer.WriteHeaderNow()
+}
+
+func (w *startedWriter) Write(p []byte) (int, error) {
+	if !w.started {
+		w.start()
+	}
+	return w.c.Writer.Write(p)
 }

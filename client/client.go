@@ -264,6 +264,37 @@ func (c *Client) ImportImage(ctx context.Context, name string, tarball io.Reader
 	return img, nil
 }
 
+// PullImage imports the image ref from another OCI registry, which the
+// server reaches: POST /v1/images?name=NAME&ref=REF.
+func (c *Client) PullImage(ctx context.Context, name, ref string) (types.Image, error) {
+	resp, err := c.send(ctx, request{method: http.MethodPost, path: "/v1/images", query: url.Values{"name": {name}, "ref": {ref}}})
+	if err != nil {
+		return types.Image{}, err
+	}
+	defer resp.Body.Close()
+	var img types.Image
+	if err := json.NewDecoder(resp.Body).Decode(&img); err != nil {
+		return types.Image{}, fmt.Errorf("import image %q: decode response: %w", name, err)
+	}
+	return img, nil
+}
+
+// ExportVersion writes version n of project as a tar of an OCI image
+// layout to w (GET /v1/projects/{p}/versions/{n}/export) and returns the
+// bytes written. A stream cut by the server is an error, never a short tar.
+func (c *Client) ExportVersion(ctx context.Context, project string, n int, w io.Writer) (int64, error) {
+	resp, err := c.send(ctx, request{method: http.MethodGet, path: "/v1/projects/" + esc(project) + "/versions/" + strconv.Itoa(n) + "/export"})
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	written, err := io.Copy(w, resp.Body)
+	if err != nil {
+		return written, fmt.Errorf("export version %d of %q: %w", n, project, err)
+	}
+	return written, nil
+}
+
 // ListImages lists the imported base images: GET /v1/images.
 func (c *Client) ListImages(ctx context.Context) ([]types.Image, error) {
 	return get[[]types.Image](ctx, c, "/v1/images")

@@ -27,7 +27,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -51,7 +50,6 @@ import (
 	"github.com/envd-dev/envd/internal/objstore"
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/runtime"
-	"github.com/envd-dev/envd/snapshotter"
 	"github.com/envd-dev/envd/versions"
 	"github.com/envd-dev/envd/workspace"
 )
@@ -65,6 +63,9 @@ type ImageStore interface {
 	DeleteManifest(ctx context.Context, img registry.Image) error
 	Rebase(ctx context.Context, img registry.Image, baseLayers int, newBase registry.Image, targetRepo string, annotations map[string]string) (registry.Image, error)
 	OpenLayer(ctx context.Context, img registry.Image, i int) (io.ReadCloser, error)
+	PushArchive(ctx context.Context, path, kind, repo, work string) (registry.Image, error)
+	CopyFrom(ctx context.Context, ref, repo string) (registry.Image, error)
+	ExportLayout(ctx context.Context, img registry.Image, refName string, w io.Writer) error
 }
 
 // Sweeper deletes the registry's unreferenced blobs (gc.Sweeper).
@@ -253,76 +254,6 @@ func (s *Service) Info(ctx context.Context) (types.Info, error) {
 
 // BuildVersion of envd, set at build time.
 var BuildVersion = "0.1.0-dev"
-
-// ImportImage stores a root filesystem tar as a base image named name.
-func (s *Service) ImportImage(ctx context.Context, p types.Principal, name string, tarball io.Reader) (types.Image, error) {
-	if !p.Admin {
-		return types.Image{}, fmt.Errorf("importing images needs an admin token: %w", errdefs.ErrPermissionDenied)
-	}
-	if err := ValidateName("image", name); err != nil {
-		return types.Image{}, err
-	}
-	f, err := os.CreateTemp(s.cfg.WorkDir, "import-*.tar")
-	if err != nil {
-		return types.Image{}, err
-	}
-	defer os.Remove(f.Name())
-	defer f.Close()
-	if _, err := io.Copy(f, tarball); err != nil {
-		return types.Image{}, fmt.Errorf("receive image %q: %w", name, err)
-	}
-	if err := f.Sync(); err != nil {
-		return types.Image{}, err
-	}
-	img, up, err := s.importRootfs(ctx, f.Name(), names.ImageRepo(name))
-	if err != nil {
-		return types.Image{}, fmt.Errorf("import image %q: %w", name, err)
-	}
-	defer up.End()
-	// The registry holds the content first; the name is recorded last.
-	rec, err := up.PutImage(ctx, versions.Image{Name: name, Repo: img.Repo, Digest: img.Digest, SizeBytes: img.Size})
-	if err != nil {
-		return types.Image{}, err
-	}
-	return toImage(rec), nil
-}
-
-// importRootfs encodes a root filesystem tar as an eStargz layer, like a
-// save, so that restores are lazy from the base up, and pushes it as a
-// single-layer image under an upload lease, which the caller records the
-// image with and ends.
-func (s *Service) importRootfs(ctx context.Context, src, repo string) (registry.Image, *versions.Upload, error) {
-	dir, err := os.MkdirTemp(s.cfg.WorkDir, "import-")
-	if err != nil {
-		return registry.Image{}, nil, err
-	}
-	defer os.RemoveAll(dir)
-	tarPath := filepath.Join(dir, "rootfs.tar")
-	f, err := os.Create(tarPath)
-	if err != nil {
-		return registry.Image{}, nil, err
-	}
-	err = registry.WriteRootfsTar(src, f)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return registry.Image{}, nil, err
-	}
-	layer, err := snapshotter.Encode(ctx, tarPath, dir, snapshotter.EncodeOptions{Compression: snapshotter.Estargz})
-	if err != nil {
-		return registry.Image{}, nil, fmt.Errorf("encode base layer: %w", err)
-	}
-	var img registry.Image
-	up, err := s.content.Upload(ctx, func() (err error) {
-		img, err = s.reg.PushRootfsLayer(ctx, registry.LayerFile{
-			Path: layer.Path, MediaType: layer.MediaType, Digest: layer.Digest.String(), DiffID: layer.DiffID.String(),
-			Size: layer.Size, Annotations: layer.Annotations,
-		}, repo, "latest")
-		return err
-	})
-	return img, up, err
-}
 
 func toImage(img versions.Image) types.Image {
 	return types.Image{Name: img.Name, Ref: img.Repo + "@" + img.Digest, Digest: img.Digest, Size: img.SizeBytes}

@@ -146,6 +146,13 @@ func (c *Core) GC(ctx context.Context, p types.Principal, req types.GCRequest, k
 
 // ImportImage reads the whole tarball; the recorded arguments are the name
 // and the bytes read.
+// PullImage answers an image whose digest is the sha256 of ref.
+func (c *Core) PullImage(ctx context.Context, p types.Principal, name, ref string) (types.Image, error) {
+	sum := sha256.Sum256([]byte(ref))
+	d := "sha256:" + hex.EncodeToString(sum[:])
+	return echo(c, "PullImage", p, types.Image{Name: name, Ref: "images/" + name + "@" + d, Digest: d}, name, ref)
+}
+
 func (c *Core) ImportImage(ctx context.Context, p types.Principal, name string, tarball io.Reader) (types.Image, error) {
 	b, err := io.ReadAll(tarball)
 	c.record("ImportImage", p, name, b)
@@ -436,6 +443,16 @@ func (c *Core) InstanceChanges(ctx context.Context, p types.Principal, id string
 		Added: []types.FileChange{}, Modified: []types.FileChange{}, Deleted: []types.FileChange{},
 		Summarized: []types.DirSummary{}, TopDirs: []types.DirBytes{},
 		Excluded: []types.ExcludedPath{{Path: "/proc", Reason: "runtime mount point"}}}, id, limit)
+}
+
+// ExportVersion writes "oci layout of PROJECT-N" as the export.
+func (c *Core) ExportVersion(ctx context.Context, p types.Principal, project string, n int, w io.Writer) error {
+	_, err := echo(c, "ExportVersion", p, struct{}{}, project, n)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "oci layout of %s-%d", project, n)
+	return err
 }
 
 // VolumeCore.

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"text/tabwriter"
@@ -82,4 +84,37 @@ func TestChangesOfAnInstance(t *testing.T) {
 	assert.Equal(t, []any{"p-1", 7}, call.Args)
 	assert.Contains(t, r.stdout, "A save of p-1 (p) now, against version 1")
 	assert.Regexp(t, `Not saved:\n  /proc +runtime mount point`, r.stdout)
+}
+
+func TestVersionExportWritesTheFileWhole(t *testing.T) {
+	t.Parallel()
+	_, env := server(t)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "web-3.oci.tar")
+	r := envctl(t, env, nil, "version", "export", "web", "3", "-o", out)
+	require.Equal(t, 0, r.code, r.stderr)
+	b, err := os.ReadFile(out)
+	require.NoError(t, err)
+	assert.Equal(t, "oci layout of web-3", string(b))
+	assert.Contains(t, r.stderr, "wrote "+out)
+
+	r = envctl(t, env, nil, "version", "export", "web", "3", "-o", "-")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Equal(t, "oci layout of web-3", r.stdout)
+
+	r = envctl(t, env, nil, "version", "export", "web", "3")
+	assert.Equal(t, 2, r.code, "a usage error without a file")
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	assert.Len(t, entries, 1, "no temporary file left behind")
+}
+
+func TestImageImportByReference(t *testing.T) {
+	t.Parallel()
+	core, env := server(t)
+	r := envctl(t, env, nil, "-o", "json", "image", "import", "--ref", "registry.example/team/dev:1", "dev")
+	require.Equal(t, 0, r.code, r.stderr)
+	call, _ := core.LastCall("PullImage")
+	assert.Equal(t, []any{"dev", "registry.example/team/dev:1"}, call.Args)
+	assert.Contains(t, r.stdout, `"name": "dev"`)
 }

@@ -40,18 +40,34 @@ func (a *app) infoCommand() *cobra.Command {
 }
 
 func (a *app) imageCommand() *cobra.Command {
+	var fromRef bool
 	importCmd := &cobra.Command{
-		Use:   "import ROOTFS_DIR_OR_TAR NAME",
-		Short: "Import a base image from a root filesystem directory or a tar (plain or gzip)",
-		Long: `Import a base image.
+		Use:   "import SOURCE NAME",
+		Short: "Import a base image: a root filesystem (directory or tar), an OCI image layout, a docker save tar, or a registry reference",
+		Long: `Import a base image from SOURCE:
+
+  - a root filesystem directory, or a tar of one (plain or gzip): imported as
+    one eStargz layer;
+  - an OCI image layout (a directory with oci-layout and index.json, or a tar
+    of one, such as "envctl version export" writes) or a "docker save" tar:
+    imported with its layers as they are (eStargz layers stay lazy);
+  - with --ref, SOURCE is an image reference in any OCI registry the server
+    reaches (REGISTRY/REPO:TAG or @DIGEST), which the server pulls.
 
 A directory is streamed as a tar made by GNU tar with numeric owners, extended
 attributes and ACLs (run as root to read every file); a file is sent as it
-is and must be a tar, plain or gzip compressed.`,
+is. The server tells the kinds apart by the files in the tar.`,
 		Args: exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			src, name := args[0], args[1]
 			return call(a, cmd, func(ctx context.Context, c *client.Client) (types.Image, error) {
+				if fromRef {
+					img, err := c.PullImage(ctx, name, src)
+					if err != nil {
+						return img, fmt.Errorf("import %s: %w", src, err)
+					}
+					return img, nil
+				}
 				st, err := os.Stat(src)
 				if err != nil {
 					return types.Image{}, err
@@ -90,6 +106,7 @@ is and must be a tar, plain or gzip compressed.`,
 			}, all(imageTable))
 		},
 	}
+	importCmd.Flags().BoolVar(&fromRef, "ref", false, "SOURCE is a reference in an OCI registry that the server pulls")
 	return group("image", "Manage base images", importCmd, lsCmd)
 }
 

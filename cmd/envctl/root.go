@@ -260,6 +260,9 @@ complete from the server.
 			return cmd.Help()
 		},
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Annotations[outputIsFile] != "" {
+				return nil // -o names the file this command writes
+			}
 			switch a.output {
 			case outTable, outJSON, outYAML, outName:
 			default:

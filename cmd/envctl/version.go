@@ -2,6 +2,10 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 
 	"github.com/envd-dev/envd/api/types"
 
@@ -23,6 +27,10 @@ func (a *app) versionsCommand() *cobra.Command {
 	}
 }
 
+// outputIsFile marks a command whose -o names a file to write, not an
+// output format.
+const outputIsFile = "envctl.output-is-file"
+
 func (a *app) versionCommand() *cobra.Command {
 	show := &cobra.Command{
 		Use:   "show PROJECT N",
@@ -38,7 +46,65 @@ func (a *app) versionCommand() *cobra.Command {
 			}, versionDetail)
 		},
 	}
-	cmd := group("version", "Print envctl's and the server's version; show a project's version N", show)
+	var out string
+	export := &cobra.Command{
+		Use:         "export PROJECT N -o FILE",
+		Annotations: map[string]string{outputIsFile: "yes"},
+		Example: `  envctl version export web 3 -o web-3.oci.tar
+  envctl version export web 3 -o - | ssh other envctl image import /dev/stdin web`,
+		Short: "Write version N as an OCI image layout tar, for envctl image import on another installation",
+		Long: `Write version N of PROJECT as a tar of an OCI image layout (oci-layout,
+index.json, blobs/): its manifest, config and layers as stored, so eStargz
+layers stay eStargz and the image restores lazily wherever it is imported
+("envctl image import FILE NAME"). Here -o (or -f) names the file to write;
+-o - writes to stdout.`,
+		Args: exactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			n, err := versionArg(args[1])
+			if err != nil {
+				return err
+			}
+			if out == "" && a.output != outTable {
+				out = a.output // -o FILE: the global output flag names the file here
+			}
+			if out == "" {
+				return usageError{fmt.Errorf("-o FILE is required (- for stdout)")}
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			w := io.Writer(a.stdout)
+			var f *os.File
+			if out != "-" {
+				// Written next to FILE and renamed at the end: a failed
+				// export leaves no partial file under the name.
+				if f, err = os.CreateTemp(filepath.Dir(out), "."+filepath.Base(out)+".*"); err != nil {
+					return err
+				}
+				defer os.Remove(f.Name())
+				defer f.Close()
+				w = f
+			}
+			written, err := c.ExportVersion(cmd.Context(), args[0], n, w)
+			if err != nil {
+				return err
+			}
+			if f == nil {
+				return nil
+			}
+			if err := f.Close(); err != nil {
+				return err
+			}
+			if err := os.Rename(f.Name(), out); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stderr, "wrote %s (%s)\n", out, formatBytes(written))
+			return nil
+		},
+	}
+	export.Flags().StringVarP(&out, "file", "f", "", "the tar to write; - for stdout")
+	cmd := group("version", "Print envctl's and the server's version; show a project's version N; export one", show, export)
 	cmd.Long = `Without a subcommand, print envctl's version and the server's (when it
 answers), like envctl --version. "envctl version show PROJECT N" shows
 version N of a project.`
