@@ -151,4 +151,3 @@ func (s *Service) importRootfs(ctx context.Context, src, repo string) (registry.
 	})
 	return img, up, err
 }
-
