@@ -188,7 +188,7 @@ func TestOpenAPISchemasMatchWireTypes(t *testing.T) {
 		"Changes": types.Changes{}, "PackageChanges": types.PackageChanges{}, "Package": types.Package{},
 		"PackageUpgrade": types.PackageUpgrade{}, "FileChange": types.FileChange{}, "FileState": types.FileState{},
 		"DirSummary": types.DirSummary{}, "DirBytes": types.DirBytes{}, "ChangeTotals": types.ChangeTotals{},
-		"ExcludedPath": types.ExcludedPath{},
+		"ExcludedPath": types.ExcludedPath{}, "ForkResult": types.ForkResult{},
 	}
 	requests := map[string]any{
 		"CreateProjectRequest": types.CreateProjectRequest{}, "AddVolumeRequest": types.AddVolumeRequest{},
@@ -197,6 +197,7 @@ func TestOpenAPISchemasMatchWireTypes(t *testing.T) {
 		"SaveRequest": types.SaveRequest{}, "RenewRequest": types.RenewRequest{}, "GCRequest": types.GCRequest{},
 		"CreateTokenRequest": types.CreateTokenRequest{}, "BuildRequest": types.BuildRequest{},
 		"MigrateRequest": types.MigrateRequest{}, "ProjectNetwork": types.ProjectNetwork{},
+		"ForkRequest": types.ForkRequest{},
 	}
 	check := func(name string, v any, answer bool) {
 		t.Run(name, func(t *testing.T) {

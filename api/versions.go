@@ -38,6 +38,9 @@ type VersionCore interface {
 	// ExportVersion writes version n as a tar of an OCI image layout to w;
 	// an error before anything was written is an ordinary error answer.
 	ExportVersion(ctx context.Context, p types.Principal, project string, n int, w io.Writer) error
+	// Fork starts an operation of kind "fork": the instance saved as a
+	// version that is not current, and a second instance started from it.
+	Fork(ctx context.Context, p types.Principal, id string, req types.ForkRequest, idempotencyKey string) (types.Operation, error)
 }
 
 type versions struct{ core VersionCore }
@@ -46,6 +49,9 @@ func (g versions) routes() []route {
 	return []route{
 		{http.MethodPost, "/instances/:i/save", started(func(r in, req types.SaveRequest) (types.Operation, error) {
 			return g.core.Save(r.ctx, r.p, r.param("i"), req, r.key())
+		})},
+		{http.MethodPost, "/instances/:i/fork", started(func(r in, req types.ForkRequest) (types.Operation, error) {
+			return g.core.Fork(r.ctx, r.p, r.param("i"), req, r.key())
 		})},
 		{http.MethodPost, "/projects/:p/builds", started(func(r in, req types.BuildRequest) (types.Operation, error) {
 			return g.core.Build(r.ctx, r.p, r.param("p"), req, r.key())

@@ -461,6 +461,19 @@ func (c *Client) Save(ctx context.Context, id string, req types.SaveRequest, ide
 	return op, err
 }
 
+// Fork starts an operation of kind "fork" (POST /v1/instances/{i}/fork):
+// the instance is saved as a version that is not current and a second
+// instance starts from it; the result is a types.ForkResult.
+func (c *Client) Fork(ctx context.Context, id string, req types.ForkRequest, idempotencyKey string) (types.Operation, error) {
+	var h http.Header
+	if idempotencyKey != "" {
+		h = http.Header{"Idempotency-Key": {idempotencyKey}}
+	}
+	var op types.Operation
+	err := c.call(ctx, http.MethodPost, "/v1/instances/"+esc(id)+"/fork", req, &op, h)
+	return op, err
+}
+
 // instanceAction posts an instance lifecycle verb. An illegal transition
 // is an *Error with code failed_precondition (errdefs.ErrFailedPrecondition)
 // and the current state in Details["state"].

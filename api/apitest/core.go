@@ -397,6 +397,10 @@ func (c *Core) Save(ctx context.Context, p types.Principal, id string, req types
 	return c.NewOperation("save", id), nil
 }
 
+func (c *Core) Fork(ctx context.Context, p types.Principal, id string, req types.ForkRequest, key string) (types.Operation, error) {
+	return echo(c, "Fork", p, c.NewOperation(types.OpKindFork, id), id, req, key)
+}
+
 func (c *Core) Build(ctx context.Context, p types.Principal, project string, req types.BuildRequest, key string) (types.Operation, error) {
 	return echo(c, "Build", p, c.NewOperation("build", project), project, req, key)
 }

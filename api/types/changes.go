@@ -109,3 +109,18 @@ type ExcludedPath struct {
 	Path   string `json:"path"`
 	Reason string `json:"reason"`
 }
+
+// ForkRequest is the body of POST /v1/instances/{i}/fork.
+type ForkRequest struct {
+	Message string `json:"message,omitempty"` // of the version the fork saves
+	TTL     string `json:"ttl,omitempty"`     // of the new instance; as CreateInstanceRequest
+	Retain  bool   `json:"retain,omitempty"`  // of the new instance
+}
+
+// ForkResult is the result of a fork operation: the version the instance
+// was saved as (not current) and the second instance started from it.
+type ForkResult struct {
+	Project  string   `json:"project"`
+	Version  int      `json:"version"`
+	Instance Instance `json:"instance"`
+}

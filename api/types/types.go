@@ -375,6 +375,7 @@ const (
 	OpKindBuild   OpKind = "build"
 	OpKindMigrate OpKind = "migrate"
 	OpKindGC      OpKind = "gc"
+	OpKindFork    OpKind = "fork"
 )
 
 // Operation is a long-running asynchronous job.

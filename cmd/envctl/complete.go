@@ -102,6 +102,7 @@ var positionalCompletions = map[string][]completer{
 	"switch":             {completeProjects, completeVersions},
 	"diff":               {completeProjects, completeVersions, completeVersions},
 	"changes":            {completeInstances},
+	"fork":               {completeInstances},
 	"pin":                {completeProjects, completeVersions},
 	"unpin":              {completeProjects, completeVersions},
 	"build":              {completeProjects},

@@ -118,3 +118,13 @@ func TestImageImportByReference(t *testing.T) {
 	assert.Equal(t, []any{"dev", "registry.example/team/dev:1"}, call.Args)
 	assert.Contains(t, r.stdout, `"name": "dev"`)
 }
+
+func TestForkStartsTheOperation(t *testing.T) {
+	t.Parallel()
+	core, env := server(t)
+	r := envctl(t, env, nil, "fork", "p-1", "-m", "try b", "--ttl", "1h", "--retain", "--no-wait", "--idempotency-key", "k1")
+	require.Equal(t, 0, r.code, r.stderr)
+	call, _ := core.LastCall("Fork")
+	assert.Equal(t, []any{"p-1", types.ForkRequest{Message: "try b", TTL: "1h", Retain: true}, "k1"}, call.Args)
+	assert.Contains(t, r.stdout, "fork")
+}

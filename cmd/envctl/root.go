@@ -288,7 +288,7 @@ complete from the server.
 		a.infoCommand(),
 		a.imageCommand(),
 		a.projectCommand(),
-		a.upCommand(), a.execCommand(), a.lsCommand(), a.showCommand(), a.rmCommand(), a.saveCommand(),
+		a.upCommand(), a.execCommand(), a.lsCommand(), a.showCommand(), a.rmCommand(), a.saveCommand(), a.forkCommand(),
 		a.versionsCommand(), a.versionCommand(), a.diffCommand(), a.changesCommand(), a.switchCommand(), a.pinCommand(true), a.pinCommand(false),
 		a.opCommand(), a.buildCommand(), a.migrateCommand(), a.gcCommand(), a.adminCommand(), a.usageCommand(),
 	)

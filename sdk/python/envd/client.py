@@ -560,6 +560,15 @@ class Client:
     def get_version(self, project: str, version: int) -> JSON:
         return self._call("GET", f"/v1/projects/{_seg(project)}/versions/{int(version)}")
 
+    def fork(self, instance_id: str, message: Optional[str] = None, ttl: Optional[str] = None,
+             retain: Optional[bool] = None, idempotency_key: Optional[str] = None) -> JSON:
+        """POST /v1/instances/{i}/fork: an operation of kind "fork" whose
+        result is {project, version, instance}: the instance saved as a
+        version that is not current, and a second instance started from it."""
+        body = {k: v for k, v in (("message", message), ("ttl", ttl), ("retain", retain)) if v is not None}
+        return self._call("POST", f"/v1/instances/{_seg(instance_id)}/fork", body=body,
+                          headers=self._key_header(idempotency_key))
+
     def version_changes(self, project: str, version: int, against: Optional[int] = None,
                         limit: Optional[int] = None) -> JSON:
         """GET /v1/projects/{p}/versions/{n}/changes: what changed from

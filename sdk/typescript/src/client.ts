@@ -339,6 +339,15 @@ export class Instances {
   save(id: string, req: T.SaveRequest = {}, opts: CreateOptions = {}): Promise<T.Operation<T.SaveResult>> {
     return creating(this.t, `/v1/instances/${esc(id)}/save`, req, opts);
   }
+
+  /**
+   * POST /v1/instances/{i}/fork: a fork operation (result: ForkResult). The
+   * instance is saved as a version that is not current and a second
+   * instance starts from it; the first runs on untouched.
+   */
+  fork(id: string, req: T.ForkRequest = {}, opts: CreateOptions = {}): Promise<T.Operation<T.ForkResult>> {
+    return creating(this.t, `/v1/instances/${esc(id)}/fork`, req, opts);
+  }
 }
 
 export class Versions {

@@ -274,7 +274,7 @@ export interface SaveResult {
 export type OperationState = Open<"pending" | "running" | "succeeded" | "failed" | "canceled">;
 
 /** Operation kinds (docs/api.md, Operations). */
-export type OperationKind = Open<"save" | "restore" | "build" | "migrate" | "gc">;
+export type OperationKind = Open<"save" | "restore" | "build" | "migrate" | "gc" | "fork">;
 
 /** Go: types.OpError. */
 export interface OperationError {
@@ -563,4 +563,18 @@ export interface ChangeTotals {
 export interface ExcludedPath {
   path: string;
   reason: string;
+}
+
+/** Go: types.ForkRequest. The body of POST /v1/instances/{i}/fork. */
+export interface ForkRequest {
+  message?: string;
+  ttl?: string;
+  retain?: boolean;
+}
+
+/** Go: types.ForkResult. The result of a fork operation. */
+export interface ForkResult {
+  project: string;
+  version: number;
+  instance: Instance;
 }

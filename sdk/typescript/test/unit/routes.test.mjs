@@ -46,6 +46,7 @@ describe("routes", () => {
     ["instances.hibernate", () => c.instances.hibernate("i"), "POST", "/v1/instances/i/hibernate"],
     ["instances.exec", () => c.instances.exec("i", { args: ["ls"], generation: 2 }), "POST", "/v1/instances/i/exec", { args: ["ls"], generation: 2 }],
     ["instances.save", () => c.instances.save("i", { expected_current: 0 }), "POST", "/v1/instances/i/save", { expected_current: 0 }, [K]],
+    ["instances.fork", () => c.instances.fork("i", { message: "b", retain: true }), "POST", "/v1/instances/i/fork", { message: "b", retain: true }, [K]],
     ["versions.list", () => c.versions.list("p"), "GET", "/v1/projects/p/versions"],
     ["versions.get", () => c.versions.get("p", 3), "GET", "/v1/projects/p/versions/3"],
     ["versions.setCurrent", () => c.versions.setCurrent("p", 2, 0), "POST", "/v1/projects/p/current", { version: 2, expected_current: 0 }],
