@@ -30,6 +30,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/containerd/v2/core/mount"
@@ -150,6 +151,8 @@ type Service struct {
 
 	limits     *limiter.Limiter // per-tenant concurrency (admission.go)
 	limitsOnce sync.Once
+
+	sshInfo atomic.Pointer[types.SSHInfo] // the node's SSH endpoint, for Info (sshkeys.go)
 }
 
 // New makes the core. Call Start once after, and Close at the end.
@@ -245,7 +248,7 @@ func (s *Service) Authenticate(ctx context.Context, token string) (types.Princip
 // Info describes this server.
 func (s *Service) Info(ctx context.Context) (types.Info, error) {
 	return types.Info{Version: BuildVersion, Node: s.cfg.Node, DataDir: s.cfg.DataDir,
-		Registry: s.reg.Addr(), Components: s.cfg.Components}, nil
+		Registry: s.reg.Addr(), Components: s.cfg.Components, SSH: s.sshInfo.Load()}, nil
 }
 
 // BuildVersion of envd, set at build time.
