@@ -13,7 +13,6 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/envd-dev/envd/api/errdefs"
-	"github.com/envd-dev/envd/api/execproto"
 	"github.com/envd-dev/envd/api/types"
 )
 
@@ -57,9 +56,6 @@ func WithSSH(srv SSHServer) Option {
 	}
 }
 
-// SSHSubprotocol is the WebSocket subprotocol of the SSH tunnel.
-const SSHSubprotocol = "ssh.envd.dev"
-
 type sshRoutes struct {
 	core SSHKeyCore
 	srv  SSHServer // nil = none
@@ -101,7 +97,7 @@ func (g sshRoutes) tunnel(c *gin.Context) {
 		return
 	}
 	conn, err := websocket.Accept(c.Writer, c.Request, &websocket.AcceptOptions{
-		Subprotocols: []string{SSHSubprotocol, execproto.Subprotocol},
+		Subprotocols: []string{types.SSHSubprotocol},
 		// Bearer tokens only, never cookies: see the exec stream.
 		InsecureSkipVerify: true,
 	})

@@ -28,3 +28,7 @@ type SSHInfo struct {
 	HostKeyFingerprint string `json:"host_key_fingerprint"` // SHA256:<base64>
 	HostKey            string `json:"host_key"`             // authorized_keys form, for known_hosts
 }
+
+// SSHSubprotocol is the WebSocket subprotocol of GET
+// /v1/instances/{i}/ssh: binary messages carry an SSH connection's bytes.
+const SSHSubprotocol = "ssh.envd.dev"
