@@ -168,6 +168,7 @@ func (s *Server) Close() error {
 // Permissions extensions set by the auth callbacks.
 const (
 	extTenant   = "envd-tenant"
+	extAdmin    = "envd-admin" // "1" on a tunnel of an admin token
 	extInstance = "envd-instance"
 )
 
@@ -183,7 +184,11 @@ func (s *Server) config(ctx context.Context, tunnel *types.Principal, instance s
 	if tunnel != nil {
 		cfg.NoClientAuth = true
 		cfg.NoClientAuthCallback = func(ssh.ConnMetadata) (*ssh.Permissions, error) {
-			return &ssh.Permissions{Extensions: map[string]string{extTenant: tunnel.Tenant, extInstance: instance}}, nil
+			ext := map[string]string{extTenant: tunnel.Tenant, extInstance: instance}
+			if tunnel.Admin {
+				ext[extAdmin] = "1"
+			}
+			return &ssh.Permissions{Extensions: ext}, nil
 		}
 		return cfg
 	}
@@ -218,8 +223,8 @@ func (s *Server) serve(ctx context.Context, nc net.Conn, tunnel *types.Principal
 		return
 	}
 	_ = nc.SetDeadline(time.Time{})
-	c := &conn{s: s, sc: sc, p: types.Principal{Tenant: sc.Permissions.Extensions[extTenant]},
-		instance: sc.Permissions.Extensions[extInstance]}
+	ext := sc.Permissions.Extensions
+	c := &conn{s: s, sc: sc, p: types.Principal{Tenant: ext[extTenant], Admin: ext[extAdmin] == "1"}, instance: ext[extInstance]}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {

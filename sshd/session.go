@@ -192,6 +192,12 @@ func (c *conn) session(ctx context.Context, nch ssh.NewChannel) {
 			mu.Unlock()
 			go func() {
 				_, err := io.Copy(stdinW, input)
+				if tty && err == nil {
+					// As OpenSSH's sshd: the client's EOF does not reach a
+					// terminal (closing it would hang up the shell before
+					// it read its input); the user types ^D.
+					return
+				}
 				_ = stdinW.CloseWithError(err)
 			}()
 			stdio := types.Stdio{Stdin: stdin, Stdout: ch, Stderr: ch.Stderr(), TTY: tty}
