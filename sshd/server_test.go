@@ -30,6 +30,9 @@ type fakeCore struct {
 	keys      map[string]string // fingerprint -> tenant
 	instances map[string]string // instance -> tenant
 
+	// execFunc, when set, runs instead of the echo.
+	execFunc func(ctx context.Context, req types.ExecRequest, stdio types.Stdio) (int, error)
+
 	mu    sync.Mutex
 	execs []types.Principal
 	env   [][]string
@@ -52,13 +55,16 @@ func (f *fakeCore) WakeInstance(_ context.Context, p types.Principal, id string)
 
 func (f *fakeCore) TouchInstance(string) {}
 
-func (f *fakeCore) ExecStream(_ context.Context, p types.Principal, id string, req types.ExecRequest, stdio types.Stdio) (int, error) {
+func (f *fakeCore) ExecStream(ctx context.Context, p types.Principal, id string, req types.ExecRequest, stdio types.Stdio) (int, error) {
 	f.mu.Lock()
 	f.execs = append(f.execs, p)
 	f.env = append(f.env, req.Env)
 	f.mu.Unlock()
 	if f.instances[id] != p.Tenant {
 		return -1, fmt.Errorf("instance %q: %w", id, errdefs.ErrNotFound)
+	}
+	if f.execFunc != nil {
+		return f.execFunc(ctx, req, stdio)
 	}
 	_, _ = io.WriteString(stdio.Stdout, req.Args[len(req.Args)-1])
 	_, _ = io.WriteString(stdio.Stderr, "err")
@@ -224,4 +230,44 @@ func TestTunnelLogin(t *testing.T) {
 	f.core.mu.Unlock()
 	require.NoError(t, c.Close())
 	<-done
+}
+
+// A terminal session gets the client's size, then its window changes, and
+// TERM; a signal on a session without a terminal ends the command.
+func TestSessionTerminalAndSignal(t *testing.T) {
+	f := newFixture(t)
+	f.core.execFunc = func(ctx context.Context, req types.ExecRequest, stdio types.Stdio) (int, error) {
+		if !stdio.TTY {
+			<-ctx.Done() // runs until killed
+			return -1, ctx.Err()
+		}
+		fmt.Fprintf(stdio.Stdout, "env %v\n", req.Env)
+		for range 2 {
+			sz := <-stdio.Resize
+			fmt.Fprintf(stdio.Stdout, "size %dx%d\n", sz.Cols, sz.Rows)
+		}
+		return 0, nil
+	}
+	c, err := ssh.Dial("tcp", f.addr, f.clientConfig(f.instA, ssh.PublicKeys(f.keyA)))
+	require.NoError(t, err)
+	defer c.Close()
+
+	s, err := c.NewSession()
+	require.NoError(t, err)
+	var out bytes.Buffer
+	s.Stdout = &out
+	require.NoError(t, s.RequestPty("xterm-256color", 40, 120, ssh.TerminalModes{}))
+	require.NoError(t, s.Shell())
+	require.NoError(t, s.WindowChange(50, 132))
+	require.NoError(t, s.Wait())
+	assert.Equal(t, "env [TERM=xterm-256color]\nsize 120x40\nsize 132x50\n", out.String())
+
+	s, err = c.NewSession()
+	require.NoError(t, err)
+	require.NoError(t, s.Start("sleep 1000"))
+	require.NoError(t, s.Signal(ssh.SIGTERM))
+	err = s.Wait()
+	var ee *ssh.ExitError
+	require.ErrorAs(t, err, &ee)
+	assert.Equal(t, 255, ee.ExitStatus())
 }
