@@ -36,9 +36,10 @@ type sshTenant struct {
 	port     string
 }
 
-func newSSHTenant(t *testing.T, name string) *sshTenant {
+func newSSHTenant(t testing.TB, name string) *sshTenant {
 	t.Helper()
-	c := ctx(t)
+	c, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
 	info, err := env.c.Info(c)
 	require.NoError(t, err)
 	require.NotNil(t, info.SSH, "info names the SSH endpoint")
@@ -87,7 +88,7 @@ func (s *sshTenant) opts() []string {
 // ssh runs ssh as user (an instance id) with stdin and args, ssh options
 // and then, after "--", the command; it returns stdout, stderr and the
 // exit code.
-func (s *sshTenant) ssh(t *testing.T, user, stdin string, args ...string) (string, string, int) {
+func (s *sshTenant) ssh(t testing.TB, user, stdin string, args ...string) (string, string, int) {
 	t.Helper()
 	all := append(s.opts(), "-p", s.port)
 	var command []string
@@ -102,7 +103,7 @@ func (s *sshTenant) ssh(t *testing.T, user, stdin string, args ...string) (strin
 	return runTool(t, stdin, "ssh", append(all, command...)...)
 }
 
-func runTool(t *testing.T, stdin, name string, args ...string) (string, string, int) {
+func runTool(t testing.TB, stdin, name string, args ...string) (string, string, int) {
 	t.Helper()
 	c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -332,4 +333,50 @@ func TestRootSSHKeyless(t *testing.T) {
 	stdout, stderr, code = runTool(t, "", "ssh", "-F", cfgFile, "-o", "BatchMode=yes", "envd-"+s.instance, "--", "echo wildcard")
 	assert.Equal(t, 0, code, "stderr: %s", stderr)
 	assert.Equal(t, "wildcard\n", stdout)
+}
+
+// The round trip of `true` in an instance: a new ssh connection with a key
+// (handshake, login, session), envctl ssh (the same through envctl's
+// WebSocket tunnel), envctl exec (a process and one API call) and an exec
+// call of an open API client. Run:
+//
+//	go test -run '^$' -bench BenchmarkRootSSHRoundTrip -benchtime 20x ./e2e/
+func BenchmarkRootSSHRoundTrip(b *testing.B) {
+	s := newSSHTenant(b, "sshbench")
+	bin := filepath.Join(b.TempDir(), "envctl")
+	out, err := exec.Command("go", "build", "-o", bin, "../cmd/envctl").CombinedOutput()
+	require.NoError(b, err, "%s", out)
+	b.Setenv("XDG_CONFIG_HOME", b.TempDir())
+	b.Setenv("ENVD_URL", env.node.URL)
+	b.Setenv("ENVD_TOKEN", s.token)
+	check := func(b *testing.B, code int, stderr string) {
+		if code != 0 {
+			b.Fatalf("exit %d: %s", code, stderr)
+		}
+	}
+	b.Run("ssh-key", func(b *testing.B) {
+		for b.Loop() {
+			_, stderr, code := s.ssh(b, s.instance, "", "--", "true")
+			check(b, code, stderr)
+		}
+	})
+	b.Run("envctl-ssh", func(b *testing.B) {
+		for b.Loop() {
+			_, stderr, code := runTool(b, "", bin, "ssh", s.instance, "--", "true")
+			check(b, code, stderr)
+		}
+	})
+	b.Run("envctl-exec", func(b *testing.B) {
+		for b.Loop() {
+			_, stderr, code := runTool(b, "", bin, "exec", s.instance, "--", "true")
+			check(b, code, stderr)
+		}
+	})
+	b.Run("api-exec", func(b *testing.B) {
+		for b.Loop() {
+			res, err := s.c.Exec(context.Background(), s.instance, types.ExecRequest{Args: []string{"true"}})
+			require.NoError(b, err)
+			check(b, res.ExitCode, res.Stderr)
+		}
+	})
 }
