@@ -56,6 +56,9 @@ func WithSSH(srv SSHServer) Option {
 	}
 }
 
+// sshMaxMessage bounds one WebSocket message of the SSH tunnel.
+const sshMaxMessage = 1 << 20
+
 type sshRoutes struct {
 	core SSHKeyCore
 	srv  SSHServer // nil = none
@@ -105,6 +108,9 @@ func (g sshRoutes) tunnel(c *gin.Context) {
 		return // Accept has answered the request
 	}
 	defer conn.CloseNow()
+	// SSH packets are at most 35000 bytes; a client may put several in one
+	// message (envctl sends what it read, up to 32 KiB).
+	conn.SetReadLimit(sshMaxMessage)
 	ctx, cancel := context.WithCancel(c.Request.Context())
 	defer cancel()
 	nc := websocket.NetConn(ctx, conn, websocket.MessageBinary)

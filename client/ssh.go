@@ -59,6 +59,6 @@ func (c *Client) SSHTunnel(ctx context.Context, id string) (net.Conn, error) {
 		}
 		return nil, fmt.Errorf("ssh to %q: connect: %w", id, err)
 	}
-	conn.SetReadLimit(-1)
+	conn.SetReadLimit(1 << 20) // the server sends one SSH packet (at most 35000 bytes) a message
 	return websocket.NetConn(ctx, conn, websocket.MessageBinary), nil
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -270,4 +271,60 @@ func TestSessionTerminalAndSignal(t *testing.T) {
 	var ee *ssh.ExitError
 	require.ErrorAs(t, err, &ee)
 	assert.Equal(t, 255, ee.ExitStatus())
+}
+
+// frozenConn stops handing what it reads to the SSH client once frozen: a
+// client that is gone without closing its connection. closed is closed
+// when the server ends the connection.
+type frozenConn struct {
+	net.Conn
+	mu     sync.Mutex
+	frozen bool
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (c *frozenConn) Read(p []byte) (int, error) {
+	for {
+		n, err := c.Conn.Read(p)
+		if err != nil {
+			c.once.Do(func() { close(c.closed) })
+			return n, err
+		}
+		c.mu.Lock()
+		frozen := c.frozen
+		c.mu.Unlock()
+		if !frozen {
+			return n, nil
+		}
+	}
+}
+
+// A client that answers no keep-alive is dropped after max intervals.
+func TestKeepAliveDropsSilentClient(t *testing.T) {
+	f := newFixture(t)
+	host := newSigner(t)
+	srv, err := sshd.New(f.core, host, sshd.WithKeepAlive(50*time.Millisecond, 2))
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+
+	raw, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	fc := &frozenConn{Conn: raw, closed: make(chan struct{})}
+	cfg := &ssh.ClientConfig{User: f.instA, Auth: []ssh.AuthMethod{ssh.PublicKeys(f.keyA)}, HostKeyCallback: ssh.FixedHostKey(host.PublicKey())}
+	cc, chans, reqs, err := ssh.NewClientConn(fc, "x", cfg)
+	require.NoError(t, err)
+	c := ssh.NewClient(cc, chans, reqs)
+	defer c.Close()
+	fc.mu.Lock()
+	fc.frozen = true
+	fc.mu.Unlock()
+	select {
+	case <-fc.closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server kept a silent client's connection")
+	}
 }
