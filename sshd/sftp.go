@@ -416,13 +416,15 @@ func (fs *rootFS) Filecmd(r *sftp.Request) error {
 			return unix.Renameat(od, ob, nd, nb)
 		})
 	case "Link":
-		return fs.twoPaths(r.Target, r.Filepath, func(od int, ob string, nd int, nb string) error {
+		// r.Filepath is the existing file, r.Target the new name.
+		return fs.twoPaths(r.Filepath, r.Target, func(od int, ob string, nd int, nb string) error {
 			return unix.Linkat(od, ob, nd, nb, 0)
 		})
 	case "Symlink":
-		// r.Target is the link's text, r.Filepath the new link; the text is
-		// stored as given and resolved inside the root when followed.
-		return fs.onParent(r.Filepath, func(dir int, base string) error { return unix.Symlinkat(r.Target, dir, base) })
+		// pkg/sftp gives the link's text in r.Filepath (as sent) and the new
+		// link in r.Target; the text is resolved inside the root when
+		// followed.
+		return fs.onParent(r.Target, func(dir int, base string) error { return unix.Symlinkat(r.Filepath, dir, base) })
 	case "Mkdir":
 		return fs.onParent(r.Filepath, func(dir int, base string) error { return unix.Mkdirat(dir, base, 0o755) })
 	case "Rmdir":
@@ -558,11 +560,6 @@ func (fs *rootFS) Readlink(p string) (string, error) {
 		return err
 	})
 	return target, err
-}
-
-// RealPath cleans p; symlinks are not resolved (as pkg/sftp's default).
-func (fs *rootFS) RealPath(p string) (string, error) {
-	return path.Clean("/" + p), nil
 }
 
 // maxList bounds one directory listing.
