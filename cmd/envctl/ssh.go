@@ -15,7 +15,6 @@ import (
 
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/client"
-	"github.com/envd-dev/envd/internal/atomicfile"
 )
 
 // SSH: the tenant's keys (ssh-key), and the keyless way in: `envctl ssh`
@@ -159,7 +158,7 @@ func (a *app) knownHosts(ctx context.Context, c *client.Client, file string) (st
 	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
 		return "", "", err
 	}
-	if err := atomicfile.Write(file, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+	if err := writeReplacing(file, []byte(strings.Join(lines, "\n")+"\n")); err != nil {
 		return "", "", err
 	}
 	return file, alias, nil
@@ -367,4 +366,22 @@ func minArgs(n int) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// writeReplacing writes file (0600) through a temporary file and a rename,
+// so that an ssh reading it meanwhile sees the old or the new content.
+func writeReplacing(file string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(file), ".known_hosts-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), file)
 }
