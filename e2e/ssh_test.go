@@ -194,6 +194,7 @@ func TestRootSSHFileTransfer(t *testing.T) {
 	mustShAs(t, s, "ln -s "+secret+" /tmp/escape && ln -s / /tmp/rootlink")
 
 	batch := strings.Join([]string{
+		"pwd",
 		"ls -l /fixtures",
 		"-get /tmp/escape " + filepath.Join(s.dir, "escape"),
 		"-get /tmp/rootlink" + secret + " " + filepath.Join(s.dir, "rootlink"),
@@ -206,6 +207,7 @@ func TestRootSSHFileTransfer(t *testing.T) {
 	all := append(s.opts(), "-P", s.port, "-b", "-", s.instance+"@"+s.host)
 	stdout, stderr, code := runTool(t, batch, "sftp", all...)
 	require.Equal(t, 0, code, "stdout: %s\nstderr: %s", stdout, stderr)
+	assert.Contains(t, stdout, "Remote working directory: /root\n", "sftp starts in the user's home")
 	assert.Contains(t, stdout, "modify-me")
 	assert.Contains(t, stdout, "keep")
 	assert.Contains(t, stdout, "/tmp/made/moved")
