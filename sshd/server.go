@@ -50,6 +50,10 @@ type Core interface {
 	DialInstance(ctx context.Context, p types.Principal, id string, port int) (net.Conn, error)
 	// InstancePID is the host pid of the instance's init process.
 	InstancePID(ctx context.Context, p types.Principal, id string) (int, error)
+	// Admit takes one of the tenant's slots of kind (envd.AdmitExec for
+	// a session's command, as for the exec routes) or refuses with
+	// ErrResourceExhausted; release gives it back.
+	Admit(p types.Principal, kind string) (release func(), err error)
 }
 
 type options struct {

@@ -31,6 +31,9 @@ type fakeCore struct {
 	keys      map[string]string // fingerprint -> tenant
 	instances map[string]string // instance -> tenant
 
+	limitOne bool
+	slot     sync.Mutex
+
 	// execFunc, when set, runs instead of the echo.
 	execFunc func(ctx context.Context, req types.ExecRequest, stdio types.Stdio) (int, error)
 
@@ -74,6 +77,17 @@ func (f *fakeCore) ExecStream(ctx context.Context, p types.Principal, id string,
 
 func (f *fakeCore) DialInstance(context.Context, types.Principal, string, int) (net.Conn, error) {
 	return nil, errors.New("no network here")
+}
+
+// Admit admits up to one exec session at a time when limitOne is set.
+func (f *fakeCore) Admit(types.Principal, string) (func(), error) {
+	if !f.limitOne {
+		return func() {}, nil
+	}
+	if !f.slot.TryLock() {
+		return nil, fmt.Errorf("too many exec sessions: %w", errdefs.ErrResourceExhausted)
+	}
+	return f.slot.Unlock, nil
 }
 
 func (f *fakeCore) InstancePID(context.Context, types.Principal, string) (int, error) {
@@ -327,4 +341,33 @@ func TestKeepAliveDropsSilentClient(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the server kept a silent client's connection")
 	}
+}
+
+// A session's command takes an exec slot of the tenant: past the limit it
+// is refused with the reason, and the slot comes back when it ends.
+func TestSessionAdmission(t *testing.T) {
+	f := newFixture(t)
+	f.core.limitOne = true
+	block, blocking := make(chan struct{}), make(chan struct{})
+	f.core.execFunc = func(ctx context.Context, req types.ExecRequest, stdio types.Stdio) (int, error) {
+		if strings.Contains(req.Args[len(req.Args)-1], "block") {
+			close(blocking)
+			<-block
+		}
+		return 0, nil
+	}
+	c, err := ssh.Dial("tcp", f.addr, f.clientConfig(f.instA, ssh.PublicKeys(f.keyA)))
+	require.NoError(t, err)
+	defer c.Close()
+	first, err := c.NewSession()
+	require.NoError(t, err)
+	require.NoError(t, first.Start("block"))
+	<-blocking // the first session holds the slot
+	_, stderr, code := run(t, c, "second")
+	assert.Equal(t, 255, code)
+	assert.Contains(t, stderr, "too many exec sessions")
+	close(block)
+	require.NoError(t, first.Wait())
+	_, _, code = run(t, c, "third")
+	assert.Equal(t, 0, code, "the slot came back")
 }

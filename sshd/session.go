@@ -11,6 +11,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/envd"
 )
 
 // loginScript runs a session's command the way sshd does: in the login
@@ -225,10 +226,17 @@ func (c *conn) session(ctx context.Context, nch ssh.NewChannel) {
 	}
 }
 
-// run wakes the instance and runs the command; an error goes to the
+// run takes an exec slot of the tenant (the same limit as the exec
+// routes), wakes the instance and runs the command; an error goes to the
 // client's stderr and the exit status is 255, as OpenSSH's for a failure
 // of its own.
 func (c *conn) run(ctx context.Context, req types.ExecRequest, stdio types.Stdio, ch ssh.Channel) int {
+	release, err := c.s.core.Admit(c.p, envd.AdmitExec)
+	if err != nil {
+		fmt.Fprintf(ch.Stderr(), "envd: %v\r\n", err)
+		return 255
+	}
+	defer release()
 	if err := c.wake(ctx); err != nil {
 		fmt.Fprintf(ch.Stderr(), "envd: %v\r\n", err)
 		return 255
