@@ -31,6 +31,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 )
 
@@ -57,6 +58,7 @@ type Core interface {
 }
 
 type options struct {
+	node          string
 	log           *slog.Logger
 	keepAlive     time.Duration
 	keepAliveMax  int
@@ -73,6 +75,16 @@ func WithLogger(log *slog.Logger) Option {
 			return errors.New("logger is nil")
 		}
 		o.log = log
+		return nil
+	}
+}
+
+// WithNode names the node the server runs on: a session to an instance
+// of another node is refused with a message that names the right node
+// (sessions run on the instance's node). Default: "" (no check).
+func WithNode(name string) Option {
+	return func(o *options) error {
+		o.node = name
 		return nil
 	}
 }
@@ -292,9 +304,14 @@ func (c *conn) keepAlive(ctx context.Context) {
 // wake returns once the instance is Running (woken when needed); an error
 // is what the client is told.
 func (c *conn) wake(ctx context.Context) error {
-	_, err := c.s.core.WakeInstance(ctx, c.p, c.instance)
-	if err == nil {
-		c.s.core.TouchInstance(c.instance)
+	in, err := c.s.core.WakeInstance(ctx, c.p, c.instance)
+	if err != nil {
+		return err
 	}
-	return err
+	if c.s.o.node != "" && in.Node != "" && in.Node != c.s.o.node {
+		return fmt.Errorf("instance %q runs on node %q, this is node %q: use that node's SSH endpoint (envctl info there): %w",
+			c.instance, in.Node, c.s.o.node, errdefs.ErrFailedPrecondition)
+	}
+	c.s.core.TouchInstance(c.instance)
+	return nil
 }

@@ -54,7 +54,11 @@ func (f *fakeCore) WakeInstance(_ context.Context, p types.Principal, id string)
 	if f.instances[id] != p.Tenant {
 		return types.Instance{}, fmt.Errorf("instance %q: %w", id, errdefs.ErrNotFound)
 	}
-	return types.Instance{ID: id, State: types.StateRunning}, nil
+	node := "n1"
+	if id == "elsewhere" {
+		node = "n2"
+	}
+	return types.Instance{ID: id, Node: node, State: types.StateRunning}, nil
 }
 
 func (f *fakeCore) TouchInstance(string) {}
@@ -121,7 +125,7 @@ func newFixture(t *testing.T) *fixture {
 	}
 	host := newSigner(t)
 	f.hostKey = host.PublicKey()
-	srv, err := sshd.New(f.core, host)
+	srv, err := sshd.New(f.core, host, sshd.WithNode("n1"))
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -370,4 +374,16 @@ func TestSessionAdmission(t *testing.T) {
 	require.NoError(t, first.Wait())
 	_, _, code = run(t, c, "third")
 	assert.Equal(t, 0, code, "the slot came back")
+}
+
+// A session to an instance of another node says which node to use.
+func TestSessionOnAnotherNode(t *testing.T) {
+	f := newFixture(t)
+	f.core.instances["elsewhere"] = "a"
+	c, err := ssh.Dial("tcp", f.addr, f.clientConfig("elsewhere", ssh.PublicKeys(f.keyA)))
+	require.NoError(t, err)
+	defer c.Close()
+	_, stderr, code := run(t, c, "true")
+	assert.Equal(t, 255, code)
+	assert.Contains(t, stderr, `runs on node "n2", this is node "n1"`)
 }
