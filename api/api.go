@@ -49,6 +49,7 @@ type Core interface {
 	VolumeCore
 	OperationCore
 	TenantCore
+	SSHKeyCore
 }
 
 // MaxJSONBody is the largest JSON request body accepted. Image uploads are
@@ -65,6 +66,7 @@ type options struct {
 	metrics      http.Handler    // metrics.go
 	scrapeToken  string          // metrics.go
 	requests     RequestObserver // metrics.go
+	ssh          SSHServer       // ssh.go
 }
 
 // Option configures New.
@@ -209,6 +211,7 @@ func New(core Core, opts ...Option) (http.Handler, error) {
 		volumes{core}.routes(),
 		operations{core, admit, o.pollInterval, o.keepAlive}.routes(),
 		tenants{core}.routes(),
+		sshRoutes{core, o.ssh}.routes(),
 	} {
 		for _, r := range group {
 			v1.Handle(r.method, r.path, r.handler)

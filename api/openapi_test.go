@@ -189,6 +189,7 @@ func TestOpenAPISchemasMatchWireTypes(t *testing.T) {
 		"PackageUpgrade": types.PackageUpgrade{}, "FileChange": types.FileChange{}, "FileState": types.FileState{},
 		"DirSummary": types.DirSummary{}, "DirBytes": types.DirBytes{}, "ChangeTotals": types.ChangeTotals{},
 		"ExcludedPath": types.ExcludedPath{}, "ForkResult": types.ForkResult{},
+		"SSHKey": types.SSHKey{}, "SSHInfo": types.SSHInfo{},
 	}
 	requests := map[string]any{
 		"CreateProjectRequest": types.CreateProjectRequest{}, "AddVolumeRequest": types.AddVolumeRequest{},
@@ -197,7 +198,8 @@ func TestOpenAPISchemasMatchWireTypes(t *testing.T) {
 		"SaveRequest": types.SaveRequest{}, "RenewRequest": types.RenewRequest{}, "GCRequest": types.GCRequest{},
 		"CreateTokenRequest": types.CreateTokenRequest{}, "BuildRequest": types.BuildRequest{},
 		"MigrateRequest": types.MigrateRequest{}, "ProjectNetwork": types.ProjectNetwork{},
-		"ForkRequest": types.ForkRequest{},
+		"ForkRequest":      types.ForkRequest{},
+		"AddSSHKeyRequest": types.AddSSHKeyRequest{},
 	}
 	check := func(name string, v any, answer bool) {
 		t.Run(name, func(t *testing.T) {

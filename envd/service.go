@@ -29,6 +29,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/containerd/v2/core/mount"
@@ -153,7 +154,8 @@ type Service struct {
 	limits     *limiter.Limiter // per-tenant concurrency (admission.go)
 	limitsOnce sync.Once
 
-	diffs *changes.Cache // computed version changes (changes.go)
+	diffs   *changes.Cache                // computed version changes (changes.go)
+	sshInfo atomic.Pointer[types.SSHInfo] // the node's SSH endpoint, for Info (sshkeys.go)
 }
 
 // New makes the core. Call Start once after, and Close at the end.
@@ -249,7 +251,7 @@ func (s *Service) Authenticate(ctx context.Context, token string) (types.Princip
 // Info describes this server.
 func (s *Service) Info(ctx context.Context) (types.Info, error) {
 	return types.Info{Version: BuildVersion, Node: s.cfg.Node, DataDir: s.cfg.DataDir,
-		Registry: s.reg.Addr(), Components: s.cfg.Components}, nil
+		Registry: s.reg.Addr(), Components: s.cfg.Components, SSH: s.sshInfo.Load()}, nil
 }
 
 // BuildVersion of envd, set at build time.

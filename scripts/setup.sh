@@ -26,7 +26,7 @@ have_node=$(node --version | sed 's/^v//')
 
 need_apt=()
 for pkg in runc busybox-static debootstrap containernetworking-plugins iptables \
-           postgresql e2fsprogs fuse3 zstd iproute2 tar jq curl; do
+           postgresql e2fsprogs fuse3 zstd iproute2 tar jq curl openssh-client; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then

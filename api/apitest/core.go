@@ -632,3 +632,20 @@ func (c *Core) ListTokens(ctx context.Context, p types.Principal, tenant string)
 func (c *Core) RevokeToken(ctx context.Context, p types.Principal, id int64) (types.TokenInfo, error) {
 	return echo(c, "RevokeToken", p, types.TokenInfo{ID: id, Tenant: p.Tenant, CreatedAt: Epoch, RevokedAt: &Epoch}, id)
 }
+
+// SSHKeyCore.
+
+// AddSSHKey answers the key as given, id 1, named req.Name.
+func (c *Core) AddSSHKey(ctx context.Context, p types.Principal, req types.AddSSHKeyRequest) (types.SSHKey, error) {
+	return echo(c, "AddSSHKey", p, types.SSHKey{ID: 1, Name: req.Name, Fingerprint: "SHA256:test", PublicKey: req.PublicKey, CreatedAt: Epoch}, req)
+}
+
+// ListSSHKeys answers no keys.
+func (c *Core) ListSSHKeys(ctx context.Context, p types.Principal) ([]types.SSHKey, error) {
+	return echo(c, "ListSSHKeys", p, []types.SSHKey{})
+}
+
+// DeleteSSHKey answers key id.
+func (c *Core) DeleteSSHKey(ctx context.Context, p types.Principal, id int64) (types.SSHKey, error) {
+	return echo(c, "DeleteSSHKey", p, types.SSHKey{ID: id, Name: "k", Fingerprint: "SHA256:test", CreatedAt: Epoch}, id)
+}

@@ -35,6 +35,7 @@ type Info struct {
 	DataDir    string            `json:"data_dir,omitempty"`
 	Registry   string            `json:"registry"`
 	Components map[string]string `json:"components"`
+	SSH        *SSHInfo          `json:"ssh,omitempty"` // the node's SSH endpoint, when it serves one
 }
 
 // Image is a base image known to the registry.

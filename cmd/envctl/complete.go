@@ -131,6 +131,9 @@ var positionalCompletions = map[string][]completer{
 	"hibernate":          {completeInstances},
 	"token revoke":       {completeOwnTokens},
 	"admin token revoke": {completeTokens},
+	"ssh":                {completeInstances},
+	"ssh-proxy":          {completeInstances},
+	"ssh-config":         {completeInstances},
 }
 
 // flagCompletions complete a flag's value from the command's arguments.

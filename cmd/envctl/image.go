@@ -34,6 +34,9 @@ func (a *app) infoCommand() *cobra.Command {
 				for _, k := range sortedKeys(info.Components) {
 					row(w, strings.ToUpper(k)+":", info.Components[k])
 				}
+				if info.SSH != nil {
+					row(w, "SSH:", info.SSH.Addr+" (host key "+info.SSH.HostKeyFingerprint+")")
+				}
 			})
 		},
 	}

@@ -93,6 +93,8 @@ func nameOf(v any) ([]string, error) {
 		if name, ok := x["name"].(string); ok {
 			return []string{name}, nil
 		}
+	case types.SSHKey:
+		return []string{strconv.FormatInt(x.ID, 10)}, nil
 	}
 	return nil, usageError{fmt.Errorf("-o name: %T has no identifier to print (use -o json or yaml)", v)}
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/envd-dev/envd/internal/objstore"
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/runtime"
+	"github.com/envd-dev/envd/sshd"
 )
 
 // Config of a node. Empty external addresses mean "embedded, under DataDir".
@@ -121,6 +122,9 @@ type Config struct {
 	// plain-HTTP address (for a private network); "" = none. The API's
 	// /metrics takes the admin token or DataDir/metrics.token either way.
 	MetricsListen string
+	// SSHListen is the SSH endpoint's address (ssh.go); "" = none.
+	// DefaultConfig gives DefaultSSHListen.
+	SSHListen string
 }
 
 // The defaults of a node, in one place: DefaultConfig gathers them for
@@ -183,6 +187,7 @@ func DefaultConfig() Config {
 		DefaultLimits: types.Limits{Pids: 4096, DiskBytes: 10 << 30},
 		Limits:        envd.DefaultTenantLimits,
 		ShutdownGrace: DefaultShutdownGrace,
+		SSHListen:     DefaultSSHListen,
 	}
 }
 
@@ -217,6 +222,9 @@ type Node struct {
 
 	components map[string]string // each part as envd info shows it
 	closers    []func(context.Context) error
+
+	ssh     *sshd.Server // ssh.go; nil = none
+	sshInfo *types.SSHInfo
 }
 
 // Start brings the node up and starts serving; Close or Shutdown end it.
@@ -264,6 +272,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	n.protectFromOOM()
 	n.reportCgroupLimits()
+	if err := n.startSSH(ctx); err != nil {
+		return nil, err
+	}
 	if n.URL, err = n.serveAPI(n.Service); err != nil {
 		return nil, err
 	}

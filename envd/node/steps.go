@@ -310,7 +310,7 @@ func (n *Node) adminToken(ctx context.Context, db database) (string, error) {
 // and serves svc's API there, with TLS as setupTLS decides (tls.go);
 // Drain and Close stop it.
 func (n *Node) serveAPI(svc *envd.Service) (url string, err error) {
-	h, err := api.New(svc, append(n.apiMetrics(), api.WithLogger(n.cfg.Logger), api.WithReadiness(n.readiness()))...)
+	h, err := api.New(svc, append(append(n.apiMetrics(), n.apiSSH()...), api.WithLogger(n.cfg.Logger), api.WithReadiness(n.readiness()))...)
 	if err != nil {
 		return "", err
 	}
