@@ -596,3 +596,15 @@ func (c *Core) ListTokens(ctx context.Context, p types.Principal, tenant string)
 func (c *Core) RevokeToken(ctx context.Context, p types.Principal, id int64) (types.TokenInfo, error) {
 	return echo(c, "RevokeToken", p, types.TokenInfo{ID: id, Tenant: p.Tenant, CreatedAt: Epoch, RevokedAt: &Epoch}, id)
 }
+
+// IdleCore and waking.
+
+// SetProjectIdle answers the project with the setting asked.
+func (c *Core) SetProjectIdle(ctx context.Context, p types.Principal, project string, req types.IdleSetting) (types.Project, error) {
+	return echo(c, "SetProjectIdle", p, types.Project{Name: project, Current: 1, CreatedAt: Epoch, Egress: "open", Idle: &req}, project, req)
+}
+
+// WakeInstance answers the instance Running.
+func (c *Core) WakeInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
+	return echo(c, "WakeInstance", p, instanceIn(id, types.StateRunning, types.ReasonStarted), id)
+}

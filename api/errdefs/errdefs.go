@@ -32,6 +32,9 @@ var (
 	// ErrResourceExhausted: a per-tenant limit on concurrent work (saves,
 	// builds, exec and event streams) is reached; retry later.
 	ErrResourceExhausted = errors.New("resource exhausted")
+	// ErrWaking: the instance is being woken (started from stopped or
+	// hibernated) and the request did not wait; retry after Retry-After.
+	ErrWaking = errors.New("waking")
 )
 
 type kind struct {
@@ -51,6 +54,7 @@ var kinds = []kind{
 	{ErrUnauthenticated, "unauthenticated", http.StatusUnauthorized},
 	{ErrPermissionDenied, "permission_denied", http.StatusForbidden},
 	{ErrQuotaExceeded, "quota_exceeded", http.StatusInsufficientStorage},
+	{ErrWaking, "waking", http.StatusServiceUnavailable},
 	{ErrUnavailable, "unavailable", http.StatusServiceUnavailable},
 	{ErrIdempotencyReuse, "idempotency_key_reused", http.StatusUnprocessableEntity},
 	{ErrResourceExhausted, "resource_exhausted", http.StatusTooManyRequests},

@@ -57,6 +57,9 @@ type Store interface {
 	SetProjectPrefetch(ctx context.Context, tenant, name string, files []string) error
 	GetVersion(ctx context.Context, tenant, project string, n int) (versions.Version, error)
 	LimitMaxima(ctx context.Context, tenant string) (versions.LimitMaxima, error)
+	RecordActivity(ctx context.Context, at map[string]time.Time) error
+	IdleCandidates(ctx context.Context, node string) ([]versions.IdleState, error)
+	IdleStates(ctx context.Context, ids []string) (map[string]versions.IdleState, error)
 }
 
 // Runtime is what instances need of the container runtime: everything
@@ -117,6 +120,9 @@ type Observer interface {
 	Restored(path string, d time.Duration)
 	// InstanceFailed is an instance this node marked Failed for reason.
 	InstanceFailed(reason string)
+	// Idled is an idle action (stop, hibernate) that ended with result
+	// done, canceled (activity came) or failed (the instance runs on).
+	Idled(action, result string)
 }
 
 // Deps are what a Manager works with, and the node's settings for
@@ -141,6 +147,14 @@ type Deps struct {
 	ReapInterval      time.Duration
 	ReconcileInterval time.Duration
 	ProvisionTimeout  time.Duration
+
+	// Idle stop and wake (idle.go): the node's default idle setting, how
+	// often the idle reaper looks, how often activity is flushed to the
+	// store (how stale other nodes may see it).
+	IdleAfter     time.Duration
+	IdleAction    string
+	IdleInterval  time.Duration
+	ActivityFlush time.Duration
 }
 
 // Manager manages this node's instances.
@@ -152,11 +166,13 @@ type Manager struct {
 
 	mu     sync.Mutex
 	acting map[string]int // instance -> verbs of this process running on it
+
+	activity *activity // idle.go
 }
 
 // New makes a Manager whose background work runs under ctx.
 func New(ctx context.Context, d Deps) *Manager {
-	return &Manager{Deps: d, ctx: ctx, reapWake: make(chan struct{}, 1)}
+	return &Manager{Deps: d, ctx: ctx, reapWake: make(chan struct{}, 1), activity: newActivity()}
 }
 
 // act records that a verb of this process acts on instance id until done

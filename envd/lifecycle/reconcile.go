@@ -19,9 +19,10 @@ const LabelNode = "envd.node"
 // after a first Reconcile; it ends with the Manager's context.
 func (m *Manager) Run() {
 	m.watchOOM()
-	m.wg.Add(2)
+	m.wg.Add(3)
 	go m.reapLoop()
 	go m.reconcileLoop()
+	go m.idleLoop()
 }
 
 // wakeReaper makes the reaper look at expiries again now (after a renew).

@@ -121,6 +121,16 @@ type Config struct {
 	// plain-HTTP address (for a private network); "" = none. The API's
 	// /metrics takes the admin token or DataDir/metrics.token either way.
 	MetricsListen string
+
+	// Idle stop and wake (envd.Config): the default idle setting of
+	// projects (0 = never), its action (stop), the wake wait (60s); the
+	// idle reaper's and the activity flush's intervals (10s; tests
+	// shorten them).
+	IdleAfter     time.Duration
+	IdleAction    string
+	WakeWait      time.Duration
+	IdleInterval  time.Duration
+	ActivityFlush time.Duration
 }
 
 // The defaults of a node, in one place: DefaultConfig gathers them for
@@ -183,6 +193,8 @@ func DefaultConfig() Config {
 		DefaultLimits: types.Limits{Pids: 4096, DiskBytes: 10 << 30},
 		Limits:        envd.DefaultTenantLimits,
 		ShutdownGrace: DefaultShutdownGrace,
+		IdleAction:    types.IdleActionStop,
+		WakeWait:      envd.DefaultWakeWait,
 	}
 }
 
