@@ -7,12 +7,21 @@ import (
 
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/envd/lifecycle"
 	"github.com/envd-dev/envd/versions"
 )
 
 // Idle stop, as projects and admins set it. The idle reaper and the wake
 // are lifecycle's (envd/lifecycle/idle.go); TouchInstance and WakeInstance
 // are in access.go.
+
+// Reasons of idle stop: the instance's idle action ran (ReasonIdle), or
+// failed and the instance runs on (ReasonIdleFailed, the error as its
+// message).
+const (
+	ReasonIdle       = lifecycle.ReasonIdle
+	ReasonIdleFailed = lifecycle.ReasonIdleFailed
+)
 
 // DefaultWakeWait is how long a wake on access waits for its instance to
 // run before answering 503 waking.
