@@ -323,4 +323,3 @@ func TestCoreIdleFailuresAndWake(t *testing.T) {
 	}
 	assert.Equal(t, "work", e.layerFiles("web", 2)["home/dev/work"])
 }
-
