@@ -26,7 +26,7 @@ func (s *Service) TouchInstance(id string) { s.life.Touch(id) }
 // with a Retry-After). Concurrent wakes of one instance start it once.
 func (s *Service) WakeInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
 	wait := s.cfg.WakeWait
-	if d, ok := ctx.Value(wakeWaitKey{}).(time.Duration); ok && d < wait {
+	if d, ok := WakeWait(ctx); ok && d < wait {
 		wait = d
 	}
 	return s.life.Wake(ctx, p, id, wait)
@@ -51,4 +51,10 @@ func (s *Service) wakeFor(ctx context.Context, p types.Principal, id string, req
 	}
 	_, err := s.WakeInstance(ctx, p, id)
 	return err
+}
+
+// WakeWait returns the wait WithWakeWait put in ctx, if any.
+func WakeWait(ctx context.Context) (time.Duration, bool) {
+	d, ok := ctx.Value(wakeWaitKey{}).(time.Duration)
+	return d, ok
 }

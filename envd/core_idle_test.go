@@ -65,7 +65,7 @@ func TestCoreIdle(t *testing.T) {
 		in := e.instance("busy", types.CreateInstanceRequest{})
 		got := e.getInstance(in.ID)
 		assert.Equal(t, idleAfter.String(), got.IdleAfter)
-		assert.Equal(t, types.IdleActionStop, got.IdleAction)
+		assert.Equal(t, types.IdleActionHibernate, got.IdleAction, "not retained: saved before it stops, whatever the setting")
 		require.NotNil(t, got.IdleSince)
 		require.NotNil(t, got.IdleActionAt)
 		assert.Equal(t, got.IdleSince.Add(idleAfter), *got.IdleActionAt)

@@ -63,6 +63,7 @@ type Core struct {
 	ListVersionsFunc func(ctx context.Context, project string) ([]types.Version, error)
 	SetCurrentFunc   func(ctx context.Context, project string, req types.SetCurrentRequest) (types.Project, error)
 	GCFunc           func(ctx context.Context, req types.GCRequest, key string) (types.Operation, error)
+	WakeInstanceFunc func(ctx context.Context, id string) (types.Instance, error)
 
 	mu    sync.Mutex
 	calls []Call
@@ -606,5 +607,9 @@ func (c *Core) SetProjectIdle(ctx context.Context, p types.Principal, project st
 
 // WakeInstance answers the instance Running.
 func (c *Core) WakeInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
+	if c.WakeInstanceFunc != nil {
+		c.record("WakeInstance", p, id)
+		return c.WakeInstanceFunc(ctx, id)
+	}
 	return echo(c, "WakeInstance", p, instanceIn(id, types.StateRunning, types.ReasonStarted), id)
 }

@@ -207,7 +207,7 @@ func (m *Manager) withIdle(ctx context.Context, out []types.Instance) {
 		}
 		pol := m.idlePolicy(st)
 		if pol.After > 0 {
-			out[i].IdleAfter, out[i].IdleAction = pol.After.String(), pol.Action
+			out[i].IdleAfter, out[i].IdleAction = pol.After.String(), actionFor(st.Instance, pol)
 		}
 		if st.Instance.State != types.StateRunning {
 			continue
@@ -270,12 +270,18 @@ func (m *Manager) reapIdle(ctx context.Context) {
 	}
 }
 
+// actionFor is what idle does to in: an instance that is not retained is
+// always saved before it stops (hibernate), whatever the setting says.
+func actionFor(in versions.Instance, pol IdlePolicy) string {
+	if !in.Retain {
+		return versions.IdleHibernate
+	}
+	return pol.Action
+}
+
 // runIdle runs one instance's idle action and records how it ended.
 func (m *Manager) runIdle(ctx context.Context, in versions.Instance, pol IdlePolicy, since time.Time) {
-	action := pol.Action
-	if !in.Retain {
-		action = versions.IdleHibernate // its layer must be saved before it stops
-	}
+	action := actionFor(in, pol)
 	began := time.Now()
 	err := m.idle(ctx, in, action, since)
 	switch {
