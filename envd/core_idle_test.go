@@ -80,6 +80,24 @@ func TestCoreIdle(t *testing.T) {
 		assert.Equal(t, []string{"1:ready:current"}, e.versionsOf("busy"))
 	})
 
+	t.Run("activity another node flushed keeps an instance running", func(t *testing.T) {
+		t.Parallel()
+		e := e.with(t)
+		e.idleProject("remote", "")
+		in := e.instance("remote", types.CreateInstanceRequest{})
+		for end := time.Now().Add(2 * idleAfter); time.Now().Before(end); time.Sleep(idleAfter / 4) {
+			// What another node's flush writes after a proxied request.
+			require.NoError(t, e.store.RecordActivity(e.ctx, map[string]time.Time{in.ID: time.Now()}))
+		}
+		got := e.getInstance(in.ID)
+		assert.Equal(t, types.StateRunning, got.State)
+		require.NotNil(t, got.IdleSince)
+		assert.WithinDuration(t, time.Now(), *got.IdleSince, idleAfter/2)
+		require.NoError(t, e.store.RecordActivity(e.ctx, map[string]time.Time{in.ID: time.Now().Add(-time.Hour)}))
+		assert.Equal(t, *got.IdleSince, *e.getInstance(in.ID).IdleSince, "an older flush never moves the clock back")
+		e.stoppedByIdle(in.ID)
+	})
+
 	t.Run("an open terminal keeps an instance running; input is activity", func(t *testing.T) {
 		t.Parallel()
 		e := e.with(t)
