@@ -121,6 +121,14 @@ func (m *Manager) Hold(id string) (release func()) {
 	}
 }
 
+// activeSince reports whether instance id saw activity here after since,
+// or has a session open.
+func (m *Manager) activeSince(id string, since time.Time) bool {
+	m.activity.mu.Lock()
+	defer m.activity.mu.Unlock()
+	return m.activity.open[id] > 0 || m.activity.last[id].After(since)
+}
+
 // sessions is the number of sessions open on id here.
 func (m *Manager) sessions(id string) int {
 	m.activity.mu.Lock()
@@ -315,6 +323,9 @@ func (m *Manager) idle(ctx context.Context, in versions.Instance, action string,
 	p := types.Principal{Tenant: in.Tenant}
 	idleFor := time.Since(since).Round(time.Second)
 	if action == versions.IdleStop {
+		if m.activeSince(in.ID, since) {
+			return errIdleActive
+		}
 		_, err := m.stopInstance(ctx, p, in.ID, ReasonIdle, fmt.Sprintf("idle for %s", idleFor))
 		return err
 	}
@@ -328,6 +339,10 @@ func (m *Manager) idle(ctx context.Context, in versions.Instance, action string,
 		delete(m.activity.idling, in.ID)
 		m.activity.mu.Unlock()
 	}()
+	// Activity between the reaper's look and now, which no cancel saw.
+	if m.activeSince(in.ID, since) {
+		return errIdleActive
+	}
 	active := func(err error) error {
 		if ictx.Err() != nil && ctx.Err() == nil {
 			return errIdleActive
@@ -362,7 +377,9 @@ func (m *Manager) idle(ctx context.Context, in versions.Instance, action string,
 	if err != nil {
 		return active(err)
 	}
-	v, _, err := m.Saver.Commit(ictx, c, versions.Commit{
+	// Captured is committed whatever comes now: the version is the
+	// instance's work, and a commit cut short would leave only garbage.
+	v, _, err := m.Saver.Commit(ctx, c, versions.Commit{
 		Tenant: in.Tenant, Project: in.Project, InstanceID: in.ID, Generation: in.Generation, NoSwitch: true,
 		Kind: versions.KindSnapshot, Message: fmt.Sprintf("idle stop of instance %s after %s without activity", in.ID, idleFor),
 	})
