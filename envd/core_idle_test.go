@@ -341,3 +341,40 @@ func TestCoreIdleFailuresAndWake(t *testing.T) {
 	}
 	assert.Equal(t, "work", e.layerFiles("web", 2)["home/dev/work"])
 }
+
+// Activity during the idle save cancels it: the instance keeps running and
+// nothing is saved; the next idle period stops it.
+func TestCoreIdleActivityCancelsTheSave(t *testing.T) {
+	t.Parallel()
+	e := newIdleEnv(t)
+	e.idleProject("web", "")
+	reading := make(chan struct{}, 1)
+	e.rt.SetFault(fakeruntime.Mounts, func(ctx context.Context, _ string) error {
+		select { // the save is reading the layer, the instance frozen
+		case reading <- struct{}{}:
+		default:
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	in := e.instance("web", types.CreateInstanceRequest{})
+	e.write(in.ID, "home/dev/work", "work")
+	select {
+	case <-reading:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the idle save did not start")
+	}
+	assert.Equal(t, "paused", e.task(in.ID), "frozen for the read")
+	res, err := e.svc.Exec(e.ctx, e.user, in.ID, types.ExecRequest{Args: []string{"true"}})
+	require.NoError(t, err, "the exec waits out the freeze, whose save it cancels")
+	assert.Zero(t, res.ExitCode)
+	e.rt.SetFault(fakeruntime.Mounts, nil)
+	got := e.getInstance(in.ID)
+	assert.Equal(t, types.StateRunning, got.State)
+	assert.Equal(t, "running", e.task(in.ID))
+	assert.Equal(t, []string{"1:ready:current"}, e.versionsOf("web"), "nothing saved")
+	assert.Empty(t, e.workDirEntries())
+
+	got = e.stoppedByIdle(in.ID)
+	assert.Equal(t, 2, got.HibernatedVersion)
+}
