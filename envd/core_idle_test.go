@@ -246,6 +246,15 @@ func TestCoreIdleSettings(t *testing.T) {
 			}
 		})
 	}
+	ps, err := e.svc.ListProjects(e.ctx, e.user)
+	require.NoError(t, err)
+	require.Len(t, ps, 1)
+	assert.Nil(t, ps[0].Idle, "the last setting was the node's default")
+	_, err = e.svc.SetProjectIdle(e.ctx, e.user, "web", types.IdleSetting{After: "20m"})
+	require.NoError(t, err)
+	ps, err = e.svc.ListProjects(e.ctx, e.user)
+	require.NoError(t, err)
+	assert.Equal(t, &types.IdleSetting{After: "20m0s"}, ps[0].Idle, "listed too")
 	_, err = e.svc.CreateProject(e.ctx, e.user, types.CreateProjectRequest{Name: "big", Base: baseImage, Idle: &types.IdleSetting{After: "3h"}}, "")
 	require.ErrorIs(t, err, errdefs.ErrInvalidArgument, "create checks it too")
 	assert.Equal(t, "1h0m0s", errdefs.Details(err)["max_idle_after"])
@@ -254,6 +263,8 @@ func TestCoreIdleSettings(t *testing.T) {
 
 	// The node's default is off; the tenant's maximum applies to projects
 	// without a setting.
+	_, err = e.svc.SetProjectIdle(e.ctx, e.user, "web", types.IdleSetting{})
+	require.NoError(t, err)
 	in := e.instance("web", types.CreateInstanceRequest{})
 	got := e.getInstance(in.ID)
 	assert.Equal(t, "1h0m0s", got.IdleAfter)

@@ -151,9 +151,15 @@ func (s *Service) ListProjects(ctx context.Context, p types.Principal) ([]types.
 	if err != nil {
 		return nil, err
 	}
+	idles, err := s.store.ProjectIdles(ctx, p.Tenant)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]types.Project, 0, len(ps))
 	for _, x := range ps {
-		out = append(out, toProject(x))
+		proj := toProject(x)
+		proj.Idle = idleSetting(idles[x.Name])
+		out = append(out, proj)
 	}
 	return out, nil
 }

@@ -53,6 +53,30 @@ func (s *Store) ProjectIdle(ctx context.Context, tenant, project string) (Idle, 
 	return out, nil
 }
 
+// ProjectIdles returns the idle settings of tenant's projects that have
+// one, by project name.
+func (s *Store) ProjectIdles(ctx context.Context, tenant string) (map[string]Idle, error) {
+	rows, err := s.db.Query(ctx, `SELECT name, idle_after_s, idle_action FROM projects
+		WHERE tenant_id = $1 AND (idle_after_s IS NOT NULL OR idle_action IS NOT NULL)`, tenant)
+	if err != nil {
+		return nil, translate(err, "list idle settings")
+	}
+	defer rows.Close()
+	out := map[string]Idle{}
+	for rows.Next() {
+		var (
+			name   string
+			after  *int64
+			action *string
+		)
+		if err := rows.Scan(&name, &after, &action); err != nil {
+			return nil, translate(err, "list idle settings")
+		}
+		out[name] = idleOf(after, action)
+	}
+	return out, translate(rows.Err(), "list idle settings")
+}
+
 func scanIdle(row pgx.Row) (Idle, error) {
 	var (
 		after  *int64
