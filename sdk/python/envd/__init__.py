@@ -36,6 +36,7 @@ from .errors import (
     StreamError,
     Unauthenticated,
     Unavailable,
+    Waking,
     error_for_code,
     error_from_body,
 )
@@ -48,5 +49,5 @@ __all__ = [
     "EnvdError", "InvalidArgument", "Unauthenticated", "PermissionDenied", "NotFound", "AlreadyExists",
     "StaleGeneration", "Conflict", "FailedPrecondition", "IdempotencyKeyReused", "Canceled", "Internal",
     "Unavailable", "DeadlineExceeded", "QuotaExceeded", "ResourceExhausted", "Interrupted", "StreamError",
-    "error_for_code", "error_from_body",
+    "Waking", "error_for_code", "error_from_body",
 ]

@@ -384,6 +384,17 @@ class Client:
         return self._call("PUT", f"/v1/projects/{_seg(project)}/network",
                           body={"egress": egress, "isolate_instances": isolate_instances})
 
+    def set_idle(self, project: str, after: str = "", action: str = "") -> JSON:
+        """PUT /v1/projects/{p}/idle: stop the project's instances after
+        ``after`` without activity (``"0"`` = never) with ``action`` stop or
+        hibernate; both empty = the node's default."""
+        body = {}
+        if after:
+            body["after"] = after
+        if action:
+            body["action"] = action
+        return self._call("PUT", f"/v1/projects/{_seg(project)}/idle", body=body)
+
     # ------------------------------------------------------------------
     # Instances
 

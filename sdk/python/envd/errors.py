@@ -150,6 +150,24 @@ class ResourceExhausted(EnvdError):
         self.retry_after = retry_after
 
 
+class Waking(EnvdError):
+    """503: the instance is being woken (started from stopped or hibernated)
+    and the request did not wait; ``details``: state, retry_after_seconds.
+
+    retry_after: seconds to wait, from the ``Retry-After`` header or
+    ``details["retry_after_seconds"]``; None when neither was sent.
+    """
+    code_name = "waking"
+
+    def __init__(self, status, code, message, details=None, retry_after: Optional[float] = None):
+        super().__init__(status, code, message, details)
+        if retry_after is None:
+            ra = self.details.get("retry_after_seconds")
+            if isinstance(ra, (int, float)) and not isinstance(ra, bool):
+                retry_after = float(ra)
+        self.retry_after = retry_after
+
+
 class Interrupted(EnvdError):
     """An operation that envd stopped while it ran and could not resume (operations only)."""
     code_name = "interrupted"
@@ -169,7 +187,7 @@ _CLASSES: Dict[str, Type[EnvdError]] = {
     for cls in (
         InvalidArgument, Unauthenticated, PermissionDenied, NotFound, AlreadyExists,
         StaleGeneration, Conflict, FailedPrecondition, IdempotencyKeyReused, Canceled,
-        Internal, Unavailable, DeadlineExceeded, QuotaExceeded, ResourceExhausted, Interrupted,
+        Internal, Unavailable, DeadlineExceeded, QuotaExceeded, ResourceExhausted, Interrupted, Waking,
     )
 }
 
@@ -208,6 +226,7 @@ CODE_STATUS = {
     "unavailable": 503,
     "deadline_exceeded": 504,
     "quota_exceeded": 507,
+    "waking": 503,
 }
 
 
@@ -215,8 +234,8 @@ def error_for_code(status: int, code: str, message: str, details: Optional[Mappi
                    retry_after: Optional[float] = None) -> EnvdError:
     """The exception for a stable code; EnvdError itself for an unknown one."""
     cls = _CLASSES.get(code, EnvdError)
-    if cls is ResourceExhausted:
-        return ResourceExhausted(status, code, message, details, retry_after=retry_after)
+    if cls in (ResourceExhausted, Waking):
+        return cls(status, code, message, details, retry_after=retry_after)
     return cls(status, code, message, details)
 
 

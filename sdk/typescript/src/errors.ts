@@ -49,6 +49,8 @@ export class QuotaExceededError extends EnvdError {}
 export class ResourceExhaustedError extends EnvdError {}
 /** An operation ended because envd stopped while it ran. */
 export class InterruptedError extends EnvdError {}
+/** The instance is being woken and the request did not wait; details: {state, retry_after_seconds}; retryAfter is set. */
+export class WakingError extends EnvdError {}
 
 type ErrorClass = new (
   status: number,
@@ -76,6 +78,7 @@ const codes: Record<string, [ErrorClass, number]> = {
   quota_exceeded: [QuotaExceededError, 507],
   resource_exhausted: [ResourceExhaustedError, 429],
   interrupted: [InterruptedError, 500],
+  waking: [WakingError, 503],
 };
 
 /** Codes for error answers without an envd body (a proxy's, for example). */
