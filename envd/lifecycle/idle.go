@@ -299,6 +299,8 @@ func (m *Manager) runIdle(ctx context.Context, in versions.Instance, pol IdlePol
 	case errors.Is(err, errIdleActive):
 		m.Observer.Idled(action, "canceled")
 		m.Log.Info("idle action canceled by activity", "instance", in.ID, "action", action)
+	case ctx.Err() != nil:
+		// The node shuts down: the next start's reaper tries again.
 	default:
 		m.Observer.Idled(action, "failed")
 		m.Log.Warn("idle action failed; the instance keeps running", "instance", in.ID, "action", action, "err", err)
