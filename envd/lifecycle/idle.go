@@ -233,10 +233,23 @@ func (m *Manager) withIdle(ctx context.Context, out []types.Instance) {
 	}
 }
 
-// idleLoop flushes activity and runs the idle actions that are due.
+// idleLoop runs the idle actions that are due, every IdleInterval.
 func (m *Manager) idleLoop() {
 	defer m.wg.Done()
-	lastFlush := time.Now()
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-time.After(m.IdleInterval):
+		}
+		m.reapIdle(m.ctx)
+	}
+}
+
+// flushLoop writes activity to the store every ActivityFlush, apart from
+// the reaper, whose idle saves may take minutes, and once more at the end.
+func (m *Manager) flushLoop() {
+	defer m.wg.Done()
 	for {
 		select {
 		case <-m.ctx.Done():
@@ -244,13 +257,9 @@ func (m *Manager) idleLoop() {
 			m.flushActivity(fctx)
 			cancel()
 			return
-		case <-time.After(min(m.IdleInterval, m.ActivityFlush)):
+		case <-time.After(m.ActivityFlush):
 		}
-		if time.Since(lastFlush) >= m.ActivityFlush {
-			m.flushActivity(m.ctx)
-			lastFlush = time.Now()
-		}
-		m.reapIdle(m.ctx)
+		m.flushActivity(m.ctx)
 	}
 }
 
