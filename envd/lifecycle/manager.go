@@ -1,8 +1,9 @@
 // Package lifecycle owns instances on this node: creating them from a
 // version (at once or as a restore operation), the verbs that move them
 // between states (pause, resume, stop, start, delete, renew), hibernation
-// of idle stopped ones, the TTL reaper, the reconciler that makes the
-// runtime and the instance rows agree, and OOM kills. It needs the
+// of idle stopped ones, the TTL reaper, idle stop and wake on access
+// (idle.go), the reconciler that makes the runtime and the instance rows
+// agree, and OOM kills. It needs the
 // store's instance, project and version records (Store), the container
 // runtime but for its mounts and exec (Runtime), the project's volumes
 // (Volumes), the quota's TTL, start and disk checks (Quota), the save
@@ -20,6 +21,7 @@
 //	Paused   --user_resume--> Resuming --> Running
 //	Running|Paused --user_stop--> Stopping --> Stopped
 //	Stopped  --started--> Pending --> Running          (generation + 1)
+//	Running  --idle--> Stopping --> Stopped            (hibernated unless retained with action stop; idle.go)
 //	any      --user_delete|ttl_expiry--> Terminated
 //	any      --provision_failed|node_lost|task_exited|provision_timeout--> Failed
 package lifecycle
