@@ -36,10 +36,12 @@ func BenchmarkRootIdleWake(b *testing.B) {
 		name      string
 		hibernate bool
 		other     bool
+		noWake    bool // start, then exec: the reference without the wake path
 	}{
-		{"hibernated/same-node", true, false},
-		{"hibernated/other-node", true, true},
-		{"stopped/same-node", false, false},
+		{"hibernated/same-node", true, false, false},
+		{"hibernated/other-node", true, true, false},
+		{"stopped/same-node", false, false, false},
+		{"stopped/start-then-exec", false, false, true},
 	}
 	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {
@@ -70,7 +72,12 @@ func BenchmarkRootIdleWake(b *testing.B) {
 				}
 				b.StartTimer()
 				began := time.Now()
-				res, err := waker.Exec(ctx, in.ID, types.ExecRequest{Args: []string{"cat", "/root/wake.txt"}, Wake: true})
+				if tc.noWake {
+					if _, err := waker.StartInstance(ctx, in.ID); err != nil {
+						b.Fatal(err)
+					}
+				}
+				res, err := waker.Exec(ctx, in.ID, types.ExecRequest{Args: []string{"cat", "/root/wake.txt"}, Wake: !tc.noWake})
 				took := time.Since(began)
 				b.StopTimer()
 				if err != nil || res.Stdout != "hello\n" {
