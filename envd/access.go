@@ -16,6 +16,12 @@ import (
 // Callers authorize the instance before touching it.
 func (s *Service) TouchInstance(id string) { s.life.Touch(id) }
 
+// HoldInstance records a session open on instance id (an SSH shell, a
+// port-forward, a terminal) until release is called: the instance is not
+// idle meanwhile, input or not. Both ends count as activity. Callers
+// authorize the instance first.
+func (s *Service) HoldInstance(id string) (release func()) { return s.life.Hold(id) }
+
 // WakeInstance returns instance id once it is Running: a stopped or
 // hibernated instance (idle-stopped ones included) is started first and
 // waited for until ctx ends.

@@ -80,6 +80,22 @@ func TestCoreIdle(t *testing.T) {
 		assert.Equal(t, []string{"1:ready:current"}, e.versionsOf("busy"))
 	})
 
+	t.Run("a session held by another route (SSH, port-forward) keeps an instance running", func(t *testing.T) {
+		t.Parallel()
+		e := e.with(t)
+		e.idleProject("held", "")
+		in := e.instance("held", types.CreateInstanceRequest{})
+		release := e.svc.HoldInstance(in.ID)
+		time.Sleep(2 * idleAfter)
+		got := e.getInstance(in.ID)
+		assert.Equal(t, types.StateRunning, got.State)
+		assert.Equal(t, 1, got.ActiveSessions)
+		release()
+		release() // twice is harmless
+		assert.Zero(t, e.getInstance(in.ID).ActiveSessions)
+		e.stoppedByIdle(in.ID)
+	})
+
 	t.Run("activity another node flushed keeps an instance running", func(t *testing.T) {
 		t.Parallel()
 		e := e.with(t)
