@@ -50,6 +50,7 @@ type Core interface {
 	OperationCore
 	TenantCore
 	SSHKeyCore
+	IdleCore
 }
 
 // MaxJSONBody is the largest JSON request body accepted. Image uploads are
@@ -212,6 +213,7 @@ func New(core Core, opts ...Option) (http.Handler, error) {
 		operations{core, admit, o.pollInterval, o.keepAlive}.routes(),
 		tenants{core}.routes(),
 		sshRoutes{core, o.ssh}.routes(),
+		idle{core}.routes(),
 	} {
 		for _, r := range group {
 			v1.Handle(r.method, r.path, r.handler)

@@ -46,6 +46,10 @@ type ExecCore interface {
 	// ExecStream runs a command with its streams connected to stdio and
 	// returns its exit code when it ends; canceling ctx kills it.
 	ExecStream(ctx context.Context, p types.Principal, id string, req types.ExecRequest, stdio types.Stdio) (int, error)
+	// WakeInstance returns the instance once it is Running, starting a
+	// stopped or hibernated one; one still starting past the wait is an
+	// errdefs.ErrWaking with a Retry-After.
+	WakeInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error)
 }
 
 type execs struct {
@@ -61,7 +65,7 @@ func (g execs) routes() []route {
 				return types.ExecResult{}, err
 			}
 			defer release()
-			return g.core.Exec(r.ctx, r.p, r.param("i"), req)
+			return g.core.Exec(wakeContext(r.c), r.p, r.param("i"), req)
 		})},
 		{http.MethodGet, "/instances/:i/exec/ws", g.webSocket},
 	}
@@ -100,6 +104,14 @@ func (g execs) webSocket(c *gin.Context) {
 		writeError(c, invalidArgument("query parameter tty %q: must be 1, true, 0 or false", c.Query("tty")))
 		return
 	}
+	switch c.Query("wake") {
+	case "", "0", "false":
+	case "1", "true":
+		req.Wake = true
+	default:
+		writeError(c, invalidArgument("query parameter wake %q: must be 1, true, 0 or false", c.Query("wake")))
+		return
+	}
 	initial, err := initialSize(c.Query("cols"), c.Query("rows"))
 	if err != nil {
 		writeError(c, err)
@@ -113,6 +125,14 @@ func (g execs) webSocket(c *gin.Context) {
 		// Without this check the WebSocket library answers a plain-text 426.
 		writeError(c, invalidArgument("exec stream: the request is not a WebSocket upgrade (Upgrade: websocket)"))
 		return
+	}
+	if req.Wake {
+		// Before the upgrade, so a client that does not wait gets a plain
+		// 503 waking with its Retry-After.
+		if _, err := g.core.WakeInstance(wakeContext(c), principal(c), c.Param("i")); err != nil {
+			writeError(c, err)
+			return
+		}
 	}
 	// Admitted before the upgrade, so a refusal is a plain 429.
 	release, err := g.admit(principal(c), envd.AdmitExec)

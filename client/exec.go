@@ -179,6 +179,9 @@ func (c *Client) execURL(id string, req types.ExecRequest, tty bool, size *types
 	if req.Cwd != "" {
 		q.Set("cwd", req.Cwd)
 	}
+	if req.Wake {
+		q.Set("wake", "1")
+	}
 	if tty {
 		q.Set("tty", "1")
 		if size != nil {

@@ -26,4 +26,5 @@ func (nopObserver) SaveFailed(error)                                            
 func (nopObserver) Pushed(error)                                                 {}
 func (nopObserver) Restored(string, time.Duration)                               {}
 func (nopObserver) InstanceFailed(string)                                        {}
+func (nopObserver) Idled(string, string)                                         {}
 func (nopObserver) OperationFinished(types.OpKind, types.OpState, time.Duration) {}

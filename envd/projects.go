@@ -75,6 +75,12 @@ func (s *Service) createProject(ctx context.Context, p types.Principal, req type
 	if err != nil {
 		return types.Project{}, err
 	}
+	var idle versions.Idle
+	if req.Idle != nil {
+		if idle, err = s.parseIdle(ctx, p.Tenant, *req.Idle); err != nil {
+			return types.Project{}, err
+		}
+	}
 	base, err := s.resolveBase(ctx, p.Tenant, req.Base)
 	if err != nil {
 		return types.Project{}, err
@@ -88,7 +94,12 @@ func (s *Service) createProject(ctx context.Context, p types.Principal, req type
 	if err != nil {
 		return types.Project{}, fmt.Errorf("create project %q: %w", req.Name, err)
 	}
-	return toProject(proj), nil
+	if idle.After != nil || idle.Action != "" {
+		if _, err := s.store.SetProjectIdle(ctx, p.Tenant, req.Name, idle); err != nil {
+			return types.Project{}, fmt.Errorf("create project %q: idle setting: %w", req.Name, err)
+		}
+	}
+	return s.withProjectIdle(ctx, p.Tenant, toProject(proj))
 }
 
 func toProject(p versions.Project) types.Project {
@@ -140,9 +151,15 @@ func (s *Service) ListProjects(ctx context.Context, p types.Principal) ([]types.
 	if err != nil {
 		return nil, err
 	}
+	idles, err := s.store.ProjectIdles(ctx, p.Tenant)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]types.Project, 0, len(ps))
 	for _, x := range ps {
-		out = append(out, toProject(x))
+		proj := toProject(x)
+		proj.Idle = idleSetting(idles[x.Name])
+		out = append(out, proj)
 	}
 	return out, nil
 }
@@ -156,7 +173,7 @@ func (s *Service) GetProject(ctx context.Context, p types.Principal, name string
 	if err != nil {
 		return types.Project{}, err
 	}
-	return toProject(proj), nil
+	return s.withProjectIdle(ctx, p.Tenant, toProject(proj))
 }
 
 // DeleteProject deletes a project that has no live instances, then the

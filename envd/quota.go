@@ -37,7 +37,11 @@ func (s *Service) SetQuota(ctx context.Context, p types.Principal, tenant string
 	if err != nil {
 		return types.Quota{}, err
 	}
-	return withMaxima(toQuota(stored), maxima), nil
+	idleMax, err := s.setIdleMax(ctx, tenant, q)
+	if err != nil {
+		return types.Quota{}, err
+	}
+	return withIdleMax(withMaxima(toQuota(stored), maxima), idleMax), nil
 }
 
 func toQuota(q versions.Quota) types.Quota {
@@ -72,7 +76,11 @@ func (s *Service) Usage(ctx context.Context, p types.Principal, tenant string) (
 	if err != nil {
 		return types.Usage{}, err
 	}
+	idleMax, err := s.store.MaxIdleAfter(ctx, tenant)
+	if err != nil {
+		return types.Usage{}, err
+	}
 	out := types.Usage{Tenant: tenant, Instances: u.Instances, StoredBytes: u.Stored(), VersionBytes: u.LayerBytes,
-		VolumeBytes: u.VolumeBytes, DiskBytes: u.DiskBytes, Versions: u.Versions, Quota: withMaxima(toQuota(q), maxima)}
+		VolumeBytes: u.VolumeBytes, DiskBytes: u.DiskBytes, Versions: u.Versions, Quota: withIdleMax(withMaxima(toQuota(q), maxima), idleMax)}
 	return out, nil
 }

@@ -125,6 +125,20 @@ type Config struct {
 	// Observer is told of saves, restores and operations (the node's
 	// metrics); nil = nothing is observed.
 	Observer Observer
+
+	// Idle stop (envd/idle.go, lifecycle/idle.go): IdleAfter is the idle
+	// setting of projects that set none (0 = never, the default: stopping
+	// instances behind their users' backs is the operator's choice);
+	// IdleAction its action (default stop). IdleInterval is how often the
+	// idle reaper looks (default 10s), ActivityFlush how often activity is
+	// written for other nodes (default 10s), WakeWait how long a wake on
+	// access waits for the instance to run before answering 503 waking
+	// (default 60s).
+	IdleAfter     time.Duration
+	IdleAction    string
+	IdleInterval  time.Duration
+	ActivityFlush time.Duration
+	WakeWait      time.Duration
 }
 
 // DefaultTTL is an instance's lifetime when neither its client nor the
@@ -191,6 +205,9 @@ func New(cfg Config, store *versions.Store, reg ImageStore, rt Runtime) (*Servic
 	if cfg.Observer == nil {
 		cfg.Observer = nopObserver{}
 	}
+	if err := idleDefaults(&cfg); err != nil {
+		return nil, err
+	}
 	be, err := normalizeEgress(cfg.BuildEgress)
 	if err != nil {
 		return nil, fmt.Errorf("build egress: %w", err)
@@ -222,8 +239,9 @@ func (s *Service) wire(ctx context.Context) {
 		Volumes: s.vols, Quota: s.quota, Saver: s.saver, Gate: gate, Ops: s.ops, Log: s.log, Observer: cfg.Observer,
 		DefaultLimits: cfg.DefaultLimits, BuildEgress: cfg.BuildEgress, HibernateAfter: cfg.HibernateAfter,
 		PrefetchWindow: cfg.PrefetchWindow, ReapInterval: cfg.ReapInterval, ReconcileInterval: cfg.ReconcileInterval,
-		ProvisionTimeout: cfg.ProvisionTimeout})
-	s.cmds = command.New(cfg.Node, s.store, s.rt, gate)
+		ProvisionTimeout: cfg.ProvisionTimeout,
+		IdleAfter:        cfg.IdleAfter, IdleAction: cfg.IdleAction, IdleInterval: cfg.IdleInterval, ActivityFlush: cfg.ActivityFlush})
+	s.cmds = command.New(cfg.Node, s.store, s.rt, gate).WithActivity(s.life)
 	s.builds = build.New(build.Deps{Store: s.store, Reg: s.reg, Runtime: s.rt, Capturer: s.saver, Instances: s.life,
 		Quota: s.quota, Content: s.content, Bases: bases{s}, Ops: s.ops, Log: s.log})
 	s.gc = gc.NewCollector(s.store, s.reg, s.ops, cfg.Sweeper, gcVolumes)

@@ -63,6 +63,7 @@ type Core struct {
 	ListVersionsFunc func(ctx context.Context, project string) ([]types.Version, error)
 	SetCurrentFunc   func(ctx context.Context, project string, req types.SetCurrentRequest) (types.Project, error)
 	GCFunc           func(ctx context.Context, req types.GCRequest, key string) (types.Operation, error)
+	WakeInstanceFunc func(ctx context.Context, id string) (types.Instance, error)
 
 	mu    sync.Mutex
 	calls []Call
@@ -648,4 +649,20 @@ func (c *Core) ListSSHKeys(ctx context.Context, p types.Principal) ([]types.SSHK
 // DeleteSSHKey answers key id.
 func (c *Core) DeleteSSHKey(ctx context.Context, p types.Principal, id int64) (types.SSHKey, error) {
 	return echo(c, "DeleteSSHKey", p, types.SSHKey{ID: id, Name: "k", Fingerprint: "SHA256:test", CreatedAt: Epoch}, id)
+}
+
+// IdleCore and waking.
+
+// SetProjectIdle answers the project with the setting asked.
+func (c *Core) SetProjectIdle(ctx context.Context, p types.Principal, project string, req types.IdleSetting) (types.Project, error) {
+	return echo(c, "SetProjectIdle", p, types.Project{Name: project, Current: 1, CreatedAt: Epoch, Egress: "open", Idle: &req}, project, req)
+}
+
+// WakeInstance answers the instance Running.
+func (c *Core) WakeInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
+	if c.WakeInstanceFunc != nil {
+		c.record("WakeInstance", p, id)
+		return c.WakeInstanceFunc(ctx, id)
+	}
+	return echo(c, "WakeInstance", p, instanceIn(id, types.StateRunning, types.ReasonStarted), id)
 }

@@ -39,6 +39,9 @@ var (
 	// unexecutable command of an exec is not an error but exit code 127
 	// or 126, as a shell would give.
 	ErrStartFailed = errors.New("process could not start")
+	// ErrWaking: the instance is being woken (started from stopped or
+	// hibernated) and the request did not wait; retry after Retry-After.
+	ErrWaking = errors.New("waking")
 )
 
 type kind struct {
@@ -58,6 +61,7 @@ var kinds = []kind{
 	{ErrUnauthenticated, "unauthenticated", http.StatusUnauthorized},
 	{ErrPermissionDenied, "permission_denied", http.StatusForbidden},
 	{ErrQuotaExceeded, "quota_exceeded", http.StatusInsufficientStorage},
+	{ErrWaking, "waking", http.StatusServiceUnavailable},
 	{ErrUnavailable, "unavailable", http.StatusServiceUnavailable},
 	{ErrIdempotencyReuse, "idempotency_key_reused", http.StatusUnprocessableEntity},
 	{ErrResourceExhausted, "resource_exhausted", http.StatusTooManyRequests},

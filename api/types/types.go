@@ -113,6 +113,9 @@ type Project struct {
 	// ProjectNetwork.
 	Egress           string `json:"egress"`
 	IsolateInstances bool   `json:"isolate_instances"`
+	// Idle is the project's own idle setting (see IdleSetting); absent =
+	// the node's default.
+	Idle *IdleSetting `json:"idle,omitempty"`
 }
 
 // Retention says which versions of a project a GC keeps besides the
@@ -178,6 +181,8 @@ type CreateProjectRequest struct {
 	// isolated.
 	Egress           string `json:"egress,omitempty"`
 	IsolateInstances bool   `json:"isolate_instances,omitempty"`
+	// Idle is the project's idle setting; nil = the node's default.
+	Idle *IdleSetting `json:"idle,omitempty"`
 }
 
 // Volume is a persistent directory mounted into every instance of a
@@ -276,6 +281,15 @@ type Instance struct {
 	LastTransitionAt time.Time  `json:"last_transition_at"`
 	// Limits are the effective limits the instance was started with.
 	Limits *Limits `json:"limits,omitempty"`
+	// Idle stop (see IdleSetting): the effective setting, when the idle
+	// clock started (Running, no session open), when the idle action runs
+	// unless activity comes first, and the exec sessions open on the node
+	// that answers (while any is, the instance is not idle).
+	IdleAfter      string     `json:"idle_after,omitempty"`
+	IdleAction     string     `json:"idle_action,omitempty"`
+	IdleSince      *time.Time `json:"idle_since,omitempty"`
+	IdleActionAt   *time.Time `json:"idle_action_at,omitempty"`
+	ActiveSessions int        `json:"active_sessions,omitempty"`
 }
 
 // Protection is what keeps an instance's data.
@@ -305,6 +319,9 @@ type ExecRequest struct {
 	// Generation, when set, fences the request: it is refused with
 	// stale_generation unless it is the instance's newest generation.
 	Generation int64 `json:"generation,omitempty"`
+	// Wake starts a stopped or hibernated instance first and waits for it
+	// to run (within the node's wake wait; past it: 503 waking).
+	Wake bool `json:"wake,omitempty"`
 }
 
 // MaxExecOutput is the most of stdout and of stderr that a non-interactive
@@ -443,6 +460,9 @@ type Quota struct {
 	MaxPids        int64   `json:"max_pids,omitempty"`
 	MaxCPUs        float64 `json:"max_cpus,omitempty"`
 	MaxDiskBytes   int64   `json:"max_disk_bytes,omitempty"`
+	// MaxIdleAfter is the longest idle setting of the tenant's projects (a
+	// Go duration); it also applies to projects that set none.
+	MaxIdleAfter string `json:"max_idle_after,omitempty"`
 }
 
 // Usage is what a tenant uses, with its quota.

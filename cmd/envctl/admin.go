@@ -29,6 +29,9 @@ func (a *app) adminCommand() *cobra.Command {
   --max-versions   versions of any one project
   --max-stored     bytes of the layers its versions added plus its volumes' sizes (e.g. 20G)
   --max-ttl        the longest instance TTL (a Go duration); with it, --ttl none is refused
+  --max-idle-after the longest idle stop of its projects (a Go duration): longer
+                   settings (and "never") are refused (invalid_argument, 400); it
+                   also applies to projects and nodes that set none
   --max-memory, --max-pids, --max-cpus, --max-disk
                    the largest limits of one instance: a project asking more is
                    refused, node defaults above them are cut to them
@@ -55,6 +58,7 @@ quota_exceeded (HTTP 507) and the numbers.`,
 	f.StringVar(&stored, "max-stored", "", "stored bytes (version layers + volumes), e.g. 20G")
 	f.StringVar(&q.MaxTTL, "max-ttl", "", "longest instance TTL")
 	ql.add(f, &q)
+	f.StringVar(&q.MaxIdleAfter, "max-idle-after", "", "longest idle setting of its projects (a Go duration); also applies to projects that set none")
 	return group("admin", "Tenants, tokens and quotas (admin token)", token, quota)
 }
 
@@ -89,6 +93,7 @@ func quotaRows(w io.Writer, q types.Quota) {
 	row(w, "MAX STORED:", limit(q.MaxStoredBytes, formatBytes))
 	row(w, "MAX TTL:", orDash(q.MaxTTL))
 	quotaLimitRows(w, q)
+	row(w, "MAX IDLE AFTER:", orDash(q.MaxIdleAfter))
 }
 
 func usageRows(w io.Writer, u types.Usage) {
@@ -106,4 +111,5 @@ func usageRows(w io.Writer, u types.Usage) {
 	}
 	row(w, "MAX TTL:", orDash(u.Quota.MaxTTL))
 	quotaLimitRows(w, u.Quota)
+	row(w, "MAX IDLE AFTER:", orDash(u.Quota.MaxIdleAfter))
 }

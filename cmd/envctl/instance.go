@@ -58,7 +58,7 @@ func (a *app) execCommand() *cobra.Command {
 		interactive, withTTY bool
 	)
 	cmd := &cobra.Command{
-		Use:   "exec [-i] [-t] INSTANCE [--env K=V]... [--cwd DIR] -- CMD [ARGS...]",
+		Use:   "exec [-i] [-t] [--wake] INSTANCE [--env K=V]... [--cwd DIR] -- CMD [ARGS...]",
 		Short: "Run a command in an instance; envctl exits with its exit code",
 		Long: `Run a command in an instance and wait for it.
 
@@ -73,7 +73,11 @@ without size limits: -i forwards stdin as it comes (closing it at EOF), -t
 gives the command a terminal. With -it on a terminal, the local terminal is
 put in raw mode (Ctrl-C, Ctrl-D and Ctrl-Z go to the remote command), its
 size follows the local one, and it is restored on exit. envctl exits with the
-command's exit code.`,
+command's exit code.
+
+With --wake a stopped or hibernated instance (one idle stop stopped, say) is
+started first, on this node for a hibernated one, and the command runs once it
+is Running; past the server's wake wait the answer is 503 waking: retry.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) < 2 {
 				return usageError{fmt.Errorf("exec: want INSTANCE -- CMD [ARGS...] (usage: %s)", cmd.UseLine())}
@@ -130,6 +134,7 @@ command's exit code.`,
 	cmd.Flags().BoolVar(&noStdin, "no-stdin", false, "do not forward stdin")
 	cmd.Flags().BoolVarP(&interactive, "interactive", "i", false, "stream stdin to the command as it comes")
 	cmd.Flags().BoolVarP(&withTTY, "tty", "t", false, "give the command a terminal")
+	cmd.Flags().BoolVar(&req.Wake, "wake", false, "start a stopped or hibernated (idle) instance first and wait for it")
 	return cmd
 }
 

@@ -167,6 +167,7 @@ func projectDetail(w io.Writer, p types.Project) {
 	row(w, "EGRESS:", orDash(p.Egress))
 	row(w, "ISOLATE INSTANCES:", p.IsolateInstances)
 	row(w, "CREATED:", formatTime(p.CreatedAt))
+	row(w, "IDLE:", idleText(p.Idle))
 }
 
 func volumeTable(w io.Writer, vs ...types.Volume) {
@@ -213,6 +214,7 @@ func instanceDetail(w io.Writer, i types.Instance) {
 	row(w, "EXPIRES:", formatExpiry(i.ExpiresAt))
 	row(w, "CREATED:", formatTime(i.CreatedAt))
 	row(w, "LAST TRANSITION:", formatTime(i.LastTransitionAt))
+	instanceIdleRows(w, i)
 }
 
 func versionTable(w io.Writer, vs ...types.Version) {

@@ -26,6 +26,7 @@ func (a *app) projectCommand() *cobra.Command {
 		req types.CreateProjectRequest
 		key string
 		lf  limitFlags
+		idf idleFlags
 	)
 	create := &cobra.Command{
 		Use:   "create NAME --base IMAGE",
@@ -34,6 +35,7 @@ func (a *app) projectCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return call(a, cmd, func(ctx context.Context, c *client.Client) (types.Project, error) {
 				req.Name = args[0]
+				req.Idle = idf.setting()
 				if l, set, err := lf.limits(cmd.Flags()); err != nil {
 					return types.Project{}, err
 				} else if set {
@@ -51,6 +53,7 @@ func (a *app) projectCommand() *cobra.Command {
 	lf.add(create.Flags())
 	create.Flags().StringVar(&req.Egress, "egress", "", "where instances may connect: open (default; the internet, private ranges dropped), none, or allow:CIDR|HOST,...")
 	create.Flags().BoolVar(&req.IsolateInstances, "isolate-instances", false, "the project's instances cannot connect to each other either")
+	idf.add(create.Flags())
 	_ = create.MarkFlagRequired("base")
 
 	ls := &cobra.Command{
@@ -83,7 +86,7 @@ func (a *app) projectCommand() *cobra.Command {
 			}, func(w io.Writer, _ map[string]any) { row(w, "deleted project "+args[0]) })
 		},
 	}
-	return group("project", "Manage projects", create, ls, show, rm, a.retentionCommand(), a.limitsCommand(), a.networkCommand())
+	return group("project", "Manage projects", create, ls, show, rm, a.retentionCommand(), a.limitsCommand(), a.networkCommand(), a.idleCommand())
 }
 
 func (a *app) retentionCommand() *cobra.Command {

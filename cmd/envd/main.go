@@ -134,6 +134,9 @@ func (f *flags) register(cmd *cobra.Command, external bool) {
 	fl.StringVar(&f.cfg.TLSKey, "tls-key", env("ENVD_TLS_KEY", d.TLSKey), "PEM private key of --tls-cert (ENVD_TLS_KEY)")
 	fl.DurationVar(&f.cfg.ShutdownGrace, "shutdown-grace", f.envDuration("ENVD_SHUTDOWN_GRACE", d.ShutdownGrace), "on SIGTERM or SIGINT, how long requests and operations in flight may finish (0 = none); the rest are cancelled, and the next start resumes or settles them (ENVD_SHUTDOWN_GRACE)")
 	fl.StringVar(&f.cfg.SSHListen, "ssh-listen", envKept("ENVD_SSH_LISTEN", d.SSHListen), "SSH endpoint address (ssh INSTANCE@HOST -p PORT); the chosen one is written to DATA_DIR/ssh.addr and shown by envctl info; empty = no SSH (ENVD_SSH_LISTEN)")
+	fl.DurationVar(&f.cfg.IdleAfter, "idle-after", f.envDuration("ENVD_IDLE_AFTER", d.IdleAfter), "idle setting of projects that set none: a Running instance without activity this long is stopped (a non-retained one saved first), 0 = never; a tenant's max_idle_after cuts it (ENVD_IDLE_AFTER)")
+	fl.StringVar(&f.cfg.IdleAction, "idle-action", env("ENVD_IDLE_ACTION", d.IdleAction), "idle action of projects that set none: stop (a retained instance keeps its layer on the node) or hibernate (saved as a version, layer freed) (ENVD_IDLE_ACTION)")
+	fl.DurationVar(&f.cfg.WakeWait, "wake-wait", f.envDuration("ENVD_WAKE_WAIT", d.WakeWait), "how long a request that wakes a stopped or hibernated instance waits for it before answering 503 waking with Retry-After (ENVD_WAKE_WAIT)")
 	f.registerConfig(fl)
 	if external {
 		fl.StringVar(&f.s3.Endpoint, "s3-endpoint", env("ENVD_S3_ENDPOINT", ""), "S3 host:port for volume archives; empty = a directory in the data dir (ENVD_S3_ENDPOINT)")

@@ -39,11 +39,13 @@ type Runner struct {
 	store Store
 	rt    Runtime
 	gate  *freeze.Gate
+
+	activity Activity
 }
 
 // New makes a Runner; gate is the node's freeze gate, shared with saves.
 func New(node string, store Store, rt Runtime, gate *freeze.Gate) *Runner {
-	return &Runner{node: node, store: store, rt: rt, gate: gate}
+	return &Runner{node: node, store: store, rt: rt, gate: gate, activity: noActivity{}}
 }
 
 func (r *Runner) instance(ctx context.Context, p types.Principal, id string) (versions.Instance, error) {
@@ -84,6 +86,7 @@ func (r *Runner) Exec(ctx context.Context, p types.Principal, id string, req typ
 		return types.ExecResult{}, errdefs.WithDetails(fmt.Errorf("instance %q is %s, exec needs Running: %w", id, in.State, errdefs.ErrFailedPrecondition),
 			map[string]any{"state": in.State})
 	}
+	defer r.activity.Hold(id)() // a command running is use, however long
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	stdout := &limitedBuffer{max: types.MaxExecOutput}

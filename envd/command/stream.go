@@ -37,6 +37,12 @@ func (r *Runner) Stream(ctx context.Context, p types.Principal, id string, req t
 		return -1, errdefs.WithDetails(fmt.Errorf("instance %q is %s, exec needs Running: %w", id, in.State, errdefs.ErrFailedPrecondition),
 			map[string]any{"state": in.State})
 	}
+	// An open session is use for as long as it stays open (a terminal
+	// running top), and each input is activity too.
+	defer r.activity.Hold(id)()
+	if stdio.Stdin != nil {
+		stdio.Stdin = touchingReader{r: stdio.Stdin, touch: func() { r.activity.Touch(id) }}
+	}
 
 	var resize chan runtime.TermSize
 	if stdio.TTY && stdio.Resize != nil {

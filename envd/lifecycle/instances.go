@@ -26,7 +26,9 @@ const (
 // view is the instance as a user sees it: with its current address and
 // what protects its data.
 func (m *Manager) view(ctx context.Context, in versions.Instance) types.Instance {
-	return m.viewWith(ctx, in, m.Volumes.Paths(ctx, in.Tenant, in.Project))
+	out := []types.Instance{m.viewWith(ctx, in, m.Volumes.Paths(ctx, in.Tenant, in.Project))}
+	m.withIdle(ctx, out)
+	return out[0]
 }
 
 func (m *Manager) viewWith(ctx context.Context, in versions.Instance, volumes []string) types.Instance {
@@ -68,6 +70,7 @@ func (m *Manager) views(ctx context.Context, ins []versions.Instance) []types.In
 		}
 		out = append(out, m.viewWith(ctx, in, vs))
 	}
+	m.withIdle(ctx, out)
 	return out
 }
 

@@ -1,8 +1,9 @@
 // Package lifecycle owns instances on this node: creating them from a
 // version (at once or as a restore operation), the verbs that move them
 // between states (pause, resume, stop, start, delete, renew), hibernation
-// of idle stopped ones, the TTL reaper, the reconciler that makes the
-// runtime and the instance rows agree, and OOM kills. It needs the
+// of idle stopped ones, the TTL reaper, idle stop and wake on access
+// (idle.go), the reconciler that makes the runtime and the instance rows
+// agree, and OOM kills. It needs the
 // store's instance, project and version records (Store), the container
 // runtime but for its mounts and exec (Runtime), the project's volumes
 // (Volumes), the quota's TTL, start and disk checks (Quota), the save
@@ -20,6 +21,7 @@
 //	Paused   --user_resume--> Resuming --> Running
 //	Running|Paused --user_stop--> Stopping --> Stopped
 //	Stopped  --started--> Pending --> Running          (generation + 1)
+//	Running  --idle--> Stopping --> Stopped            (hibernated unless retained with action stop; idle.go)
 //	any      --user_delete|ttl_expiry--> Terminated
 //	any      --provision_failed|node_lost|task_exited|provision_timeout--> Failed
 package lifecycle
@@ -57,6 +59,9 @@ type Store interface {
 	SetProjectPrefetch(ctx context.Context, tenant, name string, files []string) error
 	GetVersion(ctx context.Context, tenant, project string, n int) (versions.Version, error)
 	LimitMaxima(ctx context.Context, tenant string) (versions.LimitMaxima, error)
+	RecordActivity(ctx context.Context, at map[string]time.Time) error
+	IdleCandidates(ctx context.Context, node string) ([]versions.IdleState, error)
+	IdleStates(ctx context.Context, ids []string) (map[string]versions.IdleState, error)
 }
 
 // Runtime is what instances need of the container runtime: everything
@@ -117,6 +122,9 @@ type Observer interface {
 	Restored(path string, d time.Duration)
 	// InstanceFailed is an instance this node marked Failed for reason.
 	InstanceFailed(reason string)
+	// Idled is an idle action (stop, hibernate) that ended with result
+	// done, canceled (activity came) or failed (the instance runs on).
+	Idled(action, result string)
 }
 
 // Deps are what a Manager works with, and the node's settings for
@@ -141,6 +149,14 @@ type Deps struct {
 	ReapInterval      time.Duration
 	ReconcileInterval time.Duration
 	ProvisionTimeout  time.Duration
+
+	// Idle stop and wake (idle.go): the node's default idle setting, how
+	// often the idle reaper looks, how often activity is flushed to the
+	// store (how stale other nodes may see it).
+	IdleAfter     time.Duration
+	IdleAction    string
+	IdleInterval  time.Duration
+	ActivityFlush time.Duration
 }
 
 // Manager manages this node's instances.
@@ -152,11 +168,13 @@ type Manager struct {
 
 	mu     sync.Mutex
 	acting map[string]int // instance -> verbs of this process running on it
+
+	activity *activity // idle.go
 }
 
 // New makes a Manager whose background work runs under ctx.
 func New(ctx context.Context, d Deps) *Manager {
-	return &Manager{Deps: d, ctx: ctx, reapWake: make(chan struct{}, 1)}
+	return &Manager{Deps: d, ctx: ctx, reapWake: make(chan struct{}, 1), activity: newActivity()}
 }
 
 // act records that a verb of this process acts on instance id until done

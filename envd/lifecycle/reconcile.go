@@ -14,14 +14,17 @@ import (
 // its own containers, so nodes may share one containerd namespace.
 const LabelNode = "envd.node"
 
-// Run starts the background work: the OOM watch, the TTL reaper and the
-// periodic reconciler (which also hibernates idle instances). Call it once,
+// Run starts the background work: the OOM watch, the TTL reaper, the idle
+// reaper and its activity flush (idle.go), and the periodic reconciler
+// (which also hibernates long-stopped retained instances). Call it once,
 // after a first Reconcile; it ends with the Manager's context.
 func (m *Manager) Run() {
 	m.watchOOM()
-	m.wg.Add(2)
+	m.wg.Add(4)
 	go m.reapLoop()
 	go m.reconcileLoop()
+	go m.idleLoop()
+	go m.flushLoop()
 }
 
 // wakeReaper makes the reaper look at expiries again now (after a renew).

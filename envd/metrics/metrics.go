@@ -60,6 +60,7 @@ type Metrics struct {
 	operations     *prometheus.CounterVec
 	operationTimes *prometheus.HistogramVec
 	requests       *prometheus.HistogramVec
+	idled          *prometheus.CounterVec
 }
 
 // New makes node's metrics: its instances counted in store at each scrape,
@@ -116,6 +117,10 @@ func New(node string, store Store, dataDir string) *Metrics {
 		Name: "envd_http_request_duration_seconds", Help: "API requests by method, route template and status code.", Buckets: requestBuckets,
 	}, []string{"method", "route", "code"})
 	r.MustRegister(m.pushErrors, m.lastPush, m.restores, m.failures, m.operations, m.operationTimes, m.requests)
+	m.idled = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "envd_idle_actions_total", Help: "Idle actions (stop, hibernate) by result: done, canceled (activity came), failed (the instance runs on).",
+	}, []string{"action", "result"})
+	r.MustRegister(m.idled)
 	r.MustRegister(&instances{node: node, store: store}, &headroom{dataDir: dataDir, meminfo: "/proc/meminfo"})
 	return m
 }
@@ -166,6 +171,9 @@ func (m *Metrics) Restored(path string, d time.Duration) {
 
 // InstanceFailed records an instance marked Failed (lifecycle.Observer).
 func (m *Metrics) InstanceFailed(reason string) { m.failures.WithLabelValues(reason).Inc() }
+
+// Idled records an idle action's end (lifecycle.Observer).
+func (m *Metrics) Idled(action, result string) { m.idled.WithLabelValues(action, result).Inc() }
 
 // OperationFinished records an operation's end (ops.Observer).
 func (m *Metrics) OperationFinished(kind types.OpKind, state types.OpState, d time.Duration) {

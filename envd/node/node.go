@@ -125,6 +125,16 @@ type Config struct {
 	// SSHListen is the SSH endpoint's address (ssh.go); "" = none.
 	// DefaultConfig gives DefaultSSHListen.
 	SSHListen string
+
+	// Idle stop and wake (envd.Config): the default idle setting of
+	// projects (0 = never), its action (stop), the wake wait (60s); the
+	// idle reaper's and the activity flush's intervals (10s; tests
+	// shorten them).
+	IdleAfter     time.Duration
+	IdleAction    string
+	WakeWait      time.Duration
+	IdleInterval  time.Duration
+	ActivityFlush time.Duration
 }
 
 // The defaults of a node, in one place: DefaultConfig gathers them for
@@ -188,6 +198,8 @@ func DefaultConfig() Config {
 		Limits:        envd.DefaultTenantLimits,
 		ShutdownGrace: DefaultShutdownGrace,
 		SSHListen:     DefaultSSHListen,
+		IdleAction:    types.IdleActionStop,
+		WakeWait:      envd.DefaultWakeWait,
 	}
 }
 

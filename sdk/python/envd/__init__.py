@@ -37,6 +37,7 @@ from .errors import (
     StreamError,
     Unauthenticated,
     Unavailable,
+    Waking,
     error_for_code,
     error_from_body,
 )
@@ -49,5 +50,5 @@ __all__ = [
     "EnvdError", "InvalidArgument", "Unauthenticated", "PermissionDenied", "NotFound", "AlreadyExists",
     "StaleGeneration", "Conflict", "FailedPrecondition", "IdempotencyKeyReused", "Canceled", "Internal",
     "Unavailable", "DeadlineExceeded", "QuotaExceeded", "ResourceExhausted", "StartFailed", "Interrupted", "StreamError",
-    "error_for_code", "error_from_body",
+    "Waking", "error_for_code", "error_from_body",
 ]

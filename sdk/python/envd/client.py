@@ -384,6 +384,17 @@ class Client:
         return self._call("PUT", f"/v1/projects/{_seg(project)}/network",
                           body={"egress": egress, "isolate_instances": isolate_instances})
 
+    def set_idle(self, project: str, after: str = "", action: str = "") -> JSON:
+        """PUT /v1/projects/{p}/idle: stop the project's instances after
+        ``after`` without activity (``"0"`` = never) with ``action`` stop or
+        hibernate; both empty = the node's default."""
+        body = {}
+        if after:
+            body["after"] = after
+        if action:
+            body["action"] = action
+        return self._call("PUT", f"/v1/projects/{_seg(project)}/idle", body=body)
+
     # ------------------------------------------------------------------
     # Instances
 
@@ -454,10 +465,13 @@ class Client:
 
     def exec(self, instance_id: str, args: Sequence[str], *, env: Optional[Sequence[str]] = None,
              cwd: Optional[str] = None, stdin: Union[str, bytes, None] = None,
-             timeout: Union[str, int, float, None] = None, generation: Optional[int] = None) -> JSON:
+             timeout: Union[str, int, float, None] = None, generation: Optional[int] = None,
+             wake: bool = False) -> JSON:
         """POST /v1/instances/{i}/exec: runs args to the end and answers
         {exit_code, stdout, stderr, truncated, oom_killed}. A non-zero exit
-        code is not an error; a timeout is DeadlineExceeded. Not retried."""
+        code is not an error; a timeout is DeadlineExceeded. Not retried.
+        wake starts a stopped or hibernated instance first (Waking, 503,
+        past the server's wake wait)."""
         req: JSON = {"args": list(args)}
         if env:
             req["env"] = list(env)
@@ -469,13 +483,16 @@ class Client:
             req["timeout"] = duration(timeout)
         if generation:
             req["generation"] = generation
+        if wake:
+            req["wake"] = True
         secs = _seconds(timeout)
         read_timeout = max(self.timeout, (secs if secs is not None else 600.0) + 30.0)
         return self._call("POST", f"/v1/instances/{_seg(instance_id)}/exec", body=req, retry=_RETRY_NONE,
                           timeout=read_timeout)
 
     def exec_url(self, instance_id: str, args: Sequence[str], *, tty: bool = False, cols: Optional[int] = None,
-                 rows: Optional[int] = None, env: Optional[Sequence[str]] = None, cwd: Optional[str] = None) -> str:
+                 rows: Optional[int] = None, env: Optional[Sequence[str]] = None, cwd: Optional[str] = None,
+                 wake: bool = False) -> str:
         """The ws:// or wss:// URL of an exec stream (no token in it)."""
         if not args:
             raise ValueError("exec: no command")
@@ -483,6 +500,8 @@ class Client:
         q += [("env", e) for e in (env or [])]
         if cwd:
             q.append(("cwd", cwd))
+        if wake:
+            q.append(("wake", "1"))
         if tty:
             q.append(("tty", "1"))
             if (cols is None) != (rows is None):
@@ -494,13 +513,13 @@ class Client:
 
     def exec_session(self, instance_id: str, args: Sequence[str], *, tty: bool = False, cols: Optional[int] = None,
                      rows: Optional[int] = None, env: Optional[Sequence[str]] = None, cwd: Optional[str] = None,
-                     token_in_subprotocol: bool = False) -> "ExecSession":
+                     token_in_subprotocol: bool = False, wake: bool = False) -> "ExecSession":
         """Open an exec WebSocket: a streaming (or with tty, interactive)
         command. Errors before the upgrade raise the usual EnvdError;
         errors of the command itself come with its exit message (see
         ExecSession). token_in_subprotocol sends the token the browser way
         instead of the Authorization header."""
-        url = self.exec_url(instance_id, args, tty=tty, cols=cols, rows=rows, env=env, cwd=cwd)
+        url = self.exec_url(instance_id, args, tty=tty, cols=cols, rows=rows, env=env, cwd=cwd, wake=wake)
         protos = [EXEC_SUBPROTOCOL]
         headers = {"User-Agent": self.user_agent}
         if self.token:

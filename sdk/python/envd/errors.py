@@ -157,6 +157,22 @@ class StartFailed(EnvdError):
     directory); the runtime's reason is in the message. A command that is
     not found is not this error but exit code 127."""
     code_name = "start_failed"
+class Waking(EnvdError):
+    """503: the instance is being woken (started from stopped or hibernated)
+    and the request did not wait; ``details``: state, retry_after_seconds.
+
+    retry_after: seconds to wait, from the ``Retry-After`` header or
+    ``details["retry_after_seconds"]``; None when neither was sent.
+    """
+    code_name = "waking"
+
+    def __init__(self, status, code, message, details=None, retry_after: Optional[float] = None):
+        super().__init__(status, code, message, details)
+        if retry_after is None:
+            ra = self.details.get("retry_after_seconds")
+            if isinstance(ra, (int, float)) and not isinstance(ra, bool):
+                retry_after = float(ra)
+        self.retry_after = retry_after
 
 
 class Interrupted(EnvdError):
@@ -179,7 +195,7 @@ _CLASSES: Dict[str, Type[EnvdError]] = {
         InvalidArgument, Unauthenticated, PermissionDenied, NotFound, AlreadyExists,
         StaleGeneration, Conflict, FailedPrecondition, IdempotencyKeyReused, Canceled,
         Internal, Unavailable, DeadlineExceeded, QuotaExceeded, ResourceExhausted, StartFailed,
-        Interrupted,
+        Interrupted, Waking,
     )
 }
 
@@ -219,6 +235,7 @@ CODE_STATUS = {
     "unavailable": 503,
     "deadline_exceeded": 504,
     "quota_exceeded": 507,
+    "waking": 503,
 }
 
 
@@ -226,8 +243,8 @@ def error_for_code(status: int, code: str, message: str, details: Optional[Mappi
                    retry_after: Optional[float] = None) -> EnvdError:
     """The exception for a stable code; EnvdError itself for an unknown one."""
     cls = _CLASSES.get(code, EnvdError)
-    if cls is ResourceExhausted:
-        return ResourceExhausted(status, code, message, details, retry_after=retry_after)
+    if cls in (ResourceExhausted, Waking):
+        return cls(status, code, message, details, retry_after=retry_after)
     return cls(status, code, message, details)
 
 

@@ -239,6 +239,11 @@ export class Projects {
   setNetwork(name: string, n: T.ProjectNetwork, opts?: CallOptions): Promise<T.Project> {
     return this.t.json({ method: "PUT", path: `/v1/projects/${esc(name)}/network`, json: n, retry: "safe" }, opts);
   }
+
+  /** PUT /v1/projects/{p}/idle: idle stop of the project's instances; {} = the node's default. */
+  setIdle(name: string, idle: T.IdleSetting, opts?: CallOptions): Promise<T.Project> {
+    return this.t.json({ method: "PUT", path: `/v1/projects/${esc(name)}/idle`, json: idle, retry: "safe" }, opts);
+  }
 }
 
 export class Instances {

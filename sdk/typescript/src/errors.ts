@@ -51,6 +51,8 @@ export class ResourceExhaustedError extends EnvdError {}
 export class StartFailedError extends EnvdError {}
 /** An operation ended because envd stopped while it ran. */
 export class InterruptedError extends EnvdError {}
+/** The instance is being woken and the request did not wait; details: {state, retry_after_seconds}; retryAfter is set. */
+export class WakingError extends EnvdError {}
 
 type ErrorClass = new (
   status: number,
@@ -79,6 +81,7 @@ const codes: Record<string, [ErrorClass, number]> = {
   resource_exhausted: [ResourceExhaustedError, 429],
   start_failed: [StartFailedError, 422],
   interrupted: [InterruptedError, 500],
+  waking: [WakingError, 503],
 };
 
 /** Codes for error answers without an envd body (a proxy's, for example). */

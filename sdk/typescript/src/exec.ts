@@ -37,6 +37,8 @@ export interface ExecStreamOptions {
   args: string[];
   env?: string[];
   cwd?: string;
+  /** Starts a stopped or hibernated instance before the upgrade (a WakingError, 503, past the server's wake wait). */
+  wake?: boolean;
   /** Gives the command a terminal: all output arrives on stdout. */
   tty?: boolean;
   /** The terminal's size from the start (both or neither). Send it: a first resize races the command's first look. */
@@ -88,6 +90,7 @@ export class ExecSession {
     const query: Record<string, string | string[] | undefined> = { cmd: o.args };
     if (o.env?.length) query.env = o.env;
     if (o.cwd) query.cwd = o.cwd;
+    if (o.wake) query.wake = "1";
     if (o.tty) {
       query.tty = "1";
       if (o.cols !== undefined) {

@@ -65,6 +65,8 @@ export interface Project {
   limits?: Limits;
   egress: string;
   isolate_instances: boolean;
+  /** The project's own idle stop; absent = the node's default. */
+  idle?: IdleSetting;
 }
 
 /** Go: types.Retention. The body of PUT /v1/projects/{p}/retention. */
@@ -115,6 +117,7 @@ export interface CreateProjectRequest {
   /** "open" (default), "none" or "allow:ENTRY,...". */
   egress?: string;
   isolate_instances?: boolean;
+  idle?: IdleSetting;
 }
 
 /** Go: types.Volume. */
@@ -212,6 +215,13 @@ export interface Instance {
   created_at: string;
   last_transition_at: string;
   limits?: Limits;
+  /** Idle stop: the effective setting, when the idle clock started, when the action runs. */
+  idle_after?: string;
+  idle_action?: Open<"stop" | "hibernate">;
+  idle_since?: string;
+  idle_action_at?: string;
+  /** Exec sessions open on the answering node: while any is, the instance is not idle. */
+  active_sessions?: number;
 }
 
 /** Go: types.CreateInstanceRequest. The body of POST /v1/projects/{p}/instances. */
@@ -233,6 +243,8 @@ export interface ExecRequest {
   timeout?: string;
   /** Fences the request: anything but the newest generation is stale_generation. */
   generation?: number;
+  /** Start a stopped or hibernated instance first (503 waking past the wake wait). */
+  wake?: boolean;
 }
 
 /** Go: types.ExecResult. */
@@ -328,6 +340,8 @@ export interface Quota {
   max_pids?: number;
   max_cpus?: number;
   max_disk_bytes?: number;
+  /** A Go duration: the longest idle setting of the tenant's projects. */
+  max_idle_after?: string;
 }
 
 /** Go: types.Usage. */
@@ -449,6 +463,7 @@ export type ErrorCode = Open<
   | "resource_exhausted"
   | "start_failed"
   | "interrupted"
+  | "waking"
 >;
 
 /** Go: types.ErrorDetail. */
@@ -577,4 +592,13 @@ export interface ForkResult {
   project: string;
   version: number;
   instance: Instance;
+/**
+ * Go: types.IdleSetting. The body of PUT /v1/projects/{p}/idle: instances
+ * Running `after` without activity are stopped (retained, `stop`) or saved
+ * as a non-current version and stopped. Empty fields = the node's defaults;
+ * after "0" = never.
+ */
+export interface IdleSetting {
+  after?: string;
+  action?: Open<"stop" | "hibernate" | "">;
 }

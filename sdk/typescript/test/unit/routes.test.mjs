@@ -32,6 +32,7 @@ describe("routes", () => {
     ["projects.setRetention", () => c.projects.setRetention("p", { keep_last: 3 }), "PUT", "/v1/projects/p/retention", { keep_last: 3 }],
     ["projects.setLimits", () => c.projects.setLimits("p", { memory_bytes: 1 }), "PUT", "/v1/projects/p/limits", { memory_bytes: 1 }],
     ["projects.setNetwork", () => c.projects.setNetwork("p", { egress: "none" }), "PUT", "/v1/projects/p/network", { egress: "none" }],
+    ["projects.setIdle", () => c.projects.setIdle("p", { after: "30m", action: "stop" }), "PUT", "/v1/projects/p/idle", { after: "30m", action: "stop" }],
     ["instances.create", () => c.instances.create("p", { ttl: "1h" }), "POST", "/v1/projects/p/instances", { ttl: "1h" }, [K]],
     ["instances.createAsync", () => c.instances.createAsync("p", { retain: true }), "POST", "/v1/projects/p/instances", { retain: true }, [K, "Prefer=respond-async"]],
     ["instances.list of a project", () => c.instances.list("p"), "GET", "/v1/projects/p/instances"],
