@@ -26,6 +26,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -49,6 +50,7 @@ type Core interface {
 	VolumeCore
 	OperationCore
 	TenantCore
+	PortCore
 }
 
 // MaxJSONBody is the largest JSON request body accepted. Image uploads are
@@ -65,6 +67,8 @@ type options struct {
 	metrics      http.Handler    // metrics.go
 	scrapeToken  string          // metrics.go
 	requests     RequestObserver // metrics.go
+
+	previewDomain string // ports.go
 }
 
 // Option configures New.
@@ -156,6 +160,16 @@ func WithKeepAlive(d time.Duration) Option {
 	}
 }
 
+// WithPreviewDomain names the node's preview domain: preview URLs in
+// answers are {port}-{instance}.{domain} (PreviewHosts serves them).
+// Default: "", no preview URLs.
+func WithPreviewDomain(domain string) Option {
+	return func(o *options) error {
+		o.previewDomain = strings.ToLower(strings.TrimSuffix(domain, "."))
+		return nil
+	}
+}
+
 // New returns the API's HTTP handler, or the error of the first invalid
 // option.
 func New(core Core, opts ...Option) (http.Handler, error) {
@@ -209,6 +223,7 @@ func New(core Core, opts ...Option) (http.Handler, error) {
 		volumes{core}.routes(),
 		operations{core, admit, o.pollInterval, o.keepAlive}.routes(),
 		tenants{core}.routes(),
+		newPorts(core, o.previewDomain).routes(),
 	} {
 		for _, r := range group {
 			v1.Handle(r.method, r.path, r.handler)

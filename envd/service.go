@@ -150,6 +150,8 @@ type Service struct {
 
 	limits     *limiter.Limiter // per-tenant concurrency (admission.go)
 	limitsOnce sync.Once
+
+	ports portState // ports.go
 }
 
 // New makes the core. Call Start once after, and Close at the end.

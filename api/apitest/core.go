@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"sync"
 	"time"
 
@@ -69,6 +70,9 @@ type Core struct {
 	sizes []types.TermSize
 	ops   map[string]*opLog
 	nOps  int
+
+	// DialInstanceFunc, when set, is DialInstance (ports.go).
+	DialInstanceFunc func(ctx context.Context, id string, port int) (net.Conn, error)
 }
 
 var _ api.Core = (*Core)(nil)

@@ -32,6 +32,9 @@ var (
 	// ErrResourceExhausted: a per-tenant limit on concurrent work (saves,
 	// builds, exec and event streams) is reached; retry later.
 	ErrResourceExhausted = errors.New("resource exhausted")
+	// ErrPortUnreachable: nothing listens on the instance's port the port
+	// proxy was asked to reach (the instance itself is running).
+	ErrPortUnreachable = errors.New("port unreachable")
 )
 
 type kind struct {
@@ -57,6 +60,7 @@ var kinds = []kind{
 	{ErrCanceled, "canceled", 499},
 	{context.Canceled, "canceled", 499},
 	{context.DeadlineExceeded, "deadline_exceeded", http.StatusGatewayTimeout},
+	{ErrPortUnreachable, "port_unreachable", http.StatusBadGateway},
 }
 
 // Code returns the stable machine-readable code of err, "internal" when it

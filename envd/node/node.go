@@ -121,6 +121,9 @@ type Config struct {
 	// plain-HTTP address (for a private network); "" = none. The API's
 	// /metrics takes the admin token or DataDir/metrics.token either way.
 	MetricsListen string
+	// PreviewDomain serves instance ports on the API's listener at
+	// {port}-{instance}.PreviewDomain (api.PreviewHosts); "" = none.
+	PreviewDomain string
 }
 
 // The defaults of a node, in one place: DefaultConfig gathers them for
