@@ -86,7 +86,6 @@ func Host(port int, instance, domain string) string {
 	return strconv.Itoa(port) + "-" + instance + "." + domain
 }
 
-
 // ParseHost splits a request's Host (a port suffix allowed) into the port
 // and instance of a preview host under domain. ok is false when host is
 // not under domain at all (the request is for the API); err is set when it
@@ -125,4 +124,3 @@ func ParseHost(host, domain string) (port int, instance string, ok bool, err err
 	}
 	return port, inst, true, nil
 }
-
