@@ -24,7 +24,7 @@ import (
 // seen is what the instance's server saw of a proxied request.
 type seen struct {
 	Method, Path, RawQuery, Host, Auth, Cookie, Prefix, ForwardedHost, ForwardedProto string
-	Body                                                                         string
+	Body                                                                              string
 }
 
 // portsServer is the API with the host form for domain "preview.test",
