@@ -203,25 +203,32 @@ func TestRootPortsHostForm(t *testing.T) {
 	assert.Equal(t, http.StatusUnauthorized, status, "8080 is still private")
 }
 
-// wsEcho builds the WebSocket echo server (testdata/wsecho), copies it
-// into the instance and starts it on 127.0.0.1:9000.
-func wsEcho(t *testing.T, id string) {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "wsecho")
+// wsEcho builds testdata/wsecho, copies it into the instance and starts
+// it on 127.0.0.1:9000.
+func wsEcho(t *testing.T, id string) { wsEchoOn(t, id, "127.0.0.1:9000") }
+
+// wsEchoOn is wsEcho on addr (port 9000).
+func wsEchoOn(tb testing.TB, id, addr string) {
+	tb.Helper()
+	c, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	bin := filepath.Join(tb.TempDir(), "wsecho")
 	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "./testdata/wsecho")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "build wsecho: %s", out)
+	require.NoError(tb, err, "build wsecho: %s", out)
 	b, err := os.ReadFile(bin)
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	var stderr bytes.Buffer
-	code, err := env.c.ExecStream(ctx(t), id, types.ExecRequest{Args: []string{"/bin/sh", "-c", "cat > /wsecho && chmod +x /wsecho"}},
+	code, err := env.c.ExecStream(c, id, types.ExecRequest{Args: []string{"/bin/sh", "-c", "cat > /wsecho && chmod +x /wsecho"}},
 		types.Stdio{Stdin: bytes.NewReader(b), Stdout: io.Discard, Stderr: &stderr})
-	require.NoError(t, err)
-	require.Equal(t, 0, code, stderr.String())
-	mustSh(t, id, `setsid /wsecho 127.0.0.1:9000 </dev/null >/tmp/wsecho.log 2>&1 &`)
-	require.Eventually(t, func() bool {
-		ps, err := env.c.ListPorts(ctx(t), id)
+	require.NoError(tb, err)
+	require.Equal(tb, 0, code, stderr.String())
+	res, err := env.c.Exec(c, id, types.ExecRequest{Args: []string{"/bin/sh", "-c", "setsid /wsecho " + addr + " </dev/null >/tmp/wsecho.log 2>&1 &"}})
+	require.NoError(tb, err)
+	require.Equal(tb, 0, res.ExitCode, res.Stderr)
+	require.Eventually(tb, func() bool {
+		ps, err := env.c.ListPorts(c, id)
 		for _, p := range ps {
 			if p.Port == 9000 {
 				return err == nil
