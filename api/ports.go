@@ -40,8 +40,12 @@ import (
 //     binary messages carry the connection's bytes both ways; an empty
 //     message is the end of the sender's direction (half-close).
 //
-// Every proxied request and tunnelled connection wakes the instance when
-// it is not running (WakeInstance) and counts as activity (TouchInstance).
+// Every proxied request and tunnelled connection counts as activity
+// (TouchInstance). A new connection to an instance that is not running
+// wakes it (WakeInstance) first. The proxy keeps connections to instances
+// alive per tenant, instance and port: only a new one is checked against
+// the tenant (DialInstance does), so a request over a kept one costs no
+// lookup, and a connection is only ever reused for its own tenant.
 
 // PortCore is what the port proxy needs of the core.
 type PortCore interface {
@@ -192,10 +196,6 @@ func (g ports) pathForm(c *gin.Context) {
 	if parts := strings.SplitN(c.Request.URL.EscapedPath(), "/", 7); len(parts) == 7 {
 		rest += parts[6]
 	}
-	if _, err := g.core.WakeInstance(c.Request.Context(), p, id); err != nil {
-		writeError(c, err)
-		return
-	}
 	g.core.TouchInstance(id)
 	g.proxy.serve(c.Writer, c.Request, proxyTarget{
 		p: p, id: id, port: port, path: rest,
@@ -242,7 +242,7 @@ func newPortProxy(core PortCore) *portProxy {
 			if !ok || net.JoinHostPort(t.poolKey(), "80") != addr {
 				return nil, fmt.Errorf("port proxy: dial %s without its target", addr)
 			}
-			return core.DialInstance(ctx, t.p, t.id, t.port)
+			return dialWaking(ctx, core, t.p, t.id, t.port)
 		},
 		MaxIdleConns:        256,
 		MaxIdleConnsPerHost: 16,
@@ -282,6 +282,19 @@ func newPortProxy(core PortCore) *portProxy {
 	}
 	rp.ErrorLog = nil
 	return &portProxy{rp: rp}
+}
+
+// dialWaking connects to port of instance id, starting the instance first
+// when it is not running (stopped, idle-stopped, hibernated).
+func dialWaking(ctx context.Context, core PortCore, p types.Principal, id string, port int) (net.Conn, error) {
+	conn, err := core.DialInstance(ctx, p, id, port)
+	if !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		return conn, err
+	}
+	if _, werr := core.WakeInstance(ctx, p, id); werr != nil {
+		return nil, werr
+	}
+	return core.DialInstance(ctx, p, id, port)
 }
 
 // hasKind reports whether err carries one of errdefs' kinds.
@@ -378,10 +391,6 @@ func (h *previewHosts) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, u.RequestURI(), status)
 		return
 	}
-	if _, err := h.core.WakeInstance(r.Context(), p, id); err != nil {
-		plainError(w, err)
-		return
-	}
 	h.core.TouchInstance(id)
 	path := r.URL.EscapedPath()
 	if path == "" {
@@ -415,11 +424,7 @@ func (g ports) tunnel(c *gin.Context) {
 		return
 	}
 	id, p := c.Param("i"), principal(c)
-	if _, err := g.core.WakeInstance(c.Request.Context(), p, id); err != nil {
-		writeError(c, err)
-		return
-	}
-	tcp, err := g.core.DialInstance(c.Request.Context(), p, id, port)
+	tcp, err := dialWaking(c.Request.Context(), g.core, p, id, port)
 	if err != nil {
 		writeError(c, err)
 		return

@@ -84,7 +84,7 @@ func doReq(t *testing.T, req *http.Request) (*http.Response, string) {
 }
 
 func TestPortProxyPathForm(t *testing.T) {
-	srv, _ := portsServer(t)
+	srv, core := portsServer(t)
 	req, _ := http.NewRequest("POST", srv.URL+"/v1/instances/web-1/ports/5173/src/a%2Fb.js?x=1&y=2", strings.NewReader("payload"))
 	req.Header.Set("Authorization", "Bearer "+apitest.Token)
 	req.Header.Set("Cookie", "theirs=1; envd_preview=secret; other=2")
@@ -123,6 +123,17 @@ func TestPortProxyPathForm(t *testing.T) {
 			resp, body := doReq(t, req)
 			assert.Equal(t, http.StatusBadRequest, resp.StatusCode, "port %s: %s", p, body)
 		}
+	})
+	t.Run("a stopped instance is woken", func(t *testing.T) {
+		_, woken := core.LastCall("WakeInstance")
+		require.False(t, woken)
+		req, _ := http.NewRequest("GET", srv.URL+"/v1/instances/sleepy/ports/5173/", nil)
+		req.Header.Set("Authorization", "Bearer "+apitest.Token)
+		resp, body := doReq(t, req)
+		assert.Equal(t, http.StatusTeapot, resp.StatusCode, body)
+		call, woken := core.LastCall("WakeInstance")
+		require.True(t, woken)
+		assert.Equal(t, []any{"sleepy"}, call.Args)
 	})
 	t.Run("unknown instance", func(t *testing.T) {
 		req, _ := http.NewRequest("GET", srv.URL+"/v1/instances/gone/ports/5173/", nil)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/envd/names"
 	"github.com/envd-dev/envd/internal/netns"
 )
 
@@ -62,7 +63,12 @@ func refused(err error) bool {
 // instancePid is the pid of the task of instance id, which must be
 // Running on this node and belong to p's tenant.
 func (s *Service) instancePid(ctx context.Context, p types.Principal, id string) (uint32, error) {
-	in, err := s.GetInstance(ctx, p, id)
+	// The store, not GetInstance: its view asks the runtime for more than
+	// this needs, on every new proxied connection.
+	if err := names.ValidateInstanceID(id); err != nil {
+		return 0, err
+	}
+	in, err := s.store.GetInstance(ctx, p.Tenant, id)
 	if err != nil {
 		return 0, err
 	}

@@ -11,10 +11,17 @@ import (
 )
 
 // PortCore. The fake's preview token is "preview-<instance>-<port>"; the
-// port 8443 of every instance is public; instance "gone" does not exist.
+// port 8443 of every instance is public; instance "gone" does not exist;
+// instance "sleepy" is stopped until WakeInstance was called for it.
 
 func (c *Core) DialInstance(ctx context.Context, p types.Principal, id string, port int) (net.Conn, error) {
 	c.record("DialInstance", p, id, port)
+	if id == "gone" {
+		return nil, fmt.Errorf("instance %q: %w", id, errdefs.ErrNotFound)
+	}
+	if _, woken := c.LastCall("WakeInstance"); id == "sleepy" && !woken {
+		return nil, fmt.Errorf("instance %q is Stopped, not Running: %w", id, errdefs.ErrFailedPrecondition)
+	}
 	if c.DialInstanceFunc != nil {
 		return c.DialInstanceFunc(ctx, id, port)
 	}
