@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"io"
@@ -32,7 +33,23 @@ type seen struct {
 // (an HTTP server that answers what it saw, and a WebSocket echo at /ws).
 func portsServer(t *testing.T) (*httptest.Server, *apitest.Core) {
 	t.Helper()
+	sawFirst := make(chan struct{})
+	sawFirstOnce = func() { close(sawFirst) }
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/events" {
+			// One event, then nothing until the client says it saw it:
+			// a proxy that buffered would never pass it on.
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = io.WriteString(w, "data: first\n\n")
+			w.(http.Flusher).Flush()
+			select {
+			case <-sawFirst:
+			case <-r.Context().Done():
+				return
+			}
+			_, _ = io.WriteString(w, "data: second\n\n")
+			return
+		}
 		if r.URL.Path == "/ws" {
 			c, err := websocket.Accept(w, r, nil)
 			if err != nil {
@@ -67,6 +84,31 @@ func portsServer(t *testing.T) (*httptest.Server, *apitest.Core) {
 	srv := httptest.NewServer(api.PreviewHosts(core, "preview.test", h))
 	t.Cleanup(srv.Close)
 	return srv, core
+}
+
+// sawFirstOnce tells portsServer's /events that the client saw its first
+// event.
+var sawFirstOnce func()
+
+// Streams pass through as they come: an event stream's first event
+// reaches the client while the instance still holds the answer open.
+func TestPortProxyStreams(t *testing.T) {
+	srv, _ := portsServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/v1/instances/web-1/ports/5173/events", nil)
+	req.Header.Set("Authorization", "Bearer "+apitest.Token)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	r := bufio.NewReader(resp.Body)
+	line, err := r.ReadString('\n')
+	require.NoError(t, err, "the first event did not come through before the stream ended")
+	assert.Equal(t, "data: first\n", line)
+	sawFirstOnce()
+	rest, err := io.ReadAll(r)
+	require.NoError(t, err)
+	assert.Equal(t, "\ndata: second\n\n", string(rest))
 }
 
 func noRedirects() *http.Client {
