@@ -284,7 +284,6 @@ func newPortProxy(core PortCore) *portProxy {
 			t.fail(err)
 		},
 	}
-	rp.ErrorLog = nil
 	return &portProxy{rp: rp}
 }
 

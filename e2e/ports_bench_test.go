@@ -29,7 +29,7 @@ import (
 
 // benchTarget starts an instance with wsecho on 0.0.0.0:9000 and returns
 // the path-form base URL and the direct one.
-func benchTarget(b *testing.B) (proxy, direct string) {
+func portsBenchTarget(b *testing.B) (proxy, direct string) {
 	b.Helper()
 	c, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -46,13 +46,11 @@ func benchTarget(b *testing.B) (proxy, direct string) {
 	return env.c.PortURL(in.ID, 9000, ""), "http://" + net.JoinHostPort(in.Address, "9000")
 }
 
-func bearer(req *http.Request) { req.Header.Set("Authorization", "Bearer "+env.node.Token) }
-
-func fetch(b *testing.B, hc *http.Client, url string, auth bool) int64 {
+func portsFetch(b *testing.B, hc *http.Client, url string, auth bool) int64 {
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	require.NoError(b, err)
 	if auth {
-		bearer(req)
+		req.Header.Set("Authorization", "Bearer "+env.node.Token)
 	}
 	resp, err := hc.Do(req)
 	require.NoError(b, err)
@@ -63,32 +61,32 @@ func fetch(b *testing.B, hc *http.Client, url string, auth bool) int64 {
 	return n
 }
 
-func percentile(ds []time.Duration, p float64) time.Duration {
+func portsPercentile(ds []time.Duration, p float64) time.Duration {
 	s := slices.Clone(ds)
 	slices.Sort(s)
 	return s[min(len(s)-1, int(float64(len(s))*p))]
 }
 
 func BenchmarkRootPortsLatency(b *testing.B) {
-	proxy, direct := benchTarget(b)
+	proxy, direct := portsBenchTarget(b)
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
 	for range 50 { // warm both paths' connections
-		fetch(b, hc, proxy+"small", true)
-		fetch(b, hc, direct+"/small", false)
+		portsFetch(b, hc, proxy+"small", true)
+		portsFetch(b, hc, direct+"/small", false)
 	}
 	var viaProxy, viaDirect []time.Duration
 	b.ResetTimer()
 	for range b.N {
 		t0 := time.Now()
-		fetch(b, hc, proxy+"small", true)
+		portsFetch(b, hc, proxy+"small", true)
 		t1 := time.Now()
-		fetch(b, hc, direct+"/small", false)
+		portsFetch(b, hc, direct+"/small", false)
 		viaProxy, viaDirect = append(viaProxy, t1.Sub(t0)), append(viaDirect, time.Since(t1))
 	}
 	b.StopTimer()
 	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-	pp50, pp99 := percentile(viaProxy, 0.50), percentile(viaProxy, 0.99)
-	dp50, dp99 := percentile(viaDirect, 0.50), percentile(viaDirect, 0.99)
+	pp50, pp99 := portsPercentile(viaProxy, 0.50), portsPercentile(viaProxy, 0.99)
+	dp50, dp99 := portsPercentile(viaDirect, 0.50), portsPercentile(viaDirect, 0.99)
 	b.ReportMetric(us(pp50), "proxy-p50-us")
 	b.ReportMetric(us(pp99), "proxy-p99-us")
 	b.ReportMetric(us(dp50), "direct-p50-us")
@@ -99,16 +97,16 @@ func BenchmarkRootPortsLatency(b *testing.B) {
 
 func BenchmarkRootPortsDownload(b *testing.B) {
 	const size = 1 << 30
-	proxy, direct := benchTarget(b)
+	proxy, direct := portsBenchTarget(b)
 	hc := &http.Client{}
 	q := "zeros?n=" + strconv.Itoa(size)
 	var viaProxy, viaDirect time.Duration
 	b.ResetTimer()
 	for range b.N {
 		t0 := time.Now()
-		require.EqualValues(b, size, fetch(b, hc, proxy+q, true))
+		require.EqualValues(b, size, portsFetch(b, hc, proxy+q, true))
 		t1 := time.Now()
-		require.EqualValues(b, size, fetch(b, hc, direct+"/"+q, false))
+		require.EqualValues(b, size, portsFetch(b, hc, direct+"/"+q, false))
 		viaProxy += t1.Sub(t0)
 		viaDirect += time.Since(t1)
 	}

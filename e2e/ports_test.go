@@ -46,7 +46,7 @@ func portsInstance(t *testing.T) (string, types.Instance) {
 	return project, in
 }
 
-func get(t *testing.T, req *http.Request) (int, string, *http.Response) {
+func portsGet(t *testing.T, req *http.Request) (int, string, *http.Response) {
 	t.Helper()
 	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	resp, err := hc.Do(req)
@@ -57,7 +57,7 @@ func get(t *testing.T, req *http.Request) (int, string, *http.Response) {
 	return resp.StatusCode, string(b), resp
 }
 
-func pathReq(t *testing.T, c *client.Client, id string, port int, path, token string) *http.Request {
+func portsPathReq(t *testing.T, c *client.Client, id string, port int, path, token string) *http.Request {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx(t), http.MethodGet, c.PortURL(id, port, path), nil)
 	require.NoError(t, err)
@@ -69,7 +69,7 @@ func pathReq(t *testing.T, c *client.Client, id string, port int, path, token st
 
 // hostReq is a request of the host form: to the node's address, with the
 // preview host as Host.
-func hostReq(t *testing.T, port int, id, pathQuery string, cookie *http.Cookie) *http.Request {
+func portsHostReq(t *testing.T, port int, id, pathQuery string, cookie *http.Cookie) *http.Request {
 	t.Helper()
 	u, err := url.Parse(env.node.URL)
 	require.NoError(t, err)
@@ -100,18 +100,18 @@ func TestRootPortsListAndPathForm(t *testing.T) {
 		port int
 		want string
 	}{{8080, "hello-loopback"}, {8081, "hello-any"}} {
-		status, body, _ := get(t, pathReq(t, env.c, in.ID, tc.port, "/index.html", env.node.Token))
+		status, body, _ := portsGet(t, portsPathReq(t, env.c, in.ID, tc.port, "/index.html", env.node.Token))
 		assert.Equal(t, http.StatusOK, status, body)
 		assert.Equal(t, tc.want+"\n", body)
 
-		status, body, _ = get(t, pathReq(t, env.c, in.ID, tc.port, "/index.html", ""))
+		status, body, _ = portsGet(t, portsPathReq(t, env.c, in.ID, tc.port, "/index.html", ""))
 		assert.Equal(t, http.StatusUnauthorized, status, body)
 		assert.NotContains(t, body, "hello")
 	}
-	status, body, _ := get(t, pathReq(t, env.c, in.ID, 8080, "/no-such-page", env.node.Token))
+	status, body, _ := portsGet(t, portsPathReq(t, env.c, in.ID, 8080, "/no-such-page", env.node.Token))
 	assert.Equal(t, http.StatusNotFound, status, "the instance's own 404: %s", body)
 
-	status, body, _ = get(t, pathReq(t, env.c, in.ID, 9999, "/", env.node.Token))
+	status, body, _ = portsGet(t, portsPathReq(t, env.c, in.ID, 9999, "/", env.node.Token))
 	assert.Equal(t, http.StatusBadGateway, status)
 	assert.Contains(t, body, `"code":"port_unreachable"`)
 
@@ -120,19 +120,19 @@ func TestRootPortsListAndPathForm(t *testing.T) {
 		require.NoError(t, err)
 		other, err := client.New(env.node.URL, tok.Token)
 		require.NoError(t, err)
-		status, body, _ := get(t, pathReq(t, other, in.ID, 8080, "/index.html", tok.Token))
+		status, body, _ := portsGet(t, portsPathReq(t, other, in.ID, 8080, "/index.html", tok.Token))
 		assert.Equal(t, http.StatusNotFound, status, body)
 		assert.NotContains(t, body, "hello")
 		_, err = other.ListPorts(ctx(t), in.ID)
-		assert.Equal(t, "not_found", codeOf(err))
+		assert.Equal(t, "not_found", portsCode(err))
 		_, err = other.PreviewToken(ctx(t), in.ID, 8080, "")
-		assert.Equal(t, "not_found", codeOf(err))
+		assert.Equal(t, "not_found", portsCode(err))
 		_, err = other.DialPort(ctx(t), in.ID, 8080)
-		assert.Equal(t, "not_found", codeOf(err))
+		assert.Equal(t, "not_found", portsCode(err))
 	})
 }
 
-func codeOf(err error) string {
+func portsCode(err error) string {
 	var e *types.Error
 	if errors.As(err, &e) {
 		return e.Code
@@ -146,7 +146,7 @@ func codeOf(err error) string {
 func TestRootPortsHostForm(t *testing.T) {
 	project, in := portsInstance(t)
 
-	status, body, _ := get(t, hostReq(t, 8080, in.ID, "/index.html", nil))
+	status, body, _ := portsGet(t, portsHostReq(t, 8080, in.ID, "/index.html", nil))
 	assert.Equal(t, http.StatusUnauthorized, status)
 	assert.NotContains(t, body, "hello")
 	assert.NotContains(t, body, "<")
@@ -154,10 +154,10 @@ func TestRootPortsHostForm(t *testing.T) {
 	short, err := env.c.PreviewToken(ctx(t), in.ID, 8080, "1s")
 	require.NoError(t, err)
 	time.Sleep(time.Until(short.ExpiresAt) + 100*time.Millisecond)
-	status, body, _ = get(t, hostReq(t, 8080, in.ID, "/index.html?envd_preview_token="+short.Token, nil))
+	status, body, _ = portsGet(t, portsHostReq(t, 8080, in.ID, "/index.html?envd_preview_token="+short.Token, nil))
 	assert.Equal(t, http.StatusUnauthorized, status, "expired token: %s", body)
 	assert.Contains(t, body, "expired")
-	status, _, _ = get(t, hostReq(t, 8080, in.ID, "/", &http.Cookie{Name: "envd_preview", Value: short.Token}))
+	status, _, _ = portsGet(t, portsHostReq(t, 8080, in.ID, "/", &http.Cookie{Name: "envd_preview", Value: short.Token}))
 	assert.Equal(t, http.StatusUnauthorized, status, "expired cookie")
 
 	tok, err := env.c.PreviewToken(ctx(t), in.ID, 8080, "10m")
@@ -170,11 +170,11 @@ func TestRootPortsHostForm(t *testing.T) {
 	// A token of another port does not open this one.
 	other, err := env.c.PreviewToken(ctx(t), in.ID, 8082, "10m")
 	require.NoError(t, err)
-	status, _, _ = get(t, hostReq(t, 8080, in.ID, "/?envd_preview_token="+other.Token, nil))
+	status, _, _ = portsGet(t, portsHostReq(t, 8080, in.ID, "/?envd_preview_token="+other.Token, nil))
 	assert.Equal(t, http.StatusUnauthorized, status)
 
 	// The URL's token: a cookie, then a redirect to the URL without it.
-	status, _, resp := get(t, hostReq(t, 8080, in.ID, "/index.html?"+u.RawQuery, nil))
+	status, _, resp := portsGet(t, portsHostReq(t, 8080, in.ID, "/index.html?"+u.RawQuery, nil))
 	require.Equal(t, http.StatusSeeOther, status)
 	assert.Equal(t, "/index.html", resp.Header.Get("Location"))
 	var cookie *http.Cookie
@@ -186,20 +186,20 @@ func TestRootPortsHostForm(t *testing.T) {
 	require.NotNil(t, cookie)
 	assert.True(t, cookie.HttpOnly)
 	assert.Equal(t, http.SameSiteLaxMode, cookie.SameSite)
-	status, body, _ = get(t, hostReq(t, 8080, in.ID, "/index.html", &http.Cookie{Name: cookie.Name, Value: cookie.Value}))
+	status, body, _ = portsGet(t, portsHostReq(t, 8080, in.ID, "/index.html", &http.Cookie{Name: cookie.Name, Value: cookie.Value}))
 	assert.Equal(t, http.StatusOK, status, body)
 	assert.Equal(t, "hello-loopback\n", body)
 
 	// A public port needs no token.
-	status, _, _ = get(t, hostReq(t, 8081, in.ID, "/index.html", nil))
+	status, _, _ = portsGet(t, portsHostReq(t, 8081, in.ID, "/index.html", nil))
 	assert.Equal(t, http.StatusUnauthorized, status)
 	pp, err := env.c.SetProjectPorts(ctx(t), project, types.ProjectPorts{Public: []int{8081}})
 	require.NoError(t, err)
 	assert.Equal(t, []int{8081}, pp.Public)
-	status, body, _ = get(t, hostReq(t, 8081, in.ID, "/index.html", nil))
+	status, body, _ = portsGet(t, portsHostReq(t, 8081, in.ID, "/index.html", nil))
 	assert.Equal(t, http.StatusOK, status, body)
 	assert.Equal(t, "hello-any\n", body)
-	status, _, _ = get(t, hostReq(t, 8080, in.ID, "/index.html", nil))
+	status, _, _ = portsGet(t, portsHostReq(t, 8080, in.ID, "/index.html", nil))
 	assert.Equal(t, http.StatusUnauthorized, status, "8080 is still private")
 }
 
@@ -274,7 +274,7 @@ func TestRootPortsWebSocket(t *testing.T) {
 	}
 }
 
-var forwarding = regexp.MustCompile(`Forwarding from (127\.0\.0\.1:\d+) -> 7000`)
+var portForwarding = regexp.MustCompile(`Forwarding from (127\.0\.0\.1:\d+) -> 7000`)
 
 func TestRootPortsPortForward(t *testing.T) {
 	project := newProject(t, "ports-fwd")
@@ -307,7 +307,7 @@ func TestRootPortsPortForward(t *testing.T) {
 	t.Cleanup(func() { _ = fwd.Process.Kill(); _ = fwd.Wait() })
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	require.NoError(t, err, "envctl port-forward: %s", stderr.String())
-	m := forwarding.FindStringSubmatch(line)
+	m := portForwarding.FindStringSubmatch(line)
 	require.NotNil(t, m, "first line: %q", line)
 
 	conn, err := net.DialTimeout("tcp", m[1], 10*time.Second)
@@ -326,6 +326,6 @@ func TestRootPortsPortForward(t *testing.T) {
 
 	t.Run("closed port", func(t *testing.T) {
 		_, err := env.c.DialPort(ctx(t), in.ID, 7001)
-		assert.Equal(t, "port_unreachable", codeOf(err))
+		assert.Equal(t, "port_unreachable", portsCode(err))
 	})
 }
