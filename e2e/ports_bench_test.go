@@ -27,7 +27,7 @@ import (
 // BenchmarkRootPortsDownload: b.N downloads of 1 GiB each way; reports
 // MiB/s each way and the ratio (proxy / direct). Run it with -benchtime 3x.
 
-// benchTarget starts an instance with wsecho on 0.0.0.0:9000 and returns
+// portsBenchTarget starts an instance with wsecho on 0.0.0.0:9000 and returns
 // the path-form base URL and the direct one.
 func portsBenchTarget(b *testing.B) (proxy, direct string) {
 	b.Helper()
