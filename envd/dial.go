@@ -12,6 +12,7 @@ import (
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/envd/names"
 	"github.com/envd-dev/envd/internal/netns"
+	"github.com/envd-dev/envd/versions"
 )
 
 // DialInstance opens a TCP connection to port of a running instance, as
@@ -29,7 +30,7 @@ func (s *Service) DialInstance(ctx context.Context, p types.Principal, id string
 	if port < 1 || port > 65535 {
 		return nil, fmt.Errorf("port %d: must be from 1 to 65535: %w", port, errdefs.ErrInvalidArgument)
 	}
-	pid, err := s.instancePid(ctx, p, id)
+	_, pid, err := s.instancePid(ctx, p, id)
 	if err != nil {
 		return nil, err
 	}
@@ -60,30 +61,30 @@ func refused(err error) bool {
 	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EADDRNOTAVAIL) || errors.Is(err, syscall.ENETUNREACH)
 }
 
-// instancePid is the pid of the task of instance id, which must be
-// Running on this node and belong to p's tenant.
-func (s *Service) instancePid(ctx context.Context, p types.Principal, id string) (uint32, error) {
+// instancePid returns instance id, which must be Running on this node and
+// belong to p's tenant, and the pid of its task.
+func (s *Service) instancePid(ctx context.Context, p types.Principal, id string) (versions.Instance, uint32, error) {
 	// The store, not GetInstance: its view asks the runtime for more than
 	// this needs, on every new proxied connection.
 	if err := names.ValidateInstanceID(id); err != nil {
-		return 0, err
+		return versions.Instance{}, 0, err
 	}
 	in, err := s.store.GetInstance(ctx, p.Tenant, id)
 	if err != nil {
-		return 0, err
+		return versions.Instance{}, 0, err
 	}
 	if in.State != types.StateRunning {
-		return 0, fmt.Errorf("instance %q is %s, not Running: %w", id, in.State, errdefs.ErrFailedPrecondition)
+		return versions.Instance{}, 0, fmt.Errorf("instance %q is %s, not Running: %w", id, in.State, errdefs.ErrFailedPrecondition)
 	}
 	if in.Node != s.cfg.Node {
-		return 0, fmt.Errorf("instance %q runs on node %q, not on %q: %w", id, in.Node, s.cfg.Node, errdefs.ErrFailedPrecondition)
+		return versions.Instance{}, 0, fmt.Errorf("instance %q runs on node %q, not on %q: %w", id, in.Node, s.cfg.Node, errdefs.ErrFailedPrecondition)
 	}
 	st, err := s.rt.Status(ctx, id)
 	if err != nil {
-		return 0, err
+		return versions.Instance{}, 0, err
 	}
 	if st.Task != "running" || st.Pid == 0 {
-		return 0, fmt.Errorf("instance %q has no running task: %w", id, errdefs.ErrFailedPrecondition)
+		return versions.Instance{}, 0, fmt.Errorf("instance %q has no running task: %w", id, errdefs.ErrFailedPrecondition)
 	}
-	return st.Pid, nil
+	return in, st.Pid, nil
 }

@@ -67,17 +67,13 @@ func checkPort(port int) error {
 // network namespace, each address once, ordered by port. Public is set
 // from the project's settings. Errors as DialInstance's, but for the port.
 func (s *Service) ListPorts(ctx context.Context, p types.Principal, id string) ([]types.ListeningPort, error) {
-	pid, err := s.instancePid(ctx, p, id)
+	in, pid, err := s.instancePid(ctx, p, id)
 	if err != nil {
 		return nil, err
 	}
 	ls, err := netns.Listening(int(pid))
 	if err != nil {
 		return nil, fmt.Errorf("ports of instance %q: %w", id, err)
-	}
-	in, err := s.GetInstance(ctx, p, id)
-	if err != nil {
-		return nil, err
 	}
 	public, err := s.store.PublicPorts(ctx, p.Tenant, in.Project)
 	if err != nil {
