@@ -26,6 +26,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -51,6 +52,7 @@ type Core interface {
 	TenantCore
 	SSHKeyCore
 	IdleCore
+	PortCore
 }
 
 // MaxJSONBody is the largest JSON request body accepted. Image uploads are
@@ -68,6 +70,8 @@ type options struct {
 	scrapeToken  string          // metrics.go
 	requests     RequestObserver // metrics.go
 	ssh          SSHServer       // ssh.go
+
+	previewDomain string // ports.go
 }
 
 // Option configures New.
@@ -159,6 +163,16 @@ func WithKeepAlive(d time.Duration) Option {
 	}
 }
 
+// WithPreviewDomain names the node's preview domain: preview URLs in
+// answers are {port}-{instance}.{domain} (PreviewHosts serves them).
+// Default: "", no preview URLs.
+func WithPreviewDomain(domain string) Option {
+	return func(o *options) error {
+		o.previewDomain = strings.ToLower(strings.TrimSuffix(domain, "."))
+		return nil
+	}
+}
+
 // New returns the API's HTTP handler, or the error of the first invalid
 // option.
 func New(core Core, opts ...Option) (http.Handler, error) {
@@ -214,6 +228,7 @@ func New(core Core, opts ...Option) (http.Handler, error) {
 		tenants{core}.routes(),
 		sshRoutes{core, o.ssh}.routes(),
 		idle{core}.routes(),
+		newPorts(core, o.previewDomain).routes(),
 	} {
 		for _, r := range group {
 			v1.Handle(r.method, r.path, r.handler)

@@ -95,7 +95,7 @@ func run(m *testing.M) int {
 // spec, metrics also on a listener of their own.
 func sharedNodeConfig() node.Config {
 	return node.Config{DataDir: env.dataDir, DefaultTTL: time.Hour, PrefetchWindow: prefetchWindow,
-		WrapAPI: env.spec.Wrap, MetricsListen: "127.0.0.1:0", SSHListen: "127.0.0.1:0"}
+		WrapAPI: env.spec.Wrap, MetricsListen: "127.0.0.1:0", SSHListen: "127.0.0.1:0", PreviewDomain: previewDomain}
 }
 
 // prefetchWindow is how long new instances' first reads are recorded here

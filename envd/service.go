@@ -170,6 +170,7 @@ type Service struct {
 
 	diffs   *changes.Cache                // computed version changes (changes.go)
 	sshInfo atomic.Pointer[types.SSHInfo] // the node's SSH endpoint, for Info (sshkeys.go)
+	ports   portState                     // ports.go
 }
 
 // New makes the core. Call Start once after, and Close at the end.

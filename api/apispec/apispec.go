@@ -12,6 +12,15 @@
 //     (tests of bad input send them), not violations;
 //   - a request the server accepted on a path and method the spec lacks.
 //
+// Proxied routes are not checked at all: an operation marked
+// `x-envd-proxy: true` passes traffic to and from an instance (the port
+// proxy), whose requests and answers are the instance's, not the API's.
+// Its path's last parameter matches the rest of the path, slashes
+// included (/v1/instances/{i}/ports/{port}/{path} covers
+// .../ports/8080/a/b/c); a route of the spec that is not proxied and
+// matches the request wins (POST .../ports/{port}/token). They are
+// counted in Checked.
+//
 // Bodies that are streams are not read: image tar uploads (any request body
 // that is not JSON), server-sent events, the WebSocket upgrade (hijacked)
 // and /metrics (any answer that is not JSON); their status and headers are
@@ -29,6 +38,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -80,7 +90,8 @@ const maxViolations = 1000
 // Validator checks the traffic of the handlers it wraps against a spec. It
 // is safe for concurrent use.
 type Validator struct {
-	router routers.Router
+	router  routers.Router
+	proxied []proxiedPath
 
 	mu         sync.Mutex
 	violations []Violation
@@ -94,7 +105,65 @@ func NewValidator(doc *openapi3.T) (*Validator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("openapi router: %w", err)
 	}
-	return &Validator{router: r}, nil
+	return &Validator{router: r, proxied: proxiedPaths(doc)}, nil
+}
+
+// ProxyExtension marks an operation whose traffic is an instance's.
+const ProxyExtension = "x-envd-proxy"
+
+// proxiedPath is a path of the spec with proxied operations: re matches
+// a request path, the last parameter taking the rest of it.
+type proxiedPath struct {
+	re      *regexp.Regexp
+	methods []string
+}
+
+var pathParam = regexp.MustCompile(`\{[^}/]+\}`)
+
+func proxiedPaths(doc *openapi3.T) []proxiedPath {
+	var out []proxiedPath
+	for path, item := range doc.Paths.Map() {
+		var methods []string
+		for method, op := range item.Operations() {
+			if v, ok := op.Extensions[ProxyExtension].(bool); ok && v {
+				methods = append(methods, method)
+			}
+		}
+		if len(methods) == 0 {
+			continue
+		}
+		params := pathParam.FindAllStringIndex(path, -1)
+		var b strings.Builder
+		b.WriteString("^")
+		last := 0
+		for i, loc := range params {
+			b.WriteString(regexp.QuoteMeta(path[last:loc[0]]))
+			if i == len(params)-1 && loc[1] == len(path) {
+				b.WriteString(".*")
+			} else {
+				b.WriteString("[^/]+")
+			}
+			last = loc[1]
+		}
+		b.WriteString(regexp.QuoteMeta(path[last:]) + "$")
+		out = append(out, proxiedPath{re: regexp.MustCompile(b.String()), methods: methods})
+	}
+	return out
+}
+
+// isProxied reports whether r goes to a proxied operation: the route the
+// router found is one, or it found none and a proxied path matches.
+func (v *Validator) isProxied(r *http.Request, route *routers.Route, findErr error) bool {
+	if findErr == nil {
+		b, _ := route.Operation.Extensions[ProxyExtension].(bool)
+		return b
+	}
+	for _, p := range v.proxied {
+		if slices.Contains(p.methods, r.Method) && p.re.MatchString(r.URL.EscapedPath()) {
+			return true
+		}
+	}
+	return false
 }
 
 // Violations returns the violations recorded so far, and how many more
@@ -142,6 +211,10 @@ func (v *Validator) Wrap(next http.Handler) http.Handler {
 		v.checked++
 		v.mu.Unlock()
 		route, params, findErr := v.router.FindRoute(r)
+		if v.isProxied(r, route, findErr) {
+			next.ServeHTTP(w, r)
+			return
+		}
 		if findErr != nil {
 			rec := &recorder{ResponseWriter: w}
 			next.ServeHTTP(rec, r)

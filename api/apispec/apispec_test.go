@@ -137,6 +137,33 @@ func TestValidator(t *testing.T) {
 			},
 			method: "POST", path: "/upload", contentType: "application/x-tar", body: "not json at all",
 		},
+		{
+			name:    "proxied answer: any status and body, several segments deep",
+			handler: answer(200, `{"not":"a pet"}`),
+			method:  "GET", path: "/pets/7/site/a/b/c.js",
+		},
+		{
+			name:    "proxied answer at the prefix's root",
+			handler: answer(200, `[1,2]`),
+			method:  "GET", path: "/pets/7/site/",
+		},
+		{
+			name:    "proxied request: a body the spec does not describe",
+			handler: answer(201, `{}`),
+			method:  "POST", path: "/pets/7/site/form/submit", contentType: "application/json", body: `{"anything":true}`,
+		},
+		{
+			name:    "a route of the spec beside the proxied one is checked",
+			handler: answer(200, `{"not":"a token"}`),
+			method:  "POST", path: "/pets/7/site/token",
+			wantViolation: "answer: ",
+		},
+		{
+			name:    "a method the proxied path lacks is not proxied",
+			handler: answer(200, `{}`),
+			method:  "DELETE", path: "/pets/7/site/a/b",
+			wantViolation: "the server answered a route the spec lacks",
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v, srv := server(t, tc.handler)

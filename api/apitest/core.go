@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"sync"
 	"time"
 
@@ -70,6 +71,9 @@ type Core struct {
 	sizes []types.TermSize
 	ops   map[string]*opLog
 	nOps  int
+
+	// DialInstanceFunc, when set, is DialInstance (ports.go).
+	DialInstanceFunc func(ctx context.Context, id string, port int) (net.Conn, error)
 }
 
 var _ api.Core = (*Core)(nil)
@@ -658,11 +662,15 @@ func (c *Core) SetProjectIdle(ctx context.Context, p types.Principal, project st
 	return echo(c, "SetProjectIdle", p, types.Project{Name: project, Current: 1, CreatedAt: Epoch, Egress: "open", Idle: &req}, project, req)
 }
 
-// WakeInstance answers the instance Running.
+// WakeInstance answers the instance Running; instance "gone" is not found.
 func (c *Core) WakeInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
 	if c.WakeInstanceFunc != nil {
 		c.record("WakeInstance", p, id)
 		return c.WakeInstanceFunc(ctx, id)
+	}
+	if id == "gone" {
+		c.record("WakeInstance", p, id)
+		return types.Instance{}, fmt.Errorf("instance %q: %w", id, errdefs.ErrNotFound)
 	}
 	return echo(c, "WakeInstance", p, instanceIn(id, types.StateRunning, types.ReasonStarted), id)
 }

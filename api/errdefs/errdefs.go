@@ -42,6 +42,9 @@ var (
 	// ErrWaking: the instance is being woken (started from stopped or
 	// hibernated) and the request did not wait; retry after Retry-After.
 	ErrWaking = errors.New("waking")
+	// ErrPortUnreachable: nothing listens on the instance's port the port
+	// proxy was asked to reach (the instance itself is running).
+	ErrPortUnreachable = errors.New("port unreachable")
 )
 
 type kind struct {
@@ -69,6 +72,7 @@ var kinds = []kind{
 	{ErrCanceled, "canceled", 499},
 	{context.Canceled, "canceled", 499},
 	{context.DeadlineExceeded, "deadline_exceeded", http.StatusGatewayTimeout},
+	{ErrPortUnreachable, "port_unreachable", http.StatusBadGateway},
 }
 
 // Codes returns every stable code with its HTTP status, in kinds' order

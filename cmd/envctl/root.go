@@ -297,6 +297,7 @@ complete from the server.
 	root.AddCommand(a.volumeCommand(), a.lifecycleCommand("hibernate",
 		"Save a stopped retained instance as a version and free its layer on the node", (*client.Client).HibernateInstance))
 	root.AddCommand(a.sshCommands()...)
+	root.AddCommand(a.portCommands()...)
 	a.addCompletions(root) // complete.go
 	markNameless(root)     // names.go
 	return root

@@ -137,6 +137,7 @@ func (f *flags) register(cmd *cobra.Command, external bool) {
 	fl.DurationVar(&f.cfg.IdleAfter, "idle-after", f.envDuration("ENVD_IDLE_AFTER", d.IdleAfter), "idle setting of projects that set none: a Running instance without activity this long is stopped (a non-retained one saved first), 0 = never; a tenant's max_idle_after cuts it (ENVD_IDLE_AFTER)")
 	fl.StringVar(&f.cfg.IdleAction, "idle-action", env("ENVD_IDLE_ACTION", d.IdleAction), "idle action of projects that set none: stop (a retained instance keeps its layer on the node) or hibernate (saved as a version, layer freed) (ENVD_IDLE_ACTION)")
 	fl.DurationVar(&f.cfg.WakeWait, "wake-wait", f.envDuration("ENVD_WAKE_WAIT", d.WakeWait), "how long a request that wakes a stopped or hibernated instance waits for it before answering 503 waking with Retry-After (ENVD_WAKE_WAIT)")
+	fl.StringVar(&f.cfg.PreviewDomain, "preview-domain", env("ENVD_PREVIEW_DOMAIN", d.PreviewDomain), "serve instance ports at {port}-{instance}.DOMAIN on the API's listener (wildcard DNS and certificate are the operator's; docs/api.md); empty = no host form (ENVD_PREVIEW_DOMAIN)")
 	f.registerConfig(fl)
 	if external {
 		fl.StringVar(&f.s3.Endpoint, "s3-endpoint", env("ENVD_S3_ENDPOINT", ""), "S3 host:port for volume archives; empty = a directory in the data dir (ENVD_S3_ENDPOINT)")

@@ -135,6 +135,9 @@ type Config struct {
 	WakeWait      time.Duration
 	IdleInterval  time.Duration
 	ActivityFlush time.Duration
+	// PreviewDomain serves instance ports on the API's listener at
+	// {port}-{instance}.PreviewDomain (api.PreviewHosts); "" = none.
+	PreviewDomain string
 }
 
 // The defaults of a node, in one place: DefaultConfig gathers them for

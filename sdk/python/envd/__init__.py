@@ -38,6 +38,7 @@ from .errors import (
     Unauthenticated,
     Unavailable,
     Waking,
+    PortUnreachable,
     error_for_code,
     error_from_body,
 )
@@ -50,5 +51,5 @@ __all__ = [
     "EnvdError", "InvalidArgument", "Unauthenticated", "PermissionDenied", "NotFound", "AlreadyExists",
     "StaleGeneration", "Conflict", "FailedPrecondition", "IdempotencyKeyReused", "Canceled", "Internal",
     "Unavailable", "DeadlineExceeded", "QuotaExceeded", "ResourceExhausted", "StartFailed", "Interrupted", "StreamError",
-    "Waking", "error_for_code", "error_from_body",
+    "Waking", "PortUnreachable", "error_for_code", "error_from_body",
 ]

@@ -28,6 +28,7 @@ __all__ = [
     "QuotaExceeded",
     "ResourceExhausted",
     "StartFailed",
+    "PortUnreachable",
     "Interrupted",
     "StreamError",
     "error_from_body",
@@ -175,6 +176,11 @@ class Waking(EnvdError):
         self.retry_after = retry_after
 
 
+class PortUnreachable(EnvdError):
+    """502: Nothing listens on the instance's port the proxy or tunnel was asked to reach."""
+    code_name = "port_unreachable"
+
+
 class Interrupted(EnvdError):
     """An operation that envd stopped while it ran and could not resume (operations only)."""
     code_name = "interrupted"
@@ -195,7 +201,7 @@ _CLASSES: Dict[str, Type[EnvdError]] = {
         InvalidArgument, Unauthenticated, PermissionDenied, NotFound, AlreadyExists,
         StaleGeneration, Conflict, FailedPrecondition, IdempotencyKeyReused, Canceled,
         Internal, Unavailable, DeadlineExceeded, QuotaExceeded, ResourceExhausted, StartFailed,
-        Interrupted, Waking,
+        Interrupted, Waking, PortUnreachable,
     )
 }
 
@@ -219,6 +225,7 @@ _STATUS_CODES = {
 # The HTTP status of each code (api/errdefs), for errors that arrive without
 # one (the exec stream's exit message).
 CODE_STATUS = {
+    "port_unreachable": 502,
     "invalid_argument": 400,
     "unauthenticated": 401,
     "permission_denied": 403,

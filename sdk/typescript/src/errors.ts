@@ -49,6 +49,8 @@ export class QuotaExceededError extends EnvdError {}
 export class ResourceExhaustedError extends EnvdError {}
 /** A process could not start for a reason in the image or the request (the runtime's reason is in the message). */
 export class StartFailedError extends EnvdError {}
+/** Nothing listens on the instance's port the proxy or tunnel was asked to reach. */
+export class PortUnreachableError extends EnvdError {}
 /** An operation ended because envd stopped while it ran. */
 export class InterruptedError extends EnvdError {}
 /** The instance is being woken and the request did not wait; details: {state, retry_after_seconds}; retryAfter is set. */
@@ -80,6 +82,7 @@ const codes: Record<string, [ErrorClass, number]> = {
   quota_exceeded: [QuotaExceededError, 507],
   resource_exhausted: [ResourceExhaustedError, 429],
   start_failed: [StartFailedError, 422],
+  port_unreachable: [PortUnreachableError, 502],
   interrupted: [InterruptedError, 500],
   waking: [WakingError, 503],
 };

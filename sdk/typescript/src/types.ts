@@ -16,6 +16,18 @@ export interface Info {
   data_dir?: string;
   registry: string;
   components: Record<string, string>;
+  /** The node's SSH endpoint, when it serves one. */
+  ssh?: SSHInfo;
+}
+
+/** Go: types.SSHInfo. The node's SSH endpoint. */
+export interface SSHInfo {
+  /** host:port */
+  addr: string;
+  /** SHA256:<base64> */
+  host_key_fingerprint: string;
+  /** authorized_keys form, for known_hosts. */
+  host_key: string;
 }
 
 /** Go: types.Image. */
@@ -464,6 +476,7 @@ export type ErrorCode = Open<
   | "start_failed"
   | "interrupted"
   | "waking"
+  | "port_unreachable"
 >;
 
 /** Go: types.ErrorDetail. */
@@ -592,6 +605,8 @@ export interface ForkResult {
   project: string;
   version: number;
   instance: Instance;
+}
+
 /**
  * Go: types.IdleSetting. The body of PUT /v1/projects/{p}/idle: instances
  * Running `after` without activity are stopped (retained, `stop`) or saved

@@ -1,0 +1,62 @@
+package apitest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/types"
+)
+
+// PortCore. The fake's preview token is "preview-<instance>-<port>"; the
+// port 8443 of every instance is public; instance "gone" does not exist;
+// instance "sleepy" is stopped until WakeInstance was called for it.
+
+func (c *Core) DialInstance(ctx context.Context, p types.Principal, id string, port int) (net.Conn, error) {
+	c.record("DialInstance", p, id, port)
+	if id == "gone" {
+		return nil, fmt.Errorf("instance %q: %w", id, errdefs.ErrNotFound)
+	}
+	if _, woken := c.LastCall("WakeInstance"); id == "sleepy" && !woken {
+		return nil, fmt.Errorf("instance %q is Stopped, not Running: %w", id, errdefs.ErrFailedPrecondition)
+	}
+	if c.DialInstanceFunc != nil {
+		return c.DialInstanceFunc(ctx, id, port)
+	}
+	return nil, fmt.Errorf("port %d of instance %q: %w", port, id, errdefs.ErrPortUnreachable)
+}
+
+func (c *Core) TouchInstance(id string) { c.record("TouchInstance", types.Principal{}, id) }
+
+func (c *Core) ListPorts(ctx context.Context, p types.Principal, id string) ([]types.ListeningPort, error) {
+	c.record("ListPorts", p, id)
+	return []types.ListeningPort{{Address: "127.0.0.1", Port: 8080, Protocol: "tcp"}}, nil
+}
+
+func (c *Core) PreviewToken(ctx context.Context, p types.Principal, id string, port int, req types.PreviewTokenRequest) (types.PreviewToken, error) {
+	c.record("PreviewToken", p, id, port, req)
+	return types.PreviewToken{Token: fmt.Sprintf("preview-%s-%d", id, port), ExpiresAt: time.Now().Add(time.Hour).UTC().Truncate(time.Second)}, nil
+}
+
+func (c *Core) PreviewAccess(ctx context.Context, id string, port int, token string) (types.Principal, time.Time, error) {
+	c.record("PreviewAccess", types.Principal{}, id, port, token)
+	if token == fmt.Sprintf("preview-%s-%d", id, port) {
+		return c.Principal, time.Now().Add(time.Hour), nil
+	}
+	if port == 8443 {
+		return c.Principal, time.Time{}, nil
+	}
+	return types.Principal{}, time.Time{}, fmt.Errorf("port %d of instance %q: no valid preview token: %w", port, id, errdefs.ErrUnauthenticated)
+}
+
+func (c *Core) GetProjectPorts(ctx context.Context, p types.Principal, project string) (types.ProjectPorts, error) {
+	c.record("GetProjectPorts", p, project)
+	return types.ProjectPorts{Public: []int{}}, nil
+}
+
+func (c *Core) SetProjectPorts(ctx context.Context, p types.Principal, project string, req types.ProjectPorts) (types.ProjectPorts, error) {
+	c.record("SetProjectPorts", p, project, req)
+	return req, nil
+}

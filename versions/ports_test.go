@@ -1,0 +1,79 @@
+package versions_test
+
+import (
+	"bytes"
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/envd-dev/envd/api/errdefs"
+)
+
+// Concurrent first calls, as of several nodes starting at once, all get
+// the one key stored; later calls keep it.
+func TestPreviewKeyIsShared(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	keys := make([][]byte, 8)
+	var wg sync.WaitGroup
+	for i := range keys {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			k, err := s.PreviewKey(ctx, bytes.Repeat([]byte{byte(i + 1)}, 32))
+			assert.NoError(t, err)
+			keys[i] = k
+		}()
+	}
+	wg.Wait()
+	require.Len(t, keys[0], 32)
+	for _, k := range keys {
+		assert.Equal(t, keys[0], k)
+	}
+	again, err := s.PreviewKey(ctx, bytes.Repeat([]byte{0xff}, 32))
+	require.NoError(t, err)
+	assert.Equal(t, keys[0], again)
+}
+
+func TestPublicPorts(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	newProject(t, s)
+	newInstance(t, s, "p-1")
+
+	ports, err := s.PublicPorts(ctx, tenant, "p")
+	require.NoError(t, err)
+	assert.Empty(t, ports)
+	tn, public, err := s.PortIsPublic(ctx, "p-1", 3000)
+	require.NoError(t, err)
+	assert.Equal(t, tenant, tn)
+	assert.False(t, public)
+
+	require.NoError(t, s.SetPublicPorts(ctx, tenant, "p", []int{8080, 3000}))
+	ports, err = s.PublicPorts(ctx, tenant, "p")
+	require.NoError(t, err)
+	assert.Equal(t, []int{3000, 8080}, ports)
+	_, public, err = s.PortIsPublic(ctx, "p-1", 3000)
+	require.NoError(t, err)
+	assert.True(t, public)
+
+	require.NoError(t, s.SetPublicPorts(ctx, tenant, "p", []int{}))
+	ports, err = s.PublicPorts(ctx, tenant, "p")
+	require.NoError(t, err)
+	assert.Empty(t, ports)
+
+	for name, err := range map[string]error{
+		"set, other tenant": s.SetPublicPorts(ctx, "other", "p", []int{1}),
+		"set, no project":   s.SetPublicPorts(ctx, tenant, "missing", []int{1}),
+	} {
+		assert.ErrorIs(t, err, errdefs.ErrNotFound, name)
+	}
+	_, err = s.PublicPorts(ctx, "other", "p")
+	assert.ErrorIs(t, err, errdefs.ErrNotFound)
+	_, _, err = s.PortIsPublic(ctx, "nope", 3000)
+	assert.ErrorIs(t, err, errdefs.ErrNotFound)
+	assert.Error(t, s.SetPublicPorts(ctx, tenant, "p", []int{70000}), "the table refuses a port out of range")
+}
