@@ -32,6 +32,8 @@ var (
 	// ErrResourceExhausted: a per-tenant limit on concurrent work (saves,
 	// builds, exec and event streams) is reached; retry later.
 	ErrResourceExhausted = errors.New("resource exhausted")
+	// ErrTooLarge: a request body is over a size limit of the node.
+	ErrTooLarge = errors.New("too large")
 )
 
 type kind struct {
@@ -57,6 +59,7 @@ var kinds = []kind{
 	{ErrCanceled, "canceled", 499},
 	{context.Canceled, "canceled", 499},
 	{context.DeadlineExceeded, "deadline_exceeded", http.StatusGatewayTimeout},
+	{ErrTooLarge, "too_large", http.StatusRequestEntityTooLarge},
 }
 
 // Code returns the stable machine-readable code of err, "internal" when it
