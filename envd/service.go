@@ -122,6 +122,9 @@ type Config struct {
 	// Observer is told of saves, restores and operations (the node's
 	// metrics); nil = nothing is observed.
 	Observer Observer
+	// MaxFileBytes bounds one file write or archive upload of the file
+	// API; 0 = DefaultMaxFileBytes.
+	MaxFileBytes int64
 }
 
 // DefaultTTL is an instance's lifetime when neither its client nor the

@@ -93,3 +93,12 @@ type FileEvent struct {
 	Dir  bool   `json:"dir,omitempty"`
 	Time time.Time `json:"time"`
 }
+
+// FileUser is who a file request acts as (query parameters user, uid and
+// gid). Empty: the image's user, as exec runs. User is a name from the
+// instance's /etc/passwd or a number; UID and GID override it.
+type FileUser struct {
+	User string
+	UID  *int
+	GID  *int
+}

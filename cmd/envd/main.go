@@ -133,6 +133,7 @@ func (f *flags) register(cmd *cobra.Command, external bool) {
 	fl.StringVar(&f.cfg.TLSCert, "tls-cert", env("ENVD_TLS_CERT", d.TLSCert), "PEM certificate (chain) the API serves TLS with, with --tls-key; without them a loopback --listen is plain HTTP and any other gets a self-signed certificate in DATA_DIR/tls (ENVD_TLS_CERT)")
 	fl.StringVar(&f.cfg.TLSKey, "tls-key", env("ENVD_TLS_KEY", d.TLSKey), "PEM private key of --tls-cert (ENVD_TLS_KEY)")
 	fl.DurationVar(&f.cfg.ShutdownGrace, "shutdown-grace", f.envDuration("ENVD_SHUTDOWN_GRACE", d.ShutdownGrace), "on SIGTERM or SIGINT, how long requests and operations in flight may finish (0 = none); the rest are cancelled, and the next start resumes or settles them (ENVD_SHUTDOWN_GRACE)")
+	fl.Int64Var(&f.cfg.MaxFileBytes, "max-file-bytes", int64(f.envInt("ENVD_MAX_FILE_BYTES", int(d.MaxFileBytes))), "largest file write or archive upload of the file API, past it 413 too_large; 0 = 1 GiB (ENVD_MAX_FILE_BYTES)")
 	f.registerConfig(fl)
 	if external {
 		fl.StringVar(&f.s3.Endpoint, "s3-endpoint", env("ENVD_S3_ENDPOINT", ""), "S3 host:port for volume archives; empty = a directory in the data dir (ENVD_S3_ENDPOINT)")

@@ -121,6 +121,9 @@ type Config struct {
 	// plain-HTTP address (for a private network); "" = none. The API's
 	// /metrics takes the admin token or DataDir/metrics.token either way.
 	MetricsListen string
+	// MaxFileBytes bounds one file write or archive upload of the file
+	// API; 0 = envd.DefaultMaxFileBytes.
+	MaxFileBytes int64
 }
 
 // The defaults of a node, in one place: DefaultConfig gathers them for
