@@ -28,6 +28,11 @@ type FileCore interface {
 	MaxFileBytes() int64
 }
 
+// FileTypeHeader tells a GET .../files answer's kind: "dir" (the body is a
+// FileList) or "file" (the body is the file's content, which may be JSON
+// too).
+const FileTypeHeader = "X-Envd-File-Type"
+
 type fileRoutes struct {
 	core      FileCore
 	keepAlive time.Duration
@@ -142,6 +147,7 @@ func (g fileRoutes) get(c *gin.Context) {
 			if err != nil {
 				return err
 			}
+			c.Header(FileTypeHeader, types.FileTypeDir)
 			c.JSON(http.StatusOK, l)
 			return nil
 		}
@@ -153,6 +159,7 @@ func (g fileRoutes) get(c *gin.Context) {
 		if root.ReadOnly() {
 			c.Header("X-Envd-Read-Only", "true")
 		}
+		c.Header(FileTypeHeader, types.FileTypeFile)
 		http.ServeContent(c.Writer, c.Request, fi.Name, fi.ModTime, f)
 		return nil
 	})

@@ -89,8 +89,8 @@ type FileEvent struct {
 	// move).
 	Path string `json:"path"`
 	// From is a move's old path.
-	From string `json:"from,omitempty"`
-	Dir  bool   `json:"dir,omitempty"`
+	From string    `json:"from,omitempty"`
+	Dir  bool      `json:"dir,omitempty"`
 	Time time.Time `json:"time"`
 }
 

@@ -246,10 +246,10 @@ func filterArchive(r io.Reader, w io.Writer, target string) error {
 
 // limitReader fails with errdefs.ErrTooLarge past its limit.
 type limitReader struct {
-	r        io.Reader
-	left     int64
-	limit    int64
-	p        string
+	r     io.Reader
+	left  int64
+	limit int64
+	p     string
 }
 
 func (l *limitReader) Read(b []byte) (int, error) {
