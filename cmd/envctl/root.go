@@ -294,8 +294,8 @@ complete from the server.
 	root.AddCommand(a.volumeCommand(), a.lifecycleCommand("hibernate",
 		"Save a stopped retained instance as a version and free its layer on the node", (*client.Client).HibernateInstance))
 	root.AddCommand(a.cpCommand()) // files.go
-	a.addCompletions(root) // complete.go
-	markNameless(root)     // names.go
+	a.addCompletions(root)         // complete.go
+	markNameless(root)             // names.go
 	return root
 }
 
