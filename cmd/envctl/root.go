@@ -293,9 +293,9 @@ complete from the server.
 	root.AddCommand(a.ownTokenCommand()) // tokens.go
 	root.AddCommand(a.volumeCommand(), a.lifecycleCommand("hibernate",
 		"Save a stopped retained instance as a version and free its layer on the node", (*client.Client).HibernateInstance))
-	root.AddCommand(a.cpCommand()) // files.go
-	a.addCompletions(root)         // complete.go
-	markNameless(root)             // names.go
+	root.AddCommand(a.cpCommand())
+	a.addCompletions(root) // complete.go
+	markNameless(root)     // names.go
 	return root
 }
 
