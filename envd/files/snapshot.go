@@ -23,9 +23,10 @@ type Bind struct {
 // or a bind of a single directory) are mounted read-only with the upper
 // dir as the topmost lower layer (so its whiteouts and opaque directories
 // still hide the image's entries, and nothing can be written to it), the
-// binds (volumes) are bound read-only at their destinations, and the tree
-// is detached from the node's mount table at once: it lives as long as
-// the Root holds it and is seen by no one else. tmpParent is a node
+// binds (volumes) are bound read-only at their destinations, and a clone
+// of the tree (open_tree) detached from the node's mount table replaces
+// it at once: it lives as long as the Root holds it and is seen by no one
+// else. tmpParent is a node
 // directory for the short-lived mount point. The Root is read-only with
 // reason.
 func OpenSnapshot(ms []mount.Mount, binds []Bind, tmpParent string, id Identity, reason string) (*Root, error) {
@@ -49,17 +50,24 @@ func OpenSnapshot(ms []mount.Mount, binds []Bind, tmpParent string, id Identity,
 	if err != nil {
 		return nil, err
 	}
-	r, err := openFD(fd, id, ReadOnly(reason))
+	staging, err := openFD(fd, id)
 	if err != nil {
 		return nil, err
 	}
+	defer staging.Close()
 	for _, b := range binds {
-		if err := r.bindReadOnly(b); err != nil {
-			r.Close()
+		if err := staging.bindReadOnly(b); err != nil {
 			return nil, err
 		}
 	}
-	return r, nil
+	// A detached copy of the whole tree, volumes included (a lazy unmount
+	// would cut the volumes off the layer): the Root holds it, the mount
+	// table forgets it.
+	tree, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+	if err != nil {
+		return nil, fmt.Errorf("detach the retained layer's mount: %w", err)
+	}
+	return openFD(tree, id, ReadOnly(reason))
 }
 
 // readOnly turns an active snapshot's mount into a read-only one of the
