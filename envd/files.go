@@ -107,6 +107,14 @@ func (s *Service) openFiles(ctx context.Context, p types.Principal, id string, a
 		root.Close()
 		return nil, 0, err
 	}
+	if write {
+		// A save reads the upper dir while it holds the task frozen: a
+		// write waits for that window to end, as exec does.
+		if err := s.gate.Wait(ctx, id); err != nil {
+			root.Close()
+			return nil, 0, fmt.Errorf("instance %q: waiting for a save's freeze to end: %w", id, err)
+		}
+	}
 	return root, st.Pid, nil
 }
 

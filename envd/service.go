@@ -153,6 +153,7 @@ type Service struct {
 
 	limits     *limiter.Limiter // per-tenant concurrency (admission.go)
 	limitsOnce sync.Once
+	gate       *freeze.Gate // the node's freeze gate (files.go waits out a save's freeze)
 }
 
 // New makes the core. Call Start once after, and Close at the end.
@@ -203,6 +204,7 @@ func New(cfg Config, store *versions.Store, reg ImageStore, rt Runtime) (*Servic
 func (s *Service) wire(ctx context.Context) {
 	cfg := s.cfg
 	gate := &freeze.Gate{}
+	s.gate = gate
 	s.ops = ops.NewRunner(ctx, s.store, opAdmitter{s}, cfg.Observer, cfg.Node, s.log)
 	s.quota = quota.New(s.store, cfg.DefaultTTL, cfg.MaxTTL)
 	s.content = gc.NewContent(s.store, s.reg, s.log)
