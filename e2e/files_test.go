@@ -22,6 +22,7 @@ import (
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/client"
+	"github.com/envd-dev/envd/envd/node"
 )
 
 // readAll reads a file of the instance through the file API.
@@ -215,8 +216,15 @@ func TestRootFilesWatch(t *testing.T) {
 	mu.Lock()
 	assert.Equal(t, want, got)
 	mu.Unlock()
-	cancel()
-	assert.NoError(t, <-done)
+	// The stream ends (event: end) when the instance's task goes away.
+	_, err := env.c.DeleteInstance(c, in.ID)
+	require.NoError(t, err)
+	select {
+	case err := <-done:
+		assert.NoError(t, err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("the watch did not end when the instance went away")
+	}
 }
 
 // A stopped, retained instance is read without starting it; writes need
@@ -319,4 +327,43 @@ func volumeProject(t *testing.T, prefix string) string {
 		Volumes: []string{name + "-work:/workspace"}})
 	require.NoError(t, err)
 	return name
+}
+
+// On a node with user namespaces the file API acts with the mapped ids:
+// what it writes as the image's root is root's inside, what it writes as a
+// user is that user's, and listings show the instance's ids.
+func TestRootFilesUserNS(t *testing.T) {
+	c := ctx(t)
+	_, cl := startJoiningNode(t, "filesuserns", &node.Config{DefaultTTL: time.Hour, PrefetchWindow: -1, UserNS: true})
+	p := "filesuserns-" + strings.ReplaceAll(time.Now().Format("150405.000000"), ".", "")
+	_, err := cl.CreateProject(c, types.CreateProjectRequest{Name: p, Base: fixtureBase})
+	require.NoError(t, err)
+	in, err := cl.CreateInstance(c, p, types.CreateInstanceRequest{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = cl.DeleteInstance(context.Background(), in.ID) })
+	run := func(script string) string {
+		t.Helper()
+		res, err := cl.Exec(c, in.ID, types.ExecRequest{Args: []string{"/bin/sh", "-c", script}})
+		require.NoError(t, err)
+		require.Equal(t, 0, res.ExitCode, res.Stderr)
+		return strings.TrimSpace(res.Stdout)
+	}
+	run("mkdir -p /home/u && chown 1000:1000 /home/u && echo secret > /root/s && chmod 600 /root/s")
+	_, err = cl.WriteFile(c, in.ID, "/root/by-root", strings.NewReader("r"))
+	require.NoError(t, err)
+	_, err = cl.WriteFile(c, in.ID, "/home/u/by-user", strings.NewReader("u"), client.AsIDs(1000, 1000))
+	require.NoError(t, err)
+	_, err = cl.ReadFile(c, in.ID, "/root/s", 0, 0, client.AsIDs(1000, 1000))
+	requireCode(t, err, "permission_denied")
+	assert.Equal(t, "0:0\n1000:1000", run("stat -c %u:%g /root/by-root /home/u/by-user"))
+	l, err := cl.ListFiles(c, in.ID, "/home")
+	require.NoError(t, err)
+	require.Len(t, l.Entries, 1)
+	assert.Equal(t, 1000, l.Entries[0].UID)
+	r, err := cl.ReadFile(c, in.ID, "/root/s", 0, 0)
+	require.NoError(t, err)
+	b, err := io.ReadAll(r)
+	r.Close()
+	require.NoError(t, err)
+	assert.Equal(t, "secret\n", string(b), "the instance's root reads its own files")
 }
