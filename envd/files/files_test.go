@@ -381,3 +381,33 @@ func TestWatchEventsInOrder(t *testing.T) {
 	cancel()
 	require.NoError(t, <-done)
 }
+
+func TestWriteThroughSymlinks(t *testing.T) {
+	r, dir := tree(t)
+	ctx := context.Background()
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "real"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "real", "conf"), []byte("old"), 0o640))
+	require.NoError(t, os.Symlink("real/conf", filepath.Join(dir, "cfg")))
+	require.NoError(t, os.Symlink("/cfg", filepath.Join(dir, "cfg2")))
+	require.NoError(t, os.Symlink("/../../outside/secret", filepath.Join(dir, "esc")))
+	fi, err := r.WriteFile(ctx, "/cfg2", strings.NewReader("new"), WriteOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "/real/conf", fi.Path)
+	assert.Equal(t, "0640", fi.Mode, "the target's mode is kept")
+	b, err := os.ReadFile(filepath.Join(dir, "real", "conf"))
+	require.NoError(t, err)
+	assert.Equal(t, "new", string(b))
+	st, err := os.Lstat(filepath.Join(dir, "cfg"))
+	require.NoError(t, err)
+	assert.Equal(t, os.ModeSymlink, st.Mode().Type(), "the links stay links")
+	// A link that tries to leave leads to a path inside the root.
+	_, err = r.WriteFile(ctx, "/esc", strings.NewReader("x"), WriteOptions{})
+	require.ErrorIs(t, err, errdefs.ErrNotFound)
+	assert.Contains(t, err.Error(), `parent directory "/outside"`)
+	b, err = os.ReadFile(filepath.Join(dir, "..", "outside", "secret"))
+	require.NoError(t, err)
+	assert.Equal(t, "host secret", string(b))
+	require.NoError(t, os.Symlink("loop", filepath.Join(dir, "loop")))
+	_, err = r.WriteFile(ctx, "/loop", strings.NewReader("x"), WriteOptions{})
+	require.ErrorIs(t, err, errdefs.ErrInvalidArgument)
+}

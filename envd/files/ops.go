@@ -11,6 +11,7 @@ import (
 	"path"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -210,15 +211,18 @@ func tempName(base string) string {
 
 // WriteFile replaces the file at p with content, atomically: a temp file in
 // the same directory, synced, renamed over p, the directory synced. A
-// reader sees the old content or the new, never a part. The entry at p is
-// replaced, not followed (a symlink there becomes the file); a directory
-// there is refused. The file belongs to the identity.
+// reader sees the old content or the new, never a part. A symlink at p is
+// written through (followLinks): its target is the file replaced; a
+// directory is refused. The file belongs to the identity.
 func (r *Root) WriteFile(ctx context.Context, p string, content io.Reader, opts WriteOptions) (types.FileInfo, error) {
 	rel, err := Clean(p)
 	if err != nil {
 		return types.FileInfo{}, err
 	}
 	if err := r.writable(abs(rel)); err != nil {
+		return types.FileInfo{}, err
+	}
+	if rel, err = r.followLinks(rel); err != nil {
 		return types.FileInfo{}, err
 	}
 	dir, base, err := split(rel)
@@ -312,6 +316,50 @@ func (r *Root) WriteFile(ctx context.Context, p string, content io.Reader, opts 
 	}
 	done = true
 	return r.info(abs(rel), &st, ""), nil
+}
+
+// followLinks returns the path a write to rel lands on: while rel names a
+// symlink, its target (an absolute one from the root, a relative one from
+// the link's directory; ".." taken lexically, and never above the root).
+// A dangling link gives its target's path, where the write creates the
+// file, as a shell's "echo > link" would.
+func (r *Root) followLinks(rel string) (string, error) {
+	for range 40 {
+		var target string
+		isLink := false
+		err := r.as(func() error {
+			fd, err := r.resolve(rel, unix.O_PATH, false)
+			if errors.Is(err, unix.ENOENT) {
+				return nil
+			}
+			if err != nil {
+				return pathError(abs(rel), err)
+			}
+			defer unix.Close(fd)
+			var st unix.Stat_t
+			if err := unix.Fstat(fd, &st); err != nil {
+				return pathError(abs(rel), err)
+			}
+			if st.Mode&unix.S_IFMT != unix.S_IFLNK {
+				return nil
+			}
+			isLink = true
+			target, err = readlinkAt(fd, "")
+			return pathError(abs(rel), err)
+		})
+		if err != nil || !isLink {
+			return rel, err
+		}
+		next := target
+		if !strings.HasPrefix(target, "/") {
+			next = path.Join(path.Dir(abs(rel)), target)
+		}
+		rel = strings.TrimPrefix(path.Clean("/"+next), "/")
+		if rel == "" {
+			rel = "."
+		}
+	}
+	return "", fmt.Errorf("path %q: too many symlinks: %w", abs(rel), errdefs.ErrInvalidArgument)
 }
 
 // tooLarge is the error of content over a limit.
