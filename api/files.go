@@ -194,8 +194,8 @@ func tooLarge(p string, limit int64) error {
 }
 
 // archiveOut streams a tar (or tar.zst) of a directory. Errors found before
-// the first byte are answered as usual; a later one ends the stream early
-// (the tar then lacks its end marker, which every tar reader reports).
+// the first byte are answered as usual; a later one cuts the connection
+// (abortStream).
 func (g fileRoutes) archiveOut(c *gin.Context) {
 	r := in{ctx: c.Request.Context(), p: principal(c), c: c}
 	format := c.DefaultQuery("format", files.FormatTar)
@@ -220,7 +220,7 @@ func (g fileRoutes) archiveOut(c *gin.Context) {
 		w := &lazyHeader{c: c, contentType: ct, filename: name + ext}
 		err = root.WriteArchive(r.ctx, p, w, format)
 		if err != nil && w.started {
-			c.Abort()
+			abortStream(c)
 			return nil
 		}
 		if err == nil {
@@ -230,6 +230,16 @@ func (g fileRoutes) archiveOut(c *gin.Context) {
 	})
 	if err != nil {
 		writeError(c, err)
+	}
+}
+
+// abortStream ends an answer whose 200 is sent but whose body failed: the
+// connection is closed before the chunked body's end, so the client sees
+// an unexpected EOF rather than a stream that merely looks short.
+func abortStream(c *gin.Context) {
+	c.Abort()
+	if conn, _, err := c.Writer.Hijack(); err == nil {
+		_ = conn.Close()
 	}
 }
 

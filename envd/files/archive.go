@@ -38,7 +38,8 @@ func CheckFormat(format string) error {
 // WriteArchive writes the directory at p (a final symlink followed) to w
 // as a tar stream, entries relative to it ("usr/", "usr/bin"), read as
 // the identity through tarfs (never following a symlink below p); device
-// nodes and sockets are left out and owners are the instance's ids. A
+// nodes, sockets and pseudo filesystems (proc, sysfs, ...) are left out
+// and owners are the instance's ids. A
 // regular file at p gives a tar of that one file. An entry the identity
 // may not read fails the stream where it is met.
 func (r *Root) WriteArchive(ctx context.Context, p string, w io.Writer, format string) error {
@@ -76,10 +77,11 @@ func (r *Root) WriteArchive(ctx context.Context, p string, w io.Writer, format s
 		if st.Mode&unix.S_IFMT == unix.S_IFREG {
 			return r.writeOne(ctx, tw, fd, rel, &st)
 		}
-		_, err = tarfs.Write(ctx, procPath(fd), tw, tarfs.Options{NoDevices: true, MapIDs: func(h *tar.Header, _ string) error {
-			h.Uid, h.Gid = r.id.view(uint32(h.Uid)), r.id.view(uint32(h.Gid))
-			return nil
-		}})
+		_, err = tarfs.Write(ctx, procPath(fd), tw, tarfs.Options{NoDevices: true, Skip: r.pseudoBelow(rel),
+			MapIDs: func(h *tar.Header, _ string) error {
+				h.Uid, h.Gid = r.id.view(uint32(h.Uid)), r.id.view(uint32(h.Gid))
+				return nil
+			}})
 		if err != nil {
 			return pathError(abs(rel), err)
 		}
@@ -94,6 +96,24 @@ func (r *Root) WriteArchive(ctx context.Context, p string, w io.Writer, format s
 		}
 	}
 	return err
+}
+
+// pseudoBelow is a tarfs Skip hook for a walk of the directory rel: it
+// leaves out the kernel's pseudo filesystems mounted below it (an archive
+// of "/" holds no /proc or /sys). It runs on the walk's worker thread.
+func (r *Root) pseudoBelow(rel string) func(string) bool {
+	return func(sub string) bool {
+		fd, err := r.resolve(path.Join(rel, sub), unix.O_PATH, false)
+		if err != nil {
+			return false
+		}
+		defer unix.Close(fd)
+		var st unix.Stat_t
+		if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			return false
+		}
+		return checkFS(fd, sub) != nil
+	}
 }
 
 // writeOne writes the regular file fd holds as a one-entry tar.

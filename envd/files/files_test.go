@@ -160,6 +160,20 @@ func TestNodeRootRefusesMagicLinksDevicesAndPseudoFS(t *testing.T) {
 	}
 	_, err = r.List(context.Background(), "/proc")
 	require.ErrorIs(t, err, errdefs.ErrInvalidArgument)
+	// An archive leaves out device nodes and the pseudo filesystems below
+	// it (devpts at /dev/pts).
+	var b bytes.Buffer
+	require.NoError(t, r.WriteArchive(context.Background(), "/dev", &b, FormatTar))
+	tr := tar.NewReader(&b)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err)
+		assert.NotContains(t, []byte{tar.TypeChar, tar.TypeBlock}, h.Typeflag, h.Name)
+		assert.False(t, strings.HasPrefix(h.Name, "pts/"), h.Name)
+	}
 }
 
 func TestWriteReadListModes(t *testing.T) {
@@ -247,6 +261,8 @@ func TestMkdirMoveCopyRemove(t *testing.T) {
 	assert.Equal(t, "hello", got)
 	_, err = r.Copy(ctx, "/p", "/p2", false)
 	require.ErrorIs(t, err, errdefs.ErrAlreadyExists)
+	_, err = r.Copy(ctx, "/p", "/p/q/p", false)
+	require.ErrorIs(t, err, errdefs.ErrInvalidArgument)
 
 	_, err = r.Move(ctx, "/p2/q/f", "/p2/g", false)
 	require.NoError(t, err)

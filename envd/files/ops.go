@@ -732,6 +732,9 @@ func (r *Root) Copy(ctx context.Context, from, to string, overwrite bool) (types
 		}
 		return r.lstat(abs(trel))
 	case types.FileTypeDir:
+		if trel == frel || strings.HasPrefix(trel, frel+"/") || frel == "." {
+			return types.FileInfo{}, fmt.Errorf("copy %q to %q: a directory cannot be copied into itself: %w", abs(frel), abs(trel), errdefs.ErrInvalidArgument)
+		}
 		return r.copyDir(ctx, frel, trel, tdir, tbase, overwrite)
 	}
 	return types.FileInfo{}, fmt.Errorf("path %q is a %s: only files, directories and symlinks are copied: %w", abs(frel), src.Type, errdefs.ErrInvalidArgument)
