@@ -210,7 +210,7 @@ func New(core Core, opts ...Option) (http.Handler, error) {
 		volumes{core}.routes(),
 		operations{core, admit, o.pollInterval, o.keepAlive}.routes(),
 		tenants{core}.routes(),
-		fileRoutes{core, o.keepAlive}.routes(),
+		fileRoutes{core, admit, o.keepAlive}.routes(),
 	} {
 		for _, r := range group {
 			v1.Handle(r.method, r.path, r.handler)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/envd/files"
 )
 
@@ -35,6 +36,7 @@ const FileTypeHeader = "X-Envd-File-Type"
 
 type fileRoutes struct {
 	core      FileCore
+	admit     admitFunc // a watch counts as an event stream (envd.AdmitEvents)
 	keepAlive time.Duration
 }
 
@@ -309,6 +311,12 @@ func (g fileRoutes) watch(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
+	release, err := g.admit(r.p, envd.AdmitEvents)
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	defer release()
 	ctx, cancel := context.WithCancel(r.ctx)
 	defer cancel()
 	w := c.Writer
