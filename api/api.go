@@ -53,6 +53,7 @@ type Core interface {
 	SSHKeyCore
 	IdleCore
 	PortCore
+	FileCore
 }
 
 // MaxJSONBody is the largest JSON request body accepted. Image uploads are
@@ -229,6 +230,7 @@ func New(core Core, opts ...Option) (http.Handler, error) {
 		sshRoutes{core, o.ssh}.routes(),
 		idle{core}.routes(),
 		newPorts(core, o.previewDomain).routes(),
+		fileRoutes{core, admit, o.keepAlive}.routes(),
 	} {
 		for _, r := range group {
 			v1.Handle(r.method, r.path, r.handler)

@@ -196,6 +196,8 @@ func TestOpenAPISchemasMatchWireTypes(t *testing.T) {
 		"SSHKey": types.SSHKey{}, "SSHInfo": types.SSHInfo{},
 		"ListeningPort": types.ListeningPort{}, "PortList": types.PortList{}, "PreviewToken": types.PreviewToken{},
 		"ProjectPorts": types.ProjectPorts{},
+		"FileInfo":     types.FileInfo{}, "FileList": types.FileList{}, "FileArchiveResult": types.FileArchiveResult{},
+		"FileEvent": types.FileEvent{},
 	}
 	requests := map[string]any{
 		"CreateProjectRequest": types.CreateProjectRequest{}, "AddVolumeRequest": types.AddVolumeRequest{},
@@ -207,6 +209,7 @@ func TestOpenAPISchemasMatchWireTypes(t *testing.T) {
 		"ForkRequest":         types.ForkRequest{},
 		"AddSSHKeyRequest":    types.AddSSHKeyRequest{},
 		"PreviewTokenRequest": types.PreviewTokenRequest{},
+		"FileMkdirRequest":    types.FileMkdirRequest{}, "FileMoveRequest": types.FileMoveRequest{},
 	}
 	check := func(name string, v any, answer bool) {
 		t.Run(name, func(t *testing.T) {

@@ -118,6 +118,7 @@ var statusCodes = map[int]string{
 	http.StatusInsufficientStorage:         "quota_exceeded",
 	http.StatusTooManyRequests:             "resource_exhausted",
 	http.StatusRequestHeaderFieldsTooLarge: "invalid_argument",
+	http.StatusRequestEntityTooLarge:       "too_large",
 }
 
 func decodeError(resp *http.Response) error {

@@ -139,6 +139,9 @@ type Config struct {
 	IdleInterval  time.Duration
 	ActivityFlush time.Duration
 	WakeWait      time.Duration
+	// MaxFileBytes bounds one file write or archive upload of the file
+	// API; 0 = DefaultMaxFileBytes.
+	MaxFileBytes int64
 }
 
 // DefaultTTL is an instance's lifetime when neither its client nor the
@@ -171,6 +174,7 @@ type Service struct {
 	diffs   *changes.Cache                // computed version changes (changes.go)
 	sshInfo atomic.Pointer[types.SSHInfo] // the node's SSH endpoint, for Info (sshkeys.go)
 	ports   portState                     // ports.go
+	gate    *freeze.Gate                  // the node's freeze gate (files.go waits out a save's freeze)
 }
 
 // New makes the core. Call Start once after, and Close at the end.
@@ -224,6 +228,7 @@ func New(cfg Config, store *versions.Store, reg ImageStore, rt Runtime) (*Servic
 func (s *Service) wire(ctx context.Context) {
 	cfg := s.cfg
 	gate := &freeze.Gate{}
+	s.gate = gate
 	s.ops = ops.NewRunner(ctx, s.store, opAdmitter{s}, cfg.Observer, cfg.Node, s.log)
 	s.quota = quota.New(s.store, cfg.DefaultTTL, cfg.MaxTTL)
 	s.content = gc.NewContent(s.store, s.reg, s.log)

@@ -288,7 +288,9 @@ func jsonRequestBody(route *routers.Route) bool {
 	if rb == nil || rb.Value == nil {
 		return false
 	}
-	return rb.Value.Content.Get("application/json") != nil
+	// Exactly: Content.Get would match a "*/*" of a streamed body.
+	_, ok := rb.Value.Content["application/json"]
+	return ok
 }
 
 type readCloser struct {

@@ -45,6 +45,8 @@ var (
 	// ErrPortUnreachable: nothing listens on the instance's port the port
 	// proxy was asked to reach (the instance itself is running).
 	ErrPortUnreachable = errors.New("port unreachable")
+	// ErrTooLarge: a request body is over a size limit of the node.
+	ErrTooLarge = errors.New("too large")
 )
 
 type kind struct {
@@ -73,6 +75,7 @@ var kinds = []kind{
 	{context.Canceled, "canceled", 499},
 	{context.DeadlineExceeded, "deadline_exceeded", http.StatusGatewayTimeout},
 	{ErrPortUnreachable, "port_unreachable", http.StatusBadGateway},
+	{ErrTooLarge, "too_large", http.StatusRequestEntityTooLarge},
 }
 
 // Codes returns every stable code with its HTTP status, in kinds' order

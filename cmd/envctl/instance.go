@@ -139,11 +139,15 @@ is Running; past the server's wake wait the answer is 503 waking: retry.`,
 }
 
 func (a *app) lsCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "ls [PROJECT]",
-		Short: "List instances, of one project or all",
+	var user string
+	cmd := &cobra.Command{
+		Use:   "ls [PROJECT | INSTANCE:PATH]",
+		Short: "List instances, of one project or all; or the files of an instance's directory",
 		Args:  rangeArgs(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 && isFileArg(args[0]) {
+				return a.lsFiles(cmd, args[0], user) // files.go
+			}
 			project := ""
 			if len(args) == 1 {
 				project = args[0]
@@ -153,6 +157,8 @@ func (a *app) lsCommand() *cobra.Command {
 			}, all(instanceTable))
 		},
 	}
+	cmd.Flags().StringVar(&user, "user", "", "with INSTANCE:PATH: list as this user of the instance (default the image's user)")
+	return cmd
 }
 
 func (a *app) showCommand() *cobra.Command {

@@ -298,6 +298,7 @@ complete from the server.
 		"Save a stopped retained instance as a version and free its layer on the node", (*client.Client).HibernateInstance))
 	root.AddCommand(a.sshCommands()...)
 	root.AddCommand(a.portCommands()...)
+	root.AddCommand(a.cpCommand())
 	a.addCompletions(root) // complete.go
 	markNameless(root)     // names.go
 	return root

@@ -138,6 +138,9 @@ type Config struct {
 	// PreviewDomain serves instance ports on the API's listener at
 	// {port}-{instance}.PreviewDomain (api.PreviewHosts); "" = none.
 	PreviewDomain string
+	// MaxFileBytes bounds one file write or archive upload of the file
+	// API; 0 = envd.DefaultMaxFileBytes.
+	MaxFileBytes int64
 }
 
 // The defaults of a node, in one place: DefaultConfig gathers them for

@@ -281,6 +281,7 @@ func (n *Node) newService(db database, reg registryPart, rt *runtime.Runtime, v 
 		Sweeper: reg.sweeper, DefaultLimits: cfg.DefaultLimits, BuildEgress: cfg.BuildEgress,
 		Limits: cfg.Limits, Observer: n.metrics,
 		IdleAfter: cfg.IdleAfter, IdleAction: cfg.IdleAction, WakeWait: cfg.WakeWait, IdleInterval: cfg.IdleInterval, ActivityFlush: cfg.ActivityFlush,
+		MaxFileBytes: cfg.MaxFileBytes,
 	}, db.store, reg.client, rt)
 	if err != nil {
 		return nil, err

@@ -39,6 +39,7 @@ from .errors import (
     Unavailable,
     Waking,
     PortUnreachable,
+    TooLarge,
     error_for_code,
     error_from_body,
 )
@@ -51,5 +52,5 @@ __all__ = [
     "EnvdError", "InvalidArgument", "Unauthenticated", "PermissionDenied", "NotFound", "AlreadyExists",
     "StaleGeneration", "Conflict", "FailedPrecondition", "IdempotencyKeyReused", "Canceled", "Internal",
     "Unavailable", "DeadlineExceeded", "QuotaExceeded", "ResourceExhausted", "StartFailed", "Interrupted", "StreamError",
-    "Waking", "PortUnreachable", "error_for_code", "error_from_body",
+    "Waking", "PortUnreachable", "TooLarge", "error_for_code", "error_from_body",
 ]

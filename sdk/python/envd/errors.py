@@ -29,6 +29,7 @@ __all__ = [
     "ResourceExhausted",
     "StartFailed",
     "PortUnreachable",
+    "TooLarge",
     "Interrupted",
     "StreamError",
     "error_from_body",
@@ -181,6 +182,11 @@ class PortUnreachable(EnvdError):
     code_name = "port_unreachable"
 
 
+class TooLarge(EnvdError):
+    """413: A request body is over a size limit of the node (details: limit_bytes); nothing changed."""
+    code_name = "too_large"
+
+
 class Interrupted(EnvdError):
     """An operation that envd stopped while it ran and could not resume (operations only)."""
     code_name = "interrupted"
@@ -201,7 +207,7 @@ _CLASSES: Dict[str, Type[EnvdError]] = {
         InvalidArgument, Unauthenticated, PermissionDenied, NotFound, AlreadyExists,
         StaleGeneration, Conflict, FailedPrecondition, IdempotencyKeyReused, Canceled,
         Internal, Unavailable, DeadlineExceeded, QuotaExceeded, ResourceExhausted, StartFailed,
-        Interrupted, Waking, PortUnreachable,
+        Interrupted, Waking, PortUnreachable, TooLarge,
     )
 }
 
@@ -225,6 +231,7 @@ _STATUS_CODES = {
 # The HTTP status of each code (api/errdefs), for errors that arrive without
 # one (the exec stream's exit message).
 CODE_STATUS = {
+    "too_large": 413,
     "port_unreachable": 502,
     "invalid_argument": 400,
     "unauthenticated": 401,

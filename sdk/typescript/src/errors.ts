@@ -51,6 +51,8 @@ export class ResourceExhaustedError extends EnvdError {}
 export class StartFailedError extends EnvdError {}
 /** Nothing listens on the instance's port the proxy or tunnel was asked to reach. */
 export class PortUnreachableError extends EnvdError {}
+/** A request body is over a size limit of the node (details: limit_bytes); nothing changed. */
+export class TooLargeError extends EnvdError {}
 /** An operation ended because envd stopped while it ran. */
 export class InterruptedError extends EnvdError {}
 /** The instance is being woken and the request did not wait; details: {state, retry_after_seconds}; retryAfter is set. */
@@ -83,6 +85,7 @@ const codes: Record<string, [ErrorClass, number]> = {
   resource_exhausted: [ResourceExhaustedError, 429],
   start_failed: [StartFailedError, 422],
   port_unreachable: [PortUnreachableError, 502],
+  too_large: [TooLargeError, 413],
   interrupted: [InterruptedError, 500],
   waking: [WakingError, 503],
 };

@@ -477,6 +477,7 @@ export type ErrorCode = Open<
   | "interrupted"
   | "waking"
   | "port_unreachable"
+  | "too_large"
 >;
 
 /** Go: types.ErrorDetail. */

@@ -1,0 +1,52 @@
+package apitest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+
+	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/envd/files"
+)
+
+// FileCore: the fake serves every instance's files from one directory of
+// the node (FilesDir), acting as the test process; "i-missing" is not
+// found.
+
+var filesDirs sync.Map // *Core -> string
+
+// FilesDir is the directory the fake's file API serves, made on first use
+// and left for the test's process to remove (os.TempDir).
+func (c *Core) FilesDir() string {
+	if d, ok := filesDirs.Load(c); ok {
+		return d.(string)
+	}
+	d, err := os.MkdirTemp("", "apitest-files-")
+	if err != nil {
+		panic(err)
+	}
+	actual, _ := filesDirs.LoadOrStore(c, d)
+	return actual.(string)
+}
+
+func (c *Core) OpenFiles(ctx context.Context, p types.Principal, id string, as types.FileUser, write bool) (*files.Root, error) {
+	c.record("OpenFiles", p, id, as, write)
+	if id == "i-missing" {
+		return nil, fmt.Errorf("instance %q: %w", id, errdefs.ErrNotFound)
+	}
+	return files.Open(c.FilesDir(), files.Identity{UID: uint32(os.Getuid()), GID: uint32(os.Getgid())})
+}
+
+func (c *Core) WatchFiles(ctx context.Context, p types.Principal, id string, as types.FileUser, path string, recursive bool, emit func(types.FileEvent) error) error {
+	root, err := c.OpenFiles(ctx, p, id, as, true)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	return root.Watch(ctx, path, recursive, emit)
+}
+
+// MaxFileBytes is 1 MiB in the fake.
+func (c *Core) MaxFileBytes() int64 { return 1 << 20 }
