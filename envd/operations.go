@@ -30,6 +30,7 @@ func (s *Service) Start(ctx context.Context) error {
 		types.OpKindRestore: s.life.SettleRestore,
 		types.OpKindBuild:   s.builds.SettleBuild,
 		types.OpKindMigrate: s.builds.SettleMigrate,
+		types.OpKindRollout: ops.Rerun(s.ops, s.rollouts.Run),
 	}); err != nil {
 		return err
 	}

@@ -30,6 +30,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/containerd/v2/core/mount"
@@ -44,6 +45,7 @@ import (
 	"github.com/envd-dev/envd/envd/names"
 	"github.com/envd-dev/envd/envd/ops"
 	"github.com/envd-dev/envd/envd/quota"
+	"github.com/envd-dev/envd/envd/rollout"
 	"github.com/envd-dev/envd/envd/save"
 	"github.com/envd-dev/envd/envd/volumes"
 	"github.com/envd-dev/envd/internal/limiter"
@@ -122,6 +124,9 @@ type Config struct {
 	// Observer is told of saves, restores and operations (the node's
 	// metrics); nil = nothing is observed.
 	Observer Observer
+	// RolloutConcurrency is the most rollout migrations this node runs at
+	// once; 0 = rollout.DefaultConcurrency.
+	RolloutConcurrency int
 }
 
 // DefaultTTL is an instance's lifetime when neither its client nor the
@@ -150,6 +155,9 @@ type Service struct {
 
 	limits     *limiter.Limiter // per-tenant concurrency (admission.go)
 	limitsOnce sync.Once
+
+	rollouts    *rollout.Runner
+	interactive atomic.Int64 // saves, restores and builds running on this node (admission.go)
 }
 
 // New makes the core. Call Start once after, and Close at the end.
@@ -221,6 +229,7 @@ func (s *Service) wire(ctx context.Context) {
 	s.builds = build.New(build.Deps{Store: s.store, Reg: s.reg, Runtime: s.rt, Capturer: s.saver, Instances: s.life,
 		Quota: s.quota, Content: s.content, Bases: bases{s}, Ops: s.ops, Log: s.log})
 	s.gc = gc.NewCollector(s.store, s.reg, s.ops, cfg.Sweeper, gcVolumes)
+	s.wireRollouts(ctx)
 }
 
 // Close cancels running operations and waits for them to settle.

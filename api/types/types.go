@@ -112,6 +112,16 @@ type Project struct {
 	// ProjectNetwork.
 	Egress           string `json:"egress"`
 	IsolateInstances bool   `json:"isolate_instances"`
+	// Validate are the commands every migration of the project runs in its
+	// trial instance, a rollout's included (PUT .../validation).
+	Validate [][]string `json:"validate,omitempty"`
+	// CurrentBase is the imported base image the current version sits on,
+	// found by layers (GET /v1/projects/{p} only); base_image stays the
+	// base the project was created on.
+	CurrentBase string `json:"current_base,omitempty"`
+	// RolloutFailure is set while a rollout's failure to move the project
+	// is unanswered; the next successful switch of current clears it.
+	RolloutFailure *RolloutFailure `json:"rollout_failure,omitempty"`
 }
 
 // Retention says which versions of a project a GC keeps besides the
@@ -275,6 +285,10 @@ type Instance struct {
 	LastTransitionAt time.Time  `json:"last_transition_at"`
 	// Limits are the effective limits the instance was started with.
 	Limits *Limits `json:"limits,omitempty"`
+	// NewerCurrent is the project's current version when it is a migration
+	// (a newer base) the instance does not run: the instance keeps its
+	// version until it is started anew (GET /v1/instances/{i} only).
+	NewerCurrent int `json:"newer_current,omitempty"`
 }
 
 // Protection is what keeps an instance's data.
