@@ -78,7 +78,7 @@ func Split(s string) ([]string, error) {
 }
 
 // Join quotes each word that needs it for a shell ('single quotes', with
-// ' written as '\'') and joins them with spaces: Split(Join(w)) == w.
+// ' written as '\”) and joins them with spaces: Split(Join(w)) == w.
 func Join(words []string) string {
 	out := make([]string, len(words))
 	for i, w := range words {
