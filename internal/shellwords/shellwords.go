@@ -77,8 +77,9 @@ func Split(s string) ([]string, error) {
 	return words, nil
 }
 
-// Join quotes each word that needs it for a shell ('single quotes', with
-// ' written as '\”) and joins them with spaces: Split(Join(w)) == w.
+// Join quotes each word that needs it for a shell (in single quotes, a
+// single quote closed, escaped and reopened) and joins them with spaces:
+// Split(Join(w)) == w.
 func Join(words []string) string {
 	out := make([]string, len(words))
 	for i, w := range words {
