@@ -49,6 +49,7 @@ type Core interface {
 	VolumeCore
 	OperationCore
 	TenantCore
+	RolloutCore
 }
 
 // MaxJSONBody is the largest JSON request body accepted. Image uploads are
@@ -209,6 +210,7 @@ func New(core Core, opts ...Option) (http.Handler, error) {
 		volumes{core}.routes(),
 		operations{core, admit, o.pollInterval, o.keepAlive}.routes(),
 		tenants{core}.routes(),
+		rollouts{core}.routes(),
 	} {
 		for _, r := range group {
 			v1.Handle(r.method, r.path, r.handler)

@@ -55,7 +55,7 @@ quota_exceeded (HTTP 507) and the numbers.`,
 	f.StringVar(&stored, "max-stored", "", "stored bytes (version layers + volumes), e.g. 20G")
 	f.StringVar(&q.MaxTTL, "max-ttl", "", "longest instance TTL")
 	ql.add(f, &q)
-	return group("admin", "Tenants, tokens and quotas (admin token)", token, quota)
+	return group("admin", "Tenants, tokens, quotas and rollouts (admin token)", token, quota, a.rolloutCommand())
 }
 
 func (a *app) usageCommand() *cobra.Command {
