@@ -185,6 +185,7 @@ func TestOpenAPISchemasMatchWireTypes(t *testing.T) {
 		"Limits": types.Limits{}, "TokenInfo": types.TokenInfo{}, "ErrorBody": types.ErrorBody{},
 		"ErrorDetail": types.ErrorDetail{}, "ExecExit": types.ExecExit{},
 		"Readiness": types.Readiness{}, "Check": types.Check{},
+		"Rollout": types.Rollout{}, "RolloutProject": types.RolloutProject{}, "RolloutFailure": types.RolloutFailure{},
 	}
 	requests := map[string]any{
 		"CreateProjectRequest": types.CreateProjectRequest{}, "AddVolumeRequest": types.AddVolumeRequest{},
@@ -193,6 +194,7 @@ func TestOpenAPISchemasMatchWireTypes(t *testing.T) {
 		"SaveRequest": types.SaveRequest{}, "RenewRequest": types.RenewRequest{}, "GCRequest": types.GCRequest{},
 		"CreateTokenRequest": types.CreateTokenRequest{}, "BuildRequest": types.BuildRequest{},
 		"MigrateRequest": types.MigrateRequest{}, "ProjectNetwork": types.ProjectNetwork{},
+		"CreateRolloutRequest": types.CreateRolloutRequest{}, "ProjectValidation": types.ProjectValidation{},
 	}
 	check := func(name string, v any, answer bool) {
 		t.Run(name, func(t *testing.T) {
