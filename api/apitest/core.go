@@ -63,6 +63,7 @@ type Core struct {
 	ListVersionsFunc func(ctx context.Context, project string) ([]types.Version, error)
 	SetCurrentFunc   func(ctx context.Context, project string, req types.SetCurrentRequest) (types.Project, error)
 	GCFunc           func(ctx context.Context, req types.GCRequest, key string) (types.Operation, error)
+	MigrateFunc      func(ctx context.Context, project string, req types.MigrateRequest, key string) (types.Operation, error)
 
 	mu    sync.Mutex
 	calls []Call
@@ -395,6 +396,10 @@ func (c *Core) Build(ctx context.Context, p types.Principal, project string, req
 }
 
 func (c *Core) Migrate(ctx context.Context, p types.Principal, project string, req types.MigrateRequest, key string) (types.Operation, error) {
+	if c.MigrateFunc != nil {
+		c.record("Migrate", p, project, req, key)
+		return c.MigrateFunc(ctx, project, req, key)
+	}
 	return echo(c, "Migrate", p, c.NewOperation("migrate", project), project, req, key)
 }
 
