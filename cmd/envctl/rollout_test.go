@@ -127,7 +127,7 @@ func TestShowsBasesAndRolloutFailure(t *testing.T) {
 		core.GetProjectFunc = func(_ context.Context, name string) (types.Project, error) {
 			return types.Project{Name: name, BaseImage: "envd/images/v1@sha256:1", Current: 3, CurrentBase: "v2 (envd/images/v2@sha256:2)",
 				RolloutFailure: &types.RolloutFailure{Rollout: "ro-9", Status: "validation_failed", Message: "dot -V exited 1", At: apitest.Epoch},
-				CreatedAt: apitest.Epoch}, nil
+				CreatedAt:      apitest.Epoch}, nil
 		}
 		core.GetInstanceFunc = func(_ context.Context, id string) (types.Instance, error) {
 			return types.Instance{ID: id, Project: "web", Version: 2, NewerCurrent: 3, State: types.StateRunning, CreatedAt: apitest.Epoch}, nil
