@@ -121,6 +121,9 @@ type Config struct {
 	// plain-HTTP address (for a private network); "" = none. The API's
 	// /metrics takes the admin token or DataDir/metrics.token either way.
 	MetricsListen string
+	// RolloutConcurrency is the most rollout migrations this node runs at
+	// once; 0 = rollout.DefaultConcurrency (2).
+	RolloutConcurrency int
 }
 
 // The defaults of a node, in one place: DefaultConfig gathers them for

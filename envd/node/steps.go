@@ -280,6 +280,7 @@ func (n *Node) newService(db database, reg registryPart, rt *runtime.Runtime, v 
 		Volumes: v.manager, Objects: v.objects, HibernateAfter: cfg.HibernateAfter, PrefetchWindow: cfg.PrefetchWindow, ReconcileInterval: cfg.ReconcileInterval,
 		Sweeper: reg.sweeper, DefaultLimits: cfg.DefaultLimits, BuildEgress: cfg.BuildEgress,
 		Limits: cfg.Limits, Observer: n.metrics,
+		RolloutConcurrency: cfg.RolloutConcurrency,
 	}, db.store, reg.client, rt)
 	if err != nil {
 		return nil, err
