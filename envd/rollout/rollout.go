@@ -673,7 +673,9 @@ func (r *Runner) event(ctx context.Context, ro versions.Rollout, typ, msg string
 	if ro.OperationID == "" {
 		return
 	}
-	if _, err := r.d.Store.AppendEvent(ctx, ro.OperationID, typ, msg, nil); err != nil {
+	// An ended operation takes no more events (a rollback's): its report
+	// is the rollout's rows.
+	if _, err := r.d.Store.AppendEvent(ctx, ro.OperationID, typ, msg, nil); err != nil && !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		r.d.Log.Warn("rollout event", "rollout", ro.ID, "err", err)
 	}
 }
