@@ -21,7 +21,7 @@ import (
 
 // importBusyboxBase imports a busybox base whose /etc/base-version and
 // /etc/motd say version.
-func importBusyboxBase(t *testing.T, name, version string) {
+func importBusyboxBase(t testing.TB, name, version string) {
 	t.Helper()
 	dir := t.TempDir()
 	out, err := exec.Command("bash", "../scripts/busybox-rootfs.sh", dir).CombinedOutput()
@@ -30,7 +30,7 @@ func importBusyboxBase(t *testing.T, name, version string) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "etc/base-version"), []byte(version+"\n"), 0o644))
 	tarball, err := tarDir(dir)
 	require.NoError(t, err)
-	_, err = env.c.ImportImage(ctx(t), name, bytes.NewReader(tarball))
+	_, err = env.c.ImportImage(context.Background(), name, bytes.NewReader(tarball))
 	require.NoError(t, err)
 }
 

@@ -291,6 +291,23 @@ func TestCoreRolloutControl(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, types.RolloutCanceled, ro.State)
 	assert.GreaterOrEqual(t, ro.Totals["skipped"], 1, "%v", ro.Totals)
+
+	// Canceling its operation cancels the rollout, the migration in
+	// flight included.
+	hold = make(chan struct{})
+	defer close(hold)
+	ro, err = e.svc.CreateRollout(e.ctx, e.admin, types.CreateRolloutRequest{From: baseImage, To: "v2", Selector: "bad-*",
+		WaveSize: 1, Validate: [][]string{{"true"}}}, "")
+	require.NoError(t, err)
+	_, err = e.svc.CancelOperation(e.ctx, e.admin, ro.OperationID)
+	require.NoError(t, err)
+	op = e.wait(e.admin, ro.OperationID)
+	assert.Equal(t, types.OpCanceled, op.State)
+	ro, err = e.svc.GetRollout(e.ctx, e.admin, ro.ID)
+	require.NoError(t, err)
+	assert.Equal(t, types.RolloutCanceled, ro.State)
+	require.NotEmpty(t, ro.Projects)
+	assert.Equal(t, map[string]int{"skipped": len(ro.Projects)}, ro.Totals)
 }
 
 // Per-project migration, as rollouts lean on it.
