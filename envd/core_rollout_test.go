@@ -214,6 +214,29 @@ func TestCoreRollout(t *testing.T) {
 		assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition, "once")
 	})
 
+	t.Run("idempotency key", func(t *testing.T) {
+		e := e.with(t)
+		req := types.CreateRolloutRequest{From: baseImage, To: "v2", DryRun: true, Selector: "p-c"}
+		first, err := e.svc.CreateRollout(e.ctx, e.admin, req, "key-rollout")
+		require.NoError(t, err)
+		again, err := e.svc.CreateRollout(e.ctx, e.admin, req, "key-rollout")
+		require.NoError(t, err)
+		assert.Equal(t, first.ID, again.ID, "a retry gets the same rollout")
+		rs, err := e.svc.ListRollouts(e.ctx, e.admin)
+		require.NoError(t, err)
+		n := 0
+		for _, r := range rs {
+			if r.Selector == "p-c" {
+				n++
+			}
+		}
+		assert.Equal(t, 1, n, "one rollout made")
+		req.Selector = "p-b"
+		_, err = e.svc.CreateRollout(e.ctx, e.admin, req, "key-rollout")
+		assert.ErrorIs(t, err, errdefs.ErrIdempotencyReuse)
+		e.wait(e.admin, first.OperationID)
+	})
+
 	t.Run("list", func(t *testing.T) {
 		e := e.with(t)
 		rs, err := e.svc.ListRollouts(e.ctx, e.admin)
