@@ -289,6 +289,21 @@ func (r *Runner) Select(ctx context.Context, tenant, selector string, from regis
 // (then it stays unfinished and runs again at the next start). It is the
 // Func of the rollout's operation; its result is the rollout's view.
 func (r *Runner) Run(ctx context.Context, op *ops.Op, job Job) (any, error) {
+	res, err := r.run(ctx, op, job)
+	if err != nil && ctx.Err() == nil {
+		// The rollout's own failure (its store): record it if the store
+		// answers, so the row does not stay running without an operation.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if _, serr := r.d.Store.SetRolloutState(fctx, job.Rollout, []string{types.RolloutRunning, types.RolloutPaused},
+			types.RolloutFailed, err.Error()); serr != nil {
+			r.d.Log.Warn("rollout: record its failure", "rollout", job.Rollout, "err", serr)
+		}
+	}
+	return res, err
+}
+
+func (r *Runner) run(ctx context.Context, op *ops.Op, job Job) (any, error) {
 	for {
 		ro, err := r.d.Store.GetRollout(ctx, job.Rollout)
 		if err != nil {
