@@ -406,7 +406,7 @@ export interface MigrateResult {
   from: number;
   old_base: string;
   new_base: string;
-  conflicts: string[] | null;
+  conflicts: string[];
   database_conflict: boolean;
   validated: number;
   current: boolean;
