@@ -65,6 +65,20 @@ export interface Project {
   limits?: Limits;
   egress: string;
   isolate_instances: boolean;
+  /** Commands every migration of the project runs in its trial instance. */
+  validate?: string[][];
+  /** GET of one project only: the imported base the current version sits on. */
+  current_base?: string;
+  /** Set while a rollout's failure to move the project is unanswered. */
+  rollout_failure?: RolloutFailure;
+}
+
+/** A rollout could not move the project. Go: types.RolloutFailure */
+export interface RolloutFailure {
+  rollout: string;
+  status: string;
+  message?: string;
+  at: string;
 }
 
 /** Go: types.Retention. The body of PUT /v1/projects/{p}/retention. */
@@ -212,6 +226,8 @@ export interface Instance {
   created_at: string;
   last_transition_at: string;
   limits?: Limits;
+  /** GET of one instance only: the project's current, a newer base this instance does not run. */
+  newer_current?: number;
 }
 
 /** Go: types.CreateInstanceRequest. The body of POST /v1/projects/{p}/instances. */
