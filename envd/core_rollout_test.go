@@ -408,3 +408,36 @@ func TestCoreMigrateFixes(t *testing.T) {
 		assert.True(t, strings.HasPrefix(p.CurrentBase, "v2 ("), p.CurrentBase)
 	})
 }
+
+// A restart while a project migrates: the rollout runs on at the next
+// start and tries that project again (its trial instance removed).
+func TestCoreRolloutResumesAfterRestart(t *testing.T) {
+	e := rolloutEnv(t)
+	entered := make(chan struct{}, 8)
+	e.rt.SetExec(func(ctx context.Context, upper string, spec runtime.ExecSpec) (int, error) {
+		entered <- struct{}{}
+		<-ctx.Done()
+		return 0, ctx.Err()
+	})
+	ro, err := e.svc.CreateRollout(e.ctx, e.admin, types.CreateRolloutRequest{From: baseImage, To: "v2", Selector: "p-[ab]",
+		WaveSize: 1, Validate: [][]string{{"true"}}}, "")
+	require.NoError(t, err)
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first validation did not start")
+	}
+	e.rt.SetExec(func(ctx context.Context, upper string, spec runtime.ExecSpec) (int, error) { return 0, nil })
+	e.restart()
+
+	op := e.wait(e.admin, ro.OperationID)
+	require.Equal(t, types.OpSucceeded, op.State, "%+v", op.Error)
+	ro, err = e.svc.GetRollout(e.ctx, e.admin, ro.ID)
+	require.NoError(t, err)
+	assert.Equal(t, types.RolloutSucceeded, ro.State)
+	assert.Equal(t, map[string]string{"p-a": "switched", "p-b": "switched"}, statuses(ro))
+	assert.Contains(t, e.eventTypes(e.admin, ro.OperationID), "resumed")
+	for _, p := range ro.Projects {
+		assert.Equal(t, p.NewVersion, e.current(p.Project))
+	}
+}
