@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/internal/fakeruntime"
 	"github.com/envd-dev/envd/runtime"
 )
 
@@ -440,4 +442,42 @@ func TestCoreRolloutResumesAfterRestart(t *testing.T) {
 	for _, p := range ro.Projects {
 		assert.Equal(t, p.NewVersion, e.current(p.Project))
 	}
+}
+
+// A rollout's migrations wait while the node runs a save: interactive work
+// goes first.
+func TestCoreRolloutYieldsToSaves(t *testing.T) {
+	e := rolloutEnv(t)
+	in := e.instance("p-a", types.CreateInstanceRequest{})
+	release := make(chan struct{})
+	frozen := make(chan struct{})
+	var once sync.Once
+	e.rt.SetFault(fakeruntime.Pause, func(ctx context.Context, id string) error {
+		once.Do(func() { close(frozen) })
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	saveOp, err := e.svc.Save(e.ctx, e.user, in.ID, types.SaveRequest{}, "")
+	require.NoError(t, err)
+	<-frozen
+	require.Equal(t, 1, e.svc.InteractiveInFlight())
+
+	ro, err := e.svc.CreateRollout(e.ctx, e.admin, types.CreateRolloutRequest{From: baseImage, To: "v2", Selector: "p-b", DryRun: true}, "")
+	require.NoError(t, err)
+	time.Sleep(time.Second)
+	ro, err = e.svc.GetRollout(e.ctx, e.admin, ro.ID)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int{"pending": 1}, ro.Totals, "the rollout waits for the save")
+
+	close(release)
+	assert.Equal(t, types.OpSucceeded, e.wait(e.user, saveOp.ID).State)
+	assert.Equal(t, types.OpSucceeded, e.wait(e.admin, ro.OperationID).State)
+	ro, err = e.svc.GetRollout(e.ctx, e.admin, ro.ID)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int{"clean": 1}, ro.Totals)
+	assert.Equal(t, 0, e.svc.InteractiveInFlight())
 }
