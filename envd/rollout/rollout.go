@@ -290,7 +290,10 @@ func (r *Runner) Select(ctx context.Context, tenant, selector string, from regis
 // Func of the rollout's operation; its result is the rollout's view.
 func (r *Runner) Run(ctx context.Context, op *ops.Op, job Job) (any, error) {
 	res, err := r.run(ctx, op, job)
-	if err != nil && ctx.Err() == nil {
+	if err != nil && ctx.Err() != nil {
+		return nil, r.interrupted(ctx, job.Rollout)
+	}
+	if err != nil {
 		// The rollout's own failure (its store): record it if the store
 		// answers, so the row does not stay running without an operation.
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -313,7 +316,7 @@ func (r *Runner) run(ctx context.Context, op *ops.Op, job Job) (any, error) {
 		case types.RolloutPaused:
 			select {
 			case <-ctx.Done():
-				return nil, r.interrupted(ctx, ro)
+				return nil, ctx.Err()
 			case <-time.After(r.d.Poll):
 			}
 			continue
@@ -342,7 +345,7 @@ func (r *Runner) run(ctx context.Context, op *ops.Op, job Job) (any, error) {
 		op.Event(ctx, "wave", fmt.Sprintf("wave of %d projects (%d left)", len(wave), len(todo)), map[string]any{"projects": projectNames(wave)})
 		if err := r.runWave(ctx, op, ro, wave, failures(projects)); err != nil {
 			if ctx.Err() != nil {
-				return nil, r.interrupted(ctx, ro)
+				return nil, ctx.Err()
 			}
 			return r.finish(ctx, ro, types.RolloutFailed, err.Error())
 		}
@@ -352,13 +355,13 @@ func (r *Runner) run(ctx context.Context, op *ops.Op, job Job) (any, error) {
 // interrupted is the error of a rollout whose operation's context ended:
 // a canceled operation cancels the rollout; a stopping service leaves it
 // as it is, to run again at the next start.
-func (r *Runner) interrupted(ctx context.Context, ro versions.Rollout) error {
+func (r *Runner) interrupted(ctx context.Context, id string) error {
 	if r.d.Stopping.Err() == nil { // the operation was canceled
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		if _, err := r.d.Store.SetRolloutState(fctx, ro.ID, []string{types.RolloutRunning, types.RolloutPaused},
+		if _, err := r.d.Store.SetRolloutState(fctx, id, []string{types.RolloutRunning, types.RolloutPaused},
 			types.RolloutCanceled, "its operation was canceled"); err == nil {
-			r.skipPending(fctx, ro.ID, "not started: the rollout was canceled")
+			r.skipPending(fctx, id, "not started: the rollout was canceled")
 		}
 	}
 	return ctx.Err()
