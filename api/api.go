@@ -54,6 +54,7 @@ type Core interface {
 	IdleCore
 	PortCore
 	FileCore
+	RolloutCore
 }
 
 // MaxJSONBody is the largest JSON request body accepted. Image uploads are
@@ -231,6 +232,7 @@ func New(core Core, opts ...Option) (http.Handler, error) {
 		idle{core}.routes(),
 		newPorts(core, o.previewDomain).routes(),
 		fileRoutes{core, admit, o.keepAlive}.routes(),
+		rollouts{core}.routes(),
 	} {
 		for _, r := range group {
 			v1.Handle(r.method, r.path, r.handler)

@@ -198,6 +198,7 @@ func TestOpenAPISchemasMatchWireTypes(t *testing.T) {
 		"ProjectPorts": types.ProjectPorts{},
 		"FileInfo":     types.FileInfo{}, "FileList": types.FileList{}, "FileArchiveResult": types.FileArchiveResult{},
 		"FileEvent": types.FileEvent{},
+		"Rollout":   types.Rollout{}, "RolloutProject": types.RolloutProject{}, "RolloutFailure": types.RolloutFailure{},
 	}
 	requests := map[string]any{
 		"CreateProjectRequest": types.CreateProjectRequest{}, "AddVolumeRequest": types.AddVolumeRequest{},
@@ -210,6 +211,7 @@ func TestOpenAPISchemasMatchWireTypes(t *testing.T) {
 		"AddSSHKeyRequest":    types.AddSSHKeyRequest{},
 		"PreviewTokenRequest": types.PreviewTokenRequest{},
 		"FileMkdirRequest":    types.FileMkdirRequest{}, "FileMoveRequest": types.FileMoveRequest{},
+		"CreateRolloutRequest": types.CreateRolloutRequest{}, "ProjectValidation": types.ProjectValidation{},
 	}
 	check := func(name string, v any, answer bool) {
 		t.Run(name, func(t *testing.T) {

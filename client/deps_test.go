@@ -29,7 +29,8 @@ func TestDependenciesStayLight(t *testing.T) {
 				"golang.org/x/sys/", "golang.org/x/term",
 				// envctl cp reads and extracts directories with the project's
 				// one tar walker (confined, no device nodes), and its gzip.
-				mod + "internal/tarfs", "github.com/klauspost/compress"},
+				mod + "internal/tarfs", "github.com/klauspost/compress",
+				mod + "internal/shellwords"}, // standard library only
 		},
 	} {
 		args := append([]string{"list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}"}, tc.pkgs...)

@@ -64,10 +64,11 @@ func TestRootMigrateOntoANewBase(t *testing.T) {
 	old := up(t, p, saved.Version)
 	assert.Equal(t, "none", mustSh(t, old.ID, "cat /etc/base-version 2>/dev/null || echo none"), "the old version restores as it was")
 
-	// Migrating again onto the base the current version sits on fails.
-	op, err = env.c.Migrate(c, p, types.MigrateRequest{Base: newBase})
-	require.NoError(t, err)
-	done, err := env.c.WaitOperation(c, op.ID, nil)
-	require.NoError(t, err)
-	assert.Equal(t, types.OpFailed, done.State, "the current version already sits on it")
+	// Migrating again onto the base the current version sits on is
+	// refused at once.
+	_, err = env.c.Migrate(c, p, types.MigrateRequest{Base: newBase})
+	var apiErr *types.Error
+	require.ErrorAs(t, err, &apiErr)
+	assert.Equal(t, 409, apiErr.Status, "the current version already sits on it")
+	assert.Equal(t, "failed_precondition", apiErr.Code)
 }

@@ -70,9 +70,11 @@ type opAdmitter struct{ s *Service }
 func (a opAdmitter) AdmitOp(tenant string, kind types.OpKind) (release func(), err error) {
 	adm, ok := opAdmission[kind]
 	if !ok {
-		return func() {}, nil
+		release = func() {}
+	} else if release, err = a.s.limiter().Acquire(tenant, adm); err != nil {
+		return nil, err
 	}
-	return a.s.limiter().Acquire(tenant, adm)
+	return a.s.countInteractive(kind, release), nil
 }
 
 // AdmissionInUse is how many slots of kind tenant holds on this node now.

@@ -21,7 +21,11 @@ func (s *Service) ListInstances(ctx context.Context, p types.Principal, project 
 
 // GetInstance returns one instance.
 func (s *Service) GetInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
-	return s.life.GetInstance(ctx, p, id)
+	in, err := s.life.GetInstance(ctx, p, id)
+	if err == nil {
+		in.NewerCurrent = s.newerCurrent(ctx, p.Tenant, in)
+	}
+	return in, err
 }
 
 // DeleteInstance terminates an instance; saved versions and volumes stay.

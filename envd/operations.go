@@ -31,6 +31,7 @@ func (s *Service) Start(ctx context.Context) error {
 		types.OpKindBuild:   s.builds.SettleBuild,
 		types.OpKindMigrate: s.builds.SettleMigrate,
 		types.OpKindFork:    s.settleFork,
+		types.OpKindRollout: ops.Rerun(s.ops, s.rollouts.Run),
 	}); err != nil {
 		return err
 	}

@@ -107,6 +107,7 @@ func toProject(p versions.Project) types.Project {
 	out := types.Project{Name: p.Name, BaseImage: p.BaseImage, Current: p.Current, Excludes: p.Excludes,
 		Compression: p.Compression, Volumes: ps.Volumes, Prefetch: p.Prefetch, CreatedAt: p.CreatedAt,
 		Limits: ps.Limits, Egress: p.Egress, IsolateInstances: p.IsolateInstances}
+	rolloutFields(&out, p)
 	if r := p.Retention; r.KeepLast > 0 || r.KeepNewerThan > 0 {
 		out.Retention = &types.Retention{KeepLast: r.KeepLast}
 		if r.KeepNewerThan > 0 {
@@ -173,7 +174,12 @@ func (s *Service) GetProject(ctx context.Context, p types.Principal, name string
 	if err != nil {
 		return types.Project{}, err
 	}
-	return s.withProjectIdle(ctx, p.Tenant, toProject(proj))
+	out, err := s.withProjectIdle(ctx, p.Tenant, toProject(proj))
+	if err != nil {
+		return types.Project{}, err
+	}
+	out.CurrentBase = s.currentBase(ctx, proj)
+	return out, nil
 }
 
 // DeleteProject deletes a project that has no live instances, then the

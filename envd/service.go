@@ -45,6 +45,7 @@ import (
 	"github.com/envd-dev/envd/envd/names"
 	"github.com/envd-dev/envd/envd/ops"
 	"github.com/envd-dev/envd/envd/quota"
+	"github.com/envd-dev/envd/envd/rollout"
 	"github.com/envd-dev/envd/envd/save"
 	"github.com/envd-dev/envd/envd/volumes"
 	"github.com/envd-dev/envd/internal/limiter"
@@ -142,6 +143,9 @@ type Config struct {
 	// MaxFileBytes bounds one file write or archive upload of the file
 	// API; 0 = DefaultMaxFileBytes.
 	MaxFileBytes int64
+	// RolloutConcurrency is the most rollout migrations this node runs at
+	// once; 0 = rollout.DefaultConcurrency.
+	RolloutConcurrency int
 }
 
 // DefaultTTL is an instance's lifetime when neither its client nor the
@@ -171,10 +175,12 @@ type Service struct {
 	limits     *limiter.Limiter // per-tenant concurrency (admission.go)
 	limitsOnce sync.Once
 
-	diffs   *changes.Cache                // computed version changes (changes.go)
-	sshInfo atomic.Pointer[types.SSHInfo] // the node's SSH endpoint, for Info (sshkeys.go)
-	ports   portState                     // ports.go
-	gate    *freeze.Gate                  // the node's freeze gate (files.go waits out a save's freeze)
+	diffs       *changes.Cache                // computed version changes (changes.go)
+	sshInfo     atomic.Pointer[types.SSHInfo] // the node's SSH endpoint, for Info (sshkeys.go)
+	ports       portState                     // ports.go
+	gate        *freeze.Gate                  // the node's freeze gate (files.go waits out a save's freeze)
+	rollouts    *rollout.Runner
+	interactive atomic.Int64 // saves, restores and builds running on this node (admission.go)
 }
 
 // New makes the core. Call Start once after, and Close at the end.
@@ -251,6 +257,7 @@ func (s *Service) wire(ctx context.Context) {
 	s.builds = build.New(build.Deps{Store: s.store, Reg: s.reg, Runtime: s.rt, Capturer: s.saver, Instances: s.life,
 		Quota: s.quota, Content: s.content, Bases: bases{s}, Ops: s.ops, Log: s.log})
 	s.gc = gc.NewCollector(s.store, s.reg, s.ops, cfg.Sweeper, gcVolumes)
+	s.wireRollouts(ctx)
 }
 
 // Close cancels running operations and waits for them to settle.

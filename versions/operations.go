@@ -34,7 +34,7 @@ type Operation struct {
 	IdempotencyKey  string
 	RequestHash     string
 	Request         json.RawMessage // the request as started, to run it again after a crash
-	Result          json.RawMessage // nil until succeeded
+	Result          json.RawMessage // nil until succeeded; a failed one may carry a partial result (ops.FailWithResult)
 	Error           *OpError        // set when failed or canceled
 	CancelRequested bool
 	Node            string // the node running it

@@ -52,6 +52,13 @@ type Project struct {
 	// them from connecting to each other (migration 0010).
 	Egress           string
 	IsolateInstances bool
+
+	// Validate are argv commands every migration of the project runs in
+	// its trial instance; RolloutFailure is set ({"rollout", "status",
+	// "message", "at"}) while a rollout's failure to move the project is
+	// unanswered: the next successful SetCurrent clears it (migration 0016).
+	Validate       [][]string
+	RolloutFailure json.RawMessage
 }
 
 // Version is one numbered version of a project.
@@ -74,14 +81,14 @@ type Version struct {
 const projectCols = `p.id, p.tenant_id, p.name, p.base_image, p.spec, p.excludes, p.compression,
 	COALESCE(p.current_version, 0), p.created_at, p.updated_at, p.prefetch,
 	COALESCE(p.keep_last, 0), COALESCE(p.keep_newer_than_s, 0),
-	p.egress, p.isolate_instances`
+	p.egress, p.isolate_instances, p.validate, p.rollout_failure`
 
 func scanProject(row pgx.Row) (Project, error) {
 	var p Project
 	var keepSeconds int64
 	err := row.Scan(&p.ID, &p.Tenant, &p.Name, &p.BaseImage, &p.Spec, &p.Excludes, &p.Compression,
 		&p.Current, &p.CreatedAt, &p.UpdatedAt, &p.Prefetch, &p.Retention.KeepLast, &keepSeconds,
-		&p.Egress, &p.IsolateInstances)
+		&p.Egress, &p.IsolateInstances, &p.Validate, &p.RolloutFailure)
 	p.Retention.KeepNewerThan = secondsDuration(keepSeconds)
 	return p, err
 }
@@ -414,7 +421,7 @@ func (s *Store) SetCurrent(ctx context.Context, tenant, project string, n, expec
 		if p.Current == n {
 			return p, nil
 		}
-		return scanProject(tx.QueryRow(ctx, `UPDATE projects p SET current_version = $2, updated_at = now()
+		return scanProject(tx.QueryRow(ctx, `UPDATE projects p SET current_version = $2, rollout_failure = NULL, updated_at = now()
 			WHERE p.id = $1 RETURNING `+projectCols, p.ID, n))
 	})
 }

@@ -65,6 +65,7 @@ type Core struct {
 	SetCurrentFunc   func(ctx context.Context, project string, req types.SetCurrentRequest) (types.Project, error)
 	GCFunc           func(ctx context.Context, req types.GCRequest, key string) (types.Operation, error)
 	WakeInstanceFunc func(ctx context.Context, id string) (types.Instance, error)
+	MigrateFunc      func(ctx context.Context, project string, req types.MigrateRequest, key string) (types.Operation, error)
 
 	mu    sync.Mutex
 	calls []Call
@@ -411,6 +412,10 @@ func (c *Core) Build(ctx context.Context, p types.Principal, project string, req
 }
 
 func (c *Core) Migrate(ctx context.Context, p types.Principal, project string, req types.MigrateRequest, key string) (types.Operation, error) {
+	if c.MigrateFunc != nil {
+		c.record("Migrate", p, project, req, key)
+		return c.MigrateFunc(ctx, project, req, key)
+	}
 	return echo(c, "Migrate", p, c.NewOperation("migrate", project), project, req, key)
 }
 
@@ -673,4 +678,39 @@ func (c *Core) WakeInstance(ctx context.Context, p types.Principal, id string) (
 		return types.Instance{}, fmt.Errorf("instance %q: %w", id, errdefs.ErrNotFound)
 	}
 	return echo(c, "WakeInstance", p, instanceIn(id, types.StateRunning, types.ReasonStarted), id)
+}
+
+// RolloutCore: a rollout "ro-1" from "v1" to "v2" that switched project
+// "web" of tenant "t1" (version 2 -> 3).
+
+func fakeRollout(id, state string) types.Rollout {
+	return types.Rollout{ID: id, OperationID: "op-ro", State: state, From: "envd/images/v1@sha256:1", To: "envd/images/v2@sha256:2",
+		FromName: "v1", ToName: "v2", WaveSize: 5, Totals: map[string]int{types.RolloutProjectSwitched: 1},
+		Projects: []types.RolloutProject{{Tenant: "t1", Project: "web", Status: types.RolloutProjectSwitched, OldVersion: 2, NewVersion: 3,
+			Conflicts: []string{}}},
+		CreatedAt: Epoch, UpdatedAt: Epoch}
+}
+
+func (c *Core) CreateRollout(ctx context.Context, p types.Principal, req types.CreateRolloutRequest, key string) (types.Rollout, error) {
+	return echo(c, "CreateRollout", p, fakeRollout("ro-1", types.RolloutRunning), req, key)
+}
+
+func (c *Core) ListRollouts(ctx context.Context, p types.Principal) ([]types.Rollout, error) {
+	r := fakeRollout("ro-1", types.RolloutSucceeded)
+	r.Projects = nil
+	return echo(c, "ListRollouts", p, []types.Rollout{r})
+}
+
+func (c *Core) GetRollout(ctx context.Context, p types.Principal, id string) (types.Rollout, error) {
+	return echo(c, "GetRollout", p, fakeRollout(id, types.RolloutSucceeded), id)
+}
+
+func (c *Core) RolloutAction(ctx context.Context, p types.Principal, id, action string) (types.Rollout, error) {
+	state := map[string]string{"pause": types.RolloutPaused, "resume": types.RolloutRunning, "cancel": types.RolloutCanceled,
+		"rollback": types.RolloutRolledBack}[action]
+	return echo(c, "RolloutAction", p, fakeRollout(id, state), id, action)
+}
+
+func (c *Core) SetProjectValidation(ctx context.Context, p types.Principal, project string, req types.ProjectValidation) (types.Project, error) {
+	return echo(c, "SetProjectValidation", p, types.Project{Name: project, Current: 1, Validate: req.Validate, CreatedAt: Epoch}, project, req)
 }

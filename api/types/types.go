@@ -116,6 +116,16 @@ type Project struct {
 	// Idle is the project's own idle setting (see IdleSetting); absent =
 	// the node's default.
 	Idle *IdleSetting `json:"idle,omitempty"`
+	// Validate are the commands every migration of the project runs in its
+	// trial instance, a rollout's included (PUT .../validation).
+	Validate [][]string `json:"validate,omitempty"`
+	// CurrentBase is the imported base image the current version sits on,
+	// found by layers (GET /v1/projects/{p} only); base_image stays the
+	// base the project was created on.
+	CurrentBase string `json:"current_base,omitempty"`
+	// RolloutFailure is set while a rollout's failure to move the project
+	// is unanswered; the next successful switch of current clears it.
+	RolloutFailure *RolloutFailure `json:"rollout_failure,omitempty"`
 }
 
 // Retention says which versions of a project a GC keeps besides the
@@ -290,6 +300,10 @@ type Instance struct {
 	IdleSince      *time.Time `json:"idle_since,omitempty"`
 	IdleActionAt   *time.Time `json:"idle_action_at,omitempty"`
 	ActiveSessions int        `json:"active_sessions,omitempty"`
+	// NewerCurrent is the project's current version when it is a migration
+	// (a newer base) the instance does not run: the instance keeps its
+	// version until it is started anew (GET /v1/instances/{i} only).
+	NewerCurrent int `json:"newer_current,omitempty"`
 }
 
 // Protection is what keeps an instance's data.

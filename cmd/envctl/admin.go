@@ -59,7 +59,7 @@ quota_exceeded (HTTP 507) and the numbers.`,
 	f.StringVar(&q.MaxTTL, "max-ttl", "", "longest instance TTL")
 	ql.add(f, &q)
 	f.StringVar(&q.MaxIdleAfter, "max-idle-after", "", "longest idle setting of its projects (a Go duration); also applies to projects that set none")
-	return group("admin", "Tenants, tokens and quotas (admin token)", token, quota)
+	return group("admin", "Tenants, tokens, quotas and rollouts (admin token)", token, quota, a.rolloutCommand())
 }
 
 func (a *app) usageCommand() *cobra.Command {

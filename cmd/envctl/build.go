@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
 	"github.com/envd-dev/envd/api/types"
 
@@ -20,7 +19,7 @@ func (a *app) buildCommand() *cobra.Command {
 		req      types.BuildRequest
 		file     string
 		apt, apk []string
-		validate []string
+		validate validateFlags
 		noWait   bool
 		key      string
 	)
@@ -37,7 +36,8 @@ earlier build.
 -f SPEC reads the request as JSON ("-" for stdin):
   {"manager": "apt", "packages": ["graphviz", "jq=1.6-2.1"],
    "validate": [["dot", "-V"]], "switch": true}
---validate takes a command split on spaces (no shell).
+--validate takes a command split into words as a POSIX shell would (quotes
+group, nothing is expanded); --validate-sh SCRIPT runs "sh -c SCRIPT".
 
 Exit codes: 0 built (and current with --switch); 1 failed; 3 built but NOT
 current (--switch lost to another change of current).`,
@@ -55,7 +55,7 @@ current (--switch lost to another change of current).`,
 	f.StringVarP(&file, "file", "f", "", "the build request as JSON (- for stdin)")
 	f.StringArrayVar(&apt, "apt", nil, "a Debian package, name or name=version (repeat)")
 	f.StringArrayVar(&apk, "apk", nil, "an Alpine package, name or name=version (repeat)")
-	f.StringArrayVar(&validate, "validate", nil, "a validation command, split on spaces (repeat)")
+	validate.add(f)
 	f.IntVar(&req.From, "from", 0, "version to build on (default: the project's first)")
 	f.BoolVar(&req.Switch, "switch", false, "make the new version current")
 	f.BoolVar(&noWait, "no-wait", false, "print the operation and do not wait")
@@ -64,7 +64,7 @@ current (--switch lost to another change of current).`,
 }
 
 // buildRequest fills req from -f or from the package flags (not both).
-func buildRequest(cmd *cobra.Command, req *types.BuildRequest, file string, apt, apk, validate []string) error {
+func buildRequest(cmd *cobra.Command, req *types.BuildRequest, file string, apt, apk []string, validate validateFlags) error {
 	if file != "" {
 		if len(apt)+len(apk) > 0 {
 			return usageError{fmt.Errorf("-f and --apt/--apk: give one of them")}
@@ -100,9 +100,11 @@ func buildRequest(cmd *cobra.Command, req *types.BuildRequest, file string, apt,
 			return usageError{fmt.Errorf("no packages: give -f SPEC, --apt PKG or --apk PKG")}
 		}
 	}
-	for _, v := range validate {
-		req.Validate = append(req.Validate, strings.Fields(v))
+	cmds, err := validate.commands()
+	if err != nil {
+		return err
 	}
+	req.Validate = append(req.Validate, cmds...)
 	return nil
 }
 
@@ -122,7 +124,7 @@ func buildRows(w io.Writer, r types.BuildResult) {
 func (a *app) migrateCommand() *cobra.Command {
 	var (
 		req      types.MigrateRequest
-		validate []string
+		validate validateFlags
 		noWait   bool
 		key      string
 	)
@@ -134,8 +136,13 @@ put on the new base as a new version of kind migration; paths that both the
 base update and the project changed are listed as conflicts (the project's
 file wins; a package database among them means the package manager sees the
 project's package set); the --validate commands run in a trial instance (a
-failure marks the version failed); with --switch it becomes current if
-current did not move. The old version stays for rollback ("envctl switch").
+failure marks the version failed); the project's declared validation
+("envctl project validation") runs first. With --switch it becomes current
+if current did not move. The old version stays for rollback ("envctl
+switch"). Migrating onto the base the current version already sits on is
+refused at once. --validate is split into words as a POSIX shell would;
+--validate-sh SCRIPT runs "sh -c SCRIPT". With -o json a failed migration
+prints its operation, whose result has the failed version and conflicts.
 
 Exit codes: 0 migrated (and current with --switch); 1 failed; 3 migrated but
 NOT current (--switch lost to another change of current).`,
@@ -145,16 +152,18 @@ NOT current (--switch lost to another change of current).`,
 				if req.Base == "" {
 					return types.Operation{}, usageError{fmt.Errorf("--base is required")}
 				}
-				for _, v := range validate {
-					req.Validate = append(req.Validate, strings.Fields(v))
+				cmds, err := validate.commands()
+				if err != nil {
+					return types.Operation{}, err
 				}
+				req.Validate = cmds
 				return c.Migrate(ctx, args[0], req, client.WithIdempotencyKey(key))
 			}, noWait, migrateRows, func(r types.MigrateResult) bool { return r.Conflict })
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&req.Base, "base", "", "the new base: an imported image name or repo@digest")
-	f.StringArrayVar(&validate, "validate", nil, "a validation command, split on spaces (repeat)")
+	validate.add(f)
 	f.BoolVar(&req.Switch, "switch", false, "make the new version current")
 	f.BoolVar(&noWait, "no-wait", false, "print the operation and do not wait")
 	f.StringVar(&key, "idempotency-key", "", "retrying with the same key returns the same operation")

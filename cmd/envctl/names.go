@@ -83,6 +83,8 @@ func nameOf(v any) ([]string, error) {
 		return itoa(x.Version), nil
 	case types.MigrateResult:
 		return itoa(x.Version), nil
+	case types.Rollout:
+		return []string{x.ID}, nil
 	case types.GCResult:
 		out := make([]string, 0, len(x.Versions))
 		for _, gv := range x.Versions {

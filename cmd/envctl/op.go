@@ -139,6 +139,7 @@ func runOperation[T any](a *app, cmd *cobra.Command, what string, start func(ctx
 		return err
 	}
 	if op.State != types.OpSucceeded {
+		emitFailed(a, op, rows)
 		return &exitCodeError{code: exitError, err: opFailure(what, op)}
 	}
 	var res T

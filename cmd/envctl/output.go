@@ -168,6 +168,7 @@ func projectDetail(w io.Writer, p types.Project) {
 	row(w, "ISOLATE INSTANCES:", p.IsolateInstances)
 	row(w, "CREATED:", formatTime(p.CreatedAt))
 	row(w, "IDLE:", idleText(p.Idle))
+	projectRolloutRows(w, p)
 }
 
 func volumeTable(w io.Writer, vs ...types.Volume) {
@@ -215,6 +216,9 @@ func instanceDetail(w io.Writer, i types.Instance) {
 	row(w, "CREATED:", formatTime(i.CreatedAt))
 	row(w, "LAST TRANSITION:", formatTime(i.LastTransitionAt))
 	instanceIdleRows(w, i)
+	if i.NewerCurrent != 0 {
+		row(w, "NEWER CURRENT:", fmt.Sprintf("version %d (a newer base) is current; this instance keeps version %d until started anew", i.NewerCurrent, i.Version))
+	}
 }
 
 func versionTable(w io.Writer, vs ...types.Version) {

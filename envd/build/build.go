@@ -27,6 +27,7 @@ import (
 	"github.com/envd-dev/envd/envd/names"
 	"github.com/envd-dev/envd/envd/ops"
 	"github.com/envd-dev/envd/envd/save"
+	"github.com/envd-dev/envd/internal/shellwords"
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/runtime"
 	"github.com/envd-dev/envd/versions"
@@ -98,6 +99,11 @@ type Bases interface {
 type Operations interface {
 	Start(ctx context.Context, p types.Principal, spec ops.Spec) (types.Operation, error)
 	Settle(ctx context.Context, op versions.Operation, err error)
+}
+
+// Events is an operation's event log as the work sees it (*ops.Op).
+type Events interface {
+	Event(ctx context.Context, typ, msg string, data any)
 }
 
 // Deps are what a Builder works with.
@@ -257,7 +263,7 @@ func checkCommands(cmds [][]string) error {
 // validateIn runs validation commands in a trial instance (id) of v and
 // marks v validated when they pass; any failure, the trial's start
 // included, marks v failed. It returns how many passed.
-func (b *Builder) validateIn(ctx context.Context, op *ops.Op, p types.Principal, project, id string, commands [][]string, v versions.Version) (int, error) {
+func (b *Builder) validateIn(ctx context.Context, op Events, p types.Principal, project, id string, commands [][]string, v versions.Version) (int, error) {
 	if len(commands) == 0 {
 		return 0, nil // committed validated
 	}
@@ -275,7 +281,7 @@ func (b *Builder) validateIn(ctx context.Context, op *ops.Op, p types.Principal,
 	return passed, nil
 }
 
-func (b *Builder) runValidation(ctx context.Context, op *ops.Op, p types.Principal, project, id string, commands [][]string, v versions.Version) (int, error) {
+func (b *Builder) runValidation(ctx context.Context, op Events, p types.Principal, project, id string, commands [][]string, v versions.Version) (int, error) {
 	in, err := b.d.Instances.StartIsolated(ctx, p, id, project, v.Number)
 	if err != nil {
 		return 0, fmt.Errorf("trial instance: %w", err)
@@ -291,22 +297,23 @@ func (b *Builder) runValidation(ctx context.Context, op *ops.Op, p types.Princip
 
 // runStep runs one command in a build or trial container; a non-zero exit
 // is an error carrying the end of its output.
-func (b *Builder) runStep(ctx context.Context, op *ops.Op, id string, args, env []string) error {
+func (b *Builder) runStep(ctx context.Context, op Events, id string, args, env []string) error {
 	sctx, cancel := context.WithTimeout(ctx, buildTimeout)
 	defer cancel()
 	out := &tailBuffer{max: 2000}
 	start := time.Now()
 	code, err := b.d.Runtime.Exec(sctx, id, runtime.ExecSpec{Args: args, Env: env, Stdout: out, Stderr: out})
+	cmd := shellwords.Join(args) // as a shell would take it back
 	if err != nil {
-		return fmt.Errorf("%s: %w", strings.Join(args, " "), err)
+		return fmt.Errorf("%s: %w", cmd, err)
 	}
 	tail := out.String()
 	if code != 0 {
-		op.Event(ctx, "step_failed", fmt.Sprintf("%s exited %d", strings.Join(args, " "), code), map[string]any{"output": tail})
-		return errdefs.WithDetails(fmt.Errorf("%s exited %d: %s: %w", strings.Join(args, " "), code, tail, errdefs.ErrFailedPrecondition),
-			map[string]any{"exit_code": code, "output": tail})
+		op.Event(ctx, "step_failed", fmt.Sprintf("%s exited %d", cmd, code), map[string]any{"output": tail})
+		return errdefs.WithDetails(fmt.Errorf("%s exited %d: %s: %w", cmd, code, tail, errdefs.ErrFailedPrecondition),
+			map[string]any{"exit_code": code, "output": tail, "command": args})
 	}
-	op.Event(ctx, "step", fmt.Sprintf("%s (%s)", strings.Join(args, " "), time.Since(start).Round(time.Millisecond)), nil)
+	op.Event(ctx, "step", fmt.Sprintf("%s (%s)", cmd, time.Since(start).Round(time.Millisecond)), nil)
 	return nil
 }
 

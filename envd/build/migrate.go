@@ -31,9 +31,11 @@ const maxConflicts = 200
 // Migrate starts an operation of kind "migrate": the project's current
 // version is rebased onto a new base image (its own layers, those above the
 // base it sits on, are put on the new base's), the paths both the base
-// update and those layers changed are reported, the validation commands
-// run in a trial instance, and with Switch the result becomes current. The
-// migrated version stays for rollback.
+// update and those layers changed are reported, the project's declared
+// validation commands and the request's run in a trial instance, and with
+// Switch the result becomes current. The migrated version stays for
+// rollback. A current version that already sits on the new base is refused
+// at once (ErrFailedPrecondition).
 func (b *Builder) Migrate(ctx context.Context, p types.Principal, project string, req types.MigrateRequest, idempotencyKey string) (types.Operation, error) {
 	if err := names.Validate("project", project); err != nil {
 		return types.Operation{}, err
@@ -49,15 +51,66 @@ func (b *Builder) Migrate(ctx context.Context, p types.Principal, project string
 	if err != nil {
 		return types.Operation{}, err
 	}
+	if cur, err := b.d.Store.GetVersion(ctx, p.Tenant, project, proj.Current); err == nil {
+		if old, err := b.BaseOf(ctx, cur.Image); err == nil && old.Digest == newBase.Digest {
+			return types.Operation{}, fmt.Errorf("project %q: current version %d already sits on %s: %w",
+				project, cur.Number, req.Base, errdefs.ErrFailedPrecondition)
+		}
+	}
 	job := migrateJob{Project: project, Request: req, From: proj.Current, NewBase: newBase.Ref(), Trial: names.NewID(project)}
 	return b.d.Ops.Start(ctx, p, ops.Spec{Kind: types.OpKindMigrate, Target: project, Scope: project, IdempotencyKey: idempotencyKey,
-		Asked: req, Job: job, Run: func(ctx context.Context, op *ops.Op) (any, error) { return b.RunMigrate(ctx, op, p, job) }})
+		Asked: req, Job: job, Run: func(ctx context.Context, op *ops.Op) (any, error) {
+			res, err := b.RunMigrate(ctx, op, p, job)
+			if err != nil && (res.Version != 0 || len(res.Conflicts) > 0) {
+				// The client sees the failed version and the conflicts.
+				return nil, ops.FailWithResult(res, err)
+			}
+			return res, err
+		}})
 }
 
 // RunMigrate does a migration.
 func (b *Builder) RunMigrate(ctx context.Context, op *ops.Op, p types.Principal, job migrateJob) (types.MigrateResult, error) {
-	res := types.MigrateResult{Project: job.Project, From: job.From, NewBase: job.NewBase, Conflicts: []string{}}
-	from, err := b.d.Store.GetVersion(ctx, p.Tenant, job.Project, job.From)
+	return b.MigrateProject(ctx, op, MigrateSpec{
+		Tenant: p.Tenant, Project: job.Project, From: job.From, NewBase: job.NewBase, Trial: job.Trial,
+		Validate: job.Request.Validate, Switch: job.Request.Switch,
+	})
+}
+
+// MigrateSpec is one project's migration as MigrateProject does it.
+type MigrateSpec struct {
+	Tenant, Project string
+	// From is the version migrated, the project's current when asked: the
+	// switch is a compare-and-swap from it.
+	From int
+	// NewBase is the new base image, repo@digest.
+	NewBase string
+	// Trial is the id of the trial instance validation runs in.
+	Trial string
+	// Validate are commands run after the project's declared ones.
+	Validate [][]string
+	// Switch makes the validated version current (CAS from From).
+	Switch bool
+	// ConflictsOnly computes the conflicts and makes nothing (a dry run).
+	ConflictsOnly bool
+	// StopOnConflicts makes nothing when there are conflicts.
+	StopOnConflicts bool
+}
+
+// MigrateProject migrates one project, reporting to ev: the conflicts are
+// computed; unless ConflictsOnly (or StopOnConflicts and there are some)
+// the version is rebased and recorded (not current), validated (a failure
+// marks it failed and is an error whose details carry the command's
+// output), and with Switch made current by compare-and-swap (a lost swap
+// sets the result's Conflict). The result is filled as far as it got, also
+// on error.
+func (b *Builder) MigrateProject(ctx context.Context, ev Events, s MigrateSpec) (types.MigrateResult, error) {
+	res := types.MigrateResult{Project: s.Project, From: s.From, NewBase: s.NewBase, Conflicts: []string{}}
+	proj, err := b.d.Store.GetProject(ctx, s.Tenant, s.Project)
+	if err != nil {
+		return res, err
+	}
+	from, err := b.d.Store.GetVersion(ctx, s.Tenant, s.Project, s.From)
 	if err != nil {
 		return res, err
 	}
@@ -65,11 +118,11 @@ func (b *Builder) RunMigrate(ctx context.Context, op *ops.Op, p types.Principal,
 	if err != nil {
 		return res, err
 	}
-	newBase, err := b.d.Reg.Get(ctx, job.NewBase)
+	newBase, err := b.d.Reg.Get(ctx, s.NewBase)
 	if err != nil {
 		return res, err
 	}
-	oldBase, err := b.baseOf(ctx, src)
+	oldBase, err := b.BaseOf(ctx, from.Image)
 	if err != nil {
 		return res, fmt.Errorf("version %d: %w", from.Number, err)
 	}
@@ -82,18 +135,22 @@ func (b *Builder) RunMigrate(ctx context.Context, op *ops.Op, p types.Principal,
 		return res, err
 	}
 	res.DatabaseConflict = slices.ContainsFunc(conflicts, func(c string) bool { return slices.Contains(builder.DatabasePaths, c) })
-	res.Conflicts = conflicts[:min(len(conflicts), maxConflicts)]
-	op.Event(ctx, "conflicts", fmt.Sprintf("%d paths changed by both the base update and the project", len(conflicts)),
-		map[string]any{"conflicts": res.Conflicts})
+	res.Conflicts = append(res.Conflicts, conflicts[:min(len(conflicts), maxConflicts)]...)
+	ev.Event(ctx, "conflicts", fmt.Sprintf("%s: %d paths changed by both the base update and the project", s.Project, len(conflicts)),
+		map[string]any{"project": s.Project, "conflicts": res.Conflicts})
+	if s.ConflictsOnly || (s.StopOnConflicts && len(conflicts) > 0) {
+		return res, nil
+	}
 
-	volumeBytes, err := b.d.Quota.Save(ctx, p.Tenant, job.Project, 0)
+	volumeBytes, err := b.d.Quota.Save(ctx, s.Tenant, s.Project, 0)
 	if err != nil {
 		return res, err
 	}
+	commands := append(slices.Clone(proj.Validate), s.Validate...)
 	var img registry.Image
 	up, err := b.d.Content.Upload(ctx, func() (err error) {
-		img, err = b.d.Reg.Rebase(ctx, src, len(oldBase.Layers), newBase, names.ProjectRepo(p.Tenant, job.Project), map[string]string{
-			"org.envd.project": job.Project, "org.envd.migrated-version": fmt.Sprint(from.Number),
+		img, err = b.d.Reg.Rebase(ctx, src, len(oldBase.Layers), newBase, names.ProjectRepo(s.Tenant, s.Project), map[string]string{
+			"org.envd.project": s.Project, "org.envd.migrated-version": fmt.Sprint(from.Number),
 		})
 		return err
 	})
@@ -101,9 +158,9 @@ func (b *Builder) RunMigrate(ctx context.Context, op *ops.Op, p types.Principal,
 		return res, fmt.Errorf("rebase version %d: %w", from.Number, err)
 	}
 	v, _, err := up.CommitVersion(ctx, versions.Commit{
-		Tenant: p.Tenant, Project: job.Project, NoSwitch: true, Kind: "migration", Image: img.Ref(), Parent: from.Number,
+		Tenant: s.Tenant, Project: s.Project, NoSwitch: true, Kind: "migration", Image: img.Ref(), Parent: from.Number,
 		Quota:     versions.QuotaEnforced,
-		SizeBytes: img.Size, Layers: len(img.Layers), Validated: len(job.Request.Validate) == 0, OtherStoredBytes: volumeBytes,
+		SizeBytes: img.Size, Layers: len(img.Layers), Validated: len(commands) == 0, OtherStoredBytes: volumeBytes,
 		Message: fmt.Sprintf("version %d moved from %s onto %s; %d conflicts", from.Number, oldBase.Ref(), newBase.Ref(), len(conflicts)),
 	})
 	up.End()
@@ -112,14 +169,16 @@ func (b *Builder) RunMigrate(ctx context.Context, op *ops.Op, p types.Principal,
 		return res, err
 	}
 	res.Version = v.Number
-	op.Event(ctx, "rebased", fmt.Sprintf("version %d is version %d on the new base", v.Number, from.Number), nil)
-	if res.Validated, err = b.validateIn(ctx, op, p, job.Project, job.Trial, job.Request.Validate, v); err != nil {
+	ev.Event(ctx, "rebased", fmt.Sprintf("%s: version %d is version %d on the new base", s.Project, v.Number, from.Number),
+		map[string]any{"project": s.Project, "version": v.Number})
+	p := types.Principal{Tenant: s.Tenant}
+	if res.Validated, err = b.validateIn(ctx, ev, p, s.Project, s.Trial, commands, v); err != nil {
 		return res, err
 	}
-	if !job.Request.Switch {
+	if !s.Switch {
 		return res, nil
 	}
-	_, err = b.d.Store.SetCurrent(ctx, p.Tenant, job.Project, v.Number, job.From)
+	_, err = b.d.Store.SetCurrent(ctx, s.Tenant, s.Project, v.Number, s.From)
 	switch {
 	case err == nil:
 		res.Current = true
@@ -131,28 +190,58 @@ func (b *Builder) RunMigrate(ctx context.Context, op *ops.Op, p types.Principal,
 	return res, nil
 }
 
-// baseOf finds the imported base image that img sits on: the one whose
-// layers are the longest prefix of img's.
-func (b *Builder) baseOf(ctx context.Context, img registry.Image) (registry.Image, error) {
-	imgs, err := b.d.Store.ListImages(ctx)
+// BaseOf finds the imported base image that image (repo@digest) sits on:
+// the one whose layers are the longest prefix of its layers.
+func (b *Builder) BaseOf(ctx context.Context, image string) (registry.Image, error) {
+	img, err := b.d.Reg.Get(ctx, image)
 	if err != nil {
 		return registry.Image{}, err
 	}
-	var best registry.Image
+	bases, err := b.Bases(ctx)
+	if err != nil {
+		return registry.Image{}, err
+	}
+	base, ok := PickBase(bases, img)
+	if !ok {
+		return registry.Image{}, fmt.Errorf("it sits on no imported base image: %w", errdefs.ErrFailedPrecondition)
+	}
+	return base.Image, nil
+}
+
+// Base is an imported base image with its name.
+type Base struct {
+	Name string
+	registry.Image
+}
+
+// Bases returns the imported base images (those the registry still has).
+func (b *Builder) Bases(ctx context.Context) ([]Base, error) {
+	imgs, err := b.d.Store.ListImages(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Base, 0, len(imgs))
 	for _, rec := range imgs {
-		b, err := b.d.Reg.Get(ctx, rec.Repo+"@"+rec.Digest)
+		img, err := b.d.Reg.Get(ctx, rec.Repo+"@"+rec.Digest)
 		if err != nil {
 			continue
 		}
+		out = append(out, Base{Name: rec.Name, Image: img})
+	}
+	return out, nil
+}
+
+// PickBase returns the base of bases whose layers are the longest prefix
+// of img's layers.
+func PickBase(bases []Base, img registry.Image) (Base, bool) {
+	var best Base
+	for _, b := range bases {
 		if len(b.Layers) > len(best.Layers) && len(b.Layers) <= len(img.Layers) &&
 			slices.EqualFunc(b.Layers, img.Layers[:len(b.Layers)], func(x, y registry.LayerInfo) bool { return x.Digest == y.Digest }) {
 			best = b
 		}
 	}
-	if len(best.Layers) == 0 {
-		return registry.Image{}, fmt.Errorf("it sits on no imported base image: %w", errdefs.ErrFailedPrecondition)
-	}
-	return best, nil
+	return best, len(best.Layers) > 0
 }
 
 // rebaseConflicts returns the paths that differ between the old and the new

@@ -141,6 +141,9 @@ type Config struct {
 	// MaxFileBytes bounds one file write or archive upload of the file
 	// API; 0 = envd.DefaultMaxFileBytes.
 	MaxFileBytes int64
+	// RolloutConcurrency is the most rollout migrations this node runs at
+	// once; 0 = rollout.DefaultConcurrency (2).
+	RolloutConcurrency int
 }
 
 // The defaults of a node, in one place: DefaultConfig gathers them for

@@ -281,7 +281,8 @@ func (n *Node) newService(db database, reg registryPart, rt *runtime.Runtime, v 
 		Sweeper: reg.sweeper, DefaultLimits: cfg.DefaultLimits, BuildEgress: cfg.BuildEgress,
 		Limits: cfg.Limits, Observer: n.metrics,
 		IdleAfter: cfg.IdleAfter, IdleAction: cfg.IdleAction, WakeWait: cfg.WakeWait, IdleInterval: cfg.IdleInterval, ActivityFlush: cfg.ActivityFlush,
-		MaxFileBytes: cfg.MaxFileBytes,
+		MaxFileBytes:       cfg.MaxFileBytes,
+		RolloutConcurrency: cfg.RolloutConcurrency,
 	}, db.store, reg.client, rt)
 	if err != nil {
 		return nil, err

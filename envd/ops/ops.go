@@ -230,7 +230,7 @@ func (r *Runner) Launch(op versions.Operation, run Func) {
 				state = types.OpCanceled
 			}
 			opErr = &versions.OpError{Code: errdefs.Code(err), Message: err.Error()}
-			res = nil
+			res = partialResult(err)
 		}
 		if ferr := r.store.FinishOperation(fctx, op.ID, state, res, opErr); ferr != nil {
 			r.log.Error("finish operation", "op", op.ID, "err", ferr)

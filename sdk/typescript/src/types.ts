@@ -79,6 +79,20 @@ export interface Project {
   isolate_instances: boolean;
   /** The project's own idle stop; absent = the node's default. */
   idle?: IdleSetting;
+  /** Commands every migration of the project runs in its trial instance. */
+  validate?: string[][];
+  /** GET of one project only: the imported base the current version sits on. */
+  current_base?: string;
+  /** Set while a rollout's failure to move the project is unanswered. */
+  rollout_failure?: RolloutFailure;
+}
+
+/** A rollout could not move the project. Go: types.RolloutFailure */
+export interface RolloutFailure {
+  rollout: string;
+  status: string;
+  message?: string;
+  at: string;
 }
 
 /** Go: types.Retention. The body of PUT /v1/projects/{p}/retention. */
@@ -234,6 +248,8 @@ export interface Instance {
   idle_action_at?: string;
   /** Exec sessions open on the answering node: while any is, the instance is not idle. */
   active_sessions?: number;
+  /** GET of one instance only: the project's current, a newer base this instance does not run. */
+  newer_current?: number;
 }
 
 /** Go: types.CreateInstanceRequest. The body of POST /v1/projects/{p}/instances. */
@@ -432,7 +448,7 @@ export interface MigrateResult {
   from: number;
   old_base: string;
   new_base: string;
-  conflicts: string[] | null;
+  conflicts: string[];
   database_conflict: boolean;
   validated: number;
   current: boolean;

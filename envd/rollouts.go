@@ -1,0 +1,137 @@
+package envd
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/envd/build"
+	"github.com/envd-dev/envd/envd/rollout"
+	"github.com/envd-dev/envd/versions"
+)
+
+// wireRollouts makes the rollout runner (envd/rollout).
+func (s *Service) wireRollouts(ctx context.Context) {
+	s.rollouts = rollout.New(rollout.Deps{Store: s.store, Migrator: s.builds, Reg: s.reg, Bases: bases{s}, Ops: s.ops,
+		Trials: s.life, Interactive: s, Log: s.log, Stopping: ctx, Concurrency: s.cfg.RolloutConcurrency})
+}
+
+// interactiveKinds are the operations a rollout yields to.
+var interactiveKinds = map[types.OpKind]bool{types.OpKindSave: true, types.OpKindRestore: true, types.OpKindBuild: true}
+
+// countInteractive counts an admitted operation of kind among the node's
+// interactive work until release.
+func (s *Service) countInteractive(kind types.OpKind, release func()) func() {
+	if !interactiveKinds[kind] {
+		return release
+	}
+	s.interactive.Add(1)
+	return func() {
+		s.interactive.Add(-1)
+		release()
+	}
+}
+
+// InteractiveInFlight is how many saves, restores and builds run on this
+// node now (rollout.Interactive).
+func (s *Service) InteractiveInFlight() int { return int(s.interactive.Load()) }
+
+// CreateRollout starts a rollout (admin only; rollout.Runner.Create).
+func (s *Service) CreateRollout(ctx context.Context, p types.Principal, req types.CreateRolloutRequest, idempotencyKey string) (types.Rollout, error) {
+	return s.rollouts.Create(ctx, p, req, idempotencyKey)
+}
+
+// ListRollouts lists rollouts, newest first (admin only).
+func (s *Service) ListRollouts(ctx context.Context, p types.Principal) ([]types.Rollout, error) {
+	return s.rollouts.List(ctx, p)
+}
+
+// GetRollout returns a rollout and its report (admin only).
+func (s *Service) GetRollout(ctx context.Context, p types.Principal, id string) (types.Rollout, error) {
+	return s.rollouts.Get(ctx, p, id)
+}
+
+// RolloutAction pauses, resumes, cancels or rolls back a rollout (admin
+// only); action is "pause", "resume", "cancel" or "rollback".
+func (s *Service) RolloutAction(ctx context.Context, p types.Principal, id, action string) (types.Rollout, error) {
+	switch action {
+	case "pause":
+		return s.rollouts.Pause(ctx, p, id)
+	case "resume":
+		return s.rollouts.Resume(ctx, p, id)
+	case "cancel":
+		return s.rollouts.Cancel(ctx, p, id)
+	case "rollback":
+		return s.rollouts.Rollback(ctx, p, id)
+	}
+	return types.Rollout{}, fmt.Errorf("rollout action %q: want pause, resume, cancel or rollback: %w", action, errdefs.ErrNotFound)
+}
+
+// SetProjectValidation replaces the commands every migration of the
+// project runs in its trial instance (a rollout's included).
+func (s *Service) SetProjectValidation(ctx context.Context, p types.Principal, project string, req types.ProjectValidation) (types.Project, error) {
+	if err := ValidateName("project", project); err != nil {
+		return types.Project{}, err
+	}
+	for _, c := range req.Validate {
+		if len(c) == 0 || c[0] == "" {
+			return types.Project{}, fmt.Errorf("validate: an empty command: %w", errdefs.ErrInvalidArgument)
+		}
+	}
+	proj, err := s.store.SetProjectValidation(ctx, p.Tenant, project, req.Validate)
+	if err != nil {
+		return types.Project{}, err
+	}
+	return toProject(proj), nil
+}
+
+// rolloutFields fills the project fields migration 0016 added.
+func rolloutFields(out *types.Project, p versions.Project) {
+	if len(p.Validate) > 0 {
+		out.Validate = p.Validate
+	}
+	if len(p.RolloutFailure) > 0 {
+		var f types.RolloutFailure
+		if json.Unmarshal(p.RolloutFailure, &f) == nil {
+			out.RolloutFailure = &f
+		}
+	}
+}
+
+// currentBase names the imported base the project's current version sits
+// on ("" when none is found: the answer is informative, never an error).
+func (s *Service) currentBase(ctx context.Context, p versions.Project) string {
+	v, err := s.store.GetVersion(ctx, p.Tenant, p.Name, p.Current)
+	if err != nil {
+		return ""
+	}
+	img, err := s.reg.Get(ctx, v.Image)
+	if err != nil {
+		return ""
+	}
+	bases, err := s.builds.Bases(ctx)
+	if err != nil {
+		return ""
+	}
+	b, ok := build.PickBase(bases, img)
+	if !ok {
+		return ""
+	}
+	return b.Name + " (" + b.Ref() + ")"
+}
+
+// newerCurrent is the project's current version when it is a migration
+// the instance neither runs nor saved (0 otherwise).
+func (s *Service) newerCurrent(ctx context.Context, tenant string, in types.Instance) int {
+	p, err := s.store.GetProject(ctx, tenant, in.Project)
+	if err != nil || p.Current == in.Version || p.Current == in.LastSavedVersion || p.Current == 0 {
+		return 0
+	}
+	v, err := s.store.GetVersion(ctx, tenant, in.Project, p.Current)
+	if err != nil || v.Kind != "migration" {
+		return 0
+	}
+	return v.Number
+}
