@@ -125,7 +125,8 @@ func (g fileRoutes) with(r in, write bool, fn func(*files.Root) error) error {
 	if err != nil {
 		return err
 	}
-	root, err := g.core.OpenFiles(r.ctx, r.p, r.param("i"), as, write)
+	// A wake waits as the client's Prefer: wait=N asks (idle.go).
+	root, err := g.core.OpenFiles(wakeContext(r.c), r.p, r.param("i"), as, write)
 	if err != nil {
 		return err
 	}

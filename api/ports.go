@@ -57,6 +57,9 @@ type PortCore interface {
 	WakeInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error)
 	// TouchInstance records activity on the instance.
 	TouchInstance(id string)
+	// HoldInstance keeps the instance from being idle until release is
+	// called (an open port-forward tunnel is use, traffic or not).
+	HoldInstance(id string) (release func())
 	ListPorts(ctx context.Context, p types.Principal, id string) ([]types.ListeningPort, error)
 	PreviewToken(ctx context.Context, p types.Principal, id string, port int, req types.PreviewTokenRequest) (types.PreviewToken, error)
 	// PreviewAccess admits a host-form request for port of instance id
@@ -436,7 +439,7 @@ func (g ports) tunnel(c *gin.Context) {
 		return
 	}
 	id, p := c.Param("i"), principal(c)
-	tcp, err := dialWaking(c.Request.Context(), g.core, p, id, port)
+	tcp, err := dialWaking(wakeContext(c), g.core, p, id, port)
 	if err != nil {
 		writeError(c, err)
 		return
@@ -453,6 +456,7 @@ func (g ports) tunnel(c *gin.Context) {
 	}
 	defer ws.CloseNow()
 	ws.SetReadLimit(tunnelMessage)
+	defer g.core.HoldInstance(id)()
 	splice(c.Request.Context(), ws, tcp, func() { g.core.TouchInstance(id) })
 }
 

@@ -359,6 +359,10 @@ func TestPortTunnel(t *testing.T) {
 	assert.Equal(t, websocket.StatusNormalClosure, websocket.CloseStatus(err))
 	_, ok := core.LastCall("TouchInstance")
 	assert.True(t, ok)
+	_, ok = core.LastCall("HoldInstance")
+	assert.True(t, ok, "an open tunnel holds the instance")
+	assert.Eventually(t, func() bool { _, ok := core.LastCall("ReleaseInstance"); return ok }, 5*time.Second, 10*time.Millisecond,
+		"and releases it when it ends")
 
 	t.Run("not an upgrade", func(t *testing.T) {
 		req, _ := http.NewRequest("GET", srv.URL+"/v1/instances/web-1/tcp/5432", nil)

@@ -45,6 +45,10 @@ type Core interface {
 	WakeInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error)
 	// TouchInstance records activity on the instance (its idle clock).
 	TouchInstance(id string)
+	// HoldInstance keeps the instance from being idle until release is
+	// called: an open SSH connection (a VS Code window, a shell running
+	// top) is use, typed into or not.
+	HoldInstance(id string) (release func())
 	// ExecStream runs a command with its streams connected to stdio.
 	ExecStream(ctx context.Context, p types.Principal, id string, req types.ExecRequest, stdio types.Stdio) (int, error)
 	// DialInstance connects to 127.0.0.1:port as seen inside the instance.
@@ -251,6 +255,7 @@ func (s *Server) serve(ctx context.Context, nc net.Conn, tunnel *types.Principal
 		"client", string(sc.ClientVersion()))
 	go ssh.DiscardRequests(reqs) // keep-alives and forward requests: answered "no"
 	go c.keepAlive(ctx)
+	defer s.core.HoldInstance(c.instance)()
 	var wg sync.WaitGroup
 	for nch := range chans {
 		switch nch.ChannelType() {

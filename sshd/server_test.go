@@ -40,6 +40,13 @@ type fakeCore struct {
 	mu    sync.Mutex
 	execs []types.Principal
 	env   [][]string
+	held  int // HoldInstance calls not yet released
+}
+
+func (f *fakeCore) holds() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.held
 }
 
 func (f *fakeCore) SSHLogin(_ context.Context, id string, key ssh.PublicKey) (types.Principal, error) {
@@ -62,6 +69,17 @@ func (f *fakeCore) WakeInstance(_ context.Context, p types.Principal, id string)
 }
 
 func (f *fakeCore) TouchInstance(string) {}
+
+func (f *fakeCore) HoldInstance(id string) func() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.held++
+	return func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.held--
+	}
+}
 
 func (f *fakeCore) ExecStream(ctx context.Context, p types.Principal, id string, req types.ExecRequest, stdio types.Stdio) (int, error) {
 	f.mu.Lock()
@@ -390,4 +408,15 @@ func TestSessionOnAnotherNode(t *testing.T) {
 	_, stderr, code := run(t, c, "true")
 	assert.Equal(t, 255, code)
 	assert.Contains(t, stderr, `runs on node "n2", this is node "n1"`)
+}
+
+// An open connection holds the instance (not idle, typed into or not)
+// until it closes.
+func TestConnectionHoldsTheInstance(t *testing.T) {
+	f := newFixture(t)
+	c, err := ssh.Dial("tcp", f.addr, f.clientConfig(f.instA, ssh.PublicKeys(f.keyA)))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return f.core.holds() == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, c.Close())
+	require.Eventually(t, func() bool { return f.core.holds() == 0 }, 5*time.Second, 10*time.Millisecond)
 }

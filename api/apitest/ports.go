@@ -30,6 +30,12 @@ func (c *Core) DialInstance(ctx context.Context, p types.Principal, id string, p
 
 func (c *Core) TouchInstance(id string) { c.record("TouchInstance", types.Principal{}, id) }
 
+// HoldInstance records "HoldInstance", and "ReleaseInstance" on release.
+func (c *Core) HoldInstance(id string) func() {
+	c.record("HoldInstance", types.Principal{}, id)
+	return func() { c.record("ReleaseInstance", types.Principal{}, id) }
+}
+
 func (c *Core) ListPorts(ctx context.Context, p types.Principal, id string) ([]types.ListeningPort, error) {
 	c.record("ListPorts", p, id)
 	return []types.ListeningPort{{Address: "127.0.0.1", Port: 8080, Protocol: "tcp"}}, nil
