@@ -50,6 +50,7 @@ type Core interface {
 	VolumeCore
 	OperationCore
 	TenantCore
+	ForwardCore
 	SSHKeyCore
 	IdleCore
 	PortCore
@@ -62,16 +63,17 @@ type Core interface {
 const MaxJSONBody = 1 << 20
 
 type options struct {
-	accessLog    *slog.Logger
-	errorLog     io.Writer
-	pollInterval time.Duration
-	keepAlive    time.Duration
-	checks       map[string]Checker
-	checkTimeout time.Duration
-	metrics      http.Handler    // metrics.go
-	scrapeToken  string          // metrics.go
-	requests     RequestObserver // metrics.go
-	ssh          SSHServer       // ssh.go
+	forwardTransport http.RoundTripper // forward.go
+	accessLog        *slog.Logger
+	errorLog         io.Writer
+	pollInterval     time.Duration
+	keepAlive        time.Duration
+	checks           map[string]Checker
+	checkTimeout     time.Duration
+	metrics          http.Handler    // metrics.go
+	scrapeToken      string          // metrics.go
+	requests         RequestObserver // metrics.go
+	ssh              SSHServer       // ssh.go
 
 	previewDomain string // ports.go
 }
@@ -216,7 +218,11 @@ func New(core Core, opts ...Option) (http.Handler, error) {
 	e.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	e.GET("/readyz", readiness{o.checks, o.checkTimeout}.serve)
 	e.GET("/metrics", scrapeAuth(core, o.scrapeToken), serveMetrics(o.metrics))
-	v1 := e.Group("/v1", auth, checkIdempotencyKey)
+	fwd := o.forwardTransport
+	if fwd == nil {
+		fwd = http.DefaultTransport
+	}
+	v1 := e.Group("/v1", auth, checkIdempotencyKey, forward(core, fwd))
 	for _, group := range [][]route{
 		node.routes(),
 		images{core}.routes(),

@@ -354,6 +354,13 @@ func (w *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		return nil, nil, errors.New("apispec: the response writer cannot be hijacked")
 	}
 	w.hijacked = true
+	if w.status == 0 {
+		// A handler that hijacks before any status writes its answer on
+		// the connection itself: in envd's API only a reverse proxy
+		// forwarding a WebSocket upgrade the owning node accepted (101).
+		w.status = http.StatusSwitchingProtocols
+		w.header = w.ResponseWriter.Header().Clone()
+	}
 	return hj.Hijack()
 }
 

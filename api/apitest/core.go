@@ -65,7 +65,10 @@ type Core struct {
 	SetCurrentFunc   func(ctx context.Context, project string, req types.SetCurrentRequest) (types.Project, error)
 	GCFunc           func(ctx context.Context, req types.GCRequest, key string) (types.Operation, error)
 	WakeInstanceFunc func(ctx context.Context, id string) (types.Instance, error)
-	MigrateFunc      func(ctx context.Context, project string, req types.MigrateRequest, key string) (types.Operation, error)
+	// InstanceOwnerFunc says which node answers for an instance; without
+	// it every instance is this node's.
+	InstanceOwnerFunc func(ctx context.Context, id string) (node, apiURL string, local bool, err error)
+	MigrateFunc       func(ctx context.Context, project string, req types.MigrateRequest, key string) (types.Operation, error)
 
 	mu    sync.Mutex
 	calls []Call
@@ -713,4 +716,13 @@ func (c *Core) RolloutAction(ctx context.Context, p types.Principal, id, action 
 
 func (c *Core) SetProjectValidation(ctx context.Context, p types.Principal, project string, req types.ProjectValidation) (types.Project, error) {
 	return echo(c, "SetProjectValidation", p, types.Project{Name: project, Current: 1, Validate: req.Validate, CreatedAt: Epoch}, project, req)
+}
+
+// InstanceOwner answers local unless InstanceOwnerFunc says otherwise; it
+// is not recorded (every instance route asks it).
+func (c *Core) InstanceOwner(ctx context.Context, p types.Principal, id string) (string, string, bool, error) {
+	if c.InstanceOwnerFunc != nil {
+		return c.InstanceOwnerFunc(ctx, id)
+	}
+	return "", "", true, nil
 }

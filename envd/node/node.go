@@ -299,6 +299,10 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.URL, err = n.serveAPI(n.Service); err != nil {
 		return nil, err
 	}
+	// Other nodes forward requests about this node's instances here.
+	if err := n.Service.RegisterNode(ctx, n.URL); err != nil {
+		return nil, err
+	}
 	if n.MetricsURL, err = n.serveMetrics(); err != nil {
 		return nil, err
 	}

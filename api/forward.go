@@ -1,0 +1,85 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/types"
+)
+
+// ForwardCore tells which node answers requests about an instance.
+type ForwardCore interface {
+	// InstanceOwner is the node that runs instance id and its API URL, or
+	// local when this node answers.
+	InstanceOwner(ctx context.Context, p types.Principal, id string) (node, apiURL string, local bool, err error)
+}
+
+// ForwardedHeader marks a request one node forwarded to another: it is
+// answered where it arrives, never forwarded again.
+const ForwardedHeader = "X-Envd-Forwarded-From"
+
+// forward sends a request about an instance that another node runs to
+// that node, as it came (the client's token included: the owner checks it
+// against the same database) and streams the answer back, WebSocket
+// upgrades and event streams included, so that every node serves every
+// instance route. Reading an instance (GET /v1/instances/{i}) is answered
+// where it arrives.
+func forward(core ForwardCore, transport http.RoundTripper) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		id := c.Param("i")
+		if id == "" || c.GetHeader(ForwardedHeader) != "" ||
+			(c.Request.Method == http.MethodGet && c.FullPath() == "/v1/instances/:i") {
+			c.Next()
+			return
+		}
+		node, apiURL, local, err := core.InstanceOwner(c.Request.Context(), principal(c), id)
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		if local {
+			c.Next()
+			return
+		}
+		target, err := url.Parse(apiURL)
+		if err != nil {
+			writeError(c, fmt.Errorf("node %q registered API URL %q: %v: %w", node, apiURL, err, errdefs.ErrUnavailable))
+			return
+		}
+		rp := &httputil.ReverseProxy{
+			Rewrite: func(pr *httputil.ProxyRequest) {
+				pr.SetURL(target)
+				pr.Out.Host = target.Host
+				pr.Out.Header.Set(ForwardedHeader, "1")
+				pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
+				pr.SetXForwarded()
+			},
+			Transport:     transport,
+			FlushInterval: -1, // event streams and exec output as they come
+			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+				writeError(c, fmt.Errorf("instance %q runs on node %q, which did not answer at %s: %v: %w", id, node, apiURL, err, errdefs.ErrUnavailable))
+			},
+		}
+		c.Abort()
+		rp.ServeHTTP(c.Writer, c.Request)
+	}
+}
+
+// WithForwardTransport sets how requests are forwarded to the node that
+// runs an instance (TLS trust between nodes, for one). Default:
+// http.DefaultTransport.
+func WithForwardTransport(rt http.RoundTripper) Option {
+	return func(o *options) error {
+		if rt == nil {
+			return fmt.Errorf("forward transport is nil")
+		}
+		o.forwardTransport = rt
+		return nil
+	}
+}

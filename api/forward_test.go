@@ -1,0 +1,83 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/envd-dev/envd/api"
+	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/client"
+)
+
+// A request about an instance another node runs is answered by that node
+// through the one the client talks to: buffered calls, the exec WebSocket
+// both ways; reading the instance is answered where it arrives; a forwarded
+// request is never forwarded again; an owner that does not answer is 503.
+func TestForwardToTheOwningNode(t *testing.T) {
+	owner, ownerSrv := newServer(t)
+	near, nearSrv := newServer(t)
+	near.InstanceOwnerFunc = func(_ context.Context, id string) (string, string, bool, error) {
+		switch id {
+		case "far-1":
+			return "node-b", ownerSrv.URL, false, nil
+		case "gone-1":
+			return "node-c", "http://127.0.0.1:1", false, nil
+		}
+		return "", "", true, nil
+	}
+	c, err := client.New(nearSrv.URL, "test-token")
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	_, err = c.Exec(ctx, "far-1", types.ExecRequest{Args: []string{"echo", "hi"}})
+	require.NoError(t, err)
+	call, ok := owner.LastCall("Exec")
+	require.True(t, ok, "the owner ran the exec")
+	assert.Equal(t, "far-1", call.Args[0])
+	_, ok = near.LastCall("Exec")
+	assert.False(t, ok, "the node asked did not")
+
+	var out bytes.Buffer
+	code, err := c.ExecStream(ctx, "far-1", types.ExecRequest{Args: []string{"cat"}}, types.Stdio{Stdin: strings.NewReader("through two nodes"), Stdout: &out})
+	require.NoError(t, err)
+	assert.Equal(t, 0, code)
+	assert.Equal(t, "through two nodes", out.String(), "the WebSocket passes both ways")
+	_, ok = owner.LastCall("ExecStream")
+	assert.True(t, ok)
+
+	_, err = c.GetInstance(ctx, "far-1")
+	require.NoError(t, err)
+	_, ok = owner.LastCall("GetInstance")
+	assert.False(t, ok, "reads are answered where they arrive")
+
+	_, err = c.Exec(ctx, "local-1", types.ExecRequest{Args: []string{"true"}})
+	require.NoError(t, err)
+	_, ok = near.LastCall("Exec")
+	assert.True(t, ok, "this node's instance is served here")
+
+	req, err := http.NewRequest(http.MethodPost, nearSrv.URL+"/v1/instances/far-1/stop", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer test-token")
+	req.Header.Set(api.ForwardedHeader, "1")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	_, ok = near.LastCall("StopInstance")
+	assert.True(t, ok, "a forwarded request is answered where it arrives")
+	_, ok = owner.LastCall("StopInstance")
+	assert.False(t, ok)
+
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err = c.Exec(cctx, "gone-1", types.ExecRequest{Args: []string{"true"}})
+	require.ErrorIs(t, err, errdefs.ErrUnavailable)
+	assert.Contains(t, err.Error(), `node "node-c"`)
+}
