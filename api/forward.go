@@ -47,28 +47,38 @@ func forward(core ForwardCore, transport http.RoundTripper) gin.HandlerFunc {
 			c.Next()
 			return
 		}
-		target, err := url.Parse(apiURL)
-		if err != nil {
-			writeError(c, fmt.Errorf("node %q registered API URL %q: %v: %w", node, apiURL, err, errdefs.ErrUnavailable))
-			return
-		}
-		rp := &httputil.ReverseProxy{
-			Rewrite: func(pr *httputil.ProxyRequest) {
-				pr.SetURL(target)
-				pr.Out.Host = target.Host
-				pr.Out.Header.Set(ForwardedHeader, "1")
-				pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
-				pr.SetXForwarded()
-			},
-			Transport:     transport,
-			FlushInterval: -1, // event streams and exec output as they come
-			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-				writeError(c, fmt.Errorf("instance %q runs on node %q, which did not answer at %s: %v: %w", id, node, apiURL, err, errdefs.ErrUnavailable))
-			},
-		}
 		c.Abort()
-		rp.ServeHTTP(c.Writer, c.Request)
+		forwardTo(c.Writer, c.Request, transport, id, node, apiURL, false, func(err error) { writeError(c, err) })
 	}
+}
+
+// forwardTo sends r to the node at apiURL and streams its answer to w.
+// keepHost keeps the request's Host (the host form of the port proxy,
+// which the owner recognises by it); otherwise the owner's host is sent.
+func forwardTo(w http.ResponseWriter, r *http.Request, transport http.RoundTripper, id, node, apiURL string, keepHost bool, fail func(error)) {
+	target, err := url.Parse(apiURL)
+	if err != nil {
+		fail(fmt.Errorf("node %q registered API URL %q: %v: %w", node, apiURL, err, errdefs.ErrUnavailable))
+		return
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.Host = target.Host
+			if keepHost {
+				pr.Out.Host = pr.In.Host
+			}
+			pr.Out.Header.Set(ForwardedHeader, "1")
+			pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
+			pr.SetXForwarded()
+		},
+		Transport:     transport,
+		FlushInterval: -1, // event streams and exec output as they come
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			fail(fmt.Errorf("instance %q runs on node %q, which did not answer at %s: %v: %w", id, node, apiURL, err, errdefs.ErrUnavailable))
+		},
+	}
+	rp.ServeHTTP(w, r)
 }
 
 // WithForwardTransport sets how requests are forwarded to the node that

@@ -346,15 +346,24 @@ func dropCookie(h http.Header, name string) {
 // PreviewHosts serves the host form of the port proxy for requests whose
 // Host is {port}-{instance}.{domain} and passes every other request to
 // next (the API). domain "" returns next itself.
-func PreviewHosts(core PortCore, domain string, next http.Handler) http.Handler {
+// A request for an instance another node runs is forwarded there with its
+// Host kept (every node of a cluster serves the same preview domain).
+func PreviewHosts(core PreviewCore, domain string, next http.Handler) http.Handler {
 	if domain == "" {
 		return next
 	}
 	return &previewHosts{core: core, domain: strings.ToLower(strings.TrimSuffix(domain, ".")), next: next, proxy: newPortProxy(core)}
 }
 
+// PreviewCore is what the host form needs: the port proxy's core, and
+// which node runs an instance.
+type PreviewCore interface {
+	PortCore
+	ForwardCore
+}
+
 type previewHosts struct {
-	core   PortCore
+	core   PreviewCore
 	domain string
 	next   http.Handler
 	proxy  *portProxy
@@ -405,6 +414,17 @@ func (h *previewHosts) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		http.Redirect(w, r, u.RequestURI(), status)
 		return
+	}
+	if r.Header.Get(ForwardedHeader) == "" {
+		node, apiURL, local, err := h.core.InstanceOwner(r.Context(), p, id)
+		if err != nil {
+			plainError(w, err)
+			return
+		}
+		if !local {
+			forwardTo(w, r, http.DefaultTransport, id, node, apiURL, true, func(err error) { plainError(w, err) })
+			return
+		}
 	}
 	h.core.TouchInstance(id)
 	path := r.URL.EscapedPath()

@@ -23,7 +23,7 @@ import (
 // events, stop and start.
 func TestRootOneEndpointForwardsToTheOwningNode(t *testing.T) {
 	c := ctx(t)
-	nb, cb := startJoiningNode(t, "node-fwd-b", &node.Config{DefaultTTL: time.Hour})
+	nb, cb := startJoiningNode(t, "node-fwd-b", &node.Config{DefaultTTL: time.Hour, PreviewDomain: previewDomain})
 	_ = nb
 	p := fmt.Sprintf("forward-%d", projectSeq.Add(1))
 	_, err := env.c.CreateProject(c, types.CreateProjectRequest{Name: p, Base: fixtureBase})
@@ -68,6 +68,16 @@ func TestRootOneEndpointForwardsToTheOwningNode(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK && string(b) == "served-by-b\n"
 	}, 20*time.Second, 200*time.Millisecond, "the dev server on node B through node A's proxy")
+
+	// The preview host form, asked on node A with a token node B signed.
+	tok, err := a.PreviewToken(c, in.ID, 8080, "10m")
+	require.NoError(t, err)
+	resp, err = http.DefaultClient.Do(portsHostReq(t, 8080, in.ID, "/index.html", &http.Cookie{Name: "envd_preview", Value: tok.Token}))
+	require.NoError(t, err)
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	assert.Equal(t, "served-by-b\n", string(body))
 
 	// Save (its events come from the shared database), stop and start.
 	op, err := a.Save(c, in.ID, types.SaveRequest{Message: "through a"}, "")
