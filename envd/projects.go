@@ -38,8 +38,14 @@ func (s *Service) CreateProject(ctx context.Context, p types.Principal, req type
 	proj, err := s.createProject(ctx, p, req)
 	if err != nil {
 		release()
+		return proj, err
 	}
-	return proj, err
+	// The answer is what GET answers, so that a retry with the key (which
+	// reads the project) answers the same.
+	if rec, err := s.store.GetProject(ctx, p.Tenant, proj.Name); err == nil {
+		proj.CurrentBase = s.currentBase(ctx, rec)
+	}
+	return proj, nil
 }
 
 func (s *Service) createProject(ctx context.Context, p types.Principal, req types.CreateProjectRequest) (types.Project, error) {
