@@ -136,13 +136,12 @@ class QuotaExceeded(EnvdError):
     code_name = "quota_exceeded"
 
 
-class ResourceExhausted(EnvdError):
-    """429: the tenant holds its limit of concurrent work of one kind.
+class _RetryLater(EnvdError):
+    """An error that says when to retry.
 
     retry_after: seconds to wait, from the ``Retry-After`` header or
     ``details["retry_after_seconds"]``; None when neither was sent.
     """
-    code_name = "resource_exhausted"
 
     def __init__(self, status, code, message, details=None, retry_after: Optional[float] = None):
         super().__init__(status, code, message, details)
@@ -151,6 +150,12 @@ class ResourceExhausted(EnvdError):
             if isinstance(ra, (int, float)) and not isinstance(ra, bool):
                 retry_after = float(ra)
         self.retry_after = retry_after
+
+
+class ResourceExhausted(_RetryLater):
+    """429: the tenant holds its limit of concurrent work of one kind;
+    ``retry_after`` says when to try again."""
+    code_name = "resource_exhausted"
 
 
 class StartFailed(EnvdError):
@@ -159,22 +164,13 @@ class StartFailed(EnvdError):
     directory); the runtime's reason is in the message. A command that is
     not found is not this error but exit code 127."""
     code_name = "start_failed"
-class Waking(EnvdError):
+
+
+class Waking(_RetryLater):
     """503: the instance is being woken (started from stopped or hibernated)
-    and the request did not wait; ``details``: state, retry_after_seconds.
-
-    retry_after: seconds to wait, from the ``Retry-After`` header or
-    ``details["retry_after_seconds"]``; None when neither was sent.
-    """
+    and the request did not wait; ``details``: state, retry_after_seconds;
+    ``retry_after`` says when to try again."""
     code_name = "waking"
-
-    def __init__(self, status, code, message, details=None, retry_after: Optional[float] = None):
-        super().__init__(status, code, message, details)
-        if retry_after is None:
-            ra = self.details.get("retry_after_seconds")
-            if isinstance(ra, (int, float)) and not isinstance(ra, bool):
-                retry_after = float(ra)
-        self.retry_after = retry_after
 
 
 class PortUnreachable(EnvdError):
@@ -257,7 +253,7 @@ def error_for_code(status: int, code: str, message: str, details: Optional[Mappi
                    retry_after: Optional[float] = None) -> EnvdError:
     """The exception for a stable code; EnvdError itself for an unknown one."""
     cls = _CLASSES.get(code, EnvdError)
-    if cls in (ResourceExhausted, Waking):
+    if issubclass(cls, _RetryLater):
         return cls(status, code, message, details, retry_after=retry_after)
     return cls(status, code, message, details)
 
