@@ -573,21 +573,29 @@ func removeAll(ctx context.Context, dirfd int, name, p string, depth int) error 
 	return nil
 }
 
+// fromTo cleans the two paths of a move or copy and checks that the
+// target may be written.
+func (r *Root) fromTo(from, to string) (frel, trel string, err error) {
+	if frel, err = Clean(from); err != nil {
+		return "", "", err
+	}
+	if trel, err = Clean(to); err != nil {
+		return "", "", err
+	}
+	if err := r.writable(abs(trel)); err != nil {
+		return "", "", err
+	}
+	return frel, trel, nil
+}
+
 // Move renames from to to. Without overwrite an existing to is
 // errdefs.ErrAlreadyExists; with it, to is replaced (a directory only by a
 // directory, and only when empty). A move the kernel cannot do as a rename
 // (across a volume's mount, or an image directory of an overlay) is a copy
 // and a removal.
 func (r *Root) Move(ctx context.Context, from, to string, overwrite bool) (types.FileInfo, error) {
-	frel, err := Clean(from)
+	frel, trel, err := r.fromTo(from, to)
 	if err != nil {
-		return types.FileInfo{}, err
-	}
-	trel, err := Clean(to)
-	if err != nil {
-		return types.FileInfo{}, err
-	}
-	if err := r.writable(abs(trel)); err != nil {
 		return types.FileInfo{}, err
 	}
 	fdir, fbase, err := split(frel)
@@ -674,15 +682,8 @@ func (r *Root) lstat(p string) (types.FileInfo, error) {
 // with it, to is replaced. The copy appears at to at once (built under a
 // temp name beside it, then renamed).
 func (r *Root) Copy(ctx context.Context, from, to string, overwrite bool) (types.FileInfo, error) {
-	frel, err := Clean(from)
+	frel, trel, err := r.fromTo(from, to)
 	if err != nil {
-		return types.FileInfo{}, err
-	}
-	trel, err := Clean(to)
-	if err != nil {
-		return types.FileInfo{}, err
-	}
-	if err := r.writable(abs(trel)); err != nil {
 		return types.FileInfo{}, err
 	}
 	tdir, tbase, err := split(trel)
