@@ -134,3 +134,47 @@ func TestRootIdleStopAndWake(t *testing.T) {
 	require.NoError(t, <-done)
 	waitIdleStopped(t, cb, in.ID)
 }
+
+// A proxied request to an idle-stopped (hibernated) instance wakes it: the
+// instance runs again with its files, and once its dev server is started
+// again the proxy answers with them.
+func TestRootIdleWokenByProxiedRequest(t *testing.T) {
+	c := ctx(t)
+	n, cl := startJoiningNode(t, "node-idle-proxy", idleNodeConfig())
+	p := fmt.Sprintf("idle-proxy-%d", projectSeq.Add(1))
+	_, err := cl.CreateProject(c, types.CreateProjectRequest{Name: p, Base: fixtureBase,
+		Idle: &types.IdleSetting{After: "3s", Action: types.IdleActionHibernate}})
+	require.NoError(t, err)
+	in, err := cl.CreateInstance(c, p, types.CreateInstanceRequest{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = cl.DeleteInstance(context.Background(), in.ID) })
+	res, err := cl.Exec(c, in.ID, types.ExecRequest{Args: []string{"sh", "-c", "mkdir -p /www && echo kept > /www/index.html"}})
+	require.NoError(t, err)
+	require.Zero(t, res.ExitCode, res.Stderr)
+	waitIdleStopped(t, cl, in.ID)
+
+	get := func() (int, string) {
+		req, err := http.NewRequestWithContext(c, http.MethodGet, n.URL+"/v1/instances/"+in.ID+"/ports/8080/index.html", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+n.Token)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	status, body := get()
+	assert.Equal(t, http.StatusBadGateway, status, "woken, but its dev server did not survive the stop: %s", body)
+	assert.Contains(t, body, "port_unreachable")
+	now, err := cl.GetInstance(c, in.ID)
+	require.NoError(t, err)
+	assert.Equal(t, types.StateRunning, now.State, "the proxied request woke it")
+
+	res, err = cl.Exec(c, in.ID, types.ExecRequest{Args: []string{"sh", "-c", "httpd -p 127.0.0.1:8080 -h /www"}})
+	require.NoError(t, err)
+	require.Zero(t, res.ExitCode, res.Stderr)
+	require.Eventually(t, func() bool {
+		status, body := get()
+		return status == http.StatusOK && body == "kept\n"
+	}, 20*time.Second, 200*time.Millisecond, "its files are intact")
+}
