@@ -12,6 +12,7 @@ import secrets
 import socket
 import tarfile
 import threading
+import time
 import unittest
 
 import _support
@@ -380,11 +381,21 @@ class LiveTest(unittest.TestCase):
                 m = s.recv()
                 self.assertIsNotNone(m, "the shell exited early: %r" % got)
                 got += m[1]
+            # A resize is asynchronous, like SIGWINCH: ask until the new
+            # size shows, then exit.
             s.resize(100, 30)
-            s.write("stty size; exit 4\n")
-            rest = b"".join(d for _, d in s)
+            seen = b""
+            deadline = time.monotonic() + 30
+            while b"30 100" not in seen:
+                self.assertLess(time.monotonic(), deadline, "the new size never showed: %r" % seen)
+                s.write("stty size\n")
+                time.sleep(0.05)
+                m = s.recv()
+                self.assertIsNotNone(m, "the shell exited early: %r" % seen)
+                seen += m[1]
+            s.write("exit 4\n")
+            b"".join(d for _, d in s)
             self.assertEqual(s.exit_code, 4)
-            self.assertIn(b"30 100", rest)
 
         with self.c.exec_session(iid, ["cat"]) as s:
             s.write(b"abc")
