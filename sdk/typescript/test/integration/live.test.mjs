@@ -153,8 +153,12 @@ function live() {
       attachTerminal(term, sess);
       await sess.opened;
       term.resize({ cols: 77, rows: 22 });
-      await sleep(200);
-      term.data("stty size; echo $((6*7))\r");
+      // A resize is asynchronous, like SIGWINCH: ask until the new size shows.
+      for (let i = 0; i < 100 && !term.out.includes("22 77"); i++) {
+        term.data("stty size\r");
+        await sleep(100);
+      }
+      term.data("echo $((6*7))\r");
       for (let i = 0; i < 100 && !term.out.includes("42"); i++) await sleep(50);
       assert.match(term.out, /22 77/);
       assert.match(term.out, /42/);
