@@ -218,6 +218,21 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any, hea
 	return nil
 }
 
+// sendDecode sends r and decodes its JSON answer; what names the call in
+// a decode error.
+func sendDecode[T any](ctx context.Context, c *Client, r request, what string) (T, error) {
+	var v T
+	resp, err := c.send(ctx, r)
+	if err != nil {
+		return v, err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		return v, fmt.Errorf("%s: decode response: %w", what, err)
+	}
+	return v, nil
+}
+
 func get[T any](ctx context.Context, c *Client, path string) (T, error) {
 	var v T
 	err := c.call(ctx, http.MethodGet, path, nil, &v, nil)
@@ -250,34 +265,17 @@ func (c *Client) ImportImage(ctx context.Context, name string, tarball io.Reader
 	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
 		ct = "application/gzip"
 	}
-	resp, err := c.send(ctx, request{
+	return sendDecode[types.Image](ctx, c, request{
 		method: http.MethodPost, path: "/v1/images", query: url.Values{"name": {name}},
 		body: br, contentType: ct,
-	})
-	if err != nil {
-		return types.Image{}, err
-	}
-	defer resp.Body.Close()
-	var img types.Image
-	if err := json.NewDecoder(resp.Body).Decode(&img); err != nil {
-		return types.Image{}, fmt.Errorf("import image %q: decode response: %w", name, err)
-	}
-	return img, nil
+	}, fmt.Sprintf("import image %q", name))
 }
 
 // PullImage imports the image ref from another OCI registry, which the
 // server reaches: POST /v1/images?name=NAME&ref=REF.
 func (c *Client) PullImage(ctx context.Context, name, ref string) (types.Image, error) {
-	resp, err := c.send(ctx, request{method: http.MethodPost, path: "/v1/images", query: url.Values{"name": {name}, "ref": {ref}}})
-	if err != nil {
-		return types.Image{}, err
-	}
-	defer resp.Body.Close()
-	var img types.Image
-	if err := json.NewDecoder(resp.Body).Decode(&img); err != nil {
-		return types.Image{}, fmt.Errorf("import image %q: decode response: %w", name, err)
-	}
-	return img, nil
+	return sendDecode[types.Image](ctx, c, request{method: http.MethodPost, path: "/v1/images", query: url.Values{"name": {name}, "ref": {ref}}},
+		fmt.Sprintf("import image %q", name))
 }
 
 // ExportVersion writes version n of project as a tar of an OCI image

@@ -113,17 +113,8 @@ func (c *Client) ReadFile(ctx context.Context, id, path string, offset, length i
 // WriteFile writes a file atomically from content: PUT
 // /v1/instances/{i}/files?path=P (WithMode, WithMkdir).
 func (c *Client) WriteFile(ctx context.Context, id, path string, content io.Reader, opts ...FileOption) (types.FileInfo, error) {
-	resp, err := c.send(ctx, request{method: http.MethodPut, path: filesPath(id, ""), query: fileQuery(path, opts),
-		body: content, contentType: "application/octet-stream"})
-	if err != nil {
-		return types.FileInfo{}, err
-	}
-	defer resp.Body.Close()
-	var fi types.FileInfo
-	if err := json.NewDecoder(resp.Body).Decode(&fi); err != nil {
-		return types.FileInfo{}, fmt.Errorf("write %s: decode response: %w", path, err)
-	}
-	return fi, nil
+	return sendDecode[types.FileInfo](ctx, c, request{method: http.MethodPut, path: filesPath(id, ""), query: fileQuery(path, opts),
+		body: content, contentType: "application/octet-stream"}, "write "+path)
 }
 
 // DeleteFile removes a file or directory (Recursive for a non-empty one).
@@ -141,17 +132,8 @@ func (c *Client) fileCall(ctx context.Context, id, sub string, in any, opts []Fi
 	if err != nil {
 		return types.FileInfo{}, err
 	}
-	resp, err := c.send(ctx, request{method: http.MethodPost, path: filesPath(id, sub), query: fileQuery("", opts),
-		body: strings.NewReader(string(b)), contentType: "application/json"})
-	if err != nil {
-		return types.FileInfo{}, err
-	}
-	defer resp.Body.Close()
-	var fi types.FileInfo
-	if err := json.NewDecoder(resp.Body).Decode(&fi); err != nil {
-		return types.FileInfo{}, fmt.Errorf("files%s: decode response: %w", sub, err)
-	}
-	return fi, nil
+	return sendDecode[types.FileInfo](ctx, c, request{method: http.MethodPost, path: filesPath(id, sub), query: fileQuery("", opts),
+		body: strings.NewReader(string(b)), contentType: "application/json"}, "files"+sub)
 }
 
 // MakeDir makes a directory: POST /v1/instances/{i}/files/mkdir.
@@ -184,17 +166,8 @@ func (c *Client) DownloadArchive(ctx context.Context, id, path string, opts ...F
 // UploadArchive extracts a tar stream (plain, gzip or zstd) into a
 // directory: POST /v1/instances/{i}/files/archive?path=P (WithMkdir).
 func (c *Client) UploadArchive(ctx context.Context, id, path string, tarball io.Reader, opts ...FileOption) (types.FileArchiveResult, error) {
-	resp, err := c.send(ctx, request{method: http.MethodPost, path: filesPath(id, "/archive"), query: fileQuery(path, opts),
-		body: tarball, contentType: "application/x-tar"})
-	if err != nil {
-		return types.FileArchiveResult{}, err
-	}
-	defer resp.Body.Close()
-	var res types.FileArchiveResult
-	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
-		return types.FileArchiveResult{}, fmt.Errorf("upload archive to %s: decode response: %w", path, err)
-	}
-	return res, nil
+	return sendDecode[types.FileArchiveResult](ctx, c, request{method: http.MethodPost, path: filesPath(id, "/archive"), query: fileQuery(path, opts),
+		body: tarball, contentType: "application/x-tar"}, "upload archive to "+path)
 }
 
 // WatchFiles calls fn with each change below a directory (Recursive: its
