@@ -2,7 +2,7 @@
 // it listens on, preview tokens, the project's public ports, the path-form
 // proxy, and byte streams over a WebSocket (the TCP tunnel and the SSH
 // endpoint).
-import { errorFromResponse, type EnvdError } from "./errors.js";
+import { EnvdError, errorFromResponse, makeError } from "./errors.js";
 import { bearerSubprotocol } from "./exec.js";
 import { abortError, esc, newIdempotencyKey, type CallOptions, type CreateOptions, type Transport, type WebSocketConstructor } from "./http.js";
 import type * as T from "./types.js";
@@ -73,7 +73,21 @@ export class Ports {
    * WebSocket. Nothing listening is a PortUnreachableError of `opened`.
    */
   tunnel(id: string, port: number, opts: { signal?: AbortSignal } = {}): ByteStream {
-    return new ByteStream(this.t, `/v1/instances/${esc(id)}/tcp/${esc(port)}`, TUNNEL_SUBPROTOCOL, opts.signal);
+    // A WebSocket client cannot see why a handshake was refused; the server
+    // refuses before the upgrade when nothing listens (502
+    // port_unreachable), so that case is told by listing the ports.
+    const explain = async (): Promise<EnvdError | undefined> => {
+      try {
+        const ports = await this.list(id, { signal: opts.signal });
+        if (!ports.some((p) => p.port === port)) {
+          return makeError(502, "port_unreachable", `port ${port} of instance ${id}: nothing listens on it`);
+        }
+      } catch (e) {
+        if (e instanceof EnvdError) return e;
+      }
+      return undefined;
+    };
+    return new ByteStream(this.t, `/v1/instances/${esc(id)}/tcp/${esc(port)}`, TUNNEL_SUBPROTOCOL, opts.signal, explain);
   }
 }
 
@@ -95,7 +109,7 @@ export class ByteStream {
   private ended = false;
 
   /** @internal Use ports.tunnel or instances.ssh. */
-  constructor(t: Transport, path: string, subprotocol: string, signal?: AbortSignal) {
+  constructor(t: Transport, path: string, subprotocol: string, signal?: AbortSignal, explain?: () => Promise<EnvdError | undefined>) {
     const WS: WebSocketConstructor | undefined = t.o.WebSocket;
     if (!WS) throw new TypeError("envd: no WebSocket: pass ClientOptions.WebSocket (Node 20 has a global one with --experimental-websocket)");
     const httpURL = t.url(path);
@@ -130,11 +144,13 @@ export class ByteStream {
     const refused = () => {
       if (probing) return;
       probing = true;
-      void probeError(t, httpURL).then((e) => {
-        rejectOpen(e);
-        finish(e);
-        resolveClosed(1006);
-      });
+      void probeError(t, httpURL)
+        .then(async (e) => (e instanceof EnvdError ? e : ((await explain?.()) ?? e)))
+        .then((e) => {
+          rejectOpen(e);
+          finish(e);
+          resolveClosed(1006);
+        });
     };
     const onAbort = () => {
       const e = abortError(signal);

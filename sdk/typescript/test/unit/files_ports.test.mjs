@@ -213,6 +213,20 @@ describe("ports", () => {
     await assert.rejects(collect(t.readable), PortUnreachableError);
   });
 
+  test("tunnel: a refusal the probe cannot see is told from the port list", async () => {
+    let listening = [];
+    srv = await startWSServer({
+      refuse: () => [502, { error: { code: "port_unreachable", message: "nothing listens" } }],
+      onRequest: (req, res) =>
+        req.url.endsWith("/ports")
+          ? sendJSON(res, 200, { ports: listening })
+          : sendError(res, 400, "invalid_argument", "tcp tunnel: the request is not a WebSocket upgrade (Upgrade: websocket)"),
+    });
+    await assert.rejects(client().ports.tunnel("i", 7).opened, PortUnreachableError);
+    listening = [{ address: "127.0.0.1", port: 7, protocol: "tcp", public: false }];
+    await assert.rejects(client().ports.tunnel("i", 7).opened, (e) => !(e instanceof PortUnreachableError) && /handshake failed/.test(e.message));
+  });
+
   test("instances.ssh: a byte stream on the SSH subprotocol", async () => {
     srv = await startWSServer({
       onConnect(c) {
