@@ -3,7 +3,7 @@
 // proxy, and byte streams over a WebSocket (the TCP tunnel and the SSH
 // endpoint).
 import { EnvdError, errorFromResponse, makeError } from "./errors.js";
-import { bearerSubprotocol } from "./exec.js";
+import { bearerSubprotocol, probe } from "./exec.js";
 import { abortError, esc, newIdempotencyKey, type CallOptions, type CreateOptions, type Transport, type WebSocketConstructor } from "./http.js";
 import type * as T from "./types.js";
 
@@ -144,7 +144,7 @@ export class ByteStream {
     const refused = () => {
       if (probing) return;
       probing = true;
-      void probeError(t, httpURL)
+      void probe(t, httpURL, path)
         .then(async (e) => (e instanceof EnvdError ? e : ((await explain?.()) ?? e)))
         .then((e) => {
           rejectOpen(e);
@@ -211,23 +211,6 @@ export class ByteStream {
     if (this.ws.readyState === 1) this.ws.send(m);
     else if (this.ws.readyState === 0) this.queue.push(m);
   }
-}
-
-/** Learns why a WebSocket handshake failed by asking the same URL as plain HTTP. */
-async function probeError(t: Transport, httpURL: string): Promise<EnvdError | Error> {
-  try {
-    const headers: Record<string, string> = { Accept: "application/json" };
-    if (t.token) headers["Authorization"] = "Bearer " + t.token;
-    const res = await t.o.fetch(httpURL, { headers });
-    const text = await res.text().catch(() => "");
-    if (!res.ok) {
-      const e = errorFromResponse(res.status, res.statusText, text);
-      if (!(e.code === "invalid_argument" && /WebSocket/i.test(e.message))) return e;
-    }
-  } catch {
-    // fall through
-  }
-  return new Error(`envd: ${httpURL}: the WebSocket handshake failed (the server refused it or could not be reached)`);
 }
 
 export class SshKeys {

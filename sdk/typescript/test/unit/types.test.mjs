@@ -63,7 +63,6 @@ const exceptions = {
   "ProjectNetwork.isolate_instances": true,
 };
 // Go types that are not part of a request or answer body.
-// (FileUser has no JSON fields: it is read from query parameters.)
 const internal = new Set(["Principal"]);
 
 test("src/types.ts mirrors api/types: every struct, field and optionality", () => {
