@@ -556,8 +556,13 @@ class LiveTest(unittest.TestCase):
         with tarfile.open(fileobj=io.BytesIO(tar)) as t:
             names = {m.name.lstrip("./"): m for m in t.getmembers()}
             self.assertEqual(t.extractfile(names["sub/deeper/c.txt"]).read(), b"hello world\n")
-        up = self.c.upload_files(iid, "/srv/copy", io.BytesIO(tar), mkdir=True)
+        # Elsewhere: into a second instance of the project.
+        other = self.up(p, ttl="30m")["id"]
+        up = self.c.upload_files(other, "/srv/copy", io.BytesIO(tar), mkdir=True)
         self.assertGreaterEqual(up["entries"], 4)
+        self.assertEqual(self.c.read_file(other, "/srv/copy/sub/deeper/c.txt")["data"], b"hello world\n")
+        self.c.delete_instance(other)
+        self.c.upload_files(iid, "/srv/copy", tar, mkdir=True)
         self.assertEqual(self.c.read_file(iid, "/srv/copy/a.txt")["data"], b"hello world\n")
         out = io.BytesIO()
         n = self.c.download_files(iid, "/srv/sdk", out, format="tar.zst")
@@ -634,6 +639,8 @@ class LiveTest(unittest.TestCase):
                 self.assertTrue(b, "the stream ended before the banner")
                 banner += b
         self.assertTrue(banner.startswith(b"SSH-2.0-"), banner)
+        with self.assertRaises(envd.NotFound):
+            self.c.ssh(iid + "-missing")
 
     def test_export_and_validation(self):
         p = self.project("export")["name"]
@@ -646,6 +653,8 @@ class LiveTest(unittest.TestCase):
         self.assertTrue(any(n.startswith("blobs/sha256/") for n in names))
         img = self.c.import_image("sdkpy-oci-" + RUN, tar)
         self.assertTrue(img["digest"].startswith("sha256:"))
+        with self.assertRaises(envd.InvalidArgument):
+            self.c.pull_image("sdkpy-pull-" + RUN, "NOT A REFERENCE::")
 
         cmds = [["true"], ["sh", "-c", "test -d /etc"]]
         self.assertEqual(self.c.set_validation(p, cmds)["validate"], cmds)

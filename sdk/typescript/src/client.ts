@@ -424,7 +424,17 @@ export class Instances {
    * server's "SSH-2.0-" banner).
    */
   ssh(id: string, opts: { signal?: AbortSignal } = {}): ByteStream {
-    return new ByteStream(this.t, `/v1/instances/${esc(id)}/ssh`, SSH_SUBPROTOCOL, opts.signal);
+    // The server checks the instance after the "is it an upgrade" check a
+    // plain probe fails; reading the instance tells why it was refused.
+    const explain = async (): Promise<EnvdError | undefined> => {
+      try {
+        await this.get(id, { signal: opts.signal });
+      } catch (e) {
+        if (e instanceof EnvdError) return e;
+      }
+      return undefined;
+    };
+    return new ByteStream(this.t, `/v1/instances/${esc(id)}/ssh`, SSH_SUBPROTOCOL, opts.signal, explain);
   }
 }
 

@@ -120,9 +120,19 @@ function live() {
       const names = untar(tar);
       assert.equal(dec.decode(names.get("a.txt")), "hello world\n");
       assert.equal(dec.decode(names.get("sub/deeper/c.txt")), "hello world\n");
-      const up = await c.files.upload(id, "/srv/copy", tar, { mkdir: true });
-      assert.ok(up.entries >= 4, `${up.entries} entries`);
-      assert.equal(await c.files.readText(id, "/srv/copy/sub/deeper/c.txt"), "hello world\n");
+      // Elsewhere: into a second instance of the project.
+      const other = (await c.instances.create(project, { ttl: "30m" })).id;
+      try {
+        const up = await c.files.upload(other, "/srv/copy", tar, { mkdir: true });
+        assert.ok(up.entries >= 4, `${up.entries} entries`);
+        assert.equal(await c.files.readText(other, "/srv/copy/sub/deeper/c.txt"), "hello world\n");
+        await c.files.remove(other, "/srv/copy", { recursive: true });
+        await assert.rejects(c.files.list(other, "/srv/copy"), NotFoundError);
+      } finally {
+        await c.instances.delete(other).catch(() => {});
+      }
+      await c.files.upload(id, "/srv/copy", new Blob([tar]), { mkdir: true });
+      assert.equal(await c.files.readText(id, "/srv/copy/a.txt"), "hello world\n");
       const zst = await bytesOf(await c.files.download(id, "/srv/sdk", { format: "tar.zst" }));
       assert.deepEqual([...zst.subarray(0, 4)], [0x28, 0xb5, 0x2f, 0xfd], "a zstd frame");
 
@@ -206,6 +216,7 @@ function live() {
       }
       assert.match(banner, /^SSH-2\.0-/);
       s.close();
+      await assert.rejects(c.instances.ssh(`${id}-missing`).opened, NotFoundError);
     });
 
     test("versions: export is an OCI layout that imports as an image; validation", async () => {
@@ -217,6 +228,7 @@ function live() {
       assert.ok([...names.keys()].some((n) => n.startsWith("blobs/sha256/")));
       const img = await c.images.import(`sdkts-oci-${suffix}`, tar);
       assert.match(img.digest, /^sha256:/);
+      await assert.rejects(c.images.pull(`sdkts-pull-${suffix}`, "NOT A REFERENCE::"), InvalidArgumentError);
 
       const p = await c.projects.setValidation(project, { validate: [["true"], ["sh", "-c", "test -d /etc"]] });
       assert.deepEqual(p.validate, [["true"], ["sh", "-c", "test -d /etc"]]);

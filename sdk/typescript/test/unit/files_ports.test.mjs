@@ -227,6 +227,17 @@ describe("ports", () => {
     await assert.rejects(client().ports.tunnel("i", 7).opened, (e) => !(e instanceof PortUnreachableError) && /handshake failed/.test(e.message));
   });
 
+  test("instances.ssh: a refused handshake of an unknown instance is its NotFoundError", async () => {
+    srv = await startWSServer({
+      refuse: () => [404, { error: { code: "not_found", message: "no instance" } }],
+      onRequest: (req, res) =>
+        req.url.endsWith("/ssh")
+          ? sendError(res, 400, "invalid_argument", "ssh tunnel: the request is not a WebSocket upgrade (Upgrade: websocket)")
+          : sendError(res, 404, "not_found", `instance ${req.url.split("/").pop()}: not found`),
+    });
+    await assert.rejects(client().instances.ssh("gone").opened, (e) => e instanceof NotFoundError && /instance gone/.test(e.message));
+  });
+
   test("instances.ssh: a byte stream on the SSH subprotocol", async () => {
     srv = await startWSServer({
       onConnect(c) {
