@@ -872,22 +872,42 @@ class Client:
               headers: Optional[Mapping[str, str]] = None, body: Any = None,
               timeout: Optional[float] = None) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
         """A request on a connection of its own whose answer is read by the
-        caller (streams); a non-2xx answer is raised. Close the connection."""
+        caller (streams); a non-2xx answer is raised. Close the connection.
+        A GET is retried as _call retries reads (a connection error, 503,
+        429); a request with a body is not."""
         h = self._headers(headers)
         chunked = body is not None and not isinstance(body, (bytes, bytearray))
         if chunked:
             h["Transfer-Encoding"] = "chunked"
-        conn = self._new_conn(timeout if timeout is not None else self.timeout)
-        try:
-            conn.request(method, self._path(path, query), body=body, headers=h, encode_chunked=chunked)
-            resp = conn.getresponse()
-            if resp.status >= 300:
+        retry = method == "GET" and body is None
+        attempt = 0
+        while True:
+            conn = self._new_conn(timeout if timeout is not None else self.timeout)
+            wait: Optional[float] = None
+            err: Optional[EnvdError] = None
+            try:
+                conn.request(method, self._path(path, query), body=body, headers=h, encode_chunked=chunked)
+                resp = conn.getresponse()
+                if resp.status < 300:
+                    return conn, resp
                 data = resp.read(1 << 20)
-                raise error_from_body(resp.status, data, resp.reason, parse_retry_after(resp.getheader("Retry-After")))
-            return conn, resp
-        except BaseException:
-            conn.close()
-            raise
+                err = error_from_body(resp.status, data, resp.reason, parse_retry_after(resp.getheader("Retry-After")))
+                if not (retry and resp.status in (429, 503) and attempt < self.retries):
+                    raise err
+                wait = getattr(err, "retry_after", None)
+                conn.close()
+            except (OSError, http.client.HTTPException):
+                conn.close()
+                if not retry or attempt >= self.retries:
+                    raise
+            except BaseException:
+                conn.close()
+                raise
+            wait = self._backoff(attempt) if wait is None else wait
+            if err is not None and wait > self.max_retry_wait:
+                raise err
+            time.sleep(wait)
+            attempt += 1
 
     def list_files(self, instance_id: str, path: str, *, user: Optional[str] = None, uid: Optional[int] = None,
                    gid: Optional[int] = None) -> JSON:

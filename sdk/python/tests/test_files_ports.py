@@ -119,6 +119,21 @@ class RequestsTest(unittest.TestCase):
         with self.assertRaises(envd.InvalidArgument):
             c.list_files("i", "/w/a")
 
+    def test_file_reads_are_retried_after_503(self):
+        answers = [js({"error": {"code": "unavailable", "message": "busy"}}, 503, **{"Retry-After": "0"}),
+                   js({"path": "/", "entries": []}, **{"X-Envd-File-Type": "dir"})]
+        r, c = self.serve(lambda h: answers.pop(0))
+        c.retries = 2
+        self.assertEqual(c.list_files("i", "/")["entries"], [])
+        self.assertEqual(len(r.requests), 2)
+
+    def test_uploads_are_not_retried(self):
+        r, c = self.serve(lambda h: js({"error": {"code": "unavailable", "message": "busy"}}, 503, **{"Retry-After": "0"}))
+        c.retries = 2
+        with self.assertRaises(envd.Unavailable):
+            c.upload_files("i", "/d", io.BytesIO(b"\0" * 1024))
+        self.assertEqual(len(r.requests), 1)
+
     def test_read_file_ranges(self):
         def handler(h):
             hd = {"X-Envd-File-Type": "file", "Content-Type": "text/plain; charset=utf-8",
