@@ -30,6 +30,9 @@
 //     -deep-saves history (busybox base), on a node that squashes deep
 //     versions and on one that does not.
 //
+//   - cas: the current switch under contention: 10 and 100 clients
+//     through the API against a bare SQL compare-and-swap.
+//
 //   - all: every scenario, in this order.
 //
 //     go run ./bench [-scenario save|restore|workloads|scaling|disklimit|hardening|userns|all] [-runs 3] [-rootfs DIR] [-work DIR]
@@ -82,7 +85,7 @@ type config struct {
 }
 
 // scenarios in the order -scenario all runs them.
-var scenarios = []string{"save", "restore", "workloads", "scaling", "disklimit", "hardening", "userns", "deep"}
+var scenarios = []string{"save", "restore", "workloads", "scaling", "disklimit", "hardening", "userns", "deep", "cas"}
 
 func main() {
 	var cfg config
@@ -159,6 +162,19 @@ func runScenarios(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 		{"scaling", "Growth with the size of the change and of the image", runScaling},
 		{"disklimit", "Writable-layer size limit: save and lazy restore on an ext4 image vs a plain upper dir", runDiskLimit},
 	}
+	defer func() {
+		if rErr != nil || !slices.Contains(want, "cas") {
+			return
+		}
+		if len(want) > 1 {
+			fmt.Fprintln(out, "\n### The current switch under contention (`-scenario cas`)")
+			fmt.Fprintln(out)
+		}
+		logf("scenario cas")
+		if err := runCAS(ctx, cfg, out); err != nil {
+			rErr = fmt.Errorf("cas: %w", err)
+		}
+	}()
 	defer func() {
 		if rErr != nil || !slices.Contains(want, "deep") {
 			return

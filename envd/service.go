@@ -186,9 +186,10 @@ type Service struct {
 	ports       portState                     // ports.go
 	gate        *freeze.Gate                  // the node's freeze gate (files.go waits out a save's freeze)
 	rollouts    *rollout.Runner
-	squashing   sync.WaitGroup // the squash loop (squash.go)
-	squashRun   func()         // starts it; nil = squash off
 	interactive atomic.Int64 // saves, restores and builds running on this node (admission.go)
+
+	squashing sync.WaitGroup // the squash loop (squash.go)
+	squashRun func()         // starts it; nil = squash off
 }
 
 // New makes the core. Call Start once after, and Close at the end.

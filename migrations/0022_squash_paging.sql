@@ -7,3 +7,6 @@
 --                than the squash timeout may be taken over.
 ALTER TABLE versions ADD COLUMN IF NOT EXISTS squashed_from text;
 ALTER TABLE versions ADD COLUMN IF NOT EXISTS squash_started_at timestamptz;
+
+-- Instance lists page by (created_at, id) within a tenant (envd/paging.go).
+CREATE INDEX IF NOT EXISTS instances_tenant_created ON instances (tenant_id, created_at, id);
