@@ -55,7 +55,9 @@ func (g instances) routes() []route {
 		if !ok {
 			return items(g.core.ListInstances(r.ctx, r.p, r.param("p"))) // "" on /instances: all
 		}
-		return paged(r, func() ([]types.Instance, string, error) { return g.core.ListInstancesPage(r.ctx, r.p, r.param("p"), page) })
+		return paged(r, func() ([]types.Instance, string, error) {
+			return g.core.ListInstancesPage(r.ctx, r.p, r.param("p"), page)
+		})
 	})
 	return []route{
 		{http.MethodPost, "/projects/:p/instances", g.create()},

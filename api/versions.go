@@ -70,7 +70,9 @@ func (g versions) routes() []route {
 			if !ok {
 				return items(g.core.ListVersions(r.ctx, r.p, r.param("p")))
 			}
-			return paged(r, func() ([]types.Version, string, error) { return g.core.ListVersionsPage(r.ctx, r.p, r.param("p"), page) })
+			return paged(r, func() ([]types.Version, string, error) {
+				return g.core.ListVersionsPage(r.ctx, r.p, r.param("p"), page)
+			})
 		})},
 		{http.MethodGet, "/projects/:p/versions/:n", handle(http.StatusOK, func(r in, _ none) (types.Version, error) {
 			n, err := r.version()
