@@ -173,7 +173,7 @@ const (
 	DefaultShutdownGrace = 30 * time.Second
 	// DefaultSquashAfter: a version deeper than this many layers is
 	// squashed (docs/BENCHMARKS.md, "Squash").
-	DefaultSquashAfter = 32
+	DefaultSquashAfter = 10
 )
 
 // The formats of NewLogger.
