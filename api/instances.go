@@ -22,6 +22,9 @@ type InstanceCore interface {
 	// ListInstances lists the instances of project, of all projects when
 	// project is "".
 	ListInstances(ctx context.Context, p types.Principal, project string) ([]types.Instance, error)
+	// ListInstancesPage is one page of ListInstances and the next page's
+	// token ("" after the last).
+	ListInstancesPage(ctx context.Context, p types.Principal, project string, page types.Page) ([]types.Instance, string, error)
 	GetInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error)
 	DeleteInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error)
 }
@@ -45,7 +48,16 @@ type instances struct{ core InstanceCore }
 
 func (g instances) routes() []route {
 	list := handle(http.StatusOK, func(r in, _ none) ([]types.Instance, error) {
-		return items(g.core.ListInstances(r.ctx, r.p, r.param("p"))) // "" on /instances: all
+		page, ok, err := r.page()
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return items(g.core.ListInstances(r.ctx, r.p, r.param("p"))) // "" on /instances: all
+		}
+		return paged(r, func() ([]types.Instance, string, error) {
+			return g.core.ListInstancesPage(r.ctx, r.p, r.param("p"), page)
+		})
 	})
 	return []route{
 		{http.MethodPost, "/projects/:p/instances", g.create()},

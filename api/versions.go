@@ -23,6 +23,9 @@ type VersionCore interface {
 	// Migrate starts an operation of kind "migrate".
 	Migrate(ctx context.Context, p types.Principal, project string, req types.MigrateRequest, idempotencyKey string) (types.Operation, error)
 	ListVersions(ctx context.Context, p types.Principal, project string) ([]types.Version, error)
+	// ListVersionsPage is one page of ListVersions and the next page's
+	// token ("" after the last).
+	ListVersionsPage(ctx context.Context, p types.Principal, project string, page types.Page) ([]types.Version, string, error)
 	GetVersion(ctx context.Context, p types.Principal, project string, n int) (types.Version, error)
 	// SetCurrent moves the project's current version by compare-and-swap; a
 	// lost swap is an errdefs.ErrConflict.
@@ -60,7 +63,16 @@ func (g versions) routes() []route {
 			return g.core.Migrate(r.ctx, r.p, r.param("p"), req, r.key())
 		})},
 		{http.MethodGet, "/projects/:p/versions", handle(http.StatusOK, func(r in, _ none) ([]types.Version, error) {
-			return items(g.core.ListVersions(r.ctx, r.p, r.param("p")))
+			page, ok, err := r.page()
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				return items(g.core.ListVersions(r.ctx, r.p, r.param("p")))
+			}
+			return paged(r, func() ([]types.Version, string, error) {
+				return g.core.ListVersionsPage(r.ctx, r.p, r.param("p"), page)
+			})
 		})},
 		{http.MethodGet, "/projects/:p/versions/:n", handle(http.StatusOK, func(r in, _ none) (types.Version, error) {
 			n, err := r.version()

@@ -26,6 +26,13 @@
 //     image chowns it) and without, and the Graphviz install in a user
 //     namespace.
 //
+//   - deep: save and lazy restore of a project with a 3-save and a
+//     -deep-saves history (busybox base), on a node that squashes deep
+//     versions and on one that does not.
+//
+//   - cas: the current switch under contention: 10 and 100 clients
+//     through the API against a bare SQL compare-and-swap.
+//
 //   - all: every scenario, in this order.
 //
 //     go run ./bench [-scenario save|restore|workloads|scaling|disklimit|hardening|userns|all] [-runs 3] [-rootfs DIR] [-work DIR]
@@ -70,16 +77,22 @@ type config struct {
 	prefault bool
 	only     []string // variant keys, in run order
 	scenario string
+	// squashAfter is the primary node's node.Config.SquashAfter (0 = no
+	// squash, as in every scenario but deep).
+	squashAfter int
+	// deepSaves is the long history of the deep scenario.
+	deepSaves int
 }
 
 // scenarios in the order -scenario all runs them.
-var scenarios = []string{"save", "restore", "workloads", "scaling", "disklimit", "hardening", "userns"}
+var scenarios = []string{"save", "restore", "workloads", "scaling", "disklimit", "hardening", "userns", "deep", "cas"}
 
 func main() {
 	var cfg config
 	flag.StringVar(&cfg.rootfs, "rootfs", "/var/tmp/envd-bench/rootfs-debian", "Debian bookworm minbase rootfs (made with scripts/debian-rootfs.sh if missing)")
 	flag.StringVar(&cfg.work, "work", "/var/tmp/envd-bench/work", "work dir for containerd, the registry and spools; wiped at start")
 	flag.IntVar(&cfg.runs, "runs", 3, "runs per variant; the table shows medians")
+	flag.IntVar(&cfg.deepSaves, "deep-saves", 300, "deep scenario: saves in the long history")
 	flag.StringVar(&cfg.bridge, "bridge", "envdbench0", "bridge interface of the instance network")
 	flag.StringVar(&cfg.subnet, "subnet", "10.231.7.0/24", "IPv4 subnet of the instance network")
 	flag.BoolVar(&cfg.prefault, "prefault", true, "before every measured run, write and delete a scratch file of twice the upper dir so the run gets recently touched guest memory (see prefault.go)")
@@ -149,6 +162,32 @@ func runScenarios(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 		{"scaling", "Growth with the size of the change and of the image", runScaling},
 		{"disklimit", "Writable-layer size limit: save and lazy restore on an ext4 image vs a plain upper dir", runDiskLimit},
 	}
+	defer func() {
+		if rErr != nil || !slices.Contains(want, "cas") {
+			return
+		}
+		if len(want) > 1 {
+			fmt.Fprintln(out, "\n### The current switch under contention (`-scenario cas`)")
+			fmt.Fprintln(out)
+		}
+		logf("scenario cas")
+		if err := runCAS(ctx, cfg, out); err != nil {
+			rErr = fmt.Errorf("cas: %w", err)
+		}
+	}()
+	defer func() {
+		if rErr != nil || !slices.Contains(want, "deep") {
+			return
+		}
+		if len(want) > 1 {
+			fmt.Fprintln(out, "\n### Deep histories with and without squash (`-scenario deep`)")
+			fmt.Fprintln(out)
+		}
+		logf("scenario deep")
+		if err := runDeep(ctx, cfg, out); err != nil {
+			rErr = fmt.Errorf("deep: %w", err)
+		}
+	}()
 	defer func() {
 		if rErr != nil || !slices.Contains(want, "userns") {
 			return

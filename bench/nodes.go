@@ -57,7 +57,8 @@ func startBed(ctx context.Context, cfg config) (*bed, error) {
 		_ = os.Chmod(d, 0o755)
 	}
 	start := time.Now()
-	n, err := node.Start(ctx, node.Config{DataDir: filepath.Join(b.dir, "primary"), DefaultTTL: 2 * time.Hour, Logger: b.log})
+	n, err := node.Start(ctx, node.Config{DataDir: filepath.Join(b.dir, "primary"), DefaultTTL: 2 * time.Hour, Logger: b.log,
+		SquashAfter: cfg.squashAfter})
 	if err != nil {
 		return b, fmt.Errorf("start primary node: %w", err)
 	}

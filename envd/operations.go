@@ -36,6 +36,7 @@ func (s *Service) Start(ctx context.Context) error {
 		return err
 	}
 	s.life.Run()
+	s.runSquash()
 	return nil
 }
 

@@ -68,6 +68,7 @@ type ImageStore interface {
 	PushArchive(ctx context.Context, path, kind, repo, work string) (registry.Image, error)
 	CopyFrom(ctx context.Context, ref, repo string) (registry.Image, error)
 	ExportLayout(ctx context.Context, img registry.Image, refName string, w io.Writer) error
+	Squash(ctx context.Context, img, base registry.Image, layer registry.LayerFile, targetRepo string, annotations map[string]string) (registry.Image, error)
 }
 
 // Sweeper deletes the registry's unreferenced blobs (gc.Sweeper).
@@ -146,6 +147,11 @@ type Config struct {
 	// RolloutConcurrency is the most rollout migrations this node runs at
 	// once; 0 = rollout.DefaultConcurrency.
 	RolloutConcurrency int
+	// SquashAfter: a version deeper than this many layers that instances
+	// build on is squashed in the background (envd/squash); 0 = never.
+	// SquashInterval is how often the node looks (default 30s).
+	SquashAfter    int
+	SquashInterval time.Duration
 }
 
 // DefaultTTL is an instance's lifetime when neither its client nor the
@@ -181,6 +187,9 @@ type Service struct {
 	gate        *freeze.Gate                  // the node's freeze gate (files.go waits out a save's freeze)
 	rollouts    *rollout.Runner
 	interactive atomic.Int64 // saves, restores and builds running on this node (admission.go)
+
+	squashing sync.WaitGroup // the squash loop (squash.go)
+	squashRun func()         // starts it; nil = squash off
 }
 
 // New makes the core. Call Start once after, and Close at the end.
@@ -258,6 +267,7 @@ func (s *Service) wire(ctx context.Context) {
 		Quota: s.quota, Content: s.content, Bases: bases{s}, Ops: s.ops, Log: s.log})
 	s.gc = gc.NewCollector(s.store, s.reg, s.ops, cfg.Sweeper, gcVolumes)
 	s.wireRollouts(ctx)
+	s.wireSquash(ctx)
 }
 
 // Close cancels running operations and waits for them to settle.
@@ -265,6 +275,7 @@ func (s *Service) Close() {
 	s.stop()
 	s.ops.Wait()
 	s.life.Wait()
+	s.squashing.Wait()
 }
 
 // Authenticate resolves a bearer token.

@@ -129,8 +129,26 @@ func (s *Store) GetInstance(ctx context.Context, tenant, id string) (Instance, e
 // ListInstances returns tenant's instances, of one project or of all
 // (project ""), oldest first. ErrNotFound if a named project does not exist.
 func (s *Store) ListInstances(ctx context.Context, tenant, project string) ([]Instance, error) {
+	return s.ListInstancesAfter(ctx, tenant, project, InstanceCursor{}, 0)
+}
+
+// InstanceCursor is where a page of instances ends: the last instance's
+// creation time and id (the list's order). The zero cursor is the start.
+type InstanceCursor struct {
+	CreatedAt time.Time
+	ID        string
+}
+
+// ListInstancesAfter is a page of ListInstances: at most limit instances
+// (0 = all) after the cursor, in order.
+func (s *Store) ListInstancesAfter(ctx context.Context, tenant, project string, after InstanceCursor, limit int) ([]Instance, error) {
+	var at *time.Time
+	if !after.CreatedAt.IsZero() {
+		at = &after.CreatedAt
+	}
 	ins, err := collectInstances(s.db.Query(ctx, "SELECT "+instanceCols+instanceFrom+
-		"WHERE i.tenant_id = $1 AND ($2 = '' OR p.name = $2) ORDER BY i.created_at, i.id", tenant, project))
+		`WHERE i.tenant_id = $1 AND ($2 = '' OR p.name = $2) AND ($3::timestamptz IS NULL OR (i.created_at, i.id) > ($3, $4))
+		ORDER BY i.created_at, i.id LIMIT NULLIF($5, 0)`, tenant, project, at, after.ID, limit))
 	if err != nil || len(ins) > 0 || project == "" {
 		return ins, err
 	}

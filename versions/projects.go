@@ -243,13 +243,20 @@ func (s *Store) GetVersion(ctx context.Context, tenant, project string, n int) (
 // ListVersions returns a project's versions by number; ErrNotFound if the
 // project does not exist.
 func (s *Store) ListVersions(ctx context.Context, tenant, project string) ([]Version, error) {
+	return s.ListVersionsAfter(ctx, tenant, project, 0, 0)
+}
+
+// ListVersionsAfter is a page of ListVersions: at most limit versions (0 =
+// all) numbered above after, in order. It reads by the versions' primary
+// key, so a page costs the same at version 10 and at version 10,000.
+func (s *Store) ListVersionsAfter(ctx context.Context, tenant, project string, after, limit int) ([]Version, error) {
 	return WithTxV(ctx, s.db, func(tx pgx.Tx) ([]Version, error) {
 		var id int64
 		if err := tx.QueryRow(ctx, "SELECT id FROM projects WHERE tenant_id = $1 AND name = $2", tenant, project).Scan(&id); err != nil {
 			return nil, translate(err, fmt.Sprintf("project %q", project))
 		}
 		rows, err := tx.Query(ctx, "SELECT "+versionCols+` FROM versions v JOIN projects p ON p.id = v.project_id
-			WHERE p.id = $1 ORDER BY v.number`, id)
+			WHERE p.id = $1 AND v.number > $2 ORDER BY v.number LIMIT NULLIF($3, 0)`, id, after, limit)
 		if err != nil {
 			return nil, err
 		}
@@ -401,29 +408,54 @@ func (s *Store) SetCurrent(ctx context.Context, tenant, project string, n, expec
 	if expected < 0 {
 		return Project{}, fmt.Errorf("expected current %d of project %q: %w", expected, project, errdefs.ErrInvalidArgument)
 	}
-	return WithTxV(ctx, s.db, func(tx pgx.Tx) (Project, error) {
-		p, err := scanProject(tx.QueryRow(ctx, "SELECT "+projectCols+` FROM projects p
-			WHERE p.tenant_id = $1 AND p.name = $2 FOR NO KEY UPDATE`, tenant, project))
-		if err != nil {
-			return Project{}, translate(err, fmt.Sprintf("project %q", project))
-		}
-		var state string
-		err = tx.QueryRow(ctx, "SELECT state FROM versions WHERE project_id = $1 AND number = $2", p.ID, n).Scan(&state)
-		if err != nil {
-			return Project{}, translate(err, fmt.Sprintf("version %d of project %q", n, project))
-		}
-		if state != StateReady {
-			return Project{}, fmt.Errorf("version %d of project %q is %s, not %s: %w", n, project, state, StateReady, errdefs.ErrFailedPrecondition)
-		}
-		if p.Current != expected {
-			return Project{}, fmt.Errorf("current version of project %q is %d, expected %d: %w", project, p.Current, expected, errdefs.ErrConflict)
-		}
-		if p.Current == n {
+	// One statement: the project's row is locked only while it runs, so
+	// contending switches queue on PostgreSQL's row lock for one
+	// statement's time, as a bare compare-and-swap would (not for a
+	// transaction's round trips). When it changes nothing, a second look
+	// says why; if the reason is gone by then (current moved back), the
+	// switch is tried again.
+	for range 3 {
+		p, err := scanProject(s.db.QueryRow(ctx, `UPDATE projects p SET current_version = $3, rollout_failure = NULL, updated_at = now()
+			WHERE p.tenant_id = $1 AND p.name = $2 AND p.current_version IS NOT DISTINCT FROM NULLIF($4, 0) AND p.current_version IS DISTINCT FROM $3
+			  AND EXISTS (SELECT 1 FROM versions v WHERE v.project_id = p.id AND v.number = $3 AND v.state = 'ready')
+			RETURNING `+projectCols, tenant, project, n, expected))
+		if err == nil {
 			return p, nil
 		}
-		return scanProject(tx.QueryRow(ctx, `UPDATE projects p SET current_version = $2, rollout_failure = NULL, updated_at = now()
-			WHERE p.id = $1 RETURNING `+projectCols, p.ID, n))
-	})
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return Project{}, translate(err, fmt.Sprintf("project %q", project))
+		}
+		p, err = s.whyNotSwitched(ctx, tenant, project, n, expected)
+		if err != nil || p.ID != 0 {
+			return p, err
+		}
+	}
+	return Project{}, fmt.Errorf("current version of project %q keeps changing: %w", project, errdefs.ErrConflict)
+}
+
+// whyNotSwitched explains a switch that changed nothing: the error, or the
+// project when n is already current as expected (a no-op); neither when
+// nothing stands in the way any more.
+func (s *Store) whyNotSwitched(ctx context.Context, tenant, project string, n, expected int) (Project, error) {
+	p, err := s.GetProject(ctx, tenant, project)
+	if err != nil {
+		return Project{}, err
+	}
+	var state string
+	err = s.db.QueryRow(ctx, "SELECT state FROM versions WHERE project_id = $1 AND number = $2", p.ID, n).Scan(&state)
+	if err != nil {
+		return Project{}, translate(err, fmt.Sprintf("version %d of project %q", n, project))
+	}
+	if state != StateReady {
+		return Project{}, fmt.Errorf("version %d of project %q is %s, not %s: %w", n, project, state, StateReady, errdefs.ErrFailedPrecondition)
+	}
+	if p.Current != expected {
+		return Project{}, fmt.Errorf("current version of project %q is %d, expected %d: %w", project, p.Current, expected, errdefs.ErrConflict)
+	}
+	if p.Current == n {
+		return p, nil
+	}
+	return Project{}, nil
 }
 
 // Pin sets whether version n is pinned (kept by retention whatever its age).

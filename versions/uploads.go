@@ -229,13 +229,23 @@ func (s *Store) lockConn(ctx context.Context) (*pgx.Conn, error) {
 	return conn, nil
 }
 
+// squashedInUse is true for a squashed version v (SQL) while an instance
+// that is not terminated was started from it or sits on it: its rootfs may
+// read the layers of the image before the squash lazily, so that manifest
+// (and so its blobs) stays until the last such instance ends.
+const squashedInUse = `v.squashed_from IS NOT NULL AND EXISTS (SELECT 1 FROM instances i
+	WHERE i.project_id = v.project_id AND i.state NOT IN ('Terminated', 'Failed')
+	  AND (i.version = v.number OR i.layer_version = v.number))`
+
 // OwnedImages returns the images ("repo@digest") under repoPrefix that a
-// row owns: a version of any state, or an imported image. A sweep reads
+// row owns: a version of any state, an imported image, or
+// the image a squashed version had while an instance may read it. A sweep reads
 // them once it holds the lock; what it finds under the prefix and not
 // here is an orphan.
 func (s *Store) OwnedImages(ctx context.Context, repoPrefix string) (map[string]bool, error) {
 	rows, err := s.db.Query(ctx, `SELECT image FROM versions WHERE starts_with(image, $1)
-		UNION SELECT repo || '@' || digest FROM images WHERE starts_with(repo, $1)`, repoPrefix)
+		UNION SELECT repo || '@' || digest FROM images WHERE starts_with(repo, $1)
+		UNION SELECT v.squashed_from FROM versions v WHERE starts_with(v.squashed_from, $1) AND `+squashedInUse, repoPrefix)
 	if err != nil {
 		return nil, translate(err, "owned images")
 	}
@@ -259,7 +269,8 @@ func (s *Store) ImageOwned(ctx context.Context, image string) (bool, error) {
 	}
 	var owned bool
 	err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM versions WHERE image = $1 AND state <> 'deleting')
-		OR EXISTS (SELECT 1 FROM images WHERE repo = $2 AND digest = $3)`, image, repo, digest).Scan(&owned)
+		OR EXISTS (SELECT 1 FROM images WHERE repo = $2 AND digest = $3)
+		OR EXISTS (SELECT 1 FROM versions v WHERE v.squashed_from = $1 AND `+squashedInUse+`)`, image, repo, digest).Scan(&owned)
 	if err != nil {
 		return false, translate(err, fmt.Sprintf("image %q", image))
 	}

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -725,4 +726,24 @@ func (c *Core) InstanceOwner(ctx context.Context, p types.Principal, id string) 
 		return c.InstanceOwnerFunc(ctx, id)
 	}
 	return "", "", true, nil
+}
+
+func (c *Core) ListInstancesPage(ctx context.Context, p types.Principal, project string, page types.Page) ([]types.Instance, string, error) {
+	v, err := echo(c, "ListInstancesPage", p, []types.Instance(nil), project, page)
+	return v, "", err
+}
+
+// ListVersionsPage answers one version per page, numbered from the token
+// ("" = 1) up to 3, so that a test can follow the pages.
+func (c *Core) ListVersionsPage(ctx context.Context, p types.Principal, project string, page types.Page) ([]types.Version, string, error) {
+	c.record("ListVersionsPage", p, project, page)
+	n := 1
+	if page.Token != "" {
+		n, _ = strconv.Atoi(page.Token)
+	}
+	next := ""
+	if n < 3 {
+		next = strconv.Itoa(n + 1)
+	}
+	return []types.Version{{Project: project, Number: n, Kind: "snapshot", State: "ready", CreatedAt: Epoch}}, next, nil
 }

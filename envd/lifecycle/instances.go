@@ -262,7 +262,18 @@ func (m *Manager) ListInstances(ctx context.Context, p types.Principal, project 
 			return nil, err
 		}
 	}
-	ins, err := m.Store.ListInstances(ctx, p.Tenant, project)
+	return m.ListInstancesAfter(ctx, p, project, versions.InstanceCursor{}, 0)
+}
+
+// ListInstancesAfter is a page of ListInstances: at most limit instances
+// (0 = all) after the cursor.
+func (m *Manager) ListInstancesAfter(ctx context.Context, p types.Principal, project string, after versions.InstanceCursor, limit int) ([]types.Instance, error) {
+	if project != "" {
+		if err := names.Validate("project", project); err != nil {
+			return nil, err
+		}
+	}
+	ins, err := m.Store.ListInstancesAfter(ctx, p.Tenant, project, after, limit)
 	if err != nil {
 		return nil, err
 	}

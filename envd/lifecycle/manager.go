@@ -46,6 +46,7 @@ type Store interface {
 	CreateInstance(ctx context.Context, in versions.Instance) (versions.Instance, error)
 	GetInstance(ctx context.Context, tenant, id string) (versions.Instance, error)
 	ListInstances(ctx context.Context, tenant, project string) ([]versions.Instance, error)
+	ListInstancesAfter(ctx context.Context, tenant, project string, after versions.InstanceCursor, limit int) ([]versions.Instance, error)
 	ListNodeInstances(ctx context.Context, node string) ([]versions.Instance, error)
 	Transition(ctx context.Context, id string, from []types.InstanceState, to types.InstanceState, reason, message string) (versions.Instance, error)
 	Rehome(ctx context.Context, id string, from types.InstanceState, node string, layerVersion int) (versions.Instance, error)

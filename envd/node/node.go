@@ -144,6 +144,10 @@ type Config struct {
 	// RolloutConcurrency is the most rollout migrations this node runs at
 	// once; 0 = rollout.DefaultConcurrency (2).
 	RolloutConcurrency int
+	// SquashAfter is the layer depth past which versions that instances
+	// build on are squashed in the background; 0 = never. DefaultConfig
+	// gives DefaultSquashAfter.
+	SquashAfter int
 }
 
 // The defaults of a node, in one place: DefaultConfig gathers them for
@@ -167,6 +171,9 @@ const (
 	// DefaultShutdownGrace is how long a stopping node lets requests and
 	// operations in flight finish (Drain).
 	DefaultShutdownGrace = 30 * time.Second
+	// DefaultSquashAfter: a version deeper than this many layers is
+	// squashed (docs/BENCHMARKS.md, "Squash").
+	DefaultSquashAfter = 10
 )
 
 // The formats of NewLogger.
@@ -209,6 +216,7 @@ func DefaultConfig() Config {
 		SSHListen:     DefaultSSHListen,
 		IdleAction:    types.IdleActionStop,
 		WakeWait:      envd.DefaultWakeWait,
+		SquashAfter:   DefaultSquashAfter,
 	}
 }
 
