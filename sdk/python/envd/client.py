@@ -12,11 +12,12 @@ import os
 import random
 import socket
 import ssl
+import re
 import threading
 import time
 import uuid
 from typing import Any, BinaryIO, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 from . import sse
 from . import websocket as ws
@@ -229,7 +230,7 @@ class Client:
 
     def _call(self, method: str, path: str, *, body: Any = None, query: Optional[Mapping[str, Any]] = None,
               headers: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None,
-              retry: int = _RETRY_SAFE, raw: bool = False) -> Any:
+              retry: int = _RETRY_SAFE, raw: bool = False, headers_out: Optional[Dict[str, str]] = None) -> Any:
         """Send a request (a JSON body when body is not bytes) with retries
         and return the decoded JSON answer (None for an empty one; bytes
         with raw)."""
@@ -254,6 +255,8 @@ class Client:
                     continue
                 raise
             if status < 300:
+                if headers_out is not None:
+                    headers_out.update({k: v for k, v in rh.items()})
                 if raw:
                     return data
                 if not data.strip():
@@ -580,6 +583,26 @@ class Client:
 
     def list_versions(self, project: str) -> List[JSON]:
         return self._call("GET", f"/v1/projects/{_seg(project)}/versions")
+
+    def list_versions_page(self, project: str, limit: Optional[int] = None,
+                           page_token: Optional[str] = None) -> Tuple[List[JSON], str]:
+        """One page of GET /v1/projects/{p}/versions (by number) and the next
+        page's token ("" after the last)."""
+        return self._page(f"/v1/projects/{_seg(project)}/versions", limit, page_token)
+
+    def list_instances_page(self, project: Optional[str] = None, limit: Optional[int] = None,
+                            page_token: Optional[str] = None) -> Tuple[List[JSON], str]:
+        """One page of GET /v1/instances (or a project's) and the next page's
+        token ("" after the last)."""
+        path = "/v1/instances" if project is None else f"/v1/projects/{_seg(project)}/instances"
+        return self._page(path, limit, page_token)
+
+    def _page(self, path: str, limit: Optional[int], page_token: Optional[str]) -> Tuple[List[JSON], str]:
+        if limit is None and not page_token:
+            limit = 100  # a page, never the whole list
+        rh: Dict[str, str] = {}
+        items = self._call("GET", path, query={"limit": limit, "page_token": page_token or None}, headers_out=rh)
+        return items or [], next_page_token(rh.get("Link"))
 
     def get_version(self, project: str, version: int) -> JSON:
         return self._call("GET", f"/v1/projects/{_seg(project)}/versions/{int(version)}")
@@ -1605,3 +1628,11 @@ class ByteStream:
 
     def close(self) -> None:
         self.ws.close(1000)
+
+
+def next_page_token(link: Optional[str]) -> str:
+    """The page_token of a Link header's rel="next" URL (RFC 8288); "" when none."""
+    m = re.search(r'<([^>]+)>\s*;\s*rel="next"', link or "")
+    if not m:
+        return ""
+    return (parse_qs(urlsplit(m.group(1)).query).get("page_token") or [""])[0]

@@ -346,6 +346,11 @@ export class Instances {
     return get(this.t, project ? `/v1/projects/${esc(project)}/instances` : "/v1/instances", opts);
   }
 
+  /** One page of GET /v1/instances (or a project's): pass the page's nextPageToken to get the next one; "" after the last. */
+  listPage(project: string | undefined, page: PageRequest = {}, opts?: CallOptions): Promise<Page<T.Instance>> {
+    return getPage(this.t, project ? `/v1/projects/${esc(project)}/instances` : "/v1/instances", page, opts);
+  }
+
   /** GET /v1/instances/{i}. */
   get(id: string, opts?: CallOptions): Promise<T.Instance> {
     return get(this.t, `/v1/instances/${esc(id)}`, opts);
@@ -444,6 +449,11 @@ export class Versions {
   /** GET /v1/projects/{p}/versions. */
   list(project: string, opts?: CallOptions): Promise<T.Version[]> {
     return get(this.t, `/v1/projects/${esc(project)}/versions`, opts);
+  }
+
+  /** One page of GET /v1/projects/{p}/versions, by number: pass nextPageToken for the next; "" after the last. */
+  listPage(project: string, page: PageRequest = {}, opts?: CallOptions): Promise<Page<T.Version>> {
+    return getPage(this.t, `/v1/projects/${esc(project)}/versions`, page, opts);
   }
 
   /** GET /v1/projects/{p}/versions/{n}. */
@@ -763,3 +773,31 @@ export class Operations {
 }
 
 
+
+/** A page to ask for: at most limit items (1 to 1000; 100 when only pageToken is given) after pageToken. */
+export interface PageRequest {
+  limit?: number;
+  pageToken?: string;
+}
+
+/** One page of a list and the token of the next ("" after the last). */
+export interface Page<T> {
+  items: T[];
+  nextPageToken: string;
+}
+
+/** nextPageToken reads the page_token of a Link header's rel="next" URL (RFC 8288). */
+export function nextPageToken(link: string | null): string {
+  const m = /<([^>]+)>\s*;\s*rel="next"/.exec(link ?? "");
+  if (!m) return "";
+  return new URL(m[1], "http://envd.invalid").searchParams.get("page_token") ?? "";
+}
+
+function getPage<I>(t: Transport, path: string, page: PageRequest, opts?: CallOptions): Promise<Page<I>> {
+  const query: Record<string, string | number | undefined> = { limit: page.limit, page_token: page.pageToken };
+  if (page.limit === undefined && !page.pageToken) query.limit = 100; // a page, never the whole list
+  return t.send({ method: "GET", path, query, retry: "safe" }, opts ?? {}, async (res) => ({
+    items: ((await res.json()) as I[]) ?? [],
+    nextPageToken: nextPageToken(res.headers.get("Link")),
+  }));
+}

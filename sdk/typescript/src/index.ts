@@ -17,6 +17,9 @@ export {
   type EventStreamOptions,
   type WaitOptions,
   type TarSource,
+  type PageRequest,
+  type Page,
+  nextPageToken,
 } from "./client.js";
 export * from "./errors.js";
 export {

@@ -49,6 +49,8 @@ describe("routes", () => {
     ["instances.save", () => c.instances.save("i", { expected_current: 0 }), "POST", "/v1/instances/i/save", { expected_current: 0 }, [K]],
     ["instances.fork", () => c.instances.fork("i", { message: "b", retain: true }), "POST", "/v1/instances/i/fork", { message: "b", retain: true }, [K]],
     ["versions.list", () => c.versions.list("p"), "GET", "/v1/projects/p/versions"],
+    ["versions.listPage", () => c.versions.listPage("p", { limit: 5, pageToken: "t" }), "GET", "/v1/projects/p/versions?limit=5&page_token=t"],
+    ["instances.listPage of all", () => c.instances.listPage(undefined), "GET", "/v1/instances?limit=100"],
     ["versions.get", () => c.versions.get("p", 3), "GET", "/v1/projects/p/versions/3"],
     ["versions.setCurrent", () => c.versions.setCurrent("p", 2, 0), "POST", "/v1/projects/p/current", { version: 2, expected_current: 0 }],
     ["versions.pin", () => c.versions.pin("p", 3), "POST", "/v1/projects/p/versions/3/pin"],
