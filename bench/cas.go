@@ -71,7 +71,7 @@ func runCAS(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 	if _, _, _, err := b.makeVersion(ctx, project, "echo 2 > /home/v2", "version 2"); err != nil {
 		return err
 	}
-	pool, err := pgxpool.New(ctx, b.primary.DSN()+" pool_max_conns=128")
+	pool, err := pgxpool.New(ctx, b.primary.DSN()+" pool_max_conns=80")
 	if err != nil {
 		return err
 	}
@@ -152,7 +152,7 @@ func runCAS(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 	var w bytes.Buffer
 	header(&w)
 	fmt.Fprintf(&w, "One project with versions 1 and 2 on one node (its embedded PostgreSQL). N clients each loop: read the current version, then compare-and-swap it to the other one, "+
-		"through the API (`POST /v1/projects/{p}/current` with `expected_current`, the Go client, keep-alive connections) or as a bare SQL statement on the same database (pgx pool). "+
+		"through the API (`POST /v1/projects/{p}/current` with `expected_current`, the Go client, keep-alive connections) or as a bare SQL statement on the same database (a pgx pool of up to 80 connections: the embedded PostgreSQL allows 100; the node's own pool has pgx's default, 4). "+
 		"Latency is the compare-and-swap alone, wins and conflicts alike. %s windows, %d rounds per side alternating; medians of the rounds.\n\n", window, cfg.runs)
 	var cells [][]string
 	for _, n := range []int{10, 100} {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
+	"sync"
 
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
@@ -107,6 +109,21 @@ func (s *Service) currentBase(ctx context.Context, p versions.Project) string {
 	if err != nil {
 		return ""
 	}
+	imgs, err := s.store.ListImages(ctx)
+	if err != nil {
+		return ""
+	}
+	// The answer follows from the version's image and the imported images,
+	// all named by digest: it is cached on them, so that reading a project
+	// costs two queries, not a registry round trip per imported image.
+	var key strings.Builder
+	key.WriteString(v.Image)
+	for _, im := range imgs {
+		key.WriteString("|" + im.Name + "=" + im.Repo + "@" + im.Digest)
+	}
+	if b, ok := s.bases.get(key.String()); ok {
+		return b
+	}
 	img, err := s.reg.Get(ctx, v.Image)
 	if err != nil {
 		return ""
@@ -115,11 +132,35 @@ func (s *Service) currentBase(ctx context.Context, p versions.Project) string {
 	if err != nil {
 		return ""
 	}
-	b, ok := build.PickBase(bases, img)
-	if !ok {
-		return ""
+	out := ""
+	if b, ok := build.PickBase(bases, img); ok {
+		out = b.Name + " (" + b.Ref() + ")"
 	}
-	return b.Name + " (" + b.Ref() + ")"
+	s.bases.put(key.String(), out)
+	return out
+}
+
+// baseCache keeps currentBase's answers by their inputs (immutable), at
+// most 4096, dropped all at once when full.
+type baseCache struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+func (c *baseCache) get(k string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.m[k]
+	return v, ok
+}
+
+func (c *baseCache) put(k, v string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= 4096 {
+		c.m = map[string]string{}
+	}
+	c.m[k] = v
 }
 
 // newerCurrent is the project's current version when it is a migration

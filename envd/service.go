@@ -188,6 +188,7 @@ type Service struct {
 	rollouts    *rollout.Runner
 	interactive atomic.Int64 // saves, restores and builds running on this node (admission.go)
 
+	bases     baseCache      // currentBase's answers (rollouts.go)
 	squashing sync.WaitGroup // the squash loop (squash.go)
 	squashRun func()         // starts it; nil = squash off
 }
