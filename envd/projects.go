@@ -185,7 +185,7 @@ func (s *Service) GetProject(ctx context.Context, p types.Principal, name string
 		return types.Project{}, err
 	}
 	out.CurrentBase = s.currentBase(ctx, proj)
-	return out, nil
+	return s.withPool(ctx, p.Tenant, out), nil
 }
 
 // DeleteProject deletes a project that has no live instances, then the

@@ -152,6 +152,8 @@ type Config struct {
 	// SquashInterval is how often the node looks (default 30s).
 	SquashAfter    int
 	SquashInterval time.Duration
+	// PoolInterval is how often warm pools are refilled (default 2s).
+	PoolInterval time.Duration
 }
 
 // DefaultTTL is an instance's lifetime when neither its client nor the
@@ -262,7 +264,8 @@ func (s *Service) wire(ctx context.Context) {
 		DefaultLimits: cfg.DefaultLimits, BuildEgress: cfg.BuildEgress, HibernateAfter: cfg.HibernateAfter,
 		PrefetchWindow: cfg.PrefetchWindow, ReapInterval: cfg.ReapInterval, ReconcileInterval: cfg.ReconcileInterval,
 		ProvisionTimeout: cfg.ProvisionTimeout,
-		IdleAfter:        cfg.IdleAfter, IdleAction: cfg.IdleAction, IdleInterval: cfg.IdleInterval, ActivityFlush: cfg.ActivityFlush})
+		IdleAfter:        cfg.IdleAfter, IdleAction: cfg.IdleAction, IdleInterval: cfg.IdleInterval, ActivityFlush: cfg.ActivityFlush,
+		Pools: s.store, PoolInterval: cfg.PoolInterval})
 	s.cmds = command.New(cfg.Node, s.store, s.rt, gate).WithActivity(s.life)
 	s.builds = build.New(build.Deps{Store: s.store, Reg: s.reg, Runtime: s.rt, Capturer: s.saver, Instances: s.life,
 		Quota: s.quota, Content: s.content, Bases: bases{s}, Ops: s.ops, Log: s.log})

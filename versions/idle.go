@@ -188,7 +188,7 @@ func collectIdle(rows pgx.Rows, err error) ([]IdleState, error) {
 // IdleCandidates lists node's Running instances with what decides their
 // idle action.
 func (s *Store) IdleCandidates(ctx context.Context, node string) ([]IdleState, error) {
-	return collectIdle(s.db.Query(ctx, idleCols+"WHERE i.node = $1 AND i.state = 'Running' ORDER BY i.id", node))
+	return collectIdle(s.db.Query(ctx, idleCols+"WHERE i.node = $1 AND i.state = 'Running' AND "+notPooled+" ORDER BY i.id", node))
 }
 
 // IdleStates returns what decides the idle action of each of ids, by id.

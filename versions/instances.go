@@ -119,7 +119,7 @@ func (s *Store) CreateInstance(ctx context.Context, in Instance) (Instance, erro
 // (internal callers: reconciler, reaper).
 func (s *Store) GetInstance(ctx context.Context, tenant, id string) (Instance, error) {
 	in, err := scanInstance(s.db.QueryRow(ctx, "SELECT "+instanceCols+instanceFrom+
-		"WHERE i.id = $1 AND ($2 = '' OR i.tenant_id = $2)", id, tenant))
+		"WHERE i.id = $1 AND ($2 = '' OR (i.tenant_id = $2 AND "+notPooled+"))", id, tenant))
 	if err != nil {
 		return Instance{}, translate(err, fmt.Sprintf("instance %q", id))
 	}
@@ -148,6 +148,7 @@ func (s *Store) ListInstancesAfter(ctx context.Context, tenant, project string, 
 	}
 	ins, err := collectInstances(s.db.Query(ctx, "SELECT "+instanceCols+instanceFrom+
 		`WHERE i.tenant_id = $1 AND ($2 = '' OR p.name = $2) AND ($3::timestamptz IS NULL OR (i.created_at, i.id) > ($3, $4))
+		  AND `+notPooled+`
 		ORDER BY i.created_at, i.id LIMIT NULLIF($5, 0)`, tenant, project, at, after.ID, limit))
 	if err != nil || len(ins) > 0 || project == "" {
 		return ins, err

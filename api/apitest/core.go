@@ -747,3 +747,7 @@ func (c *Core) ListVersionsPage(ctx context.Context, p types.Principal, project 
 	}
 	return []types.Version{{Project: project, Number: n, Kind: "snapshot", State: "ready", CreatedAt: Epoch}}, next, nil
 }
+
+func (c *Core) SetProjectPool(ctx context.Context, p types.Principal, project string, req types.PoolSetting) (types.Project, error) {
+	return echo(c, "SetProjectPool", p, types.Project{Name: project, Pool: &req}, project, req)
+}

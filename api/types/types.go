@@ -126,6 +126,8 @@ type Project struct {
 	// RolloutFailure is set while a rollout's failure to move the project
 	// is unanswered; the next successful switch of current clears it.
 	RolloutFailure *RolloutFailure `json:"rollout_failure,omitempty"`
+	// Pool is the project's warm pool (PUT .../pool); absent = none.
+	Pool *PoolSetting `json:"pool,omitempty"`
 }
 
 // Retention says which versions of a project a GC keeps besides the

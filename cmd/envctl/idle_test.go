@@ -60,3 +60,17 @@ func TestShowIdle(t *testing.T) {
 	assert.Regexp(t, `IDLE:\s+1m3\ds \(since `, r.stdout)
 	assert.Regexp(t, `IDLE ACTION:\s+hibernate after 30m0s idle, at .* \(in 28m[23]\ds\)`, r.stdout)
 }
+
+func TestProjectPool(t *testing.T) {
+	t.Parallel()
+	core, env := server(t)
+	r := envctl(t, env, nil, "project", "pool", "web", "3")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "3 started instances of the current version kept ready")
+	call, ok := core.LastCall("SetProjectPool")
+	require.True(t, ok)
+	assert.Equal(t, []any{"web", types.PoolSetting{Size: 3}}, call.Args)
+	r = envctl(t, env, nil, "project", "pool", "web", "many")
+	assert.NotEqual(t, 0, r.code)
+	assert.Contains(t, r.stderr, "SIZE")
+}

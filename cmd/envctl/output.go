@@ -168,6 +168,9 @@ func projectDetail(w io.Writer, p types.Project) {
 	row(w, "ISOLATE INSTANCES:", p.IsolateInstances)
 	row(w, "CREATED:", formatTime(p.CreatedAt))
 	row(w, "IDLE:", idleText(p.Idle))
+	if p.Pool != nil {
+		row(w, "WARM POOL:", fmt.Sprintf("%d started instances of the current version kept ready for up", p.Pool.Size))
+	}
 	projectRolloutRows(w, p)
 }
 

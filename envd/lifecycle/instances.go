@@ -93,6 +93,10 @@ func (m *Manager) CreateInstance(ctx context.Context, p types.Principal, project
 	if existing != "" {
 		return ops.Await(ctx, func(ctx context.Context) (types.Instance, error) { return m.GetInstance(ctx, p, existing) })
 	}
+	if in, ok := m.claimPooled(ctx, p, project, req); ok {
+		release() // the key's id was not used: a retry claims again or starts one
+		return in, nil
+	}
 	in, err := m.createInstance(ctx, p, id, project, req)
 	if err != nil && !errors.Is(err, errProvision) {
 		release() // nothing was made; a provisioning failure leaves a Failed instance the key points at

@@ -158,6 +158,10 @@ type Deps struct {
 	IdleAction    string
 	IdleInterval  time.Duration
 	ActivityFlush time.Duration
+	// Pools keeps projects' warm pools (pool.go); nil = no pools.
+	// PoolInterval is how often the node refills them (default 2s).
+	Pools        PoolStore
+	PoolInterval time.Duration
 }
 
 // Manager manages this node's instances.
@@ -171,11 +175,13 @@ type Manager struct {
 	acting map[string]int // instance -> verbs of this process running on it
 
 	activity *activity // idle.go
+
+	poolKick chan struct{} // pool.go: refill now
 }
 
 // New makes a Manager whose background work runs under ctx.
 func New(ctx context.Context, d Deps) *Manager {
-	return &Manager{Deps: d, ctx: ctx, reapWake: make(chan struct{}, 1), activity: newActivity()}
+	return &Manager{Deps: d, ctx: ctx, reapWake: make(chan struct{}, 1), activity: newActivity(), poolKick: make(chan struct{}, 1)}
 }
 
 // act records that a verb of this process acts on instance id until done

@@ -25,6 +25,9 @@ func (m *Manager) Run() {
 	go m.reconcileLoop()
 	go m.idleLoop()
 	go m.flushLoop()
+	if m.Pools != nil {
+		m.wg.Go(m.poolLoop)
+	}
 }
 
 // wakeReaper makes the reaper look at expiries again now (after a renew).

@@ -403,6 +403,11 @@ class Client:
             body["action"] = action
         return self._call("PUT", f"/v1/projects/{_seg(project)}/idle", body=body)
 
+    def set_pool(self, project: str, size: int) -> JSON:
+        """PUT /v1/projects/{p}/pool: keep ``size`` started instances of the
+        current version ready for ``create_instance`` to claim (0 = none)."""
+        return self._call("PUT", f"/v1/projects/{_seg(project)}/pool", body={"size": size})
+
     # ------------------------------------------------------------------
     # Instances
 

@@ -113,6 +113,7 @@ ROUTES = [
     ("POST /v1/admin/rollouts/{id}/rollback", "rollback_rollout", lambda c: c.rollback_rollout("r")),
     ("PUT /v1/projects/{p}/validation", "set_validation", lambda c: c.set_validation("p", [])),
     ("PUT /v1/projects/{p}/idle", "set_idle", lambda c: c.set_idle("p")),
+    ("PUT /v1/projects/{p}/pool", "set_pool", lambda c: c.set_pool("p", 2)),
     ("GET /v1/instances/{i}/ports", "list_ports", lambda c: c.list_ports("i")),
     ("POST /v1/ssh-keys", "add_ssh_key", lambda c: c.add_ssh_key("ssh-ed25519 AAAA")),
     ("GET /v1/ssh-keys", "list_ssh_keys", lambda c: c.list_ssh_keys()),

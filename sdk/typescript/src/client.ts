@@ -297,6 +297,11 @@ export class Projects {
     return this.t.json({ method: "PUT", path: `/v1/projects/${esc(name)}/idle`, json: idle, retry: "safe" }, opts);
   }
 
+  /** PUT /v1/projects/{p}/pool: keep `size` started instances of the current version ready for `up` (0 = none). */
+  setPool(name: string, pool: T.PoolSetting, opts?: CallOptions): Promise<T.Project> {
+    return this.t.json({ method: "PUT", path: `/v1/projects/${esc(name)}/pool`, json: pool, retry: "safe" }, opts);
+  }
+
   /** The validation commands of the project (its `validate`, read with GET /v1/projects/{p}; there is no GET .../validation). */
   async validation(name: string, opts?: CallOptions): Promise<T.ProjectValidation> {
     const p = await this.get(name, opts);

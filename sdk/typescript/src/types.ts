@@ -85,6 +85,7 @@ export interface Project {
   current_base?: string;
   /** Set while a rollout's failure to move the project is unanswered. */
   rollout_failure?: RolloutFailure;
+  pool?: PoolSetting;
 }
 
 /** A rollout could not move the project. Go: types.RolloutFailure */
@@ -633,6 +634,11 @@ export interface ForkResult {
 export interface IdleSetting {
   after?: string;
   action?: Open<"stop" | "hibernate" | "">;
+}
+
+/** Go: types.PoolSetting. A project's warm pool (PUT /v1/projects/{p}/pool): started instances of the current version kept ready, 0 to 20. */
+export interface PoolSetting {
+  size: number;
 }
 
 // ---- Files, ports, SSH keys, rollouts, readiness (SDK parity) ----

@@ -115,6 +115,7 @@ const routes = [
   ["POST /v1/admin/rollouts/{id}/rollback", "rollouts.rollback", (c) => c.rollouts.rollback("r")],
   ["PUT /v1/projects/{p}/validation", "projects.setValidation", (c) => c.projects.setValidation("p", { validate: [] })],
   ["PUT /v1/projects/{p}/idle", "projects.setIdle", (c) => c.projects.setIdle("p", {})],
+  ["PUT /v1/projects/{p}/pool", "projects.setPool", (c) => c.projects.setPool("p", { size: 2 })],
   ["GET /v1/instances/{i}/ports", "ports.list", (c) => c.ports.list("i")],
   ["POST /v1/ssh-keys", "sshKeys.add", (c) => c.sshKeys.add({ public_key: "ssh-ed25519 AAAA" })],
   ["GET /v1/ssh-keys", "sshKeys.list", (c) => c.sshKeys.list()],

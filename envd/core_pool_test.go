@@ -1,0 +1,95 @@
+package envd_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/versions"
+)
+
+// A warm pool: filled in the background with instances nobody sees, a
+// plain `up` claims one, the pool refills, a new current version replaces
+// the pooled ones, a request that asks more is not served from it, and
+// size 0 empties it.
+func TestCorePool(t *testing.T) {
+	t.Parallel()
+	e := newCoreEnv(t, func(c *envd.Config) { c.PoolInterval = 50 * time.Millisecond })
+	e.project("warm")
+	pooled := func() versions.PoolState {
+		t.Helper()
+		sts, err := e.store.PoolStates(e.ctx, testNode)
+		require.NoError(t, err)
+		for _, st := range sts {
+			if st.Project == "warm" {
+				return st
+			}
+		}
+		return versions.PoolState{}
+	}
+	poolIDs := func() []string {
+		t.Helper()
+		rows, err := e.store.Pool().Query(e.ctx, `SELECT instance_id FROM pool_instances ORDER BY instance_id`)
+		require.NoError(t, err)
+		defer rows.Close()
+		var ids []string
+		for rows.Next() {
+			var id string
+			require.NoError(t, rows.Scan(&id))
+			ids = append(ids, id)
+		}
+		return ids
+	}
+	eventually := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for !cond() {
+			require.True(t, time.Now().Before(deadline), "waited 30s for %s", what)
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+
+	p, err := e.svc.SetProjectPool(e.ctx, e.user, "warm", types.PoolSetting{Size: 2})
+	require.NoError(t, err)
+	require.Equal(t, &types.PoolSetting{Size: 2}, p.Pool)
+	eventually("two pooled instances", func() bool { return pooled().Ready == 2 })
+	ins, err := e.svc.ListInstances(e.ctx, e.user, "warm")
+	require.NoError(t, err)
+	assert.Empty(t, ins, "pooled instances are not the tenant's to see")
+	before := poolIDs()
+	require.Len(t, before, 2)
+	_, err = e.svc.GetInstance(e.ctx, e.user, before[0])
+	assert.ErrorIs(t, err, errdefs.ErrNotFound, "nor to reach, so nothing runs in them before a claim")
+
+	in := e.instance("warm", types.CreateInstanceRequest{TTL: "1h"})
+	assert.Contains(t, before, in.ID, "a plain up claims a pooled instance")
+	require.NotNil(t, in.ExpiresAt)
+	assert.WithinDuration(t, time.Now().Add(time.Hour), *in.ExpiresAt, time.Minute)
+	eventually("the pool refilled", func() bool { return pooled().Ready == 2 && !slices.Contains(poolIDs(), in.ID) })
+
+	kept := e.instance("warm", types.CreateInstanceRequest{Retain: true})
+	assert.NotContains(t, poolIDs(), kept.ID)
+	assert.True(t, kept.Retain, "a request for more than the pool offers starts its own instance")
+
+	e.write(in.ID, "home/new", "v2\n")
+	res := e.saved(in.ID, types.SaveRequest{})
+	require.True(t, res.Current)
+	eventually("the pool holds the new version", func() bool {
+		st := pooled()
+		return st.Current == res.Version && st.Ready == 2 && len(st.Stale) == 0
+	})
+	next := e.instance("warm", types.CreateInstanceRequest{})
+	assert.Equal(t, res.Version, next.Version, "never an instance of an old version")
+
+	_, err = e.svc.SetProjectPool(e.ctx, e.user, "warm", types.PoolSetting{Size: 0})
+	require.NoError(t, err)
+	eventually("the pool emptied", func() bool { return len(poolIDs()) == 0 })
+	_, err = e.svc.SetProjectPool(e.ctx, e.user, "warm", types.PoolSetting{Size: 21})
+	assert.ErrorIs(t, err, errdefs.ErrInvalidArgument)
+}

@@ -1,0 +1,140 @@
+package lifecycle
+
+import (
+	"context"
+	"reflect"
+	"time"
+
+	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/envd/names"
+	"github.com/envd-dev/envd/versions"
+)
+
+// PoolStore is what warm pools need of the store (see versions/pools.go
+// for the terms).
+type PoolStore interface {
+	PoolStates(ctx context.Context, node string) ([]versions.PoolState, error)
+	AddToPool(ctx context.Context, tenant, project, id, node string, version int) error
+	RemoveFromPool(ctx context.Context, id string) error
+	ClaimPooled(ctx context.Context, tenant, project string, version int, node string, expires *time.Time) (versions.Instance, error)
+}
+
+// claimPooled answers a create from the project's warm pool on this node
+// when the request is the plain one a pool serves: the current version,
+// no retained layer, nothing else asked. ok is false when no pooled
+// instance could be claimed (the caller starts one as usual).
+func (m *Manager) claimPooled(ctx context.Context, p types.Principal, project string, req types.CreateInstanceRequest) (types.Instance, bool) {
+	if m.Pools == nil {
+		return types.Instance{}, false
+	}
+	plain := req
+	plain.Version, plain.TTL = 0, ""
+	if !reflect.DeepEqual(plain, types.CreateInstanceRequest{}) {
+		return types.Instance{}, false
+	}
+	proj, err := m.Store.GetProject(ctx, p.Tenant, project)
+	if err != nil || (req.Version != 0 && req.Version != proj.Current) {
+		return types.Instance{}, false
+	}
+	expires, err := m.Quota.TTL(ctx, p.Tenant, req.TTL)
+	if err != nil {
+		return types.Instance{}, false // the usual path gives the error
+	}
+	in, err := m.Pools.ClaimPooled(ctx, p.Tenant, project, proj.Current, m.Node, expires)
+	if err != nil {
+		return types.Instance{}, false
+	}
+	m.wakeReaper() // its expiry is new
+	m.poke()       // refill
+	return m.view(ctx, in), true
+}
+
+// poolLoop keeps the projects' pools full on this node: it removes pooled
+// instances of a version that is no longer current (or that failed) and
+// starts new ones until each project has pool_size ready (counted on every
+// node; two nodes filling at once may start one too many, removed as
+// stale when the size shrinks).
+func (m *Manager) poolLoop() {
+	interval := m.PoolInterval
+	if interval <= 0 {
+		interval = 2 * time.Second
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		m.fillPools(m.ctx)
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-t.C:
+		case <-m.poolWake():
+		}
+	}
+}
+
+func (m *Manager) fillPools(ctx context.Context) {
+	states, err := m.Pools.PoolStates(ctx, m.Node)
+	if err != nil {
+		if ctx.Err() == nil {
+			m.Log.Warn("warm pools", "err", err)
+		}
+		return
+	}
+	for _, st := range states {
+		for _, id := range st.Stale {
+			m.drainPooled(ctx, st, id)
+		}
+		for i := st.Ready; i < st.Size && ctx.Err() == nil; i++ {
+			if err := m.startPooled(ctx, st); err != nil {
+				m.Log.Warn("warm pool: start an instance", "project", st.Project, "version", st.Current, "err", err)
+				break // quota, a broken version: try again next round
+			}
+		}
+	}
+}
+
+// startPooled starts one pooled instance of the project's current version.
+// The pool row comes first, so the instance is never visible to the
+// tenant, and is removed if the start fails.
+func (m *Manager) startPooled(ctx context.Context, st versions.PoolState) error {
+	p := types.Principal{Tenant: st.Tenant}
+	id := names.NewID(st.Project)
+	if err := m.Pools.AddToPool(ctx, st.Tenant, st.Project, id, m.Node, st.Current); err != nil {
+		return err
+	}
+	if _, err := m.createInstance(ctx, p, id, st.Project, types.CreateInstanceRequest{Version: st.Current}); err != nil {
+		if in, gerr := m.Store.GetInstance(ctx, "", id); gerr == nil {
+			_, _ = m.terminate(context.WithoutCancel(ctx), in, types.ReasonUserDelete, "pool start failed")
+		}
+		_ = m.Pools.RemoveFromPool(context.WithoutCancel(ctx), id)
+		return err
+	}
+	return nil
+}
+
+// drainPooled removes a pooled instance nobody claimed.
+func (m *Manager) drainPooled(ctx context.Context, st versions.PoolState, id string) {
+	in, err := m.Store.GetInstance(ctx, "", id)
+	if err == nil && in.State != types.StateTerminated {
+		if _, err := m.terminate(ctx, in, types.ReasonUserDelete, "removed from the warm pool: not the current version"); err != nil {
+			m.Log.Warn("warm pool: remove a stale instance", "instance", id, "err", err)
+			return
+		}
+	}
+	if err := m.Pools.RemoveFromPool(ctx, id); err != nil {
+		m.Log.Warn("warm pool: forget a stale instance", "instance", id, "err", err)
+	}
+}
+
+// poke makes the pool loop look again now (after a claim).
+func (m *Manager) poke() {
+	select {
+	case m.poolKick <- struct{}{}:
+	default:
+	}
+}
+
+func (m *Manager) poolWake() <-chan struct{} { return m.poolKick }
+
+// PokePools makes the pool loop look again now (after a size change).
+func (m *Manager) PokePools() { m.poke() }
