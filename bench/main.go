@@ -33,6 +33,8 @@
 //   - cas: the current switch under contention: 10 and 100 clients
 //     through the API against a bare SQL compare-and-swap.
 //
+//   - pool: up to first command from a warm pool and without one.
+//
 //   - all: every scenario, in this order.
 //
 //     go run ./bench [-scenario save|restore|workloads|scaling|disklimit|hardening|userns|all] [-runs 3] [-rootfs DIR] [-work DIR]
@@ -85,7 +87,7 @@ type config struct {
 }
 
 // scenarios in the order -scenario all runs them.
-var scenarios = []string{"save", "restore", "workloads", "scaling", "disklimit", "hardening", "userns", "deep", "cas"}
+var scenarios = []string{"save", "restore", "workloads", "scaling", "disklimit", "hardening", "userns", "deep", "cas", "pool"}
 
 func main() {
 	var cfg config
@@ -162,6 +164,19 @@ func runScenarios(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 		{"scaling", "Growth with the size of the change and of the image", runScaling},
 		{"disklimit", "Writable-layer size limit: save and lazy restore on an ext4 image vs a plain upper dir", runDiskLimit},
 	}
+	defer func() {
+		if rErr != nil || !slices.Contains(want, "pool") {
+			return
+		}
+		if len(want) > 1 {
+			fmt.Fprintln(out, "\n### Warm pools (`-scenario pool`)")
+			fmt.Fprintln(out)
+		}
+		logf("scenario pool")
+		if err := runPool(ctx, cfg, out); err != nil {
+			rErr = fmt.Errorf("pool: %w", err)
+		}
+	}()
 	defer func() {
 		if rErr != nil || !slices.Contains(want, "cas") {
 			return
