@@ -19,19 +19,25 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.saver.ThawInterrupted(ctx); err != nil {
 		return err
 	}
+	if s.cfg.Volumes != nil { // volumes a checkpoint left frozen
+		if err := s.cfg.Volumes.ThawAll(ctx); err != nil {
+			return err
+		}
+	}
 	if err := s.life.Reconcile(ctx); err != nil {
 		return err
 	}
 	// Saves and GCs are safe to run twice; the others are settled: a
 	// restore's client may have given up, a build's install is not resumed.
 	if err := s.ops.Resume(ctx, map[types.OpKind]ops.Resumer{
-		types.OpKindSave:    ops.Rerun(s.ops, func(ctx context.Context, op *ops.Op, job save.Job) (any, error) { return s.saver.Run(ctx, op, job) }),
-		types.OpKindGC:      ops.Rerun(s.ops, func(ctx context.Context, op *ops.Op, job gc.Job) (any, error) { return s.gc.Run(ctx, op, job) }),
-		types.OpKindRestore: s.life.SettleRestore,
-		types.OpKindBuild:   s.builds.SettleBuild,
-		types.OpKindMigrate: s.builds.SettleMigrate,
-		types.OpKindFork:    s.settleFork,
-		types.OpKindRollout: ops.Rerun(s.ops, s.rollouts.Run),
+		types.OpKindSave:       ops.Rerun(s.ops, func(ctx context.Context, op *ops.Op, job save.Job) (any, error) { return s.saver.Run(ctx, op, job) }),
+		types.OpKindGC:         ops.Rerun(s.ops, func(ctx context.Context, op *ops.Op, job gc.Job) (any, error) { return s.gc.Run(ctx, op, job) }),
+		types.OpKindRestore:    s.life.SettleRestore,
+		types.OpKindBuild:      s.builds.SettleBuild,
+		types.OpKindMigrate:    s.builds.SettleMigrate,
+		types.OpKindFork:       s.settleFork,
+		types.OpKindRollout:    ops.Rerun(s.ops, s.rollouts.Run),
+		types.OpKindCheckpoint: s.settleCheckpoint,
 	}); err != nil {
 		return err
 	}

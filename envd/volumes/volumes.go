@@ -36,6 +36,7 @@ type Store interface {
 	DeleteArchive(ctx context.Context, tenant, project, volume, name string) (versions.Archive, error)
 	OrphanArchives(ctx context.Context, limit int) ([]versions.Archive, error)
 	ForgetArchive(ctx context.Context, id int64) error
+	GetCheckpoint(ctx context.Context, tenant, project string, number int) (versions.Checkpoint, error)
 }
 
 // Storage is the node's volume directories (workspace.Manager).
