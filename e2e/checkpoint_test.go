@@ -25,6 +25,13 @@ func newVolumeProject(t testing.TB, prefix string) string {
 	return name
 }
 
+func getInstance(t *testing.T, id string) types.Instance {
+	t.Helper()
+	in, err := env.c.GetInstance(ctx(t), id)
+	require.NoError(t, err)
+	return in
+}
+
 func checkpoint(t *testing.T, id, msg string) types.CheckpointResult {
 	t.Helper()
 	op, err := env.c.Checkpoint(ctx(t), id, types.CheckpointRequest{Message: msg})
@@ -68,10 +75,18 @@ func TestRootCheckpoint(t *testing.T) {
 	assert.GreaterOrEqual(t, after.VersionBytes, before.VersionBytes+cp.VersionBytes, "and the version")
 	assert.Equal(t, after.VersionBytes+after.VolumeBytes+after.DiskBytes+after.CheckpointBytes, after.StoredBytes)
 
-	// While an instance of the project uses the volume on this node, it
-	// is not replaced under it.
-	_, err = env.c.RestoreVolume(c, p, "work", types.VolumeArchiveRequest{Checkpoint: cp.ID})
+	// A volume restore to the checkpoint on the running instance: the
+	// volume is back at B (in place, the instance frozen meanwhile), the
+	// rootfs is untouched; by name or key the restore is still refused
+	// while the volume is mounted in an instance.
+	vol, err := env.c.RestoreVolume(c, p, "work", types.VolumeArchiveRequest{Checkpoint: cp.ID})
+	require.NoError(t, err)
+	assert.Equal(t, "work", vol.Name)
+	assert.Equal(t, "A2 B", mustSh(t, a.ID, "echo $(cat /state) $(cat /workspace/state)"))
+	assert.Equal(t, types.StateRunning, getInstance(t, a.ID).State, "thawed after the restore")
+	_, err = env.c.RestoreVolume(c, p, "work", types.VolumeArchiveRequest{Key: cp.Volumes[0].Key})
 	assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition)
+	mustSh(t, a.ID, "echo B2 > /workspace/state")
 	_, err = env.c.DeleteInstance(c, a.ID)
 	require.NoError(t, err)
 

@@ -8,11 +8,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/envd-dev/envd/internal/objstore"
+	"github.com/envd-dev/envd/internal/tarfs"
 )
 
 // A point-in-time copy of a volume, for coordinated checkpoints:
@@ -267,4 +269,90 @@ func archiveDir(ctx context.Context, dir string, store objstore.Store, key strin
 // execMount loop-mounts the ext4 image img read-only on dir.
 func execMount(ctx context.Context, img, dir string) ([]byte, error) {
 	return exec.CommandContext(ctx, "mount", "-t", "ext4", "-o", "loop,ro,nodev,nosuid,noexec", img, dir).CombinedOutput()
+}
+
+// RestoreInPlace replaces the content of the volume with the archive at
+// key while the volume stays mounted, for instances that have it
+// bind-mounted (Restore swaps the image, which it cannot while a container
+// holds the mount). The archive is first extracted into a fresh image
+// beside the volume, so a missing or corrupt archive leaves the volume
+// untouched; then the volume's content is deleted and the staged tree
+// copied in, and the root gets the spec's owner. The caller freezes the
+// processes that use the volume for the duration. A volume that is not
+// mounted is restored as Restore does.
+func (m *Manager) RestoreInPlace(ctx context.Context, owner string, s Spec, store objstore.Store, key string) (err error) {
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	if err := objstore.ValidateKey(key); err != nil {
+		return err
+	}
+	v, err := m.locate(owner, s.Name)
+	if err != nil {
+		return err
+	}
+	if _, ok, err := mountedAt(v.mnt()); err != nil {
+		return err
+	} else if !ok {
+		return m.Restore(ctx, owner, s, store, key)
+	}
+	defer m.lock(v)()
+	rc, err := store.Get(ctx, key)
+	if err != nil {
+		return fmt.Errorf("restore %s: %w", v, err)
+	}
+	defer rc.Close()
+
+	stageImg, stageMnt := v.image()+".new", v.mnt()+".new"
+	_ = unmount(stageMnt) // left by a crash
+	_ = os.Remove(stageImg)
+	defer func() {
+		_ = unmount(stageMnt)
+		_ = os.Remove(stageMnt)
+		_ = os.Remove(stageImg)
+	}()
+	if err := buildImage(ctx, stageImg, s); err != nil {
+		return fmt.Errorf("restore %s: %w", v, err)
+	}
+	if err := mountAt(ctx, stageImg, stageMnt); err != nil {
+		return fmt.Errorf("restore %s: %w", v, err)
+	}
+	if err := extract(ctx, stageMnt, rc); err != nil {
+		return fmt.Errorf("restore %s from %q: %w", v, key, err)
+	}
+
+	// The archive is good: replace the content.
+	ents, err := os.ReadDir(v.mnt())
+	if err != nil {
+		return fmt.Errorf("restore %s: %w", v, err)
+	}
+	for _, e := range ents {
+		if e.Name() == lostFound {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(v.mnt(), e.Name())); err != nil {
+			return fmt.Errorf("restore %s: clear: %w", v, err)
+		}
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		_, err := writeTar(ctx, stageMnt, pw)
+		pw.CloseWithError(err)
+	}()
+	_, err = tarfs.Extract(ctx, v.mnt(), pr, tarfs.ExtractOptions{
+		Skip: func(name string) bool { return name == lostFound || strings.HasPrefix(name, lostFound+"/") },
+		What: "the volume",
+	})
+	pr.CloseWithError(errors.New("copy stopped"))
+	if err != nil {
+		return fmt.Errorf("restore %s: copy: %w", v, err)
+	}
+	if err := prepareRoot(v.mnt(), s); err != nil {
+		return fmt.Errorf("restore %s: %w", v, err)
+	}
+	if fd, err := unix.Open(v.mnt(), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
+		_ = unix.Syncfs(fd)
+		unix.Close(fd)
+	}
+	return nil
 }

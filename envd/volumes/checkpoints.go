@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/versions"
 )
 
@@ -73,4 +74,29 @@ func (m *Manager) RestoreCheckpoint(ctx context.Context, proj versions.Project, 
 		}
 	}
 	return nil
+}
+
+// RestoreFromCheckpoint restores the volume name from its archive of
+// checkpoint req.Checkpoint on this node, in place while instances have it
+// mounted: the caller has frozen this node's running instances of the
+// project (see workspace.Manager.RestoreInPlace).
+func (m *Manager) RestoreFromCheckpoint(ctx context.Context, p types.Principal, project, name string, req types.VolumeArchiveRequest) (types.Volume, error) {
+	if req.Checkpoint <= 0 || req.Key != "" || req.Name != "" || req.Replace {
+		return types.Volume{}, fmt.Errorf("a restore from a checkpoint takes the checkpoint alone: %w", errdefs.ErrInvalidArgument)
+	}
+	v, err := m.volume(ctx, p, project, name)
+	if err != nil {
+		return types.Volume{}, err
+	}
+	arc, err := m.checkpointArchive(ctx, p.Tenant, project, req.Checkpoint, name)
+	if err != nil {
+		return types.Volume{}, err
+	}
+	if err := m.storage.RestoreInPlace(ctx, owner(p.Tenant, project), toSpec(v), m.objects, arc.Key); err != nil {
+		return types.Volume{}, fmt.Errorf("restore volume %q from checkpoint %d: %w", name, req.Checkpoint, err)
+	}
+	if u, err := m.storage.Usage(ctx, owner(p.Tenant, project), toSpec(v)); err == nil {
+		v.UsedBytes, v.SizeBytes = u.UsedBytes, u.SizeBytes
+	}
+	return v, nil
 }

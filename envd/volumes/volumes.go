@@ -46,6 +46,7 @@ type Storage interface {
 	Remove(ctx context.Context, owner, name string) error
 	Archive(ctx context.Context, owner string, s workspace.Spec, store objstore.Store, key string) (workspace.ArchiveInfo, error)
 	Restore(ctx context.Context, owner string, s workspace.Spec, store objstore.Store, key string) error
+	RestoreInPlace(ctx context.Context, owner string, s workspace.Spec, store objstore.Store, key string) error
 }
 
 // Quota is the check of stored bytes a new volume adds (quota.Checker.Volume).
