@@ -115,4 +115,18 @@ func TestCheckpointRecords(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, cs, 1)
 	assert.Equal(t, 3, cs[0].Number)
+
+	// Deleting the project deletes its checkpoints; their archives become
+	// orphans, for the cleanup to delete.
+	_, err = commit(t, &versions.CheckpointRecord{Archives: []versions.Archive{{Volume: "work", Key: "checkpoints/acme/p/work/4.tar.zst", SizeBytes: 1}}}, 1)
+	require.NoError(t, err)
+	_, err = s.DeleteProject(ctx, tenant, "p")
+	require.NoError(t, err)
+	orphans, err = s.OrphanArchives(ctx, 10)
+	require.NoError(t, err)
+	keys = keys[:0]
+	for _, o := range orphans {
+		keys = append(keys, o.Key)
+	}
+	assert.Contains(t, keys, "checkpoints/acme/p/work/4.tar.zst")
 }
