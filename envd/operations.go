@@ -30,14 +30,15 @@ func (s *Service) Start(ctx context.Context) error {
 	// Saves and GCs are safe to run twice; the others are settled: a
 	// restore's client may have given up, a build's install is not resumed.
 	if err := s.ops.Resume(ctx, map[types.OpKind]ops.Resumer{
-		types.OpKindSave:       ops.Rerun(s.ops, func(ctx context.Context, op *ops.Op, job save.Job) (any, error) { return s.saver.Run(ctx, op, job) }),
-		types.OpKindGC:         ops.Rerun(s.ops, func(ctx context.Context, op *ops.Op, job gc.Job) (any, error) { return s.gc.Run(ctx, op, job) }),
-		types.OpKindRestore:    s.life.SettleRestore,
-		types.OpKindBuild:      s.builds.SettleBuild,
-		types.OpKindMigrate:    s.builds.SettleMigrate,
-		types.OpKindFork:       s.settleFork,
-		types.OpKindRollout:    ops.Rerun(s.ops, s.rollouts.Run),
-		types.OpKindCheckpoint: s.settleCheckpoint,
+		types.OpKindSave:    ops.Rerun(s.ops, func(ctx context.Context, op *ops.Op, job save.Job) (any, error) { return s.saver.Run(ctx, op, job) }),
+		types.OpKindGC:      ops.Rerun(s.ops, func(ctx context.Context, op *ops.Op, job gc.Job) (any, error) { return s.gc.Run(ctx, op, job) }),
+		types.OpKindRestore: s.life.SettleRestore,
+		types.OpKindBuild:   s.builds.SettleBuild,
+		types.OpKindMigrate: s.builds.SettleMigrate,
+		types.OpKindFork:    s.settleFork,
+		types.OpKindRollout: ops.Rerun(s.ops, s.rollouts.Run),
+
+		types.OpKindCheckpoint: s.settleCheckpoint, // checkpoint.go
 	}); err != nil {
 		return err
 	}

@@ -280,7 +280,11 @@ func (s *Store) ExpireCheckpoints(ctx context.Context, tenant, project string, n
 				if err != nil {
 					return nil, translate(err, fmt.Sprintf("checkpoint %d of project %q", n, project))
 				}
-				out = append(out, c)
+				cs, err := withArchives(ctx, tx, []Checkpoint{c})
+				if err != nil {
+					return nil, translate(err, fmt.Sprintf("checkpoint %d of project %q", n, project))
+				}
+				out = append(out, cs[0])
 				continue
 			}
 			r, err := deleteCheckpointTx(ctx, tx, pid, project, n)
