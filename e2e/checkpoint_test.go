@@ -87,6 +87,15 @@ func TestRootCheckpoint(t *testing.T) {
 	_, err = env.c.RestoreVolume(c, p, "work", types.VolumeArchiveRequest{Key: cp.Volumes[0].Key})
 	assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition)
 	mustSh(t, a.ID, "echo B2 > /workspace/state")
+	// Starting from the checkpoint restores the volume first: refused
+	// while the instance has it mounted, before any instance is made.
+	before2, err := env.c.ListInstances(c, p)
+	require.NoError(t, err)
+	_, err = env.c.CreateInstance(c, p, types.CreateInstanceRequest{Checkpoint: cp.ID})
+	assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition)
+	after2, err := env.c.ListInstances(c, p)
+	require.NoError(t, err)
+	assert.Len(t, after2, len(before2), "the refusal made no instance")
 	_, err = env.c.DeleteInstance(c, a.ID)
 	require.NoError(t, err)
 

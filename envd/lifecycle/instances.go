@@ -154,6 +154,13 @@ func (m *Manager) planInstance(ctx context.Context, p types.Principal, project s
 		if err != nil {
 			return instancePlan{}, err
 		}
+		if len(c.Archives) > 0 {
+			// Early, before anything is recorded: the volumes are restored
+			// on this node, which needs them unmounted here.
+			if err := m.noLiveInstanceHere(ctx, p.Tenant, project, req.Checkpoint); err != nil {
+				return instancePlan{}, err
+			}
+		}
 		n = c.Version
 	}
 	if n == 0 {
@@ -319,4 +326,21 @@ func (m *Manager) DeleteInstance(ctx context.Context, p types.Principal, id stri
 		return types.Instance{}, err
 	}
 	return m.view(ctx, in), nil
+}
+
+// noLiveInstanceHere refuses a start from checkpoint while an instance of
+// the project lives on this node: it has the volumes the checkpoint
+// restores mounted.
+func (m *Manager) noLiveInstanceHere(ctx context.Context, tenant, project string, checkpoint int) error {
+	ins, err := m.Store.ListInstances(ctx, tenant, project)
+	if err != nil {
+		return err
+	}
+	for _, in := range ins {
+		if in.Node == m.Node && in.State.Live() {
+			return errdefs.WithDetails(fmt.Errorf("instance %s of project %q uses its volumes on this node: remove it before starting from checkpoint %d (or restore a volume to the checkpoint under it): %w",
+				in.ID, project, checkpoint, errdefs.ErrFailedPrecondition), map[string]any{"instance": in.ID})
+		}
+	}
+	return nil
 }
