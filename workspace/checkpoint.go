@@ -236,8 +236,19 @@ func ArchiveCopy(ctx context.Context, img string, store objstore.Store, key stri
 	if out, err := execMount(ctx, img, mnt); err != nil {
 		return ArchiveInfo{}, fmt.Errorf("mount volume copy %s: %w: %s", filepath.Base(img), err, out)
 	}
-	defer func() { _ = unix.Unmount(mnt, 0) }()
-	return archiveDir(ctx, mnt, store, key)
+	// Read through a descriptor of the mount's root and detach the mount
+	// at once: if this process dies, the kernel drops the mount with the
+	// descriptor (and the loop device with it), leaving nothing mounted.
+	fd, err := unix.Open(mnt, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		_ = unix.Unmount(mnt, 0)
+		return ArchiveInfo{}, fmt.Errorf("open volume copy %s: %w", filepath.Base(img), err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil {
+		return ArchiveInfo{}, fmt.Errorf("detach volume copy %s: %w", filepath.Base(img), err)
+	}
+	return archiveDir(ctx, fmt.Sprintf("/proc/self/fd/%d", fd), store, key)
 }
 
 // archiveDir streams the tree at dir to store under key as tar+zstd.
