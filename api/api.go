@@ -57,6 +57,7 @@ type Core interface {
 	FileCore
 	RolloutCore
 	PoolCore
+	CheckpointCore
 }
 
 // MaxJSONBody is the largest JSON request body accepted. Image uploads are
@@ -241,6 +242,7 @@ func New(core Core, opts ...Option) (http.Handler, error) {
 		fileRoutes{core, admit, o.keepAlive}.routes(),
 		rollouts{core}.routes(),
 		pools{core}.routes(),
+		checkpoints{core}.routes(),
 	} {
 		for _, r := range group {
 			v1.Handle(r.method, r.path, r.handler)

@@ -199,6 +199,8 @@ func TestOpenAPISchemasMatchWireTypes(t *testing.T) {
 		"FileInfo":     types.FileInfo{}, "FileList": types.FileList{}, "FileArchiveResult": types.FileArchiveResult{},
 		"FileEvent": types.FileEvent{},
 		"Rollout":   types.Rollout{}, "RolloutProject": types.RolloutProject{}, "RolloutFailure": types.RolloutFailure{},
+		"Checkpoint": types.Checkpoint{}, "CheckpointVolume": types.CheckpointVolume{}, "CheckpointResult": types.CheckpointResult{},
+		"GCCheckpoint": types.GCCheckpoint{},
 	}
 	requests := map[string]any{
 		"CreateProjectRequest": types.CreateProjectRequest{}, "AddVolumeRequest": types.AddVolumeRequest{},
@@ -212,6 +214,7 @@ func TestOpenAPISchemasMatchWireTypes(t *testing.T) {
 		"PreviewTokenRequest": types.PreviewTokenRequest{},
 		"FileMkdirRequest":    types.FileMkdirRequest{}, "FileMoveRequest": types.FileMoveRequest{},
 		"CreateRolloutRequest": types.CreateRolloutRequest{}, "ProjectValidation": types.ProjectValidation{},
+		"CheckpointRequest": types.CheckpointRequest{},
 	}
 	check := func(name string, v any, answer bool) {
 		t.Run(name, func(t *testing.T) {

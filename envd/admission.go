@@ -62,7 +62,7 @@ func (s *Service) limiter() *limiter.Limiter {
 }
 
 // opAdmission maps an operation kind to the limit it counts against.
-var opAdmission = map[types.OpKind]string{types.OpKindSave: AdmitSaves, types.OpKindBuild: AdmitBuilds}
+var opAdmission = map[types.OpKind]string{types.OpKindSave: AdmitSaves, types.OpKindBuild: AdmitBuilds, types.OpKindCheckpoint: AdmitSaves}
 
 // opAdmitter admits operations against the tenant limits (ops.Admission).
 type opAdmitter struct{ s *Service }

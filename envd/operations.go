@@ -19,6 +19,11 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.saver.ThawInterrupted(ctx); err != nil {
 		return err
 	}
+	if s.cfg.Volumes != nil { // volumes a checkpoint left frozen
+		if err := s.cfg.Volumes.ThawAll(ctx); err != nil {
+			return err
+		}
+	}
 	if err := s.life.Reconcile(ctx); err != nil {
 		return err
 	}
@@ -32,6 +37,8 @@ func (s *Service) Start(ctx context.Context) error {
 		types.OpKindMigrate: s.builds.SettleMigrate,
 		types.OpKindFork:    s.settleFork,
 		types.OpKindRollout: ops.Rerun(s.ops, s.rollouts.Run),
+
+		types.OpKindCheckpoint: s.settleCheckpoint, // checkpoint.go
 	}); err != nil {
 		return err
 	}

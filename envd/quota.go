@@ -81,6 +81,7 @@ func (s *Service) Usage(ctx context.Context, p types.Principal, tenant string) (
 		return types.Usage{}, err
 	}
 	out := types.Usage{Tenant: tenant, Instances: u.Instances, StoredBytes: u.Stored(), VersionBytes: u.LayerBytes,
-		VolumeBytes: u.VolumeBytes, DiskBytes: u.DiskBytes, Versions: u.Versions, Quota: withIdleMax(withMaxima(toQuota(q), maxima), idleMax)}
+		VolumeBytes: u.VolumeBytes, DiskBytes: u.DiskBytes, Versions: u.Versions, Quota: withIdleMax(withMaxima(toQuota(q), maxima), idleMax),
+		CheckpointBytes: u.CheckpointBytes}
 	return out, nil
 }

@@ -269,7 +269,7 @@ func (s *Service) wire(ctx context.Context) {
 	s.cmds = command.New(cfg.Node, s.store, s.rt, gate).WithActivity(s.life)
 	s.builds = build.New(build.Deps{Store: s.store, Reg: s.reg, Runtime: s.rt, Capturer: s.saver, Instances: s.life,
 		Quota: s.quota, Content: s.content, Bases: bases{s}, Ops: s.ops, Log: s.log})
-	s.gc = gc.NewCollector(s.store, s.reg, s.ops, cfg.Sweeper, gcVolumes)
+	s.gc = gc.NewCollector(s.store, s.reg, s.ops, cfg.Sweeper, gcVolumes).WithArchives(s.vols)
 	s.wireRollouts(ctx)
 	s.wireSquash(ctx)
 }

@@ -38,6 +38,9 @@ func (s *Service) ArchiveVolume(ctx context.Context, p types.Principal, project,
 
 // RestoreVolume replaces a volume's content on this node with an archive's.
 func (s *Service) RestoreVolume(ctx context.Context, p types.Principal, project, name string, req types.VolumeArchiveRequest) (types.Volume, error) {
+	if req.Checkpoint != 0 {
+		return s.restoreVolumeFromCheckpoint(ctx, p, project, name, req) // checkpoint.go
+	}
 	return s.vols.Restore(ctx, p, project, name, req)
 }
 

@@ -121,7 +121,7 @@ func (s *Store) ListArchives(ctx context.Context, tenant, project, volume string
 			return nil, translate(err, fmt.Sprintf("project %q", project))
 		}
 		out, err := collectArchives(tx.Query(ctx, `SELECT `+archiveCols+` FROM volume_archives a
-			WHERE a.project_id = $1 AND ($2 = '' OR a.volume = $2) ORDER BY a.volume, a.created_at DESC, a.id DESC`, id, volume))
+			WHERE a.project_id = $1 AND ($2 = '' OR a.volume = $2) AND a.checkpoint_id IS NULL ORDER BY a.volume, a.created_at DESC, a.id DESC`, id, volume))
 		return out, translate(err, what)
 	})
 }
@@ -131,6 +131,7 @@ func (s *Store) ListArchives(ctx context.Context, tenant, project, volume string
 func (s *Store) DeleteArchive(ctx context.Context, tenant, project, volume, name string) (Archive, error) {
 	a, err := scanArchive(s.db.QueryRow(ctx, `DELETE FROM volume_archives a USING projects p
 		WHERE p.id = a.project_id AND p.tenant_id = $1 AND p.name = $2 AND a.volume = $3 AND a.name = $4
+		  AND a.checkpoint_id IS NULL
 		RETURNING `+archiveCols, tenant, project, volume, name))
 	return a, translate(err, fmt.Sprintf("archive %q of volume %q of project %q", name, volume, project))
 }

@@ -292,6 +292,10 @@ type Commit struct {
 	// OtherStoredBytes is what the tenant stores besides version layers
 	// (declared volume sizes), counted with them against MaxStoredBytes.
 	OtherStoredBytes int64
+	// Checkpoint, if set, records the version as a checkpoint with its
+	// volume archives, in the same transaction (see Checkpoint); the
+	// archives' bytes count against MaxStoredBytes with the layer's.
+	Checkpoint *CheckpointRecord
 }
 
 // CommitVersion records a version whose image is pushed, in one transaction:
@@ -376,6 +380,11 @@ func (s *Store) commitVersion(ctx context.Context, c Commit, check func(ctx cont
 			pid, n, c.Kind, c.Image, nullInt(c.Parent), c.Message, c.SizeBytes, c.Layers, nullString(c.InstanceID), c.LayerBytes, c.Validated)
 		if err != nil {
 			return res{}, translate(err, fmt.Sprintf("version %d of project %q", n, c.Project))
+		}
+		if c.Checkpoint != nil {
+			if err := recordCheckpoint(ctx, tx, c, pid, n); err != nil {
+				return res{}, err
+			}
 		}
 		switched := false
 		if !c.NoSwitch {

@@ -85,6 +85,9 @@ type Usage struct {
 	Instances  int            // live instances
 	LayerBytes int64          // layers added by versions not being deleted (failed ones too)
 	Versions   map[string]int // per project, versions not being deleted (failed ones too)
+	// CheckpointBytes is what the archives of its checkpoints store (their
+	// versions' layers are in LayerBytes).
+	CheckpointBytes int64
 }
 
 // Usage returns tenant's usage.
@@ -113,7 +116,12 @@ func (s *Store) Usage(ctx context.Context, tenant string) (Usage, error) {
 		u.Versions[name] = n
 		u.LayerBytes += bytes
 	}
-	return u, translate(rows.Err(), fmt.Sprintf("usage of %q", tenant))
+	if err := rows.Err(); err != nil {
+		return Usage{}, translate(err, fmt.Sprintf("usage of %q", tenant))
+	}
+	rows.Close()
+	err = s.db.QueryRow(ctx, checkpointArchiveBytes, tenant).Scan(&u.CheckpointBytes)
+	return u, translate(err, fmt.Sprintf("usage of %q", tenant))
 }
 
 // checkInstanceQuota refuses one more live instance of tenant beyond its
@@ -183,9 +191,13 @@ func checkCommitQuota(ctx context.Context, tx pgx.Tx, c Commit, pid int64) error
 		if err != nil {
 			return translate(err, fmt.Sprintf("usage of %q", c.Tenant))
 		}
-		used += c.OtherStoredBytes
-		if used+c.LayerBytes > *maxBytes {
-			return QuotaError("stored_bytes", *maxBytes, used, c.LayerBytes)
+		var archived int64
+		if err := tx.QueryRow(ctx, checkpointArchiveBytes, c.Tenant).Scan(&archived); err != nil {
+			return translate(err, fmt.Sprintf("usage of %q", c.Tenant))
+		}
+		used += c.OtherStoredBytes + archived
+		if asked := c.LayerBytes + c.Checkpoint.archiveBytes(); used+asked > *maxBytes {
+			return QuotaError("stored_bytes", *maxBytes, used, asked)
 		}
 	}
 	return nil

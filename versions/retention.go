@@ -19,6 +19,9 @@ import (
 // pinned, current, referenced by an instance of the project that is not
 // Terminated (as its version, last saved, layer or hibernated version), or
 // the version a migration moved (kept for rollback).
+// A version a checkpoint holds is neither collected nor counted among
+// the newest KeepLast: checkpoints are units of their own
+// (ExpireCheckpoints).
 // Failed versions are collected whatever the policy (and without one),
 // unless pinned or used by an instance that is not Terminated: until then
 // they count against the tenant's quota. Creating ones are left alone.
@@ -42,7 +45,8 @@ const hasPolicy = `(p.keep_last IS NOT NULL OR p.keep_newer_than_s > 0)`
 const collectableNumbers = `SELECT r.number
 	FROM (SELECT v.number, v.kind, v.pinned, v.created_at,
 	             row_number() OVER (ORDER BY v.number DESC) AS newest
-	      FROM versions v WHERE v.project_id = $1 AND v.state = 'ready') r
+	      FROM versions v WHERE v.project_id = $1 AND v.state = 'ready'
+	        AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.project_id = $1 AND c.version = v.number)) r
 	JOIN projects p ON p.id = $1
 	WHERE ` + hasPolicy + `
 	  AND r.kind <> 'base'

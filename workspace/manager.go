@@ -180,6 +180,7 @@ func (m *Manager) ensure(ctx context.Context, v volume, s Spec, create bool) err
 	if err := mountAt(ctx, v.image(), v.mnt()); err != nil {
 		return fmt.Errorf("%s: %w", v, err)
 	}
+	thaw(v.mnt()) // left frozen by a checkpoint that died (checkpoint.go)
 	if err := prepareRoot(v.mnt(), s); err != nil {
 		return fmt.Errorf("%s: %w", v, err)
 	}

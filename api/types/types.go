@@ -167,6 +167,9 @@ type GCResult struct {
 	// version owned (a crash between push and commit, a deleted project),
 	// deleted by the sweep, as "repo@digest".
 	OrphanManifests []string `json:"orphan_manifests,omitempty"`
+	// Checkpoints deleted by retention (with DryRun: that would be), each
+	// with its archives; their versions are in Versions.
+	Checkpoints []GCCheckpoint `json:"checkpoints,omitempty"`
 }
 
 // GCVersion is a version a GC deleted.
@@ -228,6 +231,8 @@ type VolumeArchiveRequest struct {
 	Key     string `json:"key,omitempty"`
 	Name    string `json:"name,omitempty"`
 	Replace bool   `json:"replace,omitempty"`
+	// Checkpoint (restore only): the volume's archive of checkpoint N.
+	Checkpoint int `json:"checkpoint,omitempty"`
 }
 
 // VolumeArchive describes an archive of a volume in object storage.
@@ -322,6 +327,10 @@ type CreateInstanceRequest struct {
 	Version int    `json:"version,omitempty"` // 0 = current
 	TTL     string `json:"ttl,omitempty"`     // Go duration; "" = server default, "none" = no expiry
 	Retain  bool   `json:"retain,omitempty"`
+	// Checkpoint, if set, starts from checkpoint N of the project: its
+	// version, with every volume restored from the checkpoint's archive
+	// before the start (Version must then be 0).
+	Checkpoint int `json:"checkpoint,omitempty"`
 }
 
 // ExecRequest is the body of POST /v1/instances/{i}/exec.
@@ -495,6 +504,9 @@ type Usage struct {
 	DiskBytes int64          `json:"disk_bytes"`
 	Versions  map[string]int `json:"versions"` // per project
 	Quota     Quota          `json:"quota"`
+	// CheckpointBytes: what its checkpoints' volume archives store (part
+	// of StoredBytes; their versions' layers are in VersionBytes).
+	CheckpointBytes int64 `json:"checkpoint_bytes"`
 }
 
 // CreateTokenRequest is the body of POST /v1/admin/tenants/{t}/tokens.

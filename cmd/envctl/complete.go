@@ -103,6 +103,8 @@ var positionalCompletions = map[string][]completer{
 	"diff":               {completeProjects, completeVersions, completeVersions},
 	"changes":            {completeInstances},
 	"fork":               {completeInstances},
+	"checkpoint":         {completeInstances},
+	"checkpoints":        {completeProjects},
 	"pin":                {completeProjects, completeVersions},
 	"unpin":              {completeProjects, completeVersions},
 	"build":              {completeProjects},

@@ -20,7 +20,7 @@ func (a *app) upCommand() *cobra.Command {
 		noWait bool
 	)
 	cmd := &cobra.Command{
-		Use:   "up PROJECT [--version N] [--ttl D] [--retain] [--no-wait] [--idempotency-key K]",
+		Use:   "up PROJECT [--version N | --checkpoint ID] [--ttl D] [--retain] [--no-wait] [--idempotency-key K]",
 		Short: "Start an instance of a project",
 		Long: `Start an instance of a project from a version (default: current) and wait
 until it runs.
@@ -40,6 +40,7 @@ target is the new instance) and runs on; follow it with "envctl op watch ID".`,
 		},
 	}
 	cmd.Flags().IntVar(&req.Version, "version", 0, "version to start from (default: the project's current)")
+	cmd.Flags().IntVar(&req.Checkpoint, "checkpoint", 0, "start from checkpoint ID: its version, with the volumes restored from its archives first")
 	cmd.Flags().StringVar(&req.TTL, "ttl", "", `time to live, a Go duration such as 8h, or "none" (default: the server's)`)
 	cmd.Flags().BoolVar(&req.Retain, "retain", false, "keep the writable layer when the instance stops")
 	cmd.Flags().BoolVar(&noWait, "no-wait", false, "start it as a restore operation, print the operation and do not wait")

@@ -97,6 +97,10 @@ func nameOf(v any) ([]string, error) {
 		}
 	case types.SSHKey:
 		return []string{strconv.FormatInt(x.ID, 10)}, nil
+	case types.Checkpoint:
+		return itoa(x.ID), nil
+	case types.CheckpointResult:
+		return itoa(x.Checkpoint.ID), nil
 	}
 	return nil, usageError{fmt.Errorf("-o name: %T has no identifier to print (use -o json or yaml)", v)}
 }

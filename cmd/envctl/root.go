@@ -293,6 +293,7 @@ complete from the server.
 		a.opCommand(), a.buildCommand(), a.migrateCommand(), a.gcCommand(), a.adminCommand(), a.usageCommand(),
 	)
 	root.AddCommand(a.lifecycleCommands()...)
+	root.AddCommand(a.checkpointCommands()...)
 	root.AddCommand(a.ownTokenCommand()) // tokens.go
 	root.AddCommand(a.volumeCommand(), a.lifecycleCommand("hibernate",
 		"Save a stopped retained instance as a version and free its layer on the node", (*client.Client).HibernateInstance))

@@ -72,12 +72,12 @@ already there is refused (already_exists) unless --replace is given.`,
 	archive.Flags().BoolVar(&arcReq.Replace, "replace", false, "replace an archive of the same name")
 	var restoreReq types.VolumeArchiveRequest
 	restore := &cobra.Command{
-		Use:   "restore PROJECT NAME (--name ARCHIVE | --key KEY)",
+		Use:   "restore PROJECT NAME (--name ARCHIVE | --key KEY | --checkpoint ID)",
 		Short: "Replace a volume's content on this node with one of the project's archives",
 		Args:  exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if (restoreReq.Name == "") == (restoreReq.Key == "") {
-				return usageError{fmt.Errorf("volume restore: give --name or --key, one of them")}
+			if n := len(restoreReq.Name) + len(restoreReq.Key); (n == 0) == (restoreReq.Checkpoint == 0) || (restoreReq.Name != "" && restoreReq.Key != "") {
+				return usageError{fmt.Errorf("volume restore: give --name, --key or --checkpoint, one of them")}
 			}
 			return call(a, cmd, func(ctx context.Context, c *client.Client) (types.Volume, error) {
 				return c.RestoreVolume(ctx, args[0], args[1], restoreReq)
@@ -86,6 +86,7 @@ already there is refused (already_exists) unless --replace is given.`,
 	}
 	restore.Flags().StringVar(&restoreReq.Name, "name", "", "name of an archive of this volume")
 	restore.Flags().StringVar(&restoreReq.Key, "key", "", "key of an archive of this project (as archive or archives shows it)")
+	restore.Flags().IntVar(&restoreReq.Checkpoint, "checkpoint", 0, "the volume's archive of checkpoint ID")
 	var arcVolume string
 	archives := &cobra.Command{
 		Use:   "archives PROJECT [--volume NAME]",

@@ -38,6 +38,7 @@ type Store interface {
 	Sweep(ctx context.Context, fn func(ctx context.Context) error) error
 	OwnedImages(ctx context.Context, repoPrefix string) (map[string]bool, error)
 	GetProject(ctx context.Context, tenant, name string) (versions.Project, error)
+	ExpireCheckpoints(ctx context.Context, tenant, project string, now time.Time, dryRun bool) ([]versions.Checkpoint, error)
 }
 
 // Volumes is what a GC needs of the node's volume storage.
@@ -59,6 +60,22 @@ type Collector struct {
 	ops     Operations
 	sweeper Sweeper // nil: the registry is external
 	volumes Volumes // nil: this node has no volumes
+	// archives deletes the objects of archives whose records lost their
+	// project (those of expired checkpoints); nil: none here.
+	archives Archives
+}
+
+// Archives deletes the objects of archives no project holds any more
+// (volumes.Manager.DeleteOrphanArchives).
+type Archives interface {
+	DeleteOrphanArchives(ctx context.Context)
+}
+
+// WithArchives sets what deletes the archives of the checkpoints a GC
+// expires, and returns c.
+func (c *Collector) WithArchives(a Archives) *Collector {
+	c.archives = a
+	return c
 }
 
 // NewCollector makes a collector; sweeper and volumes may be nil.
@@ -96,6 +113,22 @@ func (c *Collector) Run(ctx context.Context, op *ops.Op, job Job) (types.GCResul
 		return res, err
 	}
 	for _, proj := range projects {
+		// Checkpoints first, as units: one expired releases its version,
+		// which MarkCollectable then returns with the others.
+		cps, err := c.store.ExpireCheckpoints(ctx, proj.Tenant, proj.Name, time.Now(), job.DryRun)
+		if err != nil {
+			return res, fmt.Errorf("project %s/%s: %w", proj.Tenant, proj.Name, err)
+		}
+		for _, cp := range cps {
+			res.Checkpoints = append(res.Checkpoints, types.GCCheckpoint{Tenant: proj.Tenant, Project: proj.Name, ID: cp.Number,
+				Version: cp.Version, Archives: len(cp.Archives), Bytes: cp.Bytes()})
+		}
+		if len(cps) > 0 {
+			op.Event(ctx, "checkpoints", fmt.Sprintf("%s/%s: %d checkpoints expired", proj.Tenant, proj.Name, len(cps)), nil)
+			if !job.DryRun && c.archives != nil {
+				c.archives.DeleteOrphanArchives(ctx)
+			}
+		}
 		vs, err := c.store.MarkCollectable(ctx, proj.Tenant, proj.Name, time.Now(), job.DryRun)
 		if err != nil {
 			return res, fmt.Errorf("project %s/%s: %w", proj.Tenant, proj.Name, err)

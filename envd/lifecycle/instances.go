@@ -124,6 +124,9 @@ type instancePlan struct {
 	// isolated: a build or trial container: no volumes, its reads not
 	// recorded for prefetch.
 	isolated bool
+	// checkpoint: started from this checkpoint (its version is version),
+	// the volumes restored from its archives first.
+	checkpoint int
 }
 
 // planInstance checks a request to start an instance of project: the
@@ -147,6 +150,23 @@ func (m *Manager) planInstance(ctx context.Context, p types.Principal, project s
 		return instancePlan{}, err
 	}
 	n := req.Version
+	if req.Checkpoint != 0 {
+		if req.Version != 0 || req.Checkpoint < 0 {
+			return instancePlan{}, fmt.Errorf("checkpoint %d with version %d: give one of them: %w", req.Checkpoint, req.Version, errdefs.ErrInvalidArgument)
+		}
+		c, err := m.Store.GetCheckpoint(ctx, p.Tenant, project, req.Checkpoint)
+		if err != nil {
+			return instancePlan{}, err
+		}
+		if len(c.Archives) > 0 {
+			// Early, before anything is recorded: the volumes are restored
+			// on this node, which needs them unmounted here.
+			if err := m.noLiveInstanceHere(ctx, p.Tenant, project, req.Checkpoint); err != nil {
+				return instancePlan{}, err
+			}
+		}
+		n = c.Version
+	}
 	if n == 0 {
 		n = proj.Current
 	}
@@ -157,7 +177,7 @@ func (m *Manager) planInstance(ctx context.Context, p types.Principal, project s
 	if v.State != "ready" {
 		return instancePlan{}, fmt.Errorf("version %d of project %q is %s, only ready versions can be started: %w", n, project, v.State, errdefs.ErrFailedPrecondition)
 	}
-	return instancePlan{proj: proj, version: v, expires: expires, retain: req.Retain}, nil
+	return instancePlan{proj: proj, version: v, expires: expires, retain: req.Retain, checkpoint: req.Checkpoint}, nil
 }
 
 // startPlanned records the instance as Pending, provisions it and returns
@@ -187,6 +207,12 @@ func (m *Manager) startPlanned(ctx context.Context, p types.Principal, id string
 		// A build reaches its package sources whatever the project's
 		// egress, and no other instance.
 		proj.Egress, proj.IsolateInstances = m.BuildEgress, true
+	}
+	if plan.checkpoint != 0 && !plan.isolated {
+		if err := m.Volumes.RestoreCheckpoint(ctx, proj, plan.checkpoint, in.ID); err != nil {
+			m.abandonPending(ctx, in.ID, err.Error())
+			return types.Instance{}, fmt.Errorf("start instance of %q from checkpoint %d: %w: %w", project, plan.checkpoint, errProvision, err)
+		}
 	}
 	if err := m.provision(ctx, in, proj, plan.version.Image, plan.isolated); err != nil {
 		m.abandonPending(ctx, in.ID, err.Error())
@@ -315,4 +341,21 @@ func (m *Manager) DeleteInstance(ctx context.Context, p types.Principal, id stri
 		return types.Instance{}, err
 	}
 	return m.view(ctx, in), nil
+}
+
+// noLiveInstanceHere refuses a start from checkpoint while an instance of
+// the project lives on this node: it has the volumes the checkpoint
+// restores mounted.
+func (m *Manager) noLiveInstanceHere(ctx context.Context, tenant, project string, checkpoint int) error {
+	ins, err := m.Store.ListInstances(ctx, tenant, project)
+	if err != nil {
+		return err
+	}
+	for _, in := range ins {
+		if in.Node == m.Node && in.State.Live() {
+			return errdefs.WithDetails(fmt.Errorf("instance %s of project %q uses its volumes on this node: remove it before starting from checkpoint %d (or restore a volume to the checkpoint under it): %w",
+				in.ID, project, checkpoint, errdefs.ErrFailedPrecondition), map[string]any{"instance": in.ID})
+		}
+	}
+	return nil
 }

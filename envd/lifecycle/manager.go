@@ -63,6 +63,7 @@ type Store interface {
 	RecordActivity(ctx context.Context, at map[string]time.Time) error
 	IdleCandidates(ctx context.Context, node string) ([]versions.IdleState, error)
 	IdleStates(ctx context.Context, ids []string) (map[string]versions.IdleState, error)
+	GetCheckpoint(ctx context.Context, tenant, project string, number int) (versions.Checkpoint, error)
 }
 
 // Runtime is what instances need of the container runtime: everything
@@ -90,6 +91,9 @@ type Registry interface {
 type Volumes interface {
 	Mounts(ctx context.Context, proj versions.Project) ([]runtime.Mount, []string, error)
 	Paths(ctx context.Context, tenant, project string) []string
+	// RestoreCheckpoint restores the project's volumes on this node from
+	// checkpoint number before instance except (being started) mounts them.
+	RestoreCheckpoint(ctx context.Context, proj versions.Project, number int, except string) error
 }
 
 // Quota are the checks a start makes (quota.Checker).

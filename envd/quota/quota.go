@@ -134,7 +134,7 @@ type Usage struct {
 }
 
 // Stored is what counts against max_stored_bytes.
-func (u Usage) Stored() int64 { return u.LayerBytes + u.VolumeBytes + u.DiskBytes }
+func (u Usage) Stored() int64 { return u.LayerBytes + u.VolumeBytes + u.DiskBytes + u.CheckpointBytes }
 
 // Usage reads a tenant's usage.
 func (c *Checker) Usage(ctx context.Context, tenant string) (Usage, error) {

@@ -12,7 +12,7 @@ import (
 
 // CaptureKinds are the operations that capture an instance's layer: one at
 // a time per instance (see versions.Store.CreateExclusiveOperation).
-var CaptureKinds = []types.OpKind{types.OpKindSave, types.OpKindFork}
+var CaptureKinds = []types.OpKind{types.OpKindSave, types.OpKindFork, types.OpKindCheckpoint}
 
 // Guard claims the instance's capture on this node for what, after
 // checking that no capture operation of it runs on any node (a hibernation

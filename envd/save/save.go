@@ -151,6 +151,13 @@ type Capture struct {
 	// the upload and by Commit again, atomically. Only the node's own idle
 	// hibernation is exempt.
 	Quota versions.QuotaPolicy
+	// WhileFrozen, if set, runs while the instance is frozen, right after
+	// the rootfs's frozen pass (a checkpoint freezes its volumes there, so
+	// both are read at one moment); an error fails the capture. Thawed, if
+	// set, runs right after the thaw, whatever happened (only with Freeze);
+	// its error fails the capture too.
+	WhileFrozen func(ctx context.Context) error
+	Thawed      func(ctx context.Context) error
 }
 
 // Captured is an instance's rootfs changes pushed as an image, under an
@@ -212,7 +219,7 @@ func (s *Saver) Capture(ctx context.Context, ev Events, cp Capture) (Captured, e
 		excludes[i] = e.Path
 	}
 	spoolPath := filepath.Join(dir, "layer.tar")
-	c.Stats, c.Freeze, err = s.spool(ctx, in.ID, cp.Work, upper, spoolPath, excludes, cp.Freeze)
+	c.Stats, c.Freeze, err = s.spool(ctx, in.ID, cp.Work, upper, spoolPath, excludes, cp)
 	if err != nil {
 		return c, err
 	}
@@ -272,7 +279,8 @@ func (s *Saver) Capture(ctx context.Context, ev Events, cp Capture) (Captured, e
 // grows with what changed during the save, not with the size of the change.
 // The thaw always runs, even when ctx is canceled. work names the save
 // (its operation) as a holder of the freeze.
-func (s *Saver) spool(ctx context.Context, id, work, upper, path string, excludes []string, freezeIt bool) (snapshotter.SpoolStats, time.Duration, error) {
+func (s *Saver) spool(ctx context.Context, id, work, upper, path string, excludes []string, cp Capture) (snapshotter.SpoolStats, time.Duration, error) {
+	freezeIt := cp.Freeze
 	opts := snapshotter.SpoolOptions{Excludes: excludes}
 	var err error
 	if opts.IDShift, err = s.idShift(ctx, id); err != nil {
@@ -306,8 +314,16 @@ func (s *Saver) spool(ctx context.Context, id, work, upper, path string, exclude
 		return snapshotter.SpoolStats{}, 0, err
 	}
 	fs, frozenErr := tp.Frozen(ctx)
+	if frozenErr == nil && cp.WhileFrozen != nil {
+		frozenErr = cp.WhileFrozen(ctx)
+	}
 	resumeErr := s.Gate.Release(rctx, s.Runtime, id, holder, false)
 	window := time.Since(frozen)
+	if cp.Thawed != nil {
+		if err := cp.Thawed(ctx); err != nil && frozenErr == nil {
+			frozenErr = err
+		}
+	}
 	if frozenErr != nil {
 		return fs.SpoolStats, window, fmt.Errorf("read changes of %q: %w", id, frozenErr)
 	}
@@ -357,4 +373,11 @@ func (s *Saver) Commit(ctx context.Context, c Captured, commit versions.Commit) 
 		s.Content.Drop(ctx, c.Image)
 	}
 	return v, switched, err
+}
+
+// Abandon ends c's upload lease without a commit and drops its manifest:
+// for a capture whose caller fails before Commit.
+func (s *Saver) Abandon(ctx context.Context, c Captured) {
+	s.Content.Drop(ctx, c.Image)
+	c.upload.End()
 }

@@ -179,8 +179,8 @@ func (m *Manager) Archive(ctx context.Context, p types.Principal, project, name 
 // tenant's included, is ErrNotFound. Refused while the project has live
 // instances on this node.
 func (m *Manager) Restore(ctx context.Context, p types.Principal, project, name string, req types.VolumeArchiveRequest) (types.Volume, error) {
-	if (req.Key == "") == (req.Name == "") {
-		return types.Volume{}, fmt.Errorf("give the archive's name or its key, one of them: %w", errdefs.ErrInvalidArgument)
+	if given := btoi(req.Key != "") + btoi(req.Name != "") + btoi(req.Checkpoint != 0); given != 1 {
+		return types.Volume{}, fmt.Errorf("give the archive's name, its key or a checkpoint, one of them: %w", errdefs.ErrInvalidArgument)
 	}
 	if req.Replace {
 		return types.Volume{}, fmt.Errorf("replace: only for archive: %w", errdefs.ErrInvalidArgument)
@@ -190,7 +190,9 @@ func (m *Manager) Restore(ctx context.Context, p types.Principal, project, name 
 		return types.Volume{}, err
 	}
 	var arc versions.Archive
-	if req.Name != "" {
+	if req.Checkpoint != 0 {
+		arc, err = m.checkpointArchive(ctx, p.Tenant, project, req.Checkpoint, name)
+	} else if req.Name != "" {
 		if err := validateArchiveName(req.Name); err != nil {
 			return types.Volume{}, err
 		}

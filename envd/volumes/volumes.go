@@ -36,6 +36,7 @@ type Store interface {
 	DeleteArchive(ctx context.Context, tenant, project, volume, name string) (versions.Archive, error)
 	OrphanArchives(ctx context.Context, limit int) ([]versions.Archive, error)
 	ForgetArchive(ctx context.Context, id int64) error
+	GetCheckpoint(ctx context.Context, tenant, project string, number int) (versions.Checkpoint, error)
 }
 
 // Storage is the node's volume directories (workspace.Manager).
@@ -45,6 +46,7 @@ type Storage interface {
 	Remove(ctx context.Context, owner, name string) error
 	Archive(ctx context.Context, owner string, s workspace.Spec, store objstore.Store, key string) (workspace.ArchiveInfo, error)
 	Restore(ctx context.Context, owner string, s workspace.Spec, store objstore.Store, key string) error
+	RestoreInPlace(ctx context.Context, owner string, s workspace.Spec, store objstore.Store, key string) error
 }
 
 // Quota is the check of stored bytes a new volume adds (quota.Checker.Volume).

@@ -413,7 +413,7 @@ class Client:
 
     def create_instance(self, project: str, *, version: Optional[int] = None,
                         ttl: Union[str, int, float, None] = None, retain: bool = False, wait: bool = True,
-                        idempotency_key: Optional[str] = None) -> JSON:
+                        idempotency_key: Optional[str] = None, checkpoint: Optional[int] = None) -> JSON:
         """POST /v1/projects/{p}/instances. wait=True answers the instance
         once it is Running; wait=False asks ``Prefer: respond-async`` and
         answers the restore operation (its target is the new instance's id).
@@ -426,6 +426,8 @@ class Client:
             req["ttl"] = duration(ttl)
         if retain:
             req["retain"] = True
+        if checkpoint:
+            req["checkpoint"] = checkpoint  # its version, the volumes restored first
         h = self._key_header(idempotency_key)
         if not wait:
             h["Prefer"] = "respond-async"
@@ -710,13 +712,17 @@ class Client:
         return self._call("POST", f"/v1/projects/{_seg(project)}/volumes/{_seg(volume)}/archive", body=req,
                           retry=_RETRY_NONE, timeout=max(self.timeout, self.wait_timeout))
 
-    def restore_volume(self, project: str, volume: str, name: Optional[str] = None, key: Optional[str] = None) -> JSON:
-        """POST .../volumes/{v}/restore from an archive's name or key (one of them)."""
+    def restore_volume(self, project: str, volume: str, name: Optional[str] = None, key: Optional[str] = None,
+                       checkpoint: Optional[int] = None) -> JSON:
+        """POST .../volumes/{v}/restore from an archive's name, its key or a
+        checkpoint's archive of the volume (one of them)."""
         req: JSON = {}
         if name:
             req["name"] = name
         if key:
             req["key"] = key
+        if checkpoint:
+            req["checkpoint"] = checkpoint
         return self._call("POST", f"/v1/projects/{_seg(project)}/volumes/{_seg(volume)}/restore", body=req,
                           retry=_RETRY_NONE, timeout=max(self.timeout, self.wait_timeout))
 
@@ -1289,6 +1295,35 @@ class Client:
         migration of the project runs in its trial instance; [] clears them."""
         return self._call("PUT", f"/v1/projects/{_seg(project)}/validation",
                           body={"validate": [list(c) for c in validate]})
+    # Checkpoints: one freeze, the rootfs as a version and the volumes as
+    # archives, kept and deleted together
+
+    def checkpoint(self, instance_id: str, message: Optional[str] = None, set_current: bool = False,
+                   idempotency_key: Optional[str] = None) -> JSON:
+        """POST /v1/instances/{i}/checkpoint: an operation of kind
+        "checkpoint" whose result is {checkpoint, current, freeze_ms,
+        volume_freeze_ms, ...}. Start from it with
+        create_instance(p, checkpoint=ID)."""
+        body: JSON = {}
+        if message is not None:
+            body["message"] = message
+        if set_current:
+            body["set_current"] = True
+        return self._call("POST", f"/v1/instances/{_seg(instance_id)}/checkpoint", body=body,
+                          headers=self._key_header(idempotency_key))
+
+    def list_checkpoints(self, project: str) -> List[JSON]:
+        """GET /v1/projects/{p}/checkpoints, newest first."""
+        return self._call("GET", f"/v1/projects/{_seg(project)}/checkpoints")
+
+    def get_checkpoint(self, project: str, checkpoint_id: int) -> JSON:
+        """GET /v1/projects/{p}/checkpoints/{id}."""
+        return self._call("GET", f"/v1/projects/{_seg(project)}/checkpoints/{int(checkpoint_id)}")
+
+    def delete_checkpoint(self, project: str, checkpoint_id: int) -> JSON:
+        """DELETE /v1/projects/{p}/checkpoints/{id}: with its archives, and
+        its version unless current, pinned or used by an instance."""
+        return self._call("DELETE", f"/v1/projects/{_seg(project)}/checkpoints/{int(checkpoint_id)}")
 
 
 def operation_error(op: Mapping[str, Any]) -> EnvdError:

@@ -185,6 +185,27 @@ class RetryTest(unittest.TestCase):
         self.assertEqual(json.loads(r.requests[0][3]), {"version": 2, "expected_current": 3})
         self.assertEqual(len(r.requests), 1)
 
+    def test_checkpoint_routes(self):
+        op = {"id": "op-1", "kind": "checkpoint", "state": "pending"}
+        r, c = self.serve([(202, op, {}), (200, [], {}), (200, {"id": 2}, {}), (200, {"id": 2}, {}),
+                           (200, {"name": "w"}, {}), (201, {"id": "p-1"}, {})])
+        self.assertEqual(c.checkpoint("p-1", message="m", set_current=True), op)
+        self.assertEqual(c.list_checkpoints("p"), [])
+        c.get_checkpoint("p", 2)
+        c.delete_checkpoint("p", 2)
+        c.restore_volume("p", "w", checkpoint=2)
+        c.create_instance("p", checkpoint=2)
+        got = [(m, path, json.loads(b) if b else None) for m, path, _, b in r.requests]
+        self.assertEqual(got, [
+            ("POST", "/v1/instances/p-1/checkpoint", {"message": "m", "set_current": True}),
+            ("GET", "/v1/projects/p/checkpoints", None),
+            ("GET", "/v1/projects/p/checkpoints/2", None),
+            ("DELETE", "/v1/projects/p/checkpoints/2", None),
+            ("POST", "/v1/projects/p/volumes/w/restore", {"checkpoint": 2}),
+            ("POST", "/v1/projects/p/instances", {"checkpoint": 2}),
+        ])
+        self.assertTrue(r.requests[0][2].get("Idempotency-Key"), "a checkpoint is a creating call")
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -149,6 +149,31 @@ export class Client {
       (res) => res.text(),
     );
   }
+
+  /**
+   * POST /v1/instances/{i}/checkpoint: a checkpoint operation (result:
+   * CheckpointResult). The instance is frozen once; its rootfs becomes a
+   * version (not current unless set_current) and every volume an archive,
+   * recorded together. Start from it with instances.create(p, {checkpoint}).
+   */
+  checkpoint(id: string, req: T.CheckpointRequest = {}, opts: CreateOptions = {}): Promise<T.Operation<T.CheckpointResult>> {
+    return creating(this.transport, `/v1/instances/${esc(id)}/checkpoint`, req, opts);
+  }
+
+  /** GET /v1/projects/{p}/checkpoints: newest first. */
+  checkpoints(project: string, opts?: CallOptions): Promise<T.Checkpoint[]> {
+    return get(this.transport, `/v1/projects/${esc(project)}/checkpoints`, opts);
+  }
+
+  /** GET /v1/projects/{p}/checkpoints/{id}. */
+  getCheckpoint(project: string, id: number, opts?: CallOptions): Promise<T.Checkpoint> {
+    return get(this.transport, `/v1/projects/${esc(project)}/checkpoints/${id}`, opts);
+  }
+
+  /** DELETE /v1/projects/{p}/checkpoints/{id}: with its archives, and its version unless kept otherwise. */
+  deleteCheckpoint(project: string, id: number, opts?: CallOptions): Promise<T.Checkpoint> {
+    return this.transport.json({ method: "DELETE", path: `/v1/projects/${esc(project)}/checkpoints/${id}`, retry: "safe" }, opts);
+  }
 }
 
 /** A creating POST: sent with an Idempotency-Key (made here when not given) and retried with it. */

@@ -129,6 +129,7 @@ export interface GCResult {
   bytes_after?: number;
   note?: string;
   orphan_manifests?: string[];
+  checkpoints?: GCCheckpoint[];
 }
 
 /** Go: types.CreateProjectRequest. The body of POST /v1/projects. */
@@ -171,6 +172,8 @@ export interface VolumeArchiveRequest {
   key?: string;
   name?: string;
   replace?: boolean;
+  /** Restore only: the volume's archive of checkpoint N. */
+  checkpoint?: number;
 }
 
 /** Go: types.VolumeArchive. */
@@ -260,6 +263,8 @@ export interface CreateInstanceRequest {
   /** A Go duration; absent = server default; "none" = no expiry. */
   ttl?: string;
   retain?: boolean;
+  /** Start from checkpoint N (its version, volumes restored first); version must be absent. */
+  checkpoint?: number;
 }
 
 /** Go: types.ExecRequest. The body of POST /v1/instances/{i}/exec. */
@@ -315,7 +320,7 @@ export interface SaveResult {
 export type OperationState = Open<"pending" | "running" | "succeeded" | "failed" | "canceled">;
 
 /** Operation kinds (docs/api.md, Operations). */
-export type OperationKind = Open<"save" | "restore" | "build" | "migrate" | "gc" | "fork">;
+export type OperationKind = Open<"save" | "restore" | "build" | "migrate" | "gc" | "fork" | "checkpoint">;
 
 /** Go: types.OpError. */
 export interface OperationError {
@@ -383,6 +388,8 @@ export interface Usage {
   disk_bytes: number;
   versions: Record<string, number> | null;
   quota: Quota;
+  /** What the checkpoints' volume archives store (part of stored_bytes). */
+  checkpoint_bytes: number;
 }
 
 /** Go: types.CreateTokenRequest. */
@@ -824,4 +831,56 @@ export interface Check {
   status: Open<"ok" | "failed">;
   error?: string;
   duration_ms: number;
+}
+
+/** Go: types.CheckpointRequest. The body of POST /v1/instances/{i}/checkpoint. */
+export interface CheckpointRequest {
+  message?: string;
+  /** Make the version current by compare-and-swap; default: current is left alone. */
+  set_current?: boolean;
+}
+
+/** Go: types.CheckpointVolume. A checkpoint's archive of one volume. */
+export interface CheckpointVolume {
+  volume: string;
+  key: string;
+  bytes: number;
+  files: number;
+}
+
+/** Go: types.Checkpoint. The rootfs (a version) and the volumes (archives) of one freeze. */
+export interface Checkpoint {
+  id: number;
+  project: string;
+  version: number;
+  instance: string;
+  message?: string;
+  volumes: CheckpointVolume[] | null;
+  version_bytes: number;
+  volume_bytes: number;
+  bytes: number;
+  freeze_ms: number;
+  node: string;
+  created_at: string;
+}
+
+/** Go: types.CheckpointResult. The result of a checkpoint operation. */
+export interface CheckpointResult {
+  checkpoint: Checkpoint;
+  current: boolean;
+  conflict?: boolean;
+  freeze_ms: number;
+  volume_freeze_ms: number;
+  archive_ms: number;
+  total_ms: number;
+}
+
+/** Go: types.GCCheckpoint. A checkpoint a GC deleted with its version and archives. */
+export interface GCCheckpoint {
+  tenant: string;
+  project: string;
+  id: number;
+  version: number;
+  archives: number;
+  bytes: number;
 }

@@ -80,6 +80,12 @@ describe("routes", () => {
     ["operations.get", () => c.operations.get("op-1"), "GET", "/v1/operations/op-1"],
     ["operations.cancel", () => c.operations.cancel("op-1"), "DELETE", "/v1/operations/op-1"],
     ["operations.listEvents", () => c.operations.listEvents("op-1", 4), "GET", "/v1/operations/op-1/events?after=4&wait=false"],
+    ["checkpoint", () => c.checkpoint("i", { message: "m", set_current: true }), "POST", "/v1/instances/i/checkpoint", { message: "m", set_current: true }, [K]],
+    ["checkpoints", () => c.checkpoints("p"), "GET", "/v1/projects/p/checkpoints"],
+    ["getCheckpoint", () => c.getCheckpoint("p", 2), "GET", "/v1/projects/p/checkpoints/2"],
+    ["deleteCheckpoint", () => c.deleteCheckpoint("p", 2), "DELETE", "/v1/projects/p/checkpoints/2"],
+    ["instances.create from a checkpoint", () => c.instances.create("p", { checkpoint: 2 }), "POST", "/v1/projects/p/instances", { checkpoint: 2 }, [K]],
+    ["volumes.restore to a checkpoint", () => c.volumes.restore("p", "w", { checkpoint: 2 }), "POST", "/v1/projects/p/volumes/w/restore", { checkpoint: 2 }],
   ];
   for (const [name, call, method, path, body, headers = []] of cases) {
     test(name, async () => {
