@@ -56,6 +56,7 @@ type Core interface {
 	PortCore
 	FileCore
 	RolloutCore
+	SpecCore
 }
 
 // MaxJSONBody is the largest JSON request body accepted. Image uploads are
@@ -239,6 +240,7 @@ func New(core Core, opts ...Option) (http.Handler, error) {
 		newPorts(core, o.previewDomain).routes(),
 		fileRoutes{core, admit, o.keepAlive}.routes(),
 		rollouts{core}.routes(),
+		specRoutes{core}.routes(),
 	} {
 		for _, r := range group {
 			v1.Handle(r.method, r.path, r.handler)

@@ -285,6 +285,9 @@ type Commit struct {
 	// OtherStoredBytes is what the tenant stores besides version layers
 	// (declared volume sizes), counted with them against MaxStoredBytes.
 	OtherStoredBytes int64
+	// Spec is the declared spec a build was made from, kept with the
+	// version (VersionSpec); nil = none.
+	Spec json.RawMessage
 }
 
 // CommitVersion records a version whose image is pushed, in one transaction:
@@ -369,6 +372,9 @@ func (s *Store) commitVersion(ctx context.Context, c Commit, check func(ctx cont
 			pid, n, c.Kind, c.Image, nullInt(c.Parent), c.Message, c.SizeBytes, c.Layers, nullString(c.InstanceID), c.LayerBytes, c.Validated)
 		if err != nil {
 			return res{}, translate(err, fmt.Sprintf("version %d of project %q", n, c.Project))
+		}
+		if err := putVersionSpec(ctx, tx, pid, n, c.Spec); err != nil {
+			return res{}, err
 		}
 		switched := false
 		if !c.NoSwitch {

@@ -533,6 +533,13 @@ type BuildRequest struct {
 	// Switch makes the new version current if current is still what it was
 	// when the build started (else the result says conflict).
 	Switch bool `json:"switch,omitempty"`
+	// Sources, Files, Env, Run and Context: see specs.go. Packages may be
+	// empty when Files or Run give the build something to do.
+	Sources *BuildSources     `json:"sources,omitempty"`
+	Files   []BuildFile       `json:"files,omitempty"`
+	Env     map[string]string `json:"env,omitempty"` // of the install and run steps
+	Run     []BuildStep       `json:"run,omitempty"`
+	Context string            `json:"context,omitempty"` // an uploaded build context (BuildContext.Context)
 }
 
 // BuildResult is the result of a build operation.
@@ -560,6 +567,8 @@ type MigrateRequest struct {
 	// Switch makes the new version current if current is still the version
 	// migrated (else the result says conflict).
 	Switch bool `json:"switch,omitempty"`
+	// Mode is MigrateRebase (the default) or MigrateRebuild.
+	Mode string `json:"mode,omitempty"`
 }
 
 // MigrateResult is the result of a migrate operation.
@@ -579,6 +588,7 @@ type MigrateResult struct {
 	Validated        int      `json:"validated"`
 	Current          bool     `json:"current"`
 	Conflict         bool     `json:"conflict,omitempty"` // Switch asked, but current had moved
+	Mode             string   `json:"mode,omitempty"`     // how the version was made: rebase or rebuild
 }
 
 // Limits are one instance's resource limits; a zero field is "not set".
