@@ -732,7 +732,7 @@ func (c *Core) InstanceOwner(ctx context.Context, p types.Principal, id string) 
 // VersionSpec answers a declared spec installing tree.
 func (c *Core) VersionSpec(ctx context.Context, p types.Principal, project string, n int) (types.VersionSpec, error) {
 	return echo(c, "VersionSpec", p, types.VersionSpec{Project: project, Version: n, Kind: "build", Declared: true,
-		Base: "envd/images/base@sha256:" + strings.Repeat("0", 64), BaseVersion: 1,
+		Base: "envd/images/base@sha256:0000000000000000000000000000000000000000000000000000000000000000", BaseVersion: 1,
 		Spec: types.BuildRequest{Manager: "apt", Packages: []string{"tree"}}, Omitted: []types.SpecOmit{}}, project, n)
 }
 
