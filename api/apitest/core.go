@@ -733,7 +733,11 @@ func (c *Core) InstanceOwner(ctx context.Context, p types.Principal, id string) 
 func (c *Core) VersionSpec(ctx context.Context, p types.Principal, project string, n int) (types.VersionSpec, error) {
 	return echo(c, "VersionSpec", p, types.VersionSpec{Project: project, Version: n, Kind: "build", Declared: true,
 		Base: "envd/images/base@sha256:0000000000000000000000000000000000000000000000000000000000000000", BaseVersion: 1,
-		Spec: types.BuildRequest{Manager: "apt", Packages: []string{"tree"}}, Omitted: []types.SpecOmit{}}, project, n)
+		Spec: types.BuildRequest{Manager: "apt", Packages: []string{"tree=2.1.0-1"},
+			Files: []types.BuildFile{{Path: "/etc/app.conf", Content: "a: 1\n# two lines\n", Mode: "0644"}},
+			Env:   map[string]string{"YES": "no"},
+			Run:   []types.BuildStep{{Args: []string{"echo", "a;b $(x) 'q' \"d\""}}}},
+		Omitted: []types.SpecOmit{{Path: "/etc/ld.so.cache", Reason: "written by ldconfig"}}}, project, n)
 }
 
 // UploadBuildContext reads the tar and answers a fixed digest.
