@@ -520,10 +520,10 @@ type Token struct {
 // version of kind build.
 type BuildRequest struct {
 	// Manager is the base's package manager: "apt" or "apk".
-	Manager string `json:"manager"`
+	Manager string `json:"manager,omitempty"`
 	// Packages are "name" or "name=version", checked against the manager's
 	// grammar; they never reach a shell.
-	Packages []string `json:"packages"`
+	Packages []string `json:"packages,omitempty"`
 	// Validate are commands (argv, no shell) run in a trial instance of the
 	// new version; each must exit 0, or the version is marked failed.
 	Validate [][]string `json:"validate,omitempty"`
