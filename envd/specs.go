@@ -72,7 +72,7 @@ func (s *Service) VersionSpec(ctx context.Context, p types.Principal, project st
 	if err != nil {
 		return out, err
 	}
-	after, err := s.configTree(ctx, img, len(img.Layers), before)
+	after, err := s.configTree(ctx, img, len(base.Layers), before)
 	if err != nil {
 		return out, err
 	}
