@@ -32,6 +32,10 @@ func TestCoreVersionSpecOfASnapshot(t *testing.T) {
 		{Path: "/etc/os-release", Content: "ID=changed\n", Mode: "0644"},
 	}, vs.Spec.Files)
 
+	again, err := e.svc.VersionSpec(e.ctx, e.user, "p", res.Version)
+	require.NoError(t, err)
+	assert.Equal(t, vs, again, "the second answer (from the cache) is the same")
+
 	_, err = e.svc.VersionSpec(e.ctx, e.user, "p", 9)
 	assert.ErrorIs(t, err, errdefs.ErrNotFound)
 	_, err = e.svc.VersionSpec(e.ctx, e.user, "../p", 1)

@@ -176,6 +176,7 @@ type Service struct {
 	limitsOnce sync.Once
 
 	diffs       *changes.Cache                // computed version changes (changes.go)
+	specs       specCache                     // specs derived from versions (specs.go)
 	sshInfo     atomic.Pointer[types.SSHInfo] // the node's SSH endpoint, for Info (sshkeys.go)
 	ports       portState                     // ports.go
 	gate        *freeze.Gate                  // the node's freeze gate (files.go waits out a save's freeze)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
@@ -60,6 +61,10 @@ func (s *Service) VersionSpec(ctx context.Context, p types.Principal, project st
 	case !errors.Is(err, errdefs.ErrNotFound):
 		return out, err
 	}
+	if d, ok := s.specs.get(base.Ref(), v.Image); ok {
+		out.Spec, out.Omitted = d.spec, append(out.Omitted, d.omitted...)
+		return s.withFrom(out), nil
+	}
 	img, err := s.reg.Get(ctx, v.Image)
 	if err != nil {
 		return out, err
@@ -77,13 +82,50 @@ func (s *Service) VersionSpec(ctx context.Context, p types.Principal, project st
 		return out, err
 	}
 	out.Spec, out.Omitted = builder.Derive(pk.Packages, before, after)
+	s.specs.put(base.Ref(), v.Image, derived{out.Spec, out.Omitted})
+	return s.withFrom(out), nil
+}
+
+// withFrom names the version a derived spec builds on.
+func (s *Service) withFrom(out types.VersionSpec) types.VersionSpec {
 	if out.BaseVersion != 1 {
 		out.Spec.From = out.BaseVersion
 	}
 	if out.BaseVersion == 0 {
-		out.Omitted = append(out.Omitted, types.SpecOmit{Path: "/", Reason: "the project has no version of kind base with image " + base.Ref() + ": the spec names no version to build on (from)"})
+		out.Omitted = append(out.Omitted, types.SpecOmit{Path: "/", Reason: "the project has no version of kind base with image " + out.Base + ": the spec names no version to build on (from)"})
 	}
-	return out, nil
+	return out
+}
+
+// derived is a spec derived from an image's changes over its base.
+type derived struct {
+	spec    types.BuildRequest
+	omitted []types.SpecOmit
+}
+
+// specCache keeps derived specs by the two images (content-addressed, so
+// never stale); past maxSpecs entries it starts again empty.
+type specCache struct {
+	mu sync.Mutex
+	m  map[[2]string]derived
+}
+
+const maxSpecs = 256
+
+func (c *specCache) get(base, image string) (derived, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d, ok := c.m[[2]string{base, image}]
+	return d, ok
+}
+
+func (c *specCache) put(base, image string, d derived) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxSpecs {
+		c.m = map[[2]string]derived{}
+	}
+	c.m[[2]string{base, image}] = d
 }
 
 // configTree flattens img's configuration trees from layer start on,
