@@ -50,6 +50,7 @@ type buildLog struct {
 	ev      Events
 	b       *Builder
 	key     string
+	sendMu  sync.Mutex // one send at a time: events keep the lines' order
 	mu      sync.Mutex
 	file    *os.File // the whole log, stored at close; nil without object storage
 	size    int64
@@ -145,6 +146,8 @@ func (l *buildLog) flush(ctx context.Context) {
 
 // send sends the pending lines, in events of at most logBatchLines.
 func (l *buildLog) send(ctx context.Context) {
+	l.sendMu.Lock()
+	defer l.sendMu.Unlock()
 	l.mu.Lock()
 	lines := l.pending
 	if len(lines) == 0 {
