@@ -369,3 +369,22 @@ func placeSource(manager string, src *types.BuildSources, p string, f, was Confi
 	}
 	return true
 }
+
+// PackageChanges compares the package databases of two configuration
+// trees with compare (changes.ComparePackageDatabases): dpkg's when either
+// side has one, else apk's; nil when neither has one or it is the same
+// file.
+func PackageChanges(before, after ConfigTree, compare func(manager string, before, after []byte) *types.PackageChanges) *types.PackageChanges {
+	for _, db := range []struct{ path, manager string }{{dpkgStatus, "dpkg"}, {apkInstalled, "apk"}} {
+		b, inBefore := before[db.path]
+		a, inAfter := after[db.path]
+		if !inBefore && !inAfter {
+			continue
+		}
+		if inBefore && inAfter && a.Sum == b.Sum {
+			return nil
+		}
+		return compare(db.manager, b.Content, a.Content)
+	}
+	return nil
+}

@@ -261,3 +261,23 @@ func TestDeriveApk(t *testing.T) {
 	}
 	assert.Contains(t, paths, "/etc/apk/repositories", "a removed repository line is reported")
 }
+
+func TestPackageChangesReadsTheDatabases(t *testing.T) {
+	t.Parallel()
+	before, after := ConfigTree{}, ConfigTree{}
+	require.NoError(t, before.Apply(cfgLayer(t, [][2]any{{"var/lib/dpkg/status", "a"}})))
+	require.NoError(t, after.Apply(cfgLayer(t, [][2]any{{"var/lib/dpkg/status", "b"}})))
+	var got [3]string
+	cmp := func(m string, b, a []byte) *types.PackageChanges {
+		got = [3]string{m, string(b), string(a)}
+		return &types.PackageChanges{Manager: m}
+	}
+	require.NotNil(t, PackageChanges(before, after, cmp))
+	assert.Equal(t, [3]string{"dpkg", "a", "b"}, got)
+	assert.Nil(t, PackageChanges(before, before.Clone(), cmp), "the same database: no package changed")
+	assert.Nil(t, PackageChanges(ConfigTree{}, ConfigTree{}, cmp), "no database")
+	apk := ConfigTree{}
+	require.NoError(t, apk.Apply(cfgLayer(t, [][2]any{{"lib/apk/db/installed", "P:jq\n"}})))
+	require.NotNil(t, PackageChanges(ConfigTree{}, apk, cmp))
+	assert.Equal(t, [3]string{"apk", "", "P:jq\n"}, got)
+}

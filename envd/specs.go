@@ -69,10 +69,6 @@ func (s *Service) VersionSpec(ctx context.Context, p types.Principal, project st
 	if err != nil {
 		return out, err
 	}
-	pk, err := changes.Compute(ctx, s.reg, base, img, 1)
-	if err != nil {
-		return out, fmt.Errorf("package changes of version %d of %q: %w", n, project, err)
-	}
 	before, err := s.configTree(ctx, base, 0, nil)
 	if err != nil {
 		return out, err
@@ -81,7 +77,7 @@ func (s *Service) VersionSpec(ctx context.Context, p types.Principal, project st
 	if err != nil {
 		return out, err
 	}
-	out.Spec, out.Omitted = builder.Derive(pk.Packages, before, after)
+	out.Spec, out.Omitted = builder.Derive(builder.PackageChanges(before, after, changes.ComparePackageDatabases), before, after)
 	s.specs.put(base.Ref(), v.Image, derived{out.Spec, out.Omitted})
 	return s.withFrom(out), nil
 }
