@@ -58,6 +58,7 @@ type Core interface {
 	RolloutCore
 	PoolCore
 	CheckpointCore
+	SpecCore
 }
 
 // MaxJSONBody is the largest JSON request body accepted. Image uploads are
@@ -243,6 +244,7 @@ func New(core Core, opts ...Option) (http.Handler, error) {
 		rollouts{core}.routes(),
 		pools{core}.routes(),
 		checkpoints{core}.routes(),
+		specRoutes{core}.routes(),
 	} {
 		for _, r := range group {
 			v1.Handle(r.method, r.path, r.handler)

@@ -62,6 +62,14 @@ func Check(manager string, packages []string) error {
 type Step struct {
 	Args []string
 	Env  []string
+	// Dir is the working directory ("" = the image's); Stdin the process's
+	// standard input (nil = none).
+	Dir   string
+	Stdin []byte
+	// What names the step in events instead of its command line, and
+	// Quiet keeps its output out of the build log (a file's write).
+	What  string
+	Quiet bool
 }
 
 // Steps returns the commands that install packages with manager (checked

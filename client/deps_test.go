@@ -30,7 +30,8 @@ func TestDependenciesStayLight(t *testing.T) {
 				// envctl cp reads and extracts directories with the project's
 				// one tar walker (confined, no device nodes), and its gzip.
 				mod + "internal/tarfs", "github.com/klauspost/compress",
-				mod + "internal/shellwords"}, // standard library only
+				mod + "internal/shellwords", // standard library only
+				"go.yaml.in/yaml/v3"},       // build -f reads YAML specs (pure Go, no dependencies)
 		},
 	} {
 		args := append([]string{"list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}"}, tc.pkgs...)

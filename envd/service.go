@@ -184,6 +184,7 @@ type Service struct {
 	limitsOnce sync.Once
 
 	diffs       *changes.Cache                // computed version changes (changes.go)
+	specs       specCache                     // specs derived from versions (specs.go)
 	sshInfo     atomic.Pointer[types.SSHInfo] // the node's SSH endpoint, for Info (sshkeys.go)
 	ports       portState                     // ports.go
 	gate        *freeze.Gate                  // the node's freeze gate (files.go waits out a save's freeze)
@@ -268,7 +269,7 @@ func (s *Service) wire(ctx context.Context) {
 		Pools: s.store, PoolInterval: cfg.PoolInterval})
 	s.cmds = command.New(cfg.Node, s.store, s.rt, gate).WithActivity(s.life)
 	s.builds = build.New(build.Deps{Store: s.store, Reg: s.reg, Runtime: s.rt, Capturer: s.saver, Instances: s.life,
-		Quota: s.quota, Content: s.content, Bases: bases{s}, Ops: s.ops, Log: s.log})
+		Quota: s.quota, Content: s.content, Bases: bases{s}, Ops: s.ops, Log: s.log, Objects: cfg.Objects})
 	s.gc = gc.NewCollector(s.store, s.reg, s.ops, cfg.Sweeper, gcVolumes).WithArchives(s.vols)
 	s.wireRollouts(ctx)
 	s.wireSquash(ctx)

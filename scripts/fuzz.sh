@@ -18,6 +18,7 @@ targets=(
 	"./workspace FuzzParseSpec 200000x"
 	"./api/types FuzzParseSize 200000x"
 	"./builder FuzzCheck 250000x"
+	"./builder FuzzCheckSpec 100000x"
 	"./api FuzzDecodeJSON 8000x"
 	"./api FuzzRoutes 15000x"
 )

@@ -296,6 +296,9 @@ type Commit struct {
 	// volume archives, in the same transaction (see Checkpoint); the
 	// archives' bytes count against MaxStoredBytes with the layer's.
 	Checkpoint *CheckpointRecord
+	// Spec is the declared spec a build was made from, kept with the
+	// version (VersionSpec); nil = none.
+	Spec json.RawMessage
 }
 
 // CommitVersion records a version whose image is pushed, in one transaction:
@@ -385,6 +388,9 @@ func (s *Store) commitVersion(ctx context.Context, c Commit, check func(ctx cont
 			if err := recordCheckpoint(ctx, tx, c, pid, n); err != nil {
 				return res{}, err
 			}
+		}
+		if err := putVersionSpec(ctx, tx, pid, n, c.Spec); err != nil {
+			return res{}, err
 		}
 		switched := false
 		if !c.NoSwitch {

@@ -534,10 +534,10 @@ type Token struct {
 // version of kind build.
 type BuildRequest struct {
 	// Manager is the base's package manager: "apt" or "apk".
-	Manager string `json:"manager"`
+	Manager string `json:"manager,omitempty"`
 	// Packages are "name" or "name=version", checked against the manager's
 	// grammar; they never reach a shell.
-	Packages []string `json:"packages"`
+	Packages []string `json:"packages,omitempty"`
 	// Validate are commands (argv, no shell) run in a trial instance of the
 	// new version; each must exit 0, or the version is marked failed.
 	Validate [][]string `json:"validate,omitempty"`
@@ -547,6 +547,13 @@ type BuildRequest struct {
 	// Switch makes the new version current if current is still what it was
 	// when the build started (else the result says conflict).
 	Switch bool `json:"switch,omitempty"`
+	// Sources, Files, Env, Run and Context: see specs.go. Packages may be
+	// empty when Files or Run give the build something to do.
+	Sources *BuildSources     `json:"sources,omitempty"`
+	Files   []BuildFile       `json:"files,omitempty"`
+	Env     map[string]string `json:"env,omitempty"` // of the install and run steps
+	Run     []BuildStep       `json:"run,omitempty"`
+	Context string            `json:"context,omitempty"` // an uploaded build context (BuildContext.Context)
 }
 
 // BuildResult is the result of a build operation.
@@ -574,6 +581,8 @@ type MigrateRequest struct {
 	// Switch makes the new version current if current is still the version
 	// migrated (else the result says conflict).
 	Switch bool `json:"switch,omitempty"`
+	// Mode is MigrateRebase (the default) or MigrateRebuild.
+	Mode string `json:"mode,omitempty"`
 }
 
 // MigrateResult is the result of a migrate operation.
@@ -593,6 +602,7 @@ type MigrateResult struct {
 	Validated        int      `json:"validated"`
 	Current          bool     `json:"current"`
 	Conflict         bool     `json:"conflict,omitempty"` // Switch asked, but current had moved
+	Mode             string   `json:"mode,omitempty"`     // how the version was made: rebase or rebuild
 }
 
 // Limits are one instance's resource limits; a zero field is "not set".

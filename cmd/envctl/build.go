@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -16,12 +15,13 @@ import (
 
 func (a *app) buildCommand() *cobra.Command {
 	var (
-		req      types.BuildRequest
-		file     string
-		apt, apk []string
-		validate validateFlags
-		noWait   bool
-		key      string
+		req        types.BuildRequest
+		file       string
+		apt, apk   []string
+		validate   validateFlags
+		noWait     bool
+		key        string
+		contextDir string
 	)
 	cmd := &cobra.Command{
 		Use:   "build PROJECT (-f SPEC | --apt PKG... | --apk PKG...) [--validate CMD]... [--from N] [--switch]",
@@ -33,9 +33,17 @@ must exit 0, else the version is marked failed), and with --switch it becomes
 current if current did not move meanwhile. The same base and spec reuse an
 earlier build.
 
--f SPEC reads the request as JSON ("-" for stdin):
-  {"manager": "apt", "packages": ["graphviz", "jq=1.6-2.1"],
-   "validate": [["dot", "-V"]], "switch": true}
+-f SPEC reads the spec as YAML or JSON ("-" for stdin; docs/api.md, "Build
+specs"); "envctl spec export" writes one:
+  manager: apt
+  packages: [graphviz, jq=1.6-2.1]
+  sources: {apt: [{name: extra.list, content: "deb ..."}]}
+  files: [{path: /etc/motd, content: "hello\n", mode: "0644"}]
+  env: {LANG: C.UTF-8}
+  run: [{args: [make, install], dir: /src}, {args: ["echo $HOME"], shell: true}]
+  validate: [[dot, -V]]
+--context DIR uploads DIR (as a tar) for files that name a source in it.
+The output of every step is shown as it comes and kept: "envctl op logs ID".
 --validate takes a command split into words as a POSIX shell would (quotes
 group, nothing is expanded); --validate-sh SCRIPT runs "sh -c SCRIPT".
 
@@ -47,12 +55,20 @@ current (--switch lost to another change of current).`,
 				if err := buildRequest(cmd, &req, file, apt, apk, validate); err != nil {
 					return types.Operation{}, err
 				}
+				if contextDir != "" {
+					d, err := uploadContext(ctx, c, args[0], contextDir)
+					if err != nil {
+						return types.Operation{}, err
+					}
+					req.Context = d
+				}
 				return c.Build(ctx, args[0], req, client.WithIdempotencyKey(key))
 			}, noWait, buildRows, func(r types.BuildResult) bool { return r.Conflict })
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&file, "file", "f", "", "the build request as JSON (- for stdin)")
+	f.StringVarP(&file, "file", "f", "", "the build spec, YAML or JSON (- for stdin)")
+	f.StringVar(&contextDir, "context", "", "a directory uploaded as the build context (files[].source names its files)")
 	f.StringArrayVar(&apt, "apt", nil, "a Debian package, name or name=version (repeat)")
 	f.StringArrayVar(&apk, "apk", nil, "an Alpine package, name or name=version (repeat)")
 	validate.add(f)
@@ -78,10 +94,8 @@ func buildRequest(cmd *cobra.Command, req *types.BuildRequest, file string, apt,
 			defer f.Close()
 			r = f
 		}
-		dec := json.NewDecoder(r)
-		dec.DisallowUnknownFields()
 		from, sw := req.From, req.Switch
-		if err := dec.Decode(req); err != nil {
+		if err := readSpec(r, req); err != nil {
 			return usageError{fmt.Errorf("build spec %s: %w", file, err)}
 		}
 		if cmd.Flags().Changed("from") {
@@ -140,7 +154,9 @@ failure marks the version failed); the project's declared validation
 ("envctl project validation") runs first. With --switch it becomes current
 if current did not move. The old version stays for rollback ("envctl
 switch"). Migrating onto the base the current version already sits on is
-refused at once. --validate is split into words as a POSIX shell would;
+refused at once. --mode rebuild builds the current version's declared spec
+(a version of kind build made on a base version) again on the new base
+instead: no conflicts, a version of kind build, its log in "envctl op logs". --validate is split into words as a POSIX shell would;
 --validate-sh SCRIPT runs "sh -c SCRIPT". With -o json a failed migration
 prints its operation, whose result has the failed version and conflicts.
 
@@ -163,6 +179,7 @@ NOT current (--switch lost to another change of current).`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&req.Base, "base", "", "the new base: an imported image name or repo@digest")
+	f.StringVar(&req.Mode, "mode", "", "rebase (default: the version's layers on the new base) or rebuild (its declared build spec built again on it)")
 	validate.add(f)
 	f.BoolVar(&req.Switch, "switch", false, "make the new version current")
 	f.BoolVar(&noWait, "no-wait", false, "print the operation and do not wait")
@@ -174,6 +191,9 @@ func migrateRows(w io.Writer, r types.MigrateResult) {
 	row(w, "PROJECT:", r.Project)
 	row(w, "VERSION:", fmt.Sprintf("%d (from %d)", r.Version, r.From))
 	row(w, "BASE:", r.OldBase+" -> "+r.NewBase)
+	if r.Mode != "" {
+		row(w, "MODE:", r.Mode)
+	}
 	row(w, "CURRENT:", r.Current)
 	row(w, "VALIDATED:", r.Validated)
 	row(w, "CONFLICTS:", len(r.Conflicts))

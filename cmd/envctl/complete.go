@@ -136,6 +136,7 @@ var positionalCompletions = map[string][]completer{
 	"ssh":                {completeInstances},
 	"ssh-proxy":          {completeInstances},
 	"ssh-config":         {completeInstances},
+	"spec export":        {completeProjects, completeVersions},
 }
 
 // flagCompletions complete a flag's value from the command's arguments.

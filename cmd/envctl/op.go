@@ -65,7 +65,7 @@ not cancel the operation.`,
 			}, operationDetail)
 		},
 	}
-	return group("op", "Inspect and follow operations", show, watch, cancel)
+	return group("op", "Inspect and follow operations", show, watch, cancel, a.opLogsCommand())
 }
 
 func (a *app) gcCommand() *cobra.Command {

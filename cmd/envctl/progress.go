@@ -92,6 +92,15 @@ func eventSizes(data json.RawMessage) (done, total int64, ok bool) {
 }
 
 func (p *progress) event(ev types.Event) {
+	if ev.Type == "log" { // a build's output lines, shown as they are
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.tty && p.used {
+			fmt.Fprint(p.w, "\r\033[K")
+		}
+		fmt.Fprintf(p.w, "%s\n", ev.Message)
+		return
+	}
 	msg := strings.ReplaceAll(ev.Message, "\n", " ")
 	done, total, sized := eventSizes(ev.Data)
 	p.mu.Lock()

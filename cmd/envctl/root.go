@@ -300,8 +300,9 @@ complete from the server.
 	root.AddCommand(a.sshCommands()...)
 	root.AddCommand(a.portCommands()...)
 	root.AddCommand(a.cpCommand())
-	a.addCompletions(root) // complete.go
-	markNameless(root)     // names.go
+	root.AddCommand(a.specCommand()) // specs.go
+	a.addCompletions(root)           // complete.go
+	markNameless(root)               // names.go
 	return root
 }
 

@@ -11,6 +11,7 @@
 package build
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -27,6 +28,7 @@ import (
 	"github.com/envd-dev/envd/envd/names"
 	"github.com/envd-dev/envd/envd/ops"
 	"github.com/envd-dev/envd/envd/save"
+	"github.com/envd-dev/envd/internal/objstore"
 	"github.com/envd-dev/envd/internal/shellwords"
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/runtime"
@@ -43,6 +45,10 @@ type Store interface {
 	MarkValidated(ctx context.Context, tenant, project string, n int) error
 	FailUnvalidatedBuilds(ctx context.Context, tenant, project, key string) error
 	ListImages(ctx context.Context) ([]versions.Image, error)
+	ListVersions(ctx context.Context, tenant, project string) ([]versions.Version, error)
+	// VersionSpec is the declared spec version n was built from
+	// (ErrNotFound: none).
+	VersionSpec(ctx context.Context, tenant, project string, n int) (json.RawMessage, error)
 }
 
 // Registry is what a migration needs of the registry.
@@ -118,6 +124,9 @@ type Deps struct {
 	Bases     Bases
 	Ops       Operations
 	Log       *slog.Logger
+	// Objects keeps build logs and build contexts; nil = logs are kept
+	// only as the operation's events, and contexts cannot be used.
+	Objects objstore.Store
 }
 
 // Builder runs builds and migrations.
@@ -151,10 +160,13 @@ func (b *Builder) Build(ctx context.Context, p types.Principal, project string, 
 	if err := names.Validate("project", project); err != nil {
 		return types.Operation{}, err
 	}
-	if err := builder.Check(req.Manager, req.Packages); err != nil {
+	if err := builder.CheckSpec(req); err != nil {
 		return types.Operation{}, err
 	}
 	if err := checkCommands(req.Validate); err != nil {
+		return types.Operation{}, err
+	}
+	if err := b.checkContext(ctx, p.Tenant, project, req.Context); err != nil {
 		return types.Operation{}, err
 	}
 	if req.From < 0 {
@@ -184,17 +196,19 @@ func (b *Builder) RunBuild(ctx context.Context, op *ops.Op, p types.Principal, j
 	if err != nil {
 		return res, err
 	}
-	res.Key = builder.Key(from.Image, req.Manager, req.Packages, req.Validate)
+	blog := b.newLog(ctx, op, p.Tenant, op.ID)
+	defer blog.close()
+	res.Key = builder.SpecKey(from.Image, req)
 	v, err := b.d.Store.FindBuild(ctx, p.Tenant, job.Project, res.Key)
 	switch {
 	case err == nil:
 		res.Cached = true
 		op.Event(ctx, "cached", fmt.Sprintf("version %d was built from the same base and spec", v.Number), nil)
 	case errors.Is(err, errdefs.ErrNotFound):
-		if v, err = b.buildVersion(ctx, op, p, job, from, res.Key); err != nil {
+		if v, err = b.buildVersion(ctx, op, blog, p, job.Project, job.Builder, from, req, res.Key); err != nil {
 			return res, err
 		}
-		if res.Validated, err = b.validateIn(ctx, op, p, job.Project, job.Trial, job.Request.Validate, v); err != nil {
+		if res.Validated, err = b.validateIn(ctx, op, blog, p, job.Project, job.Trial, job.Request.Validate, v); err != nil {
 			return res, err
 		}
 	default:
@@ -219,35 +233,68 @@ func (b *Builder) RunBuild(ctx context.Context, op *ops.Op, p types.Principal, j
 	return res, nil
 }
 
-// buildVersion installs the packages in a build container on from and
-// saves the change as a version of kind build (not current).
-func (b *Builder) buildVersion(ctx context.Context, op *ops.Op, p types.Principal, job buildJob, from versions.Version, key string) (versions.Version, error) {
-	in, err := b.d.Instances.StartIsolated(ctx, p, job.Builder, job.Project, from.Number)
-	if err != nil {
-		return versions.Version{}, fmt.Errorf("build container: %w", err)
-	}
-	defer b.d.Instances.RemoveIsolated(job.Builder)
-	op.Event(ctx, "container", fmt.Sprintf("build container %s runs version %d", in.ID, from.Number), nil)
-	for _, step := range builder.Steps(job.Request.Manager, job.Request.Packages) {
-		if err := b.runStep(ctx, op, in.ID, step.Args, step.Env); err != nil {
-			return versions.Version{}, err
-		}
-	}
-	c, err := b.d.Capturer.Capture(ctx, op, save.Capture{Work: op.ID, Instance: in, Freeze: true, Quota: versions.QuotaEnforced})
+// buildVersion runs the build's steps (builder.Plan: sources, packages,
+// files, run) in a build container (id) on from and saves the change as a
+// version of kind build (not current) that keeps req as its declared spec.
+func (b *Builder) buildVersion(ctx context.Context, op Events, blog *buildLog, p types.Principal, project, id string, from versions.Version, req types.BuildRequest, key string) (versions.Version, error) {
+	steps, err := builder.Plan(req, b.contextReader(ctx, p.Tenant, project, req.Context))
 	if err != nil {
 		return versions.Version{}, err
 	}
-	pkgs := strings.Join(builder.Normalize(job.Request.Packages), " ")
+	in, err := b.d.Instances.StartIsolated(ctx, p, id, project, from.Number)
+	if err != nil {
+		return versions.Version{}, fmt.Errorf("build container: %w", err)
+	}
+	defer b.d.Instances.RemoveIsolated(id)
+	op.Event(ctx, "container", fmt.Sprintf("build container %s runs version %d", in.ID, from.Number), nil)
+	for _, step := range steps {
+		if err := b.runStep(ctx, op, blog, in.ID, step); err != nil {
+			return versions.Version{}, err
+		}
+	}
+	work := id
+	if o, ok := op.(*ops.Op); ok {
+		work = o.ID
+	}
+	c, err := b.d.Capturer.Capture(ctx, op, save.Capture{Work: work, Instance: in, Freeze: true, Quota: versions.QuotaEnforced})
+	if err != nil {
+		return versions.Version{}, err
+	}
+	declared := req
+	declared.Switch, declared.From = false, from.Number
+	spec, err := json.Marshal(declared)
+	if err != nil {
+		return versions.Version{}, err
+	}
 	v, _, err := b.d.Capturer.Commit(ctx, c, versions.Commit{
 		Tenant: in.Tenant, Project: in.Project, InstanceID: in.ID, Generation: in.Generation, NoSwitch: true,
-		Kind: "build", Message: fmt.Sprintf("build %s %s: %s", key, job.Request.Manager, pkgs),
-		Validated: len(job.Request.Validate) == 0,
+		Kind: "build", Message: buildMessage(key, req), Spec: spec,
+		Validated: len(req.Validate) == 0,
 	})
 	if err != nil {
 		return versions.Version{}, err
 	}
 	op.Event(ctx, "built", fmt.Sprintf("version %d: %s layer of %d bytes", v.Number, c.Compression, c.Layer.Size), nil)
 	return v, nil
+}
+
+// buildMessage is a build version's message; it starts with the build key,
+// by which an equal build is found (FindBuild).
+func buildMessage(key string, req types.BuildRequest) string {
+	what := []string{}
+	if len(req.Packages) > 0 {
+		what = append(what, req.Manager+": "+strings.Join(builder.Normalize(req.Packages), " "))
+	}
+	if n := len(req.Files); n > 0 {
+		what = append(what, fmt.Sprintf("%d files", n))
+	}
+	if n := len(req.Run); n > 0 {
+		what = append(what, fmt.Sprintf("%d run steps", n))
+	}
+	if len(req.Packages) > 0 && len(what) == 1 {
+		return fmt.Sprintf("build %s %s", key, what[0]) // as builds were named before specs had more parts
+	}
+	return fmt.Sprintf("build %s %s", key, strings.Join(what, "; "))
 }
 
 // checkCommands refuses an empty validation command.
@@ -263,11 +310,11 @@ func checkCommands(cmds [][]string) error {
 // validateIn runs validation commands in a trial instance (id) of v and
 // marks v validated when they pass; any failure, the trial's start
 // included, marks v failed. It returns how many passed.
-func (b *Builder) validateIn(ctx context.Context, op Events, p types.Principal, project, id string, commands [][]string, v versions.Version) (int, error) {
+func (b *Builder) validateIn(ctx context.Context, op Events, blog *buildLog, p types.Principal, project, id string, commands [][]string, v versions.Version) (int, error) {
 	if len(commands) == 0 {
 		return 0, nil // committed validated
 	}
-	passed, err := b.runValidation(ctx, op, p, project, id, commands, v)
+	passed, err := b.runValidation(ctx, op, blog, p, project, id, commands, v)
 	if err != nil {
 		if ferr := b.d.Store.FailVersion(context.WithoutCancel(ctx), p.Tenant, project, v.Number); ferr != nil {
 			b.d.Log.Warn("mark version failed", "project", project, "version", v.Number, "err", ferr)
@@ -281,39 +328,58 @@ func (b *Builder) validateIn(ctx context.Context, op Events, p types.Principal, 
 	return passed, nil
 }
 
-func (b *Builder) runValidation(ctx context.Context, op Events, p types.Principal, project, id string, commands [][]string, v versions.Version) (int, error) {
+func (b *Builder) runValidation(ctx context.Context, op Events, blog *buildLog, p types.Principal, project, id string, commands [][]string, v versions.Version) (int, error) {
 	in, err := b.d.Instances.StartIsolated(ctx, p, id, project, v.Number)
 	if err != nil {
 		return 0, fmt.Errorf("trial instance: %w", err)
 	}
 	defer b.d.Instances.RemoveIsolated(id)
 	for i, args := range commands {
-		if err := b.runStep(ctx, op, in.ID, args, nil); err != nil {
+		if err := b.runStep(ctx, op, blog, in.ID, builder.Step{Args: args}); err != nil {
 			return i, err
 		}
 	}
 	return len(commands), nil
 }
 
-// runStep runs one command in a build or trial container; a non-zero exit
-// is an error carrying the end of its output.
-func (b *Builder) runStep(ctx context.Context, op Events, id string, args, env []string) error {
+// runStep runs one command in a build or trial container; its output goes
+// to the build log (blog, nil = none) unless the step is quiet. A non-zero
+// exit is an error carrying the end of its output.
+func (b *Builder) runStep(ctx context.Context, op Events, blog *buildLog, id string, step builder.Step) error {
 	sctx, cancel := context.WithTimeout(ctx, buildTimeout)
 	defer cancel()
 	out := &tailBuffer{max: 2000}
+	var w io.Writer = out
+	cmd := shellwords.Join(step.Args) // as a shell would take it back
+	name := cmd
+	if step.What != "" {
+		name = step.What
+	}
+	if blog != nil {
+		blog.step(name)
+		if !step.Quiet {
+			w = io.MultiWriter(out, blog)
+		}
+	}
+	spec := runtime.ExecSpec{Args: step.Args, Env: step.Env, Cwd: step.Dir, Stdout: w, Stderr: w}
+	if step.Stdin != nil {
+		spec.Stdin = bytes.NewReader(step.Stdin)
+	}
 	start := time.Now()
-	code, err := b.d.Runtime.Exec(sctx, id, runtime.ExecSpec{Args: args, Env: env, Stdout: out, Stderr: out})
-	cmd := shellwords.Join(args) // as a shell would take it back
+	code, err := b.d.Runtime.Exec(sctx, id, spec)
+	if blog != nil {
+		blog.flush(ctx)
+	}
 	if err != nil {
-		return fmt.Errorf("%s: %w", cmd, err)
+		return fmt.Errorf("%s: %w", name, err)
 	}
 	tail := out.String()
 	if code != 0 {
-		op.Event(ctx, "step_failed", fmt.Sprintf("%s exited %d", cmd, code), map[string]any{"output": tail})
-		return errdefs.WithDetails(fmt.Errorf("%s exited %d: %s: %w", cmd, code, tail, errdefs.ErrFailedPrecondition),
-			map[string]any{"exit_code": code, "output": tail, "command": args})
+		op.Event(ctx, "step_failed", fmt.Sprintf("%s exited %d", name, code), map[string]any{"output": tail})
+		return errdefs.WithDetails(fmt.Errorf("%s exited %d: %s: %w", name, code, tail, errdefs.ErrFailedPrecondition),
+			map[string]any{"exit_code": code, "output": tail, "command": step.Args})
 	}
-	op.Event(ctx, "step", fmt.Sprintf("%s (%s)", cmd, time.Since(start).Round(time.Millisecond)), nil)
+	op.Event(ctx, "step", fmt.Sprintf("%s (%s)", name, time.Since(start).Round(time.Millisecond)), nil)
 	return nil
 }
 
@@ -356,7 +422,7 @@ func (b *Builder) SettleBuild(ctx context.Context, op versions.Operation) {
 		b.d.Instances.RemoveIsolated(job.Trial)
 		// A version it committed but did not validate must not be reused.
 		if from, err := b.d.Store.GetVersion(ctx, op.Tenant, job.Project, job.Request.From); err == nil {
-			key := builder.Key(from.Image, job.Request.Manager, job.Request.Packages, job.Request.Validate)
+			key := builder.SpecKey(from.Image, job.Request)
 			if err := b.d.Store.FailUnvalidatedBuilds(ctx, op.Tenant, job.Project, key); err != nil {
 				b.d.Log.Warn("fail interrupted build", "op", op.ID, "err", err)
 			}

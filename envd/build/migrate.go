@@ -23,6 +23,7 @@ type migrateJob struct {
 	From    int                  `json:"from"` // the current version when asked
 	NewBase string               `json:"new_base"`
 	Trial   string               `json:"trial_instance"`
+	Builder string               `json:"builder_instance,omitempty"` // a rebuild's build container
 }
 
 // maxConflicts bounds the conflicts a result lists.
@@ -43,6 +44,9 @@ func (b *Builder) Migrate(ctx context.Context, p types.Principal, project string
 	if err := checkCommands(req.Validate); err != nil {
 		return types.Operation{}, err
 	}
+	if req.Mode != "" && req.Mode != types.MigrateRebase && req.Mode != types.MigrateRebuild {
+		return types.Operation{}, fmt.Errorf("mode %q: must be %s or %s: %w", req.Mode, types.MigrateRebase, types.MigrateRebuild, errdefs.ErrInvalidArgument)
+	}
 	newBase, err := b.d.Bases.ResolveBase(ctx, p.Tenant, req.Base)
 	if err != nil {
 		return types.Operation{}, err
@@ -57,7 +61,15 @@ func (b *Builder) Migrate(ctx context.Context, p types.Principal, project string
 				project, cur.Number, req.Base, errdefs.ErrFailedPrecondition)
 		}
 	}
+	if req.Mode == types.MigrateRebuild {
+		if _, err := b.declaredSpec(ctx, p.Tenant, project, proj.Current); err != nil {
+			return types.Operation{}, err
+		}
+	}
 	job := migrateJob{Project: project, Request: req, From: proj.Current, NewBase: newBase.Ref(), Trial: names.NewID(project)}
+	if req.Mode == types.MigrateRebuild {
+		job.Builder = names.NewID(project)
+	}
 	return b.d.Ops.Start(ctx, p, ops.Spec{Kind: types.OpKindMigrate, Target: project, Scope: project, IdempotencyKey: idempotencyKey,
 		Asked: req, Job: job, Run: func(ctx context.Context, op *ops.Op) (any, error) {
 			res, err := b.RunMigrate(ctx, op, p, job)
@@ -73,7 +85,7 @@ func (b *Builder) Migrate(ctx context.Context, p types.Principal, project string
 func (b *Builder) RunMigrate(ctx context.Context, op *ops.Op, p types.Principal, job migrateJob) (types.MigrateResult, error) {
 	return b.MigrateProject(ctx, op, MigrateSpec{
 		Tenant: p.Tenant, Project: job.Project, From: job.From, NewBase: job.NewBase, Trial: job.Trial,
-		Validate: job.Request.Validate, Switch: job.Request.Switch,
+		Validate: job.Request.Validate, Switch: job.Request.Switch, Mode: job.Request.Mode, Builder: job.Builder,
 	})
 }
 
@@ -95,6 +107,10 @@ type MigrateSpec struct {
 	ConflictsOnly bool
 	// StopOnConflicts makes nothing when there are conflicts.
 	StopOnConflicts bool
+	// Mode is types.MigrateRebase ("" too) or types.MigrateRebuild; a
+	// rebuild runs in build container Builder.
+	Mode    string
+	Builder string
 }
 
 // MigrateProject migrates one project, reporting to ev: the conflicts are
@@ -130,6 +146,10 @@ func (b *Builder) MigrateProject(ctx context.Context, ev Events, s MigrateSpec) 
 	if oldBase.Digest == newBase.Digest {
 		return res, fmt.Errorf("version %d already sits on %s: %w", from.Number, newBase.Ref(), errdefs.ErrFailedPrecondition)
 	}
+	if s.Mode == types.MigrateRebuild {
+		return b.rebuild(ctx, ev, s, proj, from, newBase, res)
+	}
+	res.Mode = types.MigrateRebase
 	conflicts, err := b.rebaseConflicts(ctx, src, oldBase, newBase)
 	if err != nil {
 		return res, err
@@ -172,7 +192,7 @@ func (b *Builder) MigrateProject(ctx context.Context, ev Events, s MigrateSpec) 
 	ev.Event(ctx, "rebased", fmt.Sprintf("%s: version %d is version %d on the new base", s.Project, v.Number, from.Number),
 		map[string]any{"project": s.Project, "version": v.Number})
 	p := types.Principal{Tenant: s.Tenant}
-	if res.Validated, err = b.validateIn(ctx, ev, p, s.Project, s.Trial, commands, v); err != nil {
+	if res.Validated, err = b.validateIn(ctx, ev, nil, p, s.Project, s.Trial, commands, v); err != nil {
 		return res, err
 	}
 	if !s.Switch {
@@ -294,6 +314,9 @@ func (b *Builder) SettleMigrate(ctx context.Context, op versions.Operation) {
 	var job migrateJob
 	if err := json.Unmarshal(op.Request, &job); err == nil {
 		b.d.Instances.RemoveIsolated(job.Trial)
+		if job.Builder != "" {
+			b.d.Instances.RemoveIsolated(job.Builder)
+		}
 	}
 	b.d.Ops.Settle(ctx, op, fmt.Errorf("envd restarted during the migration; ask again: %w", errdefs.ErrFailedPrecondition))
 }

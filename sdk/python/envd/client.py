@@ -668,15 +668,18 @@ class Client:
                           headers=self._key_header(idempotency_key))
 
     def migrate(self, project: str, base: str, *, validate: Optional[Sequence[Sequence[str]]] = None,
-                switch: bool = False, idempotency_key: Optional[str] = None) -> JSON:
+                switch: bool = False, idempotency_key: Optional[str] = None, mode: Optional[str] = None) -> JSON:
         """POST /v1/projects/{p}/migrations: the migrate operation. base is
         an imported image name or a repo@digest (an imported image, or a
-        version's image of the tenant's projects)."""
+        version's image of the tenant's projects). mode is "rebase" (the
+        default) or "rebuild" (the version's declared spec built again)."""
         req: JSON = {"base": base}
         if validate:
             req["validate"] = [list(v) for v in validate]
         if switch:
             req["switch"] = True
+        if mode:
+            req["mode"] = mode
         return self._call("POST", f"/v1/projects/{_seg(project)}/migrations", body=req,
                           headers=self._key_header(idempotency_key))
 
@@ -1324,6 +1327,34 @@ class Client:
         """DELETE /v1/projects/{p}/checkpoints/{id}: with its archives, and
         its version unless current, pinned or used by an instance."""
         return self._call("DELETE", f"/v1/projects/{_seg(project)}/checkpoints/{int(checkpoint_id)}")
+    # Build specs, build contexts, operation logs
+
+    def version_spec(self, project: str, version: int) -> JSON:
+        """GET /v1/projects/{p}/versions/{n}/spec: a build spec that makes
+        the version again; its "spec" is a body build_spec() takes."""
+        return self._call("GET", f"/v1/projects/{_seg(project)}/versions/{int(version)}/spec")
+
+    def build_spec(self, project: str, spec: Mapping[str, Any], *, switch: bool = False,
+                   idempotency_key: Optional[str] = None) -> JSON:
+        """POST /v1/projects/{p}/builds with a whole spec (packages,
+        sources, files, env, run, validate, context): the build operation."""
+        req: JSON = dict(spec)
+        if switch:
+            req["switch"] = True
+        return self._call("POST", f"/v1/projects/{_seg(project)}/builds", body=req,
+                          headers=self._key_header(idempotency_key))
+
+    def upload_build_context(self, project: str, tar: bytes) -> JSON:
+        """POST /v1/projects/{p}/build-contexts: keep a tar as a build
+        context; a spec names the answer's "context"."""
+        return self._call("POST", f"/v1/projects/{_seg(project)}/build-contexts", body=bytes(tar),
+                          headers={"Content-Type": "application/x-tar"})
+
+    def operation_logs(self, op: Union[str, Mapping[str, Any]]) -> str:
+        """GET /v1/operations/{id}/logs: the operation's log (a build's
+        output) as text."""
+        data = self._call("GET", f"/v1/operations/{_seg(_op_id(op))}/logs", raw=True)
+        return data.decode("utf-8", errors="replace")
 
 
 def operation_error(op: Mapping[str, Any]) -> EnvdError:

@@ -521,6 +521,13 @@ class LiveTest(unittest.TestCase):
         with self.assertRaises(envd.EnvdError):
             self.c.wait_result(op)
 
+        # A spec of files and run steps: its output is the operation's log.
+        op = self.c.build_spec(p, {"files": [{"path": "/etc/sdk-spec", "content": "py\n"}],
+                                   "run": [{"args": ["cat", "/etc/sdk-spec"]}]})
+        built = self.c.wait_result(op, timeout=600)
+        self.assertIn("py", self.c.operation_logs(op))
+        self.assertTrue(self.c.version_spec(p, built["version"])["declared"])
+
         res = self.c.wait_result(self.c.gc(dry_run=True), timeout=600)
         self.assertIn("versions", res)
         self.assertTrue(res.get("dry_run"))

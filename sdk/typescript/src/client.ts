@@ -174,6 +174,25 @@ export class Client {
   deleteCheckpoint(project: string, id: number, opts?: CallOptions): Promise<T.Checkpoint> {
     return this.transport.json({ method: "DELETE", path: `/v1/projects/${esc(project)}/checkpoints/${id}`, retry: "safe" }, opts);
   }
+
+  /** GET /v1/projects/{p}/versions/{n}/spec: a build spec that makes the version again (its `spec` is a BuildRequest). */
+  versionSpec(project: string, n: number, opts?: CallOptions): Promise<T.VersionSpec> {
+    return get(this.transport, `/v1/projects/${esc(project)}/versions/${esc(n)}/spec`, opts);
+  }
+
+  /** POST /v1/projects/{p}/build-contexts: keeps a tar as a build context; a BuildRequest names its `context`. */
+  uploadBuildContext(project: string, tar: Uint8Array | Blob | ArrayBuffer, opts?: CallOptions): Promise<T.BuildContext> {
+    const body = (tar instanceof ArrayBuffer ? new Uint8Array(tar) : tar) as unknown as BodyInit;
+    return this.transport.json(
+      { method: "POST", path: `/v1/projects/${esc(project)}/build-contexts`, body, contentType: "application/x-tar", retry: "safe" },
+      opts,
+    );
+  }
+
+  /** GET /v1/operations/{id}/logs: the operation's log (a build's output) as text. */
+  operationLogs(id: string, opts: CallOptions = {}): Promise<string> {
+    return this.transport.send({ method: "GET", path: `/v1/operations/${esc(id)}/logs`, retry: "safe" }, opts, (res) => res.text());
+  }
 }
 
 /** A creating POST: sent with an Idempotency-Key (made here when not given) and retried with it. */

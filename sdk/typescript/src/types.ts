@@ -422,11 +422,16 @@ export interface TokenInfo {
 
 /** Go: types.BuildRequest. The body of POST /v1/projects/{p}/builds. */
 export interface BuildRequest {
-  manager: Open<"apt" | "apk">;
-  packages: string[];
+  manager?: Open<"apt" | "apk">;
+  packages?: string[];
   validate?: string[][];
   from?: number;
   switch?: boolean;
+  sources?: BuildSources;
+  files?: BuildFile[];
+  env?: Record<string, string>;
+  run?: BuildStep[];
+  context?: string;
 }
 
 /** Go: types.BuildResult. */
@@ -447,6 +452,7 @@ export interface MigrateRequest {
   base: string;
   validate?: string[][];
   switch?: boolean;
+  mode?: Open<"rebase" | "rebuild">;
 }
 
 /** Go: types.MigrateResult. */
@@ -461,6 +467,7 @@ export interface MigrateResult {
   validated: number;
   current: boolean;
   conflict?: boolean;
+  mode?: Open<"rebase" | "rebuild">;
 }
 
 /** Go: types.Limits. The body of PUT /v1/projects/{p}/limits. */
@@ -883,4 +890,60 @@ export interface GCCheckpoint {
   version: number;
   archives: number;
   bytes: number;
+}
+
+/** Go: types.BuildSources. Written before a build installs its packages. */
+export interface BuildSources {
+  apt?: SourceFile[];
+  apt_keys?: SourceFile[];
+  apk?: string[];
+  apk_keys?: SourceFile[];
+}
+
+/** Go: types.SourceFile. A sources list or key: text or base64 bytes. */
+export interface SourceFile {
+  name: string;
+  content?: string;
+  content_base64?: string;
+}
+
+/** Go: types.BuildFile. Written after the packages; one of content, content_base64, source. */
+export interface BuildFile {
+  path: string;
+  content?: string;
+  content_base64?: string;
+  source?: string;
+  mode?: string;
+}
+
+/** Go: types.BuildStep. An argv run without a shell; with shell, one script for sh -c. */
+export interface BuildStep {
+  args: string[];
+  shell?: boolean;
+  dir?: string;
+}
+
+/** Go: types.BuildContext. The answer of POST /v1/projects/{p}/build-contexts. */
+export interface BuildContext {
+  context: string;
+  size_bytes: number;
+  files: number;
+}
+
+/** Go: types.SpecOmit. A change a derived spec does not reproduce. */
+export interface SpecOmit {
+  path: string;
+  reason: string;
+}
+
+/** Go: types.VersionSpec. The answer of GET /v1/projects/{p}/versions/{n}/spec. */
+export interface VersionSpec {
+  project: string;
+  version: number;
+  kind: string;
+  declared: boolean;
+  base: string;
+  base_version: number;
+  spec: BuildRequest;
+  omitted: SpecOmit[];
 }
