@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the envd node image without a container engine:
 #   build-node-image.sh [OUT.tar]          (default /var/cache/envd/node-image/envd-node.tar)
+#   build-node-image.sh --base-only        (only the cached Debian layer; scripts/setup.sh)
 # A Debian rootfs (debootstrap, with runc, CNI plugins, iptables, e2fsprogs,
 # fuse3, tini) is one layer, containerd and the envd binaries of this tree
 # another; cmd/envd-node-image assembles them into an image tar that
@@ -18,6 +19,7 @@ cd "$(dirname "$0")/.."
 ref=${ENVD_NODE_IMAGE:-envd.local/envd-node:dev}
 cache=${ENVD_IMAGE_CACHE:-/var/cache/envd/node-image}
 out=${1:-$cache/envd-node.tar}
+[ "$out" = --base-only ] && out=
 bindir=${ENVD_BIN_DIR:-/usr/local/lib/envd/bin}
 suite=${SUITE:-bookworm}
 packages=runc,iptables,e2fsprogs,fuse3,containernetworking-plugins,iproute2,tini,ca-certificates,procps
@@ -50,6 +52,10 @@ if [ ! -f "$base/layer.tar.gz" ]; then
   mv "$base.tmp" "$base"
 fi
 t_base=$(date +%s)
+if [ "${1:-}" = --base-only ]; then
+  echo "build-node-image: debian layer ok ($base)"
+  exit 0
+fi
 
 # The binaries' layer: envd and envctl of this tree, containerd beside them.
 work=$(mktemp -d)

@@ -36,7 +36,8 @@ DATA_DIR/registry). Every request carries one of two credentials, read from 0600
 --registry-credential-file) and the GC credential (also delete; give it to the nodes that run
 the GC with --registry-gc-credential-file). Missing files are generated. The registry does
 not sweep unreferenced blobs itself: that is the GC's.`,
-		Args: cobra.NoArgs,
+		Args:         cobra.NoArgs,
+		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			s3.AccessKey, s3.SecretKey = os.Getenv("ENVD_REGISTRY_S3_ACCESS_KEY"), os.Getenv("ENVD_REGISTRY_S3_SECRET_KEY")
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)

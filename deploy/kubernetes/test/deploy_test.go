@@ -262,7 +262,9 @@ func writeTestKustomization(t *testing.T, c *cluster, root, dir, dataDir, pgSock
 		[]net.IP{net.ParseIP(envdServiceIP), net.ParseIP(gatewayIP)})
 	require.NoError(t, err)
 	dsn := fmt.Sprintf("host=%s dbname=%s user=postgres sslmode=disable", pgSocketDir, pgserver.DatabaseName)
-	indent := func(b []byte) string { return "    " + strings.ReplaceAll(strings.TrimSpace(string(b)), "\n", "\n    ") }
+	indent := func(b []byte) string {
+		return "    " + strings.ReplaceAll(strings.TrimSpace(string(b)), "\n", "\n    ")
+	}
 	secrets := fmt.Sprintf(`apiVersion: v1
 kind: Secret
 metadata:
