@@ -32,6 +32,10 @@ for b in containerd containerd-shim-runc-v2 ctr; do
 done
 start=$(date +%s)
 
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+go build -o "$work/envd-node-image" ./cmd/envd-node-image
+
 # The Debian layer, cached by suite and package list.
 key=$(printf '%s %s' "$suite" "$packages" | sha256sum | cut -c1-16)
 base="$cache/debian-$key"
@@ -47,7 +51,7 @@ if [ ! -f "$base/layer.tar.gz" ]; then
   rm -rf "$base.tmp"/rootfs/var/lib/apt/lists/* "$base.tmp"/rootfs/var/cache/apt/archives/*.deb \
          "$base.tmp"/rootfs/var/log/* "$base.tmp"/rootfs/etc/apt/sources.list
   : > "$base.tmp/rootfs/etc/resolv.conf"    # the kubelet or runc mounts the real one
-  go run ./cmd/envd-node-image layer "$base.tmp/rootfs" "$base.tmp/layer.tar.gz"
+  "$work/envd-node-image" layer "$base.tmp/rootfs" "$base.tmp/layer.tar.gz"
   rm -rf "$base.tmp/rootfs" "$base"
   mv "$base.tmp" "$base"
 fi
@@ -58,16 +62,14 @@ if [ "${1:-}" = --base-only ]; then
 fi
 
 # The binaries' layer: envd and envctl of this tree, containerd beside them.
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/rootfs/usr/local/bin" "$work/rootfs/usr/local/lib/envd/bin" "$work/rootfs/var/lib/envd"
 CGO_ENABLED=0 go build -trimpath -o "$work/rootfs/usr/local/bin/" ./cmd/envd ./cmd/envctl
 cp "$bindir/containerd" "$bindir/containerd-shim-runc-v2" "$bindir/ctr" "$work/rootfs/usr/local/lib/envd/bin/"
 install -m 0755 deploy/image/envd-node-start "$work/rootfs/usr/local/bin/envd-node-start"
-go run ./cmd/envd-node-image layer "$work/rootfs" "$work/envd.tar.gz"
+"$work/envd-node-image" layer "$work/rootfs" "$work/envd.tar.gz"
 
 version=$("$work/rootfs/usr/local/bin/envd" version 2>/dev/null || echo dev)
-go run ./cmd/envd-node-image image --ref "$ref" \
+"$work/envd-node-image" image --ref "$ref" \
   --layer "$base/layer.tar.gz" --layer "$work/envd.tar.gz" \
   --entrypoint '["/usr/bin/tini","--","/usr/local/bin/envd-node-start"]' --cmd '["serve"]' \
   --env PATH=/usr/local/lib/envd/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \

@@ -493,7 +493,9 @@ func (c *cluster) mountNamespace() {
 	fake := filepath.Join(c.dir, "fake-sysctl")
 	require.NoError(t, os.MkdirAll(fake, 0o755))
 	var binds []string
-	for _, f := range []string{"/proc/sys/kernel/panic", "/proc/sys/kernel/panic_on_oops", "/proc/sys/vm/overcommit_memory"} {
+	// Every sysctl the kubelet's setupKernelTunables may write.
+	for _, f := range []string{"/proc/sys/kernel/panic", "/proc/sys/kernel/panic_on_oops", "/proc/sys/vm/overcommit_memory",
+		"/proc/sys/vm/panic_on_oom", "/proc/sys/kernel/keys/root_maxkeys", "/proc/sys/kernel/keys/root_maxbytes"} {
 		b, err := os.ReadFile(f)
 		require.NoError(t, err)
 		p := filepath.Join(fake, strings.ReplaceAll(strings.TrimPrefix(f, "/proc/sys/"), "/", "_"))

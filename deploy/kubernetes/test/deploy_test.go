@@ -295,6 +295,9 @@ stringData:
 %s
 `, dsn, s3Key, s3Secret, s3Key, s3Secret, randHex(16), randHex(16), indent(crt), indent(key))
 	require.NoError(t, os.WriteFile(filepath.Join(kdir, "secrets.yaml"), []byte(secrets), 0o600))
+	// kustomize takes a base only by a relative path.
+	overlay, err := filepath.Rel(kdir, filepath.Join(root, "deploy", "kubernetes", "overlays", "single-node"))
+	require.NoError(t, err)
 	kust := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
@@ -336,7 +339,7 @@ patches:
       - op: add
         path: /spec/template/spec/volumes/-
         value: {name: postgresql, hostPath: {path: %s, type: Directory}}
-`, filepath.Join(root, "deploy", "kubernetes", "overlays", "single-node"), s3Addr, s3Addr,
+`, overlay, s3Addr, s3Addr,
 		dataDir, dataDir, dataDir, pgSocketDir, pgSocketDir)
 	require.NoError(t, os.WriteFile(filepath.Join(kdir, "kustomization.yaml"), []byte(kust), 0o600))
 	return kdir
