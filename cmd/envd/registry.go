@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -84,6 +86,14 @@ func serveRegistryAlone(ctx context.Context, listen, dataDir, nodeCred, gcCred s
 			return fmt.Errorf("registry bucket: %w", err)
 		}
 		opts = append(opts, registry.WithS3Storage(s3))
+		if host, _, err := net.SplitHostPort(s3.Endpoint); err == nil {
+			if ip, err := netip.ParseAddr(host); err == nil && (ip.IsPrivate() || ip.IsLoopback() || ip.IsLinkLocalUnicast()) {
+				// Blob GETs redirect to S3; go-containerregistry (envd's
+				// registry client) refuses a redirect to a private IP
+				// literal on another host than the registry's.
+				fmt.Fprintf(os.Stderr, "envd registry: warning: S3 endpoint %s is a private IP address: nodes refuse the registry's redirects to it unless it is the registry's own host; name it by DNS\n", s3.Endpoint)
+			}
+		}
 	}
 	srv, err := registry.Serve(ctx, filepath.Join(dataDir, "registry"), listen, opts...)
 	if err != nil {

@@ -238,6 +238,7 @@ func (c *cluster) network() {
 	require.Error(t, err, "bridge %s exists already: another run of this test, or a leftover (ip link del %s)", bridgeName, bridgeName)
 	out, _ := exec.Command("nft", "list", "tables").CombinedOutput()
 	require.NotContains(t, string(out), "kube-proxy", "nftables already has kube-proxy tables: another cluster runs on this machine")
+	tablesBefore := string(out)
 	preexisting := map[string]bool{}
 	for _, bin := range []string{"iptables", "ip6tables"} {
 		for _, table := range []string{"filter", "nat", "mangle"} {
@@ -250,6 +251,7 @@ func (c *cluster) network() {
 	c.onCleanup(func() {
 		// Rules first (they name chains that jump), then the bridge.
 		removeChains(t, preexisting, kubeletChains, nil)
+		removeEmptyTables(tablesBefore)
 		for _, fam := range []string{"ip", "ip6"} {
 			_ = exec.Command("nft", "delete", "table", fam, "kube-proxy").Run()
 		}
@@ -771,5 +773,32 @@ func killMountNamespace(pid int) {
 			return
 		}
 		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// removeEmptyTables deletes the iptables-nft tables that were not there
+// before (tablesBefore, `nft list tables`) and hold no rule now: the
+// kubelet's chains create them (ip mangle, ip6 nat, ...), removing the
+// chains leaves them behind.
+func removeEmptyTables(tablesBefore string) {
+	for _, fam := range []struct{ nft, bin string }{{"ip", "iptables"}, {"ip6", "ip6tables"}} {
+		for _, table := range []string{"filter", "nat", "mangle", "raw"} {
+			if strings.Contains(tablesBefore, "table "+fam.nft+" "+table+"\n") {
+				continue
+			}
+			out, err := exec.Command(fam.bin, "-w", "5", "-t", table, "-S").Output()
+			if err != nil {
+				continue
+			}
+			empty := true
+			for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+				if !strings.HasPrefix(l, "-P ") {
+					empty = false
+				}
+			}
+			if empty {
+				_ = exec.Command("nft", "delete", "table", fam.nft, table).Run()
+			}
+		}
 	}
 }

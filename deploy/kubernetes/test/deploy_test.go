@@ -228,6 +228,9 @@ func rollout(t *testing.T, c *cluster, ctx context.Context, what string) {
 	require.NoError(t, err)
 }
 
+// s3Host names S3 in the pods (hostAliases): the bridge's address.
+const s3Host = "s3.envd-k8s-test"
+
 // startS3 runs versitygw on the bridge's address; cleanup stops it.
 func startS3(t *testing.T, c *cluster, dir string) (addr, key, secret string) {
 	t.Helper()
@@ -295,6 +298,9 @@ stringData:
 %s
 `, dsn, s3Key, s3Secret, s3Key, s3Secret, randHex(16), randHex(16), indent(crt), indent(key))
 	require.NoError(t, os.WriteFile(filepath.Join(kdir, "secrets.yaml"), []byte(secrets), 0o600))
+	_, s3Port, err := net.SplitHostPort(s3Addr)
+	require.NoError(t, err)
+	s3Endpoint := net.JoinHostPort(s3Host, s3Port)
 	// kustomize takes a base only by a relative path.
 	overlay, err := filepath.Rel(kdir, filepath.Join(root, "deploy", "kubernetes", "overlays", "single-node"))
 	require.NoError(t, err)
@@ -311,6 +317,15 @@ configMapGenerator:
       - ENVD_REGISTRY_S3_ENDPOINT=%s
 patches:
   - path: secrets.yaml
+  # S3 by name, as in a cluster with DNS: envd's registry client refuses a
+  # redirect from the registry to another host given as a private IP.
+  - target:
+      kind: Deployment
+      name: envd-registry
+    patch: |-
+      - op: add
+        path: /spec/template/spec/hostAliases
+        value: [{ip: %q, hostnames: [%q]}]
   - target:
       kind: DaemonSet
       name: envd-node
@@ -339,8 +354,11 @@ patches:
       - op: add
         path: /spec/template/spec/volumes/-
         value: {name: postgresql, hostPath: {path: %s, type: Directory}}
-`, overlay, s3Addr, s3Addr,
-		dataDir, dataDir, dataDir, pgSocketDir, pgSocketDir)
+      - op: add
+        path: /spec/template/spec/hostAliases
+        value: [{ip: %q, hostnames: [%q]}]
+`, overlay, s3Endpoint, s3Endpoint, gatewayIP, s3Host,
+		dataDir, dataDir, dataDir, pgSocketDir, pgSocketDir, gatewayIP, s3Host)
 	require.NoError(t, os.WriteFile(filepath.Join(kdir, "kustomization.yaml"), []byte(kust), 0o600))
 	return kdir
 }
