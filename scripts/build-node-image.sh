@@ -77,4 +77,4 @@ version=$("$work/rootfs/usr/local/bin/envd" version 2>/dev/null || echo dev)
   --label org.opencontainers.image.title=envd-node --label "org.opencontainers.image.version=$version" \
   --out "$out"
 end=$(date +%s)
-echo "build-node-image: $ref in $out ($(du -h "$out" | cut -f1); debian layer $((t_base - start)) s, total $((end - start)) s)"
+echo "build-node-image: $ref in $out ($(du -h "$out" | cut -f1); cached Debian layer ready after $((t_base - start)) s, total $((end - start)) s)"
