@@ -58,4 +58,8 @@ if [ "$(cat "$SDK_TS_DIR/node_modules/.envd-lock.sha256" 2>/dev/null)" != "$sdk_
 fi
 modprobe overlay 2>/dev/null || true
 modprobe fuse 2>/dev/null || true
+# The deployment test (deploy/kubernetes/test): Kubernetes built from source and the node
+# image's Debian layer, both cached after the first run.
+bash "$(dirname "$0")/k8s-build.sh"
+bash "$(dirname "$0")/build-node-image.sh" --base-only
 echo "setup: ok ($GOBIN_DIR)"
