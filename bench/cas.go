@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -49,13 +47,7 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 // (the read before it is not timed), for wins and conflicts alike.
 func runCAS(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 	started := time.Now()
-	rootfs := filepath.Join(cfg.work, "rootfs-busybox")
-	if o, err := exec.CommandContext(ctx, "bash", "scripts/busybox-rootfs.sh", rootfs).CombinedOutput(); err != nil {
-		return fmt.Errorf("busybox rootfs (run from the repository's root): %v: %s", err, o)
-	}
-	c := cfg
-	c.rootfs, c.work = rootfs, filepath.Join(cfg.work, "cas")
-	b, err := startBed(ctx, c)
+	b, err := busyboxBed(ctx, cfg, "cas")
 	defer func() {
 		if cerr := b.close(); cerr != nil {
 			rErr = errors.Join(rErr, cerr)

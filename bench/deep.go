@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os/exec"
-	"path/filepath"
 	"time"
 
 	"github.com/envd-dev/envd/envd/node"
@@ -33,10 +31,6 @@ type deepRow struct {
 // (cfg.runs) with `cat /home/f1` as the first command.
 func runDeep(ctx context.Context, cfg config, out io.Writer) error {
 	started := time.Now()
-	rootfs := filepath.Join(cfg.work, "rootfs-busybox")
-	if o, err := exec.CommandContext(ctx, "bash", "scripts/busybox-rootfs.sh", rootfs).CombinedOutput(); err != nil {
-		return fmt.Errorf("busybox rootfs (run from the repository's root): %v: %s", err, o)
-	}
 	sides := []struct {
 		name   string
 		squash int
@@ -44,8 +38,8 @@ func runDeep(ctx context.Context, cfg config, out io.Writer) error {
 	var rows []deepRow
 	for i, side := range sides {
 		c := cfg
-		c.rootfs, c.squashAfter, c.work = rootfs, side.squash, filepath.Join(cfg.work, fmt.Sprintf("deep-%d", i))
-		r, err := deepSide(ctx, c, side.name)
+		c.squashAfter = side.squash
+		r, err := deepSide(ctx, c, fmt.Sprintf("deep-%d", i), side.name)
 		if err != nil {
 			return fmt.Errorf("%s: %w", side.name, err)
 		}
@@ -75,8 +69,8 @@ func runDeep(ctx context.Context, cfg config, out io.Writer) error {
 }
 
 // deepSide runs one node's half of the deep scenario.
-func deepSide(ctx context.Context, cfg config, side string) (rows []deepRow, rErr error) {
-	b, err := startBed(ctx, cfg)
+func deepSide(ctx context.Context, cfg config, dir, side string) (rows []deepRow, rErr error) {
+	b, err := busyboxBed(ctx, cfg, dir)
 	defer func() {
 		if cerr := b.close(); cerr != nil {
 			rErr = errors.Join(rErr, cerr)

@@ -20,13 +20,7 @@ import (
 // refill, as a user's next `up` would.
 func runPool(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 	started := time.Now()
-	rootfs := filepath.Join(cfg.work, "rootfs-busybox")
-	if o, err := exec.CommandContext(ctx, "bash", "scripts/busybox-rootfs.sh", rootfs).CombinedOutput(); err != nil {
-		return fmt.Errorf("busybox rootfs (run from the repository's root): %v: %s", err, o)
-	}
-	c := cfg
-	c.rootfs, c.work = rootfs, filepath.Join(cfg.work, "pool")
-	b, err := startBed(ctx, c)
+	b, err := busyboxBed(ctx, cfg, "pool")
 	defer func() {
 		if cerr := b.close(); cerr != nil {
 			rErr = errors.Join(rErr, cerr)
@@ -89,4 +83,16 @@ func runPool(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 	fmt.Fprintf(&w, "- Scenario wall time: %s.\n", seconds(time.Since(started)))
 	_, err = out.Write(w.Bytes())
 	return err
+}
+
+// busyboxBed starts a bed (a primary node) on a busybox base made from
+// Debian's busybox-static, with its data under cfg.work/name; the caller
+// closes it (also on error).
+func busyboxBed(ctx context.Context, cfg config, name string) (*bed, error) {
+	rootfs := filepath.Join(cfg.work, "rootfs-busybox")
+	if o, err := exec.CommandContext(ctx, "bash", "scripts/busybox-rootfs.sh", rootfs).CombinedOutput(); err != nil {
+		return &bed{dir: filepath.Join(cfg.work, name, "nodes")}, fmt.Errorf("busybox rootfs (run from the repository's root): %v: %s", err, o)
+	}
+	cfg.rootfs, cfg.work = rootfs, filepath.Join(cfg.work, name)
+	return startBed(ctx, cfg)
 }
