@@ -73,6 +73,17 @@ func TestCorePool(t *testing.T) {
 	assert.WithinDuration(t, time.Now().Add(time.Hour), *in.ExpiresAt, time.Minute)
 	eventually("the pool refilled", func() bool { return pooled().Ready == 2 && !slices.Contains(poolIDs(), in.ID) })
 
+	// A client's retry with the same idempotency key gets the instance the
+	// pool handed out, not a second one.
+	inPool := poolIDs()
+	keyed, err := e.svc.CreateInstance(e.ctx, e.user, "warm", types.CreateInstanceRequest{}, "pool-key-1")
+	require.NoError(t, err)
+	assert.Contains(t, inPool, keyed.ID, "a keyed create is served from the pool too")
+	again, err := e.svc.CreateInstance(e.ctx, e.user, "warm", types.CreateInstanceRequest{}, "pool-key-1")
+	require.NoError(t, err)
+	assert.Equal(t, keyed.ID, again.ID)
+	eventually("the pool refilled again", func() bool { return pooled().Ready == 2 })
+
 	kept := e.instance("warm", types.CreateInstanceRequest{Retain: true})
 	assert.NotContains(t, poolIDs(), kept.ID)
 	assert.True(t, kept.Retain, "a request for more than the pool offers starts its own instance")

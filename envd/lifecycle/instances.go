@@ -94,7 +94,12 @@ func (m *Manager) CreateInstance(ctx context.Context, p types.Principal, project
 		return ops.Await(ctx, func(ctx context.Context) (types.Instance, error) { return m.GetInstance(ctx, p, existing) })
 	}
 	if in, ok := m.claimPooled(ctx, p, project, req); ok {
-		release() // the key's id was not used: a retry claims again or starts one
+		// A retry with the key must get this instance, not the id the key
+		// was claimed for.
+		if err := m.Ops.Repoint(ctx, p, idempotencyKey, in.ID); err != nil {
+			m.Log.Warn("idempotency key of a pooled claim", "instance", in.ID, "err", err)
+			release()
+		}
 		return in, nil
 	}
 	in, err := m.createInstance(ctx, p, id, project, req)

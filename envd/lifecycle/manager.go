@@ -117,6 +117,7 @@ type Operations interface {
 	Settle(ctx context.Context, op versions.Operation, err error)
 	Succeed(ctx context.Context, op versions.Operation, result any)
 	Claim(ctx context.Context, p types.Principal, key, kind string, req any, objectID string) (existing string, release func(), err error)
+	Repoint(ctx context.Context, p types.Principal, key, objectID string) error
 }
 
 // Observer is told how long instances take to run and which fail, for

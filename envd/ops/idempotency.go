@@ -47,6 +47,15 @@ func (r *Runner) Claim(ctx context.Context, p types.Principal, key, kind string,
 	}, nil
 }
 
+// Repoint makes a key claimed with Claim name objectID instead (the
+// request was answered with another object); no key, no change.
+func (r *Runner) Repoint(ctx context.Context, p types.Principal, key, objectID string) error {
+	if key == "" {
+		return nil
+	}
+	return r.store.RepointIdempotencyKey(ctx, p.Tenant, key, objectID)
+}
+
 // Await polls get until the object a concurrent request is making appears.
 func Await[T any](ctx context.Context, get func(context.Context) (T, error)) (T, error) {
 	deadline := time.Now().Add(30 * time.Second)

@@ -46,6 +46,7 @@ type Store interface {
 	Events(ctx context.Context, opID string, afterSeq, limit int) ([]versions.Event, error)
 	ClaimIdempotencyKey(ctx context.Context, tenant, key, kind, requestHash, objectID string) (versions.Claim, error)
 	ReleaseIdempotencyKey(ctx context.Context, tenant, key string) error
+	RepointIdempotencyKey(ctx context.Context, tenant, key, objectID string) error
 }
 
 // Admission takes one of tenant's slots for a new operation of kind; the
