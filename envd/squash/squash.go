@@ -87,8 +87,11 @@ func (s *Squasher) Run(ctx context.Context, interval time.Duration) {
 	for {
 		for ctx.Err() == nil {
 			res, err := s.Once(ctx)
-			if errors.Is(err, errdefs.ErrNotFound) && res.Claim.Project == "" {
-				break // nothing to do
+			if err != nil && res.Claim.Project == "" {
+				if !errors.Is(err, errdefs.ErrNotFound) && ctx.Err() == nil {
+					s.Log.Warn("squash: look for deep versions", "err", err) // the database: try at the next tick
+				}
+				break // nothing to do, or nothing can be done now
 			}
 			if err != nil {
 				s.Log.Warn("squash failed", "project", res.Claim.Project, "version", res.Claim.Number, "err", err)
