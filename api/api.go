@@ -56,6 +56,7 @@ type Core interface {
 	PortCore
 	FileCore
 	RolloutCore
+	ClusterCore
 }
 
 // MaxJSONBody is the largest JSON request body accepted. Image uploads are
@@ -222,7 +223,7 @@ func New(core Core, opts ...Option) (http.Handler, error) {
 	if fwd == nil {
 		fwd = http.DefaultTransport
 	}
-	v1 := e.Group("/v1", auth, checkIdempotencyKey, forward(core, fwd))
+	v1 := e.Group("/v1", auth, checkIdempotencyKey, forward(core, fwd), placeCreate(core, fwd))
 	for _, group := range [][]route{
 		node.routes(),
 		images{core}.routes(),
@@ -239,6 +240,7 @@ func New(core Core, opts ...Option) (http.Handler, error) {
 		newPorts(core, o.previewDomain).routes(),
 		fileRoutes{core, admit, o.keepAlive}.routes(),
 		rollouts{core}.routes(),
+		nodes{core}.routes(),
 	} {
 		for _, r := range group {
 			v1.Handle(r.method, r.path, r.handler)

@@ -146,6 +146,9 @@ type Config struct {
 	// RolloutConcurrency is the most rollout migrations this node runs at
 	// once; 0 = rollout.DefaultConcurrency.
 	RolloutConcurrency int
+	// Cluster membership (nodes.go): the node's labels, capacity and
+	// lease, and the command another machine runs to join.
+	Cluster ClusterConfig
 }
 
 // DefaultTTL is an instance's lifetime when neither its client nor the
@@ -181,6 +184,7 @@ type Service struct {
 	gate        *freeze.Gate                  // the node's freeze gate (files.go waits out a save's freeze)
 	rollouts    *rollout.Runner
 	interactive atomic.Int64 // saves, restores and builds running on this node (admission.go)
+	cluster     clusterState // nodes.go
 }
 
 // New makes the core. Call Start once after, and Close at the end.
@@ -227,6 +231,7 @@ func New(cfg Config, store *versions.Store, reg ImageStore, rt Runtime) (*Servic
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Service{cfg: cfg, store: store, reg: reg, rt: rt, log: cfg.Logger, stop: cancel, diffs: changes.NewCache(64)}
 	s.wire(ctx)
+	s.cluster.ctx = ctx
 	return s, nil
 }
 
@@ -246,7 +251,7 @@ func (s *Service) wire(ctx context.Context) {
 	if cfg.Volumes != nil {
 		storage, gcVolumes = cfg.Volumes, cfg.Volumes
 	}
-	s.vols = volumes.New(cfg.Node, s.store, storage, cfg.Objects, s.quota, s.log)
+	s.vols = volumes.New(cfg.Node, s.store, storage, cfg.Objects, s.quota, s.log).WithHomes(s.store)
 	s.life = lifecycle.New(ctx, lifecycle.Deps{Node: cfg.Node, Store: s.store, Runtime: s.rt, Registry: s.reg,
 		Volumes: s.vols, Quota: s.quota, Saver: s.saver, Gate: gate, Ops: s.ops, Log: s.log, Observer: cfg.Observer,
 		DefaultLimits: cfg.DefaultLimits, BuildEgress: cfg.BuildEgress, HibernateAfter: cfg.HibernateAfter,
@@ -265,6 +270,7 @@ func (s *Service) Close() {
 	s.stop()
 	s.ops.Wait()
 	s.life.Wait()
+	s.cluster.wg.Wait()
 }
 
 // Authenticate resolves a bearer token.

@@ -304,6 +304,8 @@ type Instance struct {
 	// (a newer base) the instance does not run: the instance keeps its
 	// version until it is started anew (GET /v1/instances/{i} only).
 	NewerCurrent int `json:"newer_current,omitempty"`
+	// Placement is why the instance runs on its node (placement policy).
+	Placement string `json:"placement,omitempty"`
 }
 
 // Protection is what keeps an instance's data.
@@ -320,6 +322,8 @@ type CreateInstanceRequest struct {
 	Version int    `json:"version,omitempty"` // 0 = current
 	TTL     string `json:"ttl,omitempty"`     // Go duration; "" = server default, "none" = no expiry
 	Retain  bool   `json:"retain,omitempty"`
+	// NodeSelector: only nodes with every one of these labels take it.
+	NodeSelector map[string]string `json:"node_selector,omitempty"`
 }
 
 // ExecRequest is the body of POST /v1/instances/{i}/exec.

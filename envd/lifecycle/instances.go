@@ -120,6 +120,8 @@ type instancePlan struct {
 	// isolated: a build or trial container: no volumes, its reads not
 	// recorded for prefetch.
 	isolated bool
+	// placement: why the instance runs on this node (types.PlacementFrom).
+	placement string
 }
 
 // planInstance checks a request to start an instance of project: the
@@ -153,7 +155,7 @@ func (m *Manager) planInstance(ctx context.Context, p types.Principal, project s
 	if v.State != "ready" {
 		return instancePlan{}, fmt.Errorf("version %d of project %q is %s, only ready versions can be started: %w", n, project, v.State, errdefs.ErrFailedPrecondition)
 	}
-	return instancePlan{proj: proj, version: v, expires: expires, retain: req.Retain}, nil
+	return instancePlan{proj: proj, version: v, expires: expires, retain: req.Retain, placement: types.PlacementFrom(ctx)}, nil
 }
 
 // startPlanned records the instance as Pending, provisions it and returns
@@ -172,7 +174,7 @@ func (m *Manager) startPlanned(ctx context.Context, p types.Principal, id string
 	in, err := m.Store.CreateInstance(ctx, versions.Instance{
 		ID: id, Tenant: p.Tenant, Project: project, Node: m.Node, Version: n,
 		State: types.StatePending, Reason: types.ReasonCreated, Message: fmt.Sprintf("starting from version %d", n),
-		ExpiresAt: plan.expires, Retain: plan.retain, Spec: spec.MarshalInstance(limits),
+		ExpiresAt: plan.expires, Retain: plan.retain, Spec: spec.MarshalInstance(limits), Placement: plan.placement,
 	})
 	if err != nil {
 		return types.Instance{}, err
@@ -226,6 +228,11 @@ func (m *Manager) abandonPending(ctx context.Context, id, msg string) bool {
 // with the project's volumes and network policy (build: a build container,
 // labelled LabelBuild, whose policy does not follow the project's).
 func (m *Manager) provision(ctx context.Context, in versions.Instance, proj versions.Project, image string, build bool) error {
+	if !build {
+		if err := m.Volumes.Follow(ctx, proj); err != nil {
+			return err
+		}
+	}
 	mounts, env, err := m.Volumes.Mounts(ctx, proj)
 	if err != nil {
 		return err
@@ -233,6 +240,10 @@ func (m *Manager) provision(ctx context.Context, in versions.Instance, proj vers
 	ref := m.Registry.Addr() + "/" + image
 	if err := m.Runtime.Pull(ctx, ref); err != nil {
 		return fmt.Errorf("pull %s: %w", image, err)
+	}
+	// Placement prefers this node for the image from now on.
+	if err := m.Store.RecordImage(ctx, m.Node, image); err != nil {
+		m.Log.Warn("record pulled image", "image", image, "err", err)
 	}
 	var limits types.Limits
 	if l := spec.InstanceLimits(in.Spec); l != nil {

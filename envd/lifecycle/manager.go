@@ -62,6 +62,7 @@ type Store interface {
 	RecordActivity(ctx context.Context, at map[string]time.Time) error
 	IdleCandidates(ctx context.Context, node string) ([]versions.IdleState, error)
 	IdleStates(ctx context.Context, ids []string) (map[string]versions.IdleState, error)
+	RecordImage(ctx context.Context, node, image string) error
 }
 
 // Runtime is what instances need of the container runtime: everything
@@ -89,6 +90,11 @@ type Registry interface {
 type Volumes interface {
 	Mounts(ctx context.Context, proj versions.Project) ([]runtime.Mount, []string, error)
 	Paths(ctx context.Context, tenant, project string) []string
+	// Follow brings the project's volume data to this node before an
+	// instance starts here (volumes.Manager.Follow); Handoff archives it
+	// when nothing of the project runs here any more.
+	Follow(ctx context.Context, proj versions.Project) error
+	Handoff(ctx context.Context, tenant, project string)
 }
 
 // Quota are the checks a start makes (quota.Checker).
@@ -211,5 +217,5 @@ func View(in versions.Instance) types.Instance {
 		LastSavedVersion: in.LastSavedVersion, Generation: in.Generation, State: in.State,
 		Reason: in.Reason, Message: in.Message, Retain: in.Retain, ExpiresAt: in.ExpiresAt,
 		HibernatedVersion: in.HibernatedVersion, CreatedAt: in.CreatedAt, LastTransitionAt: in.LastTransitionAt,
-		Limits: spec.InstanceLimits(in.Spec)}
+		Limits: spec.InstanceLimits(in.Spec), Placement: in.Placement}
 }

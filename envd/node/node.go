@@ -144,6 +144,14 @@ type Config struct {
 	// RolloutConcurrency is the most rollout migrations this node runs at
 	// once; 0 = rollout.DefaultConcurrency (2).
 	RolloutConcurrency int
+	// Cluster membership (envd.ClusterConfig): the lease (0 =
+	// envd.DefaultLease, 15s), how often lost nodes are looked for (0 =
+	// envd.DefaultSweepInterval, 5s), the node's labels for node_selector,
+	// and its capacity (zero fields: read from the host).
+	Lease         time.Duration
+	SweepInterval time.Duration
+	Labels        map[string]string
+	Capacity      types.NodeCapacity
 }
 
 // The defaults of a node, in one place: DefaultConfig gathers them for
@@ -303,6 +311,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := n.Service.RegisterNode(ctx, n.URL); err != nil {
 		return nil, err
 	}
+	n.onClose(func(ctx context.Context) error { n.Service.LeaveCluster(ctx); return nil })
 	if n.MetricsURL, err = n.serveMetrics(); err != nil {
 		return nil, err
 	}

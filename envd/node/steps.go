@@ -283,6 +283,7 @@ func (n *Node) newService(db database, reg registryPart, rt *runtime.Runtime, v 
 		IdleAfter: cfg.IdleAfter, IdleAction: cfg.IdleAction, WakeWait: cfg.WakeWait, IdleInterval: cfg.IdleInterval, ActivityFlush: cfg.ActivityFlush,
 		MaxFileBytes:       cfg.MaxFileBytes,
 		RolloutConcurrency: cfg.RolloutConcurrency,
+		Cluster:            n.clusterConfig(db, reg),
 	}, db.store, reg.client, rt)
 	if err != nil {
 		return nil, err

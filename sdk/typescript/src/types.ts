@@ -494,6 +494,7 @@ export type ErrorCode = Open<
   | "waking"
   | "port_unreachable"
   | "too_large"
+  | "volume_elsewhere"
 >;
 
 /** Go: types.ErrorDetail. */
