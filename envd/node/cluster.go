@@ -94,4 +94,3 @@ func ParseLabels(list []string) (map[string]string, error) {
 	}
 	return out, nil
 }
-
