@@ -816,6 +816,36 @@ class Client:
             return done.get("result")
         raise operation_error(done)
 
+    # ------------------------------------------------------------------
+    # Cluster nodes (admin)
+
+    def list_nodes(self) -> List[JSON]:
+        """GET /v1/nodes: the cluster's nodes with state, labels, capacity,
+        live instances and lease."""
+        return self._call("GET", "/v1/nodes").get("nodes") or []
+
+    def get_node(self, name: str) -> JSON:
+        """GET /v1/nodes/{name}."""
+        return self._call("GET", f"/v1/nodes/{_seg(name)}")
+
+    def cordon_node(self, name: str) -> JSON:
+        """POST /v1/nodes/{name}/cordon: no new placements there."""
+        return self._call("POST", f"/v1/nodes/{_seg(name)}/cordon")
+
+    def uncordon_node(self, name: str) -> JSON:
+        """POST /v1/nodes/{name}/uncordon: ready again."""
+        return self._call("POST", f"/v1/nodes/{_seg(name)}/uncordon")
+
+    def drain_node(self, name: str) -> JSON:
+        """POST /v1/nodes/{name}/drain: the node hibernates its instances,
+        then shows state drained."""
+        return self._call("POST", f"/v1/nodes/{_seg(name)}/drain")
+
+    def join_command(self) -> JSON:
+        """GET /v1/cluster/join-command: the envd serve line that joins this
+        cluster; it holds credentials."""
+        return self._call("GET", "/v1/cluster/join-command")
+
 
 def operation_error(op: Mapping[str, Any]) -> EnvdError:
     """The exception for a failed or canceled operation dict."""

@@ -188,3 +188,22 @@ class RetryTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class NodesTest(unittest.TestCase):
+    def test_node_routes(self):
+        node = {"name": "n 1", "state": "ready"}
+        r = Recorder([(200, {"nodes": [node]}, {}), (200, node, {}), (200, node, {}), (200, node, {}), (200, node, {}),
+                      (200, {"command": "envd serve", "args": ["envd", "serve"]}, {})])
+        self.addCleanup(r.server.close)
+        c = envd.Client(r.url, "tok")
+        self.addCleanup(c.close)
+        self.assertEqual(c.list_nodes(), [node])
+        self.assertEqual(c.get_node("n 1")["name"], "n 1")
+        c.cordon_node("n1")
+        c.uncordon_node("n1")
+        c.drain_node("n1")
+        self.assertEqual(c.join_command()["command"], "envd serve")
+        self.assertEqual([(m, p) for m, p, _, _ in r.requests], [
+            ("GET", "/v1/nodes"), ("GET", "/v1/nodes/n%201"), ("POST", "/v1/nodes/n1/cordon"),
+            ("POST", "/v1/nodes/n1/uncordon"), ("POST", "/v1/nodes/n1/drain"), ("GET", "/v1/cluster/join-command")])

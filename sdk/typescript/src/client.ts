@@ -106,6 +106,10 @@ export class Client {
   usage(opts?: CallOptions): Promise<T.Usage> {
     return this.transport.json({ method: "GET", path: "/v1/usage", retry: "safe" }, opts);
   }
+  /** The cluster's nodes (admin token): list, get, cordon, uncordon, drain, joinCommand. */
+  get nodes(): Nodes {
+    return new Nodes(this.transport);
+  }
 }
 
 /** A creating POST: sent with an Idempotency-Key (made here when not given) and retried with it. */
@@ -665,4 +669,38 @@ export class Operations {
   }
 }
 
+/** The cluster's nodes (admin token). */
+export class Nodes {
+  constructor(private t: Transport) {}
 
+  /** GET /v1/nodes. */
+  async list(opts?: CallOptions): Promise<T.Node[]> {
+    const r = await get<T.NodeList>(this.t, "/v1/nodes", opts);
+    return r.nodes;
+  }
+
+  /** GET /v1/nodes/{name}. */
+  get(name: string, opts?: CallOptions): Promise<T.Node> {
+    return get<T.Node>(this.t, `/v1/nodes/${esc(name)}`, opts);
+  }
+
+  /** POST /v1/nodes/{name}/cordon: no new placements there. */
+  cordon(name: string, opts?: CallOptions): Promise<T.Node> {
+    return this.t.json({ method: "POST", path: `/v1/nodes/${esc(name)}/cordon`, retry: "safe" }, opts);
+  }
+
+  /** POST /v1/nodes/{name}/uncordon: ready again. */
+  uncordon(name: string, opts?: CallOptions): Promise<T.Node> {
+    return this.t.json({ method: "POST", path: `/v1/nodes/${esc(name)}/uncordon`, retry: "safe" }, opts);
+  }
+
+  /** POST /v1/nodes/{name}/drain: the node hibernates its instances, then shows state drained. */
+  drain(name: string, opts?: CallOptions): Promise<T.Node> {
+    return this.t.json({ method: "POST", path: `/v1/nodes/${esc(name)}/drain`, retry: "safe" }, opts);
+  }
+
+  /** GET /v1/cluster/join-command: the envd serve line that joins this cluster (holds secrets). */
+  joinCommand(opts?: CallOptions): Promise<T.JoinCommand> {
+    return get<T.JoinCommand>(this.t, "/v1/cluster/join-command", opts);
+  }
+}

@@ -250,6 +250,8 @@ export interface Instance {
   active_sessions?: number;
   /** GET of one instance only: the project's current, a newer base this instance does not run. */
   newer_current?: number;
+  /** Why the instance runs on its node (the placement decision). */
+  placement?: string;
 }
 
 /** Go: types.CreateInstanceRequest. The body of POST /v1/projects/{p}/instances. */
@@ -259,6 +261,8 @@ export interface CreateInstanceRequest {
   /** A Go duration; absent = server default; "none" = no expiry. */
   ttl?: string;
   retain?: boolean;
+  /** Only nodes with every one of these labels take it. */
+  node_selector?: Record<string, string>;
 }
 
 /** Go: types.ExecRequest. The body of POST /v1/instances/{i}/exec. */
@@ -634,4 +638,45 @@ export interface ForkResult {
 export interface IdleSetting {
   after?: string;
   action?: Open<"stop" | "hibernate" | "">;
+}
+
+/** Go: types.NodeCapacity. 0 = not known; instance_slots 0 = no bound (in used: the live instances). */
+export interface NodeCapacity {
+  cpus: number;
+  memory_bytes: number;
+  disk_bytes: number;
+  instance_slots: number;
+}
+
+/** Go: types.Node. A member of the cluster. */
+export interface Node {
+  name: string;
+  api_url: string;
+  state: Open<"ready" | "cordoned" | "draining" | "drained" | "lost">;
+  labels: Record<string, string>;
+  capacity: NodeCapacity;
+  used: NodeCapacity;
+  instances: number;
+  lease_seconds: number;
+  /** Set by the database's clock at every renewal. */
+  lease_expires_at: string;
+  expired?: boolean;
+  renewed_at: string;
+  started_at: string;
+  state_changed_at: string;
+  version?: string;
+  stopped?: boolean;
+}
+
+/** Go: types.NodeList. The answer of GET /v1/nodes. */
+export interface NodeList {
+  nodes: Node[];
+}
+
+/** Go: types.JoinCommand. Holds credentials: admins only. */
+export interface JoinCommand {
+  command: string;
+  args: string[];
+  secrets?: string[];
+  notes?: string[];
 }

@@ -78,6 +78,12 @@ describe("routes", () => {
     ["operations.get", () => c.operations.get("op-1"), "GET", "/v1/operations/op-1"],
     ["operations.cancel", () => c.operations.cancel("op-1"), "DELETE", "/v1/operations/op-1"],
     ["operations.listEvents", () => c.operations.listEvents("op-1", 4), "GET", "/v1/operations/op-1/events?after=4&wait=false"],
+    ["nodes.list", () => c.nodes.list(), "GET", "/v1/nodes"],
+    ["nodes.get", () => c.nodes.get("n 1"), "GET", "/v1/nodes/n%201"],
+    ["nodes.cordon", () => c.nodes.cordon("n1"), "POST", "/v1/nodes/n1/cordon"],
+    ["nodes.uncordon", () => c.nodes.uncordon("n1"), "POST", "/v1/nodes/n1/uncordon"],
+    ["nodes.drain", () => c.nodes.drain("n1"), "POST", "/v1/nodes/n1/drain"],
+    ["nodes.joinCommand", () => c.nodes.joinCommand(), "GET", "/v1/cluster/join-command"],
   ];
   for (const [name, call, method, path, body, headers = []] of cases) {
     test(name, async () => {
