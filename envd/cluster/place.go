@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
@@ -114,8 +115,7 @@ func Place(req Request, cands []Candidate) (Decision, error) {
 		ok = []scored{ok[i]}
 	}
 	if len(ok) == 0 {
-		return Decision{}, errdefs.WithDetails(fmt.Errorf("no node can take the instance: %s: %w", describe(passed), errdefs.ErrResourceExhausted),
-			map[string]any{"nodes": passed})
+		return Decision{}, &NoNodeError{Passed: passed}
 	}
 	slices.SortStableFunc(ok, func(a, b scored) int {
 		if a.score != b.score {
@@ -149,6 +149,29 @@ func Place(req Request, cands []Candidate) (Decision, error) {
 		reason += "; passed over: " + describe(passed)
 	}
 	return Decision{Node: best.Name, Reason: reason}, nil
+}
+
+// NoNodeRetryAfter is when a create that no node could take may be tried
+// again: capacity frees and cordons lift on their own time.
+const NoNodeRetryAfter = 10 * time.Second
+
+// NoNodeError is Place's answer when no node can take the instance:
+// errdefs.ErrResourceExhausted (429) with Retry-After, and why each node
+// was passed over in its details (kind "placement").
+type NoNodeError struct {
+	Passed map[string]string // node -> why
+}
+
+func (e *NoNodeError) Error() string {
+	if len(e.Passed) == 0 {
+		return "no node can take the instance: no node joined the cluster: resource exhausted"
+	}
+	return fmt.Sprintf("no node can take the instance: %s: resource exhausted", describe(e.Passed))
+}
+func (e *NoNodeError) Unwrap() error             { return errdefs.ErrResourceExhausted }
+func (e *NoNodeError) RetryAfter() time.Duration { return NoNodeRetryAfter }
+func (e *NoNodeError) Details() map[string]any {
+	return map[string]any{"kind": "placement", "nodes": e.Passed, "retry_after_seconds": int(NoNodeRetryAfter.Seconds())}
 }
 
 // ineligible says why c cannot take the instance, "" when it can.
