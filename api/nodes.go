@@ -30,6 +30,10 @@ type ClusterCore interface {
 	// when this node takes it, else the node's name and API URL; reason
 	// is the decision in words.
 	PlaceInstance(ctx context.Context, p types.Principal, project string, req types.CreateInstanceRequest) (node, apiURL, reason string, local bool, err error)
+	// SetProjectCheckpoint and GetProjectCheckpoint: how often the
+	// project's running retained instances are checkpointed.
+	SetProjectCheckpoint(ctx context.Context, p types.Principal, project string, c types.CheckpointSetting) (types.CheckpointSetting, error)
+	GetProjectCheckpoint(ctx context.Context, p types.Principal, project string) (types.CheckpointSetting, error)
 }
 
 // PlacementHeader carries the placement decision of a create forwarded to
@@ -51,6 +55,12 @@ func (g nodes) routes() []route {
 		{http.MethodPost, "/nodes/:name/cordon", verb(g.core.CordonNode)},
 		{http.MethodPost, "/nodes/:name/uncordon", verb(g.core.UncordonNode)},
 		{http.MethodPost, "/nodes/:name/drain", verb(g.core.DrainNode)},
+		{http.MethodPut, "/projects/:p/checkpoint", handle(http.StatusOK, func(r in, req types.CheckpointSetting) (types.CheckpointSetting, error) {
+			return g.core.SetProjectCheckpoint(r.ctx, r.p, r.param("p"), req)
+		})},
+		{http.MethodGet, "/projects/:p/checkpoint", handle(http.StatusOK, func(r in, _ none) (types.CheckpointSetting, error) {
+			return g.core.GetProjectCheckpoint(r.ctx, r.p, r.param("p"))
+		})},
 		{http.MethodGet, "/cluster/join-command", handle(http.StatusOK, func(r in, _ none) (types.JoinCommand, error) {
 			return g.core.JoinCommand(r.ctx, r.p)
 		})},

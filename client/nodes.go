@@ -39,3 +39,14 @@ func (c *Client) DrainNode(ctx context.Context, name string) (types.Node, error)
 func (c *Client) JoinCommand(ctx context.Context) (types.JoinCommand, error) {
 	return get[types.JoinCommand](ctx, c, "/v1/cluster/join-command")
 }
+
+// SetProjectCheckpoint sets how often the project's running retained
+// instances are checkpointed: PUT /v1/projects/{p}/checkpoint ("0" = never).
+func (c *Client) SetProjectCheckpoint(ctx context.Context, project string, s types.CheckpointSetting) (types.CheckpointSetting, error) {
+	return post[types.CheckpointSetting](ctx, c, http.MethodPut, "/v1/projects/"+esc(project)+"/checkpoint", s)
+}
+
+// GetProjectCheckpoint: GET /v1/projects/{p}/checkpoint.
+func (c *Client) GetProjectCheckpoint(ctx context.Context, project string) (types.CheckpointSetting, error) {
+	return get[types.CheckpointSetting](ctx, c, "/v1/projects/"+esc(project)+"/checkpoint")
+}

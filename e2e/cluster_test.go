@@ -18,6 +18,7 @@ import (
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/client"
+	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/envd/node"
 	"github.com/envd-dev/envd/internal/objstore"
 	"github.com/envd-dev/envd/internal/s3test"
@@ -34,7 +35,7 @@ const (
 // cluster tests' lease, and S3 for volume archives.
 func startClusterNode(t *testing.T, name, zone string, s3 objstore.S3Config) (*node.Node, *client.Client) {
 	t.Helper()
-	return startJoiningNode(t, name, &node.Config{DefaultTTL: time.Hour, PrefetchWindow: -1, S3: &s3,
+	return startJoiningNode(t, name, &node.Config{DefaultTTL: time.Hour, PrefetchWindow: -1, S3: &s3, Placement: envd.PlacementSpread,
 		Lease: clusterLease, SweepInterval: clusterSweep, Labels: map[string]string{"zone": zone}})
 }
 
@@ -285,14 +286,31 @@ func TestRootClusterPlacementDrainAndNodeLoss(t *testing.T) {
 	assert.Equal(t, types.NodeReady, un.State)
 	removeAll()
 
-	// Node loss: C runs two instances; kill -9 it and its containerd.
+	// Node loss: C runs two instances, checkpointed every 10s; kill -9
+	// it and its containerd.
 	p4 := newProject(t, "cluster-loss")
+	cs, err := ca.SetProjectCheckpoint(c, p4, types.CheckpointSetting{Every: "10s"})
+	require.NoError(t, err)
+	assert.Equal(t, "10s", cs.Every)
 	var onC []string
 	for range 2 {
 		in := create(ca, p4, types.CreateInstanceRequest{Retain: true, NodeSelector: map[string]string{"zone": "c"}})
 		onC = append(onC, in.ID)
 	}
-	mustShOn(t, ca, onC[0], "echo unsaved > /root/u")
+	mustShOn(t, ca, onC[0], "echo checkpointed > /root/u")
+	checkpoint := 0
+	require.Eventually(t, func() bool {
+		vs, err := ca.ListVersions(c, p4)
+		if err != nil {
+			return false
+		}
+		for _, v := range vs {
+			if strings.Contains(v.Message, "checkpoint of instance "+onC[0]) {
+				checkpoint = v.Number
+			}
+		}
+		return checkpoint > 0
+	}, time.Minute, 500*time.Millisecond, "a checkpoint of the retained instance")
 	pc.killHard(t)
 	killed := time.Now()
 	bound := clusterLease + clusterSweep
@@ -310,6 +328,11 @@ func TestRootClusterPlacementDrainAndNodeLoss(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, types.ReasonNodeLost, lost.Reason)
 	assert.Contains(t, lost.Message, "retained writable layer", "show says what was lost")
+	assert.Contains(t, lost.Message, fmt.Sprintf("--version %d", checkpoint), "and where to start again")
+	fromCheckpoint := create(ca, p4, types.CreateInstanceRequest{Version: checkpoint})
+	res, err = ca.Exec(c, fromCheckpoint.ID, types.ExecRequest{Args: []string{"cat", "/root/u"}})
+	require.NoError(t, err)
+	assert.Equal(t, "checkpointed\n", res.Stdout, "the checkpoint kept the retained layer's work")
 	cn, err := ca.GetNode(c, pc.name)
 	require.NoError(t, err)
 	assert.Equal(t, types.NodeLost, cn.State)

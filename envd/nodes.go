@@ -52,7 +52,17 @@ type ClusterConfig struct {
 	// Join is the command another machine runs to join this cluster
 	// (envctl nodes join-command); envd/node fills it.
 	Join types.JoinCommand
+	// Placement is how this node places the instances asked of it:
+	// PlacementSpread (the default: the cluster policy, cluster.Place) or
+	// PlacementLocal (here whenever this node is eligible).
+	Placement string
 }
+
+// The placement settings of a node.
+const (
+	PlacementSpread = "spread"
+	PlacementLocal  = "local"
+)
 
 // The membership defaults.
 const (
@@ -65,7 +75,9 @@ type clusterState struct {
 	ctx      context.Context // the service's
 	once     sync.Once
 	draining atomic.Bool // a drain round runs
-	wg       sync.WaitGroup
+	// checkpointing: a round of checkpoints runs (checkpoint.go).
+	checkpointing atomic.Bool
+	wg            sync.WaitGroup
 }
 
 func clusterDefaults(c ClusterConfig, dataDir string) ClusterConfig {
@@ -74,6 +86,9 @@ func clusterDefaults(c ClusterConfig, dataDir string) ClusterConfig {
 	}
 	if c.SweepInterval <= 0 {
 		c.SweepInterval = DefaultSweepInterval
+	}
+	if c.Placement == "" {
+		c.Placement = PlacementSpread
 	}
 	if c.Capacity.CPUs == 0 {
 		c.Capacity.CPUs = float64(runtime.NumCPU())
@@ -156,6 +171,14 @@ func (s *Service) membershipLoop(ctx context.Context, apiURL string) {
 			s.renew(ctx, apiURL)
 		case <-sweep.C:
 			s.sweepLost(ctx)
+			if s.cluster.checkpointing.CompareAndSwap(false, true) {
+				s.cluster.wg.Add(1)
+				go func() {
+					defer s.cluster.wg.Done()
+					defer s.cluster.checkpointing.Store(false)
+					s.checkpointDue(ctx)
+				}()
+			}
 		}
 	}
 }
@@ -216,10 +239,14 @@ func (s *Service) sweepLost(ctx context.Context) {
 
 // lostMessage is what `envctl show` says of an instance failed with its
 // node: what was lost, and how to get the project back.
-func lostMessage(in versions.Instance, n versions.Member) string {
+func lostMessage(in versions.Instance, n versions.Member, cp *versions.Checkpoint) string {
 	saved := fmt.Sprintf("version %d it started from", in.Version)
 	if in.LastSavedVersion > 0 {
 		saved = fmt.Sprintf("its last save, version %d", in.LastSavedVersion)
+	}
+	if cp != nil && cp.Version > in.LastSavedVersion {
+		saved = fmt.Sprintf("its checkpoint at %s, version %d (`envctl up %s --version %d` starts from it)",
+			cp.At.UTC().Format(time.RFC3339), cp.Version, in.Project, cp.Version)
 	}
 	what := "changes in its writable layer since " + saved
 	if in.Retain {
@@ -385,7 +412,7 @@ func (s *Service) PlaceInstance(ctx context.Context, p types.Principal, project 
 	if err != nil {
 		return "", "", "", false, err
 	}
-	creq := cluster.Request{Limits: limits, Selector: req.NodeSelector, Local: s.cfg.Node}
+	creq := cluster.Request{Limits: limits, Selector: req.NodeSelector, Local: s.cfg.Node, LocalFirst: s.cfg.Cluster.Placement == PlacementLocal}
 	home, hasHome, err := s.store.GetVolumeHome(ctx, p.Tenant, project)
 	if err != nil {
 		return "", "", "", false, err

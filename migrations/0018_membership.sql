@@ -49,3 +49,10 @@ CREATE TABLE volume_homes (
 );
 
 ALTER TABLE instances ADD COLUMN placement text NOT NULL DEFAULT '';
+
+-- Periodic checkpoints of retained instances (projects.checkpoint_every_s,
+-- NULL = never): a checkpoint is a non-current version of the instance's
+-- layer, so that a retained instance on a lost node loses at most that
+-- much. instances.checkpoint_version and checkpoint_at are its latest.
+ALTER TABLE projects ADD COLUMN checkpoint_every_s integer CHECK (checkpoint_every_s > 0);
+ALTER TABLE instances ADD COLUMN checkpoint_version integer, ADD COLUMN checkpoint_at timestamptz;

@@ -202,7 +202,9 @@ type LostInstance struct {
 // node_lost and message msg(instance), bumping their generations so that
 // the lost node, if it comes back, is fenced. Nodes that race here
 // serialise on the rows: one marks a node, the others see it lost.
-func (s *Store) MarkLost(ctx context.Context, msg func(in Instance, node Member) string) ([]Member, []LostInstance, error) {
+//
+// msg gets the instance's latest checkpoint (nil when none).
+func (s *Store) MarkLost(ctx context.Context, msg func(in Instance, node Member, cp *Checkpoint) string) ([]Member, []LostInstance, error) {
 	type result struct {
 		nodes []Member
 		ins   []LostInstance
@@ -231,10 +233,19 @@ func (s *Store) MarkLost(ctx context.Context, msg func(in Instance, node Member)
 				return res, err
 			}
 			for _, in := range ins {
+				var cp *Checkpoint
+				var cv *int
+				var cat *time.Time
+				if err := tx.QueryRow(ctx, `SELECT checkpoint_version, checkpoint_at FROM instances WHERE id = $1`, in.ID).Scan(&cv, &cat); err != nil {
+					return res, translate(err, fmt.Sprintf("instance %q", in.ID))
+				}
+				if cv != nil && cat != nil {
+					cp = &Checkpoint{Version: *cv, At: *cat}
+				}
 				var gen int64
 				err := tx.QueryRow(ctx, `UPDATE instances SET state = 'Failed', reason = $2, message = $3,
 						generation = generation + 1, last_transition_at = now()
-					WHERE id = $1 RETURNING generation`, in.ID, types.ReasonNodeLost, msg(in, m)).Scan(&gen)
+					WHERE id = $1 RETURNING generation`, in.ID, types.ReasonNodeLost, msg(in, m, cp)).Scan(&gen)
 				if err != nil {
 					return res, translate(err, fmt.Sprintf("instance %q", in.ID))
 				}

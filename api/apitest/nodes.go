@@ -70,3 +70,13 @@ func (c *Core) JoinCommand(ctx context.Context, p types.Principal) (types.JoinCo
 func (c *Core) PlaceInstance(ctx context.Context, p types.Principal, project string, req types.CreateInstanceRequest) (string, string, string, bool, error) {
 	return "node-1", "", "placed on node-1: the only node", true, nil
 }
+
+// SetProjectCheckpoint echoes the setting.
+func (c *Core) SetProjectCheckpoint(ctx context.Context, p types.Principal, project string, s types.CheckpointSetting) (types.CheckpointSetting, error) {
+	return echo(c, "SetProjectCheckpoint", p, s, project)
+}
+
+// GetProjectCheckpoint answers never.
+func (c *Core) GetProjectCheckpoint(ctx context.Context, p types.Principal, project string) (types.CheckpointSetting, error) {
+	return echo(c, "GetProjectCheckpoint", p, types.CheckpointSetting{Every: "0"}, project)
+}

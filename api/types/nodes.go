@@ -80,3 +80,11 @@ func PlacementFrom(ctx context.Context) string {
 	s, _ := ctx.Value(placementKey{}).(string)
 	return s
 }
+
+// CheckpointSetting is the body and answer of PUT and GET
+// /v1/projects/{p}/checkpoint: how often the project's running retained
+// instances are saved as non-current versions (a Go duration of at least
+// 10s; "0" = never, the default).
+type CheckpointSetting struct {
+	Every string `json:"every"`
+}

@@ -112,3 +112,34 @@ func labelsText(m map[string]string) string {
 	}
 	return strings.Join(out, ",")
 }
+
+// checkpointCommand is envctl checkpoint PROJECT [--every D].
+func (a *app) checkpointCommand() *cobra.Command {
+	var every string
+	cmd := &cobra.Command{
+		Use:   "checkpoint PROJECT [--every D]",
+		Short: "Show or set how often a project's retained instances are checkpointed",
+		Long: `Show or set how often the project's running retained instances are saved as
+versions that do not become current (checkpoints), so that a retained instance
+on a node that is lost loses at most that much work: envctl show of the failed
+instance names the checkpoint, and envctl up PROJECT --version N starts from it.
+Each checkpoint is a version (retention and max_versions apply). --every 0 = never.`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return call(a, cmd, func(ctx context.Context, c *client.Client) (types.CheckpointSetting, error) {
+				if cmd.Flags().Changed("every") {
+					return c.SetProjectCheckpoint(ctx, args[0], types.CheckpointSetting{Every: every})
+				}
+				return c.GetProjectCheckpoint(ctx, args[0])
+			}, func(w io.Writer, s types.CheckpointSetting) {
+				if s.Every == "0" {
+					row(w, "CHECKPOINT:", "never")
+					return
+				}
+				row(w, "CHECKPOINT:", "every "+s.Every)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&every, "every", "", "checkpoint interval, e.g. 15m (at least 10s); 0 = never")
+	return cmd
+}

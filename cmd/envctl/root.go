@@ -299,7 +299,7 @@ complete from the server.
 	root.AddCommand(a.sshCommands()...)
 	root.AddCommand(a.portCommands()...)
 	root.AddCommand(a.cpCommand())
-	root.AddCommand(a.nodesCommand()) // nodes.go
+	root.AddCommand(a.nodesCommand(), a.checkpointCommand())
 	a.addCompletions(root) // complete.go
 	markNameless(root)     // names.go
 	return root

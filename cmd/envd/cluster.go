@@ -26,6 +26,7 @@ func (c *clusterFlags) register(f *flags, fl *pflag.FlagSet) {
 	fl.StringVar(&c.cpus, "capacity-cpus", env("ENVD_CAPACITY_CPUS", ""), "CPUs the node offers placement; empty = the host's (ENVD_CAPACITY_CPUS)")
 	fl.StringVar(&c.memory, "capacity-memory", env("ENVD_CAPACITY_MEMORY", ""), "memory the node offers placement (e.g. 16GiB); empty = the host's (ENVD_CAPACITY_MEMORY)")
 	fl.StringVar(&c.disk, "capacity-disk", env("ENVD_CAPACITY_DISK", ""), "disk the node offers placement; empty = the data dir's file system size (ENVD_CAPACITY_DISK)")
+	fl.StringVar(&f.cfg.Placement, "placement", env("ENVD_PLACEMENT", envd.PlacementSpread), "how this node places the instances asked of it: spread (the cluster policy: fit, volumes, cache affinity, spread of a tenant's instances) or local (here whenever this node can take them) (ENVD_PLACEMENT)")
 	fl.IntVar(&c.slots, "instance-slots", f.envInt("ENVD_INSTANCE_SLOTS", 0), "most live instances placed on the node; 0 = no bound (ENVD_INSTANCE_SLOTS)")
 }
 
@@ -55,5 +56,8 @@ func (c *clusterFlags) apply(cfg *node.Config) error {
 		return fmt.Errorf("--instance-slots %d: 0 or more", c.slots)
 	}
 	cfg.Capacity = cap
+	if cfg.Placement != envd.PlacementSpread && cfg.Placement != envd.PlacementLocal {
+		return fmt.Errorf("--placement %q: spread or local", cfg.Placement)
+	}
 	return nil
 }

@@ -46,6 +46,10 @@ type Request struct {
 	VolumesOnlyOn string
 	// Local is the node asked: among equals it wins (no forwarding hop).
 	Local string
+	// LocalFirst: the node asked takes the instance whenever it is
+	// eligible (its placement setting is "local"); the policy picks only
+	// when it is not.
+	LocalFirst bool
 }
 
 // Decision is the chosen node and why, in words a user reads in the
@@ -116,6 +120,11 @@ func Place(req Request, cands []Candidate) (Decision, error) {
 	}
 	if len(ok) == 0 {
 		return Decision{}, &NoNodeError{Passed: passed}
+	}
+	if req.LocalFirst {
+		if i := slices.IndexFunc(ok, func(s scored) bool { return s.c.Name == req.Local }); i >= 0 {
+			return Decision{Node: req.Local, Reason: fmt.Sprintf("placed on %s: the node asked, which places locally when it can (placement local)", req.Local)}, nil
+		}
 	}
 	slices.SortStableFunc(ok, func(a, b scored) int {
 		if a.score != b.score {

@@ -12,7 +12,7 @@ import (
 // capacity and lease, and the command another machine runs to join it.
 func (n *Node) clusterConfig(db database, reg registryPart) envd.ClusterConfig {
 	return envd.ClusterConfig{Lease: n.cfg.Lease, SweepInterval: n.cfg.SweepInterval, Labels: n.cfg.Labels,
-		Capacity: n.cfg.Capacity, Join: n.joinCommand(db, reg)}
+		Capacity: n.cfg.Capacity, Join: n.joinCommand(db, reg), Placement: n.cfg.Placement}
 }
 
 // joinCommand is the `envd serve` line that joins this node's database,

@@ -152,6 +152,10 @@ type Config struct {
 	SweepInterval time.Duration
 	Labels        map[string]string
 	Capacity      types.NodeCapacity
+	// Placement is envd.PlacementSpread (default: the cluster policy) or
+	// envd.PlacementLocal (the instances asked here run here whenever this
+	// node can take them).
+	Placement string
 }
 
 // The defaults of a node, in one place: DefaultConfig gathers them for

@@ -846,6 +846,15 @@ class Client:
         cluster; it holds credentials."""
         return self._call("GET", "/v1/cluster/join-command")
 
+    def set_checkpoint(self, project: str, every: str) -> JSON:
+        """PUT /v1/projects/{p}/checkpoint: how often the project's running
+        retained instances are checkpointed (a Go duration; "0" = never)."""
+        return self._call("PUT", f"/v1/projects/{_seg(project)}/checkpoint", body={"every": every})
+
+    def get_checkpoint(self, project: str) -> JSON:
+        """GET /v1/projects/{p}/checkpoint."""
+        return self._call("GET", f"/v1/projects/{_seg(project)}/checkpoint")
+
 
 def operation_error(op: Mapping[str, Any]) -> EnvdError:
     """The exception for a failed or canceled operation dict."""

@@ -703,4 +703,14 @@ export class Nodes {
   joinCommand(opts?: CallOptions): Promise<T.JoinCommand> {
     return get<T.JoinCommand>(this.t, "/v1/cluster/join-command", opts);
   }
+
+  /** PUT /v1/projects/{p}/checkpoint: how often the project's running retained instances are checkpointed ("0" = never). */
+  setCheckpoint(project: string, setting: T.CheckpointSetting, opts?: CallOptions): Promise<T.CheckpointSetting> {
+    return this.t.json({ method: "PUT", path: `/v1/projects/${esc(project)}/checkpoint`, json: setting, retry: "safe" }, opts);
+  }
+
+  /** GET /v1/projects/{p}/checkpoint. */
+  checkpoint(project: string, opts?: CallOptions): Promise<T.CheckpointSetting> {
+    return get<T.CheckpointSetting>(this.t, `/v1/projects/${esc(project)}/checkpoint`, opts);
+  }
 }

@@ -680,3 +680,8 @@ export interface JoinCommand {
   secrets?: string[];
   notes?: string[];
 }
+
+/** Go: types.CheckpointSetting. A Go duration of at least 10s; "0" = never. */
+export interface CheckpointSetting {
+  every: string;
+}

@@ -84,6 +84,8 @@ describe("routes", () => {
     ["nodes.uncordon", () => c.nodes.uncordon("n1"), "POST", "/v1/nodes/n1/uncordon"],
     ["nodes.drain", () => c.nodes.drain("n1"), "POST", "/v1/nodes/n1/drain"],
     ["nodes.joinCommand", () => c.nodes.joinCommand(), "GET", "/v1/cluster/join-command"],
+    ["nodes.setCheckpoint", () => c.nodes.setCheckpoint("p", { every: "15m" }), "PUT", "/v1/projects/p/checkpoint", { every: "15m" }],
+    ["nodes.checkpoint", () => c.nodes.checkpoint("p"), "GET", "/v1/projects/p/checkpoint"],
   ];
   for (const [name, call, method, path, body, headers = []] of cases) {
     test(name, async () => {
