@@ -84,6 +84,9 @@ func shellJoin(words []string) string {
 
 // ParseLabels parses KEY=VALUE labels (--label).
 func ParseLabels(list []string) (map[string]string, error) {
+	if len(list) == 0 {
+		return nil, nil
+	}
 	out := map[string]string{}
 	for _, l := range list {
 		k, v, ok := strings.Cut(l, "=")

@@ -221,6 +221,9 @@ func DefaultConfig() Config {
 		SSHListen:     DefaultSSHListen,
 		IdleAction:    types.IdleActionStop,
 		WakeWait:      envd.DefaultWakeWait,
+		Lease:         envd.DefaultLease,
+		SweepInterval: envd.DefaultSweepInterval,
+		Placement:     envd.PlacementSpread,
 	}
 }
 
