@@ -258,12 +258,27 @@ func TestRootClusterPlacementDrainAndNodeLoss(t *testing.T) {
 	assert.Contains(t, other.Placement, "volume data")
 	_, err = ca.CreateInstance(c, p3, types.CreateInstanceRequest{NodeSelector: map[string]string{"zone": "a"}})
 	require.ErrorIs(t, err, errdefs.ErrVolumeElsewhere)
+	// r hibernated while other still uses the volume on B: no handoff,
+	// so a wake on A is refused and r stays as it was.
+	_, err = ca.StopInstance(c, r.ID)
+	require.NoError(t, err)
+	_, err = ca.HibernateInstance(c, r.ID)
+	require.NoError(t, err)
+	_, err = ca.StartInstance(c, r.ID)
+	require.ErrorIs(t, err, errdefs.ErrVolumeElsewhere, "never an empty volume in silence")
+	kept, err := ca.GetInstance(c, r.ID)
+	require.NoError(t, err)
+	assert.Equal(t, types.StateStopped, kept.State)
+	assert.Equal(t, b.Name(), kept.Node)
 	_, err = ca.DeleteInstance(c, other.ID)
 	require.NoError(t, err)
 
-	// Drain B: its retained instance is hibernated, its volume handed off
-	// through S3; B ends drained; the instance wakes on A with its layer
-	// and its volume.
+	// Drain B (a retained instance running there, r hibernated there):
+	// the instance is hibernated, the volumes handed off through S3; B
+	// ends drained; both wake on A with their layer and volume.
+	d := create(ca, p3, types.CreateInstanceRequest{Retain: true})
+	require.Equal(t, b.Name(), d.Node, d.Placement)
+	mustShOn(t, ca, d.ID, "echo d > /root/d && cat /workspace/v")
 	dn, err := ca.DrainNode(c, b.Name())
 	require.NoError(t, err)
 	assert.Equal(t, types.NodeDraining, dn.State)
@@ -275,12 +290,23 @@ func TestRootClusterPlacementDrainAndNodeLoss(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, types.StateStopped, hib.State)
 	assert.Positive(t, hib.HibernatedVersion, "hibernated by the drain")
+	hd, err := ca.GetInstance(c, d.ID)
+	require.NoError(t, err)
+	assert.Positive(t, hd.HibernatedVersion, "the running retained instance too")
 	woke, err := ca.StartInstance(c, r.ID)
 	require.NoError(t, err)
 	assert.NotEqual(t, b.Name(), woke.Node)
 	res, err := ca.Exec(c, r.ID, types.ExecRequest{Args: []string{"cat", "/root/l", "/workspace/v"}})
 	require.NoError(t, err)
 	assert.Equal(t, "layer\nvol\n", res.Stdout, "nothing lost across the drain")
+	_, err = ca.StopInstance(c, r.ID)
+	require.NoError(t, err)
+	woke, err = ca.StartInstance(c, d.ID)
+	require.NoError(t, err)
+	assert.Equal(t, a.Name(), woke.Node, "a wake runs on the node asked, where the volume went")
+	res, err = ca.Exec(c, d.ID, types.ExecRequest{Args: []string{"cat", "/root/d", "/workspace/v"}})
+	require.NoError(t, err)
+	assert.Equal(t, "d\nvol\n", res.Stdout)
 	un, err = ca.UncordonNode(c, b.Name())
 	require.NoError(t, err)
 	assert.Equal(t, types.NodeReady, un.State)

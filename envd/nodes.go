@@ -283,6 +283,15 @@ func (s *Service) drainRound(ctx context.Context) {
 	if err != nil || len(ops) > 0 {
 		return
 	}
+	// The volumes this node holds go to object storage, for the projects
+	// its instances (hibernated now) belong to.
+	handed := map[string]bool{}
+	for _, in := range ins {
+		if key := in.Tenant + "/" + in.Project; !handed[key] {
+			handed[key] = true
+			s.vols.Handoff(ctx, in.Tenant, in.Project)
+		}
+	}
 	if _, err := s.store.SetNodeState(ctx, s.cfg.Node, []string{versions.NodeDraining}, versions.NodeDrained); err != nil {
 		s.log.Warn("drain: mark drained", "err", err)
 		return

@@ -170,6 +170,13 @@ func (m *Manager) startPlanned(ctx context.Context, p types.Principal, id string
 	if err := m.Quota.Disk(ctx, p.Tenant, limits.DiskBytes); err != nil {
 		return types.Instance{}, err
 	}
+	if !plan.isolated {
+		// Refused before the instance is recorded when its volumes cannot
+		// come to this node (volumes.Manager.Follow).
+		if err := m.Volumes.Follow(ctx, plan.proj); err != nil {
+			return types.Instance{}, err
+		}
+	}
 	created := time.Now()
 	in, err := m.Store.CreateInstance(ctx, versions.Instance{
 		ID: id, Tenant: p.Tenant, Project: project, Node: m.Node, Version: n,
