@@ -34,6 +34,9 @@ type ClusterCore interface {
 	// project's running retained instances are checkpointed.
 	SetProjectCheckpoint(ctx context.Context, p types.Principal, project string, c types.CheckpointSetting) (types.CheckpointSetting, error)
 	GetProjectCheckpoint(ctx context.Context, p types.Principal, project string) (types.CheckpointSetting, error)
+	// OperationOwner is the node that runs operation id and its API URL,
+	// or local when this node answers its cancel.
+	OperationOwner(ctx context.Context, p types.Principal, id string) (node, apiURL string, local bool, err error)
 }
 
 // PlacementHeader carries the placement decision of a create forwarded to
@@ -67,16 +70,31 @@ func (g nodes) routes() []route {
 	}
 }
 
-// placeCreate places POST /v1/projects/{p}/instances (place); it lets
-// every other request through.
+// placeCreate places POST /v1/projects/{p}/instances (place) and sends
+// the cancel of an operation to the node that runs it (the node that
+// runs it is the one that can stop its work); it lets every other request
+// through.
 func placeCreate(core ClusterCore, transport http.RoundTripper) gin.HandlerFunc {
 	p := place(core, transport)
 	return func(c *gin.Context) {
-		if c.Request.Method == http.MethodPost && c.FullPath() == "/v1/projects/:p/instances" {
+		switch {
+		case c.Request.Method == http.MethodPost && c.FullPath() == "/v1/projects/:p/instances":
 			p(c)
-			return
+		case c.Request.Method == http.MethodDelete && c.FullPath() == "/v1/operations/:id" && c.GetHeader(ForwardedHeader) == "":
+			id := c.Param("id")
+			node, apiURL, local, err := core.OperationOwner(c.Request.Context(), principal(c), id)
+			switch {
+			case err != nil:
+				writeError(c, err)
+			case local:
+				c.Next()
+			default:
+				c.Abort()
+				forwardTo(c.Writer, c.Request, transport, "operation "+id, node, apiURL, false, func(err error) { writeError(c, err) })
+			}
+		default:
+			c.Next()
 		}
-		c.Next()
 	}
 }
 

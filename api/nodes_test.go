@@ -70,3 +70,41 @@ func TestPlacementForwardsTheCreate(t *testing.T) {
 	_, err = c.CreateInstance(ctx, "web", types.CreateInstanceRequest{NodeSelector: map[string]string{"zone": "none"}})
 	require.ErrorIs(t, err, errdefs.ErrResourceExhausted)
 }
+
+// cancelCore says operation "op-far" runs on the node at url.
+type cancelCore struct {
+	*apitest.Core
+	url string
+}
+
+func (c *cancelCore) OperationOwner(ctx context.Context, _ types.Principal, id string) (string, string, bool, error) {
+	if id == "op-far" {
+		return "node-b", c.url, false, nil
+	}
+	return "node-a", "", true, nil
+}
+
+// The cancel of an operation reaches the node that runs it; another
+// operation's is answered here.
+func TestOperationCancelReachesItsNode(t *testing.T) {
+	owner, ownerSrv := newServer(t)
+	near := &cancelCore{Core: apitest.New(), url: ownerSrv.URL}
+	nh, err := api.New(near)
+	require.NoError(t, err)
+	nearSrv := httptest.NewServer(nh)
+	t.Cleanup(nearSrv.Close)
+	c, err := client.New(nearSrv.URL, "test-token")
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	_, _ = c.CancelOperation(ctx, "op-far")
+	call, ok := owner.LastCall("CancelOperation")
+	require.True(t, ok, "the running node got the cancel")
+	assert.Equal(t, "op-far", call.Args[0])
+	_, ok = near.LastCall("CancelOperation")
+	assert.False(t, ok)
+
+	_, _ = c.CancelOperation(ctx, "op-here")
+	_, ok = near.LastCall("CancelOperation")
+	assert.True(t, ok, "an operation of this node is canceled here")
+}

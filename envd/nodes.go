@@ -444,3 +444,19 @@ func (s *Service) PlaceInstance(ctx context.Context, p types.Principal, project 
 	}
 	return d.Node, urls[d.Node], d.Reason, d.Node == s.cfg.Node, nil
 }
+
+// OperationOwner tells which node must answer the cancel of operation id:
+// the node that runs it, when that is another live node; else this one
+// (unknown, finished, or run by a node that is gone: the local handler
+// records the request).
+func (s *Service) OperationOwner(ctx context.Context, p types.Principal, id string) (node, apiURL string, local bool, err error) {
+	op, err := s.store.GetOperation(ctx, p.Tenant, id)
+	if err != nil || op.Node == "" || op.Node == s.cfg.Node || (op.State != types.OpPending && op.State != types.OpRunning) {
+		return op.Node, "", true, nil
+	}
+	m, err := s.store.GetMember(ctx, op.Node)
+	if err != nil || m.State == versions.NodeLost || m.Expired || m.Stopped {
+		return op.Node, "", true, nil
+	}
+	return m.Name, m.APIURL, false, nil
+}
