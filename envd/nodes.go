@@ -77,6 +77,7 @@ type clusterState struct {
 	draining atomic.Bool // a drain round runs
 	// checkpointing: a round of checkpoints runs (checkpoint.go).
 	checkpointing atomic.Bool
+	renewed       time.Time // the last successful renewal (the loop's goroutine only)
 	wg            sync.WaitGroup
 }
 
@@ -170,6 +171,11 @@ func (s *Service) membershipLoop(ctx context.Context, apiURL string) {
 		case <-renew.C:
 			s.renew(ctx, apiURL)
 		case <-sweep.C:
+			// After a pause of this process (a suspended machine, a stall)
+			// renew first: the others' leases lapsed by the same clock.
+			if time.Since(s.cluster.renewed) > c.Lease/2 {
+				s.renew(ctx, apiURL)
+			}
 			s.sweepLost(ctx)
 			if s.cluster.checkpointing.CompareAndSwap(false, true) {
 				s.cluster.wg.Add(1)
@@ -187,6 +193,9 @@ func (s *Service) renew(ctx context.Context, apiURL string) {
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.Cluster.Lease/3)
 	defer cancel()
 	state, err := s.store.RenewLease(rctx, s.cfg.Node)
+	if err == nil {
+		s.cluster.renewed = time.Now()
+	}
 	switch {
 	case errors.Is(err, versions.ErrFenced):
 		// Marked lost while alive (a partition, a stalled database): its
@@ -202,6 +211,7 @@ func (s *Service) renew(ctx context.Context, apiURL string) {
 		}
 	case err != nil:
 		s.log.Warn("renew the node's lease", "err", err)
+		return
 	case state == versions.NodeDraining && s.cluster.draining.CompareAndSwap(false, true):
 		s.cluster.wg.Add(1)
 		go func() {
@@ -215,7 +225,7 @@ func (s *Service) renew(ctx context.Context, apiURL string) {
 // sweepLost marks lapsed nodes lost, fails their instances and settles
 // their operations.
 func (s *Service) sweepLost(ctx context.Context) {
-	nodes, ins, err := s.store.MarkLost(ctx, lostMessage)
+	nodes, ins, err := s.store.MarkLost(ctx, s.cfg.Node, lostMessage)
 	if err != nil {
 		s.log.Warn("look for lost nodes", "err", err)
 		return

@@ -201,10 +201,11 @@ type LostInstance struct {
 // hibernated ones: they live as versions and wake anywhere) with reason
 // node_lost and message msg(instance), bumping their generations so that
 // the lost node, if it comes back, is fenced. Nodes that race here
-// serialise on the rows: one marks a node, the others see it lost.
+// serialise on the rows: one marks a node, the others see it lost. A node
+// never marks itself (self): after a pause of its own it renews first.
 //
 // msg gets the instance's latest checkpoint (nil when none).
-func (s *Store) MarkLost(ctx context.Context, msg func(in Instance, node Member, cp *Checkpoint) string) ([]Member, []LostInstance, error) {
+func (s *Store) MarkLost(ctx context.Context, self string, msg func(in Instance, node Member, cp *Checkpoint) string) ([]Member, []LostInstance, error) {
 	type result struct {
 		nodes []Member
 		ins   []LostInstance
@@ -212,7 +213,7 @@ func (s *Store) MarkLost(ctx context.Context, msg func(in Instance, node Member,
 	r, err := WithTxV(ctx, s.db, func(tx pgx.Tx) (result, error) {
 		var res result
 		rows, err := tx.Query(ctx, `UPDATE nodes SET state = 'lost', state_changed_at = now()
-			WHERE state <> 'lost' AND lease_expires_at < now() RETURNING name`)
+			WHERE state <> 'lost' AND lease_expires_at < now() AND name <> $1 RETURNING name`, self)
 		if err != nil {
 			return res, translate(err, "mark lost nodes")
 		}

@@ -59,7 +59,7 @@ func TestMembershipLeaseAndLoss(t *testing.T) {
 	)
 	for range 3 {
 		wg.Go(func() {
-			nodes, ins, err := s.MarkLost(ctx, func(in versions.Instance, n versions.Member, _ *versions.Checkpoint) string {
+			nodes, ins, err := s.MarkLost(ctx, "a", func(in versions.Instance, n versions.Member, _ *versions.Checkpoint) string {
 				return "lost with " + n.Name
 			})
 			assert.NoError(t, err)
