@@ -157,12 +157,23 @@ func TestRootClusterPlacementDrainAndNodeLoss(t *testing.T) {
 	names := []string{a.Name(), b.Name(), pc.name}
 
 	// Membership, seen from any node.
-	ns, err := cb.ListNodes(c)
-	require.NoError(t, err)
+	// A node serves its API a moment before it joins: wait for the three.
+	var err error
 	seen := map[string]types.Node{}
-	for _, n := range ns {
-		seen[n.Name] = n
-	}
+	require.Eventually(t, func() bool {
+		ns, err := cb.ListNodes(c)
+		if err != nil {
+			return false
+		}
+		clear(seen)
+		for _, n := range ns {
+			seen[n.Name] = n
+		}
+		_, okA := seen[a.Name()]
+		_, okB := seen[b.Name()]
+		_, okC := seen[pc.name]
+		return okA && okB && okC
+	}, 30*time.Second, 200*time.Millisecond, "the three nodes are members")
 	for i, name := range names {
 		n, ok := seen[name]
 		require.Truef(t, ok, "node %s listed", name)
