@@ -78,6 +78,9 @@ type clusterState struct {
 	// checkpointing: a round of checkpoints runs (checkpoint.go).
 	checkpointing atomic.Bool
 	renewed       time.Time // the last successful renewal (the loop's goroutine only)
+	// healthySince is when renewals started succeeding without a
+	// failure since (zero after a failure; the loop's goroutine only).
+	healthySince time.Time
 	wg            sync.WaitGroup
 }
 
@@ -176,7 +179,12 @@ func (s *Service) membershipLoop(ctx context.Context, apiURL string) {
 			if time.Since(s.cluster.renewed) > c.Lease/2 {
 				s.renew(ctx, apiURL)
 			}
-			s.sweepLost(ctx)
+			// Only a node that has renewed without a failure for a whole
+			// lease sweeps: after a database outage every live node has had
+			// the time to renew before any marks another lost.
+			if h := s.cluster.healthySince; !h.IsZero() && time.Since(h) >= c.Lease {
+				s.sweepLost(ctx)
+			}
 			if s.cluster.checkpointing.CompareAndSwap(false, true) {
 				s.cluster.wg.Add(1)
 				go func() {
@@ -195,6 +203,11 @@ func (s *Service) renew(ctx context.Context, apiURL string) {
 	state, err := s.store.RenewLease(rctx, s.cfg.Node)
 	if err == nil {
 		s.cluster.renewed = time.Now()
+		if s.cluster.healthySince.IsZero() {
+			s.cluster.healthySince = s.cluster.renewed
+		}
+	} else {
+		s.cluster.healthySince = time.Time{}
 	}
 	switch {
 	case errors.Is(err, versions.ErrFenced):
