@@ -26,9 +26,10 @@ import (
 // fails their live instances with reason node_lost and new generations in
 // the same transaction, and settles their unfinished operations as
 // interrupted. So an instance of a node that died is Failed within
-// Lease + SweepInterval (plus one renewal interval at most, the time the
-// dead node's last renewal was ahead of its death: the bound documented
-// is Lease + SweepInterval from the last renewal).
+// Lease + SweepInterval of the dead node's last renewal. A node sweeps
+// only once it has renewed without a failure for a whole lease, and never
+// marks itself, so a database outage does not make live nodes mark each
+// other lost.
 //
 // A node that comes back finds its rows fenced: its renewal answers
 // ErrFenced, it reconciles (removes the containers of its Failed
@@ -39,7 +40,8 @@ import (
 type ClusterConfig struct {
 	// Lease is how long the node counts as alive after a renewal;
 	// default DefaultLease. Shorter: lost nodes are found sooner, and a
-	// database pause longer than the lease marks live nodes lost.
+	// node that cannot reach the database for longer (a partition) is
+	// marked lost by the others.
 	Lease time.Duration
 	// SweepInterval is how often the node looks for lost nodes; default
 	// DefaultSweepInterval.
