@@ -83,7 +83,7 @@ type clusterState struct {
 	// healthySince is when renewals started succeeding without a
 	// failure since (zero after a failure; the loop's goroutine only).
 	healthySince time.Time
-	wg            sync.WaitGroup
+	wg           sync.WaitGroup
 }
 
 func clusterDefaults(c ClusterConfig, dataDir string) ClusterConfig {
