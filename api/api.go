@@ -59,6 +59,7 @@ type Core interface {
 	PoolCore
 	CheckpointCore
 	SpecCore
+	ClusterCore
 }
 
 // MaxJSONBody is the largest JSON request body accepted. Image uploads are
@@ -225,7 +226,7 @@ func New(core Core, opts ...Option) (http.Handler, error) {
 	if fwd == nil {
 		fwd = http.DefaultTransport
 	}
-	v1 := e.Group("/v1", auth, checkIdempotencyKey, forward(core, fwd))
+	v1 := e.Group("/v1", auth, checkIdempotencyKey, forward(core, fwd), placeCreate(core, fwd))
 	for _, group := range [][]route{
 		node.routes(),
 		images{core}.routes(),
@@ -245,6 +246,7 @@ func New(core Core, opts ...Option) (http.Handler, error) {
 		pools{core}.routes(),
 		checkpoints{core}.routes(),
 		specRoutes{core}.routes(),
+		nodes{core}.routes(),
 	} {
 		for _, r := range group {
 			v1.Handle(r.method, r.path, r.handler)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/client"
+	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/envd/node"
 )
 
@@ -106,7 +107,7 @@ func startBenchNode(b *testing.B, name string) (*node.Node, *client.Client) {
 	}
 	_ = os.Chmod(dir, 0o755)
 	cfg := node.Config{DataDir: filepath.Join(dir, "data"), Node: name, DSN: env.node.DSN(), DefaultTTL: time.Hour,
-		Registry: env.node.RegistryAddr(), WrapAPI: env.spec.Wrap}
+		Registry: env.node.RegistryAddr(), WrapAPI: env.spec.Wrap, Placement: envd.PlacementLocal}
 	cfg.RegistryCredentialFile, _ = env.node.RegistryCredentialFiles()
 	n, err := node.Start(context.Background(), cfg)
 	if err != nil {

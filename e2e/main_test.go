@@ -17,6 +17,7 @@ import (
 
 	"github.com/envd-dev/envd/api/apispec"
 	"github.com/envd-dev/envd/client"
+	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/envd/node"
 )
 
@@ -95,7 +96,8 @@ func run(m *testing.M) int {
 // spec, metrics also on a listener of their own.
 func sharedNodeConfig() node.Config {
 	return node.Config{DataDir: env.dataDir, DefaultTTL: time.Hour, PrefetchWindow: prefetchWindow,
-		WrapAPI: env.spec.Wrap, MetricsListen: "127.0.0.1:0", SSHListen: "127.0.0.1:0", PreviewDomain: previewDomain}
+		WrapAPI: env.spec.Wrap, MetricsListen: "127.0.0.1:0", SSHListen: "127.0.0.1:0", PreviewDomain: previewDomain,
+		Placement: envd.PlacementLocal} // the tests ask the node they mean
 }
 
 // prefetchWindow is how long new instances' first reads are recorded here

@@ -158,6 +158,9 @@ func startJoiningNode(t *testing.T, name string, s3 *node.Config) (*node.Node, *
 	cfg.DataDir, cfg.Node = filepath.Join(dir, "data"), name
 	cfg.DSN = env.node.DSN()
 	cfg.WrapAPI = env.spec.Wrap
+	if cfg.Placement == "" {
+		cfg.Placement = envd.PlacementLocal // the tests ask the node they mean
+	}
 	switch cfg.Registry {
 	case "":
 		cfg.Registry = env.node.RegistryAddr()

@@ -8,12 +8,6 @@ import (
 	"github.com/envd-dev/envd/api/types"
 )
 
-// RegisterNode records where this node serves the API, so that other
-// nodes forward requests about its instances here.
-func (s *Service) RegisterNode(ctx context.Context, apiURL string) error {
-	return s.store.RegisterNode(ctx, s.cfg.Node, apiURL)
-}
-
 // InstanceOwner tells which node must answer requests about instance id:
 // local when this node does (or when no other node can: the instance is
 // unknown, ended, hibernated and so startable anywhere, or its node never

@@ -154,6 +154,9 @@ type Config struct {
 	SquashInterval time.Duration
 	// PoolInterval is how often warm pools are refilled (default 2s).
 	PoolInterval time.Duration
+	// Cluster membership (nodes.go): the node's labels, capacity and
+	// lease, and the command another machine runs to join.
+	Cluster ClusterConfig
 }
 
 // DefaultTTL is an instance's lifetime when neither its client nor the
@@ -194,6 +197,7 @@ type Service struct {
 	bases     baseCache      // currentBase's answers (rollouts.go)
 	squashing sync.WaitGroup // the squash loop (squash.go)
 	squashRun func()         // starts it; nil = squash off
+	cluster     clusterState // nodes.go
 }
 
 // New makes the core. Call Start once after, and Close at the end.
@@ -240,6 +244,7 @@ func New(cfg Config, store *versions.Store, reg ImageStore, rt Runtime) (*Servic
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Service{cfg: cfg, store: store, reg: reg, rt: rt, log: cfg.Logger, stop: cancel, diffs: changes.NewCache(64)}
 	s.wire(ctx)
+	s.cluster.ctx = ctx
 	return s, nil
 }
 
@@ -259,7 +264,7 @@ func (s *Service) wire(ctx context.Context) {
 	if cfg.Volumes != nil {
 		storage, gcVolumes = cfg.Volumes, cfg.Volumes
 	}
-	s.vols = volumes.New(cfg.Node, s.store, storage, cfg.Objects, s.quota, s.log)
+	s.vols = volumes.New(cfg.Node, s.store, storage, cfg.Objects, s.quota, s.log).WithHomes(s.store)
 	s.life = lifecycle.New(ctx, lifecycle.Deps{Node: cfg.Node, Store: s.store, Runtime: s.rt, Registry: s.reg,
 		Volumes: s.vols, Quota: s.quota, Saver: s.saver, Gate: gate, Ops: s.ops, Log: s.log, Observer: cfg.Observer,
 		DefaultLimits: cfg.DefaultLimits, BuildEgress: cfg.BuildEgress, HibernateAfter: cfg.HibernateAfter,
@@ -281,6 +286,7 @@ func (s *Service) Close() {
 	s.ops.Wait()
 	s.life.Wait()
 	s.squashing.Wait()
+	s.cluster.wg.Wait()
 }
 
 // Authenticate resolves a bearer token.

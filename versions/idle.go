@@ -175,7 +175,7 @@ func collectIdle(rows pgx.Rows, err error) ([]IdleState, error) {
 		)
 		err := r.Scan(&in.ID, &in.Tenant, &in.Project, &in.Node, &in.Version, &in.LastSavedVersion, &in.Generation,
 			&in.State, &in.Reason, &in.Message, &in.Retain, &in.ExpiresAt, &in.CreatedAt, &in.LastTransitionAt, &in.Spec,
-			&in.LayerVersion, &in.HibernatedVersion, &st.LastActivity, &after, &action, &maxS)
+			&in.LayerVersion, &in.HibernatedVersion, &in.Placement, &st.LastActivity, &after, &action, &maxS)
 		st.Idle = idleOf(after, action)
 		if maxS != nil {
 			st.MaxIdleAfter = time.Duration(*maxS) * time.Second

@@ -41,12 +41,13 @@ type Instance struct {
 	CreatedAt         time.Time
 	LastTransitionAt  time.Time
 	Spec              json.RawMessage // {} when none
+	Placement         string          // why the instance runs on Node ("" = not recorded)
 }
 
 // instanceCols needs instances as i joined with projects as p.
 const instanceCols = `i.id, i.tenant_id, p.name, i.node, i.version, COALESCE(i.last_saved_version, 0), i.generation,
 	i.state, i.reason, i.message, i.retain, i.expires_at, i.created_at, i.last_transition_at, i.spec,
-	COALESCE(i.layer_version, 0), COALESCE(i.hibernated_version, 0)`
+	COALESCE(i.layer_version, 0), COALESCE(i.hibernated_version, 0), i.placement`
 
 const instanceFrom = " FROM instances i JOIN projects p ON p.id = i.project_id "
 
@@ -54,7 +55,7 @@ func scanInstance(row pgx.Row) (Instance, error) {
 	var in Instance
 	err := row.Scan(&in.ID, &in.Tenant, &in.Project, &in.Node, &in.Version, &in.LastSavedVersion, &in.Generation,
 		&in.State, &in.Reason, &in.Message, &in.Retain, &in.ExpiresAt, &in.CreatedAt, &in.LastTransitionAt, &in.Spec,
-		&in.LayerVersion, &in.HibernatedVersion)
+		&in.LayerVersion, &in.HibernatedVersion, &in.Placement)
 	return in, err
 }
 
@@ -101,10 +102,10 @@ func (s *Store) CreateInstance(ctx context.Context, in Instance) (Instance, erro
 		}
 		spec := rawJSON(in.Spec)
 		tag, err := tx.Exec(ctx, `INSERT INTO instances
-				(id, project_id, tenant_id, node, version, generation, state, reason, message, retain, expires_at, spec)
-			SELECT $1, p.id, p.tenant_id, $4, $5, 1, $6, $7, $8, $9, $10, COALESCE($11::jsonb, '{}')
+				(id, project_id, tenant_id, node, version, generation, state, reason, message, retain, expires_at, spec, placement)
+			SELECT $1, p.id, p.tenant_id, $4, $5, 1, $6, $7, $8, $9, $10, COALESCE($11::jsonb, '{}'), $12
 			FROM projects p WHERE p.tenant_id = $2 AND p.name = $3`,
-			in.ID, in.Tenant, in.Project, in.Node, in.Version, in.State, in.Reason, in.Message, in.Retain, in.ExpiresAt, spec)
+			in.ID, in.Tenant, in.Project, in.Node, in.Version, in.State, in.Reason, in.Message, in.Retain, in.ExpiresAt, spec, in.Placement)
 		if err != nil {
 			return Instance{}, translate(err, fmt.Sprintf("instance %q", in.ID))
 		}

@@ -57,7 +57,7 @@ const collectableNumbers = `SELECT r.number
 	       OR r.created_at <= $2::timestamptz - make_interval(secs => p.keep_newer_than_s))
 	  AND NOT EXISTS (SELECT 1 FROM instances i
 	                  WHERE i.project_id = $1 AND i.state <> 'Terminated'
-	                    AND r.number IN (i.version, i.last_saved_version, i.layer_version, i.hibernated_version))
+	                    AND r.number IN (i.version, i.last_saved_version, i.layer_version, i.hibernated_version, i.checkpoint_version))
 	  AND NOT EXISTS (SELECT 1 FROM versions d
 	                  WHERE d.project_id = $1 AND d.kind = 'migration' AND d.parent = r.number
 	                    AND d.state <> 'deleting')`

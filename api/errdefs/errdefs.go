@@ -47,6 +47,10 @@ var (
 	ErrPortUnreachable = errors.New("port unreachable")
 	// ErrTooLarge: a request body is over a size limit of the node.
 	ErrTooLarge = errors.New("too large")
+	// ErrVolumeElsewhere: the project's volume data is on another node and
+	// no archive carries it here; the instance is not started with an
+	// empty volume.
+	ErrVolumeElsewhere = errors.New("volume elsewhere")
 )
 
 type kind struct {
@@ -76,6 +80,7 @@ var kinds = []kind{
 	{context.DeadlineExceeded, "deadline_exceeded", http.StatusGatewayTimeout},
 	{ErrPortUnreachable, "port_unreachable", http.StatusBadGateway},
 	{ErrTooLarge, "too_large", http.StatusRequestEntityTooLarge},
+	{ErrVolumeElsewhere, "volume_elsewhere", http.StatusConflict},
 }
 
 // Codes returns every stable code with its HTTP status, in kinds' order

@@ -311,6 +311,8 @@ type Instance struct {
 	// (a newer base) the instance does not run: the instance keeps its
 	// version until it is started anew (GET /v1/instances/{i} only).
 	NewerCurrent int `json:"newer_current,omitempty"`
+	// Placement is why the instance runs on its node (placement policy).
+	Placement string `json:"placement,omitempty"`
 }
 
 // Protection is what keeps an instance's data.
@@ -331,6 +333,8 @@ type CreateInstanceRequest struct {
 	// version, with every volume restored from the checkpoint's archive
 	// before the start (Version must then be 0).
 	Checkpoint int `json:"checkpoint,omitempty"`
+	// NodeSelector: only nodes with every one of these labels take it.
+	NodeSelector map[string]string `json:"node_selector,omitempty"`
 }
 
 // ExecRequest is the body of POST /v1/instances/{i}/exec.

@@ -43,6 +43,7 @@ target is the new instance) and runs on; follow it with "envctl op watch ID".`,
 	cmd.Flags().IntVar(&req.Checkpoint, "checkpoint", 0, "start from checkpoint ID: its version, with the volumes restored from its archives first")
 	cmd.Flags().StringVar(&req.TTL, "ttl", "", `time to live, a Go duration such as 8h, or "none" (default: the server's)`)
 	cmd.Flags().BoolVar(&req.Retain, "retain", false, "keep the writable layer when the instance stops")
+	cmd.Flags().StringToStringVar(&req.NodeSelector, "node-selector", nil, "only nodes with these labels take it, KEY=VALUE,...")
 	cmd.Flags().BoolVar(&noWait, "no-wait", false, "start it as a restore operation, print the operation and do not wait")
 	cmd.Flags().StringVar(&key, "idempotency-key", "", "retrying with the same key and flags returns the same instance (or operation)")
 	return cmd

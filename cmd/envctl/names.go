@@ -64,6 +64,8 @@ func nameOf(v any) ([]string, error) {
 		return []string{strconv.FormatInt(x.ID, 10)}, nil
 	case types.Token:
 		return []string{strconv.FormatInt(x.ID, 10)}, nil
+	case types.Node:
+		return []string{x.Name}, nil
 	case types.Image:
 		return []string{x.Name}, nil
 	case types.Volume:

@@ -205,6 +205,9 @@ func instanceDetail(w io.Writer, i types.Instance) {
 		row(w, "LAST SAVED:", i.LastSavedVersion)
 	}
 	row(w, "NODE:", orDash(i.Node))
+	if i.Placement != "" {
+		row(w, "PLACEMENT:", i.Placement)
+	}
 	row(w, "ADDRESS:", orDash(i.Address))
 	row(w, "GENERATION:", i.Generation)
 	row(w, "RETAIN:", yesNo(i.Retain))

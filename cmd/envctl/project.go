@@ -86,7 +86,7 @@ func (a *app) projectCommand() *cobra.Command {
 			}, func(w io.Writer, _ map[string]any) { row(w, "deleted project "+args[0]) })
 		},
 	}
-	return group("project", "Manage projects", create, ls, show, rm, a.retentionCommand(), a.limitsCommand(), a.networkCommand(), a.idleCommand(), a.projectValidationCommand(), a.poolCommand())
+	return group("project", "Manage projects", create, ls, show, rm, a.retentionCommand(), a.limitsCommand(), a.networkCommand(), a.idleCommand(), a.projectValidationCommand(), a.poolCommand(), a.checkpointEveryCommand())
 }
 
 func (a *app) retentionCommand() *cobra.Command {

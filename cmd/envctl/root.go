@@ -301,6 +301,7 @@ complete from the server.
 	root.AddCommand(a.portCommands()...)
 	root.AddCommand(a.cpCommand())
 	root.AddCommand(a.specCommand()) // specs.go
+	root.AddCommand(a.nodesCommand())
 	a.addCompletions(root)           // complete.go
 	markNameless(root)               // names.go
 	return root

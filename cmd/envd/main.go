@@ -105,6 +105,7 @@ type flags struct {
 	regS3   registry.S3Storage
 	limits  limitFlags
 	envErrs []error
+	cluster clusterFlags
 
 	fs         *pflag.FlagSet // the command's flags, which the config file sets
 	configFile string
@@ -142,6 +143,7 @@ func (f *flags) register(cmd *cobra.Command, external bool) {
 	fl.DurationVar(&f.cfg.WakeWait, "wake-wait", f.envDuration("ENVD_WAKE_WAIT", d.WakeWait), "how long a request that wakes a stopped or hibernated instance waits for it before answering 503 waking with Retry-After (ENVD_WAKE_WAIT)")
 	fl.StringVar(&f.cfg.PreviewDomain, "preview-domain", env("ENVD_PREVIEW_DOMAIN", d.PreviewDomain), "serve instance ports at {port}-{instance}.DOMAIN on the API's listener (wildcard DNS and certificate are the operator's; docs/api.md); empty = no host form (ENVD_PREVIEW_DOMAIN)")
 	fl.Int64Var(&f.cfg.MaxFileBytes, "max-file-bytes", int64(f.envInt("ENVD_MAX_FILE_BYTES", int(d.MaxFileBytes))), "largest file write or archive upload of the file API, past it 413 too_large; 0 = 1 GiB (ENVD_MAX_FILE_BYTES)")
+	f.cluster.register(f, fl)
 	f.registerConfig(fl)
 	if external {
 		fl.StringVar(&f.s3.Endpoint, "s3-endpoint", env("ENVD_S3_ENDPOINT", ""), "S3 host:port for volume archives; empty = a directory in the data dir (ENVD_S3_ENDPOINT)")
@@ -174,6 +176,9 @@ func (f *flags) config() (node.Config, error) {
 	cfg := f.cfg
 	var err error
 	if cfg.DefaultLimits, err = f.limits.limits(); err != nil {
+		return node.Config{}, err
+	}
+	if err := f.cluster.apply(&cfg); err != nil {
 		return node.Config{}, err
 	}
 	if cfg.ShutdownGrace == 0 {

@@ -84,5 +84,6 @@ func (m *Manager) hibernate(ctx context.Context, in versions.Instance, quota ver
 		m.Log.Warn("free hibernated layer", "instance", in.ID, "err", err) // the reconciler retries: no live owner on this node
 	}
 	m.Log.Info("instance hibernated", "instance", in.ID, "version", v.Number)
+	m.Volumes.Handoff(ctx, in.Tenant, in.Project)
 	return in, nil
 }

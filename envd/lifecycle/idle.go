@@ -416,6 +416,7 @@ func (m *Manager) idle(ctx context.Context, in versions.Instance, action string,
 	if err := m.Runtime.Remove(ctx, in.ID); err != nil {
 		m.Log.Warn("free idle instance's layer", "instance", in.ID, "err", err) // the reconciler retries
 	}
+	m.Volumes.Handoff(ctx, in.Tenant, in.Project)
 	return nil
 }
 

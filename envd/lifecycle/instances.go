@@ -132,6 +132,8 @@ type instancePlan struct {
 	// checkpoint: started from this checkpoint (its version is version),
 	// the volumes restored from its archives first.
 	checkpoint int
+	// placement: why the instance runs on this node (types.PlacementFrom).
+	placement string
 }
 
 // planInstance checks a request to start an instance of project: the
@@ -182,7 +184,7 @@ func (m *Manager) planInstance(ctx context.Context, p types.Principal, project s
 	if v.State != "ready" {
 		return instancePlan{}, fmt.Errorf("version %d of project %q is %s, only ready versions can be started: %w", n, project, v.State, errdefs.ErrFailedPrecondition)
 	}
-	return instancePlan{proj: proj, version: v, expires: expires, retain: req.Retain, checkpoint: req.Checkpoint}, nil
+	return instancePlan{proj: proj, version: v, expires: expires, retain: req.Retain, checkpoint: req.Checkpoint, placement: types.PlacementFrom(ctx)}, nil
 }
 
 // startPlanned records the instance as Pending, provisions it and returns
@@ -197,11 +199,18 @@ func (m *Manager) startPlanned(ctx context.Context, p types.Principal, id string
 	if err := m.Quota.Disk(ctx, p.Tenant, limits.DiskBytes); err != nil {
 		return types.Instance{}, err
 	}
+	if !plan.isolated {
+		// Refused before the instance is recorded when its volumes cannot
+		// come to this node (volumes.Manager.Follow).
+		if err := m.Volumes.Follow(ctx, plan.proj); err != nil {
+			return types.Instance{}, err
+		}
+	}
 	created := time.Now()
 	in, err := m.Store.CreateInstance(ctx, versions.Instance{
 		ID: id, Tenant: p.Tenant, Project: project, Node: m.Node, Version: n,
 		State: types.StatePending, Reason: types.ReasonCreated, Message: fmt.Sprintf("starting from version %d", n),
-		ExpiresAt: plan.expires, Retain: plan.retain, Spec: spec.MarshalInstance(limits),
+		ExpiresAt: plan.expires, Retain: plan.retain, Spec: spec.MarshalInstance(limits), Placement: plan.placement,
 	})
 	if err != nil {
 		return types.Instance{}, err
@@ -261,6 +270,11 @@ func (m *Manager) abandonPending(ctx context.Context, id, msg string) bool {
 // with the project's volumes and network policy (build: a build container,
 // labelled LabelBuild, whose policy does not follow the project's).
 func (m *Manager) provision(ctx context.Context, in versions.Instance, proj versions.Project, image string, build bool) error {
+	if !build {
+		if err := m.Volumes.Follow(ctx, proj); err != nil {
+			return err
+		}
+	}
 	mounts, env, err := m.Volumes.Mounts(ctx, proj)
 	if err != nil {
 		return err
@@ -268,6 +282,10 @@ func (m *Manager) provision(ctx context.Context, in versions.Instance, proj vers
 	ref := m.Registry.Addr() + "/" + image
 	if err := m.Runtime.Pull(ctx, ref); err != nil {
 		return fmt.Errorf("pull %s: %w", image, err)
+	}
+	// Placement prefers this node for the image from now on.
+	if err := m.Store.RecordImage(ctx, m.Node, image); err != nil {
+		m.Log.Warn("record pulled image", "image", image, "err", err)
 	}
 	var limits types.Limits
 	if l := spec.InstanceLimits(in.Spec); l != nil {

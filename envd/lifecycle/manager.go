@@ -64,6 +64,7 @@ type Store interface {
 	IdleCandidates(ctx context.Context, node string) ([]versions.IdleState, error)
 	IdleStates(ctx context.Context, ids []string) (map[string]versions.IdleState, error)
 	GetCheckpoint(ctx context.Context, tenant, project string, number int) (versions.Checkpoint, error)
+	RecordImage(ctx context.Context, node, image string) error
 }
 
 // Runtime is what instances need of the container runtime: everything
@@ -94,6 +95,11 @@ type Volumes interface {
 	// RestoreCheckpoint restores the project's volumes on this node from
 	// checkpoint number before instance except (being started) mounts them.
 	RestoreCheckpoint(ctx context.Context, proj versions.Project, number int, except string) error
+	// Follow brings the project's volume data to this node before an
+	// instance starts here (volumes.Manager.Follow); Handoff archives it
+	// when nothing of the project runs here any more.
+	Follow(ctx context.Context, proj versions.Project) error
+	Handoff(ctx context.Context, tenant, project string)
 }
 
 // Quota are the checks a start makes (quota.Checker).
@@ -223,5 +229,5 @@ func View(in versions.Instance) types.Instance {
 		LastSavedVersion: in.LastSavedVersion, Generation: in.Generation, State: in.State,
 		Reason: in.Reason, Message: in.Message, Retain: in.Retain, ExpiresAt: in.ExpiresAt,
 		HibernatedVersion: in.HibernatedVersion, CreatedAt: in.CreatedAt, LastTransitionAt: in.LastTransitionAt,
-		Limits: spec.InstanceLimits(in.Spec)}
+		Limits: spec.InstanceLimits(in.Spec), Placement: in.Placement}
 }

@@ -43,6 +43,9 @@ func (m *Manager) Restore(ctx context.Context, p types.Principal, project string
 	}{project, req}
 	return m.Ops.Start(ctx, p, ops.Spec{Kind: types.OpKindRestore, Target: job.InstanceID, Scope: project, IdempotencyKey: idempotencyKey,
 		Asked: asked, Job: job, Run: func(ctx context.Context, op *ops.Op) (any, error) {
+			if plan.placement != "" {
+				op.Event(ctx, "placed", plan.placement, nil)
+			}
 			op.Event(ctx, "started", fmt.Sprintf("starting instance %s of %s from version %d", job.InstanceID, project, plan.version.Number), nil)
 			in, err := m.startPlanned(ctx, p, job.InstanceID, plan)
 			if err != nil {

@@ -175,6 +175,10 @@ func (m *Manager) wake(ctx context.Context, p types.Principal, in versions.Insta
 	if err != nil {
 		return types.Instance{}, err
 	}
+	// Refused before anything changes when the volumes cannot come here.
+	if err := m.Volumes.Follow(ctx, proj); err != nil {
+		return types.Instance{}, err
+	}
 	if in, err = m.Store.Transition(ctx, in.ID, []types.InstanceState{types.StateStopped}, types.StatePending, types.ReasonStarted,
 		fmt.Sprintf("waking from hibernation version %d on node %s", v.Number, m.Node)); err != nil {
 		return types.Instance{}, err

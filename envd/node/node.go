@@ -148,6 +148,18 @@ type Config struct {
 	// build on are squashed in the background; 0 = never. DefaultConfig
 	// gives DefaultSquashAfter.
 	SquashAfter int
+	// Cluster membership (envd.ClusterConfig): the lease (0 =
+	// envd.DefaultLease, 15s), how often lost nodes are looked for (0 =
+	// envd.DefaultSweepInterval, 5s), the node's labels for node_selector,
+	// and its capacity (zero fields: read from the host).
+	Lease         time.Duration
+	SweepInterval time.Duration
+	Labels        map[string]string
+	Capacity      types.NodeCapacity
+	// Placement is envd.PlacementSpread (default: the cluster policy) or
+	// envd.PlacementLocal (the instances asked here run here whenever this
+	// node can take them).
+	Placement string
 }
 
 // The defaults of a node, in one place: DefaultConfig gathers them for
@@ -217,6 +229,9 @@ func DefaultConfig() Config {
 		IdleAction:    types.IdleActionStop,
 		WakeWait:      envd.DefaultWakeWait,
 		SquashAfter:   DefaultSquashAfter,
+		Lease:         envd.DefaultLease,
+		SweepInterval: envd.DefaultSweepInterval,
+		Placement:     envd.PlacementSpread,
 	}
 }
 
@@ -311,6 +326,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := n.Service.RegisterNode(ctx, n.URL); err != nil {
 		return nil, err
 	}
+	n.onClose(func(ctx context.Context) error { n.Service.LeaveCluster(ctx); return nil })
 	if n.MetricsURL, err = n.serveMetrics(); err != nil {
 		return nil, err
 	}

@@ -284,6 +284,7 @@ func (n *Node) newService(db database, reg registryPart, rt *runtime.Runtime, v 
 		MaxFileBytes:       cfg.MaxFileBytes,
 		RolloutConcurrency: cfg.RolloutConcurrency,
 		SquashAfter:        cfg.SquashAfter,
+		Cluster:            n.clusterConfig(db, reg),
 	}, db.store, reg.client, rt)
 	if err != nil {
 		return nil, err

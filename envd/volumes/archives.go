@@ -215,6 +215,12 @@ func (m *Manager) Restore(ctx context.Context, p types.Principal, project, name 
 	if err := m.storage.Restore(ctx, owner(p.Tenant, project), toSpec(v), m.objects, arc.Key); err != nil {
 		return types.Volume{}, fmt.Errorf("restore volume %q from archive %q: %w", name, arc.Name, err)
 	}
+	if m.homes != nil {
+		// Restored here by hand: this node holds the project's volume data now.
+		if err := m.homes.SetVolumeHome(ctx, p.Tenant, project, m.node, ""); err != nil {
+			return v, err
+		}
+	}
 	if u, err := m.storage.Usage(ctx, owner(p.Tenant, project), toSpec(v)); err == nil {
 		v.UsedBytes, v.SizeBytes = u.UsedBytes, u.SizeBytes
 	}

@@ -62,6 +62,7 @@ type Manager struct {
 	objects objstore.Store // nil: this node offers no archives
 	quota   Quota
 	log     *slog.Logger
+	homes   HomeStore // follow.go; nil = volumes stay on their node
 }
 
 // New makes a Manager; storage and objects may be nil (the node offers no

@@ -1356,6 +1356,45 @@ class Client:
         data = self._call("GET", f"/v1/operations/{_seg(_op_id(op))}/logs", raw=True)
         return data.decode("utf-8", errors="replace")
 
+    # ------------------------------------------------------------------
+    # Cluster nodes (admin)
+
+    def list_nodes(self) -> List[JSON]:
+        """GET /v1/nodes: the cluster's nodes with state, labels, capacity,
+        live instances and lease."""
+        return self._call("GET", "/v1/nodes").get("nodes") or []
+
+    def get_node(self, name: str) -> JSON:
+        """GET /v1/nodes/{name}."""
+        return self._call("GET", f"/v1/nodes/{_seg(name)}")
+
+    def cordon_node(self, name: str) -> JSON:
+        """POST /v1/nodes/{name}/cordon: no new placements there."""
+        return self._call("POST", f"/v1/nodes/{_seg(name)}/cordon")
+
+    def uncordon_node(self, name: str) -> JSON:
+        """POST /v1/nodes/{name}/uncordon: ready again."""
+        return self._call("POST", f"/v1/nodes/{_seg(name)}/uncordon")
+
+    def drain_node(self, name: str) -> JSON:
+        """POST /v1/nodes/{name}/drain: the node hibernates its instances,
+        then shows state drained."""
+        return self._call("POST", f"/v1/nodes/{_seg(name)}/drain")
+
+    def join_command(self) -> JSON:
+        """GET /v1/cluster/join-command: the envd serve line that joins this
+        cluster; it holds credentials."""
+        return self._call("GET", "/v1/cluster/join-command")
+
+    def set_checkpoint_every(self, project: str, every: str) -> JSON:
+        """PUT /v1/projects/{p}/checkpoint: how often the project's running
+        retained instances are checkpointed (a Go duration; "0" = never)."""
+        return self._call("PUT", f"/v1/projects/{_seg(project)}/checkpoint", body={"every": every})
+
+    def get_checkpoint_every(self, project: str) -> JSON:
+        """GET /v1/projects/{p}/checkpoint."""
+        return self._call("GET", f"/v1/projects/{_seg(project)}/checkpoint")
+
 
 def operation_error(op: Mapping[str, Any]) -> EnvdError:
     """The exception for a failed or canceled operation dict."""

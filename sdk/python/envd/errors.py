@@ -30,6 +30,7 @@ __all__ = [
     "StartFailed",
     "PortUnreachable",
     "TooLarge",
+    "VolumeElsewhere",
     "Interrupted",
     "StreamError",
     "error_from_body",
@@ -183,6 +184,11 @@ class TooLarge(EnvdError):
     code_name = "too_large"
 
 
+class VolumeElsewhere(EnvdError):
+    """409: The project's volume data is on another node and no archive carries it here (details: node); the instance was not started with an empty volume."""
+    code_name = "volume_elsewhere"
+
+
 class Interrupted(EnvdError):
     """An operation that envd stopped while it ran and could not resume (operations only)."""
     code_name = "interrupted"
@@ -203,7 +209,7 @@ _CLASSES: Dict[str, Type[EnvdError]] = {
         InvalidArgument, Unauthenticated, PermissionDenied, NotFound, AlreadyExists,
         StaleGeneration, Conflict, FailedPrecondition, IdempotencyKeyReused, Canceled,
         Internal, Unavailable, DeadlineExceeded, QuotaExceeded, ResourceExhausted, StartFailed,
-        Interrupted, Waking, PortUnreachable, TooLarge,
+        Interrupted, Waking, PortUnreachable, TooLarge, VolumeElsewhere,
     )
 }
 
@@ -228,6 +234,7 @@ _STATUS_CODES = {
 # one (the exec stream's exit message).
 CODE_STATUS = {
     "too_large": 413,
+    "volume_elsewhere": 409,
     "port_unreachable": 502,
     "invalid_argument": 400,
     "unauthenticated": 401,

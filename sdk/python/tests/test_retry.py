@@ -209,3 +209,26 @@ class RetryTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class NodesTest(unittest.TestCase):
+    def test_node_routes(self):
+        node = {"name": "n 1", "state": "ready"}
+        r = Recorder([(200, {"nodes": [node]}, {}), (200, node, {}), (200, node, {}), (200, node, {}), (200, node, {}),
+                      (200, {"command": "envd serve", "args": ["envd", "serve"]}, {}),
+                      (200, {"every": "15m"}, {}), (200, {"every": "0"}, {})])
+        self.addCleanup(r.server.close)
+        c = envd.Client(r.url, "tok")
+        self.addCleanup(c.close)
+        self.assertEqual(c.list_nodes(), [node])
+        self.assertEqual(c.get_node("n 1")["name"], "n 1")
+        c.cordon_node("n1")
+        c.uncordon_node("n1")
+        c.drain_node("n1")
+        self.assertEqual(c.join_command()["command"], "envd serve")
+        self.assertEqual(c.set_checkpoint_every("p", "15m"), {"every": "15m"})
+        self.assertEqual(c.get_checkpoint_every("p"), {"every": "0"})
+        self.assertEqual([(m, p) for m, p, _, _ in r.requests], [
+            ("GET", "/v1/nodes"), ("GET", "/v1/nodes/n%201"), ("POST", "/v1/nodes/n1/cordon"),
+            ("POST", "/v1/nodes/n1/uncordon"), ("POST", "/v1/nodes/n1/drain"), ("GET", "/v1/cluster/join-command"),
+            ("PUT", "/v1/projects/p/checkpoint"), ("GET", "/v1/projects/p/checkpoint")])

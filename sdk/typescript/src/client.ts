@@ -193,6 +193,11 @@ export class Client {
   operationLogs(id: string, opts: CallOptions = {}): Promise<string> {
     return this.transport.send({ method: "GET", path: `/v1/operations/${esc(id)}/logs`, retry: "safe" }, opts, (res) => res.text());
   }
+
+  /** The cluster's nodes (admin token): list, get, cordon, uncordon, drain, joinCommand. */
+  get nodes(): Nodes {
+    return new Nodes(this.transport);
+  }
 }
 
 /** A creating POST: sent with an Idempotency-Key (made here when not given) and retried with it. */
@@ -821,8 +826,6 @@ export class Operations {
   }
 }
 
-
-
 /** A page to ask for: at most limit items (1 to 1000; 100 when only pageToken is given) after pageToken. */
 export interface PageRequest {
   limit?: number;
@@ -849,4 +852,50 @@ function getPage<I>(t: Transport, path: string, page: PageRequest, opts?: CallOp
     items: ((await res.json()) as I[]) ?? [],
     nextPageToken: nextPageToken(res.headers.get("Link")),
   }));
+}
+
+/** The cluster's nodes (admin token). */
+export class Nodes {
+  constructor(private t: Transport) {}
+
+  /** GET /v1/nodes. */
+  async list(opts?: CallOptions): Promise<T.Node[]> {
+    const r = await get<T.NodeList>(this.t, "/v1/nodes", opts);
+    return r.nodes;
+  }
+
+  /** GET /v1/nodes/{name}. */
+  get(name: string, opts?: CallOptions): Promise<T.Node> {
+    return get<T.Node>(this.t, `/v1/nodes/${esc(name)}`, opts);
+  }
+
+  /** POST /v1/nodes/{name}/cordon: no new placements there. */
+  cordon(name: string, opts?: CallOptions): Promise<T.Node> {
+    return this.t.json({ method: "POST", path: `/v1/nodes/${esc(name)}/cordon`, retry: "safe" }, opts);
+  }
+
+  /** POST /v1/nodes/{name}/uncordon: ready again. */
+  uncordon(name: string, opts?: CallOptions): Promise<T.Node> {
+    return this.t.json({ method: "POST", path: `/v1/nodes/${esc(name)}/uncordon`, retry: "safe" }, opts);
+  }
+
+  /** POST /v1/nodes/{name}/drain: the node hibernates its instances, then shows state drained. */
+  drain(name: string, opts?: CallOptions): Promise<T.Node> {
+    return this.t.json({ method: "POST", path: `/v1/nodes/${esc(name)}/drain`, retry: "safe" }, opts);
+  }
+
+  /** GET /v1/cluster/join-command: the envd serve line that joins this cluster (holds secrets). */
+  joinCommand(opts?: CallOptions): Promise<T.JoinCommand> {
+    return get<T.JoinCommand>(this.t, "/v1/cluster/join-command", opts);
+  }
+
+  /** PUT /v1/projects/{p}/checkpoint: how often the project's running retained instances are checkpointed ("0" = never). */
+  setCheckpointEvery(project: string, setting: T.CheckpointSetting, opts?: CallOptions): Promise<T.CheckpointSetting> {
+    return this.t.json({ method: "PUT", path: `/v1/projects/${esc(project)}/checkpoint`, json: setting, retry: "safe" }, opts);
+  }
+
+  /** GET /v1/projects/{p}/checkpoint. */
+  checkpointEvery(project: string, opts?: CallOptions): Promise<T.CheckpointSetting> {
+    return get<T.CheckpointSetting>(this.t, `/v1/projects/${esc(project)}/checkpoint`, opts);
+  }
 }

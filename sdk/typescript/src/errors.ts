@@ -53,6 +53,7 @@ export class StartFailedError extends EnvdError {}
 export class PortUnreachableError extends EnvdError {}
 /** A request body is over a size limit of the node (details: limit_bytes); nothing changed. */
 export class TooLargeError extends EnvdError {}
+export class VolumeElsewhereError extends EnvdError {}
 /** An operation ended because envd stopped while it ran. */
 export class InterruptedError extends EnvdError {}
 /** The instance is being woken and the request did not wait; details: {state, retry_after_seconds}; retryAfter is set. */
@@ -86,6 +87,7 @@ const codes: Record<string, [ErrorClass, number]> = {
   start_failed: [StartFailedError, 422],
   port_unreachable: [PortUnreachableError, 502],
   too_large: [TooLargeError, 413],
+  volume_elsewhere: [VolumeElsewhereError, 409],
   interrupted: [InterruptedError, 500],
   waking: [WakingError, 503],
 };

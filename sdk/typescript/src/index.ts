@@ -12,6 +12,7 @@ export {
   Volumes,
   Tokens,
   Tenants,
+  Nodes,
   isDone,
   operationError,
   type EventStreamOptions,

@@ -254,6 +254,8 @@ export interface Instance {
   active_sessions?: number;
   /** GET of one instance only: the project's current, a newer base this instance does not run. */
   newer_current?: number;
+  /** Why the instance runs on its node (the placement decision). */
+  placement?: string;
 }
 
 /** Go: types.CreateInstanceRequest. The body of POST /v1/projects/{p}/instances. */
@@ -265,6 +267,8 @@ export interface CreateInstanceRequest {
   retain?: boolean;
   /** Start from checkpoint N (its version, volumes restored first); version must be absent. */
   checkpoint?: number;
+  /** Only nodes with every one of these labels take it. */
+  node_selector?: Record<string, string>;
 }
 
 /** Go: types.ExecRequest. The body of POST /v1/instances/{i}/exec. */
@@ -509,6 +513,7 @@ export type ErrorCode = Open<
   | "waking"
   | "port_unreachable"
   | "too_large"
+  | "volume_elsewhere"
 >;
 
 /** Go: types.ErrorDetail. */
@@ -946,4 +951,50 @@ export interface VersionSpec {
   base_version: number;
   spec: BuildRequest;
   omitted: SpecOmit[];
+}
+
+/** Go: types.NodeCapacity. 0 = not known; instance_slots 0 = no bound (in used: the live instances). */
+export interface NodeCapacity {
+  cpus: number;
+  memory_bytes: number;
+  disk_bytes: number;
+  instance_slots: number;
+}
+
+/** Go: types.Node. A member of the cluster. */
+export interface Node {
+  name: string;
+  api_url: string;
+  state: Open<"ready" | "cordoned" | "draining" | "drained" | "lost">;
+  labels: Record<string, string>;
+  capacity: NodeCapacity;
+  used: NodeCapacity;
+  instances: number;
+  lease_seconds: number;
+  /** Set by the database's clock at every renewal. */
+  lease_expires_at: string;
+  expired?: boolean;
+  renewed_at: string;
+  started_at: string;
+  state_changed_at: string;
+  version?: string;
+  stopped?: boolean;
+}
+
+/** Go: types.NodeList. The answer of GET /v1/nodes. */
+export interface NodeList {
+  nodes: Node[];
+}
+
+/** Go: types.JoinCommand. Holds credentials: admins only. */
+export interface JoinCommand {
+  command: string;
+  args: string[];
+  secrets?: string[];
+  notes?: string[];
+}
+
+/** Go: types.CheckpointSetting. A Go duration of at least 10s; "0" = never. */
+export interface CheckpointSetting {
+  every: string;
 }

@@ -89,6 +89,14 @@ describe("routes", () => {
     ["deleteCheckpoint", () => c.deleteCheckpoint("p", 2), "DELETE", "/v1/projects/p/checkpoints/2"],
     ["instances.create from a checkpoint", () => c.instances.create("p", { checkpoint: 2 }), "POST", "/v1/projects/p/instances", { checkpoint: 2 }, [K]],
     ["volumes.restore to a checkpoint", () => c.volumes.restore("p", "w", { checkpoint: 2 }), "POST", "/v1/projects/p/volumes/w/restore", { checkpoint: 2 }],
+    ["nodes.list", () => c.nodes.list(), "GET", "/v1/nodes"],
+    ["nodes.get", () => c.nodes.get("n 1"), "GET", "/v1/nodes/n%201"],
+    ["nodes.cordon", () => c.nodes.cordon("n1"), "POST", "/v1/nodes/n1/cordon"],
+    ["nodes.uncordon", () => c.nodes.uncordon("n1"), "POST", "/v1/nodes/n1/uncordon"],
+    ["nodes.drain", () => c.nodes.drain("n1"), "POST", "/v1/nodes/n1/drain"],
+    ["nodes.joinCommand", () => c.nodes.joinCommand(), "GET", "/v1/cluster/join-command"],
+    ["nodes.setCheckpointEvery", () => c.nodes.setCheckpointEvery("p", { every: "15m" }), "PUT", "/v1/projects/p/checkpoint", { every: "15m" }],
+    ["nodes.checkpointEvery", () => c.nodes.checkpointEvery("p"), "GET", "/v1/projects/p/checkpoint"],
   ];
   for (const [name, call, method, path, body, headers = []] of cases) {
     test(name, async () => {

@@ -1,0 +1,487 @@
+package envd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/envd/cluster"
+	"github.com/envd-dev/envd/versions"
+)
+
+// Membership (issue 10). Every node joins the `nodes` table at start with
+// its API URL, capacity, labels and a lease, and renews the lease every
+// Lease/3 by the DATABASE's clock (now() in SQL; nodes' clocks are never
+// compared). Every SweepInterval each node marks the nodes whose lease
+// lapsed as lost (one UPDATE ... WHERE state <> 'lost' wins per node),
+// fails their live instances with reason node_lost and new generations in
+// the same transaction, and settles their unfinished operations as
+// interrupted. So an instance of a node that died is Failed within
+// Lease + SweepInterval of the dead node's last renewal. A node sweeps
+// only once it has renewed without a failure for a whole lease, and never
+// marks itself, so a database outage does not make live nodes mark each
+// other lost.
+//
+// A node that comes back finds its rows fenced: its renewal answers
+// ErrFenced, it reconciles (removes the containers of its Failed
+// instances: no live row owns them) and joins again, ready.
+
+// ClusterConfig is a node's membership settings; zero fields get defaults
+// in clusterDefaults.
+type ClusterConfig struct {
+	// Lease is how long the node counts as alive after a renewal;
+	// default DefaultLease. Shorter: lost nodes are found sooner, and a
+	// node that cannot reach the database for longer (a partition) is
+	// marked lost by the others.
+	Lease time.Duration
+	// SweepInterval is how often the node looks for lost nodes; default
+	// DefaultSweepInterval.
+	SweepInterval time.Duration
+	Labels        map[string]string
+	// Capacity is what the node offers placement; zero fields are read
+	// from the host (CPUs, memory, the data dir's disk); InstanceSlots 0 =
+	// no bound.
+	Capacity types.NodeCapacity
+	// Join is the command another machine runs to join this cluster
+	// (envctl nodes join-command); envd/node fills it.
+	Join types.JoinCommand
+	// Placement is how this node places the instances asked of it:
+	// PlacementSpread (the default: the cluster policy, cluster.Place) or
+	// PlacementLocal (here whenever this node is eligible).
+	Placement string
+}
+
+// The placement settings of a node.
+const (
+	PlacementSpread = "spread"
+	PlacementLocal  = "local"
+)
+
+// The membership defaults.
+const (
+	DefaultLease         = 15 * time.Second
+	DefaultSweepInterval = 5 * time.Second
+)
+
+// clusterState is the node's membership at run time.
+type clusterState struct {
+	ctx      context.Context // the service's
+	once     sync.Once
+	draining atomic.Bool // a drain round runs
+	// checkpointing: a round of checkpoints runs (checkpoint.go).
+	checkpointing atomic.Bool
+	renewed       time.Time // the last successful renewal (the loop's goroutine only)
+	// healthySince is when renewals started succeeding without a
+	// failure since (zero after a failure; the loop's goroutine only).
+	healthySince time.Time
+	wg           sync.WaitGroup
+}
+
+func clusterDefaults(c ClusterConfig, dataDir string) ClusterConfig {
+	if c.Lease <= 0 {
+		c.Lease = DefaultLease
+	}
+	if c.SweepInterval <= 0 {
+		c.SweepInterval = DefaultSweepInterval
+	}
+	if c.Placement == "" {
+		c.Placement = PlacementSpread
+	}
+	if c.Capacity.CPUs == 0 {
+		c.Capacity.CPUs = float64(runtime.NumCPU())
+	}
+	if c.Capacity.MemoryBytes == 0 {
+		c.Capacity.MemoryBytes = hostMemory()
+	}
+	if c.Capacity.DiskBytes == 0 && dataDir != "" {
+		var st syscall.Statfs_t
+		if syscall.Statfs(dataDir, &st) == nil {
+			c.Capacity.DiskBytes = int64(st.Blocks) * st.Bsize
+		}
+	}
+	return c
+}
+
+// hostMemory is MemTotal of /proc/meminfo in bytes, 0 if unreadable.
+func hostMemory() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			var kb int64
+			if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%d kB", &kb); err == nil {
+				return kb << 10
+			}
+		}
+	}
+	return 0
+}
+
+// RegisterNode joins the cluster: this node's API URL (other nodes forward
+// requests about its instances there), capacity, labels and a lease; then
+// it keeps the lease and looks for lost nodes until Close.
+func (s *Service) RegisterNode(ctx context.Context, apiURL string) error {
+	s.cfg.Cluster = clusterDefaults(s.cfg.Cluster, s.cfg.DataDir)
+	if _, err := s.join(ctx, apiURL); err != nil {
+		return err
+	}
+	s.cluster.once.Do(func() {
+		s.cluster.wg.Add(1)
+		go func() {
+			defer s.cluster.wg.Done()
+			s.membershipLoop(s.cluster.ctx, apiURL)
+		}()
+	})
+	return nil
+}
+
+func (s *Service) join(ctx context.Context, apiURL string) (versions.Member, error) {
+	c := s.cfg.Cluster
+	return s.store.Join(ctx, versions.Registration{Name: s.cfg.Node, APIURL: apiURL, Version: BuildVersion, Labels: c.Labels,
+		CPUs: c.Capacity.CPUs, MemoryBytes: c.Capacity.MemoryBytes, DiskBytes: c.Capacity.DiskBytes,
+		InstanceSlots: c.Capacity.InstanceSlots, Lease: c.Lease})
+}
+
+// LeaveCluster records a graceful shutdown: no placements come here until
+// the node joins again.
+func (s *Service) LeaveCluster(ctx context.Context) {
+	if err := s.store.LeaveNode(ctx, s.cfg.Node); err != nil {
+		s.log.Warn("leave the cluster", "err", err)
+	}
+}
+
+// membershipLoop renews the lease every Lease/3, acts on a drain, and
+// sweeps lost nodes every SweepInterval.
+func (s *Service) membershipLoop(ctx context.Context, apiURL string) {
+	c := s.cfg.Cluster
+	renew := time.NewTicker(c.Lease / 3)
+	sweep := time.NewTicker(c.SweepInterval)
+	defer renew.Stop()
+	defer sweep.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-renew.C:
+			s.renew(ctx, apiURL)
+		case <-sweep.C:
+			// After a pause of this process (a suspended machine, a stall)
+			// renew first: the others' leases lapsed by the same clock.
+			if time.Since(s.cluster.renewed) > c.Lease/2 {
+				s.renew(ctx, apiURL)
+			}
+			// Only a node that has renewed without a failure for a whole
+			// lease sweeps: after a database outage every live node has had
+			// the time to renew before any marks another lost.
+			if h := s.cluster.healthySince; !h.IsZero() && time.Since(h) >= c.Lease {
+				s.sweepLost(ctx)
+			}
+			if s.cluster.checkpointing.CompareAndSwap(false, true) {
+				s.cluster.wg.Add(1)
+				go func() {
+					defer s.cluster.wg.Done()
+					defer s.cluster.checkpointing.Store(false)
+					s.checkpointDue(ctx)
+				}()
+			}
+		}
+	}
+}
+
+func (s *Service) renew(ctx context.Context, apiURL string) {
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.Cluster.Lease/3)
+	defer cancel()
+	state, err := s.store.RenewLease(rctx, s.cfg.Node)
+	if err == nil {
+		s.cluster.renewed = time.Now()
+		if s.cluster.healthySince.IsZero() {
+			s.cluster.healthySince = s.cluster.renewed
+		}
+	} else {
+		s.cluster.healthySince = time.Time{}
+	}
+	switch {
+	case errors.Is(err, versions.ErrFenced):
+		// Marked lost while alive (a partition, a stalled database): its
+		// instances were failed elsewhere; remove their containers, then
+		// come back ready.
+		s.log.Warn("this node was marked lost: cleaning up and joining again", "node", s.cfg.Node)
+		if err := s.life.Reconcile(ctx); err != nil {
+			s.log.Warn("reconcile after being marked lost", "err", err)
+			return
+		}
+		if _, err := s.join(ctx, apiURL); err != nil {
+			s.log.Warn("join again", "err", err)
+		}
+	case err != nil:
+		s.log.Warn("renew the node's lease", "err", err)
+		return
+	case state == versions.NodeDraining && s.cluster.draining.CompareAndSwap(false, true):
+		s.cluster.wg.Add(1)
+		go func() {
+			defer s.cluster.wg.Done()
+			defer s.cluster.draining.Store(false)
+			s.drainRound(ctx)
+		}()
+	}
+}
+
+// sweepLost marks lapsed nodes lost, fails their instances and settles
+// their operations.
+func (s *Service) sweepLost(ctx context.Context) {
+	nodes, ins, err := s.store.MarkLost(ctx, s.cfg.Node, lostMessage)
+	if err != nil {
+		s.log.Warn("look for lost nodes", "err", err)
+		return
+	}
+	for _, n := range nodes {
+		s.log.Warn("node lost: its lease expired", "node", n.Name, "lease_expired_at", n.LeaseExpiresAt)
+	}
+	for _, in := range ins {
+		s.cfg.Observer.InstanceFailed(types.ReasonNodeLost)
+		s.log.Info("instance failed: its node was lost", "instance", in.ID, "node", in.Node)
+	}
+	ops, err := s.store.LostNodeOperations(ctx)
+	if err != nil {
+		s.log.Warn("operations of lost nodes", "err", err)
+		return
+	}
+	for _, op := range ops {
+		s.ops.Settle(ctx, op, fmt.Errorf("node %s, which ran the %s, was lost (its lease expired)", op.Node, op.Kind))
+	}
+}
+
+// lostMessage is what `envctl show` says of an instance failed with its
+// node: what was lost, and how to get the project back.
+func lostMessage(in versions.Instance, n versions.Member, cp *versions.InstanceCheckpoint) string {
+	saved := fmt.Sprintf("version %d it started from", in.Version)
+	if in.LastSavedVersion > 0 {
+		saved = fmt.Sprintf("its last save, version %d", in.LastSavedVersion)
+	}
+	if cp != nil && cp.Version > in.LastSavedVersion {
+		saved = fmt.Sprintf("its checkpoint at %s, version %d (`envctl up %s --version %d` starts from it)",
+			cp.At.UTC().Format(time.RFC3339), cp.Version, in.Project, cp.Version)
+	}
+	what := "changes in its writable layer since " + saved
+	if in.Retain {
+		what = "its retained writable layer (unsaved since " + saved + ")"
+	}
+	return fmt.Sprintf("node %s was lost (lease expired at %s by the database clock): lost %s; volumes stay with the node; `envctl up %s` starts the project on another node",
+		n.Name, n.LeaseExpiresAt.UTC().Format(time.RFC3339), what, in.Project)
+}
+
+// drainRound moves this draining node's instances off it (lifecycle's
+// Evacuate), then, when none is left and no operation of this node runs,
+// marks it drained. A round that leaves work runs again at the next
+// renewal.
+func (s *Service) drainRound(ctx context.Context) {
+	ins, err := s.store.ListNodeInstances(ctx, s.cfg.Node)
+	if err != nil {
+		s.log.Warn("drain: list instances", "err", err)
+		return
+	}
+	left := 0
+	for _, in := range ins {
+		done, err := s.life.Evacuate(ctx, in)
+		if err != nil {
+			s.log.Warn("drain: instance", "instance", in.ID, "err", err)
+		}
+		if !done {
+			left++
+		}
+	}
+	if left > 0 {
+		return
+	}
+	ops, err := s.store.UnfinishedOperations(ctx, s.cfg.Node)
+	if err != nil || len(ops) > 0 {
+		return
+	}
+	// The volumes this node holds go to object storage, for the projects
+	// its instances (hibernated now) belong to.
+	handed := map[string]bool{}
+	for _, in := range ins {
+		if key := in.Tenant + "/" + in.Project; !handed[key] {
+			handed[key] = true
+			s.vols.Handoff(ctx, in.Tenant, in.Project)
+		}
+	}
+	if _, err := s.store.SetNodeState(ctx, s.cfg.Node, []string{versions.NodeDraining}, versions.NodeDrained); err != nil {
+		s.log.Warn("drain: mark drained", "err", err)
+		return
+	}
+	s.log.Info("node drained", "node", s.cfg.Node)
+}
+
+func needAdmin(p types.Principal, what string) error {
+	if !p.Admin {
+		return fmt.Errorf("%s needs an admin token: %w", what, errdefs.ErrPermissionDenied)
+	}
+	return nil
+}
+
+func viewMember(m versions.Member) types.Node {
+	return types.Node{Name: m.Name, APIURL: m.APIURL, State: m.State, Labels: m.Labels,
+		Capacity:  types.NodeCapacity{CPUs: m.CPUs, MemoryBytes: m.MemoryBytes, DiskBytes: m.DiskBytes, InstanceSlots: m.InstanceSlots},
+		Used:      types.NodeCapacity{CPUs: m.UsedCPUs, MemoryBytes: m.UsedMemory, DiskBytes: m.UsedDisk, InstanceSlots: m.Instances},
+		Instances: m.Instances, LeaseSeconds: m.Lease.Seconds(), LeaseExpiresAt: m.LeaseExpiresAt, Expired: m.Expired,
+		RenewedAt: m.RenewedAt, StartedAt: m.StartedAt, StateChangedAt: m.StateChangedAt, Version: m.Version, Stopped: m.Stopped}
+}
+
+// ListNodes lists the cluster's nodes (admin).
+func (s *Service) ListNodes(ctx context.Context, p types.Principal) ([]types.Node, error) {
+	if err := needAdmin(p, "listing nodes"); err != nil {
+		return nil, err
+	}
+	ms, err := s.store.ListMembers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]types.Node, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, viewMember(m))
+	}
+	return out, nil
+}
+
+// GetNode returns one node (admin).
+func (s *Service) GetNode(ctx context.Context, p types.Principal, name string) (types.Node, error) {
+	if err := needAdmin(p, "reading a node"); err != nil {
+		return types.Node{}, err
+	}
+	m, err := s.store.GetMember(ctx, name)
+	if err != nil {
+		return types.Node{}, err
+	}
+	return viewMember(m), nil
+}
+
+func (s *Service) setNodeState(ctx context.Context, p types.Principal, name string, from []string, to string) (types.Node, error) {
+	if err := needAdmin(p, "changing a node's state"); err != nil {
+		return types.Node{}, err
+	}
+	m, err := s.store.SetNodeState(ctx, name, from, to)
+	if err != nil {
+		return types.Node{}, err
+	}
+	return viewMember(m), nil
+}
+
+// CordonNode stops placements on a ready node (admin); cordoning a
+// cordoned node changes nothing.
+func (s *Service) CordonNode(ctx context.Context, p types.Principal, name string) (types.Node, error) {
+	return s.setNodeState(ctx, p, name, []string{versions.NodeReady, versions.NodeCordoned}, versions.NodeCordoned)
+}
+
+// UncordonNode makes a cordoned, draining or drained node ready (admin).
+// A lost node comes back by itself when it renews.
+func (s *Service) UncordonNode(ctx context.Context, p types.Principal, name string) (types.Node, error) {
+	return s.setNodeState(ctx, p, name, []string{versions.NodeReady, versions.NodeCordoned, versions.NodeDraining, versions.NodeDrained}, versions.NodeReady)
+}
+
+// DrainNode stops placements on a node and has it move its instances off
+// (retained ones hibernated, others saved and hibernated), then marked
+// drained (admin). The node acts at its next renewal (Lease/3).
+func (s *Service) DrainNode(ctx context.Context, p types.Principal, name string) (types.Node, error) {
+	return s.setNodeState(ctx, p, name, []string{versions.NodeReady, versions.NodeCordoned, versions.NodeDraining}, versions.NodeDraining)
+}
+
+// JoinCommand is the command another machine runs to join (admin: it
+// holds the database's and object storage's credentials).
+func (s *Service) JoinCommand(ctx context.Context, p types.Principal) (types.JoinCommand, error) {
+	if err := needAdmin(p, "the join command"); err != nil {
+		return types.JoinCommand{}, err
+	}
+	j := s.cfg.Cluster.Join
+	if j.Command == "" {
+		return types.JoinCommand{}, fmt.Errorf("this node cannot tell how to join it (its database or registry is private to it): %w", errdefs.ErrFailedPrecondition)
+	}
+	return j, nil
+}
+
+// PlaceInstance picks the node of a new instance of project
+// (cluster.Place): the local node answers when it is chosen, or when no
+// node registered (a node without membership).
+func (s *Service) PlaceInstance(ctx context.Context, p types.Principal, project string, req types.CreateInstanceRequest) (node, apiURL, reason string, local bool, err error) {
+	proj, err := s.store.GetProject(ctx, p.Tenant, project)
+	if err != nil {
+		// The local handler answers 404 (or the bad name) as before.
+		return s.cfg.Node, "", "", true, nil
+	}
+	n := req.Version
+	if n == 0 {
+		n = proj.Current
+	}
+	v, err := s.store.GetVersion(ctx, p.Tenant, project, n)
+	if err != nil {
+		return s.cfg.Node, "", "", true, nil
+	}
+	members, err := s.store.ListMembers(ctx)
+	if err != nil {
+		return "", "", "", false, err
+	}
+	if len(members) == 0 {
+		return s.cfg.Node, "", "", true, nil
+	}
+	limits, err := s.life.EffectiveLimits(ctx, proj)
+	if err != nil {
+		return "", "", "", false, err
+	}
+	withImage, err := s.store.NodesWithImage(ctx, v.Image)
+	if err != nil {
+		return "", "", "", false, err
+	}
+	spread, err := s.store.TenantSpread(ctx, p.Tenant)
+	if err != nil {
+		return "", "", "", false, err
+	}
+	creq := cluster.Request{Limits: limits, Selector: req.NodeSelector, Local: s.cfg.Node, LocalFirst: s.cfg.Cluster.Placement == PlacementLocal}
+	home, hasHome, err := s.store.GetVolumeHome(ctx, p.Tenant, project)
+	if err != nil {
+		return "", "", "", false, err
+	}
+	if hasHome && home.ArchiveKey == "" && len(s.vols.Paths(ctx, p.Tenant, project)) > 0 {
+		creq.VolumesOnlyOn = home.Node
+	}
+	cands := make([]cluster.Candidate, 0, len(members))
+	urls := map[string]string{}
+	for _, m := range members {
+		urls[m.Name] = m.APIURL
+		cands = append(cands, cluster.Candidate{Name: m.Name, State: m.State, Lapsed: m.Expired, Stopped: m.Stopped, Labels: m.Labels,
+			CPUs: m.CPUs, UsedCPUs: m.UsedCPUs, MemoryBytes: m.MemoryBytes, UsedMemory: m.UsedMemory,
+			DiskBytes: m.DiskBytes, UsedDisk: m.UsedDisk, Slots: m.InstanceSlots, Instances: m.Instances,
+			HasImage: withImage[m.Name], HoldsVolumes: hasHome && home.Node == m.Name, TenantInstances: spread[m.Name]})
+	}
+	d, err := cluster.Place(creq, cands)
+	if err != nil {
+		return "", "", "", false, err
+	}
+	return d.Node, urls[d.Node], d.Reason, d.Node == s.cfg.Node, nil
+}
+
+// OperationOwner tells which node must answer the cancel of operation id:
+// the node that runs it, when that is another live node; else this one
+// (unknown, finished, or run by a node that is gone: the local handler
+// records the request).
+func (s *Service) OperationOwner(ctx context.Context, p types.Principal, id string) (node, apiURL string, local bool, err error) {
+	op, err := s.store.GetOperation(ctx, p.Tenant, id)
+	if err != nil || op.Node == "" || op.Node == s.cfg.Node || (op.State != types.OpPending && op.State != types.OpRunning) {
+		return op.Node, "", true, nil
+	}
+	m, err := s.store.GetMember(ctx, op.Node)
+	if err != nil || m.State == versions.NodeLost || m.Expired || m.Stopped {
+		return op.Node, "", true, nil
+	}
+	return m.Name, m.APIURL, false, nil
+}
