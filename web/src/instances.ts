@@ -4,7 +4,7 @@
 // and its terminal.
 
 import type { Instance, OperationEvent, SaveResult } from "../../sdk/typescript/src/index.js";
-import { h, replace, field, button, type Child } from "./dom.js";
+import { h, replace, field, button } from "./dom.js";
 import { call, SignedOut } from "./session.js";
 import { relative, time, yesNo, bytes } from "./format.js";
 import { details, errorBox, note, pageTitle, stateBadge, table, announce } from "./ui.js";
@@ -90,7 +90,13 @@ export async function instancePage(main: HTMLElement, [id]: string[]): Promise<(
   const actions = h("section", { class: "card", "aria-labelledby": "actions-h" });
   const saveBox = h("section", { class: "card", "aria-labelledby": "save-h" });
   const termBox = h("section", { class: "card terminal-card", "aria-labelledby": "term-h" });
-  replace(main, pageTitle(`Instance ${iid}`), instanceTabs(iid, "overview"), flash, info, actions, saveBox, termBox);
+  replace(
+    main,
+    pageTitle(`Instance ${iid}`),
+    instanceTabs(iid, "overview"),
+    flash,
+    h("div", { class: "instance-grid" }, h("div", { class: "col" }, info, actions, saveBox), h("div", { class: "col" }, termBox)),
+  );
 
   let inst: Instance;
   let term: { close(): void } | undefined;
@@ -104,11 +110,11 @@ export async function instancePage(main: HTMLElement, [id]: string[]): Promise<(
 
   function renderInfo(): void {
     const i = inst;
-    const idle: Child[] = [];
-    if (i.idle_after) idle.push(`after ${i.idle_after} (${i.idle_action ?? "stop"})`);
-    if (i.idle_since) idle.push(`, idle since ${time(i.idle_since)}`);
-    if (i.idle_action_at) idle.push(`, acts ${relative(i.idle_action_at)}`);
-    if (i.active_sessions) idle.push(`, ${i.active_sessions} session(s) open`);
+    const idle: string[] = [];
+    if (i.idle_after) idle.push(`stops after ${i.idle_after} idle (${i.idle_action || "stop"})`);
+    if (i.idle_since) idle.push(`idle since ${time(i.idle_since)}`);
+    if (i.idle_action_at) idle.push(`acts ${relative(i.idle_action_at)}`);
+    if (i.active_sessions) idle.push(`${i.active_sessions} session(s) open`);
     replace(
       info,
       h("h2", { id: "info-h" }, "Details"),
@@ -121,7 +127,7 @@ export async function instancePage(main: HTMLElement, [id]: string[]): Promise<(
         ["Last saved", i.last_saved_version ? `v${i.last_saved_version}` : ""],
         ["Node", i.node],
         ["Address", i.address ?? ""],
-        ["Generation", String(i.generation)],
+        ["Generation", h("span", { id: "instance-generation" }, String(i.generation))],
         ["Retain", yesNo(i.retain)],
         ["Hibernated as", i.hibernated_version ? `version ${i.hibernated_version} (start brings it back, on any node)` : ""],
         ["Volumes", (i.protection.volumes ?? []).join(", ")],
@@ -129,7 +135,7 @@ export async function instancePage(main: HTMLElement, [id]: string[]): Promise<(
         ["Lost on stop", h("span", { id: "lost-on-stop" }, i.protection.lost_on_stop || "-")],
         ["Lost on rm", h("span", { id: "lost-on-rm" }, i.protection.lost_on_remove || "-")],
         ["Expires", h("span", { id: "instance-expires" }, i.expires_at ? `${time(i.expires_at)} (${relative(i.expires_at)})` : "never")],
-        ["Idle", idle.length ? idle : "no idle stop"],
+        ["Idle", h("span", { id: "instance-idle" }, idle.length ? idle.join("; ") : "no idle stop")],
         ["Created", time(i.created_at)],
         ["Last transition", `${time(i.last_transition_at)} (${relative(i.last_transition_at)})`],
         ["Newer current", i.newer_current ? `version ${i.newer_current} (a newer base) is current; this instance keeps version ${i.version} until started anew` : ""],
@@ -194,7 +200,10 @@ export async function instancePage(main: HTMLElement, [id]: string[]): Promise<(
         : null,
       confirmBox,
     );
-    renderSave();
+    // The save box keeps its progress and result; only whether it can save changes.
+    const save = saveBox.querySelector<HTMLButtonElement>("#save-button");
+    if (save && !save.hasAttribute("aria-busy")) save.disabled = inst.state !== "Running";
+    saveBox.querySelector("#save-needs-running")?.toggleAttribute("hidden", inst.state === "Running");
   }
 
   function renderSave(): void {
@@ -214,6 +223,7 @@ export async function instancePage(main: HTMLElement, [id]: string[]): Promise<(
       ev.preventDefault();
       const submit = form.querySelector<HTMLButtonElement>("button[type=submit]")!;
       submit.disabled = true;
+      submit.setAttribute("aria-busy", "true");
       replace(log);
       replace(result);
       steps.querySelectorAll("li").forEach((li) => li.removeAttribute("class"));
@@ -247,11 +257,15 @@ export async function instancePage(main: HTMLElement, [id]: string[]): Promise<(
       } catch (e) {
         replace(result, errorBox(e, "Save"));
       } finally {
-        submit.disabled = inst.state !== "Running";
+        submit.removeAttribute("aria-busy");
         await load().catch(() => {});
+        submit.disabled = inst.state !== "Running";
       }
     });
-    replace(saveBox, h("h2", { id: "save-h" }, "Save"), inst.state === "Running" ? null : note("info", "Save needs a Running instance."), form);
+    const needs = note("info", "Save needs a Running instance.");
+    needs.id = "save-needs-running";
+    needs.hidden = inst.state === "Running";
+    replace(saveBox, h("h2", { id: "save-h" }, "Save"), needs, form);
   }
 
   function closeTerminal(): void {
@@ -259,11 +273,11 @@ export async function instancePage(main: HTMLElement, [id]: string[]): Promise<(
     term = undefined;
   }
 
-  function renderTerminal(): void {
+  function renderTerminal(focus = false): void {
     closeTerminal();
     const host = h("div", { class: "terminal", id: "terminal" });
     const state = h("p", { id: "terminal-state", role: "status" });
-    const reconnect = button("Reconnect", () => renderTerminal(), { id: "terminal-reconnect" });
+    const reconnect = button("Reconnect", () => renderTerminal(true), { id: "terminal-reconnect" });
     replace(
       termBox,
       h("div", { class: "section-head" }, h("h2", { id: "term-h" }, "Terminal"), reconnect),
@@ -276,10 +290,11 @@ export async function instancePage(main: HTMLElement, [id]: string[]): Promise<(
       state.textContent = `The terminal needs a Running instance (this one is ${inst.state}).`;
       return;
     }
-    term = openTerminal(host, iid, (s) => (state.textContent = s));
+    term = openTerminal(host, iid, (s) => (state.textContent = s), focus);
   }
 
   await load();
+  renderSave();
   renderTerminal();
   return () => {
     closed = true;

@@ -53,7 +53,7 @@ export async function projectsPage(main: HTMLElement): Promise<void> {
 }
 
 function createForm(images: string[]): HTMLElement {
-  const name = h("input", { id: "new-project-name", name: "name", required: true, pattern: "[a-z0-9][a-z0-9-]*", autocomplete: "off" });
+  const name = h("input", { id: "new-project-name", name: "name", required: true, pattern: "[a-z0-9][a-z0-9\\-]*", autocomplete: "off" });
   const base = h("select", { id: "new-project-base", name: "base" }, images.map((i) => h("option", { value: i }, i)));
   const out = h("div", { id: "create-project-result" });
   const form = h(

@@ -9,7 +9,8 @@ import { isUnauthenticated, session, signOut } from "./session.js";
 
 const MAX_RETRIES = 5;
 
-export function openTerminal(host: HTMLElement, id: string, status: (s: string) => void): { close(): void } {
+/** Opens a terminal in host; focus: give it the keyboard once connected (after a Reconnect). */
+export function openTerminal(host: HTMLElement, id: string, status: (s: string) => void, focus = false): { close(): void } {
   const term = new Terminal({
     cursorBlink: true,
     fontFamily: "ui-monospace, 'DejaVu Sans Mono', 'Liberation Mono', monospace",
@@ -63,7 +64,7 @@ export function openTerminal(host: HTMLElement, id: string, status: (s: string) 
       retries = 0;
       status(`Connected to ${id} (${term.cols}×${term.rows}).`);
       host.dataset.connected = "true";
-      term.focus();
+      if (focus) term.focus();
     }, () => {});
     mine.exit.then(
       (code) => {
@@ -92,7 +93,15 @@ export function openTerminal(host: HTMLElement, id: string, status: (s: string) 
   term.onResize(({ cols, rows }) => {
     if (!closed && host.dataset.connected === "true") status(`Connected to ${id} (${cols}×${rows}).`);
   });
-  connect();
+  // Connect once the terminal has its real size (fonts loaded, laid out):
+  // the size goes in the request, so the shell's first look at its
+  // terminal sees it.
+  void document.fonts.ready
+    .then(() => new Promise((r) => requestAnimationFrame(r)))
+    .then(() => {
+      refit();
+      connect();
+    });
 
   return {
     close() {
