@@ -42,3 +42,13 @@ export function duration(seconds: number): string {
 export function yesNo(b: boolean | undefined): string {
   return b ? "yes" : "no";
 }
+
+/**
+ * The bytes a version added: its image's size less its parent's (a save is
+ * the parent's layers plus one), or the whole image for a base version.
+ */
+export function layerBytes(v: { version: number; parent?: number; size_bytes: number; kind: string }, all: { version: number; size_bytes: number }[]): number {
+  if (!v.parent) return v.kind === "base" ? 0 : v.size_bytes;
+  const p = all.find((x) => x.version === v.parent);
+  return p ? Math.max(0, v.size_bytes - p.size_bytes) : v.size_bytes;
+}

@@ -5,7 +5,7 @@
 import { ConflictError, type Changes, type Project, type Version } from "../../sdk/typescript/src/index.js";
 import { h, replace, field, button, svg, type Child } from "./dom.js";
 import { call, SignedOut } from "./session.js";
-import { bytes, time } from "./format.js";
+import { bytes, time, layerBytes } from "./format.js";
 import { details, errorBox, note, pageTitle, stateBadge, table, announce } from "./ui.js";
 import { startInstanceForm } from "./instances.js";
 
@@ -40,7 +40,7 @@ export async function projectPage(main: HTMLElement, [name]: string[]): Promise<
         ["Current base", proj.current_base ?? ""],
         ["Compression", proj.compression],
         ["Egress", proj.egress],
-        ["Stored (ready versions)", bytes(vs.filter((v) => v.state === "ready").reduce((n, v) => n + v.size_bytes, 0))],
+        ["Stored (own layers)", bytes(vs.filter((v) => v.state === "ready").reduce((n, v) => n + layerBytes(v, vs), 0))],
         ["Created", time(proj.created_at)],
         proj.rollout_failure ? ["Rollout failure", `${proj.rollout_failure.status}: ${proj.rollout_failure.message ?? ""}`] : ["Rollout failure", "none"],
       ]),
@@ -119,7 +119,7 @@ export async function projectPage(main: HTMLElement, [name]: string[]): Promise<
         { class: `version${v.current ? " is-current" : ""}`, id: `version-${v.version}`, "data-version": v.version },
         h("div", { class: "v-head" }, h("h3", null, `v${v.version}`), h("span", { class: "kind" }, v.kind), tags),
         h("p", { class: "v-msg" }, v.message || h("em", null, "no message")),
-        h("p", { class: "v-meta" }, time(v.created_at), ` · layer ${bytes(v.size_bytes)} · ${v.layers} layers`, v.parent ? ` · from v${v.parent}` : "", v.instance_id ? ` · saved from ${v.instance_id}` : ""),
+        h("p", { class: "v-meta" }, time(v.created_at), ` · ${v.kind === "base" ? "base image" : "new layer"} ${bytes(v.kind === "base" ? v.size_bytes : layerBytes(v, versions))} · image ${bytes(v.size_bytes)} in ${v.layers} layer${v.layers === 1 ? "" : "s"}`, v.parent ? ` · from v${v.parent}` : "", v.instance_id ? ` · saved from ${v.instance_id}` : ""),
         h(
           "div",
           { class: "actions" },
@@ -199,7 +199,8 @@ function storedChart(versions: Version[]): HTMLElement {
   const vs = versions.filter((v) => v.state === "ready").sort((a, b) => Date.parse(a.created_at) - Date.parse(b.created_at));
   if (vs.length === 0) return note("info", "No ready version yet.");
   let total = 0;
-  const points = vs.map((v) => ({ t: Date.parse(v.created_at), y: (total += v.size_bytes), v: v.version }));
+  const points = vs.map((v) => ({ t: Date.parse(v.created_at), y: (total += layerBytes(v, versions)), v: v.version }));
+  if (points.length === 1) points.push({ ...points[0]!, t: Date.now() });
   const W = 640, H = 200, L = 70, R = 16, T = 12, B = 34;
   const t0 = points[0]!.t, t1 = Math.max(points[points.length - 1]!.t, t0 + 1);
   const ymax = Math.max(total, 1);
@@ -222,5 +223,5 @@ function storedChart(versions: Version[]): HTMLElement {
     svg("path", { d, class: "line" }),
     ...points.map((p) => svg("circle", { cx: x(p.t), cy: y(p.y), r: 4, class: "dot" }, svg("title", {}, `v${p.v}: ${bytes(p.y)}`))),
   );
-  return h("figure", null, chart, h("figcaption", null, `${vs.length} ready versions, ${bytes(total)} of layers in all.`));
+  return h("figure", null, chart, h("figcaption", null, `The layers the project's ${vs.length} ready versions added (the base image is shared, not counted): ${bytes(total)} in all.`));
 }

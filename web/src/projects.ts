@@ -4,7 +4,7 @@
 import type { Instance, Project, Version } from "../../sdk/typescript/src/index.js";
 import { h, replace, field } from "./dom.js";
 import { call } from "./session.js";
-import { bytes, time } from "./format.js";
+import { bytes, time, layerBytes } from "./format.js";
 import { errorBox, note, pageTitle, table, announce } from "./ui.js";
 
 export async function projectsPage(main: HTMLElement): Promise<void> {
@@ -19,7 +19,11 @@ export async function projectsPage(main: HTMLElement): Promise<void> {
     projects.map(async (p) => versions.set(p.name, await call((c) => c.versions.list(p.name)))),
   );
   const running = (p: string) => instances.filter((i: Instance) => i.project === p && i.state === "Running").length;
-  const stored = (p: string) => (versions.get(p) ?? []).reduce((n, v) => n + (v.state === "ready" ? v.size_bytes : 0), 0);
+  // What counts against the quota: the layers the project's versions added (not the shared base).
+  const stored = (p: string) => {
+    const vs = versions.get(p) ?? [];
+    return vs.reduce((n, v) => n + (v.state === "ready" ? layerBytes(v, vs) : 0), 0);
+  };
   const quota = usage.quota.max_stored_bytes ?? 0;
 
   const meter = quota > 0
@@ -47,7 +51,7 @@ export async function projectsPage(main: HTMLElement): Promise<void> {
     main,
     pageTitle("Projects"),
     summary,
-    table("Your projects", ["Project", "Current", "Running", "Stored", "Base image", "Created"], rows, { id: "projects-table" }),
+    table("Your projects", ["Project", "Current", "Running", "Stored (own layers)", "Base image", "Created"], rows, { id: "projects-table" }),
     createForm(images.map((i) => i.name)),
   );
 }
