@@ -8,6 +8,7 @@
 
 from .client import (
     DONE_STATES,
+    ByteStream,
     Client,
     EventStream,
     ExecSession,
@@ -48,7 +49,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Client", "EventStream", "ExecSession", "DONE_STATES", "is_done", "duration", "new_idempotency_key",
-    "operation_error", "bearer_subprotocol",
+    "operation_error", "bearer_subprotocol", "ByteStream",
     "EnvdError", "InvalidArgument", "Unauthenticated", "PermissionDenied", "NotFound", "AlreadyExists",
     "StaleGeneration", "Conflict", "FailedPrecondition", "IdempotencyKeyReused", "Canceled", "Internal",
     "Unavailable", "DeadlineExceeded", "QuotaExceeded", "ResourceExhausted", "StartFailed", "Interrupted", "StreamError",

@@ -30,7 +30,7 @@ from .errors import (
     parse_retry_after,
 )
 
-__all__ = ["Client", "EventStream", "ExecSession", "is_done", "DONE_STATES"]
+__all__ = ["Client", "EventStream", "ExecSession", "ByteStream", "is_done", "DONE_STATES"]
 
 JSON = Dict[str, Any]
 
@@ -46,6 +46,11 @@ BEARER_PREFIX = "base64url.bearer.envd.dev."
 CH_STDIN, CH_STDOUT, CH_STDERR, CH_RESIZE, CH_EXIT, CH_EOF = 0, 1, 2, 3, 4, 5
 EXEC_CHUNK = 32 << 10
 EXEC_MAX_MESSAGE = 1 << 20
+# The TCP tunnel's and the SSH stream's subprotocols (api/ports.go, api/types/ssh.go).
+TUNNEL_SUBPROTOCOL = "v1.tcp.envd.dev"
+SSH_SUBPROTOCOL = "ssh.envd.dev"
+TUNNEL_CHUNK = 256 << 10
+TUNNEL_MAX_MESSAGE = 1 << 20
 
 # Retry policies of one call.
 _RETRY_NONE = 0  # only 429: the server started nothing
@@ -816,6 +821,447 @@ class Client:
             return done.get("result")
         raise operation_error(done)
 
+    # ------------------------------------------------------------------
+    # Server (readiness)
+
+    def readyz(self) -> JSON:
+        """GET /readyz (no token needed): {status, checks}. A node that is
+        not ready answers 503 with the same body; it is returned, not raised."""
+        status, reason, rh, data = self._exchange("GET", self._path("/readyz"), None, self._headers(), self.timeout)
+        if status in (200, 503):
+            try:
+                body = json.loads(data.decode("utf-8"))
+                if isinstance(body, dict) and isinstance(body.get("status"), str):
+                    return body
+            except ValueError:
+                pass
+        raise error_from_body(status, data, reason, parse_retry_after(rh.get("Retry-After")))
+
+    def pull_image(self, name: str, ref: str) -> JSON:
+        """POST /v1/images?name=NAME&ref=REF: copy an image from another OCI
+        registry. (An OCI image layout tar is imported with import_image.)"""
+        return self._call("POST", "/v1/images", query={"name": name, "ref": ref}, retry=_RETRY_NONE,
+                          timeout=self.wait_timeout)
+
+    def tenant_tokens(self, tenant: str) -> List[JSON]:
+        """GET /v1/admin/tenants/{t}/tokens (admin): the tenant's TokenInfo dicts."""
+        return self._call("GET", f"/v1/admin/tenants/{_seg(tenant)}/tokens")
+
+    # ------------------------------------------------------------------
+    # Files (docs/api.md "Files"). user/uid/gid choose whose rights a call
+    # uses (default: the image's user).
+
+    @staticmethod
+    def _file_query(path: Optional[str], user: Optional[str], uid: Optional[int], gid: Optional[int],
+                    **extra: Any) -> Dict[str, Any]:
+        q: Dict[str, Any] = {}
+        if path is not None:
+            q["path"] = path
+        for k, v in extra.items():
+            if v is not None and v is not False:
+                q[k] = "1" if v is True else v
+        if user:
+            q["user"] = user
+        if uid is not None:
+            q["uid"] = uid
+        if gid is not None:
+            q["gid"] = gid
+        return q
+
+    def _open(self, method: str, path: str, query: Optional[Mapping[str, Any]] = None,
+              headers: Optional[Mapping[str, str]] = None, body: Any = None,
+              timeout: Optional[float] = None) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        """A request on a connection of its own whose answer is read by the
+        caller (streams); a non-2xx answer is raised. Close the connection.
+        A GET is retried as _call retries reads (a connection error, 503,
+        429); a request with a body is not."""
+        h = self._headers(headers)
+        chunked = body is not None and not isinstance(body, (bytes, bytearray))
+        if chunked:
+            h["Transfer-Encoding"] = "chunked"
+        retry = method == "GET" and body is None
+        attempt = 0
+        while True:
+            conn = self._new_conn(timeout if timeout is not None else self.timeout)
+            wait: Optional[float] = None
+            err: Optional[EnvdError] = None
+            try:
+                conn.request(method, self._path(path, query), body=body, headers=h, encode_chunked=chunked)
+                resp = conn.getresponse()
+                if resp.status < 300:
+                    return conn, resp
+                data = resp.read(1 << 20)
+                err = error_from_body(resp.status, data, resp.reason, parse_retry_after(resp.getheader("Retry-After")))
+                if not (retry and resp.status in (429, 503) and attempt < self.retries):
+                    raise err
+                wait = getattr(err, "retry_after", None)
+                conn.close()
+            except (OSError, http.client.HTTPException):
+                conn.close()
+                if not retry or attempt >= self.retries:
+                    raise
+            except BaseException:
+                conn.close()
+                raise
+            wait = self._backoff(attempt) if wait is None else wait
+            if err is not None and wait > self.max_retry_wait:
+                raise err
+            time.sleep(wait)
+            attempt += 1
+
+    def list_files(self, instance_id: str, path: str, *, user: Optional[str] = None, uid: Optional[int] = None,
+                   gid: Optional[int] = None) -> JSON:
+        """GET /v1/instances/{i}/files?path=DIR: {path, entries: [FileInfo], read_only?}.
+        A file is an InvalidArgument here (read it with read_file)."""
+        conn, resp = self._open("GET", f"/v1/instances/{_seg(instance_id)}/files",
+                                self._file_query(path, user, uid, gid))
+        try:
+            data = resp.read()
+            if resp.getheader("X-Envd-File-Type") != "dir":
+                raise error_for_code(400, "invalid_argument", f"{path} in instance {instance_id} is not a directory")
+            return json.loads(data.decode("utf-8"))
+        finally:
+            conn.close()
+
+    def read_file(self, instance_id: str, path: str, offset: Optional[int] = None, length: Optional[int] = None, *,
+                  user: Optional[str] = None, uid: Optional[int] = None, gid: Optional[int] = None) -> JSON:
+        """GET /v1/instances/{i}/files?path=FILE, from offset, at most length
+        bytes (a Range request): {data (bytes), content_type (from the name or
+        sniffed), size (of the whole file), offset, modified, read_only}.
+        A directory is an InvalidArgument; a range past the end a 416."""
+        h = {"Accept": "*/*"}
+        off = offset or 0
+        if length is not None and length <= 0:
+            raise ValueError("read_file: length must be positive")
+        if off > 0 or length is not None:
+            h["Range"] = f"bytes={off}-" + (str(off + length - 1) if length is not None else "")
+        conn, resp = self._open("GET", f"/v1/instances/{_seg(instance_id)}/files",
+                                self._file_query(path, user, uid, gid), headers=h)
+        try:
+            data = resp.read()
+            if resp.getheader("X-Envd-File-Type") == "dir":
+                raise error_for_code(400, "invalid_argument", f"{path} in instance {instance_id} is a directory: use list_files")
+            size, start = len(data), 0
+            cr = resp.getheader("Content-Range") or ""
+            if resp.status == 206 and cr.startswith("bytes "):
+                rng, _, total = cr[6:].partition("/")
+                start, size = int(rng.partition("-")[0]), int(total)
+            return {"data": data, "content_type": resp.getheader("Content-Type", "application/octet-stream"),
+                    "size": size, "offset": start, "modified": resp.getheader("Last-Modified"),
+                    "read_only": resp.getheader("X-Envd-Read-Only") == "true"}
+        finally:
+            conn.close()
+
+    def write_file(self, instance_id: str, path: str, data: Union[bytes, str, BinaryIO], *, mode: Optional[str] = None,
+                   mkdir: bool = False, user: Optional[str] = None, uid: Optional[int] = None,
+                   gid: Optional[int] = None) -> JSON:
+        """PUT /v1/instances/{i}/files?path=FILE: write the file atomically
+        (a temporary file renamed into place). mode is octal ("0755"; default:
+        kept, 0644 for a new file); mkdir makes missing parents. bytes and str
+        are retried like any PUT; a binary file is streamed and not retried."""
+        q = self._file_query(path, user, uid, gid, mode=mode, mkdir=mkdir)
+        p = f"/v1/instances/{_seg(instance_id)}/files"
+        h = {"Content-Type": "application/octet-stream"}
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        if isinstance(data, (bytes, bytearray)):
+            return self._call("PUT", p, body=bytes(data), query=q, headers=h, timeout=self.wait_timeout)
+        conn, resp = self._open("PUT", p, q, headers=h, body=_chunks(data), timeout=self.wait_timeout)
+        try:
+            return json.loads(resp.read().decode("utf-8"))
+        finally:
+            conn.close()
+
+    def make_dir(self, instance_id: str, path: str, *, mode: Optional[str] = None, parents: bool = False,
+                 user: Optional[str] = None, uid: Optional[int] = None, gid: Optional[int] = None) -> JSON:
+        """POST .../files/mkdir (mode default 0755; parents as mkdir -p)."""
+        req: JSON = {"path": path}
+        if mode:
+            req["mode"] = mode
+        if parents:
+            req["parents"] = True
+        return self._call("POST", f"/v1/instances/{_seg(instance_id)}/files/mkdir", body=req,
+                          query=self._file_query(None, user, uid, gid), retry=_RETRY_NONE)
+
+    def _move_or_copy(self, verb: str, instance_id: str, src: str, dst: str, overwrite: bool,
+                      user: Optional[str], uid: Optional[int], gid: Optional[int]) -> JSON:
+        req: JSON = {"from": src, "to": dst}
+        if overwrite:
+            req["overwrite"] = True
+        return self._call("POST", f"/v1/instances/{_seg(instance_id)}/files/{verb}", body=req,
+                          query=self._file_query(None, user, uid, gid), retry=_RETRY_NONE, timeout=self.wait_timeout)
+
+    def move_file(self, instance_id: str, src: str, dst: str, *, overwrite: bool = False, user: Optional[str] = None,
+                  uid: Optional[int] = None, gid: Optional[int] = None) -> JSON:
+        """POST .../files/move: rename src to dst (overwrite replaces dst)."""
+        return self._move_or_copy("move", instance_id, src, dst, overwrite, user, uid, gid)
+
+    def copy_file(self, instance_id: str, src: str, dst: str, *, overwrite: bool = False, user: Optional[str] = None,
+                  uid: Optional[int] = None, gid: Optional[int] = None) -> JSON:
+        """POST .../files/copy: copy a file, symlink or directory tree."""
+        return self._move_or_copy("copy", instance_id, src, dst, overwrite, user, uid, gid)
+
+    def delete_file(self, instance_id: str, path: str, *, recursive: bool = False, user: Optional[str] = None,
+                    uid: Optional[int] = None, gid: Optional[int] = None) -> None:
+        """DELETE .../files?path=P (recursive for a non-empty directory)."""
+        self._call("DELETE", f"/v1/instances/{_seg(instance_id)}/files",
+                   query=self._file_query(path, user, uid, gid, recursive=recursive))
+
+    def _save_stream(self, resp: http.client.HTTPResponse, dest: Union[None, str, os.PathLike, BinaryIO]) -> Union[bytes, int]:
+        if dest is None:
+            return resp.read()
+        if isinstance(dest, (str, os.PathLike)):
+            with open(dest, "wb") as f:
+                return self._save_stream(resp, f)
+        n = 0
+        while True:
+            b = resp.read(1 << 20)
+            if not b:
+                # A cut stream (an error after the first byte) raises
+                # IncompleteRead in read(); a clean end arrives here.
+                return n
+            dest.write(b)
+            n += len(b)
+
+    def download_files(self, instance_id: str, path: str, dest: Union[None, str, os.PathLike, BinaryIO] = None, *,
+                       format: Optional[str] = None, user: Optional[str] = None, uid: Optional[int] = None,
+                       gid: Optional[int] = None) -> Union[bytes, int]:
+        """GET .../files/archive: a tar (format "tar", default) or "tar.zst"
+        of a directory or file. Returns the bytes, or with dest (a path or a
+        binary file) streams there and returns the byte count. An error after
+        the first byte cuts the stream: http.client.IncompleteRead."""
+        conn, resp = self._open("GET", f"/v1/instances/{_seg(instance_id)}/files/archive",
+                                self._file_query(path, user, uid, gid, format=format),
+                                headers={"Accept": "application/x-tar, application/zstd, application/json"},
+                                timeout=self.wait_timeout)
+        try:
+            return self._save_stream(resp, dest)
+        finally:
+            conn.close()
+
+    def upload_files(self, instance_id: str, path: str, tar: Union[bytes, str, os.PathLike, BinaryIO], *,
+                     mkdir: bool = False, user: Optional[str] = None, uid: Optional[int] = None,
+                     gid: Optional[int] = None) -> JSON:
+        """POST .../files/archive: extract a tar (plain, gzip or zstd, told
+        from its first bytes) into the directory path (mkdir makes it):
+        {path, entries}. Not retried."""
+        if isinstance(tar, (str, os.PathLike)):
+            with open(tar, "rb") as f:
+                return self.upload_files(instance_id, path, f, mkdir=mkdir, user=user, uid=uid, gid=gid)
+        if isinstance(tar, (bytes, bytearray)):
+            head, body = bytes(tar[:4]), bytes(tar)
+        else:
+            head = tar.read(4)
+            body = _chunks(tar, head)
+        if head[:2] == b"\x1f\x8b":
+            ct = "application/gzip"
+        elif head == b"\x28\xb5\x2f\xfd":
+            ct = "application/zstd"
+        else:
+            ct = "application/x-tar"
+        conn, resp = self._open("POST", f"/v1/instances/{_seg(instance_id)}/files/archive",
+                                self._file_query(path, user, uid, gid, mkdir=mkdir),
+                                headers={"Content-Type": ct}, body=body, timeout=self.wait_timeout)
+        try:
+            return json.loads(resp.read().decode("utf-8"))
+        finally:
+            conn.close()
+
+    def watch_files(self, instance_id: str, path: str, *, recursive: bool = False, user: Optional[str] = None,
+                    uid: Optional[int] = None, gid: Optional[int] = None,
+                    timeout: Optional[float] = None) -> Iterator[JSON]:
+        """GET .../files/watch: yield each change under path ({type, path,
+        from?, dir?, time}) as it happens, until the server ends the stream
+        (the instance stopped, the directory went away). timeout bounds each
+        wait for a byte (keep-alives come every 15 s; default 60 s). Closing
+        the generator closes the connection. Changes while disconnected are
+        not replayed."""
+        conn, resp = self._open("GET", f"/v1/instances/{_seg(instance_id)}/files/watch",
+                                self._file_query(path, user, uid, gid, recursive=recursive),
+                                headers={"Accept": "text/event-stream"},
+                                timeout=timeout if timeout is not None else max(self.timeout, 60.0))
+        try:
+            ct = resp.getheader("Content-Type", "")
+            if not ct.startswith("text/event-stream"):
+                raise StreamError(f"watch {path} in {instance_id}: content type {ct!r} is not an event stream")
+            for e in sse.parse(resp):
+                if e.event == "end":
+                    return
+                if e.event == "error":
+                    raise error_from_body(0, e.data.encode("utf-8"))
+                yield json.loads(e.data)
+        finally:
+            conn.close()
+
+    # ------------------------------------------------------------------
+    # Ports (docs/api.md "Ports and preview URLs")
+
+    def list_ports(self, instance_id: str) -> List[JSON]:
+        """GET /v1/instances/{i}/ports: [{address, port, protocol, public, url?}]."""
+        return (self._call("GET", f"/v1/instances/{_seg(instance_id)}/ports") or {}).get("ports", [])
+
+    def preview_url(self, instance_id: str, port: int, ttl: Union[str, int, float, None] = None) -> JSON:
+        """POST /v1/instances/{i}/ports/{port}/token: {token, expires_at, url?, host?}."""
+        body: JSON = {}
+        if ttl is not None:
+            body["ttl"] = duration(ttl)
+        return self._call("POST", f"/v1/instances/{_seg(instance_id)}/ports/{int(port)}/token", body=body,
+                          retry=_RETRY_NONE)
+
+    def public_ports(self, project: str) -> JSON:
+        """GET /v1/projects/{p}/ports: {public: [port]}."""
+        return self._call("GET", f"/v1/projects/{_seg(project)}/ports")
+
+    def set_public_ports(self, project: str, ports: Sequence[int]) -> JSON:
+        """PUT /v1/projects/{p}/ports: the ports reached through the preview host without a token."""
+        return self._call("PUT", f"/v1/projects/{_seg(project)}/ports", body={"public": [int(p) for p in ports]})
+
+    def proxy(self, instance_id: str, port: int, path: str = "/", method: str = "GET", body: Optional[bytes] = None,
+              headers: Optional[Mapping[str, str]] = None) -> JSON:
+        """A request to the instance's port through the path-form proxy
+        (/v1/instances/{i}/ports/{port}/{path}; path is sent as given and may
+        carry a query). Returns {status, headers (lower-case names), body}
+        whatever the status: the instance's answer, or envd's own refusal
+        (502 port_unreachable when nothing listens). The token is sent to
+        envd only; the instance never sees it."""
+        if path and not path.startswith("/"):
+            path = "/" + path
+        h = {"User-Agent": self.user_agent}
+        if self.token:
+            h["Authorization"] = "Bearer " + self.token
+        h.update(headers or {})
+        conn = self._new_conn(self.timeout)
+        try:
+            conn.request(method, f"{self._prefix}/v1/instances/{_seg(instance_id)}/ports/{int(port)}{path}",
+                         body=body, headers=h)
+            resp = conn.getresponse()
+            data = resp.read()
+            return {"status": resp.status, "headers": {k.lower(): v for k, v in resp.getheaders()}, "body": data}
+        finally:
+            conn.close()
+
+    def _ws_url(self, path: str) -> str:
+        scheme = "wss" if self._scheme == "https" else "ws"
+        return f"{scheme}://{self._netloc}{self._prefix}{path}"
+
+    def _byte_stream(self, path: str, subprotocol: str) -> "ByteStream":
+        headers = {"User-Agent": self.user_agent}
+        if self.token:
+            headers["Authorization"] = "Bearer " + self.token
+        try:
+            conn = ws.connect(self._ws_url(path), [subprotocol], headers, timeout=self.timeout,
+                              ssl_context=self.ssl_context, max_message=TUNNEL_MAX_MESSAGE)
+        except ws.HandshakeError as e:
+            raise error_from_body(e.status, e.body, e.reason, parse_retry_after(e.headers.get("retry-after"))) from None
+        return ByteStream(conn)
+
+    def tunnel(self, instance_id: str, port: int) -> "ByteStream":
+        """GET /v1/instances/{i}/tcp/{port}: a TCP connection to the port, as
+        a process in the instance reaches 127.0.0.1:port, over a WebSocket.
+        Nothing listening raises PortUnreachable."""
+        return self._byte_stream(f"/v1/instances/{_seg(instance_id)}/tcp/{int(port)}", TUNNEL_SUBPROTOCOL)
+
+    def ssh(self, instance_id: str) -> "ByteStream":
+        """GET /v1/instances/{i}/ssh: an SSH connection to the node's SSH
+        endpoint, logged in with this client's token and bound to the
+        instance, as a byte stream for an SSH library (it starts with the
+        server's "SSH-2.0-" banner)."""
+        return self._byte_stream(f"/v1/instances/{_seg(instance_id)}/ssh", SSH_SUBPROTOCOL)
+
+    # ------------------------------------------------------------------
+    # SSH keys
+
+    def list_ssh_keys(self) -> List[JSON]:
+        """GET /v1/ssh-keys: the tenant's keys."""
+        return self._call("GET", "/v1/ssh-keys")
+
+    def add_ssh_key(self, public_key: str, name: Optional[str] = None) -> JSON:
+        """POST /v1/ssh-keys (authorized_keys form). Not retried."""
+        body: JSON = {"public_key": public_key}
+        if name:
+            body["name"] = name
+        return self._call("POST", "/v1/ssh-keys", body=body, retry=_RETRY_NONE)
+
+    def delete_ssh_key(self, key_id: int) -> JSON:
+        """DELETE /v1/ssh-keys/{id}: the removed key."""
+        return self._call("DELETE", f"/v1/ssh-keys/{int(key_id)}")
+
+    # ------------------------------------------------------------------
+    # Rollouts (admin)
+
+    def create_rollout(self, from_base: str, to_base: str, *, tenant: Optional[str] = None,
+                       selector: Optional[str] = None, validate: Optional[Sequence[Sequence[str]]] = None,
+                       wave_size: Optional[int] = None, max_failures: Optional[int] = None, dry_run: bool = False,
+                       allow_conflicts: bool = False, idempotency_key: Optional[str] = None) -> JSON:
+        """POST /v1/admin/rollouts: move the selected projects (tenant, name
+        glob selector) from one base image to another in waves, validating
+        each. With an Idempotency-Key, retried."""
+        req: JSON = {"from": from_base, "to": to_base}
+        for k, v in (("tenant", tenant), ("selector", selector), ("wave_size", wave_size),
+                     ("max_failures", max_failures)):
+            if v is not None:
+                req[k] = v
+        if validate is not None:
+            req["validate"] = [list(c) for c in validate]
+        if dry_run:
+            req["dry_run"] = True
+        if allow_conflicts:
+            req["allow_conflicts"] = True
+        return self._call("POST", "/v1/admin/rollouts", body=req, headers=self._key_header(idempotency_key))
+
+    def list_rollouts(self) -> List[JSON]:
+        """GET /v1/admin/rollouts."""
+        return self._call("GET", "/v1/admin/rollouts")
+
+    def get_rollout(self, rollout_id: str) -> JSON:
+        """GET /v1/admin/rollouts/{id}, with each project's status."""
+        return self._call("GET", f"/v1/admin/rollouts/{_seg(rollout_id)}")
+
+    def _rollout_action(self, rollout_id: str, action: str) -> JSON:
+        return self._call("POST", f"/v1/admin/rollouts/{_seg(rollout_id)}/{action}", retry=_RETRY_NONE)
+
+    def pause_rollout(self, rollout_id: str) -> JSON:
+        """POST .../pause: no new wave starts."""
+        return self._rollout_action(rollout_id, "pause")
+
+    def resume_rollout(self, rollout_id: str) -> JSON:
+        return self._rollout_action(rollout_id, "resume")
+
+    def cancel_rollout(self, rollout_id: str) -> JSON:
+        """POST .../cancel: pending projects are skipped; switched ones stay."""
+        return self._rollout_action(rollout_id, "cancel")
+
+    def rollback_rollout(self, rollout_id: str) -> JSON:
+        """POST .../rollback: switched projects go back where current did not move since."""
+        return self._rollout_action(rollout_id, "rollback")
+
+    # ------------------------------------------------------------------
+    # Version export, validation
+
+    def export_version(self, project: str, version: int,
+                       dest: Union[None, str, os.PathLike, BinaryIO] = None) -> Union[bytes, int]:
+        """GET /v1/projects/{p}/versions/{n}/export: the version as a tar of an
+        OCI image layout (oci-layout, index.json, blobs/). Returns the bytes,
+        or with dest (a path or binary file) streams there and returns the
+        byte count; import_image takes it back."""
+        conn, resp = self._open("GET", f"/v1/projects/{_seg(project)}/versions/{int(version)}/export",
+                                headers={"Accept": "application/x-tar, application/json"}, timeout=self.wait_timeout)
+        try:
+            return self._save_stream(resp, dest)
+        finally:
+            conn.close()
+
+    def get_validation(self, project: str) -> JSON:
+        """The project's validation commands, {validate}, from GET
+        /v1/projects/{p} (there is no GET .../validation)."""
+        return {"validate": self.get_project(project).get("validate") or []}
+
+    def set_validation(self, project: str, validate: Sequence[Sequence[str]]) -> JSON:
+        """PUT /v1/projects/{p}/validation: the commands (argv lists) every
+        migration of the project runs in its trial instance; [] clears them."""
+        return self._call("PUT", f"/v1/projects/{_seg(project)}/validation",
+                          body={"validate": [list(c) for c in validate]})
+
 
 def operation_error(op: Mapping[str, Any]) -> EnvdError:
     """The exception for a failed or canceled operation dict."""
@@ -1089,3 +1535,73 @@ def _code_for_status(status: int) -> str:
         if st == status and code not in ("already_exists", "stale_generation", "conflict"):
             return code
     return "internal"
+
+
+def _chunks(f: BinaryIO, first: bytes = b"") -> Iterator[bytes]:
+    """A binary file as chunks for a chunked request body."""
+    if first:
+        yield first
+    while True:
+        b = f.read(1 << 20)
+        if not b:
+            return
+        yield b
+
+
+class ByteStream:
+    """A byte stream over a WebSocket: the TCP tunnel (Client.tunnel) and the
+    SSH endpoint (Client.ssh). Binary messages carry the bytes both ways; an
+    empty message ends the sender's direction (close_write, half-close).
+    recv() returns b"" once the other side ended its direction or closed."""
+
+    def __init__(self, conn: ws.WebSocket):
+        self.ws = conn
+        self._eof = False
+
+    def __enter__(self) -> "ByteStream":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def send(self, data: Union[bytes, str]) -> None:
+        """Send bytes (str as UTF-8), in messages of at most 256 KiB."""
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        for i in range(0, len(data), TUNNEL_CHUNK):
+            self.ws.send(data[i:i + TUNNEL_CHUNK])
+
+    def close_write(self) -> None:
+        """End the direction towards the instance."""
+        self.ws.send(b"")
+
+    def recv(self) -> bytes:
+        """The next bytes; b"" at the end."""
+        while not self._eof:
+            try:
+                op, msg = self.ws.recv()
+            except (OSError, ws.WebSocketError) as e:
+                raise StreamError(f"tunnel: {e}") from e
+            if op == ws.OP_CLOSE:
+                self._eof = True
+                code = self.ws.close_code or 0
+                if 4000 <= code < 5000:
+                    raise error_for_code(code - 4000, _code_for_status(code - 4000), self.ws.close_reason or f"closed with {code}")
+                return b""
+            if not msg:
+                self._eof = True
+                return b""
+            return msg
+        return b""
+
+    def read_all(self) -> bytes:
+        """Everything until the end."""
+        out = bytearray()
+        while True:
+            b = self.recv()
+            if not b:
+                return bytes(out)
+            out += b
+
+    def close(self) -> None:
+        self.ws.close(1000)

@@ -6,6 +6,7 @@ collide."""
 
 import gzip
 import io
+import json
 import os
 import re
 import secrets
@@ -127,6 +128,17 @@ def tiny_tar(files):
             info.mode = 0o644
             t.addfile(info, io.BytesIO(data))
     return buf.getvalue()
+
+
+def ed25519_public_key():
+    """An ed25519 public key in authorized_keys form (a random point is not
+    needed: the server parses the wire form and takes any 32 bytes)."""
+    import base64
+    import struct
+
+    def s(b):
+        return struct.pack("!I", len(b)) + b
+    return "ssh-ed25519 " + base64.b64encode(s(b"ssh-ed25519") + s(secrets.token_bytes(32))).decode()
 
 
 class LiveTest(unittest.TestCase):
@@ -514,6 +526,164 @@ class LiveTest(unittest.TestCase):
         self.assertTrue(res.get("dry_run"))
         with self.assertRaises(envd.NotFound):
             self.c.get_operation("op-sdkpy-none")
+
+    # ------------------------------------------------------------------
+    # Files, ports, SSH, export, rollouts (SDK parity)
+
+    def test_readyz(self):
+        r = self.c.readyz()
+        self.assertEqual(r["status"], "ready")
+        self.assertTrue(r["checks"])
+
+    def test_files(self):
+        p = self.project("files")["name"]
+        iid = self.up(p, ttl="30m")["id"]
+        w = self.c.write_file(iid, "/srv/sdk/a.txt", b"hello world\n", mkdir=True, mode="0600")
+        self.assertEqual((w["path"], w["size"], w["mode"]), ("/srv/sdk/a.txt", 12, "0600"))
+        self.c.make_dir(iid, "/srv/sdk/sub/deeper", parents=True)
+        self.c.copy_file(iid, "/srv/sdk/a.txt", "/srv/sdk/sub/b.txt")
+        self.c.move_file(iid, "/srv/sdk/sub/b.txt", "/srv/sdk/sub/deeper/c.txt")
+        listing = self.c.list_files(iid, "/srv/sdk")
+        self.assertEqual(sorted((e["name"], e["type"]) for e in listing["entries"]), [("a.txt", "file"), ("sub", "dir")])
+        part = self.c.read_file(iid, "/srv/sdk/a.txt", offset=6, length=5)
+        self.assertEqual((part["data"], part["offset"], part["size"]), (b"world", 6, 12))
+        self.assertTrue(part["content_type"].startswith("text/plain"), part["content_type"])
+        self.assertEqual(self.c.read_file(iid, "/srv/sdk/sub/deeper/c.txt")["data"], b"hello world\n")
+        with self.assertRaises(envd.InvalidArgument):
+            self.c.read_file(iid, "/srv/sdk")
+
+        tar = self.c.download_files(iid, "/srv/sdk")
+        with tarfile.open(fileobj=io.BytesIO(tar)) as t:
+            names = {m.name.lstrip("./"): m for m in t.getmembers()}
+            self.assertEqual(t.extractfile(names["sub/deeper/c.txt"]).read(), b"hello world\n")
+        # Elsewhere: into a second instance of the project.
+        other = self.up(p, ttl="30m")["id"]
+        up = self.c.upload_files(other, "/srv/copy", io.BytesIO(tar), mkdir=True)
+        self.assertGreaterEqual(up["entries"], 4)
+        self.assertEqual(self.c.read_file(other, "/srv/copy/sub/deeper/c.txt")["data"], b"hello world\n")
+        self.c.delete_instance(other)
+        self.c.upload_files(iid, "/srv/copy", tar, mkdir=True)
+        self.assertEqual(self.c.read_file(iid, "/srv/copy/a.txt")["data"], b"hello world\n")
+        out = io.BytesIO()
+        n = self.c.download_files(iid, "/srv/sdk", out, format="tar.zst")
+        self.assertEqual((n, out.getvalue()[:4]), (len(out.getvalue()), b"\x28\xb5\x2f\xfd"))
+
+        self.c.delete_file(iid, "/srv/copy", recursive=True)
+        with self.assertRaises(envd.NotFound):
+            self.c.list_files(iid, "/srv/copy")
+
+        # watch: the atomic write shows as its temporary file, then the rename.
+        self.c.make_dir(iid, "/srv/watched")
+        seen = []
+        done = threading.Event()
+
+        def watch():
+            for ev in self.c.watch_files(iid, "/srv/watched", timeout=30):
+                seen.append(ev)
+                if ev["path"] == "/srv/watched/new.txt":
+                    done.set()
+                    return
+        threading.Thread(target=watch, daemon=True).start()
+        time.sleep(0.6)
+        self.c.write_file(iid, "/srv/watched/new.txt", "x")
+        self.assertTrue(done.wait(20), seen)
+        self.assertIn(seen[-1]["type"], ("create", "move"))
+
+    def test_ports_and_tunnel(self):
+        p = self.project("ports")["name"]
+        inst = self.up(p, ttl="30m")
+        self.sh(inst, "mkdir -p /www && echo hi-from-httpd > /www/index.html && httpd -p 127.0.0.1:8080 -h /www")
+        for _ in range(100):
+            ports = self.c.list_ports(inst["id"])
+            if any(x["port"] == 8080 for x in ports):
+                break
+            time.sleep(0.2)
+        self.assertIn(8080, [x["port"] for x in ports])
+        res = self.c.proxy(inst["id"], 8080, "/index.html")
+        self.assertEqual((res["status"], res["body"]), (200, b"hi-from-httpd\n"))
+        self.assertEqual(self.c.proxy(inst["id"], 8080, "/nope.html")["status"], 404)
+        res = self.c.proxy(inst["id"], 8099, "/")
+        self.assertEqual(res["status"], 502)
+        self.assertEqual(json.loads(res["body"])["error"]["code"], "port_unreachable")
+
+        tok = self.c.preview_url(inst["id"], 8080, ttl="10m")
+        self.assertGreater(len(tok["token"]), 10)
+        self.assertEqual(self.c.set_public_ports(p, [8080])["public"], [8080])
+        self.assertEqual(self.c.public_ports(p)["public"], [8080])
+        self.assertEqual(self.c.set_public_ports(p, [])["public"], [])
+
+        with self.c.tunnel(inst["id"], 8080) as t:
+            t.send(b"GET /index.html HTTP/1.0\r\nHost: x\r\n\r\n")
+            t.close_write()
+            answer = t.read_all()
+        self.assertRegex(answer, rb"^HTTP/1\.[01] 200")
+        self.assertIn(b"hi-from-httpd", answer)
+        with self.assertRaises(envd.PortUnreachable):
+            self.c.tunnel(inst["id"], 8099)
+
+    def test_ssh_keys_and_stream(self):
+        key = self.c.add_ssh_key(ed25519_public_key(), name="sdkpy-" + RUN)
+        self.assertTrue(key["fingerprint"].startswith("SHA256:"))
+        self.assertIn(key["id"], [k["id"] for k in self.c.list_ssh_keys()])
+        self.assertEqual(self.c.delete_ssh_key(key["id"])["id"], key["id"])
+        self.assertNotIn(key["id"], [k["id"] for k in self.c.list_ssh_keys()])
+        with self.assertRaises(envd.InvalidArgument):
+            self.c.add_ssh_key("not a key")
+
+        p = self.project("ssh")["name"]
+        iid = self.up(p, ttl="30m")["id"]
+        with self.c.ssh(iid) as s:
+            banner = b""
+            while b"\n" not in banner:
+                b = s.recv()
+                self.assertTrue(b, "the stream ended before the banner")
+                banner += b
+        self.assertTrue(banner.startswith(b"SSH-2.0-"), banner)
+        with self.assertRaises(envd.NotFound):
+            self.c.ssh(iid + "-missing")
+
+    def test_export_and_validation(self):
+        p = self.project("export")["name"]
+        tar = self.c.export_version(p, 1)
+        with tarfile.open(fileobj=io.BytesIO(tar)) as t:
+            names = {m.name.lstrip("./") for m in t.getmembers()}
+            self.assertIn("oci-layout", names)
+            self.assertIn("index.json", names)
+            self.assertEqual(json.loads(t.extractfile("oci-layout").read())["imageLayoutVersion"], "1.0.0")
+        self.assertTrue(any(n.startswith("blobs/sha256/") for n in names))
+        img = self.c.import_image("sdkpy-oci-" + RUN, tar)
+        self.assertTrue(img["digest"].startswith("sha256:"))
+        with self.assertRaises(envd.InvalidArgument):
+            self.c.pull_image("sdkpy-pull-" + RUN, "NOT A REFERENCE::")
+
+        cmds = [["true"], ["sh", "-c", "test -d /etc"]]
+        self.assertEqual(self.c.set_validation(p, cmds)["validate"], cmds)
+        self.assertEqual(self.c.get_validation(p), {"validate": cmds})
+        with self.assertRaises(envd.InvalidArgument):
+            self.c.set_validation(p, [[]])
+        self.c.set_validation(p, [])
+
+    def test_rollout_dry_run(self):
+        a, b = "sdkpy-ro-a-" + RUN, "sdkpy-ro-b-" + RUN
+        self.c.import_image(a, tiny_tar({"etc/base": b"a\n"}))
+        self.c.import_image(b, tiny_tar({"etc/base": b"b\n"}))
+        name = "sdkpy-ro-" + RUN
+        self.c.create_project(name, a)
+        self.projects.append(name)
+        tenant = self.c.usage()["tenant"]
+        ro = self.c.create_rollout(a, b, tenant=tenant, selector=name, dry_run=True)
+        self.assertTrue(ro["dry_run"])
+        self.assertIn(ro["id"], [r["id"] for r in self.c.list_rollouts()])
+        got = self.c.get_rollout(ro["id"])
+        deadline = time.monotonic() + 120
+        while got["state"] == "running" and time.monotonic() < deadline:
+            time.sleep(0.2)
+            got = self.c.get_rollout(ro["id"])
+        self.assertEqual(got["state"], "succeeded", got.get("message"))
+        self.assertEqual([(x["project"], x["status"]) for x in got["projects"]], [(name, "clean")])
+        with self.assertRaises(envd.EnvdError) as cm:
+            self.c.pause_rollout(ro["id"])
+        self.assertEqual(cm.exception.status, 409)
 
 
 if __name__ == "__main__":

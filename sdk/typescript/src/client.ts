@@ -1,4 +1,4 @@
-import { EnvdError, errorFromDetail, isPermanent, makeError, statusOfCode } from "./errors.js";
+import { EnvdError, errorFromDetail, errorFromResponse, isPermanent, makeError, parseRetryAfter, statusOfCode } from "./errors.js";
 import { ExecSession, type ExecStreamOptions } from "./exec.js";
 import {
   abortError,
@@ -12,6 +12,8 @@ import {
   type CreateOptions,
 } from "./http.js";
 import { parseSSE } from "./sse.js";
+import { Files } from "./files.js";
+import { ByteStream, Ports, Rollouts, SSH_SUBPROTOCOL, SshKeys } from "./ports.js";
 import type * as T from "./types.js";
 
 /** Options of waiting for an operation and of its event stream. */
@@ -71,6 +73,10 @@ export class Client {
   readonly volumes: Volumes;
   readonly tokens: Tokens;
   readonly tenants: Tenants;
+  readonly files: Files;
+  readonly ports: Ports;
+  readonly sshKeys: SshKeys;
+  readonly rollouts: Rollouts;
 
   constructor(opts: ClientOptions) {
     const t = new Transport(opts);
@@ -85,6 +91,10 @@ export class Client {
     this.volumes = new Volumes(t);
     this.tokens = new Tokens(t);
     this.tenants = new Tenants(t);
+    this.files = new Files(t);
+    this.ports = new Ports(t);
+    this.sshKeys = new SshKeys(t);
+    this.rollouts = new Rollouts(t);
   }
 
   /** GET /healthz (no authentication needed). */
@@ -105,6 +115,39 @@ export class Client {
   /** Usage of the caller's tenant: GET /v1/usage. */
   usage(opts?: CallOptions): Promise<T.Usage> {
     return this.transport.json({ method: "GET", path: "/v1/usage", retry: "safe" }, opts);
+  }
+
+  /**
+   * GET /readyz (no authentication): the node's checks. A node that is not
+   * ready answers 503 with the same body: it is returned, not thrown.
+   */
+  async readyz(opts: CallOptions = {}): Promise<T.Readiness> {
+    const t = this.transport;
+    const link = linkSignals([opts.signal], opts.timeoutMs ?? t.o.timeoutMs);
+    try {
+      const res = await t.o.fetch(t.url("/readyz"), { headers: { Accept: "application/json" }, signal: link.signal });
+      const text = await res.text();
+      if (res.status === 200 || res.status === 503) {
+        try {
+          const r = JSON.parse(text) as T.Readiness;
+          if (r && typeof r.status === "string") return r;
+        } catch {
+          // not a readiness body: an error below
+        }
+      }
+      throw errorFromResponse(res.status, res.statusText, text, parseRetryAfter(res.headers.get("Retry-After")));
+    } finally {
+      link.done();
+    }
+  }
+
+  /** GET /metrics (an admin or scrape token): the Prometheus text format. */
+  metrics(opts?: CallOptions): Promise<string> {
+    return this.transport.send(
+      { method: "GET", path: "/metrics", headers: { Accept: "text/plain" }, retry: "safe" },
+      opts ?? {},
+      (res) => res.text(),
+    );
   }
 }
 
@@ -159,6 +202,15 @@ export class Images {
       },
       opts,
     );
+  }
+
+  /**
+   * POST /v1/images?name=NAME&ref=REF: copies an image from another OCI
+   * registry (the node pulls it). Importing an OCI image layout is
+   * import() with the layout's tar.
+   */
+  pull(name: string, ref: string, opts?: CallOptions): Promise<T.Image> {
+    return this.t.json({ method: "POST", path: "/v1/images", query: { name, ref }, retry: "refused" }, opts);
   }
 }
 
@@ -243,6 +295,17 @@ export class Projects {
   /** PUT /v1/projects/{p}/idle: idle stop of the project's instances; {} = the node's default. */
   setIdle(name: string, idle: T.IdleSetting, opts?: CallOptions): Promise<T.Project> {
     return this.t.json({ method: "PUT", path: `/v1/projects/${esc(name)}/idle`, json: idle, retry: "safe" }, opts);
+  }
+
+  /** The validation commands of the project (its `validate`, read with GET /v1/projects/{p}; there is no GET .../validation). */
+  async validation(name: string, opts?: CallOptions): Promise<T.ProjectValidation> {
+    const p = await this.get(name, opts);
+    return { validate: p.validate ?? [] };
+  }
+
+  /** PUT /v1/projects/{p}/validation: the commands every migration of the project runs in its trial instance ({validate: []} clears them). */
+  setValidation(name: string, v: T.ProjectValidation, opts?: CallOptions): Promise<T.Project> {
+    return this.t.json({ method: "PUT", path: `/v1/projects/${esc(name)}/validation`, json: v, retry: "safe" }, opts);
   }
 }
 
@@ -353,6 +416,26 @@ export class Instances {
   fork(id: string, req: T.ForkRequest = {}, opts: CreateOptions = {}): Promise<T.Operation<T.ForkResult>> {
     return creating(this.t, `/v1/instances/${esc(id)}/fork`, req, opts);
   }
+
+  /**
+   * GET /v1/instances/{i}/ssh: an SSH connection to the node's SSH
+   * endpoint, logged in with the client's token and bound to the instance,
+   * as a byte stream for an SSH client library (the first bytes are the
+   * server's "SSH-2.0-" banner).
+   */
+  ssh(id: string, opts: { signal?: AbortSignal } = {}): ByteStream {
+    // The server checks the instance after the "is it an upgrade" check a
+    // plain probe fails; reading the instance tells why it was refused.
+    const explain = async (): Promise<EnvdError | undefined> => {
+      try {
+        await this.get(id, { signal: opts.signal });
+      } catch (e) {
+        if (e instanceof EnvdError) return e;
+      }
+      return undefined;
+    };
+    return new ByteStream(this.t, `/v1/instances/${esc(id)}/ssh`, SSH_SUBPROTOCOL, opts.signal, explain);
+  }
 }
 
 export class Versions {
@@ -398,6 +481,20 @@ export class Versions {
   /** GET /v1/instances/{i}/changes: what a save of the instance would capture now, and what it leaves out. */
   pending(id: string, q: { limit?: number } = {}, opts?: CallOptions): Promise<T.Changes> {
     return get(this.t, `/v1/instances/${esc(id)}/changes`, opts, numbers(q));
+  }
+
+  /**
+   * GET /v1/projects/{p}/versions/{n}/export: the version as a tar of an OCI
+   * image layout (oci-layout, index.json, blobs/), streamed; images.import
+   * on another node takes it back. An error after the first byte cuts the
+   * stream, so reading it then fails.
+   */
+  export(project: string, n: number, opts?: CallOptions): Promise<ReadableStream<Uint8Array>> {
+    return this.t.send(
+      { method: "GET", path: `/v1/projects/${esc(project)}/versions/${esc(n)}/export`, headers: { Accept: "application/x-tar, application/json" }, retry: "safe", stream: true },
+      opts ?? {},
+      async (res) => res.body ?? new ReadableStream<Uint8Array>({ start: (c) => c.close() }),
+    );
   }
 }
 

@@ -262,8 +262,11 @@ function toBytes(d: unknown): Uint8Array | undefined {
   return undefined; // text messages are not part of the protocol
 }
 
-/** Learns why a WebSocket handshake failed by asking the same URL as plain HTTP. */
-async function probe(t: Transport, httpURL: string): Promise<EnvdError | Error> {
+/**
+ * Learns why a WebSocket handshake failed by asking the same URL as plain
+ * HTTP; what names the stream in the error when the probe cannot tell.
+ */
+export async function probe(t: Transport, httpURL: string, what = "exec"): Promise<EnvdError | Error> {
   try {
     const headers: Record<string, string> = { Accept: "application/json" };
     if (t.token) headers["Authorization"] = "Bearer " + t.token;
@@ -278,5 +281,5 @@ async function probe(t: Transport, httpURL: string): Promise<EnvdError | Error> 
   } catch {
     // fall through
   }
-  return new Error("envd: exec: the WebSocket handshake failed (the server refused it or could not be reached)");
+  return new Error(`envd: ${what}: the WebSocket handshake failed (the server refused it or could not be reached)`);
 }

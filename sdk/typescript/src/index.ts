@@ -31,4 +31,6 @@ export {
 export { ExecSession, Channel, EXEC_SUBPROTOCOL, BEARER_PREFIX, bearerSubprotocol, type ExecStreamOptions } from "./exec.js";
 export { attachTerminal, type TerminalLike, type AttachOptions } from "./terminal.js";
 export { parseSSE, type SSEMessage } from "./sse.js";
+export { Files, FILE_TYPE_HEADER, type FileContent, type FileCallOptions, type FileUserOptions, type BytesSource } from "./files.js";
+export { Ports, SshKeys, Rollouts, ByteStream, TUNNEL_SUBPROTOCOL, SSH_SUBPROTOCOL } from "./ports.js";
 export type * from "./types.js";

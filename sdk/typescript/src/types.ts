@@ -634,3 +634,188 @@ export interface IdleSetting {
   after?: string;
   action?: Open<"stop" | "hibernate" | "">;
 }
+
+// ---- Files, ports, SSH keys, rollouts, readiness (SDK parity) ----
+
+/** File types of FileInfo.type; an open set. */
+export type FileType = Open<"file" | "dir" | "symlink" | "fifo" | "socket" | "char" | "block">;
+
+/** Go: types.FileInfo. One entry of a listing, or the answer of a write, mkdir, move or copy. */
+export interface FileInfo {
+  name: string;
+  path: string;
+  type: FileType;
+  size: number;
+  /** Octal permission bits with setuid/setgid/sticky, e.g. "0644". */
+  mode: string;
+  mtime: string;
+  uid: number;
+  gid: number;
+  link_target?: string;
+}
+
+/** Go: types.FileList. A directory's listing (GET .../files of a directory). */
+export interface FileList {
+  path: string;
+  entries: FileInfo[];
+  /** The instance is stopped and read from its retained layer, read-only. */
+  read_only?: boolean;
+}
+
+/** Go: types.FileMkdirRequest. The body of POST .../files/mkdir. */
+export interface FileMkdirRequest {
+  path: string;
+  mode?: string;
+  parents?: boolean;
+}
+
+/** Go: types.FileMoveRequest. The body of POST .../files/move and .../files/copy. */
+export interface FileMoveRequest {
+  from: string;
+  to: string;
+  overwrite?: boolean;
+}
+
+/** Go: types.FileArchiveResult. The answer of POST .../files/archive. */
+export interface FileArchiveResult {
+  path: string;
+  entries: number;
+}
+
+/** Go: types.FileEvent. One change seen by GET .../files/watch. */
+export interface FileEvent {
+  type: Open<"create" | "modify" | "delete" | "move" | "overflow">;
+  path: string;
+  /** The old path of a move. */
+  from?: string;
+  dir?: boolean;
+  time: string;
+}
+
+/** Go: types.ListeningPort. A TCP port an instance listens on. */
+export interface ListeningPort {
+  address: string;
+  port: number;
+  protocol: Open<"tcp" | "tcp6">;
+  public: boolean;
+  /** The preview URL (host form), when the node has a preview domain. */
+  url?: string;
+}
+
+/** Go: types.PortList. The answer of GET /v1/instances/{i}/ports. */
+export interface PortList {
+  ports: ListeningPort[];
+}
+
+/** Go: types.PreviewTokenRequest. The body of POST .../ports/{port}/token. */
+export interface PreviewTokenRequest {
+  /** A Go duration; default the server's (1h). */
+  ttl?: string;
+}
+
+/** Go: types.PreviewToken. A preview token and, with a preview domain, its URL. */
+export interface PreviewToken {
+  url?: string;
+  token: string;
+  host?: string;
+  expires_at: string;
+}
+
+/** Go: types.ProjectPorts. GET/PUT /v1/projects/{p}/ports. */
+export interface ProjectPorts {
+  /** Ports reachable through the preview host without a token. */
+  public: number[];
+}
+
+/** Go: types.SSHKey. A public key of the caller's tenant. */
+export interface SSHKey {
+  id: number;
+  name: string;
+  fingerprint: string;
+  public_key: string;
+  created_at: string;
+}
+
+/** Go: types.AddSSHKeyRequest. The body of POST /v1/ssh-keys. */
+export interface AddSSHKeyRequest {
+  /** authorized_keys form ("ssh-ed25519 AAAA... comment"). */
+  public_key: string;
+  name?: string;
+}
+
+/** Rollout states; an open set. */
+export type RolloutState = Open<"running" | "paused" | "succeeded" | "stopped_budget" | "failed" | "canceled" | "rolled_back">;
+
+/** Go: types.CreateRolloutRequest. The body of POST /v1/admin/rollouts. */
+export interface CreateRolloutRequest {
+  /** The base image projects are on now (a name or repo@digest). */
+  from: string;
+  /** The base image to move them to. */
+  to: string;
+  tenant?: string;
+  selector?: string;
+  validate?: string[][];
+  wave_size?: number;
+  max_failures?: number;
+  dry_run?: boolean;
+  allow_conflicts?: boolean;
+}
+
+/** Go: types.Rollout. A fleet upgrade (admin). */
+export interface Rollout {
+  id: string;
+  operation_id: string;
+  state: RolloutState;
+  message?: string;
+  from: string;
+  to: string;
+  from_name?: string;
+  to_name?: string;
+  tenant?: string;
+  selector?: string;
+  validate?: string[][];
+  wave_size: number;
+  max_failures: number;
+  dry_run: boolean;
+  allow_conflicts: boolean;
+  totals: Record<string, number>;
+  /** Only in GET /v1/admin/rollouts/{id}. */
+  projects?: RolloutProject[];
+  created_at: string;
+  updated_at: string;
+  finished_at?: string;
+}
+
+/** Go: types.RolloutProject. One project of a rollout. */
+export interface RolloutProject {
+  tenant: string;
+  project: string;
+  status: Open<"pending" | "running" | "switched" | "validation_failed" | "conflicts" | "skipped" | "rolled_back" | "failed" | "clean">;
+  old_version: number;
+  new_version?: number;
+  conflicts: string[];
+  database_conflict?: boolean;
+  message?: string;
+  output?: string;
+  started_at?: string;
+  finished_at?: string;
+}
+
+/** Go: types.ProjectValidation. The body of PUT /v1/projects/{p}/validation. */
+export interface ProjectValidation {
+  /** Commands (argv, no shell) every migration of the project runs in its trial instance. */
+  validate: string[][];
+}
+
+/** Go: types.Readiness. The answer of GET /readyz (200 ready, 503 not_ready). */
+export interface Readiness {
+  status: Open<"ready" | "not_ready">;
+  checks: Record<string, Check>;
+}
+
+/** Go: types.Check. One check of GET /readyz. */
+export interface Check {
+  status: Open<"ok" | "failed">;
+  error?: string;
+  duration_ms: number;
+}

@@ -133,7 +133,8 @@ export async function startWSServer({ onConnect, refuse, onRequest } = {}) {
     }
     const accept = createHash("sha1").update(req.headers["sec-websocket-key"] + GUID).digest("base64");
     const lines = ["HTTP/1.1 101 Switching Protocols", "Upgrade: websocket", "Connection: Upgrade", `Sec-WebSocket-Accept: ${accept}`];
-    if (protocols.includes("v1.exec.envd.dev")) lines.push("Sec-WebSocket-Protocol: v1.exec.envd.dev");
+    const chosen = protocols.find((p) => ["v1.exec.envd.dev", "v1.tcp.envd.dev", "ssh.envd.dev"].includes(p));
+    if (chosen) lines.push(`Sec-WebSocket-Protocol: ${chosen}`);
     socket.write(lines.join("\r\n") + "\r\n\r\n");
     const c = new Conn(socket, req, protocols);
     conns.push(c);

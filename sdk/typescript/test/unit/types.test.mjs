@@ -5,7 +5,7 @@
 // pointer, but for the deliberate exceptions below. When docs/openapi.yaml
 // exists, the same comparison against its schemas replaces this one.
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import { test } from "node:test";
 
 const root = new URL("../../../../", import.meta.url);
@@ -14,7 +14,10 @@ const read = (p) => readFileSync(new URL(p, root), "utf8");
 /** Go structs of api/types with their JSON fields: name -> optional. */
 function goStructs() {
   const out = {};
-  for (const file of ["api/types/types.go", "api/types/errors.go"]) {
+  // Every Go file of the package, tests aside: a new file's structs count too.
+  const files = readdirSync(new URL("api/types/", root)).filter((f) => f.endsWith(".go") && !f.endsWith("_test.go"));
+  assert.ok(files.includes("types.go") && files.includes("files.go"), `api/types files: ${files}`);
+  for (const file of files.map((f) => "api/types/" + f)) {
     for (const m of read(file).matchAll(/^type (\w+) struct \{\n([\s\S]*?)^\}/gm)) {
       const fields = {};
       for (const line of m[2].split("\n")) {
