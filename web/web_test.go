@@ -43,6 +43,17 @@ func TestBundleMatchesSources(t *testing.T) {
 	}
 }
 
+// TestSourcesTypecheck runs the TypeScript compiler over the console and
+// the SDK sources it imports (esbuild strips types without checking them).
+func TestSourcesTypecheck(t *testing.T) {
+	tsc := filepath.Join("node_modules", "typescript", "bin", "tsc")
+	if _, err := os.Stat(tsc); err != nil {
+		t.Fatalf("web/node_modules is missing (%v): run scripts/setup.sh (npm ci in web/)", err)
+	}
+	out, err := exec.Command("node", tsc, "-p", ".").CombinedOutput()
+	require.NoError(t, err, "tsc -p web: %s", out)
+}
+
 // The page the server fills in: one nonce placeholder, in the meta element
 // the bundle reads.
 func TestIndexCarriesTheNoncePlaceholder(t *testing.T) {

@@ -40,7 +40,7 @@ export async function projectPage(main: HTMLElement, [name]: string[]): Promise<
         ["Current base", proj.current_base ?? ""],
         ["Compression", proj.compression],
         ["Egress", proj.egress],
-        ["Stored (own layers)", bytes(vs.filter((v) => v.state === "ready").reduce((n, v) => n + layerBytes(v, vs), 0))],
+        ["Own layers (image growth)", bytes(vs.filter((v) => v.state === "ready").reduce((n, v) => n + layerBytes(v, vs), 0))],
         ["Created", time(proj.created_at)],
         proj.rollout_failure ? ["Rollout failure", `${proj.rollout_failure.status}: ${proj.rollout_failure.message ?? ""}`] : ["Rollout failure", "none"],
       ]),
@@ -119,7 +119,7 @@ export async function projectPage(main: HTMLElement, [name]: string[]): Promise<
         { class: `version${v.current ? " is-current" : ""}`, id: `version-${v.version}`, "data-version": v.version },
         h("div", { class: "v-head" }, h("h3", null, `v${v.version}`), h("span", { class: "kind" }, v.kind), tags),
         h("p", { class: "v-msg" }, v.message || h("em", null, "no message")),
-        h("p", { class: "v-meta" }, time(v.created_at), ` · ${v.kind === "base" ? "base image" : "new layer"} ${bytes(v.kind === "base" ? v.size_bytes : layerBytes(v, versions))} · image ${bytes(v.size_bytes)} in ${v.layers} layer${v.layers === 1 ? "" : "s"}`, v.parent ? ` · from v${v.parent}` : "", v.instance_id ? ` · saved from ${v.instance_id}` : ""),
+        h("p", { class: "v-meta" }, time(v.created_at), v.parent ? ` · +${bytes(layerBytes(v, versions))} over v${v.parent}` : "", ` · image ${bytes(v.size_bytes)} in ${v.layers} layer${v.layers === 1 ? "" : "s"}`, v.instance_id ? ` · saved from ${v.instance_id}` : ""),
         h(
           "div",
           { class: "actions" },
@@ -223,5 +223,5 @@ function storedChart(versions: Version[]): HTMLElement {
     svg("path", { d, class: "line" }),
     ...points.map((p) => svg("circle", { cx: x(p.t), cy: y(p.y), r: 4, class: "dot" }, svg("title", {}, `v${p.v}: ${bytes(p.y)}`))),
   );
-  return h("figure", null, chart, h("figcaption", null, `The layers the project's ${vs.length} ready versions added (the base image is shared, not counted): ${bytes(total)} in all.`));
+  return h("figure", null, chart, h("figcaption", null, `What the project's ${vs.length} ready versions added to their images (each over its parent; the base image is shared, not counted): ${bytes(total)} in all.`));
 }

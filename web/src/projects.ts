@@ -43,7 +43,7 @@ export async function projectsPage(main: HTMLElement): Promise<void> {
     p.current_version ? `v${p.current_version}` : "none",
     String(running(p.name)),
     `${bytes(stored(p.name))}${quota > 0 ? ` of ${bytes(quota)}` : ""}`,
-    p.base_image,
+    shortImage(p.base_image),
     time(p.created_at),
   ]);
 
@@ -51,7 +51,7 @@ export async function projectsPage(main: HTMLElement): Promise<void> {
     main,
     pageTitle("Projects"),
     summary,
-    table("Your projects", ["Project", "Current", "Running", "Stored (own layers)", "Base image", "Created"], rows, { id: "projects-table" }),
+    table("Your projects", ["Project", "Current", "Running", "Own layers", "Base image", "Created"], rows, { id: "projects-table" }),
     createForm(images.map((i) => i.name)),
   );
 }
@@ -84,4 +84,10 @@ function createForm(images: string[]): HTMLElement {
     }
   });
   return form;
+}
+
+/** repo@sha256:0123456789ab… : the digest cut to 12 hex digits. */
+function shortImage(ref: string): string {
+  const m = /^(.*@sha256:)([0-9a-f]{12})[0-9a-f]+$/.exec(ref);
+  return m ? `${m[1]}${m[2]}…` : ref;
 }

@@ -1,5 +1,5 @@
-// The SDK calls the console needs that the SDK may not have yet (files,
-// ports, nodes): the SDK's own method when it has one, else the same
+// The SDK calls of the file browser and the ports page, and the nodes
+// list: the SDK's client.nodes.list() when it has one, else the same
 // request through the SDK's Transport, so every call still goes through
 // the SDK (its authentication, errors and retries).
 
@@ -51,67 +51,32 @@ export interface NodeInfo {
 // deno-lint-ignore no-explicit-any
 type Any = any;
 
-const enc = encodeURIComponent;
-
-export async function listFiles(c: Client, id: string, path: string): Promise<FileList> {
-  const files = (c as Any).files;
-  if (files?.list) return files.list(id, path);
-  return c.transport.json<FileList>({ method: "GET", path: `/v1/instances/${enc(id)}/files`, query: { path }, retry: "safe" });
+export function listFiles(c: Client, id: string, path: string): Promise<FileList> {
+  return c.files.list(id, path);
 }
 
-export async function readText(c: Client, id: string, path: string): Promise<string> {
-  const files = (c as Any).files;
-  if (files?.readText) return files.readText(id, path);
-  return c.transport.send({ method: "GET", path: `/v1/instances/${enc(id)}/files`, query: { path }, retry: "safe" }, {}, (res) => res.text());
+export function readText(c: Client, id: string, path: string): Promise<string> {
+  return c.files.readText(id, path);
 }
 
-export async function writeFile(c: Client, id: string, path: string, text: string): Promise<FileInfo> {
-  const files = (c as Any).files;
-  if (files?.write) return files.write(id, path, text);
-  return c.transport.json<FileInfo>({
-    method: "PUT",
-    path: `/v1/instances/${enc(id)}/files`,
-    query: { path },
-    body: new TextEncoder().encode(text) as unknown as BodyInit,
-    contentType: "application/octet-stream",
-    retry: "safe",
-  });
+export function writeFile(c: Client, id: string, path: string, text: string): Promise<FileInfo> {
+  return c.files.write(id, path, text);
 }
 
-export async function mkdir(c: Client, id: string, path: string): Promise<FileInfo> {
-  const files = (c as Any).files;
-  if (files?.mkdir) return files.mkdir(id, path, { parents: true });
-  return c.transport.json<FileInfo>({ method: "POST", path: `/v1/instances/${enc(id)}/files/mkdir`, json: { path, parents: true }, retry: "safe" });
+export function mkdir(c: Client, id: string, path: string): Promise<FileInfo> {
+  return c.files.mkdir(id, path, { parents: true });
 }
 
-export async function removeFile(c: Client, id: string, path: string, recursive: boolean): Promise<void> {
-  const files = (c as Any).files;
-  if (files?.remove) return files.remove(id, path, { recursive });
-  await c.transport.json({
-    method: "DELETE",
-    path: `/v1/instances/${enc(id)}/files`,
-    query: { path, recursive: recursive ? "1" : undefined },
-    retry: "safe",
-  });
+export function removeFile(c: Client, id: string, path: string, recursive: boolean): Promise<void> {
+  return c.files.remove(id, path, { recursive });
 }
 
-export async function listPorts(c: Client, id: string): Promise<ListeningPort[]> {
-  const ports = (c as Any).ports;
-  if (ports?.list) {
-    const r = await ports.list(id);
-    return Array.isArray(r) ? r : (r.ports ?? []);
-  }
-  const r = await c.transport.json<{ ports: ListeningPort[] }>({ method: "GET", path: `/v1/instances/${enc(id)}/ports`, retry: "safe" });
-  return r.ports ?? [];
+export function listPorts(c: Client, id: string): Promise<ListeningPort[]> {
+  return c.ports.list(id);
 }
 
-export async function previewUrl(c: Client, id: string, port: number): Promise<PreviewToken> {
-  const ports = (c as Any).ports;
-  if (ports?.previewUrl) {
-    const r = await ports.previewUrl(id, port);
-    return typeof r === "string" ? { url: r, token: "", expires_at: "" } : r;
-  }
-  return c.transport.json<PreviewToken>({ method: "POST", path: `/v1/instances/${enc(id)}/ports/${port}/token`, json: {}, retry: "refused" });
+export function previewUrl(c: Client, id: string, port: number): Promise<PreviewToken> {
+  return c.ports.previewUrl(id, port);
 }
 
 /** GET /v1/nodes (admin), or undefined when the node does not serve it (404). */
