@@ -126,6 +126,16 @@ func TestRootConsole(t *testing.T) {
 	b.do(chromedp.Click(chromedp.CSS(`#files-table button[data-path="/console-note.txt"]`)))
 	b.waitValue("#editor-text", "changed outside\n")
 	b.shoot("04-files")
+	// Delete asks first: one press arms the button, the second deletes.
+	tenantSh(t, tc, id, "echo bye > /delete-me.txt")
+	b.do(chromedp.Click(chromedp.CSS("#files-go button[type=submit]")))
+	del := chromedp.CSS(`button[data-delete="/delete-me.txt"]`)
+	b.do(chromedp.Click(del))
+	b.waitText(`button[data-delete="/delete-me.txt"]`, "Press again")
+	assert.Equal(t, "bye", tenantSh(t, tc, id, "cat /delete-me.txt"), "one press deleted the file")
+	b.do(chromedp.Click(del))
+	b.poll(`!document.querySelector('button[data-delete="/delete-me.txt"]')`, "the deleted file to leave the list")
+	assert.Equal(t, "gone", tenantSh(t, tc, id, "test -e /delete-me.txt && echo there || echo gone"))
 
 	// Save: the progress reaches committed, step by step.
 	b.do(chromedp.Click(chromedp.CSS("#tab-overview")))

@@ -42,7 +42,7 @@ export async function filesPage(main: HTMLElement, [id]: string[]): Promise<void
         h("td", { class: "num" }, f.type === "file" ? bytes(f.size) : ""),
         h("td", null, f.mode),
         h("td", null, time(f.mtime)),
-        h("td", null, list.read_only ? "" : button(`Delete ${f.name}`, () => del(f), { class: "small danger", "aria-label": `Delete ${f.path}` })),
+        h("td", null, list.read_only ? "" : deleteButton(f)),
       );
     const newName = h("input", { id: "new-file-name", autocomplete: "off", spellcheck: "false" });
     const go = h("form", { class: "row", id: "files-go" }, field("Path", pathInput), h("button", { type: "submit" }, "Open"));
@@ -90,6 +90,30 @@ export async function filesPage(main: HTMLElement, [id]: string[]): Promise<void
       ),
       list.read_only ? null : create,
     );
+  }
+
+  // Two steps: the first press asks (a directory goes with everything in it).
+  function deleteButton(f: FileInfo): HTMLButtonElement {
+    let armed = false;
+    const b = h("button", { type: "button", class: "small danger", "aria-label": `Delete ${f.path}`, "data-delete": f.path }, `Delete ${f.name}`);
+    b.addEventListener("click", async () => {
+      if (!armed) {
+        armed = true;
+        b.textContent = f.type === "dir" ? `Delete ${f.name}/ and all in it? Press again` : `Delete ${f.name}? Press again`;
+        b.setAttribute("aria-label", b.textContent);
+        announce(b.textContent);
+        return;
+      }
+      armed = false;
+      await del(f);
+    });
+    b.addEventListener("blur", () => {
+      if (!armed) return;
+      armed = false;
+      b.textContent = `Delete ${f.name}`;
+      b.setAttribute("aria-label", `Delete ${f.path}`);
+    });
+    return b;
   }
 
   async function del(f: FileInfo): Promise<void> {
