@@ -175,6 +175,17 @@ func TestRootConsole(t *testing.T) {
 	b.waitText("#current-version", "v2")
 	b.shoot("07-conflict")
 
+	// Pin, then roll back (the button names the version before current).
+	b.do(chromedp.Click(chromedp.CSS("#version-2 .actions button:nth-of-type(1)")))
+	b.waitVisible("#version-2 .badge.pinned")
+	v2, err := tc.GetVersion(ctx(t), project, 2)
+	require.NoError(t, err)
+	assert.True(t, v2.Pinned)
+	b.waitText("#rollback", "Roll back to v1")
+	b.do(chromedp.Click(chromedp.CSS("#rollback")))
+	b.waitText("#switch-message", "Current is now v1 (was v2).")
+	b.waitVisible("#version-1.is-current")
+
 	// What changed between v1 and v2.
 	b.do(chromedp.Click(chromedp.CSS("#compare-h ~ form button[type=submit]")))
 	b.waitText("#changes-totals", "v1 → v2")
@@ -184,7 +195,7 @@ func TestRootConsole(t *testing.T) {
 	b.do(chromedp.Click(chromedp.CSS("#nav-projects")))
 	b.waitText("#projects-table", project)
 	row := b.eval(`Array.from(document.querySelectorAll("#projects-table tbody tr")).map(r => r.innerText).find(r => r.startsWith(` + jsString(project) + `)) || ""`)
-	assert.Regexp(t, `^`+regexp.QuoteMeta(project)+`\s+v2\s+1\s+\d`, row)
+	assert.Regexp(t, `^`+regexp.QuoteMeta(project)+`\s+v1\s+1\s+\d`, row)
 	b.shoot("02-projects")
 
 	// Ports: a preview link opens what the instance serves.
@@ -219,6 +230,28 @@ func TestRootConsole(t *testing.T) {
 		}
 	}
 	assert.Greater(t, visible, 5, "Tab moves the focus through the page with a visible outline: %v", focused)
+
+	// The lifecycle verbs: pause, resume, renew, then rm (which asks first,
+	// saying what it loses).
+	b.do(chromedp.Click(chromedp.CSS("#action-pause")))
+	b.waitText("#instance-state", "Paused")
+	b.waitText("#instance-reason", "user_pause")
+	b.do(chromedp.Click(chromedp.CSS("#action-resume")))
+	b.waitText("#instance-state", "Running")
+	before, err := tc.GetInstance(ctx(t), id)
+	require.NoError(t, err)
+	b.eval(`document.querySelector("#renew-ttl").value = "30m"`)
+	b.do(chromedp.Click(chromedp.CSS("#action-renew")))
+	b.waitText("#instance-flash", "Renew: the instance is Running")
+	after, err := tc.GetInstance(ctx(t), id)
+	require.NoError(t, err)
+	assert.True(t, after.ExpiresAt.Before(*before.ExpiresAt), "renew to 30m shortened the 1h TTL: %v -> %v", before.ExpiresAt, after.ExpiresAt)
+	b.poll(`/\(in (29|30)m\)/.test(document.querySelector("#instance-expires").textContent)`, "the expiry to show 30 minutes from now")
+	b.do(chromedp.Click(chromedp.CSS("#action-rm")))
+	b.waitText("#rm-confirm", "Removing loses: "+after.Protection.LostOnRemove)
+	b.do(chromedp.Click(chromedp.CSS("#action-rm-confirm")))
+	b.waitText("#instance-state", "Terminated")
+	b.waitText("#instance-reason", "user_delete")
 
 	// Admin: tenants, tokens, usage and quotas, GC with a dry run, nodes.
 	b.do(chromedp.Click(chromedp.CSS("#sign-out")))

@@ -167,9 +167,9 @@ export async function instancePage(main: HTMLElement, [id]: string[]): Promise<(
         note("warn", h("p", null, "Removing loses: ", h("strong", null, inst.protection.lost_on_remove || "-")), h("div", { class: "actions" },
           button("Remove instance", async () => {
             try {
+              closeTerminal(); // the shell dies with the instance: no reconnecting to it
               inst = await call((c) => c.instances.delete(iid));
               replace(flash, note("ok", `Removed: the instance is ${inst.state}.`));
-              closeTerminal();
             } catch (e) {
               replace(flash, errorBox(e, "Remove"));
             }
