@@ -219,6 +219,7 @@ func New(core Core, opts ...Option) (http.Handler, error) {
 	auth := authenticate(core)
 	admit := admission(core)
 	node := node{core}
+	serveConsole(e)
 	e.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	e.GET("/readyz", readiness{o.checks, o.checkTimeout}.serve)
 	e.GET("/metrics", scrapeAuth(core, o.scrapeToken), serveMetrics(o.metrics))

@@ -56,6 +56,20 @@ if [ "$(cat "$SDK_TS_DIR/node_modules/.envd-lock.sha256" 2>/dev/null)" != "$sdk_
   (cd "$SDK_TS_DIR" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
   echo "$sdk_ts_lock" > "$SDK_TS_DIR/node_modules/.envd-lock.sha256"
 fi
+# The web console (web/, e2e TestRootConsole*): esbuild and xterm.js by npm ci from web/'s lock
+# file, and Debian's chromium (with its fonts) for the browser test.
+WEB_DIR=$(cd "$(dirname "$0")/../web" && pwd)
+web_lock=$(sha256sum "$WEB_DIR/package-lock.json" | cut -d' ' -f1)
+if [ "$(cat "$WEB_DIR/node_modules/.envd-lock.sha256" 2>/dev/null)" != "$web_lock" ]; then
+  echo "setup: npm ci in web"
+  (cd "$WEB_DIR" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+  echo "$web_lock" > "$WEB_DIR/node_modules/.envd-lock.sha256"
+fi
+if ! command -v chromium >/dev/null; then
+  echo "setup: apt-get install chromium"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
 modprobe overlay 2>/dev/null || true
 modprobe fuse 2>/dev/null || true
 # The deployment test (deploy/kubernetes/test): Kubernetes built from source and the node

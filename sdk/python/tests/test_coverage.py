@@ -40,7 +40,14 @@ def spec_operations(text):
 
 # Operations the SDK deliberately does not wrap, each with its reason. Keep
 # it short: a console may only use what the SDKs have.
-EXCLUDED = {}
+EXCLUDED = {
+    # The web console's page and files (api/console.go), served to browsers, not API calls.
+    "GET /": "the web console: a redirect to /console/",
+    "GET /console": "the web console: a redirect to /console/",
+    "GET /console/": "the web console's page",
+    "GET /console/{asset}": "the web console's scripts, stylesheet and icon",
+    "GET /favicon.ico": "the web console's icon",
+}
 
 PROXY_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
