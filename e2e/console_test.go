@@ -281,7 +281,7 @@ func TestRootConsole(t *testing.T) {
 	assert.Equal(t, "null", b.eval(`String(sessionStorage.getItem("envd.console.token"))`))
 
 	// So does an expired one.
-	short, err := env.c.CreateToken(ctx(t), tenant, types.CreateTokenRequest{ExpiresIn: "3s"})
+	short, err := env.c.CreateToken(ctx(t), tenant, types.CreateTokenRequest{ExpiresIn: "15s"})
 	require.NoError(t, err)
 	b.signIn(short.Token)
 	b.waitText("#tenant", tenant)

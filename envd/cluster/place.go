@@ -74,8 +74,9 @@ const (
 
 // Place picks the node for a new instance:
 //  1. eligible: state ready (not cordoned, draining, drained or lost), lease
-//     not lapsed, every node_selector label equal, the instance's CPU,
-//     memory and disk limits fit in the free capacity, a free slot;
+//     not lapsed, every node_selector label equal, the instance's memory
+//     and disk limits fit in the free capacity, its CPU limit in the
+//     node's CPUs (CPU is overcommitted), a free slot;
 //  2. when the project's volume data is on one node only (VolumesOnlyOn),
 //     that node, or ErrFailedPrecondition (code volume_elsewhere);
 //  3. the highest score: volumes held +100, image pulled +20, -30 per
@@ -202,8 +203,12 @@ func ineligible(req Request, c Candidate) string {
 	switch {
 	case c.Slots > 0 && c.Instances >= c.Slots:
 		return fmt.Sprintf("all %d instance slots taken", c.Slots)
-	case c.CPUs > 0 && l.CPUs > 0 && c.UsedCPUs+l.CPUs > c.CPUs:
-		return fmt.Sprintf("%.2f of %.2f CPUs free, %.2f asked", c.CPUs-c.UsedCPUs, c.CPUs, l.CPUs)
+	case c.CPUs > 0 && l.CPUs > c.CPUs:
+		// CPU time is shared by weight, not reserved: development
+		// environments idle most of the time, so the sum of CPU limits
+		// may exceed the node (memory and disk, which cannot be taken
+		// back, may not). One instance still cannot ask more than the node has.
+		return fmt.Sprintf("%.2f CPUs asked, the node has %.2f", l.CPUs, c.CPUs)
 	case c.MemoryBytes > 0 && l.MemoryBytes > 0 && c.UsedMemory+l.MemoryBytes > c.MemoryBytes:
 		return fmt.Sprintf("%d of %d memory bytes free, %d asked", c.MemoryBytes-c.UsedMemory, c.MemoryBytes, l.MemoryBytes)
 	case c.DiskBytes > 0 && l.DiskBytes > 0 && c.UsedDisk+l.DiskBytes > c.DiskBytes:
