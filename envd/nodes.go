@@ -58,6 +58,10 @@ type ClusterConfig struct {
 	// PlacementSpread (the default: the cluster policy, cluster.Place) or
 	// PlacementLocal (here whenever this node is eligible).
 	Placement string
+	// JoinConfig is what a node that joins with a join token is given
+	// (envd serve --join); envd/node fills it; nil = this node cannot
+	// tell (its database or registry is private to it).
+	JoinConfig func() (types.JoinConfig, error)
 }
 
 // The placement settings of a node.
@@ -269,7 +273,16 @@ func lostMessage(in versions.Instance, n versions.Member, cp *versions.InstanceC
 	if in.LastSavedVersion > 0 {
 		saved = fmt.Sprintf("its last save, version %d", in.LastSavedVersion)
 	}
-	if cp != nil && cp.Version > in.LastSavedVersion {
+	volumes := "volumes stay with the node"
+	switch {
+	case cp != nil && cp.Number > 0 && cp.Version <= in.LastSavedVersion:
+		volumes = fmt.Sprintf("volumes as of checkpoint %d are in object storage (`envctl up %s --checkpoint %d` restores them, with that checkpoint's layer)",
+			cp.Number, in.Project, cp.Number)
+	case cp != nil && cp.Number > 0:
+		saved = fmt.Sprintf("its checkpoint %d at %s, version %d (`envctl up %s --checkpoint %d` starts from it, its volumes with it)",
+			cp.Number, cp.At.UTC().Format(time.RFC3339), cp.Version, in.Project, cp.Number)
+		volumes = fmt.Sprintf("volumes as of checkpoint %d are in object storage", cp.Number)
+	case cp != nil && cp.Version > in.LastSavedVersion:
 		saved = fmt.Sprintf("its checkpoint at %s, version %d (`envctl up %s --version %d` starts from it)",
 			cp.At.UTC().Format(time.RFC3339), cp.Version, in.Project, cp.Version)
 	}
@@ -277,8 +290,8 @@ func lostMessage(in versions.Instance, n versions.Member, cp *versions.InstanceC
 	if in.Retain {
 		what = "its retained writable layer (unsaved since " + saved + ")"
 	}
-	return fmt.Sprintf("node %s was lost (lease expired at %s by the database clock): lost %s; volumes stay with the node; `envctl up %s` starts the project on another node",
-		n.Name, n.LeaseExpiresAt.UTC().Format(time.RFC3339), what, in.Project)
+	return fmt.Sprintf("node %s was lost (lease expired at %s by the database clock): lost %s; %s; `envctl up %s` starts the project on another node",
+		n.Name, n.LeaseExpiresAt.UTC().Format(time.RFC3339), what, volumes, in.Project)
 }
 
 // drainRound moves this draining node's instances off it (lifecycle's

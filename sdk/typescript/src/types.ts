@@ -514,6 +514,7 @@ export type ErrorCode = Open<
   | "port_unreachable"
   | "too_large"
   | "volume_elsewhere"
+  | "join_token_invalid"
 >;
 
 /** Go: types.ErrorDetail. */
