@@ -464,8 +464,13 @@ func (s *Service) PlaceInstance(ctx context.Context, p types.Principal, project 
 	if err != nil {
 		return "", "", "", false, err
 	}
-	if hasHome && home.ArchiveKey == "" && len(s.vols.Paths(ctx, p.Tenant, project)) > 0 {
-		creq.VolumesOnlyOn = home.Node
+	// A start from a checkpoint brings the volumes from its archives: it
+	// may go anywhere (lifecycle.startPlanned restores them there).
+	if hasHome && home.ArchiveKey == "" && req.Checkpoint == 0 && len(s.vols.Paths(ctx, p.Tenant, project)) > 0 {
+		creq.VolumesOnlyOn, creq.Project = home.Node, project
+		if cp, ok := s.newestVolumeCheckpoint(ctx, p.Tenant, project); ok {
+			creq.VolumesCheckpoint = cp
+		}
 	}
 	cands := make([]cluster.Candidate, 0, len(members))
 	urls := map[string]string{}
@@ -481,6 +486,21 @@ func (s *Service) PlaceInstance(ctx context.Context, p types.Principal, project 
 		return "", "", "", false, err
 	}
 	return d.Node, urls[d.Node], d.Reason, d.Node == s.cfg.Node, nil
+}
+
+// newestVolumeCheckpoint is the project's newest checkpoint that archived
+// volumes; ok false when none (or the lookup failed).
+func (s *Service) newestVolumeCheckpoint(ctx context.Context, tenant, project string) (int, bool) {
+	cps, err := s.store.ListCheckpoints(ctx, tenant, project)
+	if err != nil {
+		return 0, false
+	}
+	for _, c := range cps {
+		if len(c.Archives) > 0 {
+			return c.Number, true
+		}
+	}
+	return 0, false
 }
 
 // OperationOwner tells which node must answer the cancel of operation id:
