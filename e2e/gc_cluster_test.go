@@ -34,7 +34,7 @@ func TestRootGCTwoNodesRaceSaves(t *testing.T) {
 	_, gcCred := env.node.RegistryCredentialFiles()
 	b, cb := startJoiningNode(t, "node-gc", &node.Config{DefaultTTL: time.Hour, PrefetchWindow: -1, RegistryGCCredentialFile: gcCred})
 	raceSavesWithGCs(t, newProject(t, "gcrace"), env.node.RegistryClient(),
-		raceNode{"test node", env.c, nil}, raceNode{b.Name(), cb, nil})
+		raceNode{env.node.Name(), env.c, nil}, raceNode{b.Name(), cb, nil})
 }
 
 type raceNode struct {
