@@ -100,6 +100,7 @@ func (n *Node) joinCommand(db database, reg registryPart) types.JoinCommand {
 		args = append(args, "--lease", cfg.Lease.String())
 	}
 	notes = append(notes, "replace NAME with the new node's name and the listen address with one the other nodes reach; add --label KEY=VALUE for node_selector")
+	notes = append(notes, "or, without copying credentials: envctl nodes join-token prints envd serve --join URL --token T, which fetches these settings once")
 	all := append(append([]string{}, env...), args...)
 	return types.JoinCommand{Command: shellJoin(all), Args: all, Secrets: secrets, Notes: notes}
 }
