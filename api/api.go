@@ -60,6 +60,7 @@ type Core interface {
 	CheckpointCore
 	SpecCore
 	ClusterCore
+	JoinCore
 }
 
 // MaxJSONBody is the largest JSON request body accepted. Image uploads are
@@ -223,6 +224,7 @@ func New(core Core, opts ...Option) (http.Handler, error) {
 	e.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	e.GET("/readyz", readiness{o.checks, o.checkTimeout}.serve)
 	e.GET("/metrics", scrapeAuth(core, o.scrapeToken), serveMetrics(o.metrics))
+	e.POST("/v1/cluster/join", joinTokens{core}.join)
 	fwd := o.forwardTransport
 	if fwd == nil {
 		fwd = http.DefaultTransport
@@ -248,6 +250,7 @@ func New(core Core, opts ...Option) (http.Handler, error) {
 		checkpoints{core}.routes(),
 		specRoutes{core}.routes(),
 		nodes{core}.routes(),
+		joinTokens{core}.routes(),
 	} {
 		for _, r := range group {
 			v1.Handle(r.method, r.path, r.handler)

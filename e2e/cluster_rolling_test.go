@@ -35,23 +35,24 @@ func (r *restartable) start(t *testing.T) {
 	require.NoError(t, err)
 }
 
-// A rolling restart of a three-node cluster loses nothing: node by node,
+// A rolling restart of a three-node cluster (registry on S3) loses
+// nothing: node by node,
 // drain (its instances hibernate, their volumes go to S3), restart on the
 // same data dir, uncordon; every instance answers with its files and
 // volume after each step, asked on a node that stays up.
 func TestRootClusterRollingRestart(t *testing.T) {
 	c := ctx(t)
 	s3 := s3test.Start(t)
+	reg := startClusterRegistry(t, s3)
 	cordonSharedNode(t)
 	var nodes []*restartable
 	for _, name := range []string{"roll-a", "roll-b", "roll-c"} {
 		dir, err := os.MkdirTemp("", "envd-e2e-"+name+"-")
 		require.NoError(t, err)
 		require.NoError(t, os.Chmod(dir, 0o755))
-		cfg := node.Config{DataDir: filepath.Join(dir, "data"), Node: name, DSN: env.node.DSN(), Registry: env.node.RegistryAddr(),
-			WrapAPI: env.spec.Wrap, DefaultTTL: time.Hour, PrefetchWindow: -1, S3: &s3, Placement: envd.PlacementSpread,
-			Lease: clusterLease, SweepInterval: clusterSweep}
-		cfg.RegistryCredentialFile, _ = env.node.RegistryCredentialFiles()
+		cfg := node.Config{DataDir: filepath.Join(dir, "data"), Node: name, DSN: env.node.DSN(), Registry: reg.addr,
+			RegistryCredentialFile: reg.nodeCred, WrapAPI: env.spec.Wrap, DefaultTTL: time.Hour, PrefetchWindow: -1, S3: &s3,
+			Placement: envd.PlacementSpread, Lease: clusterLease, SweepInterval: clusterSweep}
 		r := &restartable{cfg: cfg}
 		r.start(t)
 		nodes = append(nodes, r)
@@ -63,12 +64,11 @@ func TestRootClusterRollingRestart(t *testing.T) {
 		})
 	}
 
+	reg.importBase(t, nodes[0].c)
 	type made struct{ id, project, file string }
 	var all []made
 	for i := range 3 {
-		p := fmt.Sprintf("rolling-%d", projectSeq.Add(1))
-		_, err := nodes[0].c.CreateProject(c, types.CreateProjectRequest{Name: p, Base: fixtureBase, Volumes: []string{"work:/workspace"}})
-		require.NoError(t, err)
+		p := reg.project(t, nodes[0].c, "rolling", "work:/workspace")
 		in, err := nodes[0].c.CreateInstance(c, p, types.CreateInstanceRequest{Retain: true})
 		require.NoError(t, err)
 		t.Cleanup(func() { _, _ = nodes[0].c.DeleteInstance(context.Background(), in.ID) })

@@ -1,11 +1,14 @@
 package e2e
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -31,17 +34,96 @@ const (
 	clusterSweep = 2 * time.Second
 )
 
-// startClusterNode is startJoiningNode with a label zone=ZONE, the
-// cluster tests' lease, and S3 for volume archives.
-func startClusterNode(t *testing.T, name, zone string, s3 objstore.S3Config) (*node.Node, *client.Client) {
-	t.Helper()
-	return startJoiningNode(t, name, &node.Config{DefaultTTL: time.Hour, PrefetchWindow: -1, S3: &s3, Placement: envd.PlacementSpread,
-		Lease: clusterLease, SweepInterval: clusterSweep, Labels: map[string]string{"zone": zone}})
+// clusterRegistry is the cluster tests' shared registry: `envd registry`
+// with its content in S3 (versitygw), apart from every node as in a
+// deployment, so that no node's loss or restart takes it away.
+type clusterRegistry struct {
+	bin                    string // envd, built once for the test
+	addr, nodeCred, gcCred string
+	base                   string // the fixture base image, imported into it
 }
 
-// processNode is `envd serve` joining the shared node's database and
-// registry as a process of its own, so that a test can kill -9 it and its
-// containerd.
+func startClusterRegistry(t *testing.T, s3 objstore.S3Config) *clusterRegistry {
+	t.Helper()
+	dir := t.TempDir()
+	bin := buildEnvd(t)
+	cmd := exec.Command(bin, "registry", "--listen", "127.0.0.1:0", "--data-dir", dir,
+		"--s3-endpoint", s3.Endpoint, "--s3-bucket", "registry")
+	cmd.Env = append(os.Environ(), "ENVD_REGISTRY_S3_ACCESS_KEY="+s3.AccessKey, "ENVD_REGISTRY_S3_SECRET_KEY="+s3.SecretKey)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	log, err := os.Create(filepath.Join(dir, "registry.log"))
+	require.NoError(t, err)
+	cmd.Stderr = log
+	require.NoError(t, cmd.Start())
+	exited := make(chan struct{})
+	up := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if rest, ok := strings.CutPrefix(sc.Text(), "envd registry is up: "); ok {
+				up <- strings.Fields(rest)[0]
+			}
+		}
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(time.Minute):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		log.Close()
+	})
+	reg := &clusterRegistry{bin: bin, nodeCred: filepath.Join(dir, "registry-node.credential"), gcCred: filepath.Join(dir, "registry-gc.credential")}
+	select {
+	case reg.addr = <-up:
+	case <-exited:
+		logTail(t, log.Name(), 20)
+		t.Fatal("envd registry exited")
+	case <-time.After(time.Minute):
+		logTail(t, log.Name(), 20)
+		t.Fatal("envd registry did not start")
+	}
+	return reg
+}
+
+// importBase imports the fixture base image into the cluster's registry
+// through node c, under a name of its own (the image names are shared with
+// the test node's registry through the database).
+func (r *clusterRegistry) importBase(t *testing.T, c *client.Client) {
+	t.Helper()
+	r.base = fmt.Sprintf("fixture-s3-%d", projectSeq.Add(1))
+	_, err := c.ImportImage(ctx(t), r.base, bytes.NewReader(env.fixtureTar))
+	require.NoError(t, err)
+}
+
+// project creates a project on the cluster's base through c.
+func (r *clusterRegistry) project(t *testing.T, c *client.Client, prefix string, volumes ...string) string {
+	t.Helper()
+	name := fmt.Sprintf("%s-%d", prefix, projectSeq.Add(1))
+	_, err := c.CreateProject(ctx(t), types.CreateProjectRequest{Name: name, Base: r.base, Volumes: volumes})
+	require.NoError(t, err)
+	return name
+}
+
+// startClusterNode is startJoiningNode on the cluster's registry with a
+// label zone=ZONE, the cluster tests' lease, S3 for volume archives, the
+// tests' preview domain and an SSH endpoint; it runs GCs too.
+func startClusterNode(t *testing.T, name, zone string, s3 objstore.S3Config, reg *clusterRegistry) (*node.Node, *client.Client) {
+	t.Helper()
+	return startJoiningNode(t, name, &node.Config{DefaultTTL: time.Hour, PrefetchWindow: -1, S3: &s3, Placement: envd.PlacementSpread,
+		Lease: clusterLease, SweepInterval: clusterSweep, Labels: map[string]string{"zone": zone},
+		Registry: reg.addr, RegistryCredentialFile: reg.nodeCred, RegistryGCCredentialFile: reg.gcCred,
+		PreviewDomain: previewDomain, SSHListen: "127.0.0.1:0"})
+}
+
+// processNode is `envd serve --join URL --token T` as a process of its
+// own (so that a test can kill -9 it and its containerd): it fetches the
+// database, registry, S3 and lease settings from the node at URL.
 type processNode struct {
 	bin, dataDir, name string
 	args               []string
@@ -50,19 +132,15 @@ type processNode struct {
 	c                  *client.Client
 }
 
-func startProcessNode(t *testing.T, name, zone string, s3 objstore.S3Config) *processNode {
+func startProcessNode(t *testing.T, name, zone string, reg *clusterRegistry, joinURL, token string) *processNode {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "envd-e2e-"+name+"-")
 	require.NoError(t, err)
 	require.NoError(t, os.Chmod(dir, 0o755))
-	cred, _ := env.node.RegistryCredentialFiles()
-	pn := &processNode{bin: buildEnvd(t), dataDir: filepath.Join(dir, "data"), name: name}
+	pn := &processNode{bin: reg.bin, dataDir: filepath.Join(dir, "data"), name: name}
 	require.NoError(t, os.MkdirAll(pn.dataDir, 0o755))
-	pn.args = []string{"serve", "--data-dir", pn.dataDir, "--node", name, "--database", env.node.DSN(),
-		"--registry", env.node.RegistryAddr(), "--registry-credential-file", cred, "--ssh-listen", "",
-		"--s3-endpoint", s3.Endpoint, "--s3-bucket", s3.Bucket, "--label", "zone=" + zone,
-		"--lease", clusterLease.String(), "--sweep-interval", clusterSweep.String()}
-	pn.env = []string{"ENVD_S3_ACCESS_KEY=" + s3.AccessKey, "ENVD_S3_SECRET_KEY=" + s3.SecretKey}
+	pn.args = []string{"serve", "--data-dir", pn.dataDir, "--node", name, "--join", joinURL, "--token", token,
+		"--ssh-listen", "", "--label", "zone=" + zone, "--sweep-interval", clusterSweep.String()}
 	pn.start(t)
 	t.Cleanup(func() {
 		if pn.p != nil {
@@ -137,28 +215,38 @@ func nodeOf(t *testing.T, c *client.Client, id string) string {
 }
 
 // Three nodes (two in this process, one `envd serve` process with its own
-// containerd), one PostgreSQL, one registry, S3 for volumes. A client that
-// talks to node A only: placement spreads a tenant's instances over the
-// three, honours node_selector and cordon, prefers the node that has the
-// version's image, keeps a project with volumes on their node (or refuses
+// containerd), each with its own containerd and data dir, one PostgreSQL,
+// the registry on S3 (versitygw), S3 for volumes. A client that talks to
+// node A only: placement spreads a tenant's instances over the three,
+// honours node_selector and cordon, prefers the node that has the
+// version's image; every instance route reaches an instance on node B;
+// saves on two nodes race GCs on both and every committed version
+// restores; a project with volumes stays on their node (or is refused
 // with volume_elsewhere); drain hibernates a node's instances (volumes
 // handed off through S3) and they come back elsewhere with their files;
 // kill -9 of node C and its containerd fails its instances node_lost
-// within the lease and sweep interval, `up` restores the project
-// elsewhere, and C, restarted, finds itself fenced and removes its
-// containers.
+// within the lease and sweep interval, their periodic checkpoints (layer
+// and volume) start the project elsewhere, and C, restarted, finds itself
+// fenced and removes its containers.
 func TestRootClusterPlacementDrainAndNodeLoss(t *testing.T) {
 	c := ctx(t)
+	began := time.Now()
 	s3 := s3test.Start(t)
+	reg := startClusterRegistry(t, s3)
 	cordonSharedNode(t)
-	a, ca := startClusterNode(t, "cl-a", "a", s3)
-	b, cb := startClusterNode(t, "cl-b", "b", s3)
-	pc := startProcessNode(t, "cl-c", "c", s3)
+	a, ca := startClusterNode(t, "cl-a", "a", s3, reg)
+	b, cb := startClusterNode(t, "cl-b", "b", s3, reg)
+	// C joins with a join token made on A: `envd serve --join URL --token T`.
+	jt, err := ca.CreateJoinToken(c, types.JoinTokenRequest{TTL: "10m"})
+	require.NoError(t, err)
+	assert.Contains(t, jt.Command, "envd serve --join "+a.URL+" --token "+jt.Token)
+	pc := startProcessNode(t, "cl-c", "c", reg, a.URL, jt.Token)
+	reg.importBase(t, ca)
+	t.Logf("registry on S3 and three nodes up in %s", time.Since(began).Round(time.Second))
 	names := []string{a.Name(), b.Name(), pc.name}
 
 	// Membership, seen from any node.
 	// A node serves its API a moment before it joins: wait for the three.
-	var err error
 	seen := map[string]types.Node{}
 	require.Eventually(t, func() bool {
 		ns, err := cb.ListNodes(c)
@@ -185,6 +273,27 @@ func TestRootClusterPlacementDrainAndNodeLoss(t *testing.T) {
 		assert.True(t, n.LeaseExpiresAt.After(time.Now().Add(-time.Second)), "a live lease")
 	}
 	assert.Equal(t, types.NodeCordoned, seen[env.node.Name()].State)
+	// C joined with --join and --token only (no database, registry or S3
+	// flags): it runs on the cluster's lease. Its token is spent; a made-up
+	// one is unknown.
+	assert.Equal(t, clusterLease.Seconds(), seen[pc.name].LeaseSeconds, "the lease came with the join")
+	for _, tc := range []struct{ name, token, reason string }{
+		{"used", jt.Token, "used"},
+		{"unknown", "envdjoin_madeup", "unknown"},
+	} {
+		jc, err := client.New(b.URL, tc.token)
+		require.NoError(t, err)
+		_, err = jc.Join(c, types.JoinRequest{Node: "intruder"})
+		require.ErrorIs(t, err, errdefs.ErrJoinToken, tc.name)
+		var apiErr *types.Error
+		require.ErrorAs(t, err, &apiErr)
+		assert.Equal(t, "join_token_invalid", apiErr.Code)
+		assert.Equal(t, tc.reason, apiErr.Details["reason"], tc.name)
+	}
+	logged, err := os.ReadFile(filepath.Join(pc.dataDir, "envd.log"))
+	require.NoError(t, err)
+	assert.NotContains(t, string(logged), jt.Token, "the join token stays out of the log")
+	assert.NotContains(t, string(logged), s3.SecretKey, "so do the S3 keys it fetched")
 
 	var made []string
 	create := func(cl *client.Client, p string, req types.CreateInstanceRequest) types.Instance {
@@ -204,7 +313,7 @@ func TestRootClusterPlacementDrainAndNodeLoss(t *testing.T) {
 	t.Cleanup(removeAll)
 
 	// Spread: three instances asked on A land on three nodes.
-	p1 := newProject(t, "cluster-spread")
+	p1 := reg.project(t, ca, "cluster-spread")
 	spread := map[string]bool{}
 	for range 3 {
 		in := create(ca, p1, types.CreateInstanceRequest{})
@@ -237,9 +346,21 @@ func TestRootClusterPlacementDrainAndNodeLoss(t *testing.T) {
 	assert.Equal(t, types.NodeReady, un.State)
 	removeAll()
 
+	// One endpoint: every instance route of an instance on B, asked on A.
+	fw := create(ca, p1, types.CreateInstanceRequest{Retain: true, NodeSelector: map[string]string{"zone": "b"}})
+	require.Equal(t, b.Name(), fw.Node)
+	assertForwarded(t, asker{a.URL, a.Token, ca}, cb, b.Name(), fw.ID)
+	_, err = ca.DeleteInstance(c, fw.ID)
+	require.NoError(t, err, "delete through A")
+	gone, err := cb.GetInstance(c, fw.ID)
+	require.NoError(t, err)
+	assert.Equal(t, types.StateTerminated, gone.State)
+	made = nil
+	t.Logf("forwarding checked at %s", time.Since(began).Round(time.Second))
+
 	// Cache affinity: B pulled version 2 of p2 (a save, an image of its
 	// own); the next instance, asked on A, goes to B.
-	p2 := newProject(t, "cluster-affinity")
+	p2 := reg.project(t, ca, "cluster-affinity")
 	saver := create(ca, p2, types.CreateInstanceRequest{NodeSelector: map[string]string{"zone": "a"}})
 	mustShOn(t, ca, saver.ID, "echo two > /root/two")
 	op, err := ca.Save(c, saver.ID, types.SaveRequest{Message: "two"}, "")
@@ -256,11 +377,14 @@ func TestRootClusterPlacementDrainAndNodeLoss(t *testing.T) {
 	assert.Contains(t, second.Placement, "cache affinity")
 	removeAll()
 
+	// The sweeper races saves on A and B (registry on S3).
+	raceSavesWithGCs(t, reg.project(t, ca, "cluster-gcrace"), a.RegistryClient(),
+		raceNode{a.Name(), ca, map[string]string{"zone": "a"}}, raceNode{b.Name(), cb, map[string]string{"zone": "b"}})
+	t.Logf("GC race checked at %s", time.Since(began).Round(time.Second))
+
 	// Volumes: a project's instances go where its volume data is; a start
 	// elsewhere is refused, never given an empty volume.
-	p3 := fmt.Sprintf("cluster-vol-%d", projectSeq.Add(1))
-	_, err = ca.CreateProject(c, types.CreateProjectRequest{Name: p3, Base: fixtureBase, Volumes: []string{"work:/workspace"}})
-	require.NoError(t, err)
+	p3 := reg.project(t, ca, "cluster-vol", "work:/workspace")
 	r := create(ca, p3, types.CreateInstanceRequest{Retain: true, NodeSelector: map[string]string{"zone": "b"}})
 	require.Equal(t, b.Name(), r.Node)
 	mustShOn(t, ca, r.ID, "echo vol > /workspace/v && echo layer > /root/l")
@@ -323,9 +447,11 @@ func TestRootClusterPlacementDrainAndNodeLoss(t *testing.T) {
 	assert.Equal(t, types.NodeReady, un.State)
 	removeAll()
 
-	// Node loss: C runs two instances, checkpointed every 10s; kill -9
-	// it and its containerd.
-	p4 := newProject(t, "cluster-loss")
+	// Node loss: C runs two retained instances of a project with a
+	// volume, checkpointed every 10s (coordinated: layer and volume);
+	// kill -9 it and its containerd.
+	t.Logf("node loss begins at %s", time.Since(began).Round(time.Second))
+	p4 := reg.project(t, ca, "cluster-loss", "work:/workspace")
 	cs, err := ca.SetProjectCheckpoint(c, p4, types.CheckpointSetting{Every: "10s"})
 	require.NoError(t, err)
 	assert.Equal(t, "10s", cs.Every)
@@ -334,20 +460,19 @@ func TestRootClusterPlacementDrainAndNodeLoss(t *testing.T) {
 		in := create(ca, p4, types.CreateInstanceRequest{Retain: true, NodeSelector: map[string]string{"zone": "c"}})
 		onC = append(onC, in.ID)
 	}
-	mustShOn(t, ca, onC[0], "echo checkpointed > /root/u")
-	checkpoint := 0
+	mustShOn(t, ca, onC[0], "echo checkpointed > /root/u && echo volume > /workspace/w && sync")
 	require.Eventually(t, func() bool {
-		vs, err := ca.ListVersions(c, p4)
+		cps, err := ca.ListCheckpoints(c, p4)
 		if err != nil {
 			return false
 		}
-		for _, v := range vs {
-			if strings.Contains(v.Message, "checkpoint of instance "+onC[0]) {
-				checkpoint = v.Number
+		for _, cp := range cps {
+			if cp.Instance == onC[0] && len(cp.Volumes) == 1 {
+				return true
 			}
 		}
-		return checkpoint > 0
-	}, time.Minute, 500*time.Millisecond, "a checkpoint of the retained instance")
+		return false
+	}, time.Minute, 500*time.Millisecond, "a periodic checkpoint of the retained instance with its volume")
 	pc.killHard(t)
 	killed := time.Now()
 	bound := clusterLease + clusterSweep
@@ -365,17 +490,33 @@ func TestRootClusterPlacementDrainAndNodeLoss(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, types.ReasonNodeLost, lost.Reason)
 	assert.Contains(t, lost.Message, "retained writable layer", "show says what was lost")
-	assert.Contains(t, lost.Message, fmt.Sprintf("--version %d", checkpoint), "and where to start again")
-	fromCheckpoint := create(ca, p4, types.CreateInstanceRequest{Version: checkpoint})
-	res, err = ca.Exec(c, fromCheckpoint.ID, types.ExecRequest{Args: []string{"cat", "/root/u"}})
+	m := regexp.MustCompile(`envctl up ` + regexp.QuoteMeta(p4) + ` --checkpoint (\d+)`).FindStringSubmatch(lost.Message)
+	require.NotNil(t, m, "the message names the checkpoint to start from: %s", lost.Message)
+	checkpoint, _ := strconv.Atoi(m[1])
+	cp, err := ca.GetCheckpoint(c, p4, checkpoint)
 	require.NoError(t, err)
-	assert.Equal(t, "checkpointed\n", res.Stdout, "the checkpoint kept the retained layer's work")
+	assert.Equal(t, onC[0], cp.Instance)
+	require.Len(t, cp.Volumes, 1, "the periodic checkpoint archived the volume")
+
+	// A plain up elsewhere is refused: the volume is on the lost node; the
+	// refusal names a checkpoint that archived it.
+	_, err = ca.CreateInstance(c, p4, types.CreateInstanceRequest{})
+	require.ErrorIs(t, err, errdefs.ErrVolumeElsewhere)
+	assert.Contains(t, err.Error(), "envctl up "+p4+" --checkpoint ")
+	fromCheckpoint := create(ca, p4, types.CreateInstanceRequest{Checkpoint: checkpoint})
+	assert.NotEqual(t, pc.name, fromCheckpoint.Node)
+	res, err = ca.Exec(c, fromCheckpoint.ID, types.ExecRequest{Args: []string{"cat", "/root/u", "/workspace/w"}})
+	require.NoError(t, err)
+	assert.Equal(t, "checkpointed\nvolume\n", res.Stdout, "the checkpoint kept the retained layer's work and the volume")
 	cn, err := ca.GetNode(c, pc.name)
 	require.NoError(t, err)
 	assert.Equal(t, types.NodeLost, cn.State)
+	// The node that started from the checkpoint is the volume's home now.
 	back := create(ca, p4, types.CreateInstanceRequest{})
-	assert.NotEqual(t, pc.name, back.Node, "up restores the project on a live node")
-	mustShOn(t, ca, back.ID, "test -d /fixtures")
+	assert.Equal(t, fromCheckpoint.Node, back.Node, "placed with its volume: %s", back.Placement)
+	res, err = ca.Exec(c, back.ID, types.ExecRequest{Args: []string{"cat", "/workspace/w"}})
+	require.NoError(t, err)
+	assert.Equal(t, "volume\n", res.Stdout)
 
 	// C comes back: fenced, it removes its containers rather than
 	// resurrecting them, and joins ready.

@@ -22,25 +22,35 @@ import (
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/client"
 	"github.com/envd-dev/envd/envd/node"
+	"github.com/envd-dev/envd/registry"
 )
 
 // Two nodes share one PostgreSQL and one registry (the test node's, which
-// it sweeps). Saves race on both nodes against GCs run over and over on
-// both; afterwards every committed version pulls whole and restores, with
-// its files, on either node: no sweep deleted content a node had uploaded
-// and not yet committed.
+// it sweeps): raceSavesWithGCs. The cluster test runs the same race on a
+// registry on S3 (TestRootClusterPlacementDrainAndNodeLoss).
 func TestRootGCTwoNodesRaceSaves(t *testing.T) {
-	c := ctx(t)
 	// Both nodes run GCs, so both hold the GC's registry credential (a
 	// joined node without it cannot delete manifests: docs/api.md).
 	_, gcCred := env.node.RegistryCredentialFiles()
 	b, cb := startJoiningNode(t, "node-gc", &node.Config{DefaultTTL: time.Hour, PrefetchWindow: -1, RegistryGCCredentialFile: gcCred})
-	p := newProject(t, "gcrace")
-	nodes := []struct {
-		name string
-		c    *client.Client
-	}{{"test node", env.c}, {b.Name(), cb}}
+	raceSavesWithGCs(t, newProject(t, "gcrace"), env.node.RegistryClient(),
+		raceNode{env.node.Name(), env.c, nil}, raceNode{b.Name(), cb, nil})
+}
 
+type raceNode struct {
+	name string
+	c    *client.Client
+	sel  map[string]string // the node_selector that places on it, if it spreads
+}
+
+// raceSavesWithGCs races saves of an instance of project p on each node
+// against GCs run over and over on each; afterwards every committed
+// version pulls whole from reg and restores, with its files, on every
+// node: no sweep deleted content a node had uploaded and not yet
+// committed.
+func raceSavesWithGCs(t *testing.T, p string, reg *registry.Client, nodes ...raceNode) {
+	t.Helper()
+	c := ctx(t)
 	type saved struct {
 		version int
 		files   map[string]string // path -> md5
@@ -54,8 +64,9 @@ func TestRootGCTwoNodesRaceSaves(t *testing.T) {
 		gcs       int
 	)
 	for _, n := range nodes {
-		in, err := n.c.CreateInstance(c, p, types.CreateInstanceRequest{})
+		in, err := n.c.CreateInstance(c, p, types.CreateInstanceRequest{NodeSelector: n.sel})
 		require.NoError(t, err)
+		require.Equal(t, n.name, in.Node, "the race needs an instance on each node")
 		t.Cleanup(func() { _, _ = n.c.DeleteInstance(context.Background(), in.ID) })
 		wg.Go(func() {
 			files := map[string]string{}
@@ -111,13 +122,12 @@ func TestRootGCTwoNodesRaceSaves(t *testing.T) {
 	wg.Wait()
 	close(done)
 	gcWG.Wait()
-	require.Len(t, committed, 2*saves, "every save committed")
+	require.Len(t, committed, len(nodes)*saves, "every save committed")
 	t.Logf("%d saves raced %d GCs", len(committed), gcs)
 	require.GreaterOrEqual(t, gcs, 2, "GCs ran while the saves did")
 
-	reg := env.node.RegistryClient()
 	for _, s := range committed {
-		v, err := env.c.GetVersion(c, p, s.version)
+		v, err := nodes[0].c.GetVersion(c, p, s.version)
 		require.NoError(t, err)
 		img, err := reg.Get(c, v.Image)
 		require.NoError(t, err, "version %d's manifest", s.version)
@@ -129,7 +139,7 @@ func TestRootGCTwoNodesRaceSaves(t *testing.T) {
 			require.NoError(t, err, "version %d layer %d pulls whole", s.version, i)
 		}
 		for _, n := range nodes {
-			in, err := n.c.CreateInstance(c, p, types.CreateInstanceRequest{Version: s.version})
+			in, err := n.c.CreateInstance(c, p, types.CreateInstanceRequest{Version: s.version, NodeSelector: n.sel})
 			require.NoError(t, err, "version %d on %s", s.version, n.name)
 			for path, sum := range s.files {
 				res, err := n.c.Exec(c, in.ID, types.ExecRequest{Args: []string{"sh", "-c", "md5sum < " + path}})

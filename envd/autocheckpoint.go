@@ -2,11 +2,13 @@ package envd
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/versions"
 )
 
 // MinCheckpointEvery is the shortest checkpoint interval: each checkpoint
@@ -43,7 +45,11 @@ func (s *Service) GetProjectCheckpoint(ctx context.Context, p types.Principal, p
 	return types.CheckpointSetting{Every: every.String()}, nil
 }
 
-// checkpointDue checkpoints this node's instances whose interval passed.
+// checkpointDue checkpoints this node's instances whose interval passed:
+// a coordinated checkpoint (its layer and every volume's archive, as `POST
+// /v1/instances/{i}/checkpoint`) when the project has volumes, so that its
+// volumes survive the loss of this node; else the layer alone as a
+// version.
 func (s *Service) checkpointDue(ctx context.Context) {
 	ins, err := s.store.CheckpointDue(ctx, s.cfg.Node)
 	if err != nil {
@@ -51,15 +57,55 @@ func (s *Service) checkpointDue(ctx context.Context) {
 		return
 	}
 	for _, in := range ins {
-		v, err := s.life.Checkpoint(ctx, in)
+		v, number, err := s.checkpointInstance(ctx, in)
 		if err != nil {
 			s.log.Warn("checkpoint", "instance", in.ID, "err", err)
 			continue
 		}
-		if err := s.store.SetInstanceCheckpoint(ctx, in.ID, v.Number); err != nil {
+		if err := s.store.SetInstanceCheckpoint(ctx, in.ID, v); err != nil {
 			s.log.Warn("record checkpoint", "instance", in.ID, "err", err)
 			continue
 		}
-		s.log.Info("instance checkpointed", "instance", in.ID, "version", v.Number)
+		s.log.Info("instance checkpointed", "instance", in.ID, "version", v, "checkpoint", number)
 	}
+}
+
+// checkpointInstance takes one periodic checkpoint of in and returns its
+// version and, when coordinated, its checkpoint number.
+func (s *Service) checkpointInstance(ctx context.Context, in versions.Instance) (version, number int, err error) {
+	proj, err := s.store.GetProject(ctx, in.Tenant, in.Project)
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(projectVolumes(proj)) == 0 || s.cfg.Volumes == nil || s.cfg.Objects == nil {
+		v, err := s.life.Checkpoint(ctx, in)
+		return v.Number, 0, err
+	}
+	p := types.Principal{Tenant: in.Tenant}
+	op, err := s.Checkpoint(ctx, p, in.ID, types.CheckpointRequest{Message: "periodic checkpoint of instance " + in.ID}, "")
+	if err != nil {
+		return 0, 0, err
+	}
+	for !op.Done() {
+		select {
+		case <-ctx.Done():
+			return 0, 0, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+		if op, err = s.ops.Get(ctx, p, op.ID); err != nil {
+			return 0, 0, err
+		}
+	}
+	if op.State != types.OpSucceeded {
+		msg := string(op.State)
+		if op.Error != nil {
+			msg = op.Error.Message
+		}
+		return 0, 0, fmt.Errorf("checkpoint operation %s: %s", op.ID, msg)
+	}
+	var res types.CheckpointResult
+	if err := json.Unmarshal(op.Result, &res); err != nil {
+		return 0, 0, fmt.Errorf("checkpoint operation %s: %w", op.ID, err)
+	}
+	return res.Checkpoint.Version, res.Checkpoint.ID, nil
 }

@@ -58,6 +58,10 @@ type ClusterConfig struct {
 	// PlacementSpread (the default: the cluster policy, cluster.Place) or
 	// PlacementLocal (here whenever this node is eligible).
 	Placement string
+	// JoinConfig is what a node that joins with a join token is given
+	// (envd serve --join); envd/node fills it; nil = this node cannot
+	// tell (its database or registry is private to it).
+	JoinConfig func() (types.JoinConfig, error)
 }
 
 // The placement settings of a node.
@@ -269,7 +273,16 @@ func lostMessage(in versions.Instance, n versions.Member, cp *versions.InstanceC
 	if in.LastSavedVersion > 0 {
 		saved = fmt.Sprintf("its last save, version %d", in.LastSavedVersion)
 	}
-	if cp != nil && cp.Version > in.LastSavedVersion {
+	volumes := "volumes stay with the node"
+	switch {
+	case cp != nil && cp.Number > 0 && cp.Version <= in.LastSavedVersion:
+		volumes = fmt.Sprintf("volumes as of checkpoint %d are in object storage (`envctl up %s --checkpoint %d` restores them, with that checkpoint's layer)",
+			cp.Number, in.Project, cp.Number)
+	case cp != nil && cp.Number > 0:
+		saved = fmt.Sprintf("its checkpoint %d at %s, version %d (`envctl up %s --checkpoint %d` starts from it, its volumes with it)",
+			cp.Number, cp.At.UTC().Format(time.RFC3339), cp.Version, in.Project, cp.Number)
+		volumes = fmt.Sprintf("volumes as of checkpoint %d are in object storage", cp.Number)
+	case cp != nil && cp.Version > in.LastSavedVersion:
 		saved = fmt.Sprintf("its checkpoint at %s, version %d (`envctl up %s --version %d` starts from it)",
 			cp.At.UTC().Format(time.RFC3339), cp.Version, in.Project, cp.Version)
 	}
@@ -277,8 +290,8 @@ func lostMessage(in versions.Instance, n versions.Member, cp *versions.InstanceC
 	if in.Retain {
 		what = "its retained writable layer (unsaved since " + saved + ")"
 	}
-	return fmt.Sprintf("node %s was lost (lease expired at %s by the database clock): lost %s; volumes stay with the node; `envctl up %s` starts the project on another node",
-		n.Name, n.LeaseExpiresAt.UTC().Format(time.RFC3339), what, in.Project)
+	return fmt.Sprintf("node %s was lost (lease expired at %s by the database clock): lost %s; %s; `envctl up %s` starts the project on another node",
+		n.Name, n.LeaseExpiresAt.UTC().Format(time.RFC3339), what, volumes, in.Project)
 }
 
 // drainRound moves this draining node's instances off it (lifecycle's
@@ -451,8 +464,13 @@ func (s *Service) PlaceInstance(ctx context.Context, p types.Principal, project 
 	if err != nil {
 		return "", "", "", false, err
 	}
-	if hasHome && home.ArchiveKey == "" && len(s.vols.Paths(ctx, p.Tenant, project)) > 0 {
-		creq.VolumesOnlyOn = home.Node
+	// A start from a checkpoint brings the volumes from its archives: it
+	// may go anywhere (lifecycle.startPlanned restores them there).
+	if hasHome && home.ArchiveKey == "" && req.Checkpoint == 0 && len(s.vols.Paths(ctx, p.Tenant, project)) > 0 {
+		creq.VolumesOnlyOn, creq.Project = home.Node, project
+		if cp, ok := s.newestVolumeCheckpoint(ctx, p.Tenant, project); ok {
+			creq.VolumesCheckpoint = cp
+		}
 	}
 	cands := make([]cluster.Candidate, 0, len(members))
 	urls := map[string]string{}
@@ -468,6 +486,21 @@ func (s *Service) PlaceInstance(ctx context.Context, p types.Principal, project 
 		return "", "", "", false, err
 	}
 	return d.Node, urls[d.Node], d.Reason, d.Node == s.cfg.Node, nil
+}
+
+// newestVolumeCheckpoint is the project's newest checkpoint that archived
+// volumes; ok false when none (or the lookup failed).
+func (s *Service) newestVolumeCheckpoint(ctx context.Context, tenant, project string) (int, bool) {
+	cps, err := s.store.ListCheckpoints(ctx, tenant, project)
+	if err != nil {
+		return 0, false
+	}
+	for _, c := range cps {
+		if len(c.Archives) > 0 {
+			return c.Number, true
+		}
+	}
+	return 0, false
 }
 
 // OperationOwner tells which node must answer the cancel of operation id:

@@ -197,7 +197,7 @@ type Service struct {
 	bases     baseCache      // currentBase's answers (rollouts.go)
 	squashing sync.WaitGroup // the squash loop (squash.go)
 	squashRun func()         // starts it; nil = squash off
-	cluster     clusterState // nodes.go
+	cluster   clusterState   // nodes.go
 }
 
 // New makes the core. Call Start once after, and Close at the end.

@@ -53,10 +53,14 @@ func (s *Store) CheckpointDue(ctx context.Context, node string) ([]Instance, err
 }
 
 // InstanceCheckpoint is an instance's latest automatic checkpoint
-// (checkpoint_every): a version, not a coordinated checkpoint.
+// (checkpoint_every): a version, and for a project with volumes the
+// coordinated checkpoint that holds it with the volumes' archives.
 type InstanceCheckpoint struct {
 	Version int
 	At      time.Time
+	// Number is the coordinated checkpoint of Version (`up --checkpoint
+	// N`); 0 when the version alone was taken (a project without volumes).
+	Number int
 }
 
 // SetInstanceCheckpoint records that instance id was checkpointed as version v now.

@@ -234,17 +234,12 @@ func (s *Store) MarkLost(ctx context.Context, self string, msg func(in Instance,
 				return res, err
 			}
 			for _, in := range ins {
-				var cp *InstanceCheckpoint
-				var cv *int
-				var cat *time.Time
-				if err := tx.QueryRow(ctx, `SELECT checkpoint_version, checkpoint_at FROM instances WHERE id = $1`, in.ID).Scan(&cv, &cat); err != nil {
-					return res, translate(err, fmt.Sprintf("instance %q", in.ID))
-				}
-				if cv != nil && cat != nil {
-					cp = &InstanceCheckpoint{Version: *cv, At: *cat}
+				cp, err := lostCheckpoint(ctx, tx, in.ID)
+				if err != nil {
+					return res, err
 				}
 				var gen int64
-				err := tx.QueryRow(ctx, `UPDATE instances SET state = 'Failed', reason = $2, message = $3,
+				err = tx.QueryRow(ctx, `UPDATE instances SET state = 'Failed', reason = $2, message = $3,
 						generation = generation + 1, last_transition_at = now()
 					WHERE id = $1 RETURNING generation`, in.ID, types.ReasonNodeLost, msg(in, m, cp)).Scan(&gen)
 				if err != nil {
@@ -256,6 +251,30 @@ func (s *Store) MarkLost(ctx context.Context, self string, msg func(in Instance,
 		return res, nil
 	})
 	return r.nodes, r.ins, err
+}
+
+// lostCheckpoint is instance id's newest checkpoint: the newer of its
+// latest periodic one (instances.checkpoint_version) and its newest
+// coordinated one (a periodic one of a project with volumes, or one asked
+// by POST /v1/instances/{i}/checkpoint; the latter carries the volumes);
+// nil when none.
+func lostCheckpoint(ctx context.Context, tx pgx.Tx, id string) (*InstanceCheckpoint, error) {
+	var cv, cn, cnv *int
+	var cat, cnat *time.Time
+	err := tx.QueryRow(ctx, `SELECT i.checkpoint_version, i.checkpoint_at, c.number, c.version, c.created_at
+		FROM instances i LEFT JOIN LATERAL (SELECT number, version, created_at FROM checkpoints
+			WHERE project_id = i.project_id AND instance = i.id ORDER BY number DESC LIMIT 1) c ON true
+		WHERE i.id = $1`, id).Scan(&cv, &cat, &cn, &cnv, &cnat)
+	if err != nil {
+		return nil, translate(err, fmt.Sprintf("instance %q", id))
+	}
+	switch {
+	case cn != nil && (cv == nil || *cnv >= *cv):
+		return &InstanceCheckpoint{Version: *cnv, At: *cnat, Number: *cn}, nil
+	case cv != nil && cat != nil:
+		return &InstanceCheckpoint{Version: *cv, At: *cat}, nil
+	}
+	return nil, nil
 }
 
 // LostNodeOperations are the unfinished operations of lost nodes: nothing

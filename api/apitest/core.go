@@ -79,6 +79,8 @@ type Core struct {
 
 	// DialInstanceFunc, when set, is DialInstance (ports.go).
 	DialInstanceFunc func(ctx context.Context, id string, port int) (net.Conn, error)
+
+	joined bool // a join with JoinToken was answered (jointokens.go)
 }
 
 var _ api.Core = (*Core)(nil)

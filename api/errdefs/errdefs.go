@@ -51,6 +51,9 @@ var (
 	// no archive carries it here; the instance is not started with an
 	// empty volume.
 	ErrVolumeElsewhere = errors.New("volume elsewhere")
+	// ErrJoinToken: a join token (envd serve --join) is unknown, expired
+	// or already used; details.reason says which.
+	ErrJoinToken = errors.New("join token not valid")
 )
 
 type kind struct {
@@ -81,6 +84,7 @@ var kinds = []kind{
 	{ErrPortUnreachable, "port_unreachable", http.StatusBadGateway},
 	{ErrTooLarge, "too_large", http.StatusRequestEntityTooLarge},
 	{ErrVolumeElsewhere, "volume_elsewhere", http.StatusConflict},
+	{ErrJoinToken, "join_token_invalid", http.StatusUnauthorized},
 }
 
 // Codes returns every stable code with its HTTP status, in kinds' order

@@ -43,13 +43,29 @@ admin token gets it; treat the output as a secret.`,
 			return call(a, cmd, func(ctx context.Context, c *client.Client) (types.JoinCommand, error) { return c.JoinCommand(ctx) }, joinDetail)
 		},
 	}
-	return group("nodes", "The cluster's nodes (admin): list, show, cordon, uncordon, drain, join-command",
+	var ttl string
+	token := &cobra.Command{
+		Use:   "join-token [--ttl D]",
+		Short: "Make a join token and print the short join line: envd serve --join URL --token T",
+		Long: `Make a join token (admin) and print the line a new machine runs to join this
+cluster: envd serve --join URL --token T. The new node fetches the database, registry
+and S3 settings with the token; the token is used once and expires after --ttl (1m to
+168h, default 1h). Treat it as a secret: it gives the cluster's credentials.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return call(a, cmd, func(ctx context.Context, c *client.Client) (types.JoinToken, error) {
+				return c.CreateJoinToken(ctx, types.JoinTokenRequest{TTL: ttl})
+			}, joinTokenDetail)
+		},
+	}
+	token.Flags().StringVar(&ttl, "ttl", "", "how long the token may be used (default 1h)")
+	return group("nodes", "The cluster's nodes (admin): list, show, cordon, uncordon, drain, join-command, join-token",
 		ls,
 		verb("show", "Show one node", (*client.Client).GetNode),
 		verb("cordon", "Stop placing new instances on a node; what runs there stays", (*client.Client).CordonNode),
 		verb("uncordon", "Make a cordoned, draining or drained node take instances again", (*client.Client).UncordonNode),
 		verb("drain", "Stop placements and hibernate a node's instances (then it shows drained)", (*client.Client).DrainNode),
-		join)
+		join, token)
 }
 
 func nodeTable(w io.Writer, ns ...types.Node) {
@@ -103,6 +119,12 @@ func joinDetail(w io.Writer, j types.JoinCommand) {
 	for _, n := range j.Notes {
 		fmt.Fprintln(w, "# "+n)
 	}
+}
+
+func joinTokenDetail(w io.Writer, j types.JoinToken) {
+	fmt.Fprintln(w, j.Command)
+	fmt.Fprintf(w, "# secret: the token gives the cluster's credentials; used once, expires %s\n", formatTime(j.ExpiresAt))
+	fmt.Fprintln(w, "# replace NAME with the new node's name and the listen address with one the other nodes reach; add --label KEY=VALUE for node_selector")
 }
 
 func labelsText(m map[string]string) string {

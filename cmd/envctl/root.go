@@ -302,8 +302,8 @@ complete from the server.
 	root.AddCommand(a.cpCommand())
 	root.AddCommand(a.specCommand()) // specs.go
 	root.AddCommand(a.nodesCommand())
-	a.addCompletions(root)           // complete.go
-	markNameless(root)               // names.go
+	a.addCompletions(root) // complete.go
+	markNameless(root)     // names.go
 	return root
 }
 

@@ -106,6 +106,7 @@ type flags struct {
 	limits  limitFlags
 	envErrs []error
 	cluster clusterFlags
+	join    joinFlags
 
 	fs         *pflag.FlagSet // the command's flags, which the config file sets
 	configFile string
@@ -162,6 +163,7 @@ func (f *flags) register(cmd *cobra.Command, external bool) {
 			"file (0600) with the --registry credential allowed to delete, for a node that runs the GC; empty = this node's GC cannot delete manifests (ENVD_REGISTRY_GC_CREDENTIAL_FILE)")
 		fl.StringVar(&f.cfg.Containerd, "containerd", env("ENVD_CONTAINERD", d.Containerd), "containerd socket; empty = private daemon in the data dir (ENVD_CONTAINERD)")
 		fl.StringVar(&f.cfg.Namespace, "namespace", env("ENVD_NAMESPACE", d.Namespace), "containerd namespace (ENVD_NAMESPACE)")
+		f.join.register(fl)
 	}
 }
 
@@ -189,6 +191,9 @@ func (f *flags) config() (node.Config, error) {
 	}
 	if f.s3.Endpoint != "" {
 		cfg.S3 = &f.s3 // credentials from ENVD_S3_ACCESS_KEY / ENVD_S3_SECRET_KEY only, never flags
+	}
+	if err := f.join.apply(&cfg, f.fs); err != nil {
+		return node.Config{}, err
 	}
 	return cfg, nil
 }

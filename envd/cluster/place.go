@@ -44,6 +44,11 @@ type Request struct {
 	// when no archive carries it elsewhere: the instance must go there or
 	// start nowhere (never with an empty volume).
 	VolumesOnlyOn string
+	// VolumesCheckpoint, with VolumesOnlyOn, is the newest checkpoint that
+	// archived the project's volumes: a refusal names it (`envctl up P
+	// --checkpoint N` starts anywhere with them). Project names P.
+	VolumesCheckpoint int
+	Project           string
 	// Local is the node asked: among equals it wins (no forwarding hop).
 	Local string
 	// LocalFirst: the node asked takes the instance whenever it is
@@ -113,9 +118,15 @@ func Place(req Request, cands []Candidate) (Decision, error) {
 			if why == "" {
 				why = "not a member"
 			}
+			details := map[string]any{"node": req.VolumesOnlyOn}
+			hint := ""
+			if req.VolumesCheckpoint > 0 {
+				details["checkpoint"] = req.VolumesCheckpoint
+				hint = fmt.Sprintf(", or start from checkpoint %d, which archived it (envctl up %s --checkpoint %d)", req.VolumesCheckpoint, req.Project, req.VolumesCheckpoint)
+			}
 			return Decision{}, errdefs.WithDetails(fmt.Errorf("the project's volume data is on node %q only (%s) and no archive carries it elsewhere: "+
-				"the instance would start with an empty volume; bring the node back, uncordon it, or archive and restore the volume: %w",
-				req.VolumesOnlyOn, why, errdefs.ErrVolumeElsewhere), map[string]any{"node": req.VolumesOnlyOn})
+				"the instance would start with an empty volume; bring the node back, uncordon it, or archive and restore the volume%s: %w",
+				req.VolumesOnlyOn, why, hint, errdefs.ErrVolumeElsewhere), details)
 		}
 		ok = []scored{ok[i]}
 	}

@@ -77,12 +77,19 @@ func TestPlace(t *testing.T) {
 			cands: []Candidate{ready("a"), with(ready("b"), func(c *Candidate) { c.State = "cordoned" })}, wantErr: errdefs.ErrVolumeElsewhere},
 		{name: "volumes only on a node that left: refused", req: Request{VolumesOnlyOn: "gone"},
 			cands: []Candidate{ready("a")}, wantErr: errdefs.ErrVolumeElsewhere},
+		{name: "volumes only on a lost node: the refusal names the checkpoint that archived them",
+			req:   Request{VolumesOnlyOn: "b", VolumesCheckpoint: 4, Project: "p"},
+			cands: []Candidate{ready("a"), with(ready("b"), func(c *Candidate) { c.State = "lost" })}, wantErr: errdefs.ErrVolumeElsewhere,
+			reason: "envctl up p --checkpoint 4"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			d, err := Place(tt.req, tt.cands)
 			if tt.wantErr != nil {
 				require.ErrorIs(t, err, tt.wantErr)
+				if tt.reason != "" {
+					assert.ErrorContains(t, err, tt.reason)
+				}
 				return
 			}
 			require.NoError(t, err)

@@ -199,9 +199,11 @@ func (m *Manager) startPlanned(ctx context.Context, p types.Principal, id string
 	if err := m.Quota.Disk(ctx, p.Tenant, limits.DiskBytes); err != nil {
 		return types.Instance{}, err
 	}
-	if !plan.isolated {
+	if !plan.isolated && plan.checkpoint == 0 {
 		// Refused before the instance is recorded when its volumes cannot
-		// come to this node (volumes.Manager.Follow).
+		// come to this node (volumes.Manager.Follow). A start from a
+		// checkpoint brings them from its archives instead (a project
+		// whose volume home was lost starts again this way).
 		if err := m.Volumes.Follow(ctx, plan.proj); err != nil {
 			return types.Instance{}, err
 		}

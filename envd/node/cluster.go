@@ -2,6 +2,7 @@ package node
 
 import (
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/envd-dev/envd/api/types"
@@ -12,7 +13,43 @@ import (
 // capacity and lease, and the command another machine runs to join it.
 func (n *Node) clusterConfig(db database, reg registryPart) envd.ClusterConfig {
 	return envd.ClusterConfig{Lease: n.cfg.Lease, SweepInterval: n.cfg.SweepInterval, Labels: n.cfg.Labels,
-		Capacity: n.cfg.Capacity, Join: n.joinCommand(db, reg), Placement: n.cfg.Placement}
+		Capacity: n.cfg.Capacity, Join: n.joinCommand(db, reg), Placement: n.cfg.Placement,
+		JoinConfig: func() (types.JoinConfig, error) { return n.joinConfig(db, reg) }}
+}
+
+// joinConfig is what a node joining with a join token is given: the
+// settings of joinCommand, with the registry credential's content instead
+// of its file.
+func (n *Node) joinConfig(db database, reg registryPart) (types.JoinConfig, error) {
+	cfg := n.cfg
+	j := types.JoinConfig{Database: db.dsn}
+	if db.server != nil {
+		j.Notes = append(j.Notes, "the database is a unix socket of the node's machine: only a node on that machine reaches it")
+	}
+	switch {
+	case cfg.RegistryS3 != nil:
+		s := cfg.RegistryS3
+		j.RegistryS3 = &types.JoinS3{Endpoint: s.Endpoint, Bucket: s.Bucket, Region: s.Region, Secure: s.Secure, AccessKey: s.AccessKey, SecretKey: s.SecretKey}
+	default:
+		j.Registry = reg.addr
+		if reg.files.Node != "" {
+			b, err := os.ReadFile(reg.files.Node)
+			if err != nil {
+				return types.JoinConfig{}, fmt.Errorf("the registry credential: %w", err)
+			}
+			j.RegistryCredential = strings.TrimSpace(string(b))
+		}
+		if strings.HasPrefix(reg.addr, "127.") || strings.HasPrefix(reg.addr, "localhost") {
+			j.Notes = append(j.Notes, "the registry listens on loopback: only a node on the same machine reaches it")
+		}
+	}
+	if s := cfg.S3; s != nil {
+		j.S3 = &types.JoinS3{Endpoint: s.Endpoint, Bucket: s.Bucket, Region: s.Region, Secure: s.Secure, AccessKey: s.AccessKey, SecretKey: s.SecretKey}
+	}
+	if cfg.Lease > 0 {
+		j.Lease = cfg.Lease.String()
+	}
+	return j, nil
 }
 
 // joinCommand is the `envd serve` line that joins this node's database,
@@ -63,6 +100,7 @@ func (n *Node) joinCommand(db database, reg registryPart) types.JoinCommand {
 		args = append(args, "--lease", cfg.Lease.String())
 	}
 	notes = append(notes, "replace NAME with the new node's name and the listen address with one the other nodes reach; add --label KEY=VALUE for node_selector")
+	notes = append(notes, "or, without copying credentials: envctl nodes join-token prints envd serve --join URL --token T, which fetches these settings once")
 	all := append(append([]string{}, env...), args...)
 	return types.JoinCommand{Command: shellJoin(all), Args: all, Secrets: secrets, Notes: notes}
 }

@@ -62,7 +62,14 @@ func (m *Manager) RestoreCheckpoint(ctx context.Context, proj versions.Project, 
 			return fmt.Errorf("instance %s of project %q uses its volumes on this node: remove it before starting from checkpoint %d: %w",
 				in.ID, proj.Name, number, errdefs.ErrFailedPrecondition)
 		}
+		if m.homes != nil && in.Node != m.node && in.ID != except && in.HibernatedVersion == 0 {
+			// Restoring here would fork the volumes: the running
+			// instance keeps writing its copy on its node.
+			return errdefs.WithDetails(fmt.Errorf("instance %s of project %q uses its volumes on node %q: stop it, or start from checkpoint %d there: %w",
+				in.ID, proj.Name, in.Node, number, errdefs.ErrVolumeElsewhere), map[string]any{"node": in.Node})
+		}
 	}
+	restored := 0
 	for _, a := range c.Archives {
 		for _, v := range ps.Volumes {
 			if v.Name != a.Volume {
@@ -71,9 +78,15 @@ func (m *Manager) RestoreCheckpoint(ctx context.Context, proj versions.Project, 
 			if err := m.storage.Restore(ctx, owner(proj.Tenant, proj.Name), toSpec(v), m.objects, a.Key); err != nil {
 				return fmt.Errorf("restore volume %q from checkpoint %d: %w", v.Name, number, err)
 			}
+			restored++
 		}
 	}
-	return nil
+	if m.homes == nil || restored < len(ps.Volumes) {
+		return nil
+	}
+	// The data is this checkpoint's, here: this node is the volumes' home
+	// from now on (a lost home's data is not waited for).
+	return m.homes.SetVolumeHome(ctx, proj.Tenant, proj.Name, m.node, "")
 }
 
 // RestoreFromCheckpoint restores the volume name from its archive of

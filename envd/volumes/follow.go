@@ -24,6 +24,9 @@ import (
 type HomeStore interface {
 	GetVolumeHome(ctx context.Context, tenant, project string) (versions.VolumeHome, bool, error)
 	SetVolumeHome(ctx context.Context, tenant, project, node, archiveKey string) error
+	// ListCheckpoints lists the project's coordinated checkpoints, newest
+	// first: a refusal names the one that can bring the volumes back.
+	ListCheckpoints(ctx context.Context, tenant, project string) ([]versions.Checkpoint, error)
 }
 
 // handoffArchive is the name of the archive that carries a volume between
@@ -57,8 +60,15 @@ func (m *Manager) Follow(ctx context.Context, proj versions.Project) error {
 		return m.homes.SetVolumeHome(ctx, proj.Tenant, proj.Name, m.node, "")
 	}
 	if home.ArchiveKey == "" {
-		return errdefs.WithDetails(fmt.Errorf("the volumes of project %q are on node %q and no archive carries them here (they are archived when nothing of the project runs there: stop or hibernate its instances, or drain the node; or restore an archive here with envctl volume restore): %w",
-			proj.Name, home.Node, errdefs.ErrVolumeElsewhere), map[string]any{"node": home.Node})
+		details := map[string]any{"node": home.Node}
+		hint := ""
+		if cp, ok := m.newestCheckpoint(ctx, proj, len(ps.Volumes)); ok {
+			details["checkpoint"] = cp.Number
+			hint = fmt.Sprintf("; or start from checkpoint %d of %s, which archived them (envctl up %s --checkpoint %d)",
+				cp.Number, cp.CreatedAt.UTC().Format(time.RFC3339), proj.Name, cp.Number)
+		}
+		return errdefs.WithDetails(fmt.Errorf("the volumes of project %q are on node %q and no archive carries them here (they are archived when nothing of the project runs there: stop or hibernate its instances, or drain the node; or restore an archive here with envctl volume restore%s): %w",
+			proj.Name, home.Node, hint, errdefs.ErrVolumeElsewhere), details)
 	}
 	keys := map[string]string{}
 	if err := json.Unmarshal([]byte(home.ArchiveKey), &keys); err != nil {
@@ -130,4 +140,21 @@ func (m *Manager) handoff(ctx context.Context, tenant, project string) error {
 	}
 	m.log.Info("volumes handed off", "project", project, "volumes", len(keys))
 	return m.homes.SetVolumeHome(ctx, tenant, project, m.node, string(b))
+}
+
+// newestCheckpoint is the project's newest coordinated checkpoint that
+// archived all its volumes, made on the volumes' home or elsewhere; ok
+// false when none (or the lookup failed: the refusal stands without it).
+func (m *Manager) newestCheckpoint(ctx context.Context, proj versions.Project, volumes int) (versions.Checkpoint, bool) {
+	cps, err := m.homes.ListCheckpoints(ctx, proj.Tenant, proj.Name)
+	if err != nil {
+		m.log.Warn("checkpoints of a project whose volumes are elsewhere", "project", proj.Name, "err", err)
+		return versions.Checkpoint{}, false
+	}
+	for _, c := range cps {
+		if len(c.Archives) >= volumes {
+			return c, true
+		}
+	}
+	return versions.Checkpoint{}, false
 }

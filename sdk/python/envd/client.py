@@ -1395,6 +1395,18 @@ class Client:
         """GET /v1/projects/{p}/checkpoint."""
         return self._call("GET", f"/v1/projects/{_seg(project)}/checkpoint")
 
+    def create_join_token(self, ttl: Optional[str] = None) -> JSON:
+        """POST /v1/cluster/join-tokens: a join token (used once, expires
+        after ttl, default 1h) and the short `envd serve --join URL --token
+        T` line. Admin token."""
+        return self._call("POST", "/v1/cluster/join-tokens", body={"ttl": ttl} if ttl else {}, retry=_RETRY_NONE)
+
+    def join(self, node: str) -> JSON:
+        """POST /v1/cluster/join: the cluster's settings (database, registry,
+        S3, with credentials) for a joining node, once per join token; this
+        client's token must be the join token."""
+        return self._call("POST", "/v1/cluster/join", body={"node": node}, retry=_RETRY_NONE)
+
 
 def operation_error(op: Mapping[str, Any]) -> EnvdError:
     """The exception for a failed or canceled operation dict."""

@@ -31,6 +31,7 @@ __all__ = [
     "PortUnreachable",
     "TooLarge",
     "VolumeElsewhere",
+    "JoinTokenInvalid",
     "Interrupted",
     "StreamError",
     "error_from_body",
@@ -189,6 +190,11 @@ class VolumeElsewhere(EnvdError):
     code_name = "volume_elsewhere"
 
 
+class JoinTokenInvalid(EnvdError):
+    """401: A join token (envd serve --join) is unknown, expired or used (details: reason)."""
+    code_name = "join_token_invalid"
+
+
 class Interrupted(EnvdError):
     """An operation that envd stopped while it ran and could not resume (operations only)."""
     code_name = "interrupted"
@@ -210,6 +216,7 @@ _CLASSES: Dict[str, Type[EnvdError]] = {
         StaleGeneration, Conflict, FailedPrecondition, IdempotencyKeyReused, Canceled,
         Internal, Unavailable, DeadlineExceeded, QuotaExceeded, ResourceExhausted, StartFailed,
         Interrupted, Waking, PortUnreachable, TooLarge, VolumeElsewhere,
+        JoinTokenInvalid,
     )
 }
 
@@ -235,6 +242,7 @@ _STATUS_CODES = {
 CODE_STATUS = {
     "too_large": 413,
     "volume_elsewhere": 409,
+    "join_token_invalid": 401,
     "port_unreachable": 502,
     "invalid_argument": 400,
     "unauthenticated": 401,

@@ -134,6 +134,8 @@ ROUTES = [
     ("POST /v1/nodes/{name}/uncordon", "uncordon_node", lambda c: c.uncordon_node("n")),
     ("POST /v1/nodes/{name}/drain", "drain_node", lambda c: c.drain_node("n")),
     ("GET /v1/cluster/join-command", "join_command", lambda c: c.join_command()),
+    ("POST /v1/cluster/join-tokens", "create_join_token", lambda c: c.create_join_token("10m")),
+    ("POST /v1/cluster/join", "join", lambda c: c.join("n")),
     ("PUT /v1/projects/{p}/checkpoint", "set_checkpoint_every", lambda c: c.set_checkpoint_every("p", "15m")),
     ("GET /v1/projects/{p}/checkpoint", "get_checkpoint_every", lambda c: c.get_checkpoint_every("p")),
     ("GET /v1/instances/{i}/ports", "list_ports", lambda c: c.list_ports("i")),

@@ -898,4 +898,14 @@ export class Nodes {
   checkpointEvery(project: string, opts?: CallOptions): Promise<T.CheckpointSetting> {
     return get<T.CheckpointSetting>(this.t, `/v1/projects/${esc(project)}/checkpoint`, opts);
   }
+
+  /** POST /v1/cluster/join-tokens: a join token (used once) and the short `envd serve --join URL --token T` line. */
+  createJoinToken(req: T.JoinTokenRequest = {}, opts?: CallOptions): Promise<T.JoinToken> {
+    return this.t.json({ method: "POST", path: "/v1/cluster/join-tokens", json: req, retry: "refused" }, opts);
+  }
+
+  /** POST /v1/cluster/join: the cluster's settings for a joining node; the client's token must be the join token. */
+  join(req: T.JoinRequest, opts?: CallOptions): Promise<T.JoinConfig> {
+    return this.t.json({ method: "POST", path: "/v1/cluster/join", json: req, retry: "refused" }, opts);
+  }
 }

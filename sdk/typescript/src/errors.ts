@@ -54,6 +54,8 @@ export class PortUnreachableError extends EnvdError {}
 /** A request body is over a size limit of the node (details: limit_bytes); nothing changed. */
 export class TooLargeError extends EnvdError {}
 export class VolumeElsewhereError extends EnvdError {}
+/** A join token is unknown, expired or used (details: reason). */
+export class JoinTokenInvalidError extends EnvdError {}
 /** An operation ended because envd stopped while it ran. */
 export class InterruptedError extends EnvdError {}
 /** The instance is being woken and the request did not wait; details: {state, retry_after_seconds}; retryAfter is set. */
@@ -88,6 +90,7 @@ const codes: Record<string, [ErrorClass, number]> = {
   port_unreachable: [PortUnreachableError, 502],
   too_large: [TooLargeError, 413],
   volume_elsewhere: [VolumeElsewhereError, 409],
+  join_token_invalid: [JoinTokenInvalidError, 401],
   interrupted: [InterruptedError, 500],
   waking: [WakingError, 503],
 };

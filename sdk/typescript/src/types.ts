@@ -514,6 +514,7 @@ export type ErrorCode = Open<
   | "port_unreachable"
   | "too_large"
   | "volume_elsewhere"
+  | "join_token_invalid"
 >;
 
 /** Go: types.ErrorDetail. */
@@ -997,4 +998,43 @@ export interface JoinCommand {
 /** Go: types.CheckpointSetting. A Go duration of at least 10s; "0" = never. */
 export interface CheckpointSetting {
   every: string;
+}
+
+/** Go: types.JoinTokenRequest. ttl: a Go duration from 1m to 168h; default 1h. */
+export interface JoinTokenRequest {
+  ttl?: string;
+}
+
+/** Go: types.JoinToken. The token is shown once and used once. */
+export interface JoinToken {
+  token: string;
+  expires_at: string;
+  command: string;
+  args: string[];
+}
+
+/** Go: types.JoinRequest. */
+export interface JoinRequest {
+  node: string;
+}
+
+/** Go: types.JoinS3. */
+export interface JoinS3 {
+  endpoint: string;
+  bucket: string;
+  region?: string;
+  secure?: boolean;
+  access_key: string;
+  secret_key: string;
+}
+
+/** Go: types.JoinConfig. The cluster's settings with their credentials. */
+export interface JoinConfig {
+  database: string;
+  registry?: string;
+  registry_credential?: string;
+  registry_s3?: JoinS3;
+  s3?: JoinS3;
+  lease?: string;
+  notes?: string[];
 }
