@@ -228,9 +228,13 @@ func (r *Runtime) instanceDir(id string) string { return filepath.Join(r.instanc
 // Pull fetches ref ("host:port/repo@sha256:...") into containerd and unpacks
 // it: lazily for Config.LazySnapshotter when it has eStargz layers, in full
 // for overlayfs otherwise (lazy.go). The choice is recorded on the image
-// (LabelSnapshotter) for Create.
+// (LabelSnapshotter) for Create. A ref pinned by digest that is already
+// pulled and unpacked is not fetched again (pulled.go).
 func (r *Runtime) Pull(ctx context.Context, ref string) error {
 	ctx = r.ctx(ctx)
+	if r.pulled(ctx, ref) {
+		return nil
+	}
 	hostOpts := []docker.RegistryOpt{docker.WithPlainHTTP(r.plainHTTP)}
 	if r.cfg.RegistryCredentials != nil {
 		hostOpts = append(hostOpts, docker.WithAuthorizer(docker.NewDockerAuthorizer(docker.WithAuthCreds(r.cfg.RegistryCredentials))))
