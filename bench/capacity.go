@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	envdclient "github.com/envd-dev/envd/client"
 )
@@ -25,6 +26,9 @@ import (
 // capacityClients is how many clients the API part of the capacity scenario
 // runs at once.
 const capacityClients = 50
+
+// capacityRounds is how many list, get and exec requests each client makes.
+const capacityRounds = 10
 
 // runCapacity is the capacity scenario (issue 15, item 3): cfg.capacity
 // idle busybox instances and cfg.capacityDebian Debian ones started on one
@@ -153,7 +157,8 @@ func runCapacity(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 			{"sum of the above (PSS rows once)", perInst(after.sum(), before.sum()), megabytes(after.sum()) + " MB", ""},
 		})
 		fmt.Fprintln(&w)
-		fmt.Fprintf(&w, "API with %d concurrent clients over %d instances (each client 20 requests of each kind, interleaved):\n\n", capacityClients, g.count)
+		fmt.Fprintf(&w, "API with %d concurrent clients of one tenant over %d instances (each client %d requests of each kind, interleaved; list = one page of up to 100; exec = `true` in a random instance). "+
+			"%d execs were refused by the tenant's limit of concurrent execs on a node (429 resource_exhausted) and are not in the exec row.\n\n", capacityClients, g.count, capacityRounds, lat.refused)
 		var cells [][]string
 		for _, k := range []string{"list", "get", "exec"} {
 			ds := lat.lat[k]
@@ -212,9 +217,12 @@ func parallel(ctx context.Context, n, width int, f func(i int) error) error {
 type apiLatency struct {
 	lat  map[string][]time.Duration
 	took time.Duration
+	// refused counts execs refused by the tenant's concurrent-exec limit
+	// (resource_exhausted); they are not in lat.
+	refused int
 }
 
-// apiUnderLoad runs capacityClients clients, each doing 20 rounds of list
+// apiUnderLoad runs capacityClients clients, each doing capacityRounds rounds of list
 // (the project's instances, one page of 100), get and exec `true` of a
 // random instance.
 func apiUnderLoad(ctx context.Context, c *envdclient.Client, project string, ids []string) (apiLatency, error) {
@@ -227,7 +235,7 @@ func apiUnderLoad(ctx context.Context, c *envdclient.Client, project string, ids
 	}
 	t := time.Now()
 	err := parallel(ctx, capacityClients, capacityClients, func(int) error {
-		for r := 0; r < 20; r++ {
+		for r := 0; r < capacityRounds; r++ {
 			s := time.Now()
 			if _, _, err := c.ListInstancesPage(ctx, project, types.Page{Limit: 100}); err != nil {
 				return err
@@ -241,6 +249,12 @@ func apiUnderLoad(ctx context.Context, c *envdclient.Client, project string, ids
 			add("get", time.Since(s))
 			s = time.Now()
 			rr, err := c.Exec(ctx, id, types.ExecRequest{Args: []string{"true"}})
+			if errors.Is(err, errdefs.ErrResourceExhausted) {
+				mu.Lock()
+				res.refused++
+				mu.Unlock()
+				continue
+			}
 			if err != nil {
 				return err
 			}

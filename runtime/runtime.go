@@ -1014,6 +1014,10 @@ func (r *Runtime) Stop(ctx context.Context, id string) error {
 	if err := r.stopTask(ctx, c); err != nil {
 		return err
 	}
+	// No task, no address (Status, Address).
+	if err := os.WriteFile(filepath.Join(r.instanceDir(id), "address"), nil, 0o644); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("instance file address of %q: %w", id, err)
+	}
 	return r.net.teardown(ctx, id)
 }
 
