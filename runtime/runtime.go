@@ -1201,18 +1201,10 @@ func (r *Runtime) Status(ctx context.Context, id string) (Status, error) {
 		return Status{}, err
 	}
 	s := Status{Exists: true, Labels: info.Labels}
-	c, err := r.client.LoadContainer(ctx, id)
-	if err != nil {
-		return Status{}, translate(err, "instance %q", id)
-	}
-	t, err := c.Task(ctx, nil)
+	st, pid, err := r.taskStatus(ctx, id)
 	if cerrdefs.IsNotFound(err) {
 		return s, nil
 	}
-	if err != nil {
-		return Status{}, translate(err, "task of instance %q", id)
-	}
-	st, err := t.Status(ctx)
 	if err != nil {
 		return Status{}, translate(err, "task of instance %q", id)
 	}
@@ -1224,7 +1216,7 @@ func (r *Runtime) Status(ctx context.Context, id string) (Status, error) {
 	default:
 		s.Task = string(st.Status)
 	}
-	s.Pid = t.Pid()
+	s.Pid = pid
 	if st.Status == client.Stopped {
 		s.ExitCode = st.ExitStatus
 		started := time.Time{}
