@@ -91,7 +91,6 @@ func runLatency(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 	if err != nil {
 		return err
 	}
-	defer f.close()
 
 	sides := []*latencySide{{name: "envd, cached"}, {name: "envd, cold lazy"}, {name: "ctr (same image, snapshotter " + sn + ")"}, {name: "runc run (bare)"}}
 	runs := cfg.latencyRuns
@@ -240,7 +239,7 @@ func dropImage(ctx context.Context, n *node.Node, ref string) error {
 type floor struct {
 	addr, ref, sn string
 	bundle        string // runc bundle
-	runcRoot      string
+	runcRoot      string // runc run deletes its container when the process exits
 	pid           int
 }
 
@@ -277,10 +276,6 @@ func newFloor(b *bed, ref, sn string) (*floor, error) {
 		return nil, err
 	}
 	return f, os.WriteFile(p, raw, 0o644)
-}
-
-func (f *floor) close() {
-	_ = exec.Command("runc", "--root", f.runcRoot, "list").Run()
 }
 
 func (f *floor) ctr(ctx context.Context, args ...string) error {
