@@ -35,6 +35,14 @@
 //
 //   - pool: up to first command from a warm pool and without one.
 //
+//   - latency: start, exec, save and rm latency through the API, for a
+//     version cached on the node and a cold lazy one, next to ctr and runc
+//     on the same machine (-latency-runs rounds).
+//
+//   - capacity: -capacity busybox and -capacity-debian Debian instances
+//     started on one node: memory per instance, API latency under 50
+//     clients, time to start and remove them all.
+//
 //   - all: every scenario, in this order.
 //
 //     go run ./bench [-scenario save|restore|workloads|scaling|disklimit|hardening|userns|all] [-runs 3] [-rootfs DIR] [-work DIR]
@@ -84,10 +92,15 @@ type config struct {
 	squashAfter int
 	// deepSaves is the long history of the deep scenario.
 	deepSaves int
+	// latencyRuns is the latency scenario's rounds.
+	latencyRuns int
+	// capacity and capacityDebian are the capacity scenario's instance
+	// counts (busybox, Debian).
+	capacity, capacityDebian int
 }
 
 // scenarios in the order -scenario all runs them.
-var scenarios = []string{"save", "restore", "workloads", "scaling", "disklimit", "hardening", "userns", "deep", "cas", "pool"}
+var scenarios = []string{"save", "restore", "workloads", "scaling", "disklimit", "hardening", "userns", "deep", "cas", "pool", "latency", "capacity"}
 
 func main() {
 	var cfg config
@@ -95,6 +108,10 @@ func main() {
 	flag.StringVar(&cfg.work, "work", "/var/tmp/envd-bench/work", "work dir for containerd, the registry and spools; wiped at start")
 	flag.IntVar(&cfg.runs, "runs", 3, "runs per variant; the table shows medians")
 	flag.IntVar(&cfg.deepSaves, "deep-saves", 300, "deep scenario: saves in the long history")
+	flag.IntVar(&cfg.latencyRuns, "latency-runs", 50, "latency scenario: rounds")
+	flag.IntVar(&cfg.capacity, "capacity", 100, "capacity scenario: busybox instances")
+	flag.IntVar(&cfg.capacityDebian, "capacity-debian", 20, "capacity scenario: Debian instances (0: none)")
+	pprofAddr := flag.String("pprof", "", "serve net/http/pprof of this process (the node runs in it) on this loopback address, e.g. 127.0.0.1:6061")
 	flag.StringVar(&cfg.bridge, "bridge", "envdbench0", "bridge interface of the instance network")
 	flag.StringVar(&cfg.subnet, "subnet", "10.231.7.0/24", "IPv4 subnet of the instance network")
 	flag.BoolVar(&cfg.prefault, "prefault", true, "before every measured run, write and delete a scratch file of twice the upper dir so the run gets recently touched guest memory (see prefault.go)")
@@ -126,6 +143,12 @@ func main() {
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "bench: needs root (containerd, runc, network namespaces, iptables)")
 		os.Exit(2)
+	}
+	if *pprofAddr != "" {
+		if err := servePprof(*pprofAddr); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(2)
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -163,6 +186,26 @@ func runScenarios(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 		{"workloads", "Small-files and large-file workloads", runWorkloads},
 		{"scaling", "Growth with the size of the change and of the image", runScaling},
 		{"disklimit", "Writable-layer size limit: save and lazy restore on an ext4 image vs a plain upper dir", runDiskLimit},
+	}
+	for _, sc := range []struct {
+		name, title string
+		run         func(context.Context, config, io.Writer) error
+	}{
+		{"capacity", "Capacity of one node", runCapacity},
+		{"latency", "Start and exec latency", runLatency},
+	} {
+		defer func() {
+			if rErr != nil || !slices.Contains(want, sc.name) {
+				return
+			}
+			if len(want) > 1 {
+				fmt.Fprintf(out, "\n### %s (`-scenario %s`)\n\n", sc.title, sc.name)
+			}
+			logf("scenario %s", sc.name)
+			if err := sc.run(ctx, cfg, out); err != nil {
+				rErr = fmt.Errorf("%s: %w", sc.name, err)
+			}
+		}()
 	}
 	defer func() {
 		if rErr != nil || !slices.Contains(want, "pool") {

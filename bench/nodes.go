@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -73,25 +72,9 @@ func startBed(ctx context.Context, cfg config) (*bed, error) {
 	logf("primary node: %s, registry %s, up in %s", n.URL, n.RegistryAddr(), seconds(time.Since(start)))
 
 	start = time.Now()
-	tarCmd := exec.CommandContext(ctx, "tar", "--numeric-owner", "--xattrs", "-C", cfg.rootfs, "-cf", "-", ".")
-	pipe, err := tarCmd.StdoutPipe()
+	img, err := b.importRootfs(ctx, baseImage, cfg.rootfs)
 	if err != nil {
 		return b, err
-	}
-	var tarErr strings.Builder
-	tarCmd.Stderr = &tarErr
-	if err := tarCmd.Start(); err != nil {
-		return b, err
-	}
-	img, ierr := b.c.ImportImage(ctx, baseImage, pipe)
-	if ierr != nil {
-		_ = tarCmd.Process.Kill()
-	}
-	if err := tarCmd.Wait(); err != nil && ierr == nil {
-		return b, fmt.Errorf("tar %s: %w: %s", cfg.rootfs, err, tarErr.String())
-	}
-	if ierr != nil {
-		return b, fmt.Errorf("import %s: %w", cfg.rootfs, ierr)
 	}
 	b.base = img
 	logf("imported %s as %q (%s MB gzip) in %s", cfg.rootfs, baseImage, megabytes(img.Size), seconds(time.Since(start)))

@@ -135,6 +135,11 @@ func newNetwork(cfg NetworkConfig, scope, stateDir string) (*network, error) {
 	if err := n.fw.ensureBase(); err != nil {
 		return nil, err
 	}
+	if err := n.ensureMasquerade(); err != nil {
+		n.fw.destroy()
+		n.removeMasquerade()
+		return nil, err
+	}
 	return n, nil
 }
 
@@ -172,9 +177,10 @@ func subnetInUse(ifaces []net.Interface, subnet *net.IPNet, except string) bool 
 	return false
 }
 
-// conflist is bridge (gateway + NAT) with host-local IPAM. No CNI firewall
-// plugin: the firewall (firewall.go) decides every forwarded packet of the
-// bridge itself, ahead of whatever else is in FORWARD.
+// conflist is bridge (gateway; source NAT is masquerade.go's) with
+// host-local IPAM. No CNI firewall plugin: the firewall (firewall.go)
+// decides every forwarded packet of the bridge itself, ahead of whatever
+// else is in FORWARD.
 func (n *network) conflist() ([]byte, error) {
 	conf := map[string]any{
 		"cniVersion": "1.0.0",
@@ -184,7 +190,7 @@ func (n *network) conflist() ([]byte, error) {
 				"type":        "bridge",
 				"bridge":      n.cfg.Bridge,
 				"isGateway":   true,
-				"ipMasq":      true,
+				"ipMasq":      false, // masquerade.go: one rule set for the subnet
 				"hairpinMode": true,
 				"ipam": map[string]any{
 					"type":    "host-local",
@@ -201,6 +207,7 @@ func (n *network) conflist() ([]byte, error) {
 // destroy removes the bridge and the firewall's rules.
 func (n *network) destroy() error {
 	n.fw.destroy()
+	n.removeMasquerade()
 	if _, err := net.InterfaceByName(n.cfg.Bridge); err != nil {
 		return nil
 	}

@@ -228,9 +228,13 @@ func (r *Runtime) instanceDir(id string) string { return filepath.Join(r.instanc
 // Pull fetches ref ("host:port/repo@sha256:...") into containerd and unpacks
 // it: lazily for Config.LazySnapshotter when it has eStargz layers, in full
 // for overlayfs otherwise (lazy.go). The choice is recorded on the image
-// (LabelSnapshotter) for Create.
+// (LabelSnapshotter) for Create. A ref pinned by digest that is already
+// pulled and unpacked is not fetched again (pulled.go).
 func (r *Runtime) Pull(ctx context.Context, ref string) error {
 	ctx = r.ctx(ctx)
+	if r.pulled(ctx, ref) {
+		return nil
+	}
 	hostOpts := []docker.RegistryOpt{docker.WithPlainHTTP(r.plainHTTP)}
 	if r.cfg.RegistryCredentials != nil {
 		hostOpts = append(hostOpts, docker.WithAuthorizer(docker.NewDockerAuthorizer(docker.WithAuthCreds(r.cfg.RegistryCredentials))))
@@ -1010,6 +1014,10 @@ func (r *Runtime) Stop(ctx context.Context, id string) error {
 	if err := r.stopTask(ctx, c); err != nil {
 		return err
 	}
+	// No task, no address (Status, Address).
+	if err := os.WriteFile(filepath.Join(r.instanceDir(id), "address"), nil, 0o644); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("instance file address of %q: %w", id, err)
+	}
 	return r.net.teardown(ctx, id)
 }
 
@@ -1193,18 +1201,10 @@ func (r *Runtime) Status(ctx context.Context, id string) (Status, error) {
 		return Status{}, err
 	}
 	s := Status{Exists: true, Labels: info.Labels}
-	c, err := r.client.LoadContainer(ctx, id)
-	if err != nil {
-		return Status{}, translate(err, "instance %q", id)
-	}
-	t, err := c.Task(ctx, nil)
+	st, pid, err := r.taskStatus(ctx, id)
 	if cerrdefs.IsNotFound(err) {
 		return s, nil
 	}
-	if err != nil {
-		return Status{}, translate(err, "task of instance %q", id)
-	}
-	st, err := t.Status(ctx)
 	if err != nil {
 		return Status{}, translate(err, "task of instance %q", id)
 	}
@@ -1216,7 +1216,7 @@ func (r *Runtime) Status(ctx context.Context, id string) (Status, error) {
 	default:
 		s.Task = string(st.Status)
 	}
-	s.Pid = t.Pid()
+	s.Pid = pid
 	if st.Status == client.Stopped {
 		s.ExitCode = st.ExitStatus
 		started := time.Time{}

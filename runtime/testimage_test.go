@@ -32,6 +32,7 @@ import (
 // filesystem storage, serving plain HTTP.
 type testRegistry struct {
 	host string // 127.0.0.1:PORT
+	srv  *http.Server
 }
 
 func startTestRegistry(t testing.TB) *testRegistry {
@@ -54,7 +55,7 @@ func startTestRegistry(t testing.TB) *testRegistry {
 		_ = srv.Close()
 		cancel()
 	})
-	return &testRegistry{host: ln.Addr().String()}
+	return &testRegistry{host: ln.Addr().String(), srv: srv}
 }
 
 var (

@@ -81,6 +81,8 @@ type Runtime interface {
 	Remove(ctx context.Context, id string) error
 	List(ctx context.Context) ([]string, error)
 	Status(ctx context.Context, id string) (runtime.Status, error)
+	// Address is Status's Address without asking containerd (views).
+	Address(id string) string
 }
 
 // Registry is where instances pull their images from.

@@ -238,9 +238,7 @@ func (m *Manager) withEndpoint(ctx context.Context, in types.Instance) types.Ins
 	if in.State != types.StateRunning && in.State != types.StatePaused {
 		return in
 	}
-	if st, err := m.Runtime.Status(ctx, in.ID); err == nil {
-		in.Address = st.Address
-	}
+	in.Address = m.Runtime.Address(in.ID)
 	return in
 }
 

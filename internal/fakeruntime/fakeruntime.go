@@ -361,3 +361,6 @@ func (r *Runtime) Status(ctx context.Context, id string) (runtime.Status, error)
 	}
 	return runtime.Status{Exists: true, Task: in.task, Labels: maps.Clone(in.labels)}, nil
 }
+
+// Address is Status's Address: always "" (no network).
+func (r *Runtime) Address(id string) string { return "" }

@@ -1,0 +1,416 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/types"
+	envdclient "github.com/envd-dev/envd/client"
+)
+
+// capacityClients is how many clients the API part of the capacity scenario
+// runs at once.
+const capacityClients = 50
+
+// capacityRounds is how many list, get and exec requests each client makes.
+const capacityRounds = 10
+
+// runCapacity is the capacity scenario (issue 15, item 3): cfg.capacity
+// idle busybox instances and cfg.capacityDebian Debian ones started on one
+// node (4 starts at a time), memory per instance by part, the API's
+// latency for list, get and exec with 50 concurrent clients, and the time
+// to start and remove them all. Start and rm latency are reported by tenth
+// of the run, so a cost that grows with the number of instances shows.
+func runCapacity(ctx context.Context, cfg config, out io.Writer) (rErr error) {
+	started := time.Now()
+	load0 := loadAvg()
+	debianRootfs := cfg.rootfs
+	b, err := busyboxBed(ctx, cfg, "capacity")
+	defer func() {
+		if cerr := b.close(); cerr != nil {
+			rErr = errors.Join(rErr, cerr)
+		}
+	}()
+	if err != nil {
+		return err
+	}
+	type group struct {
+		name, project, base string
+		count               int
+	}
+	groups := []group{{name: "busybox", project: "cap-busybox", base: baseImage, count: cfg.capacity}}
+	if cfg.capacityDebian > 0 {
+		if err := ensureRootfs(ctx, debianRootfs); err != nil {
+			return err
+		}
+		t := time.Now()
+		img, err := b.importRootfs(ctx, "bookworm", debianRootfs)
+		if err != nil {
+			return err
+		}
+		logf("imported %s as %q (%s MB gzip) in %s", debianRootfs, "bookworm", megabytes(img.Size), seconds(time.Since(t)))
+		groups = append(groups, group{name: "Debian bookworm minbase", project: "cap-debian", base: "bookworm", count: cfg.capacityDebian})
+	}
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 256}}
+	api, err := envdclient.New(b.primary.URL, b.primary.Token, envdclient.WithHTTPClient(hc))
+	if err != nil {
+		return err
+	}
+	mem := capacityMem{node: b, addr: filepath.Join(b.primary.DataDir(), "containerd", "containerd.sock")}
+	var w bytes.Buffer
+	header(&w)
+	fmt.Fprintf(&w, "Load average (1, 5, 15 min) at the start: %s.\n\n", load0)
+
+	for _, g := range groups {
+		if _, err := b.c.CreateProject(ctx, types.CreateProjectRequest{Name: g.project, Base: g.base, Compression: "estargz"}); err != nil {
+			return err
+		}
+		// One start and rm first, so the image is pulled and the measured
+		// starts are of a cached version.
+		in, err := b.up(ctx, g.project, 0)
+		if err != nil {
+			return err
+		}
+		b.remove(ctx, b.c, in.ID)
+		goruntime.GC()
+		before, err := mem.sample(nil)
+		if err != nil {
+			return err
+		}
+		logf("capacity: starting %d %s instances", g.count, g.name)
+		ids := make([]string, g.count)
+		startLat := make([]time.Duration, g.count)
+		t := time.Now()
+		if err := parallel(ctx, g.count, 4, func(i int) error {
+			s := time.Now()
+			in, err := api.CreateInstance(ctx, g.project, types.CreateInstanceRequest{TTL: "2h"})
+			startLat[i] = time.Since(s)
+			if err != nil {
+				return err
+			}
+			if in.State != types.StateRunning {
+				return fmt.Errorf("instance %s is %s: %s", in.ID, in.State, in.Message)
+			}
+			ids[i] = in.ID
+			return nil
+		}); err != nil {
+			return fmt.Errorf("start %s instances: %w", g.name, err)
+		}
+		startAll := time.Since(t)
+		logf("capacity: %d %s instances started in %s", g.count, g.name, seconds(startAll))
+		time.Sleep(5 * time.Second) // settle: inits idle, page cache of the start written back
+		goruntime.GC()
+		after, err := mem.sample(ids)
+		if err != nil {
+			return err
+		}
+		load := loadAvg()
+
+		logf("capacity: API with %d clients", capacityClients)
+		lat, err := apiUnderLoad(ctx, api, g.project, ids)
+		if err != nil {
+			return err
+		}
+
+		logf("capacity: removing %d %s instances", g.count, g.name)
+		rmLat := make([]time.Duration, g.count)
+		t = time.Now()
+		if err := parallel(ctx, g.count, 4, func(i int) error {
+			s := time.Now()
+			_, err := api.DeleteInstance(ctx, ids[i])
+			rmLat[i] = time.Since(s)
+			return err
+		}); err != nil {
+			return fmt.Errorf("remove %s instances: %w", g.name, err)
+		}
+		rmAll := time.Since(t)
+
+		n := float64(g.count)
+		fmt.Fprintf(&w, "#### %d idle %s instances\n\n", g.count, g.name)
+		fmt.Fprintf(&w, "Started 4 at a time through the API (version already pulled): %s in all; removed 4 at a time: %s. Load average after the starts: %s.\n\n",
+			seconds(startAll), seconds(rmAll), load)
+		fmt.Fprintf(&w, "Memory per instance (after the starts minus before, divided by %d; PSS from /proc/PID/smaps_rollup, cgroup usage from the memory controller):\n\n", g.count)
+		perInst := func(a, b int64) string { return fmt.Sprintf("%.2f MB", float64(a-b)/n/1e6) }
+		mdTable(&w, []string{"part", "per instance", "total after", "what"}, 1, [][]string{
+			{"shims (containerd-shim-runc-v2)", perInst(after.shims, before.shims), megabytes(after.shims) + " MB", fmt.Sprintf("%d shim processes", after.nShims)},
+			{"instance cgroups (init, page cache of its writes)", perInst(after.cgroups, before.cgroups), megabytes(after.cgroups) + " MB", "memory.usage_in_bytes"},
+			{"envd + embedded stargz FUSE (Go heap in use)", perInst(after.goHeap, before.goHeap), megabytes(after.goHeap) + " MB", "this process: envd's node, its FUSE server and the bench"},
+			{"envd + embedded stargz FUSE (process PSS)", perInst(after.self, before.self), megabytes(after.self) + " MB", "this process"},
+			{"containerd", perInst(after.containerd, before.containerd), megabytes(after.containerd) + " MB", "the node's daemon"},
+			{"PostgreSQL", perInst(after.postgres, before.postgres), megabytes(after.postgres) + " MB", "the node's cluster, all its processes"},
+			{"kernel slab (overlay, mounts, namespaces; machine-wide)", perInst(after.slab, before.slab), megabytes(after.slab) + " MB", "/proc/meminfo Slab, shared machine: noisy"},
+			{"sum of the above (PSS rows once)", perInst(after.sum(), before.sum()), megabytes(after.sum()) + " MB", ""},
+		})
+		fmt.Fprintln(&w)
+		fmt.Fprintf(&w, "API with %d concurrent clients of one tenant over %d instances (each client %d requests of each kind, interleaved; list = one page of up to 100; exec = `true` in a random instance). "+
+			"%d execs were refused by the tenant's limit of concurrent execs on a node (429 resource_exhausted) and are not in the exec row.\n\n", capacityClients, g.count, capacityRounds, lat.refused)
+		var cells [][]string
+		for _, k := range []string{"list", "get", "exec"} {
+			ds := lat.lat[k]
+			cells = append(cells, []string{k, strconv.Itoa(len(ds)), msf(median(ds)), msf(percentile(ds, 0.99)), fmt.Sprintf("%.0f/s", float64(len(ds))/lat.took.Seconds())})
+		}
+		mdTable(&w, []string{"request", "requests", "p50", "p99", "throughput (all kinds running together)"}, 1, cells)
+		fmt.Fprintln(&w)
+		fmt.Fprintln(&w, "Start and rm latency by tenth of the run (a cost that grows with the instances already there shows as a rising row):")
+		fmt.Fprintln(&w)
+		var dec [][]string
+		for _, row := range []struct {
+			name string
+			ds   []time.Duration
+		}{{"up p50", startLat}, {"rm p50", rmLat}} {
+			cells := []string{row.name}
+			for d := 0; d < 10; d++ {
+				lo, hi := d*len(row.ds)/10, (d+1)*len(row.ds)/10
+				cells = append(cells, msf(median(row.ds[lo:hi])))
+			}
+			dec = append(dec, cells)
+		}
+		mdTable(&w, []string{"", "1st", "2nd", "3rd", "4th", "5th", "6th", "7th", "8th", "9th", "10th"}, 1, dec)
+		fmt.Fprintln(&w)
+	}
+	fmt.Fprintf(&w, "- Load average at the end: %s. Scenario wall time: %s.\n", loadAvg(), seconds(time.Since(started)))
+	_, err = out.Write(w.Bytes())
+	return err
+}
+
+// parallel runs f(0..n-1) with at most width at once and returns the first
+// error.
+func parallel(ctx context.Context, n, width int, f func(i int) error) error {
+	sem := make(chan struct{}, width)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	for i := 0; i < n; i++ {
+		if ctx.Err() != nil {
+			break
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := f(i); err != nil {
+				mu.Lock()
+				first = errors.Join(first, fmt.Errorf("#%d: %w", i, err))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(first, ctx.Err())
+}
+
+type apiLatency struct {
+	lat  map[string][]time.Duration
+	took time.Duration
+	// refused counts execs refused by the tenant's concurrent-exec limit
+	// (resource_exhausted); they are not in lat.
+	refused int
+}
+
+// apiUnderLoad runs capacityClients clients, each doing capacityRounds rounds of list
+// (the project's instances, one page of 100), get and exec `true` of a
+// random instance.
+func apiUnderLoad(ctx context.Context, c *envdclient.Client, project string, ids []string) (apiLatency, error) {
+	res := apiLatency{lat: map[string][]time.Duration{}}
+	var mu sync.Mutex
+	add := func(k string, d time.Duration) {
+		mu.Lock()
+		res.lat[k] = append(res.lat[k], d)
+		mu.Unlock()
+	}
+	t := time.Now()
+	err := parallel(ctx, capacityClients, capacityClients, func(int) error {
+		for r := 0; r < capacityRounds; r++ {
+			s := time.Now()
+			if _, _, err := c.ListInstancesPage(ctx, project, types.Page{Limit: 100}); err != nil {
+				return err
+			}
+			add("list", time.Since(s))
+			id := ids[rand.IntN(len(ids))]
+			s = time.Now()
+			if _, err := c.GetInstance(ctx, id); err != nil {
+				return err
+			}
+			add("get", time.Since(s))
+			s = time.Now()
+			rr, err := c.Exec(ctx, id, types.ExecRequest{Args: []string{"true"}})
+			if errors.Is(err, errdefs.ErrResourceExhausted) {
+				mu.Lock()
+				res.refused++
+				mu.Unlock()
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if rr.ExitCode != 0 {
+				return fmt.Errorf("exec true in %s: exit %d", id, rr.ExitCode)
+			}
+			add("exec", time.Since(s))
+		}
+		return nil
+	})
+	res.took = time.Since(t)
+	return res, err
+}
+
+// capacityMem reads the memory of a node's parts.
+type capacityMem struct {
+	node *bed
+	addr string // containerd socket
+}
+
+type memSample struct {
+	shims, cgroups, goHeap, self, containerd, postgres, slab int64
+	nShims                                                   int
+}
+
+// sum counts each part once: the Go heap is inside the process's PSS.
+func (s memSample) sum() int64 {
+	return s.shims + s.cgroups + s.self + s.containerd + s.postgres + s.slab
+}
+
+// sample reads every part; cgroups of the given instance ids.
+func (m capacityMem) sample(ids []string) (memSample, error) {
+	var s memSample
+	var ms goruntime.MemStats
+	goruntime.ReadMemStats(&ms)
+	s.goHeap = int64(ms.HeapInuse)
+	s.self = pss(os.Getpid())
+	s.slab = meminfo("Slab")
+	dataDir := m.node.primary.DataDir()
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return s, err
+	}
+	var postmaster int
+	children := map[int][]int{}
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		if err != nil || len(raw) == 0 {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+		cmdline := strings.Join(args, " ")
+		switch base := filepath.Base(args[0]); {
+		case base == "containerd-shim-runc-v2" && strings.Contains(cmdline, m.addr):
+			s.shims += pss(pid)
+			s.nShims++
+		case base == "containerd" && strings.Contains(cmdline, dataDir):
+			s.containerd += pss(pid)
+		case strings.HasSuffix(base, "postgres") && strings.Contains(cmdline, dataDir):
+			postmaster = pid
+		}
+		if pp := ppid(pid); pp > 0 {
+			children[pp] = append(children[pp], pid)
+		}
+	}
+	if postmaster > 0 {
+		s.postgres = pss(postmaster)
+		for _, c := range children[postmaster] {
+			s.postgres += pss(c)
+		}
+	}
+	for _, id := range ids {
+		matches, _ := filepath.Glob("/sys/fs/cgroup/memory/envd-*/*/" + id + "/memory.usage_in_bytes")
+		if len(matches) != 1 {
+			return s, fmt.Errorf("memory cgroup of instance %s: %d matches", id, len(matches))
+		}
+		raw, err := os.ReadFile(matches[0])
+		if err != nil {
+			return s, err
+		}
+		v, _ := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
+		s.cgroups += v
+	}
+	return s, nil
+}
+
+// pss is a process's proportional set size in bytes (0 if gone).
+func pss(pid int) int64 {
+	return kbField(filepath.Join("/proc", strconv.Itoa(pid), "smaps_rollup"), "Pss")
+}
+
+func meminfo(field string) int64 { return kbField("/proc/meminfo", field) }
+
+// kbField reads "Field: N kB" from a /proc file, in bytes.
+func kbField(path, field string) int64 {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok || k != field {
+			continue
+		}
+		n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		return n << 10
+	}
+	return 0
+}
+
+// ppid is a process's parent (0 if gone).
+func ppid(pid int) int {
+	raw, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0
+	}
+	// After the command in parentheses: state, ppid.
+	_, rest, ok := strings.Cut(string(raw), ") ")
+	if !ok {
+		return 0
+	}
+	f := strings.Fields(rest)
+	if len(f) < 2 {
+		return 0
+	}
+	n, _ := strconv.Atoi(f[1])
+	return n
+}
+
+// importRootfs imports a rootfs directory as a base image named name.
+func (b *bed) importRootfs(ctx context.Context, name, dir string) (types.Image, error) {
+	tarCmd := exec.CommandContext(ctx, "tar", "--numeric-owner", "--xattrs", "-C", dir, "-cf", "-", ".")
+	pipe, err := tarCmd.StdoutPipe()
+	if err != nil {
+		return types.Image{}, err
+	}
+	var tarErr strings.Builder
+	tarCmd.Stderr = &tarErr
+	if err := tarCmd.Start(); err != nil {
+		return types.Image{}, err
+	}
+	img, ierr := b.c.ImportImage(ctx, name, pipe)
+	if ierr != nil {
+		_ = tarCmd.Process.Kill()
+	}
+	if err := tarCmd.Wait(); err != nil && ierr == nil {
+		return img, fmt.Errorf("tar %s: %w: %s", dir, err, tarErr.String())
+	}
+	if ierr != nil {
+		return img, fmt.Errorf("import %s: %w", dir, ierr)
+	}
+	return img, nil
+}

@@ -1,0 +1,53 @@
+package runtime
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestRootPullCachedWithoutRegistry: a ref pinned by digest that is already
+// pulled starts with the registry gone; a tag, or an image no longer in
+// containerd, still needs the registry.
+func TestRootPullCachedWithoutRegistry(t *testing.T) {
+	env := newTestEnv(t, freeSubnet(t))
+	ctx := context.Background()
+	tagged := pushBusyboxImage(t, env.reg, "test/tagged")
+	tag := tagged[:strings.Index(tagged, "@")] + ":latest"
+	require.NoError(t, env.rt.Pull(ctx, tag))
+	gone := pushBusyboxImage(t, env.reg, "test/gone")
+	require.NoError(t, env.rt.Pull(ctx, gone))
+	cctx := namespaces.WithNamespace(ctx, "envd")
+	require.NoError(t, env.rt.Client().ImageService().Delete(cctx, gone, images.SynchronousDelete()))
+
+	require.NoError(t, env.reg.srv.Close()) // the registry is down from here on
+
+	for _, tc := range []struct {
+		name, ref string
+		pulls     bool
+	}{
+		{"pinned and pulled", env.ref, true},
+		{"tag", tag, false},
+		{"pinned, deleted from containerd", gone, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := env.rt.Pull(ctx, tc.ref)
+			if !tc.pulls {
+				assert.Error(t, err)
+				return
+			}
+			require.NoError(t, err)
+			id := "pulled-" + strings.ReplaceAll(tc.name, " ", "-")
+			env.create(t, InstanceSpec{ID: id, Image: tc.ref})
+			out, _, code := env.run(t, id, "echo", "up")
+			assert.Equal(t, 0, code)
+			assert.Equal(t, "up\n", out)
+			require.NoError(t, env.rt.Remove(ctx, id))
+		})
+	}
+}
