@@ -264,6 +264,9 @@ func warmUp(ctx context.Context, upper string) (time.Duration, error) {
 type saveRun struct {
 	Freeze, Spool, Encode, Total time.Duration
 	Bytes                        int64
+	// Load is the 1-minute load average right before the run (the machine
+	// is shared; see saveLimit).
+	Load float64
 }
 
 // envdSave is envd's save path (envd/save.go): a first spool pass while the

@@ -84,6 +84,9 @@ type config struct {
 	squashAfter int
 	// deepSaves is the long history of the deep scenario.
 	deepSaves int
+	// cpuProfile, if set, is the prefix of CPU profiles of the save
+	// scenario's envd runs (PREFIX.VARIANT.RUN.pprof).
+	cpuProfile string
 }
 
 // scenarios in the order -scenario all runs them.
@@ -98,6 +101,7 @@ func main() {
 	flag.StringVar(&cfg.bridge, "bridge", "envdbench0", "bridge interface of the instance network")
 	flag.StringVar(&cfg.subnet, "subnet", "10.231.7.0/24", "IPv4 subnet of the instance network")
 	flag.BoolVar(&cfg.prefault, "prefault", true, "before every measured run, write and delete a scratch file of twice the upper dir so the run gets recently touched guest memory (see prefault.go)")
+	flag.StringVar(&cfg.cpuProfile, "cpuprofile", "", "save scenario: write a CPU profile of every envd save run to PREFIX.VARIANT.RUN.pprof")
 	flag.StringVar(&cfg.scenario, "scenario", "save", "scenario: "+strings.Join(scenarios, ", ")+", or all")
 	variantsFlag := flag.String("variants", strings.Join(variantKeys, ","), "variants to run, in this order (round-robin)")
 	flag.Parse()
@@ -348,9 +352,16 @@ func run(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 	runs := make([][]saveRun, len(variants))
 	scratch := 2*us.Bytes + 64<<20
 	var prefaults []time.Duration
-	// Round-robin, so a drift of the machine over time hits every variant.
+	// Round-robin, so a drift of the machine over time hits every variant,
+	// and every other round in reverse order, so no variant always runs
+	// right after the same other one (the tar side alternates with eStargz).
 	for i := 0; i < cfg.runs; i++ {
-		for j, v := range variants {
+		for jj := range variants {
+			j := jj
+			if i%2 == 1 {
+				j = len(variants) - 1 - jj
+			}
+			v := variants[j]
 			if cfg.prefault {
 				d, err := prefault(tmp, scratch)
 				if err != nil {
@@ -358,11 +369,20 @@ func run(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 				}
 				prefaults = append(prefaults, d)
 			}
+			load := saveLoad1()
+			stopProfile, err := startSaveProfile(cfg.cpuProfile, v.key, i+1)
+			if err != nil {
+				return err
+			}
 			r, err := v.run(i)
+			if perr := stopProfile(); err == nil {
+				err = perr
+			}
 			if err != nil {
 				return fmt.Errorf("%s, run %d: %w", v.name, i+1, err)
 			}
-			logf("run %d %-32s freeze %-8s total %-8s %s MB", i+1, v.name, seconds(r.Freeze), seconds(r.Total), megabytes(r.Bytes))
+			r.Load = load
+			logf("run %d %-32s freeze %-8s total %-8s %s MB, load %.2f", i+1, v.name, seconds(r.Freeze), seconds(r.Total), megabytes(r.Bytes), load)
 			runs[j] = append(runs[j], r)
 		}
 	}
@@ -408,6 +428,11 @@ func run(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 	for _, n := range sizeNotes {
 		fmt.Fprintln(&b, "- "+n)
 	}
+	keys := make([]string, len(variants))
+	for j, v := range variants {
+		keys[j] = v.key
+	}
+	writeSaveLimit(&b, keys, runs)
 	_, err = out.Write(b.Bytes())
 	return err
 }
