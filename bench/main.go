@@ -421,7 +421,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 	}
 	writeTable(&b, results, refName)
 	fmt.Fprintln(&b)
-	fmt.Fprintln(&b, "- freeze window: from Pause to the end of Resume (cgroup freezer). envd: a first spool pass while the instance runs (snapshotter.Prepare, counted in spool), then Pause, the frozen pass that re-reads metadata and copies only what changed since (TwoPass.Frozen), Resume; the tar write (counted in spool) and the encode run after the thaw. DiffService: the container stays paused for the whole Compare.")
+	fmt.Fprintln(&b, "- freeze window: from Pause to the end of Resume (cgroup freezer). envd: a first spool pass while the instance runs (snapshotter.Prepare, counted in spool), then Pause, the frozen pass that re-reads metadata and copies only what changed since (TwoPass.Frozen), Resume; the encode (snapshotter.EncodeTwoPass, from the two passes' copies, no tar written first) runs after the thaw. DiffService: the container stays paused for the whole Compare.")
 	fmt.Fprintln(&b, "- total: from Pause (DiffService: from looking up the parent chain and making its view) to the layer file on disk, synced (envd) or committed to containerd's content store (DiffService); no push.")
 	fmt.Fprintln(&b, "- envd skips /proc, /sys, /dev, /run, /tmp (snapshotter.DefaultExcludes) and translates whiteouts; DiffService and tar take the whole upper dir, and tar | zstd writes overlay whiteouts as char devices, not `.wh.` files. Its layer MB is the zstd output size.")
 	fmt.Fprintln(&b, "- layer MB: compressed bytes, 1 MB = 10^6 bytes. ratio vs DiffService: DiffService total / variant total.")
