@@ -266,6 +266,10 @@ type saveRun struct {
 	// Load is the 1-minute load average right before the run (the machine
 	// is shared; see saveLimit).
 	Load float64
+	// CPU is the CPU time (user + system) the run used: the bench process's
+	// own for envd's variants, tar's and zstd's for tar | zstd; 0 if not
+	// measured (DiffService runs in containerd).
+	CPU time.Duration
 }
 
 // envdSave is envd's save path (envd/save/save.go): a first spool pass while
@@ -274,13 +278,14 @@ type saveRun struct {
 // window), then EncodeTwoPass, which encodes straight from the two passes'
 // copies (no tar is written first). Spool in the table is the first pass.
 // The layer file is removed afterwards.
-func (e *env) envdSave(ctx context.Context, comp snapshotter.Compression) (saveRun, error) {
-	var r saveRun
+func (e *env) envdSave(ctx context.Context, comp snapshotter.Compression) (r saveRun, _ error) {
 	dir := filepath.Join(e.work, "out")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return r, err
 	}
 
+	cpu0 := selfCPU()
+	defer func() { r.CPU = selfCPU() - cpu0 }()
 	start := time.Now()
 	tp, err := snapshotter.Prepare(ctx, e.upper, dir, snapshotter.SpoolOptions{Excludes: snapshotter.DefaultExcludes})
 	if err != nil {
@@ -348,6 +353,9 @@ func tarZstd(ctx context.Context, upper string) (saveRun, error) {
 	}
 	r.Total = time.Since(start)
 	r.Bytes = cnt.n
+	for _, c := range []*exec.Cmd{tarCmd, zstdCmd} {
+		r.CPU += c.ProcessState.UserTime() + c.ProcessState.SystemTime()
+	}
 	return r, nil
 }
 

@@ -49,6 +49,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	goruntime "runtime"
@@ -87,6 +88,9 @@ type config struct {
 	// cpuProfile, if set, is the prefix of CPU profiles of the save
 	// scenario's envd runs (PREFIX.VARIANT.RUN.pprof).
 	cpuProfile string
+	// copyUpper, if set, is where the save scenario copies the upper dir
+	// after the install (for the encoder's go test benchmarks).
+	copyUpper string
 }
 
 // scenarios in the order -scenario all runs them.
@@ -102,6 +106,7 @@ func main() {
 	flag.StringVar(&cfg.subnet, "subnet", "10.231.7.0/24", "IPv4 subnet of the instance network")
 	flag.BoolVar(&cfg.prefault, "prefault", true, "before every measured run, write and delete a scratch file of twice the upper dir so the run gets recently touched guest memory (see prefault.go)")
 	flag.StringVar(&cfg.cpuProfile, "cpuprofile", "", "save scenario: write a CPU profile of every envd save run to PREFIX.VARIANT.RUN.pprof")
+	flag.StringVar(&cfg.copyUpper, "copy-upper", "", "save scenario: copy the upper dir after the install to this new directory (ENVD_BENCH_UPPER of snapshotter's BenchmarkEncodeEstargzTree)")
 	flag.StringVar(&cfg.scenario, "scenario", "save", "scenario: "+strings.Join(scenarios, ", ")+", or all")
 	variantsFlag := flag.String("variants", strings.Join(variantKeys, ","), "variants to run, in this order (round-robin)")
 	flag.Parse()
@@ -318,6 +323,12 @@ func run(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 		return fmt.Errorf("measure upper dir: %w", err)
 	}
 	logf("upper dir %s: %d bytes in %d entries", e.upper, us.Bytes, us.Entries)
+	if cfg.copyUpper != "" {
+		if out, err := exec.CommandContext(ctx, "cp", "-a", "--", e.upper, cfg.copyUpper).CombinedOutput(); err != nil {
+			return fmt.Errorf("copy upper dir to %s: %w: %s", cfg.copyUpper, err, out)
+		}
+		logf("upper dir copied to %s", cfg.copyUpper)
+	}
 	warm, err := warmUp(ctx, e.upper)
 	if err != nil {
 		return fmt.Errorf("warm-up read: %w", err)

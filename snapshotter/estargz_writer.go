@@ -321,70 +321,20 @@ func writeEstargz(ctx context.Context, w io.Writer, entries []esgzEntry, level, 
 		return out, err
 	}
 	workers = max(workers, 1)
+	if _, err := kgzip.NewWriterLevel(io.Discard, level); err != nil {
+		return out, err
+	}
 	gzPool := sync.Pool{New: func() any {
 		gz, _ := kgzip.NewWriterLevel(io.Discard, level)
 		return gz
 	}}
-	if _, err := kgzip.NewWriterLevel(io.Discard, level); err != nil {
-		return out, err
-	}
-
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	results := make([]esgzResult, len(members))
-	ready := make([]chan struct{}, len(members))
-	for i := range ready {
-		ready[i] = make(chan struct{})
-	}
-	// At most window members are compressed ahead of the one being
-	// written: memory stays at a few chunks per worker.
-	window := make(chan struct{}, 2*workers+2)
-	jobs := make(chan int)
-	var wg sync.WaitGroup
-	go func() {
-		defer close(jobs)
-		for i := range members {
-			select {
-			case window <- struct{}{}:
-			case <-ctx.Done():
-				return
-			}
-			select {
-			case jobs <- i:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	for range workers {
-		wg.Go(func() {
-			for i := range jobs {
-				results[i] = compressMember(&members[i], &gzPool)
-				close(ready[i])
-			}
-		})
-	}
-	defer func() {
-		cancel()
-		wg.Wait()
-		for i := range results {
-			releaseResult(&results[i])
-		}
-	}()
 
 	diff := sha256.New()
 	var off, size int64
 	zeros := make([]byte, 512)
-	for i := range members {
-		select {
-		case <-ready[i]:
-		case <-ctx.Done():
-			return out, ctx.Err()
-		}
-		r := &results[i]
-		if r.err != nil {
-			return out, r.err
-		}
+	// write hashes member i's uncompressed bytes in order and writes its
+	// compressed bytes; it runs for one member at a time, in order.
+	write := func(i int, r *esgzResult) error {
 		d := 0
 		for _, p := range members[i].pieces {
 			if p.header != nil {
@@ -409,12 +359,86 @@ func writeEstargz(ctx context.Context, w io.Writer, entries []esgzEntry, level, 
 		}
 		n, err := w.Write(r.gz.Bytes())
 		off += int64(n)
-		if err != nil {
-			return out, err
-		}
-		releaseResult(r)
-		<-window
+		return err
 	}
+
+	// Workers claim members in order, at most window ahead of the next one
+	// to write (memory stays at a few chunks per worker), and compress
+	// them. Whoever finishes a member while nobody writes becomes the
+	// writer and writes every finished member in order, so that only
+	// workers goroutines run and the in-order hashing takes turns with
+	// compression instead of competing with it.
+	var (
+		mu      sync.Mutex
+		cond    = sync.NewCond(&mu)
+		results = make([]esgzResult, len(members))
+		done    = make([]bool, len(members))
+		claimed int
+		next    int
+		writing bool
+		failed  error
+	)
+	window := 2*workers + 2
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				mu.Lock()
+				for failed == nil && claimed < len(members) && claimed-next >= window {
+					cond.Wait()
+				}
+				if failed == nil {
+					failed = ctx.Err()
+				}
+				if failed != nil || claimed == len(members) {
+					mu.Unlock()
+					return
+				}
+				i := claimed
+				claimed++
+				mu.Unlock()
+
+				r := compressMember(&members[i], &gzPool)
+
+				mu.Lock()
+				results[i], done[i] = r, true
+				if r.err != nil && failed == nil {
+					failed = r.err
+					cond.Broadcast()
+				}
+				if writing {
+					mu.Unlock()
+					continue
+				}
+				writing = true
+				for failed == nil && next < len(members) && done[next] {
+					k := next
+					mu.Unlock()
+					err := write(k, &results[k])
+					releaseResult(&results[k])
+					mu.Lock()
+					next++
+					if err != nil && failed == nil {
+						failed = err
+					}
+					cond.Broadcast()
+				}
+				writing = false
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	for i := range results {
+		releaseResult(&results[i])
+	}
+	if failed != nil {
+		return out, failed
+	}
+	if next != len(members) {
+		return out, fmt.Errorf("wrote %d of %d gzip members", next, len(members))
+	}
+
 	// The TOC member and the footer; the TOC's uncompressed bytes go to
 	// the DiffID through the hash argument.
 	counted := &countingWriter{w: w}
