@@ -86,7 +86,8 @@ type Layer struct {
 
 // Encode compresses the spooled tar at tarPath into a new file in outDir,
 // named after its digest ("sha256-<hex>"). The file is written under a
-// temporary name, hashed while written, synced and renamed into place.
+// temporary name, hashed while written and renamed into place; it is not
+// synced (it is a step on the way to the registry, see encode).
 //
 // For Zstd and Gzip the DiffID is the digest of the spool tar itself. For
 // Estargz it is the digest of the blob's uncompressed content, which is a
@@ -219,9 +220,10 @@ func encode(ctx context.Context, outDir string, opts EncodeOptions, what string,
 	if err := bw.Flush(); err != nil {
 		return Layer{}, fmt.Errorf("write layer file: %w", err)
 	}
-	if err := tmp.Sync(); err != nil {
-		return Layer{}, fmt.Errorf("sync layer file: %w", err)
-	}
+	// Not synced: every caller uploads the file and removes it, and after a
+	// crash the work dir is discarded (the save is failed or redone), so a
+	// sync only made the save wait for the disk; the registry's copy is the
+	// durable one.
 	if err := tmp.Close(); err != nil {
 		return Layer{}, fmt.Errorf("close layer file: %w", err)
 	}
@@ -230,9 +232,6 @@ func encode(ctx context.Context, outDir string, opts EncodeOptions, what string,
 	layer.Path = filepath.Join(outDir, layer.Digest.Algorithm().String()+"-"+layer.Digest.Encoded())
 	if err := os.Rename(tmp.Name(), layer.Path); err != nil {
 		return Layer{}, fmt.Errorf("rename layer file: %w", err)
-	}
-	if err := syncDir(outDir); err != nil {
-		return Layer{}, err
 	}
 	layer.Duration = time.Since(start)
 	return layer, nil
@@ -325,16 +324,4 @@ func (c *ctxReader) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	return c.r.Read(p)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync dir %q: %w", dir, err)
-	}
-	return nil
 }

@@ -84,14 +84,19 @@ type esgzMember struct {
 // esgzResult is a compressed member with its uncompressed content (for the
 // hashes computed in order).
 type esgzResult struct {
-	gz   *bytes.Buffer
-	data []*[]byte // content of the chunk pieces, in order, from esgzBufs
+	slot *esgzSlot
+	data []byte // the member's chunk (a member holds at most one), in slot.data
 	err  error
 }
 
-var esgzBufs = sync.Pool{New: func() any { b := make([]byte, esgzChunkSize); return &b }}
-
-var esgzGzBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+// esgzSlot holds one member in flight: its chunk and its compressed bytes.
+// A write has a fixed set of slots, reused (no allocation per member, so
+// the garbage collector, whose preemptions cost much CPU here, stays
+// quiet).
+type esgzSlot struct {
+	data []byte // esgzChunkSize, allocated at first use
+	gz   bytes.Buffer
+}
 
 // cleanEntryName is estargz's name normalization.
 func cleanEntryName(name string) string {
@@ -324,10 +329,6 @@ func writeEstargz(ctx context.Context, w io.Writer, entries []esgzEntry, level, 
 	if _, err := kgzip.NewWriterLevel(io.Discard, level); err != nil {
 		return out, err
 	}
-	gzPool := sync.Pool{New: func() any {
-		gz, _ := kgzip.NewWriterLevel(io.Discard, level)
-		return gz
-	}}
 
 	diff := sha256.New()
 	var off, size int64
@@ -335,15 +336,13 @@ func writeEstargz(ctx context.Context, w io.Writer, entries []esgzEntry, level, 
 	// write hashes member i's uncompressed bytes in order and writes its
 	// compressed bytes; it runs for one member at a time, in order.
 	write := func(i int, r *esgzResult) error {
-		d := 0
 		for _, p := range members[i].pieces {
 			if p.header != nil {
 				diff.Write(p.header)
 				size += int64(len(p.header))
 				continue
 			}
-			data := (*r.data[d])[:p.n]
-			d++
+			data := r.data
 			p.toc.Offset = off
 			diff.Write(data)
 			diff.Write(zeros[:p.pad])
@@ -357,7 +356,7 @@ func writeEstargz(ctx context.Context, w io.Writer, entries []esgzEntry, level, 
 				p.file.ent.Digest = p.toc.ChunkDigest
 			}
 		}
-		n, err := w.Write(r.gz.Bytes())
+		n, err := w.Write(r.slot.gz.Bytes())
 		off += int64(n)
 		return err
 	}
@@ -379,9 +378,20 @@ func writeEstargz(ctx context.Context, w io.Writer, entries []esgzEntry, level, 
 		failed  error
 	)
 	window := 2*workers + 2
+	slots := make(chan *esgzSlot, window) // never waited for: at most window members are claimed and unwritten
+	for range window {
+		slots <- new(esgzSlot)
+	}
+	release := func(r *esgzResult) {
+		if r.slot != nil {
+			slots <- r.slot
+			r.slot, r.data = nil, nil
+		}
+	}
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
+			gz, _ := kgzip.NewWriterLevel(io.Discard, level)
 			for {
 				mu.Lock()
 				for failed == nil && claimed < len(members) && claimed-next >= window {
@@ -398,7 +408,7 @@ func writeEstargz(ctx context.Context, w io.Writer, entries []esgzEntry, level, 
 				claimed++
 				mu.Unlock()
 
-				r := compressMember(&members[i], &gzPool)
+				r := compressMember(&members[i], gz, <-slots)
 
 				mu.Lock()
 				results[i], done[i] = r, true
@@ -415,7 +425,7 @@ func writeEstargz(ctx context.Context, w io.Writer, entries []esgzEntry, level, 
 					k := next
 					mu.Unlock()
 					err := write(k, &results[k])
-					releaseResult(&results[k])
+					release(&results[k])
 					mu.Lock()
 					next++
 					if err != nil && failed == nil {
@@ -429,9 +439,6 @@ func writeEstargz(ctx context.Context, w io.Writer, entries []esgzEntry, level, 
 		})
 	}
 	wg.Wait()
-	for i := range results {
-		releaseResult(&results[i])
-	}
 	if failed != nil {
 		return out, failed
 	}
@@ -463,14 +470,12 @@ func (s *sizedHash) Write(p []byte) (int, error) {
 	return s.Hash.Write(p)
 }
 
-// compressMember reads the member's chunks, hashes each (its TOC chunk
-// digest) and compresses the member into one gzip member.
-func compressMember(m *esgzMember, gzPool *sync.Pool) (r esgzResult) {
-	r.gz = esgzGzBufs.Get().(*bytes.Buffer)
-	r.gz.Reset()
-	gz := gzPool.Get().(*kgzip.Writer)
-	defer gzPool.Put(gz)
-	gz.Reset(r.gz)
+// compressMember reads the member's chunk, hashes it (its TOC chunk
+// digest) and compresses the member into one gzip member, in slot.
+func compressMember(m *esgzMember, gz *kgzip.Writer, slot *esgzSlot) (r esgzResult) {
+	r.slot = slot
+	slot.gz.Reset()
+	gz.Reset(&slot.gz)
 	var zeros [512]byte
 	for _, p := range m.pieces {
 		if p.header != nil {
@@ -479,19 +484,20 @@ func compressMember(m *esgzMember, gzPool *sync.Pool) (r esgzResult) {
 			}
 			continue
 		}
-		bp := esgzBufs.Get().(*[]byte)
-		r.data = append(r.data, bp)
-		data := (*bp)[:p.n]
-		if n, err := p.src.ReadAt(data, p.off); int64(n) != p.n {
+		if slot.data == nil {
+			slot.data = make([]byte, esgzChunkSize)
+		}
+		r.data = slot.data[:p.n]
+		if n, err := p.src.ReadAt(r.data, p.off); int64(n) != p.n {
 			if err == nil || errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF
 			}
 			r.err = fmt.Errorf("read content of %q: %w", p.toc.Name, err)
 			return r
 		}
-		sum := sha256.Sum256(data)
+		sum := sha256.Sum256(r.data)
 		p.toc.ChunkDigest = digest.NewDigestFromBytes(digest.SHA256, sum[:]).String()
-		if _, r.err = gz.Write(data); r.err != nil {
+		if _, r.err = gz.Write(r.data); r.err != nil {
 			return r
 		}
 		if _, r.err = gz.Write(zeros[:p.pad]); r.err != nil {
@@ -505,17 +511,6 @@ func compressMember(m *esgzMember, gzPool *sync.Pool) (r esgzResult) {
 	}
 	r.err = gz.Close()
 	return r
-}
-
-func releaseResult(r *esgzResult) {
-	for _, b := range r.data {
-		esgzBufs.Put(b)
-	}
-	r.data = nil
-	if r.gz != nil {
-		esgzGzBufs.Put(r.gz)
-		r.gz = nil
-	}
 }
 
 // indexTar lists the entries of the tar in f (size bytes), each regular
