@@ -287,7 +287,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 	if err := resetWork(cfg.work); err != nil {
 		return err
 	}
-	// estargz.Build stages its parts in $TMPDIR; keep them on the work disk.
+	// Scratch files (prefault) go here; $TMPDIR too, on the work disk.
 	tmp := cfg.work + "/tmp"
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
 		return err

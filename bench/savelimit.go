@@ -72,7 +72,7 @@ func writeSaveLimit(w io.Writer, keys []string, runs [][]saveRun) {
 		"Rounds alternate the order of the variants; load is the 1-minute load average right before each run.")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| round | eStargz total | CPU | load | tar \\| zstd total | CPU | load | ratio |")
-	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|")
 	var et, tt, ec, tc, ratios []time.Duration
 	for i := range min(len(runs[es]), len(runs[tz])) {
 		e, t := runs[es][i], runs[tz][i]
