@@ -59,9 +59,7 @@ type EncodeOptions struct {
 	// for Estargz). 0 selects DefaultZstdLevel or DefaultGzipLevel.
 	Level int
 	// Workers is the number of compressing goroutines; 0 selects
-	// runtime.NumCPU(). For Estargz it also fixes where the tar is split
-	// into independently built parts, so a fixed value makes the blob
-	// reproducible across machines.
+	// runtime.NumCPU(). An eStargz layer's bytes do not depend on it.
 	Workers int
 	// PrioritizedFiles (Estargz only) are paths inside the rootfs
 	// ("/usr/bin/python3") placed first in the blob, ahead of the prefetch
