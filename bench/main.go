@@ -57,6 +57,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	goruntime "runtime"
@@ -97,6 +98,12 @@ type config struct {
 	// capacity and capacityDebian are the capacity scenario's instance
 	// counts (busybox, Debian).
 	capacity, capacityDebian int
+	// cpuProfile, if set, is the prefix of CPU profiles of the save
+	// scenario's envd runs (PREFIX.VARIANT.RUN.pprof).
+	cpuProfile string
+	// copyUpper, if set, is where the save scenario copies the upper dir
+	// after the install (for the encoder's go test benchmarks).
+	copyUpper string
 }
 
 // scenarios in the order -scenario all runs them.
@@ -115,6 +122,8 @@ func main() {
 	flag.StringVar(&cfg.bridge, "bridge", "envdbench0", "bridge interface of the instance network")
 	flag.StringVar(&cfg.subnet, "subnet", "10.231.7.0/24", "IPv4 subnet of the instance network")
 	flag.BoolVar(&cfg.prefault, "prefault", true, "before every measured run, write and delete a scratch file of twice the upper dir so the run gets recently touched guest memory (see prefault.go)")
+	flag.StringVar(&cfg.cpuProfile, "cpuprofile", "", "save scenario: write a CPU profile of every envd save run to PREFIX.VARIANT.RUN.pprof")
+	flag.StringVar(&cfg.copyUpper, "copy-upper", "", "save scenario: copy the upper dir after the install to this new directory (ENVD_BENCH_UPPER of snapshotter's BenchmarkEncodeEstargzTree)")
 	flag.StringVar(&cfg.scenario, "scenario", "save", "scenario: "+strings.Join(scenarios, ", ")+", or all")
 	variantsFlag := flag.String("variants", strings.Join(variantKeys, ","), "variants to run, in this order (round-robin)")
 	flag.Parse()
@@ -321,7 +330,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 	if err := resetWork(cfg.work); err != nil {
 		return err
 	}
-	// estargz.Build stages its parts in $TMPDIR; keep them on the work disk.
+	// Scratch files (prefault) go here; $TMPDIR too, on the work disk.
 	tmp := cfg.work + "/tmp"
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
 		return err
@@ -357,6 +366,12 @@ func run(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 		return fmt.Errorf("measure upper dir: %w", err)
 	}
 	logf("upper dir %s: %d bytes in %d entries", e.upper, us.Bytes, us.Entries)
+	if cfg.copyUpper != "" {
+		if out, err := exec.CommandContext(ctx, "cp", "-a", "--", e.upper, cfg.copyUpper).CombinedOutput(); err != nil {
+			return fmt.Errorf("copy upper dir to %s: %w: %s", cfg.copyUpper, err, out)
+		}
+		logf("upper dir copied to %s", cfg.copyUpper)
+	}
 	warm, err := warmUp(ctx, e.upper)
 	if err != nil {
 		return fmt.Errorf("warm-up read: %w", err)
@@ -391,9 +406,16 @@ func run(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 	runs := make([][]saveRun, len(variants))
 	scratch := 2*us.Bytes + 64<<20
 	var prefaults []time.Duration
-	// Round-robin, so a drift of the machine over time hits every variant.
+	// Round-robin, so a drift of the machine over time hits every variant,
+	// and every other round in reverse order, so no variant always runs
+	// right after the same other one (the tar side alternates with eStargz).
 	for i := 0; i < cfg.runs; i++ {
-		for j, v := range variants {
+		for jj := range variants {
+			j := jj
+			if i%2 == 1 {
+				j = len(variants) - 1 - jj
+			}
+			v := variants[j]
 			if cfg.prefault {
 				d, err := prefault(tmp, scratch)
 				if err != nil {
@@ -401,11 +423,20 @@ func run(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 				}
 				prefaults = append(prefaults, d)
 			}
+			load := saveLoad1()
+			stopProfile, err := startSaveProfile(cfg.cpuProfile, v.key, i+1)
+			if err != nil {
+				return err
+			}
 			r, err := v.run(i)
+			if perr := stopProfile(); err == nil {
+				err = perr
+			}
 			if err != nil {
 				return fmt.Errorf("%s, run %d: %w", v.name, i+1, err)
 			}
-			logf("run %d %-32s freeze %-8s total %-8s %s MB", i+1, v.name, seconds(r.Freeze), seconds(r.Total), megabytes(r.Bytes))
+			r.Load = load
+			logf("run %d %-32s freeze %-8s total %-8s %s MB, load %.2f", i+1, v.name, seconds(r.Freeze), seconds(r.Total), megabytes(r.Bytes), load)
 			runs[j] = append(runs[j], r)
 		}
 	}
@@ -444,13 +475,18 @@ func run(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 	}
 	writeTable(&b, results, refName)
 	fmt.Fprintln(&b)
-	fmt.Fprintln(&b, "- freeze window: from Pause to the end of Resume (cgroup freezer). envd: a first spool pass while the instance runs (snapshotter.Prepare, counted in spool), then Pause, the frozen pass that re-reads metadata and copies only what changed since (TwoPass.Frozen), Resume; the tar write (counted in spool) and the encode run after the thaw. DiffService: the container stays paused for the whole Compare.")
+	fmt.Fprintln(&b, "- freeze window: from Pause to the end of Resume (cgroup freezer). envd: a first spool pass while the instance runs (snapshotter.Prepare, counted in spool), then Pause, the frozen pass that re-reads metadata and copies only what changed since (TwoPass.Frozen), Resume; the encode (snapshotter.EncodeTwoPass, from the two passes' copies, no tar written first) runs after the thaw. DiffService: the container stays paused for the whole Compare.")
 	fmt.Fprintln(&b, "- total: from Pause (DiffService: from looking up the parent chain and making its view) to the layer file on disk, synced (envd) or committed to containerd's content store (DiffService); no push.")
 	fmt.Fprintln(&b, "- envd skips /proc, /sys, /dev, /run, /tmp (snapshotter.DefaultExcludes) and translates whiteouts; DiffService and tar take the whole upper dir, and tar | zstd writes overlay whiteouts as char devices, not `.wh.` files. Its layer MB is the zstd output size.")
 	fmt.Fprintln(&b, "- layer MB: compressed bytes, 1 MB = 10^6 bytes. ratio vs DiffService: DiffService total / variant total.")
 	for _, n := range sizeNotes {
 		fmt.Fprintln(&b, "- "+n)
 	}
+	keys := make([]string, len(variants))
+	for j, v := range variants {
+		keys[j] = v.key
+	}
+	writeSaveLimit(&b, keys, runs)
 	_, err = out.Write(b.Bytes())
 	return err
 }

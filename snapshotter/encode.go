@@ -5,18 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/containerd/stargz-snapshotter/estargz"
-	kgzip "github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 	"github.com/klauspost/pgzip"
 	digest "github.com/opencontainers/go-digest"
@@ -63,9 +59,7 @@ type EncodeOptions struct {
 	// for Estargz). 0 selects DefaultZstdLevel or DefaultGzipLevel.
 	Level int
 	// Workers is the number of compressing goroutines; 0 selects
-	// runtime.NumCPU(). For Estargz it also fixes where the tar is split
-	// into independently built parts, so a fixed value makes the blob
-	// reproducible across machines.
+	// runtime.NumCPU(). An eStargz layer's bytes do not depend on it.
 	Workers int
 	// PrioritizedFiles (Estargz only) are paths inside the rootfs
 	// ("/usr/bin/python3") placed first in the blob, ahead of the prefetch
@@ -90,21 +84,80 @@ type Layer struct {
 
 // Encode compresses the spooled tar at tarPath into a new file in outDir,
 // named after its digest ("sha256-<hex>"). The file is written under a
-// temporary name, hashed while written, synced and renamed into place.
+// temporary name, hashed while written and renamed into place; it is not
+// synced (it is a step on the way to the registry, see encode).
 //
 // For Zstd and Gzip the DiffID is the digest of the spool tar itself. For
 // Estargz it is the digest of the blob's uncompressed content, which is a
 // different tar than the spool: estargz rewrites the headers, adds its
 // landmark file and the TOC entry. It is computed from the bytes given to
-// the compressor (diffTee), not by decompressing the blob.
-//
-// estargz.Build stages its compressed parts in os.TempDir() ($TMPDIR) before
-// Encode copies them into outDir, so $TMPDIR must be on a disk with room for
-// the layer, not a small tmpfs. (Build offers no option for that directory,
-// and setting $TMPDIR per call would race with the rest of the process.)
-// Encode itself stages up to the uncompressed size of the layer, less its
-// first part, in unlinked files in outDir.
-func Encode(ctx context.Context, tarPath, outDir string, opts EncodeOptions) (_ Layer, rErr error) {
+// the compressor, not by decompressing the blob (see estargz_writer.go).
+// Nothing is staged on disk besides the layer file.
+func Encode(ctx context.Context, tarPath, outDir string, opts EncodeOptions) (Layer, error) {
+	if err := ctx.Err(); err != nil {
+		return Layer{}, err
+	}
+	in, err := os.Open(tarPath)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return Layer{}, fmt.Errorf("spool %q: %w", tarPath, errors.Join(errdefs.ErrNotFound, err))
+		}
+		return Layer{}, err
+	}
+	defer in.Close()
+	fi, err := in.Stat()
+	if err != nil {
+		return Layer{}, err
+	}
+	return encode(ctx, outDir, opts, fmt.Sprintf("%q", tarPath), fi.Size(), func(w io.Writer, opts EncodeOptions, layer *Layer) error {
+		if opts.Compression == Estargz {
+			entries, err := indexTar(in, fi.Size())
+			if err != nil {
+				return err
+			}
+			return encodeEstargz(ctx, w, entries, opts, layer)
+		}
+		return encodeStream(w, &ctxReader{ctx: ctx, r: in}, opts, layer)
+	})
+}
+
+// EncodeTwoPass is Encode of the tar p.WriteTar would write, without
+// writing it: an eStargz layer takes each file's content straight from p's
+// copies, zstd and gzip read WriteTar's stream. p must have a plan (Frozen
+// returned without error); the instance need not be frozen.
+func EncodeTwoPass(ctx context.Context, p *TwoPass, outDir string, opts EncodeOptions) (Layer, error) {
+	if p.data == nil || !p.frozen {
+		return Layer{}, fmt.Errorf("two-pass spool of %q has no plan: %w", p.root, errdefs.ErrFailedPrecondition)
+	}
+	what := fmt.Sprintf("the two-pass spool of %q", p.root)
+	return encode(ctx, outDir, opts, what, p.stats.Bytes, func(w io.Writer, opts EncodeOptions, layer *Layer) error {
+		if opts.Compression == Estargz {
+			entries := make([]esgzEntry, len(p.plan))
+			for i, e := range p.plan {
+				// As read back from the tar WriteTar would write, so that
+				// the layer is the one Encode makes of that tar.
+				h, err := tarRoundTrip(e.hdr)
+				if err != nil {
+					return err
+				}
+				entries[i] = esgzEntry{hdr: h, src: p.data, off: e.off}
+			}
+			return encodeEstargz(ctx, w, entries, opts, layer)
+		}
+		pr, pw := io.Pipe()
+		go func() { pw.CloseWithError(p.WriteTar(ctx, pw)) }()
+		err := encodeStream(w, pr, opts, layer)
+		pr.CloseWithError(errors.New("encoder stopped")) // unblocks WriteTar after a failure
+		return err
+	})
+}
+
+// encode checks opts and fills in their defaults, then writes the layer
+// file in outDir with body, which encodes the tar (what names it in errors;
+// size is its length) as opts say and fills in the layer's DiffID,
+// UncompressedSize and Annotations.
+func encode(ctx context.Context, outDir string, opts EncodeOptions, what string, size int64,
+	body func(w io.Writer, opts EncodeOptions, layer *Layer) error) (_ Layer, rErr error) {
 	start := time.Now()
 	if opts.Compression == "" {
 		opts.Compression = Estargz
@@ -133,20 +186,7 @@ func Encode(ctx context.Context, tarPath, outDir string, opts EncodeOptions) (_ 
 	default:
 		return Layer{}, fmt.Errorf("compression %q: %w", opts.Compression, errdefs.ErrInvalidArgument)
 	}
-
 	if err := ctx.Err(); err != nil {
-		return Layer{}, err
-	}
-	in, err := os.Open(tarPath)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return Layer{}, fmt.Errorf("spool %q: %w", tarPath, errors.Join(errdefs.ErrNotFound, err))
-		}
-		return Layer{}, err
-	}
-	defer in.Close()
-	fi, err := in.Stat()
-	if err != nil {
 		return Layer{}, err
 	}
 
@@ -165,33 +205,23 @@ func Encode(ctx context.Context, tarPath, outDir string, opts EncodeOptions) (_ 
 	bw := bufio.NewWriterSize(out, 1<<20)
 
 	layer := Layer{MediaType: mediaType}
-	src := &ctxReader{ctx: ctx, r: in}
-	switch opts.Compression {
-	case Zstd:
-		err = encodeZstd(bw, src, opts, &layer)
-	case Gzip:
-		err = encodeGzip(bw, src, opts, &layer)
-	case Estargz:
-		err = encodeEstargz(ctx, bw, in, fi.Size(), outDir, opts, &layer)
-	}
-	if err != nil {
+	if err := body(bw, opts, &layer); err != nil {
 		if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-			// estargz.Build reports a cancellation as its own error text,
-			// without wrapping the context's error.
 			err = fmt.Errorf("%w: %v", cerr, err)
 		}
-		return Layer{}, fmt.Errorf("encode %q as %s: %w", tarPath, opts.Compression, err)
+		return Layer{}, fmt.Errorf("encode %s as %s: %w", what, opts.Compression, err)
 	}
-	if opts.Compression != Estargz && layer.UncompressedSize != fi.Size() {
-		return Layer{}, fmt.Errorf("spool %q changed while encoding (%d bytes read, %d expected): %w",
-			tarPath, layer.UncompressedSize, fi.Size(), errdefs.ErrConflict)
+	if opts.Compression != Estargz && layer.UncompressedSize != size {
+		return Layer{}, fmt.Errorf("%s changed while encoding (%d bytes read, %d expected): %w",
+			what, layer.UncompressedSize, size, errdefs.ErrConflict)
 	}
 	if err := bw.Flush(); err != nil {
 		return Layer{}, fmt.Errorf("write layer file: %w", err)
 	}
-	if err := tmp.Sync(); err != nil {
-		return Layer{}, fmt.Errorf("sync layer file: %w", err)
-	}
+	// Not synced: every caller uploads the file and removes it, and after a
+	// crash the work dir is discarded (the save is failed or redone), so a
+	// sync only made the save wait for the disk; the registry's copy is the
+	// durable one.
 	if err := tmp.Close(); err != nil {
 		return Layer{}, fmt.Errorf("close layer file: %w", err)
 	}
@@ -201,11 +231,16 @@ func Encode(ctx context.Context, tarPath, outDir string, opts EncodeOptions) (_ 
 	if err := os.Rename(tmp.Name(), layer.Path); err != nil {
 		return Layer{}, fmt.Errorf("rename layer file: %w", err)
 	}
-	if err := syncDir(outDir); err != nil {
-		return Layer{}, err
-	}
 	layer.Duration = time.Since(start)
 	return layer, nil
+}
+
+// encodeStream encodes a plain tar stream as Zstd or Gzip.
+func encodeStream(w io.Writer, src io.Reader, opts EncodeOptions, layer *Layer) error {
+	if opts.Compression == Zstd {
+		return encodeZstd(w, src, opts, layer)
+	}
+	return encodeGzip(w, src, opts, layer)
 }
 
 func encodeZstd(w io.Writer, src io.Reader, opts EncodeOptions, layer *Layer) error {
@@ -257,212 +292,17 @@ func encodeGzip(w io.Writer, src io.Reader, opts EncodeOptions, layer *Layer) er
 	return nil
 }
 
-func encodeEstargz(ctx context.Context, w io.Writer, in io.ReaderAt, size int64, outDir string, opts EncodeOptions, layer *Layer) (rErr error) {
-	// estargz.Build (v0.19.1) splits the tar into Workers parts by payload
-	// size and builds each on its own goroutine (WithParallelism; default
-	// GOMAXPROCS). Its gzip writer is the standard library's, allocated anew
-	// for every file (each file is its own gzip member); fastGzip swaps in
-	// klauspost's writers from a pool. Whiteout files (".wh.*") pass through
-	// Build as ordinary empty files (TestRootRoundTrip).
-	//
-	// Build then decompresses the concatenated blob once more, sequentially,
-	// while it is read, to compute the DiffID. fastGzip instead keeps the
-	// uncompressed bytes it is given (diffTee) and Encode hashes them in
-	// order while it copies the blob out, so nothing is decompressed. On the
-	// 2-core VM (BenchmarkEncodeEstargzTree, medians of 3, noisy) that cut
-	// the 100 MB generated tree from 0.89 s to 0.54 s and a 288 MB mixed tree
-	// (apt lists, libraries, docs, random data) from 3.5 s to 2.9 s; see
-	// docs/BENCHMARKS.md, "eStargz encode tuning". What remains is the
-	// compression itself, estargz's own hashing (per-file and per-chunk
-	// sha256 of every payload) and writing the blob twice (Build's parts in
-	// $TMPDIR, then the layer file), whose page-cache first touches are slow
-	// on this VM.
-	tee := newDiffTee(outDir, opts.PrioritizedFiles)
-	defer func() {
-		if err := tee.Close(); err != nil && rErr == nil {
-			rErr = err
-		}
-	}()
-	gz := newFastGzip(opts.Level)
-	gz.tee = tee
-	var missed []string
-	blob, err := estargz.Build(io.NewSectionReader(in, 0, size),
-		estargz.WithContext(ctx),
-		estargz.WithParallelism(opts.Workers),
-		estargz.WithCompression(gz),
-		estargz.WithPrioritizedFiles(opts.PrioritizedFiles),
-		estargz.WithAllowPrioritizeNotFound(&missed),
-	)
+func encodeEstargz(ctx context.Context, w io.Writer, entries []esgzEntry, opts EncodeOptions, layer *Layer) error {
+	res, err := writeEstargz(ctx, w, entries, opts.Level, opts.Workers, opts.PrioritizedFiles)
 	if err != nil {
 		return err
 	}
-	defer blob.Close()
-
-	parts, ok, err := tee.order()
-	if err != nil {
-		return err
-	}
-	if !ok || testForceDecompressDiffID {
-		ok = false
-		estargzDiffIDFallbacks.Add(1)
-	}
-	type result struct {
-		diffID digest.Digest
-		size   int64
-		err    error
-	}
-	done := make(chan result, 1)
-	src := io.Reader(&ctxReader{ctx: ctx, r: blob})
-	if ok {
-		go func() {
-			d, n, err := tee.diffID(parts)
-			done <- result{d, n, err}
-		}()
-	} else {
-		// Fallback: decompress the blob while it is copied, as Build would.
-		pr, pw := io.Pipe()
-		src = io.TeeReader(src, pw)
-		go func() {
-			d, n, err := gunzipDigest(pr)
-			pr.CloseWithError(err) // unblocks the copy if this fails first
-			done <- result{d, n, err}
-		}()
-		_, err := copyBuffered(w, src)
-		pw.CloseWithError(err) // nil: EOF
-		if err != nil {
-			<-done
-			return err
-		}
-	}
-	if ok {
-		if _, err := copyBuffered(w, src); err != nil {
-			<-done
-			return err
-		}
-	}
-	res := <-done
-	if res.err != nil {
-		return fmt.Errorf("diff ID: %w", res.err)
-	}
-	layer.DiffID, layer.UncompressedSize = res.diffID, res.size
+	layer.DiffID, layer.UncompressedSize = res.diffID, res.uncompressedSize
 	layer.Annotations = map[string]string{
-		estargz.TOCJSONDigestAnnotation:         blob.TOCDigest().String(),
-		estargz.StoreUncompressedSizeAnnotation: strconv.FormatInt(res.size, 10),
+		estargz.TOCJSONDigestAnnotation:         res.tocDigest.String(),
+		estargz.StoreUncompressedSizeAnnotation: strconv.FormatInt(res.uncompressedSize, 10),
 	}
 	return nil
-}
-
-// estargzDiffIDFallbacks counts the eStargz encodes whose DiffID took a
-// decompression pass (diffTee could not order the parts); tests check it.
-var estargzDiffIDFallbacks atomic.Int64
-
-// testForceDecompressDiffID makes encodeEstargz take the fallback, for tests.
-var testForceDecompressDiffID bool
-
-// gunzipDigest returns the digest and size of the uncompressed content of
-// the (multi-member) gzip stream r.
-func gunzipDigest(r io.Reader) (digest.Digest, int64, error) {
-	zr, err := kgzip.NewReader(r)
-	if err != nil {
-		return "", 0, err
-	}
-	defer zr.Close()
-	d := digest.Canonical.Digester()
-	n, err := copyBuffered(d.Hash(), zr)
-	if err != nil {
-		return "", 0, err
-	}
-	return d.Digest(), n, nil
-}
-
-// fastGzip is estargz's gzip Compression with klauspost's gzip writer and
-// reader. The TOC and footer are still written by estargz.GzipCompressor.
-// With a tee, it also keeps the uncompressed bytes for the DiffID and its
-// Reader only drains the blob (see diffTee).
-type fastGzip struct {
-	*estargz.GzipCompressor
-	*estargz.GzipDecompressor
-	level int
-	pool  sync.Pool // of *kgzip.Writer
-	tee   *diffTee
-}
-
-func newFastGzip(level int) *fastGzip {
-	return &fastGzip{
-		GzipCompressor:   estargz.NewGzipCompressorWithLevel(level),
-		GzipDecompressor: &estargz.GzipDecompressor{},
-		level:            level,
-	}
-}
-
-func (c *fastGzip) Writer(w io.Writer) (estargz.WriteFlushCloser, error) {
-	var part *teePart
-	if c.tee != nil {
-		var err error
-		if part, err = c.tee.part(w); err != nil {
-			return nil, err
-		}
-	}
-	if gz, ok := c.pool.Get().(*kgzip.Writer); ok {
-		gz.Reset(w)
-		return &pooledGzip{Writer: gz, pool: &c.pool, part: part}, nil
-	}
-	gz, err := kgzip.NewWriterLevel(w, c.level)
-	if err != nil {
-		return nil, err
-	}
-	return &pooledGzip{Writer: gz, pool: &c.pool, part: part}, nil
-}
-
-func (c *fastGzip) WriteTOCAndFooter(w io.Writer, off int64, toc *estargz.JTOC, diffHash hash.Hash) (digest.Digest, error) {
-	if c.tee != nil {
-		capture := c.tee.setTOC(toc)
-		if diffHash != nil {
-			diffHash = &multiHash{Hash: diffHash, w: io.MultiWriter(diffHash, capture)}
-		} else {
-			diffHash = capture
-		}
-	}
-	return c.GzipCompressor.WriteTOCAndFooter(w, off, toc, diffHash)
-}
-
-func (c *fastGzip) Reader(r io.Reader) (io.ReadCloser, error) {
-	if c.tee != nil {
-		return &drainReader{r: r, buf: make([]byte, 1<<20)}, nil
-	}
-	return kgzip.NewReader(r)
-}
-
-// multiHash is a hash.Hash whose writes also go elsewhere.
-type multiHash struct {
-	hash.Hash
-	w io.Writer
-}
-
-func (m *multiHash) Write(p []byte) (int, error) { return m.w.Write(p) }
-
-type pooledGzip struct {
-	*kgzip.Writer
-	pool *sync.Pool
-	part *teePart // nil without a tee
-}
-
-func (p *pooledGzip) Write(b []byte) (int, error) {
-	n, err := p.Writer.Write(b)
-	if p.part != nil {
-		p.part.write(b[:n])
-	}
-	return n, err
-}
-
-func (p *pooledGzip) Close() error {
-	if p.Writer == nil {
-		return nil
-	}
-	err := p.Writer.Close()
-	p.pool.Put(p.Writer)
-	p.Writer = nil
-	return err
 }
 
 // copyBuffered copies with a 1 MiB buffer, hiding ReaderFrom and WriterTo
@@ -482,16 +322,4 @@ func (c *ctxReader) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	return c.r.Read(p)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync dir %q: %w", dir, err)
-	}
-	return nil
 }

@@ -40,6 +40,7 @@ func BenchmarkEncodeEstargzTree(b *testing.B) {
 			}
 			b.SetBytes(size)
 			var layer Layer
+			cpu0 := cpuTime(b)
 			for b.Loop() {
 				var err error
 				layer, err = Encode(context.Background(), spoolPath, outDir, EncodeOptions{Compression: Estargz})
@@ -48,6 +49,7 @@ func BenchmarkEncodeEstargzTree(b *testing.B) {
 				}
 				os.Remove(layer.Path)
 			}
+			reportCPU(b, cpu0, b.N)
 			b.ReportMetric(float64(layer.Size)/float64(size), "ratio")
 			b.ReportMetric(float64(layer.Size)/1e6, "MB")
 		})

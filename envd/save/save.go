@@ -219,7 +219,11 @@ func (s *Saver) Capture(ctx context.Context, ev Events, cp Capture) (Captured, e
 		excludes[i] = e.Path
 	}
 	spoolPath := filepath.Join(dir, "layer.tar")
-	c.Stats, c.Freeze, err = s.spool(ctx, in.ID, cp.Work, upper, spoolPath, excludes, cp)
+	var tp *snapshotter.TwoPass
+	c.Stats, c.Freeze, tp, err = s.spool(ctx, in.ID, cp.Work, upper, spoolPath, excludes, cp)
+	if tp != nil {
+		defer tp.Close()
+	}
 	if err != nil {
 		return c, err
 	}
@@ -228,12 +232,19 @@ func (s *Saver) Capture(ctx context.Context, ev Events, cp Capture) (Captured, e
 
 	encStart := time.Now()
 	c.Compression = proj.Compression
-	c.Layer, err = snapshotter.Encode(ctx, spoolPath, dir, snapshotter.EncodeOptions{
-		Compression: snapshotter.Compression(proj.Compression), PrioritizedFiles: proj.Prefetch})
+	encOpts := snapshotter.EncodeOptions{Compression: snapshotter.Compression(proj.Compression), PrioritizedFiles: proj.Prefetch}
+	if tp != nil {
+		c.Layer, err = snapshotter.EncodeTwoPass(ctx, tp, dir, encOpts)
+	} else {
+		c.Layer, err = snapshotter.Encode(ctx, spoolPath, dir, encOpts)
+	}
 	if err != nil {
 		return c, fmt.Errorf("encode layer: %w", err)
 	}
 	c.Encode = time.Since(encStart)
+	if tp != nil {
+		_ = tp.Close() // frees the copies before the upload
+	}
 	_ = os.Remove(spoolPath)
 	ev.Event(ctx, "encoded", fmt.Sprintf("%s layer of %d bytes in %s", proj.Compression, c.Layer.Size, c.Encode.Round(time.Millisecond)),
 		map[string]any{"layer_bytes": c.Layer.Size, "encode_ms": c.Encode.Milliseconds()})
@@ -272,37 +283,38 @@ func (s *Saver) Capture(ctx context.Context, ev Events, cp Capture) (Captured, e
 	return c, nil
 }
 
-// spool writes the layer tar of the instance's upper dir to path. A running
-// instance is frozen only for the second pass of a two-pass spool (step 2):
-// the first pass copies every file while the instance runs, the frozen one
-// re-reads metadata and copies only what changed meanwhile, so the freeze
-// grows with what changed during the save, not with the size of the change.
-// The thaw always runs, even when ctx is canceled. work names the save
-// (its operation) as a holder of the freeze.
-func (s *Saver) spool(ctx context.Context, id, work, upper, path string, excludes []string, cp Capture) (snapshotter.SpoolStats, time.Duration, error) {
+// spool reads the instance's upper dir. A stopped instance is read in one
+// pass into the layer tar at path (tp is nil). A running instance is frozen
+// only for the second pass of a two-pass spool (step 2): the first pass
+// copies every file while the instance runs, the frozen one re-reads
+// metadata and copies only what changed meanwhile, so the freeze grows with
+// what changed during the save, not with the size of the change; tp is
+// then the spool to encode from (no tar is written), and the caller closes
+// it (also after an error). The thaw always runs, even when ctx is
+// canceled. work names the save (its operation) as a holder of the freeze.
+func (s *Saver) spool(ctx context.Context, id, work, upper, path string, excludes []string, cp Capture) (_ snapshotter.SpoolStats, _ time.Duration, tp *snapshotter.TwoPass, _ error) {
 	freezeIt := cp.Freeze
 	opts := snapshotter.SpoolOptions{Excludes: excludes}
 	var err error
 	if opts.IDShift, err = s.idShift(ctx, id); err != nil {
-		return snapshotter.SpoolStats{}, 0, err
+		return snapshotter.SpoolStats{}, 0, nil, err
 	}
 	if !freezeIt { // a stopped instance: nothing runs, one pass
 		f, err := os.Create(path)
 		if err != nil {
-			return snapshotter.SpoolStats{}, 0, err
+			return snapshotter.SpoolStats{}, 0, nil, err
 		}
 		defer f.Close()
 		stats, err := snapshotter.Spool(ctx, upper, f, opts)
 		if err == nil {
 			err = f.Close()
 		}
-		return stats, 0, err
+		return stats, 0, nil, err
 	}
-	tp, err := snapshotter.Prepare(ctx, upper, filepath.Dir(path), opts)
+	tp, err = snapshotter.Prepare(ctx, upper, filepath.Dir(path), opts)
 	if err != nil {
-		return snapshotter.SpoolStats{}, 0, fmt.Errorf("read changes of %q: %w", id, err)
+		return snapshotter.SpoolStats{}, 0, nil, fmt.Errorf("read changes of %q: %w", id, err)
 	}
-	defer tp.Close()
 
 	// The freeze is held for this save alone: a user's pause during it
 	// stays in force after it (see freeze.Gate).
@@ -311,7 +323,7 @@ func (s *Saver) spool(ctx context.Context, id, work, upper, path string, exclude
 	holder := freeze.SaveHolder(work)
 	frozen := time.Now()
 	if err := s.Gate.Hold(ctx, s.Runtime, id, holder); err != nil {
-		return snapshotter.SpoolStats{}, 0, err
+		return snapshotter.SpoolStats{}, 0, tp, err
 	}
 	fs, frozenErr := tp.Frozen(ctx)
 	if frozenErr == nil && cp.WhileFrozen != nil {
@@ -325,21 +337,12 @@ func (s *Saver) spool(ctx context.Context, id, work, upper, path string, exclude
 		}
 	}
 	if frozenErr != nil {
-		return fs.SpoolStats, window, fmt.Errorf("read changes of %q: %w", id, frozenErr)
+		return fs.SpoolStats, window, tp, fmt.Errorf("read changes of %q: %w", id, frozenErr)
 	}
 	if resumeErr != nil {
-		return fs.SpoolStats, window, resumeErr
+		return fs.SpoolStats, window, tp, resumeErr
 	}
-
-	f, err := os.Create(path)
-	if err != nil {
-		return fs.SpoolStats, window, err
-	}
-	defer f.Close()
-	if err := tp.WriteTar(ctx, f); err != nil {
-		return fs.SpoolStats, window, fmt.Errorf("write layer tar of %q: %w", id, err)
-	}
-	return fs.SpoolStats, window, f.Close()
+	return fs.SpoolStats, window, tp, nil
 }
 
 // idShift is how a save maps instance id's upper dir ids back to the
