@@ -13,10 +13,16 @@ import (
 // maxPrefetchFiles caps a project's recorded first reads.
 const maxPrefetchFiles = 5000
 
+// flushFirstReads is how often a growing first-reads list is stored while
+// it is recorded, so that a save made before the window ends uses it.
+const flushFirstReads = time.Second
+
 // recordFirstReads watches what a just-started instance reads in its first
-// PrefetchWindow and records it on the project: the next save puts those
-// files first in its eStargz layer, so the next lazy restore fetches what
-// the first commands need in one go. Best effort: failures are logged.
+// PrefetchWindow and records it on the project, storing the list as it
+// grows (at most every flushFirstReads): the next save puts those files
+// first in its eStargz layer, and the next start of a lazy instance of the
+// project reads them before it reports Running (warm.go). Best effort:
+// failures are logged.
 func (m *Manager) recordFirstReads(in versions.Instance, compression string) {
 	if m.PrefetchWindow <= 0 || compression != string(snapshotter.Estargz) {
 		return
@@ -32,18 +38,34 @@ func (m *Manager) recordFirstReads(in versions.Instance, compression string) {
 		}
 		// The task's root, seen through /proc, is the container's rootfs
 		// mount: a mount mark on it sees every open inside the instance.
-		files, err := prefetch.Record(ctx, fmt.Sprintf("/proc/%d/root", st.Pid), m.PrefetchWindow, maxPrefetchFiles)
-		if err != nil && ctx.Err() == nil {
+		rec, err := prefetch.Start(fmt.Sprintf("/proc/%d/root", st.Pid), maxPrefetchFiles)
+		if err != nil {
 			m.Log.Warn("record first reads", "instance", in.ID, "err", err)
-		}
-		files = prefetch.Prioritize(files)
-		if len(files) == 0 || m.ctx.Err() != nil {
 			return
 		}
-		if err := m.Store.SetProjectPrefetch(context.WithoutCancel(ctx), in.Tenant, in.Project, files); err != nil {
-			m.Log.Warn("store first reads", "project", in.Project, "err", err)
-			return
+		defer rec.Close()
+		end := time.Now().Add(m.PrefetchWindow)
+		stored := 0
+		for {
+			left := time.Until(end)
+			files, err := rec.Collect(ctx, min(max(left, 0), flushFirstReads))
+			if err != nil && ctx.Err() == nil {
+				m.Log.Warn("record first reads", "instance", in.ID, "err", err)
+			}
+			files = prefetch.Prioritize(files)
+			if len(files) > stored && m.ctx.Err() == nil {
+				if err := m.Store.SetProjectPrefetch(context.WithoutCancel(ctx), in.Tenant, in.Project, files); err != nil {
+					m.Log.Warn("store first reads", "project", in.Project, "err", err)
+				} else {
+					stored = len(files)
+				}
+			}
+			if err != nil || left <= flushFirstReads || rec.Full() {
+				break
+			}
 		}
-		m.Log.Info("recorded first reads", "instance", in.ID, "files", len(files))
+		if stored > 0 {
+			m.Log.Info("recorded first reads", "instance", in.ID, "files", stored)
+		}
 	}()
 }
