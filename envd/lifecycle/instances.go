@@ -232,6 +232,10 @@ func (m *Manager) startPlanned(ctx context.Context, p types.Principal, id string
 		m.abandonPending(ctx, in.ID, err.Error())
 		return types.Instance{}, fmt.Errorf("start instance of %q from version %d: %w: %w", project, n, errProvision, err)
 	}
+	if err := m.warm(ctx, in, plan.proj); err != nil {
+		m.abandonPending(ctx, in.ID, err.Error())
+		return types.Instance{}, fmt.Errorf("start instance of %q from version %d: %w", project, n, err)
+	}
 	in, err = m.Store.Transition(ctx, in.ID, []types.InstanceState{types.StatePending}, types.StateRunning, types.ReasonStarted, fmt.Sprintf("running version %d", n))
 	if err != nil {
 		return types.Instance{}, err
