@@ -42,6 +42,11 @@ type bed struct {
 	log     *slog.Logger
 	joins   int
 	base    types.Image
+	// afterRestore, when set, runs in coldRestoreWith after the commands,
+	// with the joining node's client and the instance, before it is
+	// removed (restore.go: waits for the first reads to be stored, times
+	// a second instance on a node that holds the image).
+	afterRestore func(ctx context.Context, c *envdclient.Client, id string) error
 }
 
 // startBed wipes WORK/nodes, starts the primary node and imports the rootfs.
@@ -193,6 +198,9 @@ type restoreRun struct {
 	Cmds        []time.Duration // each command, in order
 	Outputs     []string
 	Fetched     int64 // bytes fetched from the registry by the time the last command answered
+	// FetchedFirst is the bytes fetched by the time the first command
+	// answered.
+	FetchedFirst int64
 	ImageBytes  int64 // compressed bytes of the image's layers
 	LazyLayers  int   // layers mounted lazily
 	Layers      int
@@ -273,7 +281,21 @@ func (b *bed) coldRestoreWith(ctx context.Context, project string, version int, 
 	if in.State != types.StateRunning {
 		return r, fmt.Errorf("instance %s on the joining node is %s: %s", in.ID, in.State, in.Message)
 	}
-	for _, c := range cmds {
+	fetched := func() (int64, int, error) {
+		states := map[string]stargz.State{}
+		mps, err := stargz.LazyMounts(filepath.Join(dir, "stargz", "root"))
+		if err != nil {
+			return 0, 0, err
+		}
+		for _, mp := range mps {
+			if st, err := stargz.LayerState(mp); err == nil {
+				states[st.Digest] = st
+			}
+		}
+		n, lazy := fetchedBytes(img.Layers, states)
+		return n, lazy, nil
+	}
+	for i, c := range cmds {
 		start := time.Now()
 		out, err := sh(ctx, jc, in.ID, c)
 		r.Cmds = append(r.Cmds, time.Since(start))
@@ -281,19 +303,20 @@ func (b *bed) coldRestoreWith(ctx context.Context, project string, version int, 
 		if err != nil {
 			return r, err
 		}
-	}
-
-	states := map[string]stargz.State{}
-	mps, err := stargz.LazyMounts(filepath.Join(dir, "stargz", "root"))
-	if err != nil {
-		return r, err
-	}
-	for _, mp := range mps {
-		if st, err := stargz.LayerState(mp); err == nil {
-			states[st.Digest] = st
+		if i == 0 {
+			if r.FetchedFirst, _, err = fetched(); err != nil {
+				return r, err
+			}
 		}
 	}
-	r.Fetched, r.LazyLayers = fetchedBytes(img.Layers, states)
+	if b.afterRestore != nil {
+		if err := b.afterRestore(ctx, jc, in.ID); err != nil {
+			return r, err
+		}
+	}
+	if r.Fetched, r.LazyLayers, err = fetched(); err != nil {
+		return r, err
+	}
 	r.Layers = len(img.Layers)
 	for _, l := range img.Layers {
 		r.ImageBytes += l.Size
