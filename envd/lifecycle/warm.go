@@ -27,9 +27,9 @@ const (
 	warmWorkers      = 8
 )
 
-// initCommands are the commands runtime's init script runs after it
-// started (its `sleep`).
-var initCommands = []string{"sleep"}
+// initCommands are runtime's init (`/bin/sh -c SCRIPT`) and the commands
+// its script runs (`sleep`).
+var initCommands = []string{"/bin/sh", "sleep"}
 
 // warm makes a lazily restored instance's init independent of the
 // registry before the instance is reported Running: it reads, through the

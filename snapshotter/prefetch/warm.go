@@ -82,8 +82,17 @@ func Warm(ctx context.Context, pid int, opts WarmOptions) (WarmResult, error) {
 
 	w := &warmer{root: root, seen: map[fileID]bool{}}
 	// The executable, by its /proc link: the very file the init runs,
-	// wherever it is.
-	exe, err := os.Open(fmt.Sprintf("/proc/%d/exe", pid))
+	// wherever it is. Right after a task start the process may still be
+	// runc's init (a memfd copy of runc), about to exec the container's
+	// init: give it a moment.
+	exePath := fmt.Sprintf("/proc/%d/exe", pid)
+	for range 50 {
+		if l, err := os.Readlink(exePath); err != nil || !strings.HasPrefix(l, "/memfd:") {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	exe, err := os.Open(exePath)
 	if err != nil {
 		return res, fmt.Errorf("warm process %d: %w", pid, errors.Join(errdefs.ErrNotFound, err))
 	}
