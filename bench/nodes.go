@@ -198,13 +198,14 @@ type restoreRun struct {
 	Cmds        []time.Duration // each command, in order
 	Outputs     []string
 	Fetched     int64 // bytes fetched from the registry by the time the last command answered
-	// FetchedFirst is the bytes fetched by the time the first command
-	// answered.
-	FetchedFirst int64
 	ImageBytes  int64 // compressed bytes of the image's layers
 	LazyLayers  int   // layers mounted lazily
 	Layers      int
 	Snapshotter string
+
+	// FetchedFirst is the bytes fetched by the time the first command
+	// answered.
+	FetchedFirst int64
 }
 
 // firstCommand is the time to first command: create + the first command.
