@@ -58,7 +58,7 @@ func runRestore(ctx context.Context, b *bed, out io.Writer) error {
 	defer pool.Close()
 	// The bench's own reset: the API has no verb to forget first reads.
 	forget := func() error {
-		_, err := pool.Exec(ctx, `UPDATE projects SET prefetch = NULL WHERE name = $1`, project)
+		_, err := pool.Exec(ctx, `UPDATE projects SET prefetch = '{}' WHERE name = $1`, project)
 		return err
 	}
 	var learnedFiles []int
