@@ -202,7 +202,7 @@ func (m *Manager) wake(ctx context.Context, p types.Principal, in versions.Insta
 		return types.Instance{}, err
 	}
 	m.Observer.Restored("wake", time.Since(began))
-	m.recordFirstReads(in, proj.Compression)
+	m.recordFirstReads(m.startFirstReads(ctx, in, proj.Compression))
 	return m.view(ctx, in), nil
 }
 
