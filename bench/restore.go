@@ -34,8 +34,9 @@ const (
 //     then fully local.
 
 // learnedFile is the file whose presence in the project's first reads
-// says the first restore's reads were stored.
-const learnedFile = "/usr/bin/dot"
+// says the first restore's reads were stored: what `dot` runs (Debian's
+// /usr/bin/dot is a symlink to it; first reads record the file opened).
+const learnedFile = "/usr/sbin/libgvc6-config-update"
 
 func runRestore(ctx context.Context, b *bed, out io.Writer) error {
 	started := time.Now()
