@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	envdclient "github.com/envd-dev/envd/client"
+	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/envd/node"
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/snapshotter/stargz"
@@ -250,7 +251,10 @@ func (b *bed) coldRestoreWith(ctx context.Context, project string, version int, 
 	}
 	nodeCred, _ := b.primary.RegistryCredentialFiles()
 	jn, err := node.Start(ctx, node.Config{DataDir: dir, DSN: b.primary.DSN(), Registry: b.primary.RegistryAddr(), RegistryCredentialFile: nodeCred,
-		DefaultTTL: 2 * time.Hour, Logger: b.log, DisableLazy: full, DefaultLimits: limits})
+		DefaultTTL: 2 * time.Hour, Logger: b.log, DisableLazy: full, DefaultLimits: limits,
+		// The restore is measured on this node: cache affinity would place
+		// it on the primary (or an earlier joining node) that holds the image.
+		Placement: envd.PlacementLocal})
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
 		defer cancel()
