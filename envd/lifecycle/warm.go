@@ -20,8 +20,8 @@ const (
 	// the first page it cannot fetch.
 	warmNeededTimeout = 30 * time.Second
 	// warmFilesTimeout and warmFilesBytes bound reading the project's
-	// recorded first reads after that; what does not fit is fetched on
-	// demand as before.
+	// recorded first reads ahead, in the background; what does not fit is
+	// fetched on demand as before.
 	warmFilesTimeout = 10 * time.Second
 	warmFilesBytes   = 512 << 20
 	warmWorkers      = 8
@@ -35,8 +35,8 @@ var initCommands = []string{"/bin/sh", "sleep"}
 // registry before the instance is reported Running: it reads, through the
 // instance's root, the init's executable, libraries and commands (an error
 // here fails the start: errdefs.ErrUnavailable when the registry could not
-// serve them), then the project's recorded first reads, in order, best
-// effort and bounded, so that the first commands find their files local.
+// serve them). Then it starts reading the project's recorded first reads
+// ahead (readAhead), so that the first commands find their files local.
 // An instance whose layers are all local is left alone.
 func (m *Manager) warm(ctx context.Context, in versions.Instance, proj versions.Project) error {
 	st, err := m.Runtime.Status(ctx, in.ID)
@@ -64,21 +64,32 @@ func (m *Manager) warm(ctx context.Context, in versions.Instance, proj versions.
 		return fmt.Errorf("lazy instance %q: what its init needs is not local after %s (registry unreachable?): %w",
 			in.ID, time.Since(started).Round(time.Millisecond), err)
 	}
-	needed := time.Since(started)
-	if len(proj.Prefetch) > 0 {
-		fctx, cancel := context.WithTimeout(ctx, warmFilesTimeout)
+	m.Log.Info("warmed lazy instance", "instance", in.ID,
+		"needed_files", res.Needed, "needed_bytes", res.NeededBytes, "ms", time.Since(started).Milliseconds())
+	m.readAhead(in, int(st.Pid), proj.Prefetch)
+	return nil
+}
+
+// readAhead reads the project's recorded first reads through the
+// instance's root in the background, in order, 8 at a time, bounded by
+// warmFilesTimeout and warmFilesBytes. It does not hold the start: read
+// before Running, a long list cost more than the first commands gained.
+func (m *Manager) readAhead(in versions.Instance, pid int, files []string) {
+	if len(files) == 0 {
+		return
+	}
+	m.wg.Go(func() {
+		started := time.Now()
+		ctx, cancel := context.WithTimeout(m.ctx, warmFilesTimeout)
 		defer cancel()
-		files, err := prefetch.Warm(fctx, int(st.Pid), prefetch.WarmOptions{
-			Files: proj.Prefetch, MaxBytes: warmFilesBytes, Workers: warmWorkers,
+		res, err := prefetch.Warm(ctx, pid, prefetch.WarmOptions{
+			Files: files, MaxBytes: warmFilesBytes, Workers: warmWorkers,
 		})
 		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
-			m.Log.Warn("read first reads", "instance", in.ID, "err", err)
+			m.Log.Warn("read first reads ahead", "instance", in.ID, "err", err)
+			return
 		}
-		res.Files, res.FileBytes, res.Skipped = files.Files, files.FileBytes, files.Skipped
-	}
-	m.Log.Info("warmed lazy instance", "instance", in.ID,
-		"needed_files", res.Needed, "needed_bytes", res.NeededBytes, "needed_ms", needed.Milliseconds(),
-		"first_reads", res.Files, "first_read_bytes", res.FileBytes, "skipped", res.Skipped,
-		"ms", time.Since(started).Milliseconds())
-	return nil
+		m.Log.Info("read first reads ahead", "instance", in.ID, "files", res.Files, "bytes", res.FileBytes,
+			"skipped", res.Skipped, "ms", time.Since(started).Milliseconds())
+	})
 }
