@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	envdclient "github.com/envd-dev/envd/client"
+	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/envd/node"
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/snapshotter/stargz"
@@ -41,6 +42,11 @@ type bed struct {
 	log     *slog.Logger
 	joins   int
 	base    types.Image
+	// afterRestore, when set, runs in coldRestoreWith after the commands,
+	// with the joining node's client and the instance, before it is
+	// removed (restore.go: waits for the first reads to be stored, times
+	// a second instance on a node that holds the image).
+	afterRestore func(ctx context.Context, c *envdclient.Client, id string) error
 }
 
 // startBed wipes WORK/nodes, starts the primary node and imports the rootfs.
@@ -180,6 +186,10 @@ type restoreRun struct {
 	LazyLayers  int   // layers mounted lazily
 	Layers      int
 	Snapshotter string
+
+	// FetchedFirst is the bytes fetched by the time the first command
+	// answered.
+	FetchedFirst int64
 }
 
 // firstCommand is the time to first command: create + the first command.
@@ -224,7 +234,10 @@ func (b *bed) coldRestoreWith(ctx context.Context, project string, version int, 
 	}
 	nodeCred, _ := b.primary.RegistryCredentialFiles()
 	jn, err := node.Start(ctx, node.Config{DataDir: dir, DSN: b.primary.DSN(), Registry: b.primary.RegistryAddr(), RegistryCredentialFile: nodeCred,
-		DefaultTTL: 2 * time.Hour, Logger: b.log, DisableLazy: full, DefaultLimits: limits})
+		DefaultTTL: 2 * time.Hour, Logger: b.log, DisableLazy: full, DefaultLimits: limits,
+		// The restore is measured on this node: cache affinity would place
+		// it on the primary (or an earlier joining node) that holds the image.
+		Placement: envd.PlacementLocal})
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
 		defer cancel()
@@ -256,7 +269,21 @@ func (b *bed) coldRestoreWith(ctx context.Context, project string, version int, 
 	if in.State != types.StateRunning {
 		return r, fmt.Errorf("instance %s on the joining node is %s: %s", in.ID, in.State, in.Message)
 	}
-	for _, c := range cmds {
+	fetched := func() (int64, int, error) {
+		states := map[string]stargz.State{}
+		mps, err := stargz.LazyMounts(filepath.Join(dir, "stargz", "root"))
+		if err != nil {
+			return 0, 0, err
+		}
+		for _, mp := range mps {
+			if st, err := stargz.LayerState(mp); err == nil {
+				states[st.Digest] = st
+			}
+		}
+		n, lazy := fetchedBytes(img.Layers, states)
+		return n, lazy, nil
+	}
+	for i, c := range cmds {
 		start := time.Now()
 		out, err := sh(ctx, jc, in.ID, c)
 		r.Cmds = append(r.Cmds, time.Since(start))
@@ -264,19 +291,20 @@ func (b *bed) coldRestoreWith(ctx context.Context, project string, version int, 
 		if err != nil {
 			return r, err
 		}
-	}
-
-	states := map[string]stargz.State{}
-	mps, err := stargz.LazyMounts(filepath.Join(dir, "stargz", "root"))
-	if err != nil {
-		return r, err
-	}
-	for _, mp := range mps {
-		if st, err := stargz.LayerState(mp); err == nil {
-			states[st.Digest] = st
+		if i == 0 {
+			if r.FetchedFirst, _, err = fetched(); err != nil {
+				return r, err
+			}
 		}
 	}
-	r.Fetched, r.LazyLayers = fetchedBytes(img.Layers, states)
+	if b.afterRestore != nil {
+		if err := b.afterRestore(ctx, jc, in.ID); err != nil {
+			return r, err
+		}
+	}
+	if r.Fetched, r.LazyLayers, err = fetched(); err != nil {
+		return r, err
+	}
 	r.Layers = len(img.Layers)
 	for _, l := range img.Layers {
 		r.ImageBytes += l.Size

@@ -25,6 +25,7 @@ import (
 	"github.com/envd-dev/envd/internal/syncbuf"
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/runtime"
+	"github.com/envd-dev/envd/snapshotter/prefetch"
 	"github.com/envd-dev/envd/snapshotter/stargz"
 )
 
@@ -162,9 +163,11 @@ func holdsBlob(t *testing.T, dgst string) bool {
 }
 
 // TestRootLazyRegistryOutage: an instance started lazily keeps answering
-// while the registry is gone, a read of a file not fetched yet fails with an
-// I/O error in bounded time instead of hanging, and once the registry is
-// back the layer is fetched in full so the instance no longer needs it.
+// while the registry is frozen or gone, its init lives on once what it
+// needs is local, a read of a file not fetched yet fails with an I/O error
+// after the fetch timeout instead of hanging (or waiting a multiple of it),
+// and once the registry is back the layer is fetched in full so the
+// instance no longer needs it.
 //
 // The version is saved on the shared node; a second runtime (own namespace
 // and state dir) on the node's containerd and lazy snapshotter pulls it
@@ -233,14 +236,45 @@ func TestRootLazyRegistryOutage(t *testing.T) {
 	mp, st := lazyLayer(t, stargzRoot(), layer)
 	require.Less(t, st.FetchedSize, st.Size/2, "background fetch went too far before the outage")
 
-	// The registry goes away.
+	// What the init needs is made local, as a node does before it reports
+	// a lazy instance Running (lifecycle's warm).
+	rst, err := rt.Status(ctx(t), "outage-1")
+	require.NoError(t, err)
+	warmed, err := prefetch.Warm(ctx(t), int(rst.Pid), prefetch.WarmOptions{Commands: []string{"sleep", "cat"}})
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, warmed.Needed, 1)
+	t.Logf("warmed the init's needs: %+v", warmed)
+
+	// The registry freezes (as a registry process stopped with SIGSTOP):
+	// connections are accepted and never answered. A read of data not
+	// fetched yet fails with EIO after the snapshotter's fetch timeout
+	// (20 s), once, not two or three times that; the init, which has what
+	// it needs, lives on.
+	px.freeze()
+	frozen := time.Now()
+	code, out, took := exec(2*time.Minute, "cat /big200 > /dev/null")
+	t.Logf("read with the registry frozen: exit %d after %v: %s", code, took, out)
+	assert.NotEqual(t, 0, code)
+	assert.Contains(t, out, "Input/output error")
+	assert.Less(t, took, 30*time.Second, "a read waits about the 20 s fetch timeout, not a multiple of it")
+	code, out, _ = exec(time.Minute, "sleep 0 && echo alive")
+	assert.Equal(t, 0, code, out)
+	assert.Equal(t, "alive", out)
+	time.Sleep(time.Until(frozen.Add(30 * time.Second)))
+	rst, err = rt.Status(ctx(t), "outage-1")
+	require.NoError(t, err)
+	assert.Equal(t, "running", rst.Task, "the init died while the registry was frozen")
+	px.thaw()
+
+	// The registry goes away: connections are refused. A read retries
+	// through the outage for the fetch timeout, then fails with EIO.
 	px.stop()
 	stopped := time.Now()
-	code, out, took := exec(2*time.Minute, "cat /big200 > /dev/null")
+	code, out, took = exec(2*time.Minute, "cat /big200 > /dev/null")
 	t.Logf("read with the registry gone: exit %d after %v: %s", code, took, out)
 	assert.NotEqual(t, 0, code)
 	assert.Contains(t, out, "Input/output error") // EIO, as busybox words it
-	assert.Less(t, took, 60*time.Second)
+	assert.Less(t, took, 30*time.Second)
 	// Files already there still answer.
 	code, out, _ = exec(time.Minute, "echo still-here && cat /fixtures/keep/untouched")
 	assert.Equal(t, 0, code, out)
@@ -291,10 +325,54 @@ type proxy struct {
 	addr    string
 	backend string
 
-	mu    sync.Mutex
-	ln    net.Listener
-	conns map[net.Conn]bool
-	rate  int // bytes per second from backend to client per connection; 0 = unlimited
+	mu     sync.Mutex
+	ln     net.Listener
+	conns  map[net.Conn]bool
+	rate   int           // bytes per second from backend to client per connection; 0 = unlimited
+	frozen chan struct{} // non-nil while frozen: closed by thaw
+}
+
+// freeze makes the proxy behave like a registry process stopped with
+// SIGSTOP: connections are still accepted (by the kernel's backlog) and
+// requests sent, but nothing answers until thaw; data in flight stops.
+func (p *proxy) freeze() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.frozen == nil {
+		p.frozen = make(chan struct{})
+	}
+}
+
+func (p *proxy) thaw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.frozen != nil {
+		close(p.frozen)
+		p.frozen = nil
+	}
+}
+
+// wait blocks while the proxy is frozen.
+func (p *proxy) wait() {
+	p.mu.Lock()
+	f := p.frozen
+	p.mu.Unlock()
+	if f != nil {
+		<-f
+	}
+}
+
+// gated passes reads through while the proxy is not frozen.
+type gated struct {
+	p *proxy
+	r io.Reader
+}
+
+func (g gated) Read(b []byte) (int, error) {
+	g.p.wait()
+	n, err := g.r.Read(b)
+	g.p.wait() // data read while frozen is held back
+	return n, err
 }
 
 func startProxy(t *testing.T, backend string, rate int) *proxy {
@@ -354,6 +432,11 @@ func (p *proxy) track(cs ...net.Conn) bool {
 }
 
 func (p *proxy) handle(c net.Conn) {
+	if !p.track(c) {
+		c.Close()
+		return
+	}
+	p.wait() // frozen: accepted, never answered
 	b, err := net.Dial("tcp", p.backend)
 	if err != nil {
 		c.Close()
@@ -367,16 +450,17 @@ func (p *proxy) handle(c net.Conn) {
 	p.mu.Lock()
 	rate := p.rate
 	p.mu.Unlock()
-	go func() { _, _ = io.Copy(b, c); b.Close() }()
-	var src io.Reader = b
+	go func() { _, _ = io.Copy(b, gated{p, c}); b.Close() }()
+	var src io.Reader = gated{p, b}
 	if rate > 0 {
-		src = &throttled{r: b, rate: rate, start: time.Now()}
+		src = &throttled{r: src, rate: rate, start: time.Now()}
 	}
 	_, _ = io.Copy(c, src)
 	c.Close()
 }
 
 func (p *proxy) stop() {
+	p.thaw()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.ln != nil {

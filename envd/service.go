@@ -272,7 +272,7 @@ func (s *Service) wire(ctx context.Context) {
 		ProvisionTimeout: cfg.ProvisionTimeout,
 		IdleAfter:        cfg.IdleAfter, IdleAction: cfg.IdleAction, IdleInterval: cfg.IdleInterval, ActivityFlush: cfg.ActivityFlush,
 		Pools: s.store, PoolInterval: cfg.PoolInterval})
-	s.cmds = command.New(cfg.Node, s.store, s.rt, gate).WithActivity(s.life)
+	s.cmds = command.New(cfg.Node, s.store, s.rt, gate).WithActivity(s.life).WithExits(s.life)
 	s.builds = build.New(build.Deps{Store: s.store, Reg: s.reg, Runtime: s.rt, Capturer: s.saver, Instances: s.life,
 		Quota: s.quota, Content: s.content, Bases: bases{s}, Ops: s.ops, Log: s.log, Objects: cfg.Objects})
 	s.gc = gc.NewCollector(s.store, s.reg, s.ops, cfg.Sweeper, gcVolumes).WithArchives(s.vols)

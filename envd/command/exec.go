@@ -41,11 +41,12 @@ type Runner struct {
 	gate  *freeze.Gate
 
 	activity Activity
+	exits    Exits
 }
 
 // New makes a Runner; gate is the node's freeze gate, shared with saves.
 func New(node string, store Store, rt Runtime, gate *freeze.Gate) *Runner {
-	return &Runner{node: node, store: store, rt: rt, gate: gate, activity: noActivity{}}
+	return &Runner{node: node, store: store, rt: rt, gate: gate, activity: noActivity{}, exits: noExits{}}
 }
 
 func (r *Runner) instance(ctx context.Context, p types.Principal, id string) (versions.Instance, error) {
@@ -120,7 +121,7 @@ func (r *Runner) Exec(ctx context.Context, p types.Principal, id string, req typ
 				}
 			}
 		}
-		return types.ExecResult{}, fmt.Errorf("exec in %q: %w", id, err)
+		return types.ExecResult{}, r.execError(ctx, p, id, err)
 	}
 	return types.ExecResult{ExitCode: code, Stdout: stdout.String(), Stderr: stderr.String(),
 		Truncated: stdout.truncated || stderr.truncated, OOMKilled: code == 137 && r.oomKilledSince(id, started)}, nil

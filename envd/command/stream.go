@@ -89,7 +89,7 @@ func (r *Runner) Stream(ctx context.Context, p types.Principal, id string, req t
 				}
 			}
 		}
-		return -1, fmt.Errorf("exec in %q: %w", id, err)
+		return -1, r.execError(ctx, p, id, err)
 	}
 }
 

@@ -234,14 +234,22 @@ func (m *Manager) startPlanned(ctx context.Context, p types.Principal, id string
 		m.abandonPending(ctx, in.ID, err.Error())
 		return types.Instance{}, fmt.Errorf("start instance of %q from version %d: %w: %w", project, n, errProvision, err)
 	}
+	var reads *firstReads
+	if !plan.isolated {
+		reads = m.startFirstReads(ctx, in, plan.proj.Compression)
+	}
+	if err := m.warm(ctx, in, plan.proj); err != nil {
+		reads.abandon()
+		m.abandonPending(ctx, in.ID, err.Error())
+		return types.Instance{}, fmt.Errorf("start instance of %q from version %d: %w", project, n, err)
+	}
 	in, err = m.Store.Transition(ctx, in.ID, []types.InstanceState{types.StatePending}, types.StateRunning, types.ReasonStarted, fmt.Sprintf("running version %d", n))
 	if err != nil {
+		reads.abandon()
 		return types.Instance{}, err
 	}
 	m.Observer.Restored("create", time.Since(created))
-	if !plan.isolated {
-		m.recordFirstReads(in, plan.proj.Compression)
-	}
+	m.recordFirstReads(reads)
 	return m.view(ctx, in), nil
 }
 

@@ -20,6 +20,7 @@ const LabelNode = "envd.node"
 // after a first Reconcile; it ends with the Manager's context.
 func (m *Manager) Run() {
 	m.watchOOM()
+	m.watchExits()
 	m.wg.Add(4)
 	go m.reapLoop()
 	go m.reconcileLoop()

@@ -202,7 +202,7 @@ func (m *Manager) wake(ctx context.Context, p types.Principal, in versions.Insta
 		return types.Instance{}, err
 	}
 	m.Observer.Restored("wake", time.Since(began))
-	m.recordFirstReads(in, proj.Compression)
+	m.recordFirstReads(m.startFirstReads(ctx, in, proj.Compression))
 	return m.view(ctx, in), nil
 }
 
@@ -244,6 +244,7 @@ func (m *Manager) withEndpoint(ctx context.Context, in types.Instance) types.Ins
 
 // terminate removes an instance's container and records why.
 func (m *Manager) terminate(ctx context.Context, in versions.Instance, reason, msg string) (versions.Instance, error) {
+	defer m.act(in.ID)() // its task's exit is no failure (exits.go)
 	if err := m.Runtime.Remove(ctx, in.ID); err != nil {
 		return versions.Instance{}, fmt.Errorf("remove instance %q: %w", in.ID, err)
 	}

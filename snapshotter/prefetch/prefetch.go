@@ -33,16 +33,27 @@ import (
 // started. The kernel merges repeated unread events of one file and process,
 // so a large sequential read costs a few events, not one per read(2).
 // FAN_ONDIR reports directories too (opened to be listed); without it the
-// kernel leaves them out.
-const mask = unix.FAN_OPEN | unix.FAN_OPEN_EXEC | unix.FAN_ACCESS | unix.FAN_ONDIR
+// kernel leaves them out. FAN_MODIFY and FAN_CLOSE_WRITE tell files opened
+// for writing; FAN_CLOSE_NOWRITE, files opened only for reading: a file
+// that was written and never read (a log, a file created by the instance)
+// is not a first read.
+const mask = unix.FAN_OPEN | unix.FAN_OPEN_EXEC | unix.FAN_ACCESS | unix.FAN_ONDIR |
+	unix.FAN_MODIFY | unix.FAN_CLOSE_WRITE | unix.FAN_CLOSE_NOWRITE
+
+// readEvents mark a file as read; writeEvents as written.
+const (
+	readEvents  = unix.FAN_ACCESS | unix.FAN_OPEN_EXEC | unix.FAN_CLOSE_NOWRITE
+	writeEvents = unix.FAN_MODIFY | unix.FAN_CLOSE_WRITE
+)
 
 // Record watches the mounted rootfs at root (the container's rootfs mount
 // on the host, e.g. the path containerd mounted for the task, or any
 // directory tree) for file opens and reads for duration d (or until ctx is
 // done), and returns the paths (relative to root, with leading "/") in
 // first-access order, deduplicated, capped at max entries (max <= 0: no
-// cap). Directories that were opened (listed) end in "/". It returns as soon
-// as max paths are recorded. Record is Start, Collect and Close.
+// cap). Directories that were opened (listed) end in "/". Files that were
+// written and never read (opened for writing only) are left out. It returns
+// as soon as max paths are recorded. Record is Start, Collect and Close.
 //
 // Record needs CAP_SYS_ADMIN (fanotify). It marks the whole mount that holds
 // root (FAN_MARK_MOUNT) and keeps the events of files under root, so root
@@ -105,12 +116,14 @@ func Start(root string, max int) (*Recording, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("fanotify_mark %q: %w", root, err)
 	}
-	return &Recording{fd: fd, r: &recorder{root: abs, max: max, seen: make(map[string]bool), self: int32(os.Getpid())}}, nil
+	return &Recording{fd: fd, r: &recorder{root: abs, max: max, seen: make(map[string]uint8), self: int32(os.Getpid())}}, nil
 }
 
 // Collect reads events for d from now (or until ctx is done, or max paths
-// are recorded) and returns all paths recorded since Start. Events queued
-// before the call are read even when d is 0.
+// are recorded) and returns all paths recorded since Start (as Record
+// filters them). Events queued before the call are read even when d is 0;
+// Collect may be called again to go on recording, so a caller can use the
+// list while it grows.
 func (rec *Recording) Collect(ctx context.Context, d time.Duration) ([]string, error) {
 	r, fd := rec.r, rec.fd
 	deadline := time.Now().Add(d)
@@ -121,7 +134,7 @@ func (rec *Recording) Collect(ctx context.Context, d time.Duration) ([]string, e
 			break
 		}
 		if err := ctx.Err(); err != nil {
-			return r.paths, err
+			return r.result(), err
 		}
 		// Poll in short slices so that a cancelled ctx ends the wait.
 		ms := int(min(wait, 50*time.Millisecond) / time.Millisecond)
@@ -130,22 +143,25 @@ func (rec *Recording) Collect(ctx context.Context, d time.Duration) ([]string, e
 		}
 		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, ms)
 		if err != nil && !errors.Is(err, unix.EINTR) {
-			return r.paths, fmt.Errorf("poll fanotify: %w", err)
+			return r.result(), fmt.Errorf("poll fanotify: %w", err)
 		}
 		if n > 0 {
 			if err := r.drain(fd, buf); err != nil {
-				return r.paths, err
+				return r.result(), err
 			}
 		}
 	}
 	// Events that arrived just before the deadline are queued already.
 	if !r.full() {
 		if err := r.drain(fd, buf); err != nil {
-			return r.paths, err
+			return r.result(), err
 		}
 	}
-	return r.paths, ctx.Err()
+	return r.result(), ctx.Err()
 }
+
+// Full reports whether max paths are recorded: Collect then returns at once.
+func (rec *Recording) Full() bool { return rec.r.full() }
 
 // Close removes the mark.
 func (rec *Recording) Close() error { return unix.Close(rec.fd) }
@@ -154,11 +170,27 @@ type recorder struct {
 	root  string
 	max   int
 	self  int32
-	seen  map[string]bool
-	paths []string
+	seen  map[string]uint8 // the path's marks: wasRead, wasWritten
+	paths []string         // in first-event order
 }
 
+const (
+	wasRead uint8 = 1 << iota
+	wasWritten
+)
+
 func (r *recorder) full() bool { return r.max > 0 && len(r.paths) >= r.max }
+
+// result is the recorded paths without those written and never read.
+func (r *recorder) result() []string {
+	out := make([]string, 0, len(r.paths))
+	for _, p := range r.paths {
+		if m := r.seen[p]; m&wasWritten == 0 || m&wasRead != 0 {
+			out = append(out, p)
+		}
+	}
+	return out
+}
 
 // drain reads and resolves every queued event. Each event carries an open
 // descriptor of the file, which is closed here whatever happens.
@@ -187,14 +219,14 @@ func (r *recorder) drain(fd int, buf []byte) error {
 			if m.Fd < 0 { // FAN_NOFD: the queue overflowed
 				continue
 			}
-			r.add(int(m.Fd), m.Pid)
+			r.add(int(m.Fd), m.Pid, m.Mask)
 			unix.Close(int(m.Fd))
 		}
 	}
 }
 
-func (r *recorder) add(fd int, pid int32) {
-	if pid == r.self || r.full() {
+func (r *recorder) add(fd int, pid int32, events uint64) {
+	if pid == r.self {
 		return
 	}
 	p, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
@@ -216,10 +248,21 @@ func (r *recorder) add(fd int, pid int32) {
 	if err := unix.Fstat(fd, &st); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && rel != "/" {
 		rel += "/"
 	}
-	if r.seen[rel] {
+	var marks uint8
+	if events&readEvents != 0 {
+		marks |= wasRead
+	}
+	if events&writeEvents != 0 {
+		marks |= wasWritten
+	}
+	if old, ok := r.seen[rel]; ok {
+		r.seen[rel] = old | marks
 		return
 	}
-	r.seen[rel] = true
+	if r.full() {
+		return
+	}
+	r.seen[rel] = marks
 	r.paths = append(r.paths, rel)
 }
 

@@ -151,3 +151,35 @@ func TestPrioritize(t *testing.T) {
 		})
 	}
 }
+
+// Files opened only for writing (appended to, created) are not first
+// reads; a file opened for reading and writing and read is. Collect can be
+// called again and the list grows.
+func TestRootRecordSkipsWriteOnly(t *testing.T) {
+	requireRoot(t)
+	merged := mountOverlay(t, rootfs)
+	rec, err := Start(merged, 100)
+	require.NoError(t, err)
+	defer rec.Close()
+	sh := func(script string) {
+		t.Helper()
+		cmd := exec.Command("sh", "-c", script)
+		cmd.Dir = merged
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, string(out))
+	}
+	sh("cat etc/hosts > /dev/null && echo more >> usr/share/doc/a.txt && echo new > created")
+	first, err := rec.Collect(context.Background(), 0)
+	require.NoError(t, err)
+	assert.Contains(t, first, "/etc/hosts")
+	assert.NotContains(t, first, "/usr/share/doc/a.txt", "appended to, never read")
+	assert.NotContains(t, first, "/created", "created by the instance")
+
+	sh("exec 3<>usr/bin/tool; cat <&3 > /dev/null; cat usr/share/doc/a.txt > /dev/null")
+	second, err := rec.Collect(context.Background(), 0)
+	require.NoError(t, err)
+	assert.Contains(t, second, "/usr/bin/tool", "opened read-write and read")
+	assert.Contains(t, second, "/usr/share/doc/a.txt", "read after it was written")
+	assert.Contains(t, second, "/etc/hosts", "the list keeps what it had")
+	assert.NotContains(t, second, "/created")
+}

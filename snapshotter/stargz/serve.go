@@ -55,9 +55,10 @@ const Name = "stargz"
 const maxSocketPath = 107
 
 // Config of the snapshotter. Zero values get the defaults below, chosen so
-// that when the registry goes away a read of a file that is not cached yet
-// fails with EIO in about 5 s (connection refused) and at most FetchTimeout
-// (registry silently gone), never hangs; see docs/NOTES.md.
+// that when the registry goes away (connections refused, or a registry that
+// accepts and never answers) a read of a file that is not cached yet keeps
+// retrying for FetchTimeout and then fails with EIO, never hangs and never
+// takes a multiple of FetchTimeout (outage.go); see docs/NOTES.md.
 type Config struct {
 	// PlainHTTP are registry host:port served over plain HTTP (the
 	// embedded registry). Loopback hosts always use plain HTTP.
@@ -66,16 +67,17 @@ type Config struct {
 	// credentials.go); "" = every registry anonymously.
 	CredentialsFile string
 	// FetchTimeout bounds one on-demand fetch of a layer range, retries
-	// included. Default 20s (the library's default is 300 s, far beyond
-	// what a shell user waits for a read to fail).
+	// included: the longest a read waits for a registry that is gone.
+	// Default 20s (the library's default is 300 s, far beyond what a shell
+	// user waits for a read to fail).
 	FetchTimeout time.Duration
 	// RequestTimeout bounds each HTTP request to the registry, body
 	// included. Default 15s.
 	RequestTimeout time.Duration
-	// MaxRetries is how many times a failed request is retried, with
-	// exponential backoff from MinRetryWait to MaxRetryWait (each doubled
-	// at most by jitter). Defaults 3, 250ms, 2s: about 3.5 s of waiting at
-	// worst when the registry refuses connections (library defaults: 5
+	// MaxRetries caps how many times a failed request is retried, with
+	// exponential backoff from MinRetryWait to MaxRetryWait; retries also
+	// end with the fetch's FetchTimeout. Defaults: as many as fit in
+	// FetchTimeout at MinRetryWait, 250ms, 2s (library defaults: 5
 	// retries, up to 300 s apart).
 	MaxRetries   int
 	MinRetryWait time.Duration
@@ -96,11 +98,11 @@ func (c *Config) setDefaults() {
 	if c.RequestTimeout <= 0 {
 		c.RequestTimeout = 15 * time.Second
 	}
-	if c.MaxRetries <= 0 {
-		c.MaxRetries = 3
-	}
 	if c.MinRetryWait <= 0 {
 		c.MinRetryWait = 250 * time.Millisecond
+	}
+	if c.MaxRetries <= 0 {
+		c.MaxRetries = int(c.FetchTimeout/c.MinRetryWait) + 1
 	}
 	if c.MaxRetryWait <= 0 {
 		c.MaxRetryWait = 2 * time.Second
@@ -133,7 +135,8 @@ func (c Config) serviceConfig() *service.Config {
 // registryHosts resolves every registry to one host entry (no https
 // fallback after http, which would double the time a failing read takes),
 // with plain HTTP for c.PlainHTTP and loopback hosts. The HTTP client is
-// the library's retrying one, so the retry settings apply.
+// the library's retrying one under outageTransport, which sets the retry
+// settings.
 func (c Config) registryHosts() source.RegistryHosts {
 	base := resolver.RegistryHostsFromConfig(resolver.Config{
 		RequestTimeoutSec: int(max(1, c.RequestTimeout/time.Second)),
@@ -146,6 +149,14 @@ func (c Config) registryHosts() source.RegistryHosts {
 		h := hosts[len(hosts)-1] // the registry itself, after (no) mirrors
 		if slices.Contains(c.PlainHTTP, h.Host) {
 			h.Scheme = "http"
+		}
+		if h.Client != nil {
+			hc := *h.Client
+			hc.Transport = newOutageTransport(h.Client, c.MaxRetries, c.MinRetryWait, c.MaxRetryWait)
+			// The library reads the per-request timeout from here for
+			// requests through a transport it does not know.
+			hc.Timeout = c.RequestTimeout
+			h.Client = &hc
 		}
 		return []docker.RegistryHost{h}, nil
 	}

@@ -1,0 +1,56 @@
+package lifecycle
+
+import (
+	"context"
+	"time"
+
+	"github.com/envd-dev/envd/api/types"
+)
+
+// exitGrace is how long after an init's exit the instance is looked at: a
+// verb that killed it (stop, rm) has marked itself by then.
+const exitGrace = 100 * time.Millisecond
+
+// watchExits marks a Running instance whose init exited Failed at once
+// (reason task_exited, or oom_killed), so that what `show` answers and
+// what an exec finds agree: before, the periodic reconciliation found it
+// up to ReconcileInterval later, and meanwhile an exec answered that the
+// instance is stopped while its state said Running. An exit caused by a
+// verb of this process (stop, rm, a save's hibernation) is left to it.
+func (m *Manager) watchExits() {
+	w, ok := m.Runtime.(interface {
+		OnInitExit(ctx context.Context, fn func(id string))
+	})
+	if !ok {
+		return
+	}
+	w.OnInitExit(m.ctx, func(id string) {
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-time.After(exitGrace):
+		}
+		m.SettleExit(m.ctx, id)
+	})
+}
+
+// SettleExit marks instance id Failed if its row says Running on this
+// node, no verb acts on it, and its task has indeed ended.
+func (m *Manager) SettleExit(ctx context.Context, id string) {
+	if m.inFlight(id) {
+		return
+	}
+	in, err := m.Store.GetInstance(ctx, "", id)
+	if err != nil || in.State != types.StateRunning || in.Node != m.Node {
+		return
+	}
+	st, err := m.Runtime.Status(ctx, id)
+	if err != nil || !st.Exists || st.Task == "running" || st.Task == "paused" || m.inFlight(id) {
+		return
+	}
+	if st.OOMKilled {
+		m.failOOM(ctx, id)
+		return
+	}
+	m.fail(ctx, id, in.State, types.ReasonTaskExited, "its processes exited; the writable layer is kept until removal")
+}

@@ -1,0 +1,95 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/snapshotter/prefetch"
+	"github.com/envd-dev/envd/versions"
+)
+
+// Bounds of warming a lazy instance before it is reported Running.
+const (
+	// warmNeededTimeout bounds reading what the init needs. The lazy
+	// snapshotter fails a read the registry cannot serve after its fetch
+	// timeout (20 s): a start through a registry outage fails in about
+	// that time, instead of being reported Running and its init dying on
+	// the first page it cannot fetch.
+	warmNeededTimeout = 30 * time.Second
+	// warmFilesTimeout and warmFilesBytes bound reading the project's
+	// recorded first reads ahead, in the background; what does not fit is
+	// fetched on demand as before.
+	warmFilesTimeout = 10 * time.Second
+	warmFilesBytes   = 512 << 20
+	warmWorkers      = 8
+)
+
+// initCommands are runtime's init (`/bin/sh -c SCRIPT`) and the commands
+// its script runs (`sleep`).
+var initCommands = []string{"/bin/sh", "sleep"}
+
+// warm makes a lazily restored instance's init independent of the
+// registry before the instance is reported Running: it reads, through the
+// instance's root, the init's executable, libraries and commands (an error
+// here fails the start: errdefs.ErrUnavailable when the registry could not
+// serve them). Then it starts reading the project's recorded first reads
+// ahead (readAhead), so that the first commands find their files local.
+// An instance whose layers are all local is left alone.
+func (m *Manager) warm(ctx context.Context, in versions.Instance, proj versions.Project) error {
+	st, err := m.Runtime.Status(ctx, in.ID)
+	if err != nil {
+		return err
+	}
+	if st.Task != "running" || st.Pid == 0 {
+		// An init that ended already is reported by the exit watch
+		// (exits.go) as task_exited; a runtime without processes (tests)
+		// has nothing to read.
+		return nil
+	}
+	lazy, err := prefetch.Lazy(int(st.Pid))
+	if err != nil || !lazy {
+		return nil // an init gone already shows below, as task_exited
+	}
+	started := time.Now()
+	nctx, cancel := context.WithTimeout(ctx, warmNeededTimeout)
+	defer cancel()
+	res, err := prefetch.Warm(nctx, int(st.Pid), prefetch.WarmOptions{Commands: initCommands})
+	if err != nil {
+		if nctx.Err() != nil && ctx.Err() == nil {
+			err = fmt.Errorf("%w: %w", errdefs.ErrUnavailable, err)
+		}
+		return fmt.Errorf("lazy instance %q: what its init needs is not local after %s (registry unreachable?): %w",
+			in.ID, time.Since(started).Round(time.Millisecond), err)
+	}
+	m.Log.Info("warmed lazy instance", "instance", in.ID,
+		"needed_files", res.Needed, "needed_bytes", res.NeededBytes, "ms", time.Since(started).Milliseconds())
+	m.readAhead(in, int(st.Pid), proj.Prefetch)
+	return nil
+}
+
+// readAhead reads the project's recorded first reads through the
+// instance's root in the background, in order, 8 at a time, bounded by
+// warmFilesTimeout and warmFilesBytes. It does not hold the start: read
+// before Running, a long list cost more than the first commands gained.
+func (m *Manager) readAhead(in versions.Instance, pid int, files []string) {
+	if len(files) == 0 {
+		return
+	}
+	m.wg.Go(func() {
+		started := time.Now()
+		ctx, cancel := context.WithTimeout(m.ctx, warmFilesTimeout)
+		defer cancel()
+		res, err := prefetch.Warm(ctx, pid, prefetch.WarmOptions{
+			Files: files, MaxBytes: warmFilesBytes, Workers: warmWorkers,
+		})
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			m.Log.Warn("read first reads ahead", "instance", in.ID, "err", err)
+			return
+		}
+		m.Log.Info("read first reads ahead", "instance", in.ID, "files", res.Files, "bytes", res.FileBytes,
+			"skipped", res.Skipped, "ms", time.Since(started).Milliseconds())
+	})
+}
