@@ -3,14 +3,13 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/client"
+	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/envd/node"
 )
 
@@ -87,30 +86,12 @@ func BenchmarkRootClusterRestoreAffinity(b *testing.B) {
 }
 
 // benchClusterNode starts a node joining the shared node's database and
-// registry with label zone=ZONE.
+// registry with label zone=ZONE, placing by the cluster's policy.
 func benchClusterNode(b *testing.B, name, zone string) *client.Client {
-	b.Helper()
-	dir, err := os.MkdirTemp("", "envd-e2e-"+name+"-")
-	if err != nil {
-		b.Fatal(err)
-	}
-	_ = os.Chmod(dir, 0o755)
-	cfg := node.Config{DataDir: filepath.Join(dir, "data"), Node: name, DSN: env.node.DSN(), DefaultTTL: time.Hour,
-		Registry: env.node.RegistryAddr(), WrapAPI: env.spec.Wrap, PrefetchWindow: -1, Labels: map[string]string{"zone": zone}}
-	cfg.RegistryCredentialFile, _ = env.node.RegistryCredentialFiles()
-	n, err := node.Start(context.Background(), cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		n.Shutdown(sctx)
-		_ = os.RemoveAll(dir)
+	_, c := startBenchNode(b, name, func(cfg *node.Config) {
+		cfg.PrefetchWindow = -1
+		cfg.Labels = map[string]string{"zone": zone}
+		cfg.Placement = envd.PlacementSpread
 	})
-	c, err := client.New(n.URL, n.Token)
-	if err != nil {
-		b.Fatal(err)
-	}
 	return c
 }

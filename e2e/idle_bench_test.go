@@ -98,8 +98,9 @@ func BenchmarkRootIdleWake(b *testing.B) {
 }
 
 // startBenchNode starts a node that joins the shared node's database and
-// registry, for a benchmark.
-func startBenchNode(b *testing.B, name string) (*node.Node, *client.Client) {
+// registry, for a benchmark; it keeps the instances asked of it (placement
+// local) unless set changes the configuration.
+func startBenchNode(b *testing.B, name string, set ...func(*node.Config)) (*node.Node, *client.Client) {
 	b.Helper()
 	dir, err := os.MkdirTemp("", "envd-e2e-"+name+"-")
 	if err != nil {
@@ -109,6 +110,9 @@ func startBenchNode(b *testing.B, name string) (*node.Node, *client.Client) {
 	cfg := node.Config{DataDir: filepath.Join(dir, "data"), Node: name, DSN: env.node.DSN(), DefaultTTL: time.Hour,
 		Registry: env.node.RegistryAddr(), WrapAPI: env.spec.Wrap, Placement: envd.PlacementLocal}
 	cfg.RegistryCredentialFile, _ = env.node.RegistryCredentialFiles()
+	for _, f := range set {
+		f(&cfg)
+	}
 	n, err := node.Start(context.Background(), cfg)
 	if err != nil {
 		b.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	apievents "github.com/containerd/containerd/api/events"
+	"github.com/containerd/containerd/v2/core/events"
 	"github.com/containerd/typeurl/v2"
 )
 
@@ -15,10 +16,20 @@ import (
 // exit during a disconnect is missed, and left to the caller's periodic
 // reconciliation.
 func (r *Runtime) OnInitExit(ctx context.Context, fn func(id string)) {
-	ctx = r.ctx(ctx)
+	r.follow(r.ctx(ctx), "/tasks/exit", func(_ *events.Envelope, v any) {
+		if ev, ok := v.(*apievents.TaskExit); ok && ev.ID == ev.ContainerID {
+			go fn(ev.ContainerID)
+		}
+	})
+}
+
+// follow calls fn with each event of topic in our namespace, decoded,
+// until ctx ends, in a goroutine of its own; it subscribes again a second
+// after a disconnect (events in between are missed).
+func (r *Runtime) follow(ctx context.Context, topic string, fn func(env *events.Envelope, v any)) {
 	go func() {
 		for ctx.Err() == nil {
-			evC, errC := r.client.Subscribe(ctx, `topic=="/tasks/exit",namespace==`+r.cfg.Namespace)
+			evC, errC := r.client.Subscribe(ctx, `topic==`+`"`+topic+`"`+`,namespace==`+r.cfg.Namespace)
 		recv:
 			for {
 				select {
@@ -30,12 +41,8 @@ func (r *Runtime) OnInitExit(ctx context.Context, fn func(id string)) {
 					if env == nil {
 						break recv
 					}
-					v, err := typeurl.UnmarshalAny(env.Event)
-					if err != nil {
-						continue
-					}
-					if ev, ok := v.(*apievents.TaskExit); ok && ev.ID == ev.ContainerID {
-						go fn(ev.ContainerID)
+					if v, err := typeurl.UnmarshalAny(env.Event); err == nil {
+						fn(env, v)
 					}
 				}
 			}

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	apievents "github.com/containerd/containerd/api/events"
-	"github.com/containerd/typeurl/v2"
+	"github.com/containerd/containerd/v2/core/events"
 )
 
 // oomLog remembers when containerd last reported an OOM kill in each
@@ -42,36 +42,11 @@ func (r *Runtime) watchOOM() {
 	ctx, cancel := context.WithCancel(r.ctx(context.Background()))
 	r.ooms.cancel = cancel
 	r.ooms.last = map[string]time.Time{}
-	go func() {
-		for ctx.Err() == nil {
-			evC, errC := r.client.Subscribe(ctx, `topic=="/tasks/oom",namespace==`+r.cfg.Namespace)
-		recv:
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-errC:
-					break recv
-				case env := <-evC:
-					if env == nil {
-						break recv
-					}
-					v, err := typeurl.UnmarshalAny(env.Event)
-					if err != nil {
-						continue
-					}
-					if ev, ok := v.(*apievents.TaskOOM); ok {
-						r.recordOOM(ev.ContainerID, env.Timestamp)
-					}
-				}
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Second):
-			}
+	r.follow(ctx, "/tasks/oom", func(env *events.Envelope, v any) {
+		if ev, ok := v.(*apievents.TaskOOM); ok {
+			r.recordOOM(ev.ContainerID, env.Timestamp)
 		}
-	}()
+	})
 }
 
 func (r *Runtime) recordOOM(id string, at time.Time) {
