@@ -69,6 +69,7 @@ const MaxJSONBody = 1 << 20
 
 type options struct {
 	forwardTransport http.RoundTripper // forward.go
+	forwardKey       []byte            // forwardsign.go
 	accessLog        *slog.Logger
 	errorLog         io.Writer
 	pollInterval     time.Duration
@@ -204,6 +205,7 @@ func New(core Core, opts ...Option) (http.Handler, error) {
 	e.ContextWithFallback = true
 	_ = e.SetTrustedProxies(nil)
 	e.Use(requestID)
+	e.Use(func(c *gin.Context) { stripUnsigned(o.forwardKey, c.Request) }) // forwardsign.go
 	if o.accessLog != nil {
 		e.Use(accessLog(o.accessLog))
 	}
@@ -225,9 +227,9 @@ func New(core Core, opts ...Option) (http.Handler, error) {
 	e.GET("/readyz", readiness{o.checks, o.checkTimeout}.serve)
 	e.GET("/metrics", scrapeAuth(core, o.scrapeToken), serveMetrics(o.metrics))
 	e.POST("/v1/cluster/join", joinTokens{core}.join)
-	fwd := o.forwardTransport
-	if fwd == nil {
-		fwd = http.DefaultTransport
+	fwd := forwarder{rt: o.forwardTransport, key: o.forwardKey}
+	if fwd.rt == nil {
+		fwd.rt = http.DefaultTransport
 	}
 	v1 := e.Group("/v1", auth, checkIdempotencyKey, forward(core, fwd), placeCreate(core, fwd))
 	for _, group := range [][]route{

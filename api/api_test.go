@@ -29,12 +29,16 @@ import (
 func newServer(t *testing.T) (*apitest.Core, *httptest.Server) {
 	t.Helper()
 	core := apitest.New()
-	h, err := api.New(core, api.WithEventPollInterval(10*time.Millisecond))
+	h, err := api.New(core, api.WithEventPollInterval(10*time.Millisecond), api.WithForwardKey(testClusterKey))
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return core, srv
 }
+
+// testClusterKey is the cluster key of every test server: two of them
+// forward to each other as two nodes of one cluster.
+var testClusterKey = []byte("0123456789abcdef0123456789abcdef")
 
 type response struct {
 	status int

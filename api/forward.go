@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -30,7 +31,7 @@ const ForwardedHeader = "X-Envd-Forwarded-From"
 // upgrades and event streams included, so that every node serves every
 // instance route. Reading an instance (GET /v1/instances/{i}) is answered
 // where it arrives.
-func forward(core ForwardCore, transport http.RoundTripper) gin.HandlerFunc {
+func forward(core ForwardCore, fw forwarder) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		id := c.Param("i")
 		if id == "" || c.GetHeader(ForwardedHeader) != "" ||
@@ -48,14 +49,21 @@ func forward(core ForwardCore, transport http.RoundTripper) gin.HandlerFunc {
 			return
 		}
 		c.Abort()
-		forwardTo(c.Writer, c.Request, transport, id, node, apiURL, false, func(err error) { writeError(c, err) })
+		forwardTo(c.Writer, c.Request, fw, id, node, apiURL, false, func(err error) { writeError(c, err) })
 	}
 }
 
 // forwardTo sends r to the node at apiURL and streams its answer to w.
 // keepHost keeps the request's Host (the host form of the port proxy,
 // which the owner recognises by it); otherwise the owner's host is sent.
-func forwardTo(w http.ResponseWriter, r *http.Request, transport http.RoundTripper, id, node, apiURL string, keepHost bool, fail func(error)) {
+// forwarder is how this node forwards: the transport to the other nodes
+// and the cluster's key it signs with (forwardsign.go).
+type forwarder struct {
+	rt  http.RoundTripper
+	key []byte
+}
+
+func forwardTo(w http.ResponseWriter, r *http.Request, fw forwarder, id, node, apiURL string, keepHost bool, fail func(error)) {
 	target, err := url.Parse(apiURL)
 	if err != nil {
 		fail(fmt.Errorf("node %q registered API URL %q: %v: %w", node, apiURL, err, errdefs.ErrUnavailable))
@@ -68,11 +76,11 @@ func forwardTo(w http.ResponseWriter, r *http.Request, transport http.RoundTripp
 			if keepHost {
 				pr.Out.Host = pr.In.Host
 			}
-			pr.Out.Header.Set(ForwardedHeader, "1")
 			pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
 			pr.SetXForwarded()
+			signForwarded(fw.key, pr.Out, time.Now())
 		},
-		Transport:     transport,
+		Transport:     fw.rt,
 		FlushInterval: -1, // event streams and exec output as they come
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			fail(fmt.Errorf("instance %q runs on node %q, which did not answer at %s: %v: %w", id, node, apiURL, err, errdefs.ErrUnavailable))

@@ -74,8 +74,8 @@ func (g nodes) routes() []route {
 // the cancel of an operation to the node that runs it (the node that
 // runs it is the one that can stop its work); it lets every other request
 // through.
-func placeCreate(core ClusterCore, transport http.RoundTripper) gin.HandlerFunc {
-	p := place(core, transport)
+func placeCreate(core ClusterCore, fw forwarder) gin.HandlerFunc {
+	p := place(core, fw)
 	return func(c *gin.Context) {
 		switch {
 		case c.Request.Method == http.MethodPost && c.FullPath() == "/v1/projects/:p/instances":
@@ -90,7 +90,7 @@ func placeCreate(core ClusterCore, transport http.RoundTripper) gin.HandlerFunc 
 				c.Next()
 			default:
 				c.Abort()
-				forwardTo(c.Writer, c.Request, transport, "operation "+id, node, apiURL, false, func(err error) { writeError(c, err) })
+				forwardTo(c.Writer, c.Request, fw, "operation "+id, node, apiURL, false, func(err error) { writeError(c, err) })
 			}
 		default:
 			c.Next()
@@ -102,7 +102,7 @@ func placeCreate(core ClusterCore, transport http.RoundTripper) gin.HandlerFunc 
 // picks, with the decision in PlacementHeader; a create that was
 // forwarded here already, or that this node takes, goes on to the local
 // handler with the decision in the header too.
-func place(core ClusterCore, transport http.RoundTripper) gin.HandlerFunc {
+func place(core ClusterCore, fw forwarder) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		if c.GetHeader(ForwardedHeader) != "" {
 			if reason := c.GetHeader(PlacementHeader); reason != "" {
@@ -139,6 +139,6 @@ func place(core ClusterCore, transport http.RoundTripper) gin.HandlerFunc {
 		c.Abort()
 		c.Request.Body = io.NopCloser(bytes.NewReader(body))
 		c.Request.ContentLength = int64(len(body))
-		forwardTo(c.Writer, c.Request, transport, "new instance", node, apiURL, false, func(err error) { writeError(c, err) })
+		forwardTo(c.Writer, c.Request, fw, "new instance", node, apiURL, false, func(err error) { writeError(c, err) })
 	}
 }

@@ -2,7 +2,9 @@ package api_test
 
 import (
 	"context"
+	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,13 +42,13 @@ func TestPlacementForwardsTheCreate(t *testing.T) {
 		seen = types.PlacementFrom(ctx)
 		return types.Instance{ID: "i-b", Project: project, Node: "node-b", State: types.StateRunning, Placement: seen}, nil
 	}
-	oh, err := api.New(owner)
+	oh, err := api.New(owner, api.WithForwardKey(testClusterKey))
 	require.NoError(t, err)
 	ownerSrv := httptest.NewServer(oh)
 	t.Cleanup(ownerSrv.Close)
 
 	near := &placingCore{Core: apitest.New(), url: ownerSrv.URL}
-	nh, err := api.New(near)
+	nh, err := api.New(near, api.WithForwardKey(testClusterKey))
 	require.NoError(t, err)
 	nearSrv := httptest.NewServer(nh)
 	t.Cleanup(nearSrv.Close)
@@ -69,6 +71,23 @@ func TestPlacementForwardsTheCreate(t *testing.T) {
 
 	_, err = c.CreateInstance(ctx, "web", types.CreateInstanceRequest{NodeSelector: map[string]string{"zone": "none"}})
 	require.ErrorIs(t, err, errdefs.ErrResourceExhausted)
+
+	// A client that says it is a node (forged headers) is placed like any
+	// other: it cannot pick the node nor write the placement reason.
+	for _, forged := range []string{"1", "v1.1700000000.00", "v1.9999999999.deadbeef"} {
+		req, err := http.NewRequest(http.MethodPost, nearSrv.URL+"/v1/projects/web/instances", strings.NewReader(`{"node_selector":{"zone":"none"}}`))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer test-token")
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(api.ForwardedHeader, forged)
+		req.Header.Set(api.PlacementHeader, "placed here: I said so")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "forged %q: placement ran and found no node", forged)
+	}
+	_, ok = near.LastCall("CreateInstance")
+	assert.False(t, ok, "the node asked never created an instance for a forged forward")
 }
 
 // cancelCore says operation "op-far" runs on the node at url.
@@ -89,7 +108,7 @@ func (c *cancelCore) OperationOwner(ctx context.Context, _ types.Principal, id s
 func TestOperationCancelReachesItsNode(t *testing.T) {
 	owner, ownerSrv := newServer(t)
 	near := &cancelCore{Core: apitest.New(), url: ownerSrv.URL}
-	nh, err := api.New(near)
+	nh, err := api.New(near, api.WithForwardKey(testClusterKey))
 	require.NoError(t, err)
 	nearSrv := httptest.NewServer(nh)
 	t.Cleanup(nearSrv.Close)

@@ -347,12 +347,15 @@ func dropCookie(h http.Header, name string) {
 // Host is {port}-{instance}.{domain} and passes every other request to
 // next (the API). domain "" returns next itself.
 // A request for an instance another node runs is forwarded there with its
-// Host kept (every node of a cluster serves the same preview domain).
-func PreviewHosts(core PreviewCore, domain string, next http.Handler) http.Handler {
+// Host kept (every node of a cluster serves the same preview domain),
+// signed with key (WithForwardKey); a forwarded request that key does not
+// verify is taken as a client's.
+func PreviewHosts(core PreviewCore, domain string, next http.Handler, key []byte) http.Handler {
 	if domain == "" {
 		return next
 	}
-	return &previewHosts{core: core, domain: strings.ToLower(strings.TrimSuffix(domain, ".")), next: next, proxy: newPortProxy(core)}
+	fw := forwarder{rt: http.DefaultTransport, key: key}
+	return verifyForwarded(key, &previewHosts{core: core, domain: strings.ToLower(strings.TrimSuffix(domain, ".")), next: next, proxy: newPortProxy(core), fw: fw})
 }
 
 // PreviewCore is what the host form needs: the port proxy's core, and
@@ -367,6 +370,7 @@ type previewHosts struct {
 	domain string
 	next   http.Handler
 	proxy  *portProxy
+	fw     forwarder
 }
 
 func (h *previewHosts) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -422,7 +426,7 @@ func (h *previewHosts) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if !local {
-			forwardTo(w, r, http.DefaultTransport, id, node, apiURL, true, func(err error) { plainError(w, err) })
+			forwardTo(w, r, h.fw, id, node, apiURL, true, func(err error) { plainError(w, err) })
 			return
 		}
 	}

@@ -518,3 +518,9 @@ func (s *Service) OperationOwner(ctx context.Context, p types.Principal, id stri
 	}
 	return m.Name, m.APIURL, false, nil
 }
+
+// ClusterKey is the key the nodes of this database sign forwarded requests
+// with (api.WithForwardKey).
+func (s *Service) ClusterKey(ctx context.Context) ([]byte, error) {
+	return s.store.ClusterKey(ctx)
+}

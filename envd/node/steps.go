@@ -315,15 +315,21 @@ func (n *Node) adminToken(ctx context.Context, db database) (string, error) {
 // and serves svc's API there, with TLS as setupTLS decides (tls.go);
 // Drain and Close stop it.
 func (n *Node) serveAPI(svc *envd.Service) (url string, err error) {
+	kctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	key, err := svc.ClusterKey(kctx)
+	cancel()
+	if err != nil {
+		return "", fmt.Errorf("cluster key: %w", err)
+	}
 	h, err := api.New(svc, append(append(n.apiMetrics(), n.apiSSH()...), api.WithLogger(n.cfg.Logger), api.WithReadiness(n.readiness()),
-		api.WithPreviewDomain(n.cfg.PreviewDomain))...)
+		api.WithPreviewDomain(n.cfg.PreviewDomain), api.WithForwardKey(key))...)
 	if err != nil {
 		return "", err
 	}
 	if n.cfg.WrapAPI != nil {
 		h = n.cfg.WrapAPI(h)
 	}
-	h = api.PreviewHosts(svc, n.cfg.PreviewDomain, h) // preview hosts are the instances', not the API's
+	h = api.PreviewHosts(svc, n.cfg.PreviewDomain, h, key) // preview hosts are the instances', not the API's
 	ln, err := net.Listen("tcp", n.cfg.Listen)
 	if err != nil {
 		return "", fmt.Errorf("listen %s: %w", n.cfg.Listen, err)
