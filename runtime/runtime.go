@@ -835,6 +835,12 @@ func execStartErr(err error, format string, args ...any) error {
 	if strings.Contains(err.Error(), "paused state") {
 		return fmt.Errorf(format+": %w: %w", append(args, ErrTaskPaused, errdefs.ErrFailedPrecondition)...)
 	}
+	if strings.Contains(err.Error(), "cannot exec in a stopped container") {
+		// The init died between the exec's set-up and its start: runc
+		// says so in words (gRPC code Unknown), and it is the instance's
+		// state, not an internal error.
+		return fmt.Errorf(format+": %w: %w", append(args, err, errdefs.ErrFailedPrecondition)...)
+	}
 	return startErr(err, format, args...)
 }
 

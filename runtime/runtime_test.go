@@ -151,4 +151,10 @@ func TestExecStartErr(t *testing.T) {
 	assert.Contains(t, paused.Error(), `exec in instance "i"`)
 	other := execStartErr(errors.New("no such file"), "exec in instance %q", "i")
 	assert.NotErrorIs(t, other, ErrTaskPaused)
+	assert.NotErrorIs(t, other, errdefs.ErrFailedPrecondition)
+	// The init died after the exec was set up: the instance's state, so
+	// the exec's caller settles it (envd/command) instead of a 500.
+	stopped := execStartErr(errors.New("OCI runtime exec failed: exec failed: cannot exec in a stopped container: unknown"), "start %q in instance %q", "true", "i")
+	assert.ErrorIs(t, stopped, errdefs.ErrFailedPrecondition)
+	assert.NotErrorIs(t, stopped, ErrTaskPaused)
 }
