@@ -34,6 +34,14 @@ func (m *Manager) watchExits() {
 	})
 }
 
+// taskEnded reports whether a task state (runtime.Status.Task) says the
+// init is gone: stopped, or no task at all. A state the shim could not
+// tell ("unknown", as `runc state` may answer on a loaded node while the
+// cgroup is frozen for a save) is not an end: the next look decides.
+func taskEnded(task string) bool {
+	return task == "stopped" || task == ""
+}
+
 // SettleExit marks instance id Failed if its row says Running on this
 // node, no verb acts on it, and its task has indeed ended.
 func (m *Manager) SettleExit(ctx context.Context, id string) {
@@ -45,7 +53,10 @@ func (m *Manager) SettleExit(ctx context.Context, id string) {
 		return
 	}
 	st, err := m.Runtime.Status(ctx, id)
-	if err != nil || !st.Exists || st.Task == "running" || st.Task == "paused" || m.inFlight(id) {
+	// Only a task stopped and still there is this exit's: no task at all
+	// while the container exists is a removal under way, which the
+	// reconciliation settles once it sees the whole picture.
+	if err != nil || !st.Exists || st.Task != "stopped" || m.inFlight(id) {
 		return
 	}
 	if st.OOMKilled {

@@ -156,9 +156,9 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 			// hibernated: it lives as a version, no container expected
 		case !st.Exists:
 			m.fail(ctx, in.ID, in.State, types.ReasonNodeLost, "its container is gone from node "+m.Node)
-		case in.State == types.StateRunning && st.Task != "running" && st.Task != "paused" && st.OOMKilled:
+		case in.State == types.StateRunning && taskEnded(st.Task) && st.OOMKilled:
 			m.failOOM(ctx, in.ID)
-		case in.State == types.StateRunning && st.Task != "running" && st.Task != "paused":
+		case in.State == types.StateRunning && taskEnded(st.Task):
 			m.fail(ctx, in.ID, in.State, types.ReasonTaskExited, "its processes exited; the writable layer is kept until removal")
 		case (in.State == types.StatePausing || in.State == types.StateResuming || in.State == types.StateStopping) && !m.inFlight(in.ID):
 			// Left by a crash: no verb of this process acts on it (a verb
