@@ -1,55 +1,11 @@
-// The SDK calls of the file browser and the ports page, and the nodes
-// list: the SDK's client.nodes.list() when it has one, else the same
-// request through the SDK's Transport, so every call still goes through
-// the SDK (its authentication, errors and retries).
+// The SDK calls of the file browser, the ports page and the nodes list,
+// in the words the pages use; every call goes through the SDK (its
+// authentication, errors and retries), and the wire types are the SDK's.
 
-import type { Client } from "../../sdk/typescript/src/index.js";
+import type { Client, FileInfo, FileList, ListeningPort, Node, PreviewToken } from "../../sdk/typescript/src/index.js";
 
-export interface FileInfo {
-  name: string;
-  path: string;
-  type: string;
-  size: number;
-  mode: string;
-  mtime: string;
-  uid: number;
-  gid: number;
-  link_target?: string;
-}
-
-export interface FileList {
-  path: string;
-  entries: FileInfo[];
-  read_only?: boolean;
-}
-
-export interface ListeningPort {
-  address: string;
-  port: number;
-  protocol: string;
-  public: boolean;
-  url?: string;
-}
-
-export interface PreviewToken {
-  url?: string;
-  token: string;
-  host?: string;
-  expires_at: string;
-}
-
-export interface NodeInfo {
-  name: string;
-  api_url?: string;
-  state: string;
-  labels?: Record<string, string>;
-  capacity?: Record<string, unknown>;
-  instances?: number;
-  lease_expires_at?: string;
-}
-
-// deno-lint-ignore no-explicit-any
-type Any = any;
+export type { FileInfo, FileList, ListeningPort, PreviewToken };
+export type NodeInfo = Node;
 
 export function listFiles(c: Client, id: string, path: string): Promise<FileList> {
   return c.files.list(id, path);
@@ -81,14 +37,8 @@ export function previewUrl(c: Client, id: string, port: number): Promise<Preview
 
 /** GET /v1/nodes (admin), or undefined when the node does not serve it (404). */
 export async function listNodes(c: Client): Promise<NodeInfo[] | undefined> {
-  const nodes = (c as Any).nodes;
   try {
-    if (nodes?.list) {
-      const r = await nodes.list();
-      return Array.isArray(r) ? r : (r.nodes ?? []);
-    }
-    const r = await c.transport.json<{ nodes: NodeInfo[] }>({ method: "GET", path: "/v1/nodes", retry: "safe" });
-    return r.nodes ?? [];
+    return await c.nodes.list();
   } catch (e) {
     if ((e as { status?: number }).status === 404) return undefined;
     throw e;
