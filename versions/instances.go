@@ -190,6 +190,16 @@ func (s *Store) Hibernated(ctx context.Context, id string, v int, reason, messag
 	return s.transition(ctx, id, []types.InstanceState{types.StateStopped}, types.StateStopped, reason, message, v)
 }
 
+// StopHibernated is Hibernated for an instance still Stopping: the stop
+// and the hibernation are one update, so no reader sees it Stopped with
+// its layer about to go and no version to wake from.
+func (s *Store) StopHibernated(ctx context.Context, id string, v int, reason, message string) (Instance, error) {
+	if v <= 0 {
+		return Instance{}, fmt.Errorf("hibernation version %d: %w", v, errdefs.ErrInvalidArgument)
+	}
+	return s.transition(ctx, id, []types.InstanceState{types.StateStopping}, types.StateStopped, reason, message, v)
+}
+
 // transition is Transition that also sets hibernated_version when
 // hibernated > 0.
 func (s *Store) transition(ctx context.Context, id string, from []types.InstanceState, to types.InstanceState, reason, message string, hibernated int) (Instance, error) {

@@ -363,6 +363,19 @@ func TestInstances(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, in.HibernatedVersion, "an ordinary transition leaves it")
 
+	// The idle stop ends hibernated in the same update: from Stopping only.
+	_, err = s.StopHibernated(ctx, "i1", 2, "idle", "saved as version 2")
+	require.ErrorIs(t, err, errdefs.ErrFailedPrecondition, "a Running instance is not stopping")
+	_, err = s.Transition(ctx, "i1", []types.InstanceState{"Running"}, "Stopping", "idle", "")
+	require.NoError(t, err)
+	in, err = s.StopHibernated(ctx, "i1", 2, "idle", "saved as version 2")
+	require.NoError(t, err)
+	assert.Equal(t, types.StateStopped, in.State)
+	assert.Equal(t, 2, in.HibernatedVersion)
+	assert.Equal(t, "saved as version 2", in.Message)
+	in, err = s.Transition(ctx, "i1", []types.InstanceState{"Stopped"}, "Running", "Started", "")
+	require.NoError(t, err)
+
 	in, err = s.SetExpiry(ctx, "i1", nil)
 	require.NoError(t, err)
 	assert.Nil(t, in.ExpiresAt)

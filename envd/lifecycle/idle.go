@@ -406,12 +406,13 @@ func (m *Manager) idle(ctx context.Context, in versions.Instance, action string,
 	delete(m.activity.idling, in.ID)
 	m.activity.mu.Unlock()
 	thaw() // the stop signals the processes; frozen ones would not see it
-	if _, err := m.stopInstance(ctx, p, in.ID, ReasonIdle, fmt.Sprintf("idle for %s; saved as version %d", idleFor, v.Number)); err != nil {
+	// Stopped and hibernated in one update: a reader never sees it
+	// stopped by idle with no version to wake from.
+	if _, err := m.step(ctx, p, in.ID, verb{From: []types.InstanceState{types.StateRunning, types.StatePaused}, Via: types.StateStopping, To: types.StateStopped,
+		Reason: ReasonIdle, Hibernated: v.Number,
+		Msg:  fmt.Sprintf("idle for %s: saved as version %d and stopped; any access wakes it, on any node", idleFor, v.Number),
+		Work: func(ctx context.Context, _ versions.Instance) error { return m.Runtime.Stop(ctx, in.ID) }}); err != nil {
 		return fmt.Errorf("stop after the idle save to version %d: %w", v.Number, err)
-	}
-	if _, err := m.Store.Hibernated(ctx, in.ID, v.Number, ReasonIdle,
-		fmt.Sprintf("idle for %s: saved as version %d and stopped; any access wakes it, on any node", idleFor, v.Number)); err != nil {
-		return err
 	}
 	if err := m.Runtime.Remove(ctx, in.ID); err != nil {
 		m.Log.Warn("free idle instance's layer", "instance", in.ID, "err", err) // the reconciler retries

@@ -51,6 +51,7 @@ type Store interface {
 	Transition(ctx context.Context, id string, from []types.InstanceState, to types.InstanceState, reason, message string) (versions.Instance, error)
 	Rehome(ctx context.Context, id string, from types.InstanceState, node string, layerVersion int) (versions.Instance, error)
 	Hibernated(ctx context.Context, id string, v int, reason, message string) (versions.Instance, error)
+	StopHibernated(ctx context.Context, id string, v int, reason, message string) (versions.Instance, error)
 	BumpGeneration(ctx context.Context, id string) (int64, error)
 	SetExpiry(ctx context.Context, id string, at *time.Time) (versions.Instance, error)
 	NextExpiry(ctx context.Context, node string) (*time.Time, error)

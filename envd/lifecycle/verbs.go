@@ -26,7 +26,10 @@ type verb struct {
 	Msg    string
 	// Back is where a failed Work leaves the instance; "" = Failed.
 	Back types.InstanceState
-	Work func(ctx context.Context, in versions.Instance) error
+	// Hibernated > 0: the stop ends hibernated on this version (To is
+	// Stopped), in the same update.
+	Hibernated int
+	Work       func(ctx context.Context, in versions.Instance) error
 }
 
 // step runs verb v on instance id of p's tenant, on this node.
@@ -55,7 +58,11 @@ func (m *Manager) step(ctx context.Context, p types.Principal, id string, v verb
 		}
 		return types.Instance{}, fmt.Errorf("%s instance %q: %w", v.Reason, id, werr)
 	}
-	in, err = m.Store.Transition(ctx, id, []types.InstanceState{v.Via}, v.To, v.Reason, v.Msg)
+	if v.Hibernated > 0 {
+		in, err = m.Store.StopHibernated(ctx, id, v.Hibernated, v.Reason, v.Msg)
+	} else {
+		in, err = m.Store.Transition(ctx, id, []types.InstanceState{v.Via}, v.To, v.Reason, v.Msg)
+	}
 	if err != nil {
 		return types.Instance{}, err
 	}
