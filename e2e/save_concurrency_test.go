@@ -114,6 +114,10 @@ func TestRootSaveOneAtATime(t *testing.T) {
 func TestRootSavePauseDuringFirstPass(t *testing.T) {
 	p := newProject(t, "savepause")
 	a := busyInstance(t, p)
+	// Thousands of files make the first pass last long enough, even on a
+	// loaded machine, for the pause to land in it: the frozen pass only
+	// looks at their metadata again.
+	mustSh(t, a.ID, "mkdir /many && cd /many && seq 1 20000 | xargs touch && echo made")
 	op, err := env.c.Save(ctx(t), a.ID, types.SaveRequest{Message: "paused during"}, "")
 	require.NoError(t, err)
 	waitSpoolStarted(t, op.ID)
@@ -133,6 +137,7 @@ func TestRootSavePauseDuringFirstPass(t *testing.T) {
 		}
 	}
 	require.False(t, spooledAt.IsZero(), "the save reported its frozen pass")
+	t.Logf("paused %s before the frozen pass ended", spooledAt.Sub(pausedAt))
 	assert.True(t, pausedAt.Before(spooledAt), "the pause landed before the save's frozen pass ended (paused %s, spooled %s)", pausedAt, spooledAt)
 
 	in, err := env.c.GetInstance(ctx(t), a.ID)
