@@ -124,7 +124,9 @@ func Encode(ctx context.Context, tarPath, outDir string, opts EncodeOptions) (La
 // EncodeTwoPass is Encode of the tar p.WriteTar would write, without
 // writing it: an eStargz layer takes each file's content straight from p's
 // copies, zstd and gzip read WriteTar's stream. p must have a plan (Frozen
-// returned without error); the instance need not be frozen.
+// returned without error); the instance need not be frozen. If a file p
+// held changed after Frozen, the encode fails with ErrChangedAfterThaw and
+// the capture must be redone (SpoolOptions.CopyContent never fails so).
 func EncodeTwoPass(ctx context.Context, p *TwoPass, outDir string, opts EncodeOptions) (Layer, error) {
 	if p.data == nil || !p.frozen {
 		return Layer{}, fmt.Errorf("two-pass spool of %q has no plan: %w", p.root, errdefs.ErrFailedPrecondition)
@@ -140,7 +142,8 @@ func EncodeTwoPass(ctx context.Context, p *TwoPass, outDir string, opts EncodeOp
 				if err != nil {
 					return err
 				}
-				entries[i] = esgzEntry{hdr: h, src: p.data, off: e.off}
+				src, off := e.content(p.data)
+				entries[i] = esgzEntry{hdr: h, src: src, off: off}
 			}
 			return encodeEstargz(ctx, w, entries, opts, layer)
 		}

@@ -488,7 +488,9 @@ func compressMember(m *esgzMember, gz *kgzip.Writer, slot *esgzSlot) (r esgzResu
 			slot.data = make([]byte, esgzChunkSize)
 		}
 		r.data = slot.data[:p.n]
-		if n, err := p.src.ReadAt(r.data, p.off); int64(n) != p.n {
+		// A held file's ReadAt may fill the buffer and still fail (it
+		// changed after the frozen pass): any error but a clean EOF counts.
+		if n, err := p.src.ReadAt(r.data, p.off); int64(n) != p.n || (err != nil && !errors.Is(err, io.EOF)) {
 			if err == nil || errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF
 			}

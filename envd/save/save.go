@@ -12,6 +12,7 @@ package save
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -219,32 +220,51 @@ func (s *Saver) Capture(ctx context.Context, ev Events, cp Capture) (Captured, e
 		excludes[i] = e.Path
 	}
 	spoolPath := filepath.Join(dir, "layer.tar")
-	var tp *snapshotter.TwoPass
-	c.Stats, c.Freeze, tp, err = s.spool(ctx, in.ID, cp.Work, upper, spoolPath, excludes, cp)
-	if tp != nil {
-		defer tp.Close()
-	}
-	if err != nil {
-		return c, err
-	}
-	ev.Event(ctx, "spooled", fmt.Sprintf("read %d entries (%d bytes) while frozen for %s", c.Stats.Entries, c.Stats.Bytes, c.Freeze.Round(time.Millisecond)),
-		map[string]any{"entries": c.Stats.Entries, "bytes": c.Stats.Bytes, "whiteouts": c.Stats.Whiteouts, "freeze_ms": c.Freeze.Milliseconds()})
-
-	encStart := time.Now()
 	c.Compression = proj.Compression
 	encOpts := snapshotter.EncodeOptions{Compression: snapshotter.Compression(proj.Compression), PrioritizedFiles: proj.Prefetch}
-	if tp != nil {
-		c.Layer, err = snapshotter.EncodeTwoPass(ctx, tp, dir, encOpts)
-	} else {
-		c.Layer, err = snapshotter.Encode(ctx, spoolPath, dir, encOpts)
-	}
-	if err != nil {
-		return c, fmt.Errorf("encode layer: %w", err)
+	// The first spool pass holds large files open instead of copying them
+	// and the encode reads them after the thaw (snapshotter's "Held
+	// files"). If one changed after the thaw, its frozen content is gone:
+	// the capture is done again, copying every file, which cannot fail so.
+	// A capture with callbacks around the freeze (a checkpoint's volumes)
+	// copies every file at once, so that they run once.
+	copyAll := cp.WhileFrozen != nil || cp.Thawed != nil
+	var encStart time.Time
+	for again := false; ; again = true {
+		var tp *snapshotter.TwoPass
+		c.Stats, c.Freeze, tp, err = s.spool(ctx, in.ID, cp.Work, upper, spoolPath, excludes, cp, copyAll)
+		if tp != nil {
+			defer tp.Close()
+		}
+		if err != nil {
+			return c, err
+		}
+		msg := fmt.Sprintf("read %d entries (%d bytes) while frozen for %s", c.Stats.Entries, c.Stats.Bytes, c.Freeze.Round(time.Millisecond))
+		if again {
+			msg += ", again, copying every file: one changed after the thaw"
+		}
+		ev.Event(ctx, "spooled", msg,
+			map[string]any{"entries": c.Stats.Entries, "bytes": c.Stats.Bytes, "whiteouts": c.Stats.Whiteouts, "freeze_ms": c.Freeze.Milliseconds()})
+
+		encStart = time.Now()
+		if tp != nil {
+			c.Layer, err = snapshotter.EncodeTwoPass(ctx, tp, dir, encOpts)
+		} else {
+			c.Layer, err = snapshotter.Encode(ctx, spoolPath, dir, encOpts)
+		}
+		if tp != nil {
+			_ = tp.Close() // frees the copies and held files before the upload
+		}
+		if err != nil && tp != nil && !copyAll && errors.Is(err, snapshotter.ErrChangedAfterThaw) && ctx.Err() == nil {
+			copyAll = true
+			continue
+		}
+		if err != nil {
+			return c, fmt.Errorf("encode layer: %w", err)
+		}
+		break
 	}
 	c.Encode = time.Since(encStart)
-	if tp != nil {
-		_ = tp.Close() // frees the copies before the upload
-	}
 	_ = os.Remove(spoolPath)
 	ev.Event(ctx, "encoded", fmt.Sprintf("%s layer of %d bytes in %s", proj.Compression, c.Layer.Size, c.Encode.Round(time.Millisecond)),
 		map[string]any{"layer_bytes": c.Layer.Size, "encode_ms": c.Encode.Milliseconds()})
@@ -292,9 +312,9 @@ func (s *Saver) Capture(ctx context.Context, ev Events, cp Capture) (Captured, e
 // then the spool to encode from (no tar is written), and the caller closes
 // it (also after an error). The thaw always runs, even when ctx is
 // canceled. work names the save (its operation) as a holder of the freeze.
-func (s *Saver) spool(ctx context.Context, id, work, upper, path string, excludes []string, cp Capture) (_ snapshotter.SpoolStats, _ time.Duration, tp *snapshotter.TwoPass, _ error) {
+func (s *Saver) spool(ctx context.Context, id, work, upper, path string, excludes []string, cp Capture, copyAll bool) (_ snapshotter.SpoolStats, _ time.Duration, tp *snapshotter.TwoPass, _ error) {
 	freezeIt := cp.Freeze
-	opts := snapshotter.SpoolOptions{Excludes: excludes}
+	opts := snapshotter.SpoolOptions{Excludes: excludes, CopyContent: copyAll}
 	var err error
 	if opts.IDShift, err = s.idShift(ctx, id); err != nil {
 		return snapshotter.SpoolStats{}, 0, nil, err
