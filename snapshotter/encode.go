@@ -66,6 +66,11 @@ type EncodeOptions struct {
 	// landmark, so the stargz snapshotter fetches them before the first
 	// command runs. Paths not in the layer are ignored.
 	PrioritizedFiles []string
+
+	// wholeFileDigests (Estargz only) writes the TOC digest of every file
+	// of more than one chunk, as estargz.Build does (see writeEstargz): for
+	// the tests that compare the blob with Build's.
+	wholeFileDigests bool
 }
 
 // Layer describes an encoded layer file on disk.
@@ -296,7 +301,7 @@ func encodeGzip(w io.Writer, src io.Reader, opts EncodeOptions, layer *Layer) er
 }
 
 func encodeEstargz(ctx context.Context, w io.Writer, entries []esgzEntry, opts EncodeOptions, layer *Layer) error {
-	res, err := writeEstargz(ctx, w, entries, opts.Level, opts.Workers, opts.PrioritizedFiles)
+	res, err := writeEstargz(ctx, w, entries, opts.Level, opts.Workers, opts.PrioritizedFiles, opts.wholeFileDigests)
 	if err != nil {
 		return err
 	}

@@ -38,12 +38,12 @@ import (
 //     the TOC entry is made from the header read back.
 //   - Members are independent, so they are compressed in parallel and
 //     written in order by one goroutine, which also hashes the uncompressed
-//     bytes (the DiffID), the blob (its digest, in Encode) and, for files
-//     of more than one chunk, the whole content (the TOC's digest; a
-//     one-chunk file's digest is its chunk digest). Nothing is staged on
-//     disk and nothing is decompressed.
+//     bytes (the DiffID) and the blob (its digest, in Encode). Nothing is
+//     staged on disk and nothing is decompressed.
 //
-// Compared with Build, the blob no longer depends on the number of workers.
+// Compared with Build, the blob no longer depends on the number of workers,
+// and a file of more than one chunk has no whole-file digest in the TOC
+// (writeEstargz; with EncodeOptions.wholeFileDigests, the blob is Build's).
 
 // esgzChunkSize is estargz.Writer's default chunk size.
 const esgzChunkSize = 4 << 20
@@ -72,7 +72,7 @@ type esgzPiece struct {
 type esgzFile struct {
 	ent    *estargz.TOCEntry // its first TOC entry
 	chunks int
-	sum    hash.Hash // over all chunks, if more than one
+	sum    hash.Hash // over all chunks, if more than one and whole-file digests are asked for
 }
 
 // esgzMember is one gzip member to write.
@@ -207,8 +207,10 @@ func esgzHeader(h *tar.Header) (*tar.Header, []byte, error) {
 
 // esgzPlan lays the entries out in members and makes their TOC entries, as
 // estargz.Writer.AppendTar does (Offset and digests are filled in when the
-// members are written).
-func esgzPlan(entries []esgzEntry) ([]esgzMember, *estargz.JTOC, error) {
+// members are written). With wholeFileDigests, a file of several chunks
+// gets the digest of its whole content in its first entry, as estargz
+// writes it; without, it has only its chunks' digests (see writeEstargz).
+func esgzPlan(entries []esgzEntry, wholeFileDigests bool) ([]esgzMember, *estargz.JTOC, error) {
 	toc := &estargz.JTOC{Version: 1}
 	lastUname, lastGname := map[int]string{}, map[int]string{}
 	ifChanged := func(m map[int]string, id int, name string) string {
@@ -272,7 +274,7 @@ func esgzPlan(entries []esgzEntry) ([]esgzMember, *estargz.JTOC, error) {
 			continue
 		}
 		f := &esgzFile{ent: ent, chunks: int((h.Size + esgzChunkSize - 1) / esgzChunkSize)}
-		if f.chunks > 1 {
+		if f.chunks > 1 && wholeFileDigests {
 			f.sum = sha256.New()
 		}
 		for written := int64(0); written < h.Size; {
@@ -318,10 +320,17 @@ type esgzOut struct {
 
 // writeEstargz writes the eStargz blob of entries to w (see the top of this
 // file), compressing members on workers goroutines.
-func writeEstargz(ctx context.Context, w io.Writer, entries []esgzEntry, level, workers int, prioritized []string) (esgzOut, error) {
+//
+// Unless wholeFileDigests is set, a regular file of more than one chunk gets
+// no "digest" in the TOC, only its chunks' "chunkDigest"s: the eStargz spec
+// makes both optional, the stargz snapshotter verifies every read against
+// the chunk digests and never reads a chunked file's whole digest, and
+// hashing every large file a second time was about a fifth of the save's
+// hashing. A file of one chunk keeps its digest (it is its chunk digest).
+func writeEstargz(ctx context.Context, w io.Writer, entries []esgzEntry, level, workers int, prioritized []string, wholeFileDigests bool) (esgzOut, error) {
 	var out esgzOut
 	entries, out.missed = esgzSort(entries, prioritized)
-	members, toc, err := esgzPlan(entries)
+	members, toc, err := esgzPlan(entries, wholeFileDigests)
 	if err != nil {
 		return out, err
 	}
@@ -347,12 +356,13 @@ func writeEstargz(ctx context.Context, w io.Writer, entries []esgzEntry, level, 
 			diff.Write(data)
 			diff.Write(zeros[:p.pad])
 			size += p.n + p.pad
-			if p.file.sum != nil {
+			switch {
+			case p.file.sum != nil:
 				p.file.sum.Write(data)
 				if p.toc.Type == "chunk" && p.toc.ChunkOffset+p.n == p.file.ent.Size {
 					p.file.ent.Digest = digest.NewDigest(digest.SHA256, p.file.sum).String()
 				}
-			} else {
+			case p.file.chunks == 1:
 				p.file.ent.Digest = p.toc.ChunkDigest
 			}
 		}
