@@ -146,7 +146,7 @@ type Capture struct {
 	Work     string
 	Instance versions.Instance
 	// Freeze: the instance runs and is frozen for the second spool pass;
-	// a stopped instance has nothing to freeze and is read in one pass.
+	// a stopped instance has nothing to freeze and is read without one.
 	Freeze bool
 	// Quota says whether the tenant's quota applies, checked here before
 	// the upload and by Commit again, atomically. Only the node's own idle
