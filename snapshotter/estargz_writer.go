@@ -90,13 +90,19 @@ type esgzResult struct {
 }
 
 // esgzSlot holds one member in flight: its chunk and its compressed bytes.
-// A write has a fixed set of slots, reused (no allocation per member, so
-// the garbage collector, whose preemptions cost much CPU here, stays
-// quiet).
+// A member with more than esgzSmallMember bytes of content takes one of a
+// fixed set of slots, reused (no 4 MiB allocation per chunk, so the garbage
+// collector, whose preemptions cost much CPU here, stays quiet); a smaller
+// one gets a slot of its own, sized to it.
 type esgzSlot struct {
-	data []byte // esgzChunkSize, allocated at first use
-	gz   bytes.Buffer
+	data   []byte // the chunk, allocated at first use
+	gz     bytes.Buffer
+	shared bool // one of the fixed set: return it after the write
 }
+
+// esgzSmallMember is the most content a member may have and still get a
+// slot of its own (see esgzSlot).
+const esgzSmallMember = 256 << 10
 
 // cleanEntryName is estargz's name normalization.
 func cleanEntryName(name string) string {
@@ -371,32 +377,52 @@ func writeEstargz(ctx context.Context, w io.Writer, entries []esgzEntry, level, 
 		return err
 	}
 
-	// Workers claim members in order, at most window ahead of the next one
-	// to write (memory stays at a few chunks per worker), and compress
-	// them. Whoever finishes a member while nobody writes becomes the
-	// writer and writes every finished member in order, so that only
-	// workers goroutines run and the in-order hashing takes turns with
-	// compression instead of competing with it.
+	// Workers claim members in order and compress them. Whoever finishes a
+	// member while nobody writes becomes the writer and writes every
+	// finished member in order, so that only workers goroutines run and
+	// the in-order hashing takes turns with compression instead of
+	// competing with it. What is claimed and not yet written is bounded by
+	// content bytes (budget; a member is always claimable when nothing is
+	// in flight) and by the fixed slots of large members, not by a count of
+	// members: a worker on a 4 MiB chunk does not stall the other after a
+	// few small files.
+	sizes := make([]int64, len(members))
+	for i, m := range members {
+		for _, p := range m.pieces {
+			sizes[i] += p.n
+		}
+	}
 	var (
-		mu      sync.Mutex
-		cond    = sync.NewCond(&mu)
-		results = make([]esgzResult, len(members))
-		done    = make([]bool, len(members))
-		claimed int
-		next    int
-		writing bool
-		failed  error
+		mu        sync.Mutex
+		cond      = sync.NewCond(&mu)
+		results   = make([]esgzResult, len(members))
+		done      = make([]bool, len(members))
+		claimed   int
+		next      int
+		inFlight  int64 // content bytes claimed and not written
+		bigFlight int   // members holding a shared slot
+		writing   bool
+		failed    error
 	)
-	window := 2*workers + 2
-	slots := make(chan *esgzSlot, window) // never waited for: at most window members are claimed and unwritten
-	for range window {
-		slots <- new(esgzSlot)
+	bigSlots := workers + 2
+	budget := int64(bigSlots) * esgzChunkSize
+	const maxAhead = 1024                   // members claimed and not written, whatever their size
+	slots := make(chan *esgzSlot, bigSlots) // never waited for: bigFlight < bigSlots when one is taken
+	for range bigSlots {
+		slots <- &esgzSlot{shared: true}
+	}
+	claimable := func(i int) bool {
+		if claimed == next {
+			return true
+		}
+		return claimed-next < maxAhead && inFlight+sizes[i] <= budget &&
+			(sizes[i] <= esgzSmallMember || bigFlight < bigSlots)
 	}
 	release := func(r *esgzResult) {
-		if r.slot != nil {
+		if r.slot != nil && r.slot.shared {
 			slots <- r.slot
-			r.slot, r.data = nil, nil
 		}
+		r.slot, r.data = nil, nil
 	}
 	var wg sync.WaitGroup
 	for range workers {
@@ -404,7 +430,7 @@ func writeEstargz(ctx context.Context, w io.Writer, entries []esgzEntry, level, 
 			gz, _ := kgzip.NewWriterLevel(io.Discard, level)
 			for {
 				mu.Lock()
-				for failed == nil && claimed < len(members) && claimed-next >= window {
+				for failed == nil && claimed < len(members) && !claimable(claimed) {
 					cond.Wait()
 				}
 				if failed == nil {
@@ -416,9 +442,18 @@ func writeEstargz(ctx context.Context, w io.Writer, entries []esgzEntry, level, 
 				}
 				i := claimed
 				claimed++
+				inFlight += sizes[i]
+				big := sizes[i] > esgzSmallMember
+				if big {
+					bigFlight++
+				}
 				mu.Unlock()
 
-				r := compressMember(&members[i], gz, <-slots)
+				slot := &esgzSlot{}
+				if big {
+					slot = <-slots
+				}
+				r := compressMember(&members[i], gz, slot)
 
 				mu.Lock()
 				results[i], done[i] = r, true
@@ -438,6 +473,10 @@ func writeEstargz(ctx context.Context, w io.Writer, entries []esgzEntry, level, 
 					release(&results[k])
 					mu.Lock()
 					next++
+					inFlight -= sizes[k]
+					if sizes[k] > esgzSmallMember {
+						bigFlight--
+					}
 					if err != nil && failed == nil {
 						failed = err
 					}
@@ -494,8 +533,8 @@ func compressMember(m *esgzMember, gz *kgzip.Writer, slot *esgzSlot) (r esgzResu
 			}
 			continue
 		}
-		if slot.data == nil {
-			slot.data = make([]byte, esgzChunkSize)
+		if int64(len(slot.data)) < p.n {
+			slot.data = make([]byte, p.n)
 		}
 		r.data = slot.data[:p.n]
 		// A held file's ReadAt may fill the buffer and still fail (it

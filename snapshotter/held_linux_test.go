@@ -163,7 +163,8 @@ func TestEstargzHeldSameAsCopied(t *testing.T) {
 }
 
 // TestTwoPassHeldLimit checks that at most maxHeld files are held and the
-// rest copied, and that Close releases the held files.
+// rest copied, and that Close releases the held files; its many small
+// files also keep many eStargz members in flight at once.
 func TestTwoPassHeldLimit(t *testing.T) {
 	ctx := context.Background()
 	upper := filepath.Join(t.TempDir(), "upper")
@@ -192,6 +193,9 @@ func TestTwoPassHeldLimit(t *testing.T) {
 	require.NoError(t, err)
 	layer, err := EncodeTwoPass(ctx, p, t.TempDir(), EncodeOptions{Compression: Zstd})
 	require.NoError(t, err)
+	// Many small members in flight at once in the eStargz encoder.
+	esgz, err := EncodeTwoPass(ctx, p, t.TempDir(), EncodeOptions{Compression: Estargz})
+	require.NoError(t, err)
 	require.NoError(t, p.Close())
 	assert.LessOrEqual(t, fds(), open, "the data file and the held files are closed")
 
@@ -202,4 +206,5 @@ func TestTwoPassHeldLimit(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
 	checkLayer(t, layer, Zstd, spoolTar)
+	checkLayer(t, esgz, Estargz, spoolTar)
 }
