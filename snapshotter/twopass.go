@@ -93,7 +93,7 @@ var ErrChangedAfterThaw = fmt.Errorf("changed after the frozen pass: %w", errdef
 // TwoPass makes the same layer tar as Spool, in passes, so that the instance
 // needs to be frozen only for the second:
 //
-//	p, err := Prepare(ctx, upperDir, workDir, opts) // not frozen: copies every regular file's content into workDir, records metadata
+//	p, err := Prepare(ctx, upperDir, workDir, opts) // not frozen: copies small files' content into workDir, holds large files open (see "Held files"), records metadata
 //	stats, err := p.Frozen(ctx)                     // frozen: re-walks metadata only; copies the content of files that are new or changed since Prepare (or whose Prepare copy may be torn); records the final plan
 //	err = p.WriteTar(ctx, w)                        // thawed: writes the tar from the plan, content from the Prepare copies or the Frozen copies
 //	p.Close()                                       // removes workDir's files
