@@ -615,8 +615,8 @@ func planSize(plan []planEntry) (int64, error) {
 // WriteTar writes the tar Frozen planned to w, the content of regular files
 // from the data file or from held files. The instance need not be frozen,
 // but if a held file changed after Frozen, WriteTar fails with
-// ErrChangedAfterThaw (nothing wrong is written without an error). It may be called more
-// than once.
+// ErrChangedAfterThaw (what it wrote of that file may be wrong; the error
+// says so). It may be called more than once.
 func (p *TwoPass) WriteTar(ctx context.Context, w io.Writer) error {
 	if p.data == nil {
 		return fmt.Errorf("two-pass spool of %q is closed: %w", p.root, errdefs.ErrFailedPrecondition)
