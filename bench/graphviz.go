@@ -273,11 +273,12 @@ type saveRun struct {
 }
 
 // envdSave is envd's save path (envd/save/save.go): a first spool pass while
-// the instance runs (snapshotter.Prepare), Pause, the frozen pass that
-// copies only what changed since (TwoPass.Frozen), Resume (the freeze
-// window), then EncodeTwoPass, which encodes straight from the two passes'
-// copies (no tar is written first). Spool in the table is the first pass.
-// The layer file is removed afterwards.
+// the instance runs (snapshotter.Prepare: copies files under 64 KiB, holds
+// the larger ones open), Pause, the frozen pass that copies only what
+// changed since (TwoPass.Frozen), Resume (the freeze window), then
+// EncodeTwoPass, which encodes straight from the copies and the held files
+// (no tar is written first). Spool in the table is the first pass. The
+// layer file is removed afterwards.
 func (e *env) envdSave(ctx context.Context, comp snapshotter.Compression) (r saveRun, _ error) {
 	dir := filepath.Join(e.work, "out")
 	if err := os.MkdirAll(dir, 0o755); err != nil {

@@ -114,10 +114,10 @@ func TestRootSaveOneAtATime(t *testing.T) {
 func TestRootSavePauseDuringFirstPass(t *testing.T) {
 	p := newProject(t, "savepause")
 	a := busyInstance(t, p)
-	// Thousands of files make the first pass last long enough, even on a
-	// loaded machine, for the pause to land in it: the frozen pass only
-	// looks at their metadata again.
-	mustSh(t, a.ID, "mkdir /many && cd /many && seq 1 20000 | xargs touch && echo made")
+	// The first pass holds large files open without copying them, so it
+	// is over in a moment; 96 MB of files under 64 KiB (snapshotter's
+	// HeldMinSize), which it copies, keep it running long enough to pause.
+	mustSh(t, a.ID, "mkdir /many && i=0 && while [ $i -lt 1600 ]; do dd if=/big of=/many/f$i bs=60000 count=1 skip=$i 2>/dev/null; i=$((i+1)); done && sync")
 	op, err := env.c.Save(ctx(t), a.ID, types.SaveRequest{Message: "paused during"}, "")
 	require.NoError(t, err)
 	waitSpoolStarted(t, op.ID)

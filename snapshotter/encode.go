@@ -66,6 +66,11 @@ type EncodeOptions struct {
 	// landmark, so the stargz snapshotter fetches them before the first
 	// command runs. Paths not in the layer are ignored.
 	PrioritizedFiles []string
+
+	// wholeFileDigests (Estargz only) writes the TOC digest of every file
+	// of more than one chunk, as estargz.Build does (see writeEstargz): for
+	// the tests that compare the blob with Build's.
+	wholeFileDigests bool
 }
 
 // Layer describes an encoded layer file on disk.
@@ -124,7 +129,9 @@ func Encode(ctx context.Context, tarPath, outDir string, opts EncodeOptions) (La
 // EncodeTwoPass is Encode of the tar p.WriteTar would write, without
 // writing it: an eStargz layer takes each file's content straight from p's
 // copies, zstd and gzip read WriteTar's stream. p must have a plan (Frozen
-// returned without error); the instance need not be frozen.
+// returned without error); the instance need not be frozen. If a file p
+// held changed after Frozen, the encode fails with ErrChangedAfterThaw and
+// the capture must be redone (SpoolOptions.CopyContent never fails so).
 func EncodeTwoPass(ctx context.Context, p *TwoPass, outDir string, opts EncodeOptions) (Layer, error) {
 	if p.data == nil || !p.frozen {
 		return Layer{}, fmt.Errorf("two-pass spool of %q has no plan: %w", p.root, errdefs.ErrFailedPrecondition)
@@ -140,7 +147,8 @@ func EncodeTwoPass(ctx context.Context, p *TwoPass, outDir string, opts EncodeOp
 				if err != nil {
 					return err
 				}
-				entries[i] = esgzEntry{hdr: h, src: p.data, off: e.off}
+				src, off := e.content(p.data)
+				entries[i] = esgzEntry{hdr: h, src: src, off: off}
 			}
 			return encodeEstargz(ctx, w, entries, opts, layer)
 		}
@@ -293,7 +301,7 @@ func encodeGzip(w io.Writer, src io.Reader, opts EncodeOptions, layer *Layer) er
 }
 
 func encodeEstargz(ctx context.Context, w io.Writer, entries []esgzEntry, opts EncodeOptions, layer *Layer) error {
-	res, err := writeEstargz(ctx, w, entries, opts.Level, opts.Workers, opts.PrioritizedFiles)
+	res, err := writeEstargz(ctx, w, entries, opts.Level, opts.Workers, opts.PrioritizedFiles, opts.wholeFileDigests)
 	if err != nil {
 		return err
 	}

@@ -38,12 +38,12 @@ import (
 //     the TOC entry is made from the header read back.
 //   - Members are independent, so they are compressed in parallel and
 //     written in order by one goroutine, which also hashes the uncompressed
-//     bytes (the DiffID), the blob (its digest, in Encode) and, for files
-//     of more than one chunk, the whole content (the TOC's digest; a
-//     one-chunk file's digest is its chunk digest). Nothing is staged on
-//     disk and nothing is decompressed.
+//     bytes (the DiffID) and the blob (its digest, in Encode). Nothing is
+//     staged on disk and nothing is decompressed.
 //
-// Compared with Build, the blob no longer depends on the number of workers.
+// Compared with Build, the blob no longer depends on the number of workers,
+// and a file of more than one chunk has no whole-file digest in the TOC
+// (writeEstargz; with EncodeOptions.wholeFileDigests, the blob is Build's).
 
 // esgzChunkSize is estargz.Writer's default chunk size.
 const esgzChunkSize = 4 << 20
@@ -72,7 +72,7 @@ type esgzPiece struct {
 type esgzFile struct {
 	ent    *estargz.TOCEntry // its first TOC entry
 	chunks int
-	sum    hash.Hash // over all chunks, if more than one
+	sum    hash.Hash // over all chunks, if more than one and whole-file digests are asked for
 }
 
 // esgzMember is one gzip member to write.
@@ -90,13 +90,19 @@ type esgzResult struct {
 }
 
 // esgzSlot holds one member in flight: its chunk and its compressed bytes.
-// A write has a fixed set of slots, reused (no allocation per member, so
-// the garbage collector, whose preemptions cost much CPU here, stays
-// quiet).
+// A member with more than esgzSmallMember bytes of content takes one of a
+// fixed set of slots, reused (no 4 MiB allocation per chunk, so the garbage
+// collector, whose preemptions cost much CPU here, stays quiet); a smaller
+// one gets a slot of its own, sized to it.
 type esgzSlot struct {
-	data []byte // esgzChunkSize, allocated at first use
-	gz   bytes.Buffer
+	data   []byte // the chunk, allocated at first use
+	gz     bytes.Buffer
+	shared bool // one of the fixed set: return it after the write
 }
+
+// esgzSmallMember is the most content a member may have and still get a
+// slot of its own (see esgzSlot).
+const esgzSmallMember = 256 << 10
 
 // cleanEntryName is estargz's name normalization.
 func cleanEntryName(name string) string {
@@ -207,8 +213,10 @@ func esgzHeader(h *tar.Header) (*tar.Header, []byte, error) {
 
 // esgzPlan lays the entries out in members and makes their TOC entries, as
 // estargz.Writer.AppendTar does (Offset and digests are filled in when the
-// members are written).
-func esgzPlan(entries []esgzEntry) ([]esgzMember, *estargz.JTOC, error) {
+// members are written). With wholeFileDigests, a file of several chunks
+// gets the digest of its whole content in its first entry, as estargz
+// writes it; without, it has only its chunks' digests (see writeEstargz).
+func esgzPlan(entries []esgzEntry, wholeFileDigests bool) ([]esgzMember, *estargz.JTOC, error) {
 	toc := &estargz.JTOC{Version: 1}
 	lastUname, lastGname := map[int]string{}, map[int]string{}
 	ifChanged := func(m map[int]string, id int, name string) string {
@@ -272,7 +280,7 @@ func esgzPlan(entries []esgzEntry) ([]esgzMember, *estargz.JTOC, error) {
 			continue
 		}
 		f := &esgzFile{ent: ent, chunks: int((h.Size + esgzChunkSize - 1) / esgzChunkSize)}
-		if f.chunks > 1 {
+		if f.chunks > 1 && wholeFileDigests {
 			f.sum = sha256.New()
 		}
 		for written := int64(0); written < h.Size; {
@@ -318,10 +326,17 @@ type esgzOut struct {
 
 // writeEstargz writes the eStargz blob of entries to w (see the top of this
 // file), compressing members on workers goroutines.
-func writeEstargz(ctx context.Context, w io.Writer, entries []esgzEntry, level, workers int, prioritized []string) (esgzOut, error) {
+//
+// Unless wholeFileDigests is set, a regular file of more than one chunk gets
+// no "digest" in the TOC, only its chunks' "chunkDigest"s: the eStargz spec
+// makes both optional, the stargz snapshotter verifies every read against
+// the chunk digests and never reads a chunked file's whole digest, and
+// hashing every large file a second time was about a fifth of the save's
+// hashing. A file of one chunk keeps its digest (it is its chunk digest).
+func writeEstargz(ctx context.Context, w io.Writer, entries []esgzEntry, level, workers int, prioritized []string, wholeFileDigests bool) (esgzOut, error) {
 	var out esgzOut
 	entries, out.missed = esgzSort(entries, prioritized)
-	members, toc, err := esgzPlan(entries)
+	members, toc, err := esgzPlan(entries, wholeFileDigests)
 	if err != nil {
 		return out, err
 	}
@@ -347,12 +362,13 @@ func writeEstargz(ctx context.Context, w io.Writer, entries []esgzEntry, level, 
 			diff.Write(data)
 			diff.Write(zeros[:p.pad])
 			size += p.n + p.pad
-			if p.file.sum != nil {
+			switch {
+			case p.file.sum != nil:
 				p.file.sum.Write(data)
 				if p.toc.Type == "chunk" && p.toc.ChunkOffset+p.n == p.file.ent.Size {
 					p.file.ent.Digest = digest.NewDigest(digest.SHA256, p.file.sum).String()
 				}
-			} else {
+			case p.file.chunks == 1:
 				p.file.ent.Digest = p.toc.ChunkDigest
 			}
 		}
@@ -361,32 +377,52 @@ func writeEstargz(ctx context.Context, w io.Writer, entries []esgzEntry, level, 
 		return err
 	}
 
-	// Workers claim members in order, at most window ahead of the next one
-	// to write (memory stays at a few chunks per worker), and compress
-	// them. Whoever finishes a member while nobody writes becomes the
-	// writer and writes every finished member in order, so that only
-	// workers goroutines run and the in-order hashing takes turns with
-	// compression instead of competing with it.
+	// Workers claim members in order and compress them. Whoever finishes a
+	// member while nobody writes becomes the writer and writes every
+	// finished member in order, so that only workers goroutines run and
+	// the in-order hashing takes turns with compression instead of
+	// competing with it. What is claimed and not yet written is bounded by
+	// content bytes (budget; a member is always claimable when nothing is
+	// in flight) and by the fixed slots of large members, not by a count of
+	// members: a worker on a 4 MiB chunk does not stall the other after a
+	// few small files.
+	sizes := make([]int64, len(members))
+	for i, m := range members {
+		for _, p := range m.pieces {
+			sizes[i] += p.n
+		}
+	}
 	var (
-		mu      sync.Mutex
-		cond    = sync.NewCond(&mu)
-		results = make([]esgzResult, len(members))
-		done    = make([]bool, len(members))
-		claimed int
-		next    int
-		writing bool
-		failed  error
+		mu        sync.Mutex
+		cond      = sync.NewCond(&mu)
+		results   = make([]esgzResult, len(members))
+		done      = make([]bool, len(members))
+		claimed   int
+		next      int
+		inFlight  int64 // content bytes claimed and not written
+		bigFlight int   // members holding a shared slot
+		writing   bool
+		failed    error
 	)
-	window := 2*workers + 2
-	slots := make(chan *esgzSlot, window) // never waited for: at most window members are claimed and unwritten
-	for range window {
-		slots <- new(esgzSlot)
+	bigSlots := workers + 2
+	budget := int64(bigSlots) * esgzChunkSize
+	const maxAhead = 1024                   // members claimed and not written, whatever their size
+	slots := make(chan *esgzSlot, bigSlots) // never waited for: bigFlight < bigSlots when one is taken
+	for range bigSlots {
+		slots <- &esgzSlot{shared: true}
+	}
+	claimable := func(i int) bool {
+		if claimed == next {
+			return true
+		}
+		return claimed-next < maxAhead && inFlight+sizes[i] <= budget &&
+			(sizes[i] <= esgzSmallMember || bigFlight < bigSlots)
 	}
 	release := func(r *esgzResult) {
-		if r.slot != nil {
+		if r.slot != nil && r.slot.shared {
 			slots <- r.slot
-			r.slot, r.data = nil, nil
 		}
+		r.slot, r.data = nil, nil
 	}
 	var wg sync.WaitGroup
 	for range workers {
@@ -394,7 +430,7 @@ func writeEstargz(ctx context.Context, w io.Writer, entries []esgzEntry, level, 
 			gz, _ := kgzip.NewWriterLevel(io.Discard, level)
 			for {
 				mu.Lock()
-				for failed == nil && claimed < len(members) && claimed-next >= window {
+				for failed == nil && claimed < len(members) && !claimable(claimed) {
 					cond.Wait()
 				}
 				if failed == nil {
@@ -406,9 +442,18 @@ func writeEstargz(ctx context.Context, w io.Writer, entries []esgzEntry, level, 
 				}
 				i := claimed
 				claimed++
+				inFlight += sizes[i]
+				big := sizes[i] > esgzSmallMember
+				if big {
+					bigFlight++
+				}
 				mu.Unlock()
 
-				r := compressMember(&members[i], gz, <-slots)
+				slot := &esgzSlot{}
+				if big {
+					slot = <-slots
+				}
+				r := compressMember(&members[i], gz, slot)
 
 				mu.Lock()
 				results[i], done[i] = r, true
@@ -428,6 +473,10 @@ func writeEstargz(ctx context.Context, w io.Writer, entries []esgzEntry, level, 
 					release(&results[k])
 					mu.Lock()
 					next++
+					inFlight -= sizes[k]
+					if sizes[k] > esgzSmallMember {
+						bigFlight--
+					}
 					if err != nil && failed == nil {
 						failed = err
 					}
@@ -484,11 +533,13 @@ func compressMember(m *esgzMember, gz *kgzip.Writer, slot *esgzSlot) (r esgzResu
 			}
 			continue
 		}
-		if slot.data == nil {
-			slot.data = make([]byte, esgzChunkSize)
+		if int64(len(slot.data)) < p.n {
+			slot.data = make([]byte, p.n)
 		}
 		r.data = slot.data[:p.n]
-		if n, err := p.src.ReadAt(r.data, p.off); int64(n) != p.n {
+		// A held file's ReadAt may fill the buffer and still fail (it
+		// changed after the frozen pass): any error but a clean EOF counts.
+		if n, err := p.src.ReadAt(r.data, p.off); int64(n) != p.n || (err != nil && !errors.Is(err, io.EOF)) {
 			if err == nil || errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF
 			}

@@ -61,9 +61,11 @@ func esgzTestTree(t *testing.T, upper string) {
 	require.NoError(t, os.Mkdir(filepath.Join(upper, "empty-dir"), 0o700))
 }
 
-// TestEstargzSameAsBuild checks that Encode writes, byte for byte, the blob
-// estargz.Build writes with one part and the same gzip writer, so the
-// layers the stargz snapshotter reads are those it always read; and that
+// TestEstargzSameAsBuild checks that Encode with whole-file digests writes,
+// byte for byte, the blob estargz.Build writes with one part and the same
+// gzip writer, so the layers the stargz snapshotter reads are those it
+// always read (TestEstargzChunkedFileDigest checks what differs without
+// whole-file digests); and that
 // EncodeTwoPass writes the same layer as Encode of WriteTar's tar.
 func TestEstargzSameAsBuild(t *testing.T) {
 	ctx := context.Background()
@@ -109,7 +111,7 @@ func TestEstargzSameAsBuild(t *testing.T) {
 
 			for _, workers := range []int{1, 2, 7} {
 				layer, err := Encode(ctx, spoolPath, t.TempDir(), EncodeOptions{
-					Compression: Estargz, Workers: workers, PrioritizedFiles: tc.prioritized})
+					Compression: Estargz, Workers: workers, PrioritizedFiles: tc.prioritized, wholeFileDigests: true})
 				require.NoError(t, err)
 				got, err := os.ReadFile(layer.Path)
 				require.NoError(t, err)

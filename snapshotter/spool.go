@@ -34,6 +34,10 @@ type SpoolOptions struct {
 	// IDShift, for an upper dir of a user namespace instance, records the
 	// container's ids instead of the host's (idshift.go); nil: as they are.
 	IDShift *IDShift
+	// CopyContent (Prepare only) copies every regular file's content, so
+	// that the encode after the thaw never reads the upper dir: no file is
+	// held (see TwoPass, "Held files"), so ErrChangedAfterThaw cannot occur.
+	CopyContent bool
 }
 
 // SpoolStats describe what one Spool wrote.

@@ -59,16 +59,41 @@ type FrozenStats struct {
 
 // PrepareStats describe what Prepare copied.
 type PrepareStats struct {
-	Files    int   // regular files whose copy is trusted (a hard-linked inode counts once)
-	Bytes    int64 // content bytes of those copies
-	Torn     int   // copies dropped: changed while copied, or changed less than TornMargin before
-	Duration time.Duration
+	Files int   // regular files whose copy is trusted, or held (a hard-linked inode counts once)
+	Bytes int64 // content bytes of those files
+	// Held counts the files of Files that Prepare held open instead of
+	// copying (see TwoPass, "Held files"); HeldBytes their content bytes.
+	Held      int
+	HeldBytes int64
+	Torn      int // copies dropped: changed while copied, or changed less than TornMargin before
+	Duration  time.Duration
 }
+
+// Held files: Prepare does not copy a regular file of at least HeldMinSize
+// bytes. It keeps the file open instead, with the stamp it had right after
+// its dirty pages were written back, and the encoder reads it in place after
+// the thaw. Each read is followed by an fstat; if the stamp is no longer the
+// one recorded, the read fails with ErrChangedAfterThaw. By the argument of
+// TwoPass, an unchanged stamp at any time after Prepare means the content is
+// what it was when Prepare recorded the stamp, which Frozen confirmed is what
+// it was while frozen; so a read whose stamp is unchanged afterwards returned
+// the frozen content. A held file changed after the thaw has lost that
+// content: the caller captures again with SpoolOptions.CopyContent. At most
+// maxHeld files are held; the rest are copied.
+const (
+	HeldMinSize = 64 << 10
+	maxHeld     = 1024
+)
+
+// ErrChangedAfterThaw is the error of a read of a held file that changed
+// after the frozen pass (see "Held files"). It is a conflict: the capture
+// can be redone with SpoolOptions.CopyContent, which holds nothing.
+var ErrChangedAfterThaw = fmt.Errorf("changed after the frozen pass: %w", errdefs.ErrConflict)
 
 // TwoPass makes the same layer tar as Spool, in passes, so that the instance
 // needs to be frozen only for the second:
 //
-//	p, err := Prepare(ctx, upperDir, workDir, opts) // not frozen: copies every regular file's content into workDir, records metadata
+//	p, err := Prepare(ctx, upperDir, workDir, opts) // not frozen: copies small files' content into workDir, holds large files open (see "Held files"), records metadata
 //	stats, err := p.Frozen(ctx)                     // frozen: re-walks metadata only; copies the content of files that are new or changed since Prepare (or whose Prepare copy may be torn); records the final plan
 //	err = p.WriteTar(ctx, w)                        // thawed: writes the tar from the plan, content from the Prepare copies or the Frozen copies
 //	p.Close()                                       // removes workDir's files
@@ -97,7 +122,9 @@ type PrepareStats struct {
 // Memory holds metadata only (one record per regular file, one header per
 // entry); content goes to one unlinked, append-only data file in workDir, so
 // workDir needs room for the upper dir's regular files plus what Frozen
-// copies. A TwoPass is not safe for concurrent use.
+// copies, except for held files (regular files of at least HeldMinSize,
+// below), which are not copied but kept open and read in place after the
+// thaw. A TwoPass is not safe for concurrent use.
 type TwoPass struct {
 	root     string
 	excludes []string
@@ -109,6 +136,8 @@ type TwoPass struct {
 	byInode  map[inode]copyRec  // trusted Prepare copies of inodes with several links
 	buf      []byte
 	prepared PrepareStats
+	copyAll  bool        // SpoolOptions.CopyContent: hold no file
+	held     []*heldFile // files read in place, closed by Close
 
 	plan   []planEntry
 	stats  FrozenStats
@@ -135,22 +164,57 @@ func stampOf(st *unix.Stat_t) stamp {
 // inode names a file for hard link groups.
 type inode struct{ dev, ino uint64 }
 
-// copyRec is a trusted Prepare copy: stamp.size bytes at off in the data file.
+// copyRec is a trusted Prepare copy: stamp.size bytes at off in the data
+// file, or, if held is set, the file itself.
 type copyRec struct {
 	stamp stamp
 	off   int64
+	held  *heldFile
 }
 
 // planEntry is one tar entry; a regular file's content is hdr.Size bytes at
-// off in the data file.
+// off in the data file, or at the start of held.
 type planEntry struct {
-	hdr *tar.Header
-	off int64
+	hdr  *tar.Header
+	off  int64
+	held *heldFile
+}
+
+// content returns where the entry's content is: a reader and the offset of
+// the content in it.
+func (e planEntry) content(data *os.File) (io.ReaderAt, int64) {
+	if e.held != nil {
+		return e.held, 0
+	}
+	return data, e.off
+}
+
+// heldFile is a regular file Prepare left in place (see "Held files").
+type heldFile struct {
+	f     *os.File
+	path  string
+	stamp stamp
+}
+
+// ReadAt reads from the file, then checks that its stamp is still the one
+// Prepare recorded: if not, what was read may not be the frozen content,
+// and the error is ErrChangedAfterThaw.
+func (h *heldFile) ReadAt(b []byte, off int64) (int, error) {
+	n, err := h.f.ReadAt(b, off)
+	var st unix.Stat_t
+	if serr := unix.Fstat(int(h.f.Fd()), &st); serr != nil {
+		return n, fmt.Errorf("fstat %q: %w", h.path, serr)
+	}
+	if stampOf(&st) != h.stamp {
+		return n, fmt.Errorf("%q: %w", h.path, ErrChangedAfterThaw)
+	}
+	return n, err
 }
 
 // Prepare walks upperDir as Spool would and copies the content of every
-// regular file into an unlinked data file in workDir, recording each file's
-// stamp. The instance keeps running. workDir must exist and must not be in
+// regular file smaller than HeldMinSize into an unlinked data file in
+// workDir (every one with opts.CopyContent), holding the larger ones open
+// instead (see "Held files"), and records each file's stamp. The instance keeps running. workDir must exist and must not be in
 // upperDir. See TwoPass.
 func Prepare(ctx context.Context, upperDir, workDir string, opts SpoolOptions) (*TwoPass, error) {
 	start := time.Now()
@@ -189,6 +253,7 @@ func Prepare(ctx context.Context, upperDir, workDir string, opts SpoolOptions) (
 		copies:   make(map[string]copyRec),
 		byInode:  make(map[inode]copyRec),
 		buf:      make([]byte, 1<<20),
+		copyAll:  opts.CopyContent,
 	}
 	root, err := tarfs.OpenDir(upperDir)
 	if err != nil {
@@ -322,7 +387,12 @@ func (p *TwoPass) prepareFile(ctx context.Context, d *tarfs.Dir, name, rel strin
 		}
 		return err
 	}
-	defer f.Close()
+	keep := false
+	defer func() {
+		if !keep {
+			f.Close()
+		}
+	}()
 	fd := int(f.Fd())
 
 	// Write back dirty pages: writeback write-protects them in every shared
@@ -333,6 +403,28 @@ func (p *TwoPass) prepareFile(ctx context.Context, d *tarfs.Dir, name, rel strin
 		unix.SYNC_FILE_RANGE_WAIT_BEFORE|unix.SYNC_FILE_RANGE_WRITE|unix.SYNC_FILE_RANGE_WAIT_AFTER) == nil
 	if err := unix.Fstat(fd, &before); err != nil {
 		return fmt.Errorf("fstat %q: %w", full, err)
+	}
+	if !p.copyAll && before.Size >= HeldMinSize && len(p.held) < maxHeld {
+		// Held, not copied: trusted under the same rule as a copy made
+		// now, which would have been checked against this stamp.
+		ctime := time.Unix(before.Ctim.Unix())
+		if !synced || !ctime.Before(t0.Add(-TornMargin)) {
+			p.prepared.Torn++
+			return nil
+		}
+		h := &heldFile{f: f, path: full, stamp: stampOf(&before)}
+		keep = true
+		p.held = append(p.held, h)
+		rec := copyRec{stamp: h.stamp, held: h}
+		p.copies[rel] = rec
+		if before.Nlink > 1 {
+			p.byInode[inode{dev: before.Dev, ino: before.Ino}] = rec
+		}
+		p.prepared.Files++
+		p.prepared.Bytes += before.Size
+		p.prepared.Held++
+		p.prepared.HeldBytes += before.Size
+		return nil
 	}
 	off := p.dataEnd
 	n, err := p.copyContent(ctx, f, before.Size)
@@ -467,42 +559,42 @@ func (z *freezer) entry(e *tarfs.Entry) error {
 		z.plan = append(z.plan, planEntry{hdr: e.Header})
 		return nil
 	}
-	off, err := z.content(e)
+	off, held, err := z.content(e)
 	if err != nil {
 		return err
 	}
-	z.plan = append(z.plan, planEntry{hdr: e.Header, off: off})
+	z.plan = append(z.plan, planEntry{hdr: e.Header, off: off, held: held})
 	return nil
 }
 
-func (z *freezer) content(e *tarfs.Entry) (int64, error) {
+func (z *freezer) content(e *tarfs.Entry) (int64, *heldFile, error) {
 	s := stampOf(&e.Stat)
 	if rec, ok := z.copies[e.Header.Name]; ok && rec.stamp == s {
-		return rec.off, nil
+		return rec.off, rec.held, nil
 	}
 	var now unix.Stat_t
 	f, err := e.Open(&now)
 	if errors.Is(err, tarfs.ErrNotRegular) {
-		return 0, tarfs.ChangedError(e.Path())
+		return 0, nil, tarfs.ChangedError(e.Path())
 	}
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer f.Close()
 	if stampOf(&now) != s {
-		return 0, fmt.Errorf("%q changed while frozen: %w", e.Path(), errdefs.ErrConflict)
+		return 0, nil, fmt.Errorf("%q changed while frozen: %w", e.Path(), errdefs.ErrConflict)
 	}
 	off := z.dataEnd
 	n, err := z.copyContent(z.ctx, f, e.Stat.Size)
 	if err != nil {
-		return 0, fmt.Errorf("copy %q: %w", e.Path(), err)
+		return 0, nil, fmt.Errorf("copy %q: %w", e.Path(), err)
 	}
 	if n != e.Stat.Size {
-		return 0, fmt.Errorf("%q shrank from %d to %d bytes while frozen: %w", e.Path(), e.Stat.Size, n, errdefs.ErrConflict)
+		return 0, nil, fmt.Errorf("%q shrank from %d to %d bytes while frozen: %w", e.Path(), e.Stat.Size, n, errdefs.ErrConflict)
 	}
 	z.stats.RecopiedFiles++
 	z.stats.RecopiedBytes += n
-	return off, nil
+	return off, nil, nil
 }
 
 // planSize returns the size of the tar the plan makes: each header as
@@ -521,8 +613,10 @@ func planSize(plan []planEntry) (int64, error) {
 }
 
 // WriteTar writes the tar Frozen planned to w, the content of regular files
-// from the data file. The instance need not be frozen. It may be called more
-// than once.
+// from the data file or from held files. The instance need not be frozen,
+// but if a held file changed after Frozen, WriteTar fails with
+// ErrChangedAfterThaw (what it wrote of that file may be wrong; the error
+// says so). It may be called more than once.
 func (p *TwoPass) WriteTar(ctx context.Context, w io.Writer) error {
 	if p.data == nil {
 		return fmt.Errorf("two-pass spool of %q is closed: %w", p.root, errdefs.ErrFailedPrecondition)
@@ -543,7 +637,8 @@ func (p *TwoPass) WriteTar(ctx context.Context, w io.Writer) error {
 			continue
 		}
 		// Hide ReaderFrom/WriterTo so the 1 MiB buffer is used.
-		n, err := io.CopyBuffer(struct{ io.Writer }{tw}, struct{ io.Reader }{io.NewSectionReader(p.data, e.off, e.hdr.Size)}, p.buf)
+		src, off := e.content(p.data)
+		n, err := io.CopyBuffer(struct{ io.Writer }{tw}, struct{ io.Reader }{io.NewSectionReader(src, off, e.hdr.Size)}, p.buf)
 		if err != nil {
 			return fmt.Errorf("write content of %q: %w", e.hdr.Name, err)
 		}
@@ -567,6 +662,10 @@ func (p *TwoPass) Close() error {
 		return nil
 	}
 	err := p.data.Close()
+	for _, h := range p.held {
+		h.f.Close()
+	}
+	p.held = nil
 	p.data = nil
 	p.plan = nil
 	p.copies = nil

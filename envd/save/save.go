@@ -12,6 +12,7 @@ package save
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -145,7 +146,7 @@ type Capture struct {
 	Work     string
 	Instance versions.Instance
 	// Freeze: the instance runs and is frozen for the second spool pass;
-	// a stopped instance has nothing to freeze and is read in one pass.
+	// a stopped instance has nothing to freeze and is read without one.
 	Freeze bool
 	// Quota says whether the tenant's quota applies, checked here before
 	// the upload and by Commit again, atomically. Only the node's own idle
@@ -218,34 +219,45 @@ func (s *Saver) Capture(ctx context.Context, ev Events, cp Capture) (Captured, e
 	for i, e := range excl {
 		excludes[i] = e.Path
 	}
-	spoolPath := filepath.Join(dir, "layer.tar")
-	var tp *snapshotter.TwoPass
-	c.Stats, c.Freeze, tp, err = s.spool(ctx, in.ID, cp.Work, upper, spoolPath, excludes, cp)
-	if tp != nil {
-		defer tp.Close()
-	}
-	if err != nil {
-		return c, err
-	}
-	ev.Event(ctx, "spooled", fmt.Sprintf("read %d entries (%d bytes) while frozen for %s", c.Stats.Entries, c.Stats.Bytes, c.Freeze.Round(time.Millisecond)),
-		map[string]any{"entries": c.Stats.Entries, "bytes": c.Stats.Bytes, "whiteouts": c.Stats.Whiteouts, "freeze_ms": c.Freeze.Milliseconds()})
-
-	encStart := time.Now()
 	c.Compression = proj.Compression
 	encOpts := snapshotter.EncodeOptions{Compression: snapshotter.Compression(proj.Compression), PrioritizedFiles: proj.Prefetch}
-	if tp != nil {
+	// The first spool pass holds large files open instead of copying them
+	// and the encode reads them after the thaw (snapshotter's "Held
+	// files"). If one changed after the thaw, its frozen content is gone:
+	// the capture is done again, copying every file, which cannot fail so.
+	// A capture with callbacks around the freeze (a checkpoint's volumes)
+	// copies every file at once, so that they run once.
+	copyAll := cp.WhileFrozen != nil || cp.Thawed != nil
+	var encStart time.Time
+	for again := false; ; again = true {
+		var tp *snapshotter.TwoPass
+		c.Stats, c.Freeze, tp, err = s.spool(ctx, in.ID, cp.Work, upper, dir, excludes, cp, copyAll)
+		if tp != nil {
+			defer tp.Close()
+		}
+		if err != nil {
+			return c, err
+		}
+		msg := fmt.Sprintf("read %d entries (%d bytes) while frozen for %s", c.Stats.Entries, c.Stats.Bytes, c.Freeze.Round(time.Millisecond))
+		if again {
+			msg += ", again, copying every file: one changed after the thaw"
+		}
+		ev.Event(ctx, "spooled", msg,
+			map[string]any{"entries": c.Stats.Entries, "bytes": c.Stats.Bytes, "whiteouts": c.Stats.Whiteouts, "freeze_ms": c.Freeze.Milliseconds()})
+
+		encStart = time.Now()
 		c.Layer, err = snapshotter.EncodeTwoPass(ctx, tp, dir, encOpts)
-	} else {
-		c.Layer, err = snapshotter.Encode(ctx, spoolPath, dir, encOpts)
-	}
-	if err != nil {
-		return c, fmt.Errorf("encode layer: %w", err)
+		_ = tp.Close() // frees the copies and held files before the upload
+		if err != nil && !copyAll && errors.Is(err, snapshotter.ErrChangedAfterThaw) && ctx.Err() == nil {
+			copyAll = true
+			continue
+		}
+		if err != nil {
+			return c, fmt.Errorf("encode layer: %w", err)
+		}
+		break
 	}
 	c.Encode = time.Since(encStart)
-	if tp != nil {
-		_ = tp.Close() // frees the copies before the upload
-	}
-	_ = os.Remove(spoolPath)
 	ev.Event(ctx, "encoded", fmt.Sprintf("%s layer of %d bytes in %s", proj.Compression, c.Layer.Size, c.Encode.Round(time.Millisecond)),
 		map[string]any{"layer_bytes": c.Layer.Size, "encode_ms": c.Encode.Milliseconds()})
 
@@ -283,37 +295,32 @@ func (s *Saver) Capture(ctx context.Context, ev Events, cp Capture) (Captured, e
 	return c, nil
 }
 
-// spool reads the instance's upper dir. A stopped instance is read in one
-// pass into the layer tar at path (tp is nil). A running instance is frozen
-// only for the second pass of a two-pass spool (step 2): the first pass
-// copies every file while the instance runs, the frozen one re-reads
-// metadata and copies only what changed meanwhile, so the freeze grows with
-// what changed during the save, not with the size of the change; tp is
-// then the spool to encode from (no tar is written), and the caller closes
-// it (also after an error). The thaw always runs, even when ctx is
-// canceled. work names the save (its operation) as a holder of the freeze.
-func (s *Saver) spool(ctx context.Context, id, work, upper, path string, excludes []string, cp Capture) (_ snapshotter.SpoolStats, _ time.Duration, tp *snapshotter.TwoPass, _ error) {
-	freezeIt := cp.Freeze
-	opts := snapshotter.SpoolOptions{Excludes: excludes}
+// spool reads the instance's upper dir with a two-pass spool (step 2) into
+// dir and returns it (tp, which the caller closes, also after an error) to
+// encode from; no tar is written. A running instance is frozen only for the
+// second pass: the first copies small files and holds large ones while the
+// instance runs, the frozen one re-reads metadata and copies only what
+// changed meanwhile, so the freeze grows with what changed during the save,
+// not with the size of the change. A stopped instance is not frozen: nothing
+// runs (a held file changed anyway fails the encode as after a thaw). The
+// thaw always runs, even when ctx is canceled. work names the save (its
+// operation) as a holder of the freeze.
+func (s *Saver) spool(ctx context.Context, id, work, upper, dir string, excludes []string, cp Capture, copyAll bool) (_ snapshotter.SpoolStats, _ time.Duration, tp *snapshotter.TwoPass, _ error) {
+	opts := snapshotter.SpoolOptions{Excludes: excludes, CopyContent: copyAll}
 	var err error
 	if opts.IDShift, err = s.idShift(ctx, id); err != nil {
 		return snapshotter.SpoolStats{}, 0, nil, err
 	}
-	if !freezeIt { // a stopped instance: nothing runs, one pass
-		f, err := os.Create(path)
-		if err != nil {
-			return snapshotter.SpoolStats{}, 0, nil, err
-		}
-		defer f.Close()
-		stats, err := snapshotter.Spool(ctx, upper, f, opts)
-		if err == nil {
-			err = f.Close()
-		}
-		return stats, 0, nil, err
-	}
-	tp, err = snapshotter.Prepare(ctx, upper, filepath.Dir(path), opts)
+	tp, err = snapshotter.Prepare(ctx, upper, dir, opts)
 	if err != nil {
 		return snapshotter.SpoolStats{}, 0, nil, fmt.Errorf("read changes of %q: %w", id, err)
+	}
+	if !cp.Freeze { // a stopped instance
+		fs, err := tp.Frozen(ctx)
+		if err != nil {
+			return fs.SpoolStats, 0, tp, fmt.Errorf("read changes of %q: %w", id, err)
+		}
+		return fs.SpoolStats, 0, tp, nil
 	}
 
 	// The freeze is held for this save alone: a user's pause during it
