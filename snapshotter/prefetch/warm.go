@@ -46,6 +46,10 @@ type WarmOptions struct {
 	MaxBytes int64
 	// Workers read Files in parallel. Default 4.
 	Workers int
+	// FilesOnly reads only Files, not the init's needs: for a read-ahead
+	// that runs beside the Warm of the init from the task's start on (the
+	// init's executable is only known once runc has exec'd it).
+	FilesOnly bool
 }
 
 // WarmResult says what Warm read.
@@ -81,41 +85,10 @@ func Warm(ctx context.Context, pid int, opts WarmOptions) (WarmResult, error) {
 	defer unix.Close(root)
 
 	w := &warmer{root: root, seen: map[fileID]bool{}}
-	// The executable, by its /proc link: the very file the init runs,
-	// wherever it is. Right after a task start the process may still be
-	// runc's init (a memfd copy of runc), about to exec the container's
-	// init: give it a moment.
-	exePath := fmt.Sprintf("/proc/%d/exe", pid)
-	for range 50 {
-		if l, err := os.Readlink(exePath); err != nil || !strings.HasPrefix(l, "/memfd:") {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	exe, err := os.Open(exePath)
-	if err != nil {
-		return res, fmt.Errorf("warm process %d: %w", pid, errors.Join(errdefs.ErrNotFound, err))
-	}
-	w.firstTime(exe)
-	n, err := w.readELF(ctx, exe, "init executable")
-	exe.Close()
-	if err != nil {
-		return res, err
-	}
-	res.Needed, res.NeededBytes = 1, n
-	needed := mappedFiles(pid)
-	for _, c := range opts.Commands {
-		if p := w.lookPath(c); p != "" {
-			needed = append(needed, p)
-		}
-	}
-	for _, p := range needed {
-		c, n, err := w.readNeeded(ctx, p, 0)
-		if err != nil {
+	if !opts.FilesOnly {
+		if err := w.warmInit(ctx, pid, opts.Commands, &res); err != nil {
 			return res, err
 		}
-		res.Needed += c
-		res.NeededBytes += n
 	}
 
 	workers := opts.Workers
@@ -165,6 +138,48 @@ feed:
 	wg.Wait()
 	res.Skipped += len(opts.Files) - sent
 	return res, nil
+}
+
+// warmInit reads the init's executable, its ELF needs, the files it has
+// mapped and commands with their ELF needs, counting them in res.
+func (w *warmer) warmInit(ctx context.Context, pid int, commands []string, res *WarmResult) error {
+	// The executable, by its /proc link: the very file the init runs,
+	// wherever it is. Right after a task start the process may still be
+	// runc's init (a memfd copy of runc), about to exec the container's
+	// init: give it a moment.
+	exePath := fmt.Sprintf("/proc/%d/exe", pid)
+	for range 50 {
+		if l, err := os.Readlink(exePath); err != nil || !strings.HasPrefix(l, "/memfd:") {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	exe, err := os.Open(exePath)
+	if err != nil {
+		return fmt.Errorf("warm process %d: %w", pid, errors.Join(errdefs.ErrNotFound, err))
+	}
+	w.firstTime(exe)
+	n, err := w.readELF(ctx, exe, "init executable")
+	exe.Close()
+	if err != nil {
+		return err
+	}
+	res.Needed, res.NeededBytes = 1, n
+	needed := mappedFiles(pid)
+	for _, c := range commands {
+		if p := w.lookPath(c); p != "" {
+			needed = append(needed, p)
+		}
+	}
+	for _, p := range needed {
+		c, n, err := w.readNeeded(ctx, p, 0)
+		if err != nil {
+			return err
+		}
+		res.Needed += c
+		res.NeededBytes += n
+	}
+	return nil
 }
 
 type warmer struct {
