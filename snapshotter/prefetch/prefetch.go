@@ -2,8 +2,9 @@
 
 // Package prefetch records which files a running instance reads, so that the
 // next save of its project can put them first in the eStargz layer
-// (EncodeOptions.PrioritizedFiles) and the stargz snapshotter fetches them in
-// one go before the first command of the next restore runs.
+// (EncodeOptions.PrioritizedFiles), which the stargz snapshotter fetches in
+// one go from the layer's mount on, and the next lazy start reads them ahead
+// (Warm) before its first commands run.
 //
 // Terms: root is a directory on the host, normally a container's rootfs
 // mount (the overlay or stargz mount containerd made for the task); a
