@@ -81,7 +81,6 @@ func runRestore(ctx context.Context, b *bed, out io.Writer) error {
 				return err
 			}
 			if slices.Contains(p.Prefetch, learnedFile) {
-				learnedFiles = append(learnedFiles, len(p.Prefetch))
 				return nil
 			}
 			if time.Now().After(deadline) {
@@ -116,6 +115,13 @@ func runRestore(ctx context.Context, b *bed, out io.Writer) error {
 			return fmt.Errorf("%s, run %d: %w", names[vFirst], i+1, err)
 		}
 		runs[vFirst] = append(runs[vFirst], r)
+		// What the learned restore reads ahead: the list as the first
+		// restore's node left it (stored every second until it shut down).
+		p, err := b.c.GetProject(ctx, project)
+		if err != nil {
+			return err
+		}
+		learnedFiles = append(learnedFiles, len(p.Prefetch))
 
 		if r, err = b.coldRestoreOn(ctx, project, res.Version, cmds, false); err != nil {
 			return fmt.Errorf("%s, run %d: %w", names[vLearned], i+1, err)
@@ -197,7 +203,7 @@ func runRestore(ctx context.Context, b *bed, out io.Writer) error {
 		}
 		fmt.Fprintf(&w, "- %s: %s\n", name, strings.Join(parts, "; "))
 	}
-	fmt.Fprintf(&w, "- first reads learned by the first restores (files on the project): %v.\n", learnedFiles)
+	fmt.Fprintf(&w, "- first reads learned by the first restores (files on the project when the learned restore started): %v.\n", learnedFiles)
 	fmt.Fprintf(&w, "- `dot -V` answered: `%s`; the render wrote a %s-byte PNG.\n", firstLine(runs[vLearned][0].Outputs[0]), firstLine(runs[vLearned][0].Outputs[1]))
 	fmt.Fprintln(&w, "- fetched MB: for a lazily mounted layer, the bytes the stargz snapshotter had fetched (its layer state), which includes its background fetch of the whole layer as far as it got; every layer a full pull takes is counted whole, with its compressed size. 1 MB = 10^6 bytes.")
 	fmt.Fprintln(&w, "- Registry, PostgreSQL and all nodes run on this one machine: the registry's blobs are read from its disk, no network between nodes.")
