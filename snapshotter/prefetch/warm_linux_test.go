@@ -73,6 +73,13 @@ func TestRootWarm(t *testing.T) {
 	assert.Equal(t, int64(8000), res.FileBytes)
 	assert.Equal(t, 4, res.Skipped, "missing, the escape (no /etc/hostname inside), the FIFO, big over the budget")
 
+	// A read-ahead beside the init's warm reads the files only.
+	res, err = Warm(context.Background(), pid, WarmOptions{
+		Commands: []string{"sleep"}, Files: []string{"/data/a", "/data/b"}, FilesOnly: true,
+	})
+	require.NoError(t, err)
+	assert.Equal(t, WarmResult{Files: 2, FileBytes: 8000}, res)
+
 	_, err = Warm(context.Background(), 1<<30, WarmOptions{})
 	assert.ErrorIs(t, err, errdefs.ErrNotFound)
 }
