@@ -89,6 +89,43 @@ func (m *Manager) warm(ctx context.Context, in versions.Instance, proj versions.
 	return nil
 }
 
+// layerDirs is what readAheadLayers needs of the runtime (runtime.Runtime
+// has it; runtimes without lazy layers need not).
+type layerDirs interface {
+	LayerDirs(ctx context.Context, ref string) ([]string, error)
+}
+
+// readAheadLayers starts reading the project's recorded first reads from
+// a lazily pulled image's layers, in the background, as soon as they are
+// mounted: before the container is made and its task started, which it
+// overlaps. The read-ahead through the instance's root (readAhead) then
+// finds them cached or on their way. Bounded like readAhead; best effort.
+func (m *Manager) readAheadLayers(in versions.Instance, ref string, files []string) {
+	ld, ok := m.Runtime.(layerDirs)
+	if !ok || len(files) == 0 {
+		return
+	}
+	m.wg.Go(func() {
+		started := time.Now()
+		ctx, cancel := context.WithTimeout(m.ctx, warmFilesTimeout)
+		defer cancel()
+		dirs, err := ld.LayerDirs(ctx, ref)
+		if err != nil || len(dirs) == 0 {
+			if err != nil {
+				m.Log.Warn("read first reads ahead from the layers", "instance", in.ID, "err", err)
+			}
+			return
+		}
+		res, err := prefetch.WarmLayers(ctx, dirs, prefetch.WarmOptions{Files: files, MaxBytes: warmFilesBytes, Workers: warmWorkers})
+		if err != nil {
+			m.Log.Warn("read first reads ahead from the layers", "instance", in.ID, "err", err)
+			return
+		}
+		m.Log.Info("read first reads ahead from the layers", "instance", in.ID, "files", res.Files, "bytes", res.FileBytes,
+			"skipped", res.Skipped, "ms", time.Since(started).Milliseconds())
+	})
+}
+
 // readAhead reads the project's recorded first reads through the
 // instance's root in the background, in order, 8 at a time, bounded by
 // warmFilesTimeout and warmFilesBytes. done is closed when it ends; stop

@@ -91,6 +91,50 @@ func Warm(ctx context.Context, pid int, opts WarmOptions) (WarmResult, error) {
 		}
 	}
 
+	readFiles(ctx, opts, w.readFile, &res)
+	return res, nil
+}
+
+// WarmLayers reads opts.Files (only) from a lazy image's layer
+// directories, top first, as their overlay shows them: each file from the
+// first layer that has it, none when the first layer that has something
+// at its path has no regular file there (a whiteout, a directory). It reads
+// through the layers' own mounts, so it can run before any container of
+// the image has started; a container's reads then find the files cached.
+func WarmLayers(ctx context.Context, dirs []string, opts WarmOptions) (WarmResult, error) {
+	var res WarmResult
+	var ws []*warmer
+	for _, d := range dirs {
+		root, err := unix.Open(d, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			for _, w := range ws {
+				unix.Close(w.root)
+			}
+			return res, fmt.Errorf("warm layer %s: %w", d, errors.Join(errdefs.ErrNotFound, err))
+		}
+		ws = append(ws, &warmer{root: root, seen: map[fileID]bool{}})
+	}
+	defer func() {
+		for _, w := range ws {
+			unix.Close(w.root)
+		}
+	}()
+	read := func(ctx context.Context, p string, admit func(int64) bool) (int64, bool) {
+		for _, w := range ws {
+			if !w.has(p) {
+				continue
+			}
+			return w.readFile(ctx, p, admit)
+		}
+		return 0, false
+	}
+	readFiles(ctx, opts, read, &res)
+	return res, nil
+}
+
+// readFiles reads opts.Files with read, opts.Workers at a time, in order,
+// within opts.MaxBytes, counting them in res.
+func readFiles(ctx context.Context, opts WarmOptions, read func(ctx context.Context, p string, admit func(size int64) bool) (int64, bool), res *WarmResult) {
 	workers := opts.Workers
 	if workers <= 0 {
 		workers = 4
@@ -104,7 +148,7 @@ func Warm(ctx context.Context, pid int, opts WarmOptions) (WarmResult, error) {
 	for range workers {
 		wg.Go(func() {
 			for p := range next {
-				n, ok := w.readFile(ctx, p, func(size int64) bool {
+				n, ok := read(ctx, p, func(size int64) bool {
 					mu.Lock()
 					defer mu.Unlock()
 					if opts.MaxBytes > 0 && size > budget {
@@ -137,7 +181,6 @@ feed:
 	close(next)
 	wg.Wait()
 	res.Skipped += len(opts.Files) - sent
-	return res, nil
 }
 
 // warmInit reads the init's executable, its ELF needs, the files it has
@@ -216,6 +259,20 @@ func (w *warmer) open(p string) (*os.File, error) {
 		return nil, &os.PathError{Op: "open", Path: p, Err: err}
 	}
 	return os.NewFile(uintptr(rfd), p), nil
+}
+
+// has reports whether the root holds anything at p (without following a
+// last symlink out of it): a layer that does shadows the layers below.
+func (w *warmer) has(p string) bool {
+	fd, err := unix.Openat2(w.root, strings.TrimPrefix(path.Clean("/"+p), "/"), &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return false
+	}
+	unix.Close(fd)
+	return true
 }
 
 // firstTime reports whether f was not read yet by this warmer.
