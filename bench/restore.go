@@ -30,8 +30,9 @@ const (
 //     what it wrote and read back);
 //   - learned: lazy, after the first restore's instance recorded its first
 //     reads (`dot -V`, the render) on the project: the node reads them
-//     ahead from the task's start and waits up to 0.5 s for them before it
-//     reports the instance Running;
+//     ahead from the moment the pull has mounted the layers and waits up
+//     to 0.5 s for them after the task's start before it reports the
+//     instance Running;
 //   - full: the same image pulled whole (a node without the lazy
 //     snapshotter, overlayfs);
 //   - local: a second instance on that full-pull node, whose image is
