@@ -31,7 +31,7 @@ const (
 //   - learned: lazy, after the first restore's instance recorded its first
 //     reads (`dot -V`, the render) on the project: the node reads them
 //     ahead from the moment the pull has mounted the layers and waits up
-//     to 0.5 s for them after the task's start before it reports the
+//     to 0.25 s for them after the task's start before it reports the
 //     instance Running;
 //   - full: the same image pulled whole (a node without the lazy
 //     snapshotter, overlayfs);
@@ -167,7 +167,7 @@ func runRestore(ctx context.Context, b *bed, out io.Writer) error {
 	fmt.Fprintln(&w)
 	fmt.Fprintf(&w, "Prefetch range of the saved layer (the files its save put before the prefetch landmark, which the stargz snapshotter fetches from the mount on, in the background): %s.\n\n", prefetched)
 	fmt.Fprintf(&w, "Restore: each run starts a joining node (`node.Start` with the primary's PostgreSQL and registry, fresh data dir: empty containerd content store and snapshotter cache), "+
-		"creates an instance of the version through the API (`up`: pull or lazy mount, create, start, and for a lazy instance the read of what its init needs and, up to 0.5 s, the read-ahead of the project's first reads), runs `%s`, then `%s`, "+
+		"creates an instance of the version through the API (`up`: pull or lazy mount, create, start, and for a lazy instance the read of what its init needs and, up to 0.25 s, the read-ahead of the project's first reads), runs `%s`, then `%s`, "+
 		"then deletes the instance, shuts the node down and removes its data dir. Per run, in this order: the first restore (the project's first-reads list cleared before it; "+
 		"the run waits until its instance's reads are stored on the project), the learned restore, the full pull, and on the full-pull node a second instance (fully local image). "+
 		"%d runs, alternating; medians.\n\n", dotVersionCmd, renderCmd, b.cfg.runs)

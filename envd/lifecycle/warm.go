@@ -31,10 +31,12 @@ const (
 	// took 0.47 s with its files still coming, against 0.09 s on a local
 	// image), while a long list or a loaded node costs the start at most
 	// this. The list is in first-read order, so what the first commands
-	// read comes first; the rest goes on in the background. (With 1 s, a
-	// loaded node held the start for the whole 20 MB Graphviz list, the
-	// render's fonts included, to speed up a `dot -V` that needs a part.)
-	warmFilesHold = 500 * time.Millisecond
+	// read comes first; the rest goes on in the background. Reading ahead
+	// costs about what reading on demand does (the CPU of decompressing
+	// and serving through FUSE, on the same cores): holding the start for
+	// the whole 20 MB Graphviz list (0.5-1 s) made the learned restore's
+	// time to first command longer than the first restore's.
+	warmFilesHold = 250 * time.Millisecond
 )
 
 // initCommands are runtime's init (`/bin/sh -c SCRIPT`) and the commands
