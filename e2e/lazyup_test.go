@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -108,6 +110,27 @@ func TestRootSavePrefetchHoldsImageReads(t *testing.T) {
 	assert.Less(t, pr.Bytes, int64(1<<20), "4 MB of random own output is not in the prefetch range")
 	b := up(t, p, res.Version)
 	assert.Equal(t, "stays\nmore", mustSh(t, b.ID, "cat /fixtures/keep/untouched"))
+
+	// The read-ahead at the pull reads the layers' own mounts, top first.
+	v, err := env.c.GetVersion(ctx(t), p, res.Version)
+	require.NoError(t, err)
+	rt := env.node.Runtime()
+	dirs, err := rt.LayerDirs(ctx(t), env.node.RegistryAddr()+"/"+v.Image)
+	require.NoError(t, err)
+	require.Len(t, dirs, 2, "the base's layer and the saved one")
+	_, err = os.Stat(filepath.Join(dirs[0], "var/lists/big"))
+	assert.NoError(t, err, "the saved layer is on top")
+	_, err = os.Stat(filepath.Join(dirs[1], "var/lists/big"))
+	assert.True(t, os.IsNotExist(err), "the base has no /var/lists/big: %v", err)
+	// The view it asked for is gone again.
+	cctx := namespaces.WithNamespace(ctx(t), "envd")
+	walked := 0
+	require.NoError(t, rt.Client().SnapshotService(stargz.Name).Walk(cctx, func(_ context.Context, info snapshots.Info) error {
+		walked++
+		assert.False(t, strings.HasPrefix(info.Name, "envd-layers-"), "view %s left behind", info.Name)
+		return nil
+	}))
+	assert.Positive(t, walked, "the instances' snapshots are listed")
 }
 
 // TestRootLazyStartDoesNotWaitForPrefetch: a version whose layer has a
