@@ -13,6 +13,8 @@ import (
 
 	"github.com/envd-dev/envd/api/types"
 	envdclient "github.com/envd-dev/envd/client"
+	"github.com/envd-dev/envd/registry"
+	"github.com/envd-dev/envd/snapshotter/stargz"
 )
 
 const (
@@ -24,10 +26,13 @@ const (
 // restored four ways in alternated runs, each on a fresh joining node:
 //   - first: lazy, with the project's first-reads list cleared, as the
 //     first restore of a version is (its layer carries the prioritized
-//     files of the instance that made it: apt's reads);
+//     files of the instance that made it: what apt read of the image, not
+//     what it wrote and read back);
 //   - learned: lazy, after the first restore's instance recorded its first
 //     reads (`dot -V`, the render) on the project: the node reads them
-//     ahead before it reports the instance Running;
+//     ahead from the moment the pull has mounted the layers and waits up
+//     to 0.25 s for them after the task's start before it reports the
+//     instance Running;
 //   - full: the same image pulled whole (a node without the lazy
 //     snapshotter, overlayfs);
 //   - local: a second instance on that full-pull node, whose image is
@@ -51,6 +56,12 @@ func runRestore(ctx context.Context, b *bed, out io.Writer) error {
 	}
 	aptLine := summaryLine(line)
 	logf("restore: %s: install %s (%s), saved v%d", project, seconds(install), aptLine, res.Version)
+	pr, err := b.savedPrefetch(ctx, project, res.Version)
+	if err != nil {
+		return err
+	}
+	prefetched := prefetchSummary(pr, res.LayerBytes)
+	logf("restore: %s v%d: prefetch range %s", project, res.Version, prefetched)
 
 	pool, err := pgxpool.New(ctx, b.primary.DSN())
 	if err != nil {
@@ -71,7 +82,6 @@ func runRestore(ctx context.Context, b *bed, out io.Writer) error {
 				return err
 			}
 			if slices.Contains(p.Prefetch, learnedFile) {
-				learnedFiles = append(learnedFiles, len(p.Prefetch))
 				return nil
 			}
 			if time.Now().After(deadline) {
@@ -106,6 +116,13 @@ func runRestore(ctx context.Context, b *bed, out io.Writer) error {
 			return fmt.Errorf("%s, run %d: %w", names[vFirst], i+1, err)
 		}
 		runs[vFirst] = append(runs[vFirst], r)
+		// What the learned restore reads ahead: the list as the first
+		// restore's node left it (stored every second until it shut down).
+		p, err := b.c.GetProject(ctx, project)
+		if err != nil {
+			return err
+		}
+		learnedFiles = append(learnedFiles, len(p.Prefetch))
 
 		if r, err = b.coldRestoreOn(ctx, project, res.Version, cmds, false); err != nil {
 			return fmt.Errorf("%s, run %d: %w", names[vLearned], i+1, err)
@@ -148,8 +165,9 @@ func runRestore(ctx context.Context, b *bed, out io.Writer) error {
 		baseImage, megabytes(b.base.Size), installCmd, seconds(install), aptLine, res.Version)
 	writeSaveTable(&w, "project", []saveRow{{Label: project, Extra: []string{"estargz"}, Res: res}}, "compression")
 	fmt.Fprintln(&w)
+	fmt.Fprintf(&w, "Prefetch range of the saved layer (the files its save put before the prefetch landmark, which the stargz snapshotter fetches from the mount on, in the background): %s.\n\n", prefetched)
 	fmt.Fprintf(&w, "Restore: each run starts a joining node (`node.Start` with the primary's PostgreSQL and registry, fresh data dir: empty containerd content store and snapshotter cache), "+
-		"creates an instance of the version through the API (`up`: pull or lazy mount, create, start, and for a lazy instance the read-ahead of what its init needs and of the project's first reads), runs `%s`, then `%s`, "+
+		"creates an instance of the version through the API (`up`: pull or lazy mount, create, start, and for a lazy instance the read of what its init needs and, up to 0.25 s, the read-ahead of the project's first reads), runs `%s`, then `%s`, "+
 		"then deletes the instance, shuts the node down and removes its data dir. Per run, in this order: the first restore (the project's first-reads list cleared before it; "+
 		"the run waits until its instance's reads are stored on the project), the learned restore, the full pull, and on the full-pull node a second instance (fully local image). "+
 		"%d runs, alternating; medians.\n\n", dotVersionCmd, renderCmd, b.cfg.runs)
@@ -186,7 +204,7 @@ func runRestore(ctx context.Context, b *bed, out io.Writer) error {
 		}
 		fmt.Fprintf(&w, "- %s: %s\n", name, strings.Join(parts, "; "))
 	}
-	fmt.Fprintf(&w, "- first reads learned by the first restores (files on the project): %v.\n", learnedFiles)
+	fmt.Fprintf(&w, "- first reads learned by the first restores (files on the project when the learned restore started): %v.\n", learnedFiles)
 	fmt.Fprintf(&w, "- `dot -V` answered: `%s`; the render wrote a %s-byte PNG.\n", firstLine(runs[vLearned][0].Outputs[0]), firstLine(runs[vLearned][0].Outputs[1]))
 	fmt.Fprintln(&w, "- fetched MB: for a lazily mounted layer, the bytes the stargz snapshotter had fetched (its layer state), which includes its background fetch of the whole layer as far as it got; every layer a full pull takes is counted whole, with its compressed size. 1 MB = 10^6 bytes.")
 	fmt.Fprintln(&w, "- Registry, PostgreSQL and all nodes run on this one machine: the registry's blobs are read from its disk, no network between nodes.")
@@ -260,4 +278,23 @@ func header(w io.Writer) {
 	fmt.Fprintf(w, "Machine: %s\n\n", machine())
 	fmt.Fprintf(w, "Date: %s\n\n", time.Now().UTC().Format("Mon Jan _2 15:04:05 UTC 2006"))
 	fmt.Fprintf(w, "Command: `%s`\n\n", command())
+}
+
+// savedPrefetch is the prefetch range of the last layer of version v.
+func (b *bed) savedPrefetch(ctx context.Context, project string, v int) (stargz.PrefetchRange, error) {
+	var none stargz.PrefetchRange
+	ver, err := b.c.GetVersion(ctx, project, v)
+	if err != nil {
+		return none, err
+	}
+	img, err := b.reg.Get(ctx, ver.Image)
+	if err != nil {
+		return none, err
+	}
+	credFile, _ := b.primary.RegistryCredentialFiles()
+	cred, err := registry.ReadCredentialFile(credFile)
+	if err != nil {
+		return none, err
+	}
+	return layerPrefetch(ctx, b.primary.RegistryAddr(), cred, img.Repo, img.Layers[len(img.Layers)-1])
 }

@@ -5,14 +5,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/containerd/v2/core/remotes"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/platforms"
 	"github.com/containerd/stargz-snapshotter/estargz"
 	"github.com/containerd/stargz-snapshotter/fs/source"
+	"github.com/opencontainers/image-spec/identity"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/envd-dev/envd/api/errdefs"
@@ -176,3 +179,50 @@ func (r *Runtime) LazySnapshotter() string { return r.cfg.LazySnapshotter }
 // LazyErr says why lazy pulls are off although Config.LazySnapshotter was
 // set; nil otherwise.
 func (r *Runtime) LazyErr() error { return r.lazyErr }
+
+// LayerDirs are the directories of a lazily pulled image's layers in the
+// lazy snapshotter, top first (the lower dirs its instances' overlays get),
+// for reading files of the image before any container of it has started.
+// An image pulled for overlayfs has none (nil). It asks the snapshotter for
+// a view of the image and removes the view again.
+func (r *Runtime) LayerDirs(ctx context.Context, ref string) ([]string, error) {
+	ctx = r.ctx(ctx)
+	img, err := r.client.GetImage(ctx, ref)
+	if err != nil {
+		return nil, translate(err, "image %s", ref)
+	}
+	sn := r.imageSnapshotter(img)
+	if sn == snapshotter {
+		return nil, nil
+	}
+	diffIDs, err := img.RootFS(ctx)
+	if err != nil {
+		return nil, translate(err, "layers of %s", ref)
+	}
+	ss := r.client.SnapshotService(sn)
+	key := "envd-layers-" + randomHex(8)
+	mounts, err := ss.View(ctx, key, identity.ChainID(diffIDs).String())
+	if err != nil {
+		return nil, translate(err, "view of %s", ref)
+	}
+	defer func() { _ = ss.Remove(context.WithoutCancel(ctx), key) }()
+	return lowerDirs(mounts), nil
+}
+
+// lowerDirs are the read-only directories of a view's mounts, top first:
+// an overlay's lowerdir list, or a single layer's bind mount.
+func lowerDirs(mounts []mount.Mount) []string {
+	for _, m := range mounts {
+		switch m.Type {
+		case "overlay":
+			for _, o := range m.Options {
+				if v, ok := strings.CutPrefix(o, "lowerdir="); ok {
+					return strings.Split(v, ":")
+				}
+			}
+		case "bind":
+			return []string{m.Source}
+		}
+	}
+	return nil
+}

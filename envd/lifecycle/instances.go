@@ -293,6 +293,9 @@ func (m *Manager) provision(ctx context.Context, in versions.Instance, proj vers
 	if err := m.Runtime.Pull(ctx, ref); err != nil {
 		return fmt.Errorf("pull %s: %w", image, err)
 	}
+	if !build {
+		m.readAheadLayers(in, ref, proj.Prefetch)
+	}
 	// Placement prefers this node for the image from now on.
 	if err := m.Store.RecordImage(ctx, m.Node, image); err != nil {
 		m.Log.Warn("record pulled image", "image", image, "err", err)

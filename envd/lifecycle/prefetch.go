@@ -58,8 +58,8 @@ func (f *firstReads) abandon() {
 // PrefetchWindow and records it on the project, storing the list as it
 // grows (at most every flushFirstReads): the next save puts those files
 // first in its eStargz layer, and the next start of a lazy instance of the
-// project reads them before it reports Running (warm.go). Best effort:
-// failures are logged.
+// project reads them ahead, waiting up to 0.25 s before it reports Running
+// (warm.go). Best effort: failures are logged.
 func (m *Manager) recordFirstReads(f *firstReads) {
 	if f == nil {
 		return

@@ -2,8 +2,9 @@
 
 // Package prefetch records which files a running instance reads, so that the
 // next save of its project can put them first in the eStargz layer
-// (EncodeOptions.PrioritizedFiles) and the stargz snapshotter fetches them in
-// one go before the first command of the next restore runs.
+// (EncodeOptions.PrioritizedFiles), which the stargz snapshotter fetches in
+// one go from the layer's mount on, and the next lazy start reads them ahead
+// (Warm) before its first commands run.
 //
 // Terms: root is a directory on the host, normally a container's rootfs
 // mount (the overlay or stargz mount containerd made for the task); a
@@ -116,7 +117,7 @@ func Start(root string, max int) (*Recording, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("fanotify_mark %q: %w", root, err)
 	}
-	return &Recording{fd: fd, r: &recorder{root: abs, max: max, seen: make(map[string]uint8), self: int32(os.Getpid())}}, nil
+	return &Recording{fd: fd, r: newRecorder(abs, max)}, nil
 }
 
 // Collect reads events for d from now (or until ctx is done, or max paths
@@ -170,24 +171,51 @@ type recorder struct {
 	root  string
 	max   int
 	self  int32
-	seen  map[string]uint8 // the path's marks: wasRead, wasWritten
+	seen  map[string]uint8 // the path's marks: wasRead, wasWritten, ownOutput
 	paths []string         // in first-event order
+	// files say, per file (inode), whether the instance first read it
+	// (fromImage) or first wrote it (instanceMade): a file written before
+	// it was first read is the instance's own output under any name it
+	// gets later (apt and dpkg write to a temporary name and rename).
+	files map[inodeID]uint8
 }
 
+type inodeID struct{ dev, ino uint64 }
+
+// Marks of a path.
 const (
 	wasRead uint8 = 1 << iota
 	wasWritten
+	// ownOutput: the path was first read from a file the instance had
+	// written before (created, or changed, then read back).
+	ownOutput
 )
+
+// Marks of a file.
+const (
+	fromImage uint8 = 1 << iota
+	instanceMade
+)
+
+func newRecorder(root string, max int) *recorder {
+	return &recorder{root: root, max: max, self: int32(os.Getpid()),
+		seen: make(map[string]uint8), files: make(map[inodeID]uint8)}
+}
 
 func (r *recorder) full() bool { return r.max > 0 && len(r.paths) >= r.max }
 
-// result is the recorded paths without those written and never read.
+// result is the recorded paths that were read from the image: without
+// those written and never read, and without those the instance wrote
+// before it read them (its own output: what apt downloads and unpacks and
+// then reads back is not what a new instance of the image reads first).
 func (r *recorder) result() []string {
 	out := make([]string, 0, len(r.paths))
 	for _, p := range r.paths {
-		if m := r.seen[p]; m&wasWritten == 0 || m&wasRead != 0 {
-			out = append(out, p)
+		m := r.seen[p]
+		if m&ownOutput != 0 || (m&wasWritten != 0 && m&wasRead == 0) {
+			continue
 		}
+		out = append(out, p)
 	}
 	return out
 }
@@ -245,7 +273,8 @@ func (r *recorder) add(fd int, pid int32, events uint64) {
 		return // elsewhere on the same mount
 	}
 	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && rel != "/" {
+	statErr := unix.Fstat(fd, &st)
+	if statErr == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && rel != "/" {
 		rel += "/"
 	}
 	var marks uint8
@@ -255,7 +284,35 @@ func (r *recorder) add(fd int, pid int32, events uint64) {
 	if events&writeEvents != 0 {
 		marks |= wasWritten
 	}
+	if statErr == nil {
+		// Written means FAN_MODIFY: the kernel merges a process's events of
+		// a file while they are queued, so a close of a descriptor opened
+		// for writing (FAN_CLOSE_WRITE) can show up at the place of its
+		// open, before reads other processes made in between. For the
+		// same reason one event may carry a write and a read (apt's store
+		// method writes a list and reads it back to hash it): the write
+		// counts as first.
+		id := inodeID{uint64(st.Dev), st.Ino}
+		f := r.files[id]
+		if f == 0 {
+			switch {
+			case events&unix.FAN_MODIFY != 0:
+				f = instanceMade
+			case marks&wasRead != 0:
+				f = fromImage
+			}
+			if f != 0 {
+				r.files[id] = f
+			}
+		}
+		if f == instanceMade && marks&wasRead != 0 {
+			marks |= ownOutput
+		}
+	}
 	if old, ok := r.seen[rel]; ok {
+		if old&wasRead != 0 {
+			marks &^= ownOutput // read from the image before
+		}
 		r.seen[rel] = old | marks
 		return
 	}

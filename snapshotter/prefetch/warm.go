@@ -46,6 +46,10 @@ type WarmOptions struct {
 	MaxBytes int64
 	// Workers read Files in parallel. Default 4.
 	Workers int
+	// FilesOnly reads only Files, not the init's needs: for a read-ahead
+	// that runs beside the Warm of the init from the task's start on (the
+	// init's executable is only known once runc has exec'd it).
+	FilesOnly bool
 }
 
 // WarmResult says what Warm read.
@@ -81,43 +85,56 @@ func Warm(ctx context.Context, pid int, opts WarmOptions) (WarmResult, error) {
 	defer unix.Close(root)
 
 	w := &warmer{root: root, seen: map[fileID]bool{}}
-	// The executable, by its /proc link: the very file the init runs,
-	// wherever it is. Right after a task start the process may still be
-	// runc's init (a memfd copy of runc), about to exec the container's
-	// init: give it a moment.
-	exePath := fmt.Sprintf("/proc/%d/exe", pid)
-	for range 50 {
-		if l, err := os.Readlink(exePath); err != nil || !strings.HasPrefix(l, "/memfd:") {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	exe, err := os.Open(exePath)
-	if err != nil {
-		return res, fmt.Errorf("warm process %d: %w", pid, errors.Join(errdefs.ErrNotFound, err))
-	}
-	w.firstTime(exe)
-	n, err := w.readELF(ctx, exe, "init executable")
-	exe.Close()
-	if err != nil {
-		return res, err
-	}
-	res.Needed, res.NeededBytes = 1, n
-	needed := mappedFiles(pid)
-	for _, c := range opts.Commands {
-		if p := w.lookPath(c); p != "" {
-			needed = append(needed, p)
-		}
-	}
-	for _, p := range needed {
-		c, n, err := w.readNeeded(ctx, p, 0)
-		if err != nil {
+	if !opts.FilesOnly {
+		if err := w.warmInit(ctx, pid, opts.Commands, &res); err != nil {
 			return res, err
 		}
-		res.Needed += c
-		res.NeededBytes += n
 	}
 
+	readFiles(ctx, opts, w.readFile, &res)
+	return res, nil
+}
+
+// WarmLayers reads opts.Files (only) from a lazy image's layer
+// directories, top first, as their overlay shows them: each file from the
+// first layer that has it, none when the first layer that has something
+// at its path has no regular file there (a whiteout, a directory). It reads
+// through the layers' own mounts, so it can run before any container of
+// the image has started; a container's reads then find the files cached.
+func WarmLayers(ctx context.Context, dirs []string, opts WarmOptions) (WarmResult, error) {
+	var res WarmResult
+	var ws []*warmer
+	for _, d := range dirs {
+		root, err := unix.Open(d, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			for _, w := range ws {
+				unix.Close(w.root)
+			}
+			return res, fmt.Errorf("warm layer %s: %w", d, errors.Join(errdefs.ErrNotFound, err))
+		}
+		ws = append(ws, &warmer{root: root, seen: map[fileID]bool{}})
+	}
+	defer func() {
+		for _, w := range ws {
+			unix.Close(w.root)
+		}
+	}()
+	read := func(ctx context.Context, p string, admit func(int64) bool) (int64, bool) {
+		for _, w := range ws {
+			if !w.has(p) {
+				continue
+			}
+			return w.readFile(ctx, p, admit)
+		}
+		return 0, false
+	}
+	readFiles(ctx, opts, read, &res)
+	return res, nil
+}
+
+// readFiles reads opts.Files with read, opts.Workers at a time, in order,
+// within opts.MaxBytes, counting them in res.
+func readFiles(ctx context.Context, opts WarmOptions, read func(ctx context.Context, p string, admit func(size int64) bool) (int64, bool), res *WarmResult) {
 	workers := opts.Workers
 	if workers <= 0 {
 		workers = 4
@@ -131,7 +148,7 @@ func Warm(ctx context.Context, pid int, opts WarmOptions) (WarmResult, error) {
 	for range workers {
 		wg.Go(func() {
 			for p := range next {
-				n, ok := w.readFile(ctx, p, func(size int64) bool {
+				n, ok := read(ctx, p, func(size int64) bool {
 					mu.Lock()
 					defer mu.Unlock()
 					if opts.MaxBytes > 0 && size > budget {
@@ -164,7 +181,48 @@ feed:
 	close(next)
 	wg.Wait()
 	res.Skipped += len(opts.Files) - sent
-	return res, nil
+}
+
+// warmInit reads the init's executable, its ELF needs, the files it has
+// mapped and commands with their ELF needs, counting them in res.
+func (w *warmer) warmInit(ctx context.Context, pid int, commands []string, res *WarmResult) error {
+	// The executable, by its /proc link: the very file the init runs,
+	// wherever it is. Right after a task start the process may still be
+	// runc's init (a memfd copy of runc), about to exec the container's
+	// init: give it a moment.
+	exePath := fmt.Sprintf("/proc/%d/exe", pid)
+	for range 50 {
+		if l, err := os.Readlink(exePath); err != nil || !strings.HasPrefix(l, "/memfd:") {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	exe, err := os.Open(exePath)
+	if err != nil {
+		return fmt.Errorf("warm process %d: %w", pid, errors.Join(errdefs.ErrNotFound, err))
+	}
+	w.firstTime(exe)
+	n, err := w.readELF(ctx, exe, "init executable")
+	exe.Close()
+	if err != nil {
+		return err
+	}
+	res.Needed, res.NeededBytes = 1, n
+	needed := mappedFiles(pid)
+	for _, c := range commands {
+		if p := w.lookPath(c); p != "" {
+			needed = append(needed, p)
+		}
+	}
+	for _, p := range needed {
+		c, n, err := w.readNeeded(ctx, p, 0)
+		if err != nil {
+			return err
+		}
+		res.Needed += c
+		res.NeededBytes += n
+	}
+	return nil
 }
 
 type warmer struct {
@@ -201,6 +259,20 @@ func (w *warmer) open(p string) (*os.File, error) {
 		return nil, &os.PathError{Op: "open", Path: p, Err: err}
 	}
 	return os.NewFile(uintptr(rfd), p), nil
+}
+
+// has reports whether the root holds anything at p (without following a
+// last symlink out of it): a layer that does shadows the layers below.
+func (w *warmer) has(p string) bool {
+	fd, err := unix.Openat2(w.root, strings.TrimPrefix(path.Clean("/"+p), "/"), &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return false
+	}
+	unix.Close(fd)
+	return true
 }
 
 // firstTime reports whether f was not read yet by this warmer.

@@ -73,6 +73,13 @@ func TestRootWarm(t *testing.T) {
 	assert.Equal(t, int64(8000), res.FileBytes)
 	assert.Equal(t, 4, res.Skipped, "missing, the escape (no /etc/hostname inside), the FIFO, big over the budget")
 
+	// A read-ahead beside the init's warm reads the files only.
+	res, err = Warm(context.Background(), pid, WarmOptions{
+		Commands: []string{"sleep"}, Files: []string{"/data/a", "/data/b"}, FilesOnly: true,
+	})
+	require.NoError(t, err)
+	assert.Equal(t, WarmResult{Files: 2, FileBytes: 8000}, res)
+
 	_, err = Warm(context.Background(), 1<<30, WarmOptions{})
 	assert.ErrorIs(t, err, errdefs.ErrNotFound)
 }
@@ -87,4 +94,34 @@ func TestRootWarmDynamic(t *testing.T) {
 	res, err := Warm(context.Background(), cmd.Process.Pid, WarmOptions{})
 	require.NoError(t, err)
 	assert.GreaterOrEqual(t, res.Needed, 3, "sleep, ld.so, libc")
+}
+
+// WarmLayers reads each file from the top layer that has it, as an overlay
+// of the layers shows it: a whiteout (0/0 character device) or a directory
+// in an upper layer hides the lower layer's file.
+func TestRootWarmLayers(t *testing.T) {
+	requireRoot(t)
+	upper, lower := t.TempDir(), t.TempDir()
+	write := func(dir, name string, size int) {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, make([]byte, size), 0o644))
+	}
+	write(lower, "usr/lib/only-lower.so", 1000)
+	write(lower, "usr/lib/both.so", 2000)
+	write(upper, "usr/lib/both.so", 3000)
+	write(lower, "etc/deleted", 4000)
+	require.NoError(t, os.MkdirAll(filepath.Join(upper, "etc"), 0o755))
+	require.NoError(t, unix.Mknod(filepath.Join(upper, "etc/deleted"), unix.S_IFCHR|0o644, 0))
+	write(lower, "data/now-a-dir", 5000)
+	require.NoError(t, os.MkdirAll(filepath.Join(upper, "data/now-a-dir"), 0o755))
+
+	res, err := WarmLayers(context.Background(), []string{upper, lower}, WarmOptions{
+		Files: []string{"/usr/lib/only-lower.so", "/usr/lib/both.so", "/etc/deleted", "/data/now-a-dir", "/missing"},
+	})
+	require.NoError(t, err)
+	assert.Equal(t, WarmResult{Files: 2, FileBytes: 1000 + 3000, Skipped: 3}, res)
+
+	_, err = WarmLayers(context.Background(), []string{filepath.Join(upper, "missing")}, WarmOptions{Files: []string{"/x"}})
+	assert.ErrorIs(t, err, errdefs.ErrNotFound)
 }

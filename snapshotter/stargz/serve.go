@@ -119,6 +119,16 @@ func (c Config) serviceConfig() *service.Config {
 			// Background fetch on (the default): every mounted layer is
 			// fetched whole into the local cache.
 			NoBackgroundFetch: false,
+			// A layer's prefetch range (the files its save put first) is
+			// fetched from the mount on, in the background: a container
+			// start does not wait for it. The library waits for any
+			// prefetch up to 10 s by default ("prefetch larger than this
+			// runs in the background", 0 = never); an install's own
+			// files, 90 MB before the landmark, held every lazy start of
+			// its version about 5 s. What a start needs is made local by
+			// envd before it reports Running (lifecycle's warm), and the
+			// project's first reads are read ahead then.
+			PrefetchAsyncSize: 1,
 			BlobConfig: fsconfig.BlobConfig{
 				FetchTimeoutSec: int64(max(1, c.FetchTimeout/time.Second)),
 				MaxRetries:      c.MaxRetries,
