@@ -73,9 +73,11 @@ func (m *Manager) poolLoop() {
 }
 
 func (m *Manager) fillPools(ctx context.Context) {
-	if m.refillDeferred() {
+	forced, deferred := m.refillGate()
+	if deferred {
 		return
 	}
+	round := time.Now()
 	states, err := m.Pools.PoolStates(ctx, m.Node)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -88,8 +90,8 @@ func (m *Manager) fillPools(ctx context.Context) {
 			m.drainPooled(ctx, st, id)
 		}
 		for i := st.Ready; i < st.Size && ctx.Err() == nil; i++ {
-			if m.refillDeferred() {
-				return // a claim came meanwhile
+			if !forced && m.claimedSince(round) {
+				return // a claim came meanwhile: its first commands go first
 			}
 			if err := m.startPooled(ctx, st); err != nil {
 				m.Log.Warn("warm pool: start an instance", "project", st.Project, "version", st.Current, "err", err)
@@ -161,26 +163,31 @@ func (m *Manager) refillDelay() time.Duration {
 	return m.PoolRefillDelay
 }
 
-// refillDeferred tells the pool loop to hold its refill back: a claim on
-// this node was made less than the refill delay ago, and the refill has
-// not already waited maxRefillDeferrals delays (claims in a row still get
-// their pool refilled). Only the pool loop calls it.
-func (m *Manager) refillDeferred() bool {
+// refillGate tells the pool loop whether to hold its refill back: a
+// claim on this node was made less than the refill delay ago. Claims in a
+// row hold it back at most maxRefillDeferrals delays; then the round is
+// forced: it refills fully even if claims come meanwhile. Only the pool
+// loop calls it.
+func (m *Manager) refillGate() (forced, deferred bool) {
 	delay := m.refillDelay()
-	last := time.Unix(0, m.poolClaimedAt.Load())
 	now := time.Now()
-	if delay == 0 || now.Sub(last) >= delay {
+	if delay == 0 || !m.claimedSince(now.Add(-delay)) {
 		m.poolDeferredSince = time.Time{}
-		return false
+		return false, false
 	}
 	if m.poolDeferredSince.IsZero() {
 		m.poolDeferredSince = now
 	}
 	if now.Sub(m.poolDeferredSince) >= maxRefillDeferrals*delay {
 		m.poolDeferredSince = time.Time{}
-		return false
+		return true, false
 	}
-	return true // the claim's AfterFunc pokes the loop when the delay is over
+	return false, true // the claim's AfterFunc pokes the loop when the delay is over
+}
+
+// claimedSince reports whether a claim on this node was made after t.
+func (m *Manager) claimedSince(t time.Time) bool {
+	return m.poolClaimedAt.Load() > t.UnixNano()
 }
 
 // poke makes the pool loop look again now.
