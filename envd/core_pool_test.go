@@ -104,3 +104,86 @@ func TestCorePool(t *testing.T) {
 	_, err = e.svc.SetProjectPool(e.ctx, e.user, "warm", types.PoolSetting{Size: 21})
 	assert.ErrorIs(t, err, errdefs.ErrInvalidArgument)
 }
+
+// After a claim the pool waits its refill delay before starting a
+// replacement, so the start does not compete with the claimed instance's
+// first commands; then it refills.
+func TestCorePoolRefillWaitsAfterClaim(t *testing.T) {
+	t.Parallel()
+	const delay = 3 * time.Second
+	e := newCoreEnv(t, func(c *envd.Config) {
+		c.PoolInterval = 50 * time.Millisecond
+		c.PoolRefillDelay = delay
+	})
+	e.project("warm")
+	pooled := func() int {
+		t.Helper()
+		var n int
+		require.NoError(t, e.store.Pool().QueryRow(e.ctx, `SELECT count(*) FROM pool_instances`).Scan(&n))
+		return n
+	}
+	_, err := e.svc.SetProjectPool(e.ctx, e.user, "warm", types.PoolSetting{Size: 2})
+	require.NoError(t, err)
+	deadline := time.Now().Add(30 * time.Second)
+	for pooled() != 2 {
+		require.True(t, time.Now().Before(deadline), "waited 30s for the pool to fill")
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	claimed := time.Now()
+	in := e.instance("warm", types.CreateInstanceRequest{})
+	require.Equal(t, "claimed from the pool", in.Message)
+	res, err := e.svc.Exec(e.ctx, e.user, in.ID, types.ExecRequest{Args: []string{"true"}})
+	require.NoError(t, err)
+	assert.Equal(t, 0, res.ExitCode)
+	for time.Since(claimed) < delay-time.Second {
+		require.Equal(t, 1, pooled(), "no replacement starts within the refill delay after a claim")
+		time.Sleep(50 * time.Millisecond)
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for pooled() != 2 {
+		require.True(t, time.Now().Before(deadline), "waited 30s for the pool to refill after the delay")
+		time.Sleep(20 * time.Millisecond)
+	}
+	assert.GreaterOrEqual(t, time.Since(claimed), delay, "the refill started after the delay")
+}
+
+// Claims in a row hold the refill back at most a few refill delays: a
+// steady stream of `up`s, each within the delay of the last, is served from
+// the pool throughout, where the pool alone would run dry.
+func TestCorePoolRefillNotStarvedByClaims(t *testing.T) {
+	t.Parallel()
+	const (
+		delay = 400 * time.Millisecond // refills held back at most 2 s
+		size  = 10                     // 3 s of claims
+	)
+	e := newCoreEnv(t, func(c *envd.Config) {
+		c.PoolInterval = 50 * time.Millisecond
+		c.PoolRefillDelay = delay
+	})
+	e.project("warm")
+	_, err := e.svc.SetProjectPool(e.ctx, e.user, "warm", types.PoolSetting{Size: size})
+	require.NoError(t, err)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var n int
+		require.NoError(t, e.store.Pool().QueryRow(e.ctx, `SELECT count(*) FROM pool_instances`).Scan(&n))
+		if n == size {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "waited 60s for the pool to fill")
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	var cold []int
+	for i := range 20 { // one `up` every 300 ms, 6 s in all
+		in := e.instance("warm", types.CreateInstanceRequest{})
+		if in.Message != "claimed from the pool" {
+			cold = append(cold, i)
+		}
+		_, err := e.svc.DeleteInstance(e.ctx, e.user, in.ID)
+		require.NoError(t, err)
+		time.Sleep(300 * time.Millisecond)
+	}
+	assert.Empty(t, cold, "every up was served from the pool (these were not)")
+}

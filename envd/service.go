@@ -157,6 +157,9 @@ type Config struct {
 	// Cluster membership (nodes.go): the node's labels, capacity and
 	// lease, and the command another machine runs to join.
 	Cluster ClusterConfig
+	// PoolRefillDelay: after a claim, warm pools wait this long before
+	// starting replacements (default 1s; negative: no wait).
+	PoolRefillDelay time.Duration
 }
 
 // DefaultTTL is an instance's lifetime when neither its client nor the
@@ -271,7 +274,7 @@ func (s *Service) wire(ctx context.Context) {
 		PrefetchWindow: cfg.PrefetchWindow, ReapInterval: cfg.ReapInterval, ReconcileInterval: cfg.ReconcileInterval,
 		ProvisionTimeout: cfg.ProvisionTimeout,
 		IdleAfter:        cfg.IdleAfter, IdleAction: cfg.IdleAction, IdleInterval: cfg.IdleInterval, ActivityFlush: cfg.ActivityFlush,
-		Pools: s.store, PoolInterval: cfg.PoolInterval})
+		Pools: s.store, PoolInterval: cfg.PoolInterval, PoolRefillDelay: cfg.PoolRefillDelay})
 	s.cmds = command.New(cfg.Node, s.store, s.rt, gate).WithActivity(s.life).WithExits(s.life)
 	s.builds = build.New(build.Deps{Store: s.store, Reg: s.reg, Runtime: s.rt, Capturer: s.saver, Instances: s.life,
 		Quota: s.quota, Content: s.content, Bases: bases{s}, Ops: s.ops, Log: s.log, Objects: cfg.Objects})

@@ -24,6 +24,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -652,9 +653,20 @@ func (r *Runtime) exec(ctx context.Context, id string, spec ExecSpec) (int, erro
 	default:
 		return -1, fmt.Errorf("instance %q is %s: %w", id, st.Status, errdefs.ErrFailedPrecondition)
 	}
-	cspec, err := c.Spec(ctx)
+	// The spec LoadContainer read: it does not change while the task runs.
+	info, err := c.Info(ctx, client.WithoutRefreshedMetadata)
 	if err != nil {
-		return -1, translate(err, "spec of instance %q", id)
+		return -1, translate(err, "instance %q", id)
+	}
+	var cspec oci.Spec
+	if info.Spec == nil {
+		return -1, fmt.Errorf("spec of instance %q: none recorded", id)
+	}
+	if err := json.Unmarshal(info.Spec.GetValue(), &cspec); err != nil {
+		return -1, fmt.Errorf("spec of instance %q: %w", id, err)
+	}
+	if cspec.Process == nil {
+		return -1, fmt.Errorf("spec of instance %q: no process", id)
 	}
 	pspec := *cspec.Process
 	pspec.Args = spec.Args
@@ -718,9 +730,14 @@ func (r *Runtime) exec(ctx context.Context, id string, spec ExecSpec) (int, erro
 			go func() { _, _ = p.Delete(cleanup, client.WithProcessKill) }()
 			return
 		}
-		dctx, cancel := context.WithTimeout(cleanup, 10*time.Second)
-		defer cancel()
-		_, _ = p.Delete(dctx, client.WithProcessKill)
+		// The process has exited (or was never started, or was killed
+		// below) and its output is complete: forgetting it in the shim
+		// need not hold the answer back.
+		go func() {
+			dctx, cancel := context.WithTimeout(cleanup, 10*time.Second)
+			defer cancel()
+			_, _ = p.Delete(dctx, client.WithProcessKill)
+		}()
 	}()
 	statusC, err := p.Wait(ctx)
 	if err != nil {

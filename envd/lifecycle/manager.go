@@ -30,6 +30,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/envd-dev/envd/api/types"
@@ -176,6 +177,10 @@ type Deps struct {
 	// PoolInterval is how often the node refills them (default 2s).
 	Pools        PoolStore
 	PoolInterval time.Duration
+	// PoolRefillDelay is how long after a claim on this node the pool
+	// waits before starting replacements (default
+	// DefaultPoolRefillDelay; negative: none).
+	PoolRefillDelay time.Duration
 }
 
 // Manager manages this node's instances.
@@ -191,6 +196,10 @@ type Manager struct {
 	activity *activity // idle.go
 
 	poolKick chan struct{} // pool.go: refill now
+	// pool.go: the last claim on this node (unix ns), and since when the
+	// pool loop has held its refill back (the loop's own).
+	poolClaimedAt     atomic.Int64
+	poolDeferredSince time.Time
 }
 
 // New makes a Manager whose background work runs under ctx.

@@ -45,7 +45,7 @@ func (m *Manager) claimPooled(ctx context.Context, p types.Principal, project st
 		return types.Instance{}, false
 	}
 	m.wakeReaper() // its expiry is new
-	m.poke()       // refill
+	m.claimed()    // refill, after the claimed instance's first commands
 	return m.view(ctx, in), true
 }
 
@@ -73,6 +73,11 @@ func (m *Manager) poolLoop() {
 }
 
 func (m *Manager) fillPools(ctx context.Context) {
+	forced, deferred := m.refillGate()
+	if deferred {
+		return
+	}
+	round := time.Now()
 	states, err := m.Pools.PoolStates(ctx, m.Node)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -85,6 +90,9 @@ func (m *Manager) fillPools(ctx context.Context) {
 			m.drainPooled(ctx, st, id)
 		}
 		for i := st.Ready; i < st.Size && ctx.Err() == nil; i++ {
+			if !forced && m.claimedSince(round) {
+				return // a claim came meanwhile: its first commands go first
+			}
 			if err := m.startPooled(ctx, st); err != nil {
 				m.Log.Warn("warm pool: start an instance", "project", st.Project, "version", st.Current, "err", err)
 				break // quota, a broken version: try again next round
@@ -126,7 +134,63 @@ func (m *Manager) drainPooled(ctx context.Context, st versions.PoolState, id str
 	}
 }
 
-// poke makes the pool loop look again now (after a claim).
+// DefaultPoolRefillDelay is how long the pool filler waits after a claim
+// on this node before it starts replacements (Deps.PoolRefillDelay).
+const DefaultPoolRefillDelay = time.Second
+
+// maxRefillDeferrals bounds how long claims in a row can hold a refill
+// back: at most this many refill delays since the first deferred one.
+const maxRefillDeferrals = 5
+
+// claimed records a claim on this node and makes the pool loop look again
+// once the refill delay has passed. An instance start takes most of the
+// node's CPU for about half a second (CNI, runc create, the shim), and a
+// refill started at the claim lands on the claimed instance's first
+// commands: waiting for them keeps the claim's first answers fast (see
+// docs/NOTES.md, "Warm pool latency").
+func (m *Manager) claimed() {
+	m.poolClaimedAt.Store(time.Now().UnixNano())
+	time.AfterFunc(m.refillDelay(), m.poke)
+}
+
+func (m *Manager) refillDelay() time.Duration {
+	if m.PoolRefillDelay < 0 {
+		return 0
+	}
+	if m.PoolRefillDelay == 0 {
+		return DefaultPoolRefillDelay
+	}
+	return m.PoolRefillDelay
+}
+
+// refillGate tells the pool loop whether to hold its refill back: a
+// claim on this node was made less than the refill delay ago. Claims in a
+// row hold it back at most maxRefillDeferrals delays; then the round is
+// forced: it refills fully even if claims come meanwhile. Only the pool
+// loop calls it.
+func (m *Manager) refillGate() (forced, deferred bool) {
+	delay := m.refillDelay()
+	now := time.Now()
+	if delay == 0 || !m.claimedSince(now.Add(-delay)) {
+		m.poolDeferredSince = time.Time{}
+		return false, false
+	}
+	if m.poolDeferredSince.IsZero() {
+		m.poolDeferredSince = now
+	}
+	if now.Sub(m.poolDeferredSince) >= maxRefillDeferrals*delay {
+		m.poolDeferredSince = time.Time{}
+		return true, false
+	}
+	return false, true // the claim's AfterFunc pokes the loop when the delay is over
+}
+
+// claimedSince reports whether a claim on this node was made after t.
+func (m *Manager) claimedSince(t time.Time) bool {
+	return m.poolClaimedAt.Load() > t.UnixNano()
+}
+
+// poke makes the pool loop look again now.
 func (m *Manager) poke() {
 	select {
 	case m.poolKick <- struct{}{}:
