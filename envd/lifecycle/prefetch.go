@@ -92,7 +92,7 @@ func (m *Manager) recordFirstReads(f *firstReads) {
 			}
 		}
 		if stored > 0 {
-			m.Log.Info("recorded first reads", "instance", in.ID, "files", stored)
+			m.Log.Info("recorded first reads", "instance", in.ID, "files", stored, "queue_overflows", rec.Overflows())
 		}
 	}()
 }

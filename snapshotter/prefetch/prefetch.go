@@ -161,6 +161,10 @@ func (rec *Recording) Collect(ctx context.Context, d time.Duration) ([]string, e
 	return r.result(), ctx.Err()
 }
 
+// Overflows is how many times the kernel's event queue overflowed since
+// Start (events were lost in each).
+func (rec *Recording) Overflows() int { return rec.r.overflows }
+
 // Full reports whether max paths are recorded: Collect then returns at once.
 func (rec *Recording) Full() bool { return rec.r.full() }
 
@@ -178,6 +182,9 @@ type recorder struct {
 	// it was first read is the instance's own output under any name it
 	// gets later (apt and dpkg write to a temporary name and rename).
 	files map[inodeID]uint8
+	// overflows counts the kernel's queue overflows: events were lost, so
+	// a file's own-output mark may be missing (its write was not seen).
+	overflows int
 }
 
 type inodeID struct{ dev, ino uint64 }
@@ -245,6 +252,9 @@ func (r *recorder) drain(fd int, buf []byte) error {
 			}
 			off += int(m.Event_len)
 			if m.Fd < 0 { // FAN_NOFD: the queue overflowed
+				if m.Mask&unix.FAN_Q_OVERFLOW != 0 {
+					r.overflows++
+				}
 				continue
 			}
 			r.add(int(m.Fd), m.Pid, m.Mask)

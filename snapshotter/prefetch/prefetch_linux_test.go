@@ -74,6 +74,24 @@ func TestRootRecordOverlay(t *testing.T) {
 	}
 	assert.Equal(t, []string{"/usr/share/doc/a.txt", "/etc/hosts", "/usr/bin/tool"}, files)
 	assert.NotContains(t, paths, "/never/read")
+	assert.Zero(t, rec.Overflows())
+}
+
+// More distinct files touched than the kernel queues (16,384 events) while
+// nothing reads the queue: the overflow is counted, so a caller can tell
+// that some files' writes may not have been seen.
+func TestRootRecordQueueOverflow(t *testing.T) {
+	requireRoot(t)
+	merged := mountOverlay(t, rootfs)
+	rec, err := Start(merged, 0)
+	require.NoError(t, err)
+	defer rec.Close()
+	script := `cd "$1" && mkdir many && cd many && i=0; while [ $i -lt 17000 ]; do : > f$i; i=$((i+1)); done`
+	out, err := exec.Command("sh", "-c", script, "sh", merged).CombinedOutput()
+	require.NoError(t, err, string(out))
+	_, err = rec.Collect(context.Background(), 0)
+	require.NoError(t, err)
+	assert.Positive(t, rec.Overflows(), "17,000 files made with the queue unread")
 }
 
 func TestRootRecordMax(t *testing.T) {
