@@ -185,39 +185,7 @@ func TestRootLazyRegistryOutage(t *testing.T) {
 	v, err := env.c.GetVersion(ctx(t), p, res.Version)
 	require.NoError(t, err)
 
-	px := startProxy(t, env.node.RegistryAddr(), 4<<20)
-	// The proxy is another registry host to containerd and the node's lazy
-	// snapshotter: both need the node credential for it.
-	cred := nodeCredential(t, env.node)
-	credFile := filepath.Join(env.dataDir, "stargz", "registry.credentials")
-	require.NoError(t, stargz.WriteCredentials(credFile, map[string]registry.Credential{env.node.RegistryAddr(): cred, px.addr: cred}))
-	t.Cleanup(func() {
-		assert.NoError(t, stargz.WriteCredentials(credFile, map[string]registry.Credential{env.node.RegistryAddr(): cred}))
-	})
-	rt, err := runtime.New(ctx(t), runtime.Config{
-		Address:             filepath.Join(env.dataDir, "containerd", "containerd.sock"),
-		Namespace:           "outage",
-		StateDir:            filepath.Join(filepath.Dir(env.dataDir), "outage-runtime"),
-		PlainHTTPRegistries: []string{px.addr},
-		RegistryCredentials: func(string) (string, string, error) { return cred.User, cred.Password, nil },
-		LazySnapshotter:     stargz.Name,
-		StopGrace:           time.Second,
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		px.start(0)
-		assert.NoError(t, rt.Remove(cctx, "outage-1"))
-		assert.NoError(t, rt.DestroyNetwork())
-		ns := namespaces.WithNamespace(cctx, "outage")
-		if imgs, err := rt.Client().ImageService().List(ns); err == nil {
-			for _, img := range imgs {
-				_ = rt.Client().ImageService().Delete(ns, img.Name)
-			}
-		}
-		_ = rt.Close()
-	})
+	px, rt := proxiedRuntime(t, "outage", 4<<20)
 
 	ref := px.addr + "/" + v.Image
 	require.NoError(t, rt.Pull(ctx(t), ref))
@@ -383,6 +351,48 @@ func startProxy(t *testing.T, backend string, rate int) *proxy {
 	p.serve(ln, rate)
 	t.Cleanup(p.stop)
 	return p
+}
+
+// proxiedRuntime is a second runtime on the node's containerd and lazy
+// snapshotter, in namespace ns, that pulls through a proxy of the node's
+// registry passing rate bytes/s per connection (0: no limit). Its one
+// instance is to be named ns+"-1"; cleanup removes it, the runtime's
+// network and images, and the proxy's credential.
+func proxiedRuntime(t *testing.T, ns string, rate int) (*proxy, *runtime.Runtime) {
+	px := startProxy(t, env.node.RegistryAddr(), rate)
+	// The proxy is another registry host to containerd and the node's lazy
+	// snapshotter: both need the node credential for it.
+	cred := nodeCredential(t, env.node)
+	credFile := filepath.Join(env.dataDir, "stargz", "registry.credentials")
+	require.NoError(t, stargz.WriteCredentials(credFile, map[string]registry.Credential{env.node.RegistryAddr(): cred, px.addr: cred}))
+	t.Cleanup(func() {
+		assert.NoError(t, stargz.WriteCredentials(credFile, map[string]registry.Credential{env.node.RegistryAddr(): cred}))
+	})
+	rt, err := runtime.New(ctx(t), runtime.Config{
+		Address:             filepath.Join(env.dataDir, "containerd", "containerd.sock"),
+		Namespace:           ns,
+		StateDir:            filepath.Join(filepath.Dir(env.dataDir), ns+"-runtime"),
+		PlainHTTPRegistries: []string{px.addr},
+		RegistryCredentials: func(string) (string, string, error) { return cred.User, cred.Password, nil },
+		LazySnapshotter:     stargz.Name,
+		StopGrace:           time.Second,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		px.start(0) // a proxy a test stopped: the removal must not wait on a registry that is gone
+		assert.NoError(t, rt.Remove(cctx, ns+"-1"))
+		assert.NoError(t, rt.DestroyNetwork())
+		nctx := namespaces.WithNamespace(cctx, ns)
+		if imgs, err := rt.Client().ImageService().List(nctx); err == nil {
+			for _, img := range imgs {
+				_ = rt.Client().ImageService().Delete(nctx, img.Name)
+			}
+		}
+		_ = rt.Close()
+	})
+	return px, rt
 }
 
 func (p *proxy) start(rate int) {

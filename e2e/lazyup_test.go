@@ -162,36 +162,7 @@ func TestRootLazyStartDoesNotWaitForPrefetch(t *testing.T) {
 	// A second runtime on the node's containerd and lazy snapshotter pulls
 	// through a proxy that passes 6 MB/s per connection: the prefetch
 	// range takes about 8 s to come, less than the library's 10 s bound.
-	px := startProxy(t, env.node.RegistryAddr(), 6<<20)
-	cred := nodeCredential(t, env.node)
-	credFile := filepath.Join(env.dataDir, "stargz", "registry.credentials")
-	require.NoError(t, stargz.WriteCredentials(credFile, map[string]registry.Credential{env.node.RegistryAddr(): cred, px.addr: cred}))
-	t.Cleanup(func() {
-		assert.NoError(t, stargz.WriteCredentials(credFile, map[string]registry.Credential{env.node.RegistryAddr(): cred}))
-	})
-	rt, err := runtime.New(ctx(t), runtime.Config{
-		Address:             filepath.Join(env.dataDir, "containerd", "containerd.sock"),
-		Namespace:           "pfwait",
-		StateDir:            filepath.Join(filepath.Dir(env.dataDir), "pfwait-runtime"),
-		PlainHTTPRegistries: []string{px.addr},
-		RegistryCredentials: func(string) (string, string, error) { return cred.User, cred.Password, nil },
-		LazySnapshotter:     stargz.Name,
-		StopGrace:           time.Second,
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		assert.NoError(t, rt.Remove(cctx, "pfwait-1"))
-		assert.NoError(t, rt.DestroyNetwork())
-		ns := namespaces.WithNamespace(cctx, "pfwait")
-		if imgs, err := rt.Client().ImageService().List(ns); err == nil {
-			for _, img := range imgs {
-				_ = rt.Client().ImageService().Delete(ns, img.Name)
-			}
-		}
-		_ = rt.Close()
-	})
+	px, rt := proxiedRuntime(t, "pfwait", 6<<20)
 
 	ref := px.addr + "/" + v.Image
 	start := time.Now()

@@ -196,7 +196,7 @@ type Manager struct {
 	activity *activity // idle.go
 
 	poolKick chan struct{} // pool.go: refill now
-	// pool.go: the last claim on this node (unix ns), and since when the
+	// pool.go: the last claim on this node (ns since monoEpoch; 0: none), and since when the
 	// pool loop has held its refill back (the loop's own).
 	poolClaimedAt     atomic.Int64
 	poolDeferredSince time.Time

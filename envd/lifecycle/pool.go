@@ -40,6 +40,10 @@ func (m *Manager) claimPooled(ctx context.Context, p types.Principal, project st
 	if err != nil {
 		return types.Instance{}, false // the usual path gives the error
 	}
+	// Hold refills back from before the claim commits: a pool round
+	// between the commit and a later mark would start the replacement
+	// at once.
+	m.markClaim()
 	in, err := m.Pools.ClaimPooled(ctx, p.Tenant, project, proj.Current, m.Node, expires)
 	if err != nil {
 		return types.Instance{}, false
@@ -149,8 +153,19 @@ const maxRefillDeferrals = 5
 // commands: waiting for them keeps the claim's first answers fast (see
 // docs/NOTES.md, "Warm pool latency").
 func (m *Manager) claimed() {
-	m.poolClaimedAt.Store(time.Now().UnixNano())
+	m.markClaim()
 	time.AfterFunc(m.refillDelay(), m.poke)
+}
+
+// monoEpoch is a monotonic clock reading: claim times are kept as the
+// time since it, so a wall-clock step or slew cannot end a refill delay
+// early or make it longer (CI saw a refill 3.4 ms early against a 3 s
+// delay when the claim time was wall-clock nanoseconds).
+var monoEpoch = time.Now()
+
+// markClaim records a claim on this node now.
+func (m *Manager) markClaim() {
+	m.poolClaimedAt.Store(int64(time.Since(monoEpoch)))
 }
 
 func (m *Manager) refillDelay() time.Duration {
@@ -187,7 +202,8 @@ func (m *Manager) refillGate() (forced, deferred bool) {
 
 // claimedSince reports whether a claim on this node was made after t.
 func (m *Manager) claimedSince(t time.Time) bool {
-	return m.poolClaimedAt.Load() > t.UnixNano()
+	at := m.poolClaimedAt.Load()
+	return at != 0 && at > int64(t.Sub(monoEpoch))
 }
 
 // poke makes the pool loop look again now.
