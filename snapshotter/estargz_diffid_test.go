@@ -26,12 +26,7 @@ func TestEstargzDiffID(t *testing.T) {
 		}
 		require.NoError(t, os.WriteFile(p, data, 0o644))
 	}
-	spoolPath := filepath.Join(dir, "spool.tar")
-	f, err := os.Create(spoolPath)
-	require.NoError(t, err)
-	_, err = Spool(ctx, upper, f, SpoolOptions{})
-	require.NoError(t, err)
-	require.NoError(t, f.Close())
+	spoolPath := spoolTree(t, upper, dir)
 
 	var digests []string
 	for _, tc := range []struct {

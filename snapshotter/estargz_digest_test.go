@@ -25,12 +25,7 @@ func TestEstargzChunkedFileDigest(t *testing.T) {
 	dir := t.TempDir()
 	upper := filepath.Join(dir, "upper")
 	esgzTestTree(t, upper)
-	spoolPath := filepath.Join(dir, "spool.tar")
-	f, err := os.Create(spoolPath)
-	require.NoError(t, err)
-	_, err = Spool(ctx, upper, f, SpoolOptions{})
-	require.NoError(t, err)
-	require.NoError(t, f.Close())
+	spoolPath := spoolTree(t, upper, dir)
 
 	open := func(whole bool) (*estargz.Reader, estargz.TOCEntryVerifier) {
 		layer, err := Encode(ctx, spoolPath, t.TempDir(), EncodeOptions{Compression: Estargz, wholeFileDigests: whole})

@@ -72,12 +72,7 @@ func TestEstargzSameAsBuild(t *testing.T) {
 	dir := t.TempDir()
 	upper := filepath.Join(dir, "upper")
 	esgzTestTree(t, upper)
-	spoolPath := filepath.Join(dir, "spool.tar")
-	f, err := os.Create(spoolPath)
-	require.NoError(t, err)
-	_, err = Spool(ctx, upper, f, SpoolOptions{})
-	require.NoError(t, err)
-	require.NoError(t, f.Close())
+	spoolPath := spoolTree(t, upper, dir)
 
 	for _, tc := range []struct {
 		name        string

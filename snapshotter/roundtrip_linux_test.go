@@ -431,6 +431,19 @@ func checkSpool(t *testing.T, spoolPath string, stats SpoolStats, wantTar []stri
 
 // checkLayer checks the layer's file, digests and sizes, and returns its
 // uncompressed content.
+// spoolTree spools the tree at upper (no excludes) to dir/spool.tar and
+// returns its path.
+func spoolTree(t *testing.T, upper, dir string) string {
+	t.Helper()
+	spoolPath := filepath.Join(dir, "spool.tar")
+	f, err := os.Create(spoolPath)
+	require.NoError(t, err)
+	_, err = Spool(context.Background(), upper, f, SpoolOptions{})
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	return spoolPath
+}
+
 func checkLayer(t *testing.T, layer Layer, c Compression, spoolPath string) []byte {
 	t.Helper()
 	blob, err := os.ReadFile(layer.Path)
@@ -602,12 +615,7 @@ func TestRootEstargzPrioritized(t *testing.T) {
 	dir := t.TempDir()
 	upper := filepath.Join(dir, "upper")
 	buildLower(t, upper)
-	spoolPath := filepath.Join(dir, "spool.tar")
-	f, err := os.Create(spoolPath)
-	require.NoError(t, err)
-	_, err = Spool(ctx, upper, f, SpoolOptions{})
-	require.NoError(t, err)
-	require.NoError(t, f.Close())
+	spoolPath := spoolTree(t, upper, dir)
 
 	outDir := filepath.Join(dir, "out")
 	require.NoError(t, os.Mkdir(outDir, 0o755))

@@ -44,6 +44,16 @@ func mountOverlay(t *testing.T, files map[string]string) string {
 	return merged
 }
 
+// shIn runs script with sh in dir, as a process of its own (the recorder
+// leaves out its own pid's events).
+func shIn(t *testing.T, dir, script string) {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", script)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, string(out))
+}
+
 var rootfs = map[string]string{
 	"etc/hosts":           "127.0.0.1 localhost\n",
 	"usr/bin/tool":        "#!/bin/sh\necho tool\n",
@@ -86,9 +96,7 @@ func TestRootRecordQueueOverflow(t *testing.T) {
 	rec, err := Start(merged, 0)
 	require.NoError(t, err)
 	defer rec.Close()
-	script := `cd "$1" && mkdir many && cd many && i=0; while [ $i -lt 17000 ]; do : > f$i; i=$((i+1)); done`
-	out, err := exec.Command("sh", "-c", script, "sh", merged).CombinedOutput()
-	require.NoError(t, err, string(out))
+	shIn(t, merged, `mkdir many && cd many && i=0; while [ $i -lt 17000 ]; do : > f$i; i=$((i+1)); done`)
 	_, err = rec.Collect(context.Background(), 0)
 	require.NoError(t, err)
 	assert.Positive(t, rec.Overflows(), "17,000 files made with the queue unread")
@@ -179,21 +187,14 @@ func TestRootRecordSkipsWriteOnly(t *testing.T) {
 	rec, err := Start(merged, 100)
 	require.NoError(t, err)
 	defer rec.Close()
-	sh := func(script string) {
-		t.Helper()
-		cmd := exec.Command("sh", "-c", script)
-		cmd.Dir = merged
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, string(out))
-	}
-	sh("cat etc/hosts > /dev/null && echo more >> usr/share/doc/a.txt && echo new > created")
+	shIn(t, merged, "cat etc/hosts > /dev/null && echo more >> usr/share/doc/a.txt && echo new > created")
 	first, err := rec.Collect(context.Background(), 0)
 	require.NoError(t, err)
 	assert.Contains(t, first, "/etc/hosts")
 	assert.NotContains(t, first, "/usr/share/doc/a.txt", "appended to, never read")
 	assert.NotContains(t, first, "/created", "created by the instance")
 
-	sh("exec 3<>usr/bin/tool; cat <&3 > /dev/null; cat usr/share/doc/a.txt > /dev/null")
+	shIn(t, merged, "exec 3<>usr/bin/tool; cat <&3 > /dev/null; cat usr/share/doc/a.txt > /dev/null")
 	second, err := rec.Collect(context.Background(), 0)
 	require.NoError(t, err)
 	assert.Contains(t, second, "/usr/bin/tool", "opened read-write and read")
@@ -215,19 +216,12 @@ func TestRootRecordSkipsOwnOutput(t *testing.T) {
 	rec, err := Start(merged, 100)
 	require.NoError(t, err)
 	defer rec.Close()
-	sh := func(script string) {
-		t.Helper()
-		cmd := exec.Command("sh", "-c", script)
-		cmd.Dir = merged
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, string(out))
-	}
-	sh("mkdir -p var/lists/partial && echo list > var/lists/partial/main && mv var/lists/partial/main var/lists/main")
-	sh("echo lib > usr/lib.so.dpkg-new && mv usr/lib.so.dpkg-new usr/lib.so")
-	sh("cat var/lists/main usr/lib.so > /dev/null")                    // read back by other processes
-	sh("echo cache > var/cache.bin && read l < var/cache.bin")         // by the same process (one event)
-	sh("cat etc/hosts > /dev/null && echo '10.0.0.1 db' >> etc/hosts") // read, then changed
-	sh("cat etc/hosts usr/bin/tool > /dev/null")
+	shIn(t, merged, "mkdir -p var/lists/partial && echo list > var/lists/partial/main && mv var/lists/partial/main var/lists/main")
+	shIn(t, merged, "echo lib > usr/lib.so.dpkg-new && mv usr/lib.so.dpkg-new usr/lib.so")
+	shIn(t, merged, "cat var/lists/main usr/lib.so > /dev/null")                    // read back by other processes
+	shIn(t, merged, "echo cache > var/cache.bin && read l < var/cache.bin")         // by the same process (one event)
+	shIn(t, merged, "cat etc/hosts > /dev/null && echo '10.0.0.1 db' >> etc/hosts") // read, then changed
+	shIn(t, merged, "cat etc/hosts usr/bin/tool > /dev/null")
 	paths, err := rec.Collect(context.Background(), 0)
 	require.NoError(t, err)
 	files := Prioritize(paths)
