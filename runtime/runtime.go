@@ -121,6 +121,14 @@ type Config struct {
 	// UserNSBase is the host id the instances' root maps to with UserNS;
 	// UserNSSize ids from it are theirs. Default 1<<30.
 	UserNSBase uint32
+	// AgentBinary is the static envd-agent program instances run their
+	// commands through (agents.go). Default: $ENVD_AGENT_BINARY, else
+	// envd-agent in $ENVD_BIN_DIR,
+	// beside the running program, or in /usr/local/lib/envd/bin; none
+	// found: every exec is a runc exec (AgentsOff says why).
+	AgentBinary string
+	// NoAgents turns exec agents off: every exec is a runc exec.
+	NoAgents bool
 }
 
 // Runtime creates and drives instances on one containerd.
@@ -134,6 +142,7 @@ type Runtime struct {
 	lazyErr  error // why LazySnapshotter was turned off
 	cgroups  cgroupSupport
 	ooms     oomLog
+	agents   *agents
 
 	diskErr error      // why disk limits cannot be honoured; see disklimit.go
 	mkfs    string     // mkfs.ext4
@@ -182,6 +191,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 			return nil, fmt.Errorf("runtime state dir: %w", err)
 		}
 	}
+	r.setupAgents()
 	var err error
 	if r.net, err = newNetwork(cfg.Network, r.scope, cfg.StateDir); err != nil {
 		return nil, err
@@ -212,6 +222,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 // Close closes the connection to containerd. Instances keep running.
 func (r *Runtime) Close() error {
 	r.ooms.cancel()
+	r.closeAgents()
 	return r.client.Close()
 }
 
@@ -388,6 +399,11 @@ func (r *Runtime) Create(ctx context.Context, spec InstanceSpec) (retErr error) 
 	for _, m := range spec.Mounts {
 		mounts = append(mounts, bindMount(m.Source, m.Destination, m.ReadOnly))
 	}
+	agentMounts, err := r.agentMounts(id)
+	if err != nil {
+		return err
+	}
+	mounts = append(mounts, agentMounts...)
 	labels := map[string]string{}
 	for k, v := range spec.Labels {
 		labels[k] = v
@@ -615,7 +631,15 @@ type TermSize struct{ Cols, Rows uint16 }
 // exit code. Canceling ctx kills the process (SIGKILL). Output has been
 // written to Stdout and Stderr in full when Exec returns.
 func (r *Runtime) Exec(ctx context.Context, id string, spec ExecSpec) (int, error) {
+	if !spec.TTY {
+		if code, err, done := r.execAgent(ctx, id, spec); done {
+			return code, err
+		}
+	}
 	code, err := r.exec(ctx, id, spec)
+	if err == nil {
+		r.kickAgent(id) // for the next command
+	}
 	// A deadline or cancel that lands inside a containerd call comes back
 	// as a gRPC status; callers branch on the context's own error.
 	if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
@@ -1030,6 +1054,7 @@ func (r *Runtime) task(ctx context.Context, id string) (client.Task, error) {
 // kept. Stopping a stopped instance is a no-op.
 func (r *Runtime) Stop(ctx context.Context, id string) error {
 	ctx = r.ctx(ctx)
+	r.dropAgent(id)
 	c, err := r.client.LoadContainer(ctx, id)
 	if err != nil {
 		return translate(err, "instance %q", id)
@@ -1102,6 +1127,7 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 		return fmt.Errorf("instance id %q: %w", id, errdefs.ErrInvalidArgument)
 	}
 	ctx = r.ctx(ctx)
+	r.dropAgent(id)
 	var errs []error
 	c, err := r.client.LoadContainer(ctx, id)
 	switch {

@@ -75,6 +75,9 @@ func newTestEnvWith(t testing.TB, netCfg NetworkConfig, set func(*Config)) *test
 		Network:             netCfg,
 		PlainHTTPRegistries: []string{env.reg.host},
 		StopGrace:           3 * time.Second,
+		// Every exec a runc exec, unless a test asks for agents
+		// (agents_root_test.go): the same checks run both ways.
+		NoAgents: true,
 	}
 	if set != nil {
 		set(&cfg)
@@ -260,70 +263,7 @@ func TestRootInstanceLifecycle(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{id}, ids)
 
-	t.Run("exec", func(t *testing.T) {
-		start := time.Now()
-		out, _, code := env.run(t, id, "echo", "hi")
-		t.Logf("exec echo: %v", time.Since(start))
-		assert.Equal(t, "hi\n", out)
-		assert.Equal(t, 0, code)
-
-		out, errOut, code := env.run(t, id, "sh", "-c", "echo err >&2; exit 3")
-		assert.Equal(t, "", out)
-		assert.Equal(t, "err\n", errOut)
-		assert.Equal(t, 3, code)
-
-		out, _, _ = env.run(t, id, "sh", "-c", "echo $FOO $(hostname) $(cat /etc/hostname)")
-		assert.Equal(t, "bar life life\n", out)
-
-		var stdout bytes.Buffer
-		code, err := rt.Exec(ctx, id, ExecSpec{Args: []string{"sh", "-c", "pwd; echo $X; cat"}, Env: []string{"X=y"},
-			Cwd: "/tmp", Stdin: strings.NewReader("from stdin\n"), Stdout: &stdout})
-		require.NoError(t, err)
-		assert.Equal(t, 0, code)
-		assert.Equal(t, "/tmp\ny\nfrom stdin\n", stdout.String())
-
-		// A command that cannot run is what a shell makes of it: 127 for
-		// one not found, 126 for one not executable, the reason on stderr.
-		for _, tc := range []struct {
-			args   []string
-			code   int
-			stderr string
-		}{
-			{[]string{"/does/not/exist"}, 127, "/does/not/exist: no such file or directory\n"},
-			{[]string{"nosuch", "-x"}, 127, "nosuch: executable file not found in $PATH\n"},
-			{[]string{"/etc/passwd"}, 126, "/etc/passwd: permission denied\n"},
-		} {
-			stdout.Reset()
-			var stderr bytes.Buffer
-			code, err := rt.Exec(ctx, id, ExecSpec{Args: tc.args, Stdout: &stdout, Stderr: &stderr})
-			require.NoError(t, err, "%v", tc.args)
-			assert.Equal(t, tc.code, code, "%v", tc.args)
-			assert.Equal(t, tc.stderr, stderr.String(), "%v", tc.args)
-			assert.Empty(t, stdout.String())
-		}
-		_, err = rt.Exec(ctx, id, ExecSpec{Args: []string{"true"}, Cwd: "/nope"})
-		assert.ErrorIs(t, err, errdefs.ErrStartFailed, "a working directory that does not exist")
-		assert.ErrorContains(t, err, "/nope")
-
-		// A background child keeps the output streams open; Exec returns
-		// anyway, shortly after the shell exits.
-		start = time.Now()
-		out, _, code = env.run(t, id, "sh", "-c", "sleep 30 & echo started")
-		assert.Equal(t, "started\n", out)
-		assert.Equal(t, 0, code)
-		assert.Less(t, time.Since(start), 5*time.Second)
-	})
-
-	t.Run("exec cancel kills", func(t *testing.T) {
-		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		defer cancel()
-		start := time.Now()
-		_, err := rt.Exec(cctx, id, ExecSpec{Args: []string{"sleep", "60"}})
-		assert.ErrorIs(t, err, context.DeadlineExceeded)
-		assert.Less(t, time.Since(start), 10*time.Second)
-		out, _, _ := env.run(t, id, "sh", "-c", "ps | grep -c '[s]leep 60' || true")
-		assert.Equal(t, "0\n", out, "canceled exec still running")
-	})
+	checkExec(t, env, id)
 
 	t.Run("write shows in upper dir", func(t *testing.T) {
 		_, _, code := env.run(t, id, "sh", "-c", "echo data > /root/f")
@@ -562,4 +502,77 @@ func TestRootTwoDaemons(t *testing.T) {
 	assert.Equal(t, 0, code)
 	assert.Equal(t, "still\n", out)
 	assert.ErrorIs(t, a.rt.Start(ctx, "same"), errdefs.ErrNotFound)
+}
+
+// checkExec is what an exec in instance id does, as a user sees it; the
+// same with runc exec and through the instance's agent (agents.go).
+// Expects the instance made with Env FOO=bar and hostname id.
+func checkExec(t *testing.T, env *testEnv, id string) {
+	ctx := context.Background()
+	rt := env.rt
+	t.Run("exec", func(t *testing.T) {
+		start := time.Now()
+		out, _, code := env.run(t, id, "echo", "hi")
+		t.Logf("exec echo: %v", time.Since(start))
+		assert.Equal(t, "hi\n", out)
+		assert.Equal(t, 0, code)
+
+		out, errOut, code := env.run(t, id, "sh", "-c", "echo err >&2; exit 3")
+		assert.Equal(t, "", out)
+		assert.Equal(t, "err\n", errOut)
+		assert.Equal(t, 3, code)
+
+		out, _, _ = env.run(t, id, "sh", "-c", "echo $FOO $(hostname) $(cat /etc/hostname)")
+		assert.Equal(t, "bar "+id+" "+id+"\n", out)
+
+		var stdout bytes.Buffer
+		code, err := rt.Exec(ctx, id, ExecSpec{Args: []string{"sh", "-c", "pwd; echo $X; cat"}, Env: []string{"X=y"},
+			Cwd: "/tmp", Stdin: strings.NewReader("from stdin\n"), Stdout: &stdout})
+		require.NoError(t, err)
+		assert.Equal(t, 0, code)
+		assert.Equal(t, "/tmp\ny\nfrom stdin\n", stdout.String())
+
+		// A command that cannot run is what a shell makes of it: 127 for
+		// one not found, 126 for one not executable, the reason on stderr.
+		for _, tc := range []struct {
+			args   []string
+			code   int
+			stderr string
+		}{
+			{[]string{"/does/not/exist"}, 127, "/does/not/exist: no such file or directory\n"},
+			{[]string{"nosuch", "-x"}, 127, "nosuch: executable file not found in $PATH\n"},
+			{[]string{"/etc/passwd"}, 126, "/etc/passwd: permission denied\n"},
+		} {
+			stdout.Reset()
+			var stderr bytes.Buffer
+			code, err := rt.Exec(ctx, id, ExecSpec{Args: tc.args, Stdout: &stdout, Stderr: &stderr})
+			require.NoError(t, err, "%v", tc.args)
+			assert.Equal(t, tc.code, code, "%v", tc.args)
+			assert.Equal(t, tc.stderr, stderr.String(), "%v", tc.args)
+			assert.Empty(t, stdout.String())
+		}
+		_, err = rt.Exec(ctx, id, ExecSpec{Args: []string{"true"}, Cwd: "/nope"})
+		assert.ErrorIs(t, err, errdefs.ErrStartFailed, "a working directory that does not exist")
+		assert.ErrorContains(t, err, "/nope")
+
+		// A background child keeps the output streams open; Exec returns
+		// anyway, shortly after the shell exits.
+		start = time.Now()
+		out, _, code = env.run(t, id, "sh", "-c", "sleep 30 & echo started")
+		assert.Equal(t, "started\n", out)
+		assert.Equal(t, 0, code)
+		assert.Less(t, time.Since(start), 5*time.Second)
+	})
+
+	t.Run("exec cancel kills", func(t *testing.T) {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		start := time.Now()
+		_, err := rt.Exec(cctx, id, ExecSpec{Args: []string{"sleep", "60"}})
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Less(t, time.Since(start), 10*time.Second)
+		out, _, _ := env.run(t, id, "sh", "-c", "ps | grep -c '[s]leep 60' || true")
+		assert.Equal(t, "0\n", out, "canceled exec still running")
+	})
+
 }

@@ -63,7 +63,7 @@ fi
 
 # The binaries' layer: envd and envctl of this tree, containerd beside them.
 mkdir -p "$work/rootfs/usr/local/bin" "$work/rootfs/usr/local/lib/envd/bin" "$work/rootfs/var/lib/envd"
-CGO_ENABLED=0 go build -trimpath -o "$work/rootfs/usr/local/bin/" ./cmd/envd ./cmd/envctl
+CGO_ENABLED=0 go build -trimpath -o "$work/rootfs/usr/local/bin/" ./cmd/envd ./cmd/envctl ./cmd/envd-agent
 cp "$bindir/containerd" "$bindir/containerd-shim-runc-v2" "$bindir/ctr" "$work/rootfs/usr/local/lib/envd/bin/"
 install -m 0755 deploy/image/envd-node-start "$work/rootfs/usr/local/bin/envd-node-start"
 "$work/envd-node-image" layer "$work/rootfs" "$work/envd.tar.gz"

@@ -15,6 +15,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export PATH=/usr/local/lib/envd/bin:$PWD/bin:$PATH
 go build -o bin/ ./cmd/envd ./cmd/envctl
+# The exec agent runs inside instances, on any image: static (runtime/agents.go).
+CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o bin/ ./cmd/envd-agent
 
 BASE=${DEMO_BASE:-debian}
 DATA=${ENVD_DATA_DIR:-$PWD/.data/node1}

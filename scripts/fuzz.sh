@@ -21,6 +21,7 @@ targets=(
 	"./builder FuzzCheckSpec 100000x"
 	"./api FuzzDecodeJSON 8000x"
 	"./api FuzzRoutes 15000x"
+	"./runtime/agent FuzzReadFrame 120000x"
 )
 # Every FuzzXxx in the tree must be listed above, so none is forgotten.
 listed=" ${targets[*]} "

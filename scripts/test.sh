@@ -7,6 +7,11 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export PATH=/usr/local/lib/envd/bin:$PATH
 go vet ./...
+# The exec agent instances run their commands through (runtime/agents.go):
+# static, since it runs inside any image; nodes the tests start take it
+# from ENVD_AGENT_BINARY.
+CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o bin/envd-agent ./cmd/envd-agent
+export ENVD_AGENT_BINARY=$PWD/bin/envd-agent
 # -p 2: the machine has 2 cores; packages start their own daemons.
 go test -count=1 -p 2 -timeout 75m "$@" ./...
 # Then every fuzz target for a bounded number of executions (about 20 s

@@ -2,9 +2,11 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"reflect"
 	"time"
 
+	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/envd/names"
 	"github.com/envd-dev/envd/versions"
@@ -121,7 +123,19 @@ func (m *Manager) startPooled(ctx context.Context, st versions.PoolState) error 
 		_ = m.Pools.RemoveFromPool(context.WithoutCancel(ctx), id)
 		return err
 	}
+	// The claimer's first command should not pay for a runc exec: start
+	// the exec agent now (a claim before it connects uses runc exec).
+	if a, ok := m.Runtime.(agentStarter); ok {
+		if err := a.StartAgent(ctx, id); err != nil && !errors.Is(err, errdefs.ErrFailedPrecondition) {
+			m.Log.Warn("warm pool: start the exec agent", "instance", id, "err", err)
+		}
+	}
 	return nil
+}
+
+// agentStarter starts an instance's exec agent (runtime.Runtime).
+type agentStarter interface {
+	StartAgent(ctx context.Context, id string) error
 }
 
 // drainPooled removes a pooled instance nobody claimed.

@@ -231,6 +231,12 @@ func (n *Node) describeRuntime(rt *runtime.Runtime) {
 	if root, on := rt.UserNS(); on {
 		n.components["user namespaces"] = fmt.Sprintf("on: instance root is host uid %d (%d ids); images pulled in full (no lazy restore)", root, runtime.UserNSSize)
 	}
+	if err := rt.AgentsOff(); err != nil {
+		log.Warn("no exec agent: every command is a runc exec (about 80 ms more each)", "err", err)
+		n.components["exec agent"] = "off: " + err.Error()
+	} else {
+		n.components["exec agent"] = "on: commands without a terminal start in the instance's agent (runc exec otherwise)"
+	}
 	if cfg.Unrestricted {
 		log.Warn("instances run without hardening, limits or network rules (benchmarks only)")
 		n.components["hardening"] = "off (benchmarks only)"

@@ -1,0 +1,183 @@
+package runtime
+
+import (
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/envd-dev/envd/api/errdefs"
+)
+
+// buildAgent builds cmd/envd-agent, static, into a temp dir.
+func buildAgent(t testing.TB) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "envd-agent")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "../cmd/envd-agent")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "build envd-agent: %s", out)
+	return bin
+}
+
+// newAgentEnv is newTestEnv with exec agents on.
+func newAgentEnv(t *testing.T) *testEnv {
+	bin := buildAgent(t)
+	return newTestEnvWith(t, NetworkConfig{Subnet: freeSubnet(t)}, func(c *Config) {
+		c.NoAgents, c.AgentBinary = false, bin
+	})
+}
+
+// parentOf is the command line of the parent of a command run in id:
+// the agent's through it; empty through runc exec, whose command's parent
+// (the shim) is outside the instance's PID namespace.
+func parentOf(t *testing.T, env *testEnv, id string) string {
+	t.Helper()
+	out, _, code := env.run(t, id, "sh", "-c", `cat /proc/$PPID/cmdline 2>/dev/null | tr '\0' ' '; echo " ppid=$PPID"`)
+	require.Equal(t, 0, code)
+	return strings.TrimSpace(out)
+}
+
+func TestRootAgentExec(t *testing.T) {
+	env := newAgentEnv(t)
+	require.NoError(t, env.rt.AgentsOff())
+	ctx := context.Background()
+	rt := env.rt
+	const id = "agent"
+	env.create(t, InstanceSpec{ID: id, Env: []string{"FOO=bar"}})
+
+	// Before StartAgent, commands are runc execs; a runc exec starts
+	// the agent in the background for the next ones, so start it here.
+	require.NoError(t, rt.StartAgent(ctx, id))
+	require.NoError(t, rt.StartAgent(ctx, id), "a second start finds it connected")
+	parent := parentOf(t, env, id)
+	assert.Contains(t, parent, agentBinDest, "the command runs under the agent")
+
+	// Everything a runc exec does, a command through the agent does.
+	checkExec(t, env, id)
+	assert.Equal(t, parent, parentOf(t, env, id), "the same agent served them all")
+
+	t.Run("nothing lands in the writable layer; the mounts are read-only", func(t *testing.T) {
+		_, errOut, code := env.run(t, id, "sh", "-c", "echo x > /dev/.envd-agent")
+		assert.NotEqual(t, 0, code)
+		assert.Contains(t, errOut, "Read-only file system")
+		_, _, code = env.run(t, id, "sh", "-c", "echo x > /dev/.envd/agent.sock.x")
+		assert.NotEqual(t, 0, code)
+		_, err := os.Stat(filepath.Join(upperDir(t, rt, id), "dev"))
+		assert.ErrorIs(t, err, os.ErrNotExist, "runc made the mount points in the /dev tmpfs")
+	})
+
+	t.Run("hostile peers on the socket change nothing", func(t *testing.T) {
+		// What a program in the instance can send the node: it reaches
+		// the same socket at /dev/.envd/agent.sock.
+		sock := filepath.Join(rt.instanceDir(id), "agent", agentSockName)
+		for i, payload := range [][]byte{
+			[]byte("GET / HTTP/1.1\r\n\r\n"),
+			{1, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff}, // a hello claiming 4 GiB
+			append([]byte{1, 0, 0, 0, 0, 0, 0, 0, 12}, `{"version":9}`...),
+			{},
+		} {
+			c, err := net.Dial("unix", sock)
+			require.NoError(t, err, "peer %d", i)
+			_, _ = c.Write(payload)
+			defer c.Close() // the silent ones stay open through the checks
+		}
+		out, _, code := env.run(t, id, "echo", "served")
+		assert.Equal(t, 0, code)
+		assert.Equal(t, "served\n", out)
+		assert.Equal(t, parent, parentOf(t, env, id), "the real agent still serves")
+	})
+
+	t.Run("an agent of the runtime before reconnects to the next", func(t *testing.T) {
+		require.NoError(t, rt.Close())
+		rt2, err := New(ctx, rt.cfg)
+		require.NoError(t, err)
+		env.rt = rt2
+		assert.Empty(t, strings.TrimSpace(strings.Split(parentOf(t, env, id), "ppid=")[0]), "no listener yet: runc exec")
+		start := time.Now()
+		require.NoError(t, rt2.StartAgent(ctx, id))
+		t.Logf("reconnect: %v", time.Since(start))
+		assert.Equal(t, parent, parentOf(t, env, id), "the same agent process, reconnected, not a second one")
+	})
+	rt = env.rt
+
+	t.Run("a tenant that kills the agent gets runc exec", func(t *testing.T) {
+		var stdout, stderr strings.Builder
+		_, err := rt.Exec(ctx, id, ExecSpec{Args: []string{"sh", "-c", "kill -9 $PPID; sleep 1"}, Stdout: &stdout, Stderr: &stderr})
+		require.Error(t, err, "the command's agent died under it")
+		assert.ErrorIs(t, err, errdefs.ErrUnavailable)
+		assert.ErrorContains(t, err, "went away")
+		// The next command: runc exec (a background restart waits
+		// agentRestartGap after the last start), and it works.
+		out, _, code := env.run(t, id, "echo", "still here")
+		assert.Equal(t, 0, code)
+		assert.Equal(t, "still here\n", out)
+		assert.NotContains(t, parentOf(t, env, id), agentBinDest)
+		// Started again on request: a new agent.
+		require.NoError(t, rt.StartAgent(ctx, id))
+		p := parentOf(t, env, id)
+		assert.Contains(t, p, agentBinDest)
+		assert.NotEqual(t, parent, p)
+	})
+
+	t.Run("stop and start: the new task gets a new agent", func(t *testing.T) {
+		require.NoError(t, rt.Stop(ctx, id))
+		_, err := rt.Exec(ctx, id, ExecSpec{Args: []string{"true"}})
+		assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition, "stopped: no agent answers, runc exec says stopped")
+		require.NoError(t, rt.Start(ctx, id))
+		require.NoError(t, rt.StartAgent(ctx, id))
+		assert.Contains(t, parentOf(t, env, id), agentBinDest)
+	})
+
+	t.Run("paused: refused at once as runc exec does", func(t *testing.T) {
+		require.NoError(t, rt.Pause(ctx, id))
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, err := rt.Exec(cctx, id, ExecSpec{Args: []string{"true"}})
+		assert.ErrorIs(t, err, ErrTaskPaused)
+		require.NoError(t, rt.Resume(ctx, id))
+		out, _, code := env.run(t, id, "echo", "thawed")
+		assert.Equal(t, 0, code)
+		assert.Equal(t, "thawed\n", out)
+	})
+}
+
+// An instance made by a runtime without agents gets none later.
+func TestRootAgentNotOnOldInstances(t *testing.T) {
+	env := newTestEnv(t, freeSubnet(t))
+	ctx := context.Background()
+	const id = "old"
+	env.create(t, InstanceSpec{ID: id})
+	assert.Error(t, env.rt.AgentsOff())
+	assert.ErrorIs(t, env.rt.StartAgent(ctx, id), errdefs.ErrFailedPrecondition)
+
+	cfg := env.rt.cfg
+	require.NoError(t, env.rt.Close())
+	cfg.NoAgents, cfg.AgentBinary = false, buildAgent(t)
+	rt2, err := New(ctx, cfg)
+	require.NoError(t, err)
+	env.rt = rt2
+	err = rt2.StartAgent(ctx, id)
+	assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition)
+	assert.ErrorContains(t, err, "created without an exec agent")
+	out, _, code := env.run(t, id, "echo", "runc")
+	assert.Equal(t, 0, code)
+	assert.Equal(t, "runc\n", out)
+}
+
+func TestAgentBinaryMustBeStatic(t *testing.T) {
+	// The test binary itself is dynamically linked when cgo is on; a
+	// file that is no ELF at all is refused the same way.
+	junk := filepath.Join(t.TempDir(), "envd-agent")
+	require.NoError(t, os.WriteFile(junk, []byte("#!/bin/sh\n"), 0o755))
+	assert.Error(t, checkStatic(junk))
+	_, err := findAgentBinary(filepath.Join(t.TempDir(), "missing"))
+	assert.Error(t, err)
+}
