@@ -126,6 +126,8 @@ func runCapacity(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 		if err != nil {
 			return err
 		}
+		time.Sleep(2 * time.Second) // agents the last execs started connect
+		nAgents, agentsPSS := execAgents()
 
 		logf("capacity: removing %d %s instances", g.count, g.name)
 		rmLat := make([]time.Duration, g.count)
@@ -157,6 +159,8 @@ func runCapacity(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 			{"sum of the above (PSS rows once)", perInst(after.sum(), before.sum()), megabytes(after.sum()) + " MB", ""},
 		})
 		fmt.Fprintln(&w)
+		fmt.Fprintf(&w, "Exec agents after the API phase (an instance's first command is a runc exec that starts its agent; idle instances that never ran a command have none, so the table above has none): %d agents, %s MB PSS in all, %.2f MB each (inside the instance cgroups).\n\n",
+			nAgents, megabytes(agentsPSS), float64(agentsPSS)/float64(max(nAgents, 1))/1e6)
 		fmt.Fprintf(&w, "API with %d concurrent clients of one tenant over %d instances (each client %d requests of each kind, interleaved; list = one page of up to 100; exec = `true` in a random instance). "+
 			"%d execs were refused by the tenant's limit of concurrent execs on a node (429 resource_exhausted) and are not in the exec row.\n\n", capacityClients, g.count, capacityRounds, lat.refused)
 		var cells [][]string
@@ -267,6 +271,25 @@ func apiUnderLoad(ctx context.Context, c *envdclient.Client, project string, ids
 	})
 	res.took = time.Since(t)
 	return res, err
+}
+
+// execAgents counts the instances' exec agents on the machine (their
+// command line starts with the path they run at inside an instance) and
+// sums their PSS.
+func execAgents() (n int, total int64) {
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		if err == nil && strings.HasPrefix(string(raw), "/dev/.envd-agent\x00") {
+			n++
+			total += pss(pid)
+		}
+	}
+	return n, total
 }
 
 // capacityMem reads the memory of a node's parts.

@@ -81,6 +81,13 @@ type agents struct {
 
 	mu    sync.Mutex
 	slots map[string]*agentSlot
+	// starting holds the background starts in flight (kickAgent), closed
+	// when one ends: an exec meanwhile waits for it rather than run a
+	// second runc exec beside it on the same CPUs.
+	starting map[string]chan struct{}
+	// without are instances created without the agent's mounts: never
+	// tried again.
+	without map[string]bool
 }
 
 // agentSlot is one instance's listener and the connections on it.
@@ -102,7 +109,7 @@ type agentSlot struct {
 // and copies it under StateDir. Without one, agents are off and every
 // exec is a runc exec; the reason is kept for AgentsOff.
 func (r *Runtime) setupAgents() {
-	r.agents = &agents{slots: map[string]*agentSlot{}}
+	r.agents = &agents{slots: map[string]*agentSlot{}, starting: map[string]chan struct{}{}, without: map[string]bool{}}
 	if r.cfg.NoAgents {
 		r.agents.off = errors.New("turned off in the runtime's configuration")
 		return
@@ -233,6 +240,9 @@ func (r *Runtime) StartAgent(ctx context.Context, id string) error {
 		return fmt.Errorf("spec of instance %q: %w", id, err)
 	}
 	if cspec.Process == nil || !slices.ContainsFunc(cspec.Mounts, func(m specs.Mount) bool { return m.Destination == agentDirDest }) {
+		r.agents.mu.Lock()
+		r.agents.without[id] = true
+		r.agents.mu.Unlock()
 		return fmt.Errorf("instance %q was created without an exec agent: %w", id, errdefs.ErrFailedPrecondition)
 	}
 	s, err := r.agents.listen(id, filepath.Join(r.instanceDir(id), "agent"), cspec.Process)
@@ -299,10 +309,10 @@ func (r *Runtime) kickAgent(id string) {
 	if r.agents.bin == "" {
 		return
 	}
-	r.agents.mu.Lock()
-	s := r.agents.slots[id]
-	r.agents.mu.Unlock()
-	if s != nil {
+	a := r.agents
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if s := a.slots[id]; s != nil {
 		s.mu.Lock()
 		recent := time.Since(s.lastStart) < agentRestartGap
 		s.mu.Unlock()
@@ -310,11 +320,52 @@ func (r *Runtime) kickAgent(id string) {
 			return
 		}
 	}
+	if a.starting[id] != nil || a.without[id] {
+		return
+	}
+	done := make(chan struct{})
+	a.starting[id] = done
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		_ = r.StartAgent(ctx, id)
+		a.mu.Lock()
+		delete(a.starting, id)
+		a.mu.Unlock()
+		close(done)
 	}()
+}
+
+// agentConn returns instance id's live agent connection, waiting for a
+// background start in flight (bounded by agentConnectWait), nil if none.
+func (a *agents) agentConn(ctx context.Context, id string) *agent.Conn {
+	a.mu.Lock()
+	s, starting := a.slots[id], a.starting[id]
+	a.mu.Unlock()
+	if s != nil {
+		if c := s.live(); c != nil {
+			return c
+		}
+	}
+	if starting == nil {
+		return nil
+	}
+	timer := time.NewTimer(agentConnectWait)
+	defer timer.Stop()
+	select {
+	case <-starting:
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return nil
+	}
+	a.mu.Lock()
+	s = a.slots[id]
+	a.mu.Unlock()
+	if s == nil {
+		return nil
+	}
+	return s.live()
 }
 
 // listen returns instance id's slot, listening on dir's socket (a stale
@@ -448,6 +499,7 @@ func (r *Runtime) dropAgent(id string) {
 	r.agents.mu.Lock()
 	s := r.agents.slots[id]
 	delete(r.agents.slots, id)
+	delete(r.agents.without, id)
 	r.agents.mu.Unlock()
 	if s != nil {
 		s.close()
@@ -469,14 +521,14 @@ func (r *Runtime) closeAgents() {
 // did not run there and Exec should use runc exec: no agent, or the
 // request never reached it (the agent is gone).
 func (r *Runtime) execAgent(ctx context.Context, id string, spec ExecSpec) (code int, err error, done bool) {
+	conn := r.agents.agentConn(ctx, id)
+	if conn == nil {
+		return 0, nil, false
+	}
 	r.agents.mu.Lock()
 	s := r.agents.slots[id]
 	r.agents.mu.Unlock()
 	if s == nil {
-		return 0, nil, false
-	}
-	conn := s.live()
-	if conn == nil {
 		return 0, nil, false
 	}
 	// A frozen task's agent would hold the command until the thaw; runc

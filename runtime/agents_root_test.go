@@ -136,6 +136,16 @@ func TestRootAgentExec(t *testing.T) {
 		assert.Contains(t, parentOf(t, env, id), agentBinDest)
 	})
 
+	t.Run("the first command is a runc exec; the next waits for the agent it started", func(t *testing.T) {
+		const id2 = "agent-cold"
+		env.create(t, InstanceSpec{ID: id2, Env: []string{"FOO=bar"}})
+		first := parentOf(t, env, id2)
+		assert.NotContains(t, first, agentBinDest)
+		assert.Contains(t, first, "ppid=0", "runc exec: the parent is outside the instance")
+		assert.Contains(t, parentOf(t, env, id2), agentBinDest, "not a second runc exec beside the agent's start")
+		require.NoError(t, rt.Remove(ctx, id2))
+	})
+
 	t.Run("paused: refused at once as runc exec does", func(t *testing.T) {
 		require.NoError(t, rt.Pause(ctx, id))
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/envd-dev/envd/internal/syncbuf"
 	"github.com/envd-dev/envd/runtime/agent"
 )
 
@@ -63,27 +64,9 @@ func startAgent(t testing.TB, opts agent.ServeOptions) *agent.Conn {
 	return accept(t, ln)
 }
 
-// syncBuffer is a bytes.Buffer safe for a reader while the Conn writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // signalWriter signals on its channel when the first bytes are written.
 type signalWriter struct {
-	syncBuffer
+	syncbuf.Buffer
 	once  sync.Once
 	wrote chan struct{}
 }
@@ -91,7 +74,7 @@ type signalWriter struct {
 func newSignalWriter() *signalWriter { return &signalWriter{wrote: make(chan struct{})} }
 
 func (w *signalWriter) Write(p []byte) (int, error) {
-	n, err := w.syncBuffer.Write(p)
+	n, err := w.Buffer.Write(p)
 	w.once.Do(func() { close(w.wrote) })
 	return n, err
 }
@@ -377,7 +360,7 @@ func TestExecDrainWithSlowHost(t *testing.T) {
 	// arrives.
 	const size = 4 << 20
 	out := &slowWriter{delay: 3 * grace}
-	var errOut syncBuffer
+	var errOut syncbuf.Buffer
 	code, err := c.Exec(context.Background(), agent.Request{
 		Args:   []string{"sh", "-c", fmt.Sprintf("(head -c %d /dev/zero; echo end >&2) & exit 0", size)},
 		Env:    testEnv,

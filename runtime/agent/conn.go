@@ -433,33 +433,36 @@ func (c *Conn) dispatch(f frame) error {
 		if e := c.lookup(f.id); e != nil {
 			e.ack(binary.BigEndian.Uint32(f.payload))
 		}
-	case typeExit:
+	case typeExit, typeStartFailed:
 		e := c.take(f.id)
 		if e == nil {
 			return nil
 		}
-		var m exitMsg
-		if err := json.Unmarshal(f.payload, &m); err != nil {
-			err = fmt.Errorf("decode exit of exec %d: %w", f.id, err)
+		r, err := decodeResult(f)
+		if err != nil {
 			e.result <- execResult{code: -1, err: fmt.Errorf("%w: %v", ErrLost, err)}
 			return err
 		}
-		e.result <- execResult{code: m.Code}
-	case typeStartFailed:
-		e := c.take(f.id)
-		if e == nil {
-			return nil
-		}
-		var m startFailedMsg
-		if err := json.Unmarshal(f.payload, &m); err != nil {
-			err = fmt.Errorf("decode start failure of exec %d: %w", f.id, err)
-			e.result <- execResult{code: -1, err: fmt.Errorf("%w: %v", ErrLost, err)}
-			return err
-		}
-		e.result <- startFailure(m)
+		e.result <- r
 	}
 	// Started needs nothing; other types are ignored.
 	return nil
+}
+
+// decodeResult decodes an Exit or a StartFailed into the exec's outcome.
+func decodeResult(f frame) (execResult, error) {
+	if f.typ == typeExit {
+		var m exitMsg
+		if err := json.Unmarshal(f.payload, &m); err != nil {
+			return execResult{}, fmt.Errorf("decode exit of exec %d: %w", f.id, err)
+		}
+		return execResult{code: m.Code}, nil
+	}
+	var m startFailedMsg
+	if err := json.Unmarshal(f.payload, &m); err != nil {
+		return execResult{}, fmt.Errorf("decode start failure of exec %d: %w", f.id, err)
+	}
+	return startFailure(m), nil
 }
 
 func startFailure(m startFailedMsg) execResult {
