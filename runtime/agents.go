@@ -19,6 +19,7 @@ import (
 	"github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/cio"
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/containerd/typeurl/v2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -565,10 +566,50 @@ func (r *Runtime) execAgent(ctx context.Context, id string, spec ExecSpec) (code
 	case ctx.Err() != nil:
 		return -1, fmt.Errorf("exec in instance %q: %w", id, ctx.Err()), true
 	default:
-		// The command may have run: not tried again.
-		if st, _, serr := r.taskStatus(r.ctx(ctx), id); serr == nil && st.Status != client.Running {
-			return -1, fmt.Errorf("exec in instance %q: the instance is %s: %w", id, st.Status, errdefs.ErrFailedPrecondition), true
+		// The connection ended while the command ran: the command may
+		// have run, so it is not tried again. If the instance's init died
+		// (the OOM killer, a stop), the kernel killed every process of its
+		// PID namespace with SIGKILL, the command too: 137, as the runc
+		// exec path reports it. Else the tenant killed the agent.
+		if r.taskEnded(ctx, id, 2*time.Second) {
+			return 128 + 9, nil, true
 		}
-		return -1, fmt.Errorf("exec in instance %q: the exec agent went away while the command ran: %w: %w", id, err, errdefs.ErrUnavailable), true
+		return -1, &AgentLostError{Instance: id, Err: err}, true
 	}
 }
+
+// taskEnded waits up to d for instance id's task to leave running.
+func (r *Runtime) taskEnded(ctx context.Context, id string, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		st, _, err := r.taskStatus(r.ctx(ctx), id)
+		if err != nil {
+			return cerrdefs.IsNotFound(err) // deleted; else containerd cannot tell
+		}
+		if st.Status == client.Stopped {
+			return true
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// AgentLostError is an exec whose agent went away while the command ran
+// (a program in the instance killed it): the command may have run, its
+// output and exit status are lost. It is errdefs.ErrUnavailable with a
+// Retry-After; the next command runs by runc exec.
+type AgentLostError struct {
+	Instance string
+	Err      error
+}
+
+func (e *AgentLostError) Error() string {
+	return fmt.Sprintf("exec in instance %q: the instance's exec agent went away while the command ran (killed from inside the instance?); the command may have run, its output and exit status are lost: %v", e.Instance, e.Err)
+}
+
+func (e *AgentLostError) Unwrap() []error { return []error{e.Err, errdefs.ErrUnavailable} }
+
+// RetryAfter is when a command may be sent again (by runc exec).
+func (e *AgentLostError) RetryAfter() time.Duration { return time.Second }

@@ -114,6 +114,9 @@ func TestRootAgentExec(t *testing.T) {
 		require.Error(t, err, "the command's agent died under it")
 		assert.ErrorIs(t, err, errdefs.ErrUnavailable)
 		assert.ErrorContains(t, err, "went away")
+		var lost *AgentLostError
+		require.ErrorAs(t, err, &lost)
+		assert.Equal(t, time.Second, lost.RetryAfter(), "a 503 carries Retry-After")
 		// The next command: runc exec (a background restart waits
 		// agentRestartGap after the last start), and it works.
 		out, _, code := env.run(t, id, "echo", "still here")
@@ -128,7 +131,23 @@ func TestRootAgentExec(t *testing.T) {
 	})
 
 	t.Run("stop and start: the new task gets a new agent", func(t *testing.T) {
+		// A command running when the instance stops dies with it: 137,
+		// as a runc exec's does, not a lost agent.
+		type result struct {
+			code int
+			err  error
+		}
+		done := make(chan result, 1)
+		go func() {
+			code, err := rt.Exec(ctx, id, ExecSpec{Args: []string{"sleep", "30"}})
+			done <- result{code, err}
+		}()
+		time.Sleep(300 * time.Millisecond)
 		require.NoError(t, rt.Stop(ctx, id))
+		res := <-done
+		require.NoError(t, res.err)
+		assert.Equal(t, 137, res.code)
+
 		_, err := rt.Exec(ctx, id, ExecSpec{Args: []string{"true"}})
 		assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition, "stopped: no agent answers, runc exec says stopped")
 		require.NoError(t, rt.Start(ctx, id))

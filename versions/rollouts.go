@@ -185,9 +185,18 @@ func (s *Store) SetRolloutState(ctx context.Context, id string, from []string, s
 // StartRolloutProject marks a project running with the id of its trial
 // instance (a resumed rollout may start one that was running again).
 func (s *Store) StartRolloutProject(ctx context.Context, id, tenant, project, trial string) error {
-	_, err := s.db.Exec(ctx, `UPDATE rollout_projects SET status = 'running', trial_instance = $4, started_at = now(), finished_at = NULL
-		WHERE rollout_id = $1 AND tenant_id = $2 AND project = $3`, id, tenant, project, trial)
-	return translate(err, fmt.Sprintf("rollout %s: project %s/%s", id, tenant, project))
+	// Only a project not yet settled: a cancel's skip must not be undone
+	// by a start whose statement landed after it (a canceled context
+	// returns before the server has finished the statement).
+	tag, err := s.db.Exec(ctx, `UPDATE rollout_projects SET status = 'running', trial_instance = $4, started_at = now(), finished_at = NULL
+		WHERE rollout_id = $1 AND tenant_id = $2 AND project = $3 AND status IN ('pending', 'running')`, id, tenant, project, trial)
+	if err != nil {
+		return translate(err, fmt.Sprintf("rollout %s: project %s/%s", id, tenant, project))
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("rollout %s: project %s/%s is not pending: %w", id, tenant, project, errdefs.ErrFailedPrecondition)
+	}
+	return nil
 }
 
 // FinishRolloutProject records how a project's part of a rollout ended.

@@ -388,17 +388,32 @@ func (r *Runner) finish(ctx context.Context, ro versions.Rollout, state, message
 	return r.view(ctx, ro, false)
 }
 
+// skipPending marks the rollout's projects not settled skipped. The status
+// change is a compare-and-swap: a project whose start landed between the
+// list and the swap is listed again (a few passes).
 func (r *Runner) skipPending(ctx context.Context, id, why string) {
-	projects, err := r.d.Store.RolloutProjects(ctx, id)
-	if err != nil {
-		r.d.Log.Warn("rollout: list projects", "rollout", id, "err", err)
-		return
-	}
-	for _, p := range projects {
-		if p.Status == types.RolloutProjectPending || p.Status == types.RolloutProjectRunning {
-			if err := r.d.Store.SetRolloutProjectStatus(ctx, id, p.Tenant, p.Project, p.Status, types.RolloutProjectSkipped, why); err != nil {
-				r.d.Log.Warn("rollout: skip a project", "rollout", id, "project", p.Project, "err", err)
+	for pass := 0; pass < 5; pass++ {
+		projects, err := r.d.Store.RolloutProjects(ctx, id)
+		if err != nil {
+			r.d.Log.Warn("rollout: list projects", "rollout", id, "err", err)
+			return
+		}
+		left := 0
+		for _, p := range projects {
+			if p.Status == types.RolloutProjectPending || p.Status == types.RolloutProjectRunning {
+				left++
+				if err := r.d.Store.SetRolloutProjectStatus(ctx, id, p.Tenant, p.Project, p.Status, types.RolloutProjectSkipped, why); err != nil {
+					r.d.Log.Warn("rollout: skip a project", "rollout", id, "project", p.Project, "err", err)
+				}
 			}
+		}
+		if left == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }
