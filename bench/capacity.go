@@ -159,8 +159,12 @@ func runCapacity(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 			{"sum of the above (PSS rows once)", perInst(after.sum(), before.sum()), megabytes(after.sum()) + " MB", ""},
 		})
 		fmt.Fprintln(&w)
-		fmt.Fprintf(&w, "Exec agents after the API phase (an instance's first command is a runc exec that starts its agent; idle instances that never ran a command have none, so the table above has none): %d agents, %s MB PSS in all, %.2f MB each (inside the instance cgroups).\n\n",
+		fmt.Fprintf(&w, "Exec agents after the API phase (an instance's first command is a runc exec that starts its agent; idle instances that never ran a command have none, so the table above has none): %d agents, %s MB PSS in all, %.2f MB each (inside the instance cgroups).",
 			nAgents, megabytes(agentsPSS), float64(agentsPSS)/float64(max(nAgents, 1))/1e6)
+		if err := b.primary.Runtime().AgentErr(); err != nil {
+			fmt.Fprintf(&w, " Last failed agent start: %v.", err)
+		}
+		fmt.Fprint(&w, "\n\n")
 		fmt.Fprintf(&w, "API with %d concurrent clients of one tenant over %d instances (each client %d requests of each kind, interleaved; list = one page of up to 100; exec = `true` in a random instance). "+
 			"%d execs were refused by the tenant's limit of concurrent execs on a node (429 resource_exhausted) and are not in the exec row.\n\n", capacityClients, g.count, capacityRounds, lat.refused)
 		var cells [][]string

@@ -89,13 +89,16 @@ type agents struct {
 	// without are instances created without the agent's mounts: never
 	// tried again.
 	without map[string]bool
+	// lastErr is the last background start's failure (AgentErr).
+	lastErr error
 }
 
 // agentSlot is one instance's listener and the connections on it.
 type agentSlot struct {
-	ln  *net.UnixListener
-	env []string // the init's environment, what Exec merges into
-	cwd string   // the init's working directory
+	ln   *net.UnixListener
+	path string   // the socket's file, removed on close
+	env  []string // the init's environment, what Exec merges into
+	cwd  string   // the init's working directory
 
 	mu        sync.Mutex
 	conns     []*agent.Conn
@@ -129,6 +132,14 @@ func (r *Runtime) setupAgents() {
 
 // AgentsOff says why instances get no exec agent, nil when they do.
 func (r *Runtime) AgentsOff() error { return r.agents.off }
+
+// AgentErr is the last failure of an agent start made in the background
+// (after a runc exec), nil if none: such a start has no caller to tell.
+func (r *Runtime) AgentErr() error {
+	r.agents.mu.Lock()
+	defer r.agents.mu.Unlock()
+	return r.agents.lastErr
+}
 
 func findAgentBinary(configured string) (string, error) {
 	if configured == "" {
@@ -329,7 +340,11 @@ func (r *Runtime) kickAgent(id string) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_ = r.StartAgent(ctx, id)
+		if err := r.StartAgent(ctx, id); err != nil {
+			a.mu.Lock()
+			a.lastErr = fmt.Errorf("instance %q: %w", id, err)
+			a.mu.Unlock()
+		}
 		a.mu.Lock()
 		delete(a.starting, id)
 		a.mu.Unlock()
@@ -379,11 +394,10 @@ func (a *agents) listen(id, dir string, init *specs.Process) (*agentSlot, error)
 	}
 	path := filepath.Join(dir, agentSockName)
 	_ = os.Remove(path)
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	ln, err := listenUnixLong(path)
 	if err != nil {
 		return nil, fmt.Errorf("exec agent socket of %q: %w", id, err)
 	}
-	ln.SetUnlinkOnClose(true)
 	// The agent runs as the instance's user, an unprivileged host id with
 	// user namespaces: the socket is only in this instance's mount.
 	if err := os.Chmod(path, 0o666); err != nil {
@@ -394,10 +408,36 @@ func (a *agents) listen(id, dir string, init *specs.Process) (*agentSlot, error)
 	if cwd == "" {
 		cwd = "/"
 	}
-	s := &agentSlot{ln: ln, env: init.Env, cwd: cwd, arrived: make(chan struct{})}
+	s := &agentSlot{ln: ln, path: path, env: init.Env, cwd: cwd, arrived: make(chan struct{})}
 	a.slots[id] = s
 	go s.accept()
 	return s, nil
+}
+
+// listenUnixLong listens on a unix socket at path, which may be longer
+// than a socket address holds (108 bytes; a node's data dir can make it
+// so): it binds through /proc/self/fd of the directory, opened for the
+// bind. The caller removes the file when done.
+func listenUnixLong(path string) (*net.UnixListener, error) {
+	if len(path) < 100 {
+		ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+		if err == nil {
+			ln.SetUnlinkOnClose(false)
+		}
+		return ln, err
+	}
+	dir, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return nil, err
+	}
+	defer dir.Close()
+	short := fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), filepath.Base(path))
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: short, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("listen unix %s: %w", path, err)
+	}
+	ln.SetUnlinkOnClose(false) // its name is the fd's, gone after the bind
+	return ln, nil
 }
 
 // accept takes connections until the listener closes. The hello is read
@@ -490,6 +530,7 @@ func (s *agentSlot) close() {
 	s.conns = nil
 	s.mu.Unlock()
 	s.ln.Close()
+	_ = os.Remove(s.path)
 	for _, c := range conns {
 		c.Close()
 	}

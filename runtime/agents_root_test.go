@@ -10,10 +10,12 @@ import (
 	"testing"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/runtime/agent"
 )
 
 // buildAgent builds cmd/envd-agent, static, into a temp dir.
@@ -209,4 +211,38 @@ func TestAgentBinaryMustBeStatic(t *testing.T) {
 	assert.Error(t, checkStatic(junk))
 	_, err := findAgentBinary(filepath.Join(t.TempDir(), "missing"))
 	assert.Error(t, err)
+}
+
+// A node's data dir can make the socket's path longer than a unix socket
+// address holds (108 bytes): found by the capacity bench, whose agents
+// never started under /var/tmp/envd-latency/work-cap/capacity/nodes/...
+func TestAgentListenLongPath(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), strings.Repeat("d", 60), strings.Repeat("e", 60), "instances", "x", "agent")
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	path := filepath.Join(dir, agentSockName)
+	require.Greater(t, len(path), 108)
+	a := &agents{slots: map[string]*agentSlot{}, starting: map[string]chan struct{}{}, without: map[string]bool{}}
+	s, err := a.listen("x", dir, &specs.Process{Cwd: "/"})
+	require.NoError(t, err)
+	fi, err := os.Stat(path)
+	require.NoError(t, err, "the socket is at its long path")
+	assert.Equal(t, os.ModeSocket, fi.Mode().Type())
+
+	// An agent dials it (through a short name, as the instance's mount
+	// gives it one) and is served.
+	link := filepath.Join(t.TempDir(), "a")
+	require.NoError(t, os.Symlink(dir, link))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = agent.Run(ctx, filepath.Join(link, agentSockName), agent.ServeOptions{}) }()
+	require.True(t, s.wait(ctx, 5*time.Second), "the agent connected")
+	var out strings.Builder
+	code, err := s.live().Exec(ctx, agent.Request{Args: []string{"echo", "long"}, Env: []string{"PATH=/usr/bin:/bin"}, Stdout: &out})
+	require.NoError(t, err)
+	assert.Equal(t, 0, code)
+	assert.Equal(t, "long\n", out.String())
+
+	s.close()
+	_, err = os.Stat(path)
+	assert.ErrorIs(t, err, os.ErrNotExist, "closing removes the socket")
 }
