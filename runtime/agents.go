@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"debug/elf"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -240,18 +239,11 @@ func (r *Runtime) StartAgent(ctx context.Context, id string) error {
 	if err != nil {
 		return translate(err, "task of instance %q", id)
 	}
-	info, err := c.Info(ctx, client.WithoutRefreshedMetadata)
+	cspec, err := recordedSpec(ctx, c)
 	if err != nil {
-		return translate(err, "instance %q", id)
+		return err
 	}
-	var cspec specs.Spec
-	if info.Spec == nil {
-		return fmt.Errorf("spec of instance %q: none recorded", id)
-	}
-	if err := json.Unmarshal(info.Spec.GetValue(), &cspec); err != nil {
-		return fmt.Errorf("spec of instance %q: %w", id, err)
-	}
-	if cspec.Process == nil || !slices.ContainsFunc(cspec.Mounts, func(m specs.Mount) bool { return m.Destination == agentDirDest }) {
+	if !slices.ContainsFunc(cspec.Mounts, func(m specs.Mount) bool { return m.Destination == agentDirDest }) {
 		r.agents.mu.Lock()
 		r.agents.without[id] = true
 		r.agents.mu.Unlock()

@@ -677,20 +677,9 @@ func (r *Runtime) exec(ctx context.Context, id string, spec ExecSpec) (int, erro
 	default:
 		return -1, fmt.Errorf("instance %q is %s: %w", id, st.Status, errdefs.ErrFailedPrecondition)
 	}
-	// The spec LoadContainer read: it does not change while the task runs.
-	info, err := c.Info(ctx, client.WithoutRefreshedMetadata)
+	cspec, err := recordedSpec(ctx, c)
 	if err != nil {
-		return -1, translate(err, "instance %q", id)
-	}
-	var cspec oci.Spec
-	if info.Spec == nil {
-		return -1, fmt.Errorf("spec of instance %q: none recorded", id)
-	}
-	if err := json.Unmarshal(info.Spec.GetValue(), &cspec); err != nil {
-		return -1, fmt.Errorf("spec of instance %q: %w", id, err)
-	}
-	if cspec.Process == nil {
-		return -1, fmt.Errorf("spec of instance %q: no process", id)
+		return -1, err
 	}
 	pspec := *cspec.Process
 	pspec.Args = spec.Args
@@ -862,6 +851,27 @@ func (r *Runtime) exec(ctx context.Context, id string, spec ExecSpec) (int, erro
 		}
 	}
 	return int(code), nil
+}
+
+// recordedSpec is container c's OCI spec as LoadContainer read it (it
+// does not change while a task runs), with its init's process.
+func recordedSpec(ctx context.Context, c client.Container) (*oci.Spec, error) {
+	id := c.ID()
+	info, err := c.Info(ctx, client.WithoutRefreshedMetadata)
+	if err != nil {
+		return nil, translate(err, "instance %q", id)
+	}
+	if info.Spec == nil {
+		return nil, fmt.Errorf("spec of instance %q: none recorded", id)
+	}
+	var cspec oci.Spec
+	if err := json.Unmarshal(info.Spec.GetValue(), &cspec); err != nil {
+		return nil, fmt.Errorf("spec of instance %q: %w", id, err)
+	}
+	if cspec.Process == nil {
+		return nil, fmt.Errorf("spec of instance %q: no process", id)
+	}
+	return &cspec, nil
 }
 
 // ErrTaskPaused is in the error of an Exec refused because the task was
