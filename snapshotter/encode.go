@@ -1,6 +1,7 @@
 package snapshotter
 
 import (
+	"archive/tar"
 	"bufio"
 	"context"
 	"errors"
@@ -85,6 +86,9 @@ type Layer struct {
 	// estargz.TOCJSONDigestAnnotation and estargz.StoreUncompressedSizeAnnotation.
 	Annotations map[string]string
 	Duration    time.Duration
+	// PrioritizedOver are the EncodeOptions.PrioritizedFiles left in place
+	// by the prefetch range's bounds (PrioritizedFileMax, PrioritizedMax).
+	PrioritizedOver []string
 }
 
 // Encode compresses the spooled tar at tarPath into a new file in outDir,
@@ -300,8 +304,70 @@ func encodeGzip(w io.Writer, src io.Reader, opts EncodeOptions, layer *Layer) er
 	return nil
 }
 
+// Bounds of an eStargz layer's prefetch range (EncodeOptions.PrioritizedFiles),
+// which the stargz snapshotter fetches in the background from the layer's
+// mount on: the fetch competes with the start for the CPU and the link.
+const (
+	// PrioritizedFileMax: a listed file larger than this stays in tar order
+	// and is fetched on demand. A recording says that a file was opened or
+	// read, not how much of it: an install instance that read apt's 39 MB
+	// package cache put all of it before the landmark, and every lazy start
+	// of that version fetched 18.5 MB more (docs/NOTES.md).
+	PrioritizedFileMax = 16 << 20
+	// PrioritizedMax bounds the content of all listed files together; the
+	// list is in first-read order, so what is cut is what came last.
+	PrioritizedMax = 64 << 20
+)
+
+// limitPrioritized returns prioritized without the files (or hard links to
+// files) over PrioritizedFileMax and those past PrioritizedMax in all, in
+// the same order, and the paths it left out. Paths not in entries are
+// kept (the writer skips them).
+func limitPrioritized(entries []esgzEntry, prioritized []string) (kept, over []string) {
+	type file struct {
+		size int64
+		link string
+	}
+	files := make(map[string]file, len(entries))
+	for _, e := range entries {
+		switch e.hdr.Typeflag {
+		case tar.TypeReg:
+			files[cleanEntryName(e.hdr.Name)] = file{size: e.hdr.Size}
+		case tar.TypeLink:
+			files[cleanEntryName(e.hdr.Name)] = file{link: cleanEntryName(e.hdr.Linkname)}
+		default:
+			delete(files, cleanEntryName(e.hdr.Name)) // a later entry replaces an earlier one
+		}
+	}
+	var total int64
+	counted := map[string]bool{}
+	kept = make([]string, 0, len(prioritized))
+	for _, p := range prioritized {
+		name := cleanEntryName(p)
+		f, ok := files[name]
+		if ok && f.link != "" {
+			name = f.link
+			f = files[name]
+		}
+		if !ok || counted[name] {
+			kept = append(kept, p)
+			continue
+		}
+		if f.size > PrioritizedFileMax || total+f.size > PrioritizedMax {
+			over = append(over, p)
+			continue
+		}
+		total += f.size
+		counted[name] = true
+		kept = append(kept, p)
+	}
+	return kept, over
+}
+
 func encodeEstargz(ctx context.Context, w io.Writer, entries []esgzEntry, opts EncodeOptions, layer *Layer) error {
-	res, err := writeEstargz(ctx, w, entries, opts.Level, opts.Workers, opts.PrioritizedFiles, opts.wholeFileDigests)
+	prioritized, over := limitPrioritized(entries, opts.PrioritizedFiles)
+	layer.PrioritizedOver = over
+	res, err := writeEstargz(ctx, w, entries, opts.Level, opts.Workers, prioritized, opts.wholeFileDigests)
 	if err != nil {
 		return err
 	}

@@ -258,8 +258,12 @@ func (s *Saver) Capture(ctx context.Context, ev Events, cp Capture) (Captured, e
 		break
 	}
 	c.Encode = time.Since(encStart)
-	ev.Event(ctx, "encoded", fmt.Sprintf("%s layer of %d bytes in %s", proj.Compression, c.Layer.Size, c.Encode.Round(time.Millisecond)),
-		map[string]any{"layer_bytes": c.Layer.Size, "encode_ms": c.Encode.Milliseconds()})
+	msg := fmt.Sprintf("%s layer of %d bytes in %s", proj.Compression, c.Layer.Size, c.Encode.Round(time.Millisecond))
+	if over := c.Layer.PrioritizedOver; len(over) > 0 {
+		msg += fmt.Sprintf("; %d first-read files left out of the prefetch range by its bounds (first: %s)", len(over), over[0])
+	}
+	ev.Event(ctx, "encoded", msg,
+		map[string]any{"layer_bytes": c.Layer.Size, "encode_ms": c.Encode.Milliseconds(), "prefetch_left_out": len(c.Layer.PrioritizedOver)})
 
 	// The quota is checked on the encoded size before anything is
 	// uploaded, and again, atomically, by the commit.

@@ -122,6 +122,13 @@ func TestRootWarmLayers(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, WarmResult{Files: 2, FileBytes: 1000 + 3000, Skipped: 3}, res)
 
+	// A file over MaxFileBytes is skipped, the others read.
+	res, err = WarmLayers(context.Background(), []string{upper, lower}, WarmOptions{
+		Files: []string{"/usr/lib/both.so", "/usr/lib/only-lower.so"}, MaxFileBytes: 2500,
+	})
+	require.NoError(t, err)
+	assert.Equal(t, WarmResult{Files: 1, FileBytes: 1000, Skipped: 1}, res)
+
 	_, err = WarmLayers(context.Background(), []string{filepath.Join(upper, "missing")}, WarmOptions{Files: []string{"/x"}})
 	assert.ErrorIs(t, err, errdefs.ErrNotFound)
 }
