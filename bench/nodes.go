@@ -52,8 +52,16 @@ type bed struct {
 // startBed wipes WORK/nodes, starts the primary node and imports the rootfs.
 // On error the caller still calls close.
 func startBed(ctx context.Context, cfg config) (*bed, error) {
+	// ENVD_BENCH_LOG=info (or debug) shows the nodes' own logs, e.g. the
+	// timings of a lazy start's warm and read-ahead.
+	level := slog.LevelWarn
+	if v := os.Getenv("ENVD_BENCH_LOG"); v != "" {
+		if err := level.UnmarshalText([]byte(v)); err != nil {
+			return &bed{dir: filepath.Join(cfg.work, "nodes")}, fmt.Errorf("ENVD_BENCH_LOG: %w", err)
+		}
+	}
 	b := &bed{cfg: cfg, dir: filepath.Join(cfg.work, "nodes"),
-		log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+		log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))}
 	if err := resetWork(b.dir); err != nil {
 		return b, err
 	}

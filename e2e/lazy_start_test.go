@@ -91,3 +91,32 @@ func TestRootFirstReadsStoredAsTheyGrow(t *testing.T) {
 	assert.Contains(t, proj.Prefetch, "/fixtures/keep/untouched", "the list keeps what it had")
 	assert.NotContains(t, proj.Prefetch, "/fixtures/written-only", "a file only written is not a first read")
 }
+
+// TestRootFirstReadsHead: when an instance's first command ends, its first
+// reads are stored at once with their count as the head (what a lazy start
+// of the project reads ahead before it reports Running); what later
+// commands read comes after the head.
+func TestRootFirstReadsHead(t *testing.T) {
+	p := newProject(t, "head")
+	in := up(t, p, 0)
+	mustSh(t, in.ID, "cat /fixtures/keep/untouched > /dev/null")
+	var proj types.Project
+	require.Eventually(t, func() bool {
+		var err error
+		proj, err = env.c.GetProject(ctx(t), p)
+		return err == nil && proj.PrefetchHead > 0
+	}, 5*time.Second, 50*time.Millisecond, "no head stored after the first command")
+	head := proj.PrefetchHead
+	first := slices.Index(proj.Prefetch, "/fixtures/keep/untouched")
+	require.GreaterOrEqual(t, first, 0, "the first command's read is not in %v", proj.Prefetch)
+	assert.Less(t, first, head, "the first command's read is in the head")
+
+	mustSh(t, in.ID, "cat /fixtures/link-target > /dev/null")
+	require.Eventually(t, func() bool {
+		var err error
+		proj, err = env.c.GetProject(ctx(t), p)
+		return err == nil && slices.Contains(proj.Prefetch, "/fixtures/link-target")
+	}, prefetchWindow+5*time.Second, 100*time.Millisecond, "the second command's read was not stored")
+	assert.Equal(t, head, proj.PrefetchHead, "the head stays where the first command ended")
+	assert.GreaterOrEqual(t, slices.Index(proj.Prefetch, "/fixtures/link-target"), head, "a later command's read is after the head")
+}

@@ -111,7 +111,7 @@ func (s *Service) createProject(ctx context.Context, p types.Principal, req type
 func toProject(p versions.Project) types.Project {
 	ps, _ := spec.Parse(p.Spec)
 	out := types.Project{Name: p.Name, BaseImage: p.BaseImage, Current: p.Current, Excludes: p.Excludes,
-		Compression: p.Compression, Volumes: ps.Volumes, Prefetch: p.Prefetch, CreatedAt: p.CreatedAt,
+		Compression: p.Compression, Volumes: ps.Volumes, Prefetch: p.Prefetch, PrefetchHead: p.PrefetchHead, CreatedAt: p.CreatedAt,
 		Limits: ps.Limits, Egress: p.Egress, IsolateInstances: p.IsolateInstances}
 	rolloutFields(&out, p)
 	if r := p.Retention; r.KeepLast > 0 || r.KeepNewerThan > 0 {

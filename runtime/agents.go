@@ -226,7 +226,26 @@ func (r *Runtime) agentMounts(id string) ([]specs.Mount, error) {
 // earlier runtime) reconnect, else starts one with a runc exec, and waits
 // for it to connect. ErrFailedPrecondition: agents are off, the instance
 // was created without them, or its task is not running.
+//
+// A start in flight (KickAgent) is waited for first, so an instance never
+// gets two agents from two callers.
 func (r *Runtime) StartAgent(ctx context.Context, id string) error {
+	r.agents.mu.Lock()
+	inflight := r.agents.starting[id]
+	r.agents.mu.Unlock()
+	if inflight != nil {
+		select {
+		case <-inflight:
+		case <-ctx.Done():
+			return fmt.Errorf("exec agent of instance %q: %w", id, ctx.Err())
+		}
+	}
+	return r.startAgent(ctx, id)
+}
+
+// startAgent is StartAgent without the wait for a start in flight (the
+// background start itself runs it).
+func (r *Runtime) startAgent(ctx context.Context, id string) error {
 	if r.agents.bin == "" {
 		return fmt.Errorf("exec agent of %q: agents are off: %v: %w", id, r.agents.off, errdefs.ErrFailedPrecondition)
 	}
@@ -307,8 +326,15 @@ func agentRunning(ctx context.Context, t client.Task) (bool, error) {
 	return false, nil
 }
 
-// kickAgent starts instance id's agent in the background after a runc
-// exec, at most once per agentRestartGap.
+// KickAgent starts instance id's exec agent in the background, unless it
+// is connected, starting, or was started less than agentRestartGap ago: a
+// node starts it with the instance's task, so that the instance's first
+// command finds it (a command that comes while it starts waits for it, up
+// to agentConnectWait, then takes a runc exec), and after a runc exec, for
+// the next command. A failure is kept for AgentErr.
+func (r *Runtime) KickAgent(id string) { r.kickAgent(id) }
+
+// kickAgent is KickAgent.
 func (r *Runtime) kickAgent(id string) {
 	if r.agents.bin == "" {
 		return
@@ -332,7 +358,7 @@ func (r *Runtime) kickAgent(id string) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := r.StartAgent(ctx, id); err != nil {
+		if err := r.startAgent(ctx, id); err != nil {
 			a.mu.Lock()
 			a.lastErr = fmt.Errorf("instance %q: %w", id, err)
 			a.mu.Unlock()

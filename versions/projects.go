@@ -43,9 +43,12 @@ type Project struct {
 	Compression string          // layer encoding of saves; "" = default
 	Current     int             // current version; 0 = none
 	Prefetch    []string        // files instances read first after a restore, in order
-	Retention   Retention       // which versions GC keeps; zero = all
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
+	// PrefetchHead is how many of Prefetch the recorded instance had read
+	// when its first command ended; 0: not known.
+	PrefetchHead int
+	Retention    Retention // which versions GC keeps; zero = all
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
 
 	// Egress is the network egress policy of the project's instances, in
 	// runtime.ParseEgress's text form; "" = open. IsolateInstances keeps
@@ -79,7 +82,7 @@ type Version struct {
 }
 
 const projectCols = `p.id, p.tenant_id, p.name, p.base_image, p.spec, p.excludes, p.compression,
-	COALESCE(p.current_version, 0), p.created_at, p.updated_at, p.prefetch,
+	COALESCE(p.current_version, 0), p.created_at, p.updated_at, p.prefetch, p.prefetch_head,
 	COALESCE(p.keep_last, 0), COALESCE(p.keep_newer_than_s, 0),
 	p.egress, p.isolate_instances, p.validate, p.rollout_failure`
 
@@ -87,7 +90,7 @@ func scanProject(row pgx.Row) (Project, error) {
 	var p Project
 	var keepSeconds int64
 	err := row.Scan(&p.ID, &p.Tenant, &p.Name, &p.BaseImage, &p.Spec, &p.Excludes, &p.Compression,
-		&p.Current, &p.CreatedAt, &p.UpdatedAt, &p.Prefetch, &p.Retention.KeepLast, &keepSeconds,
+		&p.Current, &p.CreatedAt, &p.UpdatedAt, &p.Prefetch, &p.PrefetchHead, &p.Retention.KeepLast, &keepSeconds,
 		&p.Egress, &p.IsolateInstances, &p.Validate, &p.RolloutFailure)
 	p.Retention.KeepNewerThan = secondsDuration(keepSeconds)
 	return p, err
@@ -525,10 +528,13 @@ func (s *Store) SetProjectSpec(ctx context.Context, tenant, name string, spec js
 	return p, nil
 }
 
-// SetProjectPrefetch records the files the project's instances read first.
-func (s *Store) SetProjectPrefetch(ctx context.Context, tenant, name string, files []string) error {
-	tag, err := s.db.Exec(ctx, `UPDATE projects SET prefetch = $3, updated_at = now() WHERE tenant_id = $1 AND name = $2`,
-		tenant, name, files)
+// SetProjectPrefetch records the files the project's instances read first,
+// and how many of them were read by the end of the first command (head;
+// 0: not known).
+func (s *Store) SetProjectPrefetch(ctx context.Context, tenant, name string, files []string, head int) error {
+	head = min(max(head, 0), len(files))
+	tag, err := s.db.Exec(ctx, `UPDATE projects SET prefetch = $3, prefetch_head = $4, updated_at = now() WHERE tenant_id = $1 AND name = $2`,
+		tenant, name, files, head)
 	if err != nil {
 		return translate(err, fmt.Sprintf("project %q", name))
 	}

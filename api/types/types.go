@@ -102,6 +102,10 @@ type Project struct {
 	// Prefetch are the files instances read first after a restore, recorded
 	// in their first minute; saves put them first in eStargz layers.
 	Prefetch []string `json:"prefetch,omitempty"`
+	// PrefetchHead is how many of Prefetch the recorded instance had read
+	// when its first command ended: a lazy start reads those ahead before
+	// it reports Running, the rest after its first command. 0: not known.
+	PrefetchHead int `json:"prefetch_head,omitempty"`
 	// Retention is the project's version retention policy; absent = keep
 	// every version.
 	Retention *Retention `json:"retention,omitempty"`

@@ -80,11 +80,40 @@ type activity struct {
 	open   map[string]int       // sessions open here
 	idling map[string]context.CancelFunc
 	waking map[string]*wakeCall
+	// ended are closed when a session on the instance next ends
+	// (nextSessionEnd).
+	ended map[string]chan struct{}
 }
 
 func newActivity() *activity {
 	return &activity{last: map[string]time.Time{}, dirty: map[string]time.Time{}, open: map[string]int{},
-		idling: map[string]context.CancelFunc{}, waking: map[string]*wakeCall{}}
+		idling: map[string]context.CancelFunc{}, waking: map[string]*wakeCall{}, ended: map[string]chan struct{}{}}
+}
+
+// nextSessionEnd returns a channel closed when a session on instance id
+// (a command, a terminal: Hold) next ends, or when the instance is
+// terminated here. Callers share it; one that stops waiting just drops it.
+func (m *Manager) nextSessionEnd(id string) <-chan struct{} {
+	a := m.activity
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ch, ok := a.ended[id]
+	if !ok {
+		ch = make(chan struct{})
+		a.ended[id] = ch
+	}
+	return ch
+}
+
+// sessionEnded closes instance id's nextSessionEnd channel, if any.
+func (m *Manager) sessionEnded(id string) {
+	a := m.activity
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if ch, ok := a.ended[id]; ok {
+		close(ch)
+		delete(a.ended, id)
+	}
 }
 
 // Touch records activity on instance id now: it restarts the instance's
@@ -117,6 +146,7 @@ func (m *Manager) Hold(id string) (release func()) {
 			}
 			m.activity.mu.Unlock()
 			m.Touch(id)
+			m.sessionEnded(id)
 		})
 	}
 }

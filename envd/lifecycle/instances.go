@@ -237,7 +237,11 @@ func (m *Manager) startPlanned(ctx context.Context, p types.Principal, id string
 	var reads *firstReads
 	if !plan.isolated {
 		reads = m.startFirstReads(ctx, in, plan.proj.Compression)
+		// Beside the warm of a lazy instance, and before the client's
+		// first command either way.
+		m.kickAgent(in.ID)
 	}
+	provisioned := time.Now()
 	if err := m.warm(ctx, in, plan.proj); err != nil {
 		reads.abandon()
 		m.abandonPending(ctx, in.ID, err.Error())
@@ -249,6 +253,8 @@ func (m *Manager) startPlanned(ctx context.Context, p types.Principal, id string
 		return types.Instance{}, err
 	}
 	m.Observer.Restored("create", time.Since(created))
+	m.Log.Debug("started instance", "instance", in.ID, "provision_ms", provisioned.Sub(created).Milliseconds(),
+		"warm_ms", time.Since(provisioned).Milliseconds())
 	m.recordFirstReads(reads)
 	return m.view(ctx, in), nil
 }
@@ -290,11 +296,14 @@ func (m *Manager) provision(ctx context.Context, in versions.Instance, proj vers
 		return err
 	}
 	ref := m.Registry.Addr() + "/" + image
+	pullStart := time.Now()
 	if err := m.Runtime.Pull(ctx, ref); err != nil {
 		return fmt.Errorf("pull %s: %w", image, err)
 	}
+	m.Log.Debug("pulled", "instance", in.ID, "image", image, "ms", time.Since(pullStart).Milliseconds())
 	if !build {
-		m.readAheadLayers(in, ref, proj.Prefetch)
+		head, _, _ := prefetchParts(proj)
+		m.readAheadLayers(in, ref, head)
 	}
 	// Placement prefers this node for the image from now on.
 	if err := m.Store.RecordImage(ctx, m.Node, image); err != nil {

@@ -123,8 +123,9 @@ func (m *Manager) startPooled(ctx context.Context, st versions.PoolState) error 
 		_ = m.Pools.RemoveFromPool(context.WithoutCancel(ctx), id)
 		return err
 	}
-	// The claimer's first command should not pay for a runc exec: start
-	// the exec agent now (a claim before it connects uses runc exec).
+	// The claimer's first command should not pay for a runc exec: wait for
+	// the exec agent the start kicked off (a claim before it connects uses
+	// runc exec).
 	if a, ok := m.Runtime.(agentStarter); ok {
 		if err := a.StartAgent(ctx, id); err != nil && !errors.Is(err, errdefs.ErrFailedPrecondition) {
 			m.Log.Warn("warm pool: start the exec agent", "instance", id, "err", err)
@@ -136,6 +137,16 @@ func (m *Manager) startPooled(ctx context.Context, st versions.PoolState) error 
 // agentStarter starts an instance's exec agent (runtime.Runtime).
 type agentStarter interface {
 	StartAgent(ctx context.Context, id string) error
+	KickAgent(id string)
+}
+
+// kickAgent starts a new task's exec agent in the background, so that the
+// instance's first command does not pay for a runc exec (runtimes without
+// agents: nothing).
+func (m *Manager) kickAgent(id string) {
+	if a, ok := m.Runtime.(agentStarter); ok {
+		a.KickAgent(id)
+	}
 }
 
 // drainPooled removes a pooled instance nobody claimed.

@@ -17,6 +17,10 @@ const maxPrefetchFiles = 5000
 // it is recorded, so that a save made before the window ends uses it.
 const flushFirstReads = time.Second
 
+// collectSlice is how long the recording reads events before it looks
+// for the end of the instance's first command again.
+const collectSlice = 100 * time.Millisecond
+
 // firstReads is the recording of a new instance's first reads. It starts
 // before the instance is reported Running (startFirstReads), so the first
 // commands a client runs once it is are in it; recordFirstReads collects
@@ -24,6 +28,9 @@ const flushFirstReads = time.Second
 type firstReads struct {
 	in  versions.Instance
 	rec *prefetch.Recording
+	// firstEnd is closed when the instance's first command (session)
+	// ends: the list's length then is its head.
+	firstEnd <-chan struct{}
 }
 
 // startFirstReads marks the instance's rootfs for recording when its
@@ -44,7 +51,7 @@ func (m *Manager) startFirstReads(ctx context.Context, in versions.Instance, com
 		m.Log.Warn("record first reads", "instance", in.ID, "err", err)
 		return nil
 	}
-	return &firstReads{in: in, rec: rec}
+	return &firstReads{in: in, rec: rec, firstEnd: m.nextSessionEnd(in.ID)}
 }
 
 // abandon ends a recording whose instance did not start.
@@ -58,8 +65,10 @@ func (f *firstReads) abandon() {
 // PrefetchWindow and records it on the project, storing the list as it
 // grows (at most every flushFirstReads): the next save puts those files
 // first in its eStargz layer, and the next start of a lazy instance of the
-// project reads them ahead, waiting up to 0.25 s before it reports Running
-// (warm.go). Best effort: failures are logged.
+// project reads them ahead (warm.go). When the instance's first command
+// ends, the list is stored at once with its length as the head: what a
+// first command needed, which a lazy start reads before it reports Running.
+// Best effort: failures are logged.
 func (m *Manager) recordFirstReads(f *firstReads) {
 	if f == nil {
 		return
@@ -72,27 +81,49 @@ func (m *Manager) recordFirstReads(f *firstReads) {
 		ctx, cancel := context.WithTimeout(m.ctx, m.PrefetchWindow+10*time.Second)
 		defer cancel()
 		end := time.Now().Add(m.PrefetchWindow)
-		stored := 0
+		var (
+			files     []string
+			stored    int
+			head      int
+			lastStore = time.Now() // the first store a second in, as the list grows
+			firstEnd  = f.firstEnd
+		)
+		store := func() {
+			if len(files) <= stored || m.ctx.Err() != nil {
+				return
+			}
+			if err := m.Store.SetProjectPrefetch(context.WithoutCancel(ctx), in.Tenant, in.Project, files, head); err != nil {
+				m.Log.Warn("store first reads", "project", in.Project, "err", err)
+				return
+			}
+			stored, lastStore = len(files), time.Now()
+		}
 		for {
 			left := time.Until(end)
-			files, err := rec.Collect(ctx, min(max(left, 0), flushFirstReads))
+			wait, ended := min(max(left, 0), collectSlice), false
+			select {
+			case <-firstEnd: // its reads are queued already: drain them
+				wait, ended, firstEnd = 0, true, nil
+			default:
+			}
+			got, err := rec.Collect(ctx, wait)
 			if err != nil && ctx.Err() == nil {
 				m.Log.Warn("record first reads", "instance", in.ID, "err", err)
 			}
-			files = prefetch.Prioritize(files)
-			if len(files) > stored && m.ctx.Err() == nil {
-				if err := m.Store.SetProjectPrefetch(context.WithoutCancel(ctx), in.Tenant, in.Project, files); err != nil {
-					m.Log.Warn("store first reads", "project", in.Project, "err", err)
-				} else {
-					stored = len(files)
-				}
+			files = prefetch.Prioritize(got)
+			if ended && len(files) > 0 {
+				head, stored = len(files), 0 // stored again, with its head
 			}
-			if err != nil || left <= flushFirstReads || rec.Full() {
+			if ended || time.Since(lastStore) >= flushFirstReads {
+				store()
+			}
+			if err != nil || left <= 0 || rec.Full() {
 				break
 			}
 		}
+		store()
 		if stored > 0 {
-			m.Log.Info("recorded first reads", "instance", in.ID, "files", stored, "queue_overflows", rec.Overflows())
+			m.Log.Info("recorded first reads", "instance", in.ID, "files", stored, "head", head, "queue_overflows", rec.Overflows())
 		}
 	}()
 }

@@ -152,6 +152,7 @@ func (m *Manager) StartInstance(ctx context.Context, p types.Principal, id strin
 			if err := m.Runtime.Start(ctx, id); err != nil {
 				return err
 			}
+			m.kickAgent(id)
 			return m.renewOnStart(ctx, in)
 		}})
 }
@@ -251,7 +252,8 @@ func (m *Manager) withEndpoint(ctx context.Context, in types.Instance) types.Ins
 
 // terminate removes an instance's container and records why.
 func (m *Manager) terminate(ctx context.Context, in versions.Instance, reason, msg string) (versions.Instance, error) {
-	defer m.act(in.ID)() // its task's exit is no failure (exits.go)
+	defer m.act(in.ID)()        // its task's exit is no failure (exits.go)
+	defer m.sessionEnded(in.ID) // nobody waits for its sessions any more
 	if err := m.Runtime.Remove(ctx, in.ID); err != nil {
 		return versions.Instance{}, fmt.Errorf("remove instance %q: %w", in.ID, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/snapshotter"
 	"github.com/envd-dev/envd/snapshotter/prefetch"
 	"github.com/envd-dev/envd/versions"
 )
@@ -37,7 +38,27 @@ const (
 	// the whole 20 MB Graphviz list (0.5-1 s) made the learned restore's
 	// time to first command longer than the first restore's.
 	warmFilesHold = 250 * time.Millisecond
+	// warmHeadHold replaces warmFilesHold when the list's head is known
+	// (versions.Project.PrefetchHead): the start reads only what the
+	// recorded instance's first command read and waits longer for it. The
+	// rest (the tail) is read after the new instance's first command ends,
+	// or warmTailAfter after Running, whichever comes first, warmTailWorkers
+	// at a time, so it does not compete with the start or that command.
+	warmHeadHold    = time.Second
+	warmTailAfter   = 3 * time.Second
+	warmTailWorkers = 2
 )
+
+// prefetchParts splits the project's first reads into what a lazy start
+// reads ahead before it reports Running (head) and what it reads later
+// (tail); without a known head, all of it is read from the start on.
+func prefetchParts(proj versions.Project) (head, tail []string, hold time.Duration) {
+	files, n := proj.Prefetch, proj.PrefetchHead
+	if n <= 0 || n >= len(files) {
+		return files, nil, warmFilesHold
+	}
+	return files[:n], files[n:], warmHeadHold
+}
 
 // initCommands are runtime's init (`/bin/sh -c SCRIPT`) and the commands
 // its script runs (`sleep`).
@@ -48,9 +69,11 @@ var initCommands = []string{"/bin/sh", "sleep"}
 // instance's root, the init's executable, libraries and commands (an error
 // here fails the start: errdefs.ErrUnavailable when the registry could not
 // serve them). Beside it, from the task's start on, it reads the project's
-// recorded first reads ahead (readAhead), and waits for that up to
-// warmFilesHold, so that the first commands find their files local. An
-// instance whose layers are all local is left alone.
+// recorded first reads ahead (readAhead): the head, what the recorded
+// instance's first command read, waiting for it up to warmHeadHold, or,
+// when no head is known, the whole list, waiting up to warmFilesHold; so
+// that the first commands find their files local. The tail is read later
+// (readAheadTail). An instance whose layers are all local is left alone.
 func (m *Manager) warm(ctx context.Context, in versions.Instance, proj versions.Project) error {
 	st, err := m.Runtime.Status(ctx, in.ID)
 	if err != nil {
@@ -67,7 +90,8 @@ func (m *Manager) warm(ctx context.Context, in versions.Instance, proj versions.
 		return nil // an init gone already shows below, as task_exited
 	}
 	started := time.Now()
-	ahead, stop := m.readAhead(in, int(st.Pid), proj.Prefetch)
+	head, tail, holdFor := prefetchParts(proj)
+	ahead, stop := m.readAhead(in, int(st.Pid), head, warmWorkers)
 	nctx, cancel := context.WithTimeout(ctx, warmNeededTimeout)
 	defer cancel()
 	res, err := prefetch.Warm(nctx, int(st.Pid), prefetch.WarmOptions{Commands: initCommands})
@@ -81,14 +105,48 @@ func (m *Manager) warm(ctx context.Context, in versions.Instance, proj versions.
 	}
 	m.Log.Info("warmed lazy instance", "instance", in.ID,
 		"needed_files", res.Needed, "needed_bytes", res.NeededBytes, "ms", time.Since(started).Milliseconds())
-	hold := time.NewTimer(time.Until(started.Add(warmFilesHold)))
+	hold := time.NewTimer(time.Until(started.Add(holdFor)))
 	defer hold.Stop()
 	select {
 	case <-ahead:
 	case <-hold.C:
 	case <-ctx.Done():
 	}
+	m.readAheadTail(in, int(st.Pid), tail, ahead)
 	return nil
+}
+
+// readAheadTail reads the rest of the first reads (after the head) through
+// the instance's root once the head's read-ahead is over and the
+// instance's first command has ended, or warmTailAfter has passed; in the
+// background, best effort. It subscribes to the command's end before the
+// instance is reported Running, so an early command is not missed.
+func (m *Manager) readAheadTail(in versions.Instance, pid int, tail []string, headDone <-chan struct{}) {
+	if len(tail) == 0 {
+		return
+	}
+	ended := m.nextSessionEnd(in.ID)
+	m.wg.Go(func() {
+		after := time.NewTimer(warmTailAfter)
+		defer after.Stop()
+		wait := func(ch <-chan struct{}) bool {
+			select {
+			case <-ch:
+				return true
+			case <-after.C:
+			case <-m.ctx.Done():
+			}
+			return false
+		}
+		if wait(headDone) {
+			wait(ended)
+		}
+		if m.ctx.Err() != nil {
+			return
+		}
+		done, _ := m.readAhead(in, pid, tail, warmTailWorkers)
+		<-done
+	})
 }
 
 // layerDirs is what readAheadLayers needs of the runtime (runtime.Runtime
@@ -118,7 +176,7 @@ func (m *Manager) readAheadLayers(in versions.Instance, ref string, files []stri
 			}
 			return
 		}
-		res, err := prefetch.WarmLayers(ctx, dirs, prefetch.WarmOptions{Files: files, MaxBytes: warmFilesBytes, Workers: warmWorkers})
+		res, err := prefetch.WarmLayers(ctx, dirs, prefetch.WarmOptions{Files: files, MaxBytes: warmFilesBytes, MaxFileBytes: snapshotter.PrioritizedFileMax, Workers: warmWorkers})
 		if err != nil {
 			m.Log.Warn("read first reads ahead from the layers", "instance", in.ID, "err", err)
 			return
@@ -128,11 +186,11 @@ func (m *Manager) readAheadLayers(in versions.Instance, ref string, files []stri
 	})
 }
 
-// readAhead reads the project's recorded first reads through the
-// instance's root in the background, in order, 8 at a time, bounded by
+// readAhead reads files of the project's recorded first reads through the
+// instance's root in the background, in order, workers at a time, bounded by
 // warmFilesTimeout and warmFilesBytes. done is closed when it ends; stop
 // ends it early.
-func (m *Manager) readAhead(in versions.Instance, pid int, files []string) (done <-chan struct{}, stop func()) {
+func (m *Manager) readAhead(in versions.Instance, pid int, files []string, workers int) (done <-chan struct{}, stop func()) {
 	ch := make(chan struct{})
 	if len(files) == 0 {
 		close(ch)
@@ -144,7 +202,7 @@ func (m *Manager) readAhead(in versions.Instance, pid int, files []string) (done
 		defer cancel()
 		started := time.Now()
 		res, err := prefetch.Warm(ctx, pid, prefetch.WarmOptions{
-			Files: files, MaxBytes: warmFilesBytes, Workers: warmWorkers, FilesOnly: true,
+			Files: files, MaxBytes: warmFilesBytes, MaxFileBytes: snapshotter.PrioritizedFileMax, Workers: workers, FilesOnly: true,
 		})
 		if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 			m.Log.Warn("read first reads ahead", "instance", in.ID, "err", err)

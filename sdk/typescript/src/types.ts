@@ -72,6 +72,8 @@ export interface Project {
   compression: Open<"estargz" | "zstd" | "gzip">;
   volumes?: Volume[];
   prefetch?: string[];
+  /** How many of `prefetch` the recorded instance had read when its first command ended (0 or absent: not known). */
+  prefetch_head?: number;
   retention?: Retention;
   created_at: string;
   limits?: Limits;
