@@ -142,20 +142,23 @@ func TestRootSavePrefetchHoldsImageReads(t *testing.T) {
 // held every lazy start of its version about 5 s.)
 func TestRootLazyStartDoesNotWaitForPrefetch(t *testing.T) {
 	require.Equal(t, stargz.Name, env.node.Runtime().LazySnapshotter())
+	// Four files of 12 MiB: a range of 48 MiB within the encoder's bounds
+	// (16 MiB a file, 64 MiB in all).
 	const big = 48 << 20
 	p := newProject(t, "pfwait")
 	in := up(t, p, 0)
-	mustSh(t, in.ID, fmt.Sprintf("head -c %d /dev/urandom > /big48", big))
-	_, res := save(t, in.ID, "48 MB file")
-	// A restored instance reads it from its image (a first read) and
-	// changes it, so the next save stores it first, before the landmark.
+	mustSh(t, in.ID, fmt.Sprintf("mkdir /big && for i in 1 2 3 4; do head -c %d /dev/urandom > /big/$i; done", big/4))
+	_, res := save(t, in.ID, "48 MB in four files")
+	// A restored instance reads them from its image (first reads) and
+	// changes them, so the next save stores them first, before the
+	// landmark.
 	in1 := up(t, p, res.Version)
-	mustSh(t, in1.ID, "cat /big48 > /dev/null && touch /big48")
-	waitFirstRead(t, p, "/big48")
-	_, res2 := save(t, in1.ID, "48 MB file read first")
+	mustSh(t, in1.ID, "cat /big/1 /big/2 /big/3 /big/4 > /dev/null && touch /big/*")
+	waitFirstRead(t, p, "/big/4")
+	_, res2 := save(t, in1.ID, "48 MB read first")
 	pr, l := savedPrefetchRange(t, p, res2.Version)
-	require.Contains(t, prefetchPaths(pr), "/big48")
-	require.Greater(t, pr.Bytes, int64(big), "the saved layer's prefetch range holds the 48 MB file")
+	require.Subset(t, prefetchPaths(pr), []string{"/big/1", "/big/2", "/big/3", "/big/4"})
+	require.Greater(t, pr.Bytes, int64(big)*9/10, "the saved layer's prefetch range holds the four files (random bytes: compressed about as big)")
 	v, err := env.c.GetVersion(ctx(t), p, res2.Version)
 	require.NoError(t, err)
 

@@ -140,8 +140,11 @@ func TestRootInteractiveTerminal(t *testing.T) {
 	start := time.Now()
 	write("sleep 30\n")
 	// ^C before sleep runs would interrupt the shell's reading instead.
-	require.Eventually(t, func() bool { return sh(t, in.ID, "pidof sleep").ExitCode == 0 },
-		15*time.Second, 100*time.Millisecond, "sleep started")
+	// Not `pidof sleep`: the instance's init always has a `sleep 3600`.
+	// The pattern's [0] keeps the checking shell from matching itself.
+	require.Eventually(t, func() bool {
+		return sh(t, in.ID, `cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\000' ' ' | grep -q 'sleep 3[0] '`).ExitCode == 0
+	}, 15*time.Second, 100*time.Millisecond, "sleep started")
 	write("\x03") // ^C
 	write("echo rc=$?\n")
 	waitFor("rc=130")

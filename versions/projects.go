@@ -530,15 +530,18 @@ func (s *Store) SetProjectSpec(ctx context.Context, tenant, name string, spec js
 
 // SetProjectPrefetch records the files the project's instances read first,
 // and how many of them were read by the end of the first command (head;
-// 0: not known).
-func (s *Store) SetProjectPrefetch(ctx context.Context, tenant, name string, files []string, head int) error {
+// 0: not known). Unless replace is set, a list shorter than the project's
+// is not recorded (no error): a recording cut short does not replace a
+// longer one.
+func (s *Store) SetProjectPrefetch(ctx context.Context, tenant, name string, files []string, head int, replace bool) error {
 	head = min(max(head, 0), len(files))
-	tag, err := s.db.Exec(ctx, `UPDATE projects SET prefetch = $3, prefetch_head = $4, updated_at = now() WHERE tenant_id = $1 AND name = $2`,
-		tenant, name, files, head)
+	tag, err := s.db.Exec(ctx, `UPDATE projects SET prefetch = $3, prefetch_head = $4, updated_at = now()
+		WHERE tenant_id = $1 AND name = $2 AND ($5 OR cardinality(prefetch) <= $6)`,
+		tenant, name, files, head, replace, len(files))
 	if err != nil {
 		return translate(err, fmt.Sprintf("project %q", name))
 	}
-	if tag.RowsAffected() == 0 {
+	if tag.RowsAffected() == 0 && replace {
 		return fmt.Errorf("project %q: %w", name, errdefs.ErrNotFound)
 	}
 	return nil

@@ -80,39 +80,52 @@ type activity struct {
 	open   map[string]int       // sessions open here
 	idling map[string]context.CancelFunc
 	waking map[string]*wakeCall
-	// ended are closed when a session on the instance next ends
-	// (nextSessionEnd).
-	ended map[string]chan struct{}
+	// ended are run when a session on the instance next ends
+	// (onSessionEnd).
+	ended map[string][]func()
 }
 
 func newActivity() *activity {
 	return &activity{last: map[string]time.Time{}, dirty: map[string]time.Time{}, open: map[string]int{},
-		idling: map[string]context.CancelFunc{}, waking: map[string]*wakeCall{}, ended: map[string]chan struct{}{}}
+		idling: map[string]context.CancelFunc{}, waking: map[string]*wakeCall{}, ended: map[string][]func(){}}
+}
+
+// onSessionEnd has fn run once, when a session on instance id (a
+// command, a terminal: Hold) next ends, in the goroutine that ends it and
+// before the session's answer goes out. fn must be quick. When the
+// instance is terminated here first, fn is dropped (forgetSessionEnds).
+func (m *Manager) onSessionEnd(id string, fn func()) {
+	a := m.activity
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.ended[id] = append(a.ended[id], fn)
 }
 
 // nextSessionEnd returns a channel closed when a session on instance id
-// (a command, a terminal: Hold) next ends, or when the instance is
-// terminated here. Callers share it; one that stops waiting just drops it.
+// next ends (onSessionEnd).
 func (m *Manager) nextSessionEnd(id string) <-chan struct{} {
-	a := m.activity
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	ch, ok := a.ended[id]
-	if !ok {
-		ch = make(chan struct{})
-		a.ended[id] = ch
-	}
+	ch := make(chan struct{})
+	m.onSessionEnd(id, func() { close(ch) })
 	return ch
 }
 
-// sessionEnded closes instance id's nextSessionEnd channel, if any.
-func (m *Manager) sessionEnded(id string) {
+// forgetSessionEnds drops instance id's onSessionEnd functions unrun.
+func (m *Manager) forgetSessionEnds(id string) {
 	a := m.activity
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if ch, ok := a.ended[id]; ok {
-		close(ch)
-		delete(a.ended, id)
+	delete(a.ended, id)
+}
+
+// sessionEnded runs instance id's onSessionEnd functions.
+func (m *Manager) sessionEnded(id string) {
+	a := m.activity
+	a.mu.Lock()
+	fns := a.ended[id]
+	delete(a.ended, id)
+	a.mu.Unlock()
+	for _, fn := range fns {
+		fn()
 	}
 }
 

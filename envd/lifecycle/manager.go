@@ -59,7 +59,7 @@ type Store interface {
 	ExpiredInstances(ctx context.Context, node string, now time.Time) ([]versions.Instance, error)
 	IdleRetained(ctx context.Context, node string, before time.Time) ([]versions.Instance, error)
 	GetProject(ctx context.Context, tenant, name string) (versions.Project, error)
-	SetProjectPrefetch(ctx context.Context, tenant, name string, files []string, head int) error
+	SetProjectPrefetch(ctx context.Context, tenant, name string, files []string, head int, replace bool) error
 	GetVersion(ctx context.Context, tenant, project string, n int) (versions.Version, error)
 	LimitMaxima(ctx context.Context, tenant string) (versions.LimitMaxima, error)
 	RecordActivity(ctx context.Context, at map[string]time.Time) error

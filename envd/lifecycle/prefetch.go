@@ -28,9 +28,18 @@ const collectSlice = 100 * time.Millisecond
 type firstReads struct {
 	in  versions.Instance
 	rec *prefetch.Recording
-	// firstEnd is closed when the instance's first command (session)
-	// ends: the list's length then is its head.
-	firstEnd <-chan struct{}
+	// marked is closed once head is set: the length of the list when the
+	// instance's first command (session) ended, taken as it ended (markHead).
+	marked chan struct{}
+	head   int
+}
+
+// markHead takes the list's head at the end of the instance's first
+// command: that command's reads are all queued by then, and the next
+// command has not started (the first one's answer has not gone out).
+func (f *firstReads) markHead() {
+	f.head = len(prefetch.Prioritize(f.rec.Mark()))
+	close(f.marked)
 }
 
 // startFirstReads marks the instance's rootfs for recording when its
@@ -51,7 +60,9 @@ func (m *Manager) startFirstReads(ctx context.Context, in versions.Instance, com
 		m.Log.Warn("record first reads", "instance", in.ID, "err", err)
 		return nil
 	}
-	return &firstReads{in: in, rec: rec, firstEnd: m.nextSessionEnd(in.ID)}
+	f := &firstReads{in: in, rec: rec, marked: make(chan struct{})}
+	m.onSessionEnd(in.ID, f.markHead)
+	return f
 }
 
 // abandon ends a recording whose instance did not start.
@@ -63,12 +74,16 @@ func (f *firstReads) abandon() {
 
 // recordFirstReads collects what the instance reads in its first
 // PrefetchWindow and records it on the project, storing the list as it
-// grows (at most every flushFirstReads): the next save puts those files
-// first in its eStargz layer, and the next start of a lazy instance of the
-// project reads them ahead (warm.go). When the instance's first command
-// ends, the list is stored at once with its length as the head: what a
-// first command needed, which a lazy start reads before it reports Running.
-// Best effort: failures are logged.
+// grows (at most every flushFirstReads), so that a save made before the
+// window ends uses it: the next save puts those files first in its eStargz
+// layer, and the next start of a lazy instance of the project reads them
+// ahead (warm.go). When the instance's first command ends, the list is
+// stored at once with its length then as the head: what a first command
+// needed, which a lazy start reads before it reports Running. Until the
+// window ends, a list replaces the project's only when it is at least as
+// long (an instance removed early, or a node shut down, recorded less than
+// the last full window); the list of a whole window always does. Best
+// effort: failures are logged.
 func (m *Manager) recordFirstReads(f *firstReads) {
 	if f == nil {
 		return
@@ -86,13 +101,13 @@ func (m *Manager) recordFirstReads(f *firstReads) {
 			stored    int
 			head      int
 			lastStore = time.Now() // the first store a second in, as the list grows
-			firstEnd  = f.firstEnd
+			marked    = f.marked
 		)
-		store := func() {
+		store := func(whole bool) {
 			if len(files) <= stored || m.ctx.Err() != nil {
 				return
 			}
-			if err := m.Store.SetProjectPrefetch(context.WithoutCancel(ctx), in.Tenant, in.Project, files, head); err != nil {
+			if err := m.Store.SetProjectPrefetch(context.WithoutCancel(ctx), in.Tenant, in.Project, files, head, whole); err != nil {
 				m.Log.Warn("store first reads", "project", in.Project, "err", err)
 				return
 			}
@@ -100,28 +115,41 @@ func (m *Manager) recordFirstReads(f *firstReads) {
 		}
 		for {
 			left := time.Until(end)
-			wait, ended := min(max(left, 0), collectSlice), false
-			select {
-			case <-firstEnd: // its reads are queued already: drain them
-				wait, ended, firstEnd = 0, true, nil
-			default:
-			}
-			got, err := rec.Collect(ctx, wait)
+			got, err := rec.Collect(ctx, min(max(left, 0), collectSlice))
 			if err != nil && ctx.Err() == nil {
 				m.Log.Warn("record first reads", "instance", in.ID, "err", err)
 			}
 			files = prefetch.Prioritize(got)
-			if ended && len(files) > 0 {
-				head, stored = len(files), 0 // stored again, with its head
+			headNow := false
+			select {
+			case <-marked:
+				marked, head, headNow = nil, min(f.head, len(files)), f.head > 0
+				if headNow {
+					stored = 0 // stored again, with its head
+				}
+			default:
 			}
-			if ended || time.Since(lastStore) >= flushFirstReads {
-				store()
+			if headNow || time.Since(lastStore) >= flushFirstReads {
+				store(false)
 			}
 			if err != nil || left <= 0 || rec.Full() {
 				break
 			}
 		}
-		store()
+		// A window is whole only if the instance still runs at its end: the
+		// recording of an instance removed or stopped early goes on
+		// quietly until then.
+		whole := time.Until(end) <= 0 || rec.Full()
+		if whole {
+			st, err := m.Runtime.Status(ctx, in.ID)
+			whole = err == nil && st.Task == "running"
+		}
+		if whole {
+			stored = 0 // the whole window's list replaces the project's
+			store(true)
+		} else {
+			store(false)
+		}
 		if stored > 0 {
 			m.Log.Info("recorded first reads", "instance", in.ID, "files", stored, "head", head, "queue_overflows", rec.Overflows())
 		}

@@ -33,8 +33,8 @@ func TestPrefetchParts(t *testing.T) {
 }
 
 // TestNextSessionEnd: the channel closes when a session (Hold) on that
-// instance ends, not before and not for another instance's; waiters share
-// it; a terminated instance's waiters are let go.
+// instance ends, not before and not for another instance's; every waiter
+// is let go; a terminated instance's waits are dropped.
 func TestNextSessionEnd(t *testing.T) {
 	m := &Manager{activity: newActivity()}
 	a, a2, b := m.nextSessionEnd("a"), m.nextSessionEnd("a"), m.nextSessionEnd("b")
@@ -51,13 +51,14 @@ func TestNextSessionEnd(t *testing.T) {
 	otherRelease := m.Hold("b")
 	release()
 	assert.True(t, closed(a))
-	assert.True(t, closed(a2), "waiters share the channel")
+	assert.True(t, closed(a2), "every waiter is let go")
 	assert.False(t, closed(b), "another instance's session is still open")
 	release() // a second release is a no-op
 	next := m.nextSessionEnd("a")
 	assert.False(t, closed(next), "a new wait is for the next session")
-	m.sessionEnded("a") // terminate
-	assert.True(t, closed(next))
+	m.forgetSessionEnds("a") // terminated
+	m.Hold("a")()
+	assert.False(t, closed(next), "dropped, not run")
 	otherRelease()
 	assert.True(t, closed(b))
 }

@@ -252,8 +252,8 @@ func (m *Manager) withEndpoint(ctx context.Context, in types.Instance) types.Ins
 
 // terminate removes an instance's container and records why.
 func (m *Manager) terminate(ctx context.Context, in versions.Instance, reason, msg string) (versions.Instance, error) {
-	defer m.act(in.ID)()        // its task's exit is no failure (exits.go)
-	defer m.sessionEnded(in.ID) // nobody waits for its sessions any more
+	defer m.act(in.ID)()             // its task's exit is no failure (exits.go)
+	defer m.forgetSessionEnds(in.ID) // no session of it will end
 	if err := m.Runtime.Remove(ctx, in.ID); err != nil {
 		return versions.Instance{}, fmt.Errorf("remove instance %q: %w", in.ID, err)
 	}

@@ -144,6 +144,9 @@ func (m *Manager) readAheadTail(in versions.Instance, pid int, tail []string, he
 		if m.ctx.Err() != nil {
 			return
 		}
+		if st, err := m.Runtime.Status(m.ctx, in.ID); err != nil || st.Task != "running" || int(st.Pid) != pid {
+			return // removed or stopped meanwhile
+		}
 		done, _ := m.readAhead(in, pid, tail, warmTailWorkers)
 		<-done
 	})

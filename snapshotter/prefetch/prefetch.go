@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -80,7 +81,11 @@ func Record(ctx context.Context, root string, d time.Duration, max int) ([]strin
 // its root from Start on is queued in the kernel until Collect reads it.
 type Recording struct {
 	fd int
-	r  *recorder
+	// mu guards r and reading fd: Mark drains the queue from another
+	// goroutine than Collect's.
+	mu     sync.Mutex
+	r      *recorder
+	closed bool
 }
 
 // Start marks root (see Record) and returns once the mark is in place, so a
@@ -126,50 +131,95 @@ func Start(root string, max int) (*Recording, error) {
 // Collect may be called again to go on recording, so a caller can use the
 // list while it grows.
 func (rec *Recording) Collect(ctx context.Context, d time.Duration) ([]string, error) {
-	r, fd := rec.r, rec.fd
 	deadline := time.Now().Add(d)
 	buf := make([]byte, 64<<10)
 	for {
 		wait := time.Until(deadline)
-		if wait <= 0 || r.full() {
+		if wait <= 0 || rec.Full() {
 			break
 		}
 		if err := ctx.Err(); err != nil {
-			return r.result(), err
+			return rec.result(), err
 		}
 		// Poll in short slices so that a cancelled ctx ends the wait.
 		ms := int(min(wait, 50*time.Millisecond) / time.Millisecond)
 		if ms < 1 {
 			ms = 1
 		}
-		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, ms)
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(rec.fd), Events: unix.POLLIN}}, ms)
 		if err != nil && !errors.Is(err, unix.EINTR) {
-			return r.result(), fmt.Errorf("poll fanotify: %w", err)
+			return rec.result(), fmt.Errorf("poll fanotify: %w", err)
 		}
 		if n > 0 {
-			if err := r.drain(fd, buf); err != nil {
-				return r.result(), err
+			if err := rec.drain(buf); err != nil {
+				return rec.result(), err
 			}
 		}
 	}
 	// Events that arrived just before the deadline are queued already.
-	if !r.full() {
-		if err := r.drain(fd, buf); err != nil {
-			return r.result(), err
-		}
+	if err := rec.drain(buf); err != nil {
+		return rec.result(), err
 	}
-	return r.result(), ctx.Err()
+	return rec.result(), ctx.Err()
+}
+
+// drain reads the queued events unless max paths are recorded.
+func (rec *Recording) drain(buf []byte) error {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if rec.closed || rec.r.full() {
+		return nil
+	}
+	return rec.r.drain(rec.fd, buf)
+}
+
+func (rec *Recording) result() []string {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return rec.r.result()
+}
+
+// Mark reads the events queued so far and returns the paths recorded up to
+// now (as Collect), while Collect may be running in another goroutine: a
+// caller marks a moment (the end of a command whose reads are all queued)
+// in the list. After Close it returns nil.
+func (rec *Recording) Mark() []string {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if rec.closed {
+		return nil
+	}
+	if !rec.r.full() {
+		_ = rec.r.drain(rec.fd, make([]byte, 64<<10)) // a failure shows in Collect
+	}
+	return rec.r.result()
 }
 
 // Overflows is how many times the kernel's event queue overflowed since
 // Start (events were lost in each).
-func (rec *Recording) Overflows() int { return rec.r.overflows }
+func (rec *Recording) Overflows() int {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return rec.r.overflows
+}
 
 // Full reports whether max paths are recorded: Collect then returns at once.
-func (rec *Recording) Full() bool { return rec.r.full() }
+func (rec *Recording) Full() bool {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return rec.r.full()
+}
 
 // Close removes the mark.
-func (rec *Recording) Close() error { return unix.Close(rec.fd) }
+func (rec *Recording) Close() error {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if rec.closed {
+		return nil
+	}
+	rec.closed = true
+	return unix.Close(rec.fd)
+}
 
 type recorder struct {
 	root  string

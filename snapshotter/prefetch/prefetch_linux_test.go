@@ -227,3 +227,29 @@ func TestRootRecordSkipsOwnOutput(t *testing.T) {
 	files := Prioritize(paths)
 	assert.Equal(t, []string{"/etc/hosts", "/usr/bin/tool"}, files)
 }
+
+// TestRootRecordMark: Mark, called while Collect waits in another
+// goroutine, returns what was read up to then, and Collect goes on with
+// the reads after it; after Close it returns nil.
+func TestRootRecordMark(t *testing.T) {
+	requireRoot(t)
+	merged := mountOverlay(t, rootfs)
+	rec, err := Start(merged, 100)
+	require.NoError(t, err)
+	collected := make(chan []string, 1)
+	go func() {
+		files, _ := rec.Collect(context.Background(), time.Second)
+		collected <- files
+	}()
+	shIn(t, merged, "cat etc/hosts > /dev/null")
+	marked := rec.Mark()
+	assert.Contains(t, marked, "/etc/hosts")
+	assert.NotContains(t, marked, "/usr/bin/tool")
+	shIn(t, merged, "cat usr/bin/tool > /dev/null")
+	files := <-collected
+	assert.Equal(t, marked, files[:len(marked)], "the marked list is the head of the later one")
+	assert.Contains(t, files[len(marked):], "/usr/bin/tool")
+	require.NoError(t, rec.Close())
+	assert.Nil(t, rec.Mark())
+	require.NoError(t, rec.Close(), "a second Close is a no-op")
+}
