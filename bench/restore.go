@@ -29,10 +29,10 @@ const (
 //     files of the instance that made it: what apt read of the image, not
 //     what it wrote and read back);
 //   - learned: lazy, after the first restore's instance recorded its first
-//     reads (`dot -V`, the render) on the project: the node reads them
-//     ahead from the moment the pull has mounted the layers and waits up
-//     to 0.25 s for them after the task's start before it reports the
-//     instance Running;
+//     reads (`dot -V`, the render) on the project: the node reads their
+//     head (what `dot -V` read) ahead from the moment the pull has mounted
+//     the layers and waits up to 1 s for it after the task's start before
+//     it reports the instance Running, and the rest after `dot -V`;
 //   - full: the same image pulled whole (a node without the lazy
 //     snapshotter, overlayfs);
 //   - local: a second instance on that full-pull node, whose image is
@@ -70,10 +70,10 @@ func runRestore(ctx context.Context, b *bed, out io.Writer) error {
 	defer pool.Close()
 	// The bench's own reset: the API has no verb to forget first reads.
 	forget := func() error {
-		_, err := pool.Exec(ctx, `UPDATE projects SET prefetch = '{}' WHERE name = $1`, project)
+		_, err := pool.Exec(ctx, `UPDATE projects SET prefetch = '{}', prefetch_head = 0 WHERE name = $1`, project)
 		return err
 	}
-	var learnedFiles []int
+	var learnedFiles, learnedHeads []int
 	// waitLearned waits until the first restore's reads are stored: the
 	// list holds what `dot` runs and has stopped growing (the node stores
 	// it every second while it grows; a list taken at its first store
@@ -135,6 +135,7 @@ func runRestore(ctx context.Context, b *bed, out io.Writer) error {
 			return err
 		}
 		learnedFiles = append(learnedFiles, len(p.Prefetch))
+		learnedHeads = append(learnedHeads, p.PrefetchHead)
 
 		if r, err = b.coldRestoreOn(ctx, project, res.Version, cmds, false); err != nil {
 			return fmt.Errorf("%s, run %d: %w", names[vLearned], i+1, err)
@@ -179,7 +180,7 @@ func runRestore(ctx context.Context, b *bed, out io.Writer) error {
 	fmt.Fprintln(&w)
 	fmt.Fprintf(&w, "Prefetch range of the saved layer (the files its save put before the prefetch landmark, which the stargz snapshotter fetches from the mount on, in the background): %s.\n\n", prefetched)
 	fmt.Fprintf(&w, "Restore: each run starts a joining node (`node.Start` with the primary's PostgreSQL and registry, fresh data dir: empty containerd content store and snapshotter cache), "+
-		"creates an instance of the version through the API (`up`: pull or lazy mount, create, start, and for a lazy instance the read of what its init needs and, up to 0.25 s, the read-ahead of the project's first reads), runs `%s`, then `%s`, "+
+		"creates an instance of the version through the API (`up`: pull or lazy mount, create, start, and for a lazy instance the read of what its init needs and the read-ahead of the project's first reads: of their head, what the recorded instance's first command read, waited for up to 1 s, or without a head of all of them, up to 0.25 s; the rest after the first command), runs `%s`, then `%s`, "+
 		"then deletes the instance, shuts the node down and removes its data dir. Per run, in this order: the first restore (the project's first-reads list cleared before it; "+
 		"the run waits until its instance's reads are stored on the project), the learned restore, the full pull, and on the full-pull node a second instance (fully local image). "+
 		"%d runs, alternating; medians.\n\n", dotVersionCmd, renderCmd, b.cfg.runs)
@@ -216,7 +217,7 @@ func runRestore(ctx context.Context, b *bed, out io.Writer) error {
 		}
 		fmt.Fprintf(&w, "- %s: %s\n", name, strings.Join(parts, "; "))
 	}
-	fmt.Fprintf(&w, "- first reads learned by the first restores (files on the project when the learned restore started): %v.\n", learnedFiles)
+	fmt.Fprintf(&w, "- first reads learned by the first restores (files on the project when the learned restore started): %v; of them read by the end of the first command (the head): %v.\n", learnedFiles, learnedHeads)
 	fmt.Fprintf(&w, "- `dot -V` answered: `%s`; the render wrote a %s-byte PNG.\n", firstLine(runs[vLearned][0].Outputs[0]), firstLine(runs[vLearned][0].Outputs[1]))
 	fmt.Fprintln(&w, "- fetched MB: for a lazily mounted layer, the bytes the stargz snapshotter had fetched (its layer state), which includes its background fetch of the whole layer as far as it got; every layer a full pull takes is counted whole, with its compressed size. 1 MB = 10^6 bytes.")
 	fmt.Fprintln(&w, "- Registry, PostgreSQL and all nodes run on this one machine: the registry's blobs are read from its disk, no network between nodes.")
