@@ -78,6 +78,11 @@ func TestRootServeTLSAndDrain(t *testing.T) {
 	require.NoError(t, err)
 	in, err := c.CreateInstance(ctx(t), p, types.CreateInstanceRequest{})
 	require.NoError(t, err)
+	// Removed before the node's shutdown (cleanups run last first): a
+	// node's shutdown leaves its instances running, and placement may have
+	// put this one on the shared e2e node. c is the client of the node
+	// running at the end.
+	t.Cleanup(func() { _, _ = c.DeleteInstance(context.Background(), in.ID) })
 	_, err = c.Exec(ctx(t), in.ID, types.ExecRequest{Args: []string{"sh", "-c", "dd if=/dev/urandom of=/blob bs=1M count=60 2>/dev/null && echo one > /marker"}})
 	require.NoError(t, err)
 
@@ -136,6 +141,7 @@ func TestRootServeTLSAndDrain(t *testing.T) {
 	assert.Len(t, vs, 3, "the base and one version per save")
 	b, err := c.CreateInstance(ctx(t), p, types.CreateInstanceRequest{})
 	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = c.DeleteInstance(context.Background(), b.ID) })
 	assert.Equal(t, "two", strings.TrimSpace(mustExec(t, c, b.ID, "cat /marker")))
 }
 
