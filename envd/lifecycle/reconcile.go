@@ -125,7 +125,13 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	}
 	for _, id := range ids {
 		st, err := m.Runtime.Status(ctx, id)
-		if err != nil || st.Labels[LabelNode] != m.Node {
+		if err != nil {
+			// Said, not skipped silently: a container whose status cannot
+			// be read is neither kept nor removed this round.
+			m.Log.Warn("reconcile: read container status", "id", id, "err", err)
+			continue
+		}
+		if st.Labels[LabelNode] != m.Node {
 			continue // not ours
 		}
 		if live[id] {
