@@ -266,6 +266,7 @@ func (m *Manager) startPlanned(ctx context.Context, p types.Principal, id string
 // instance that got past Pending (a restore whose operation was not
 // recorded as finished before a crash) is left alone, never removed.
 func (m *Manager) abandonPending(ctx context.Context, id, msg string) bool {
+	m.forgetSessionEnds(id) // the first reads' head: no session of it will end
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
 	_, err := m.Store.Transition(cctx, id, []types.InstanceState{types.StatePending}, types.StateFailed, types.ReasonProvisionFailed, msg)

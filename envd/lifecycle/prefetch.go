@@ -17,8 +17,9 @@ const maxPrefetchFiles = 5000
 // it is recorded, so that a save made before the window ends uses it.
 const flushFirstReads = time.Second
 
-// collectSlice is how long the recording reads events before it looks
-// for the end of the instance's first command again.
+// collectSlice is how long the recording reads events between its looks at
+// whether the first command has ended (its head, taken as it ended by
+// markHead, is then stored).
 const collectSlice = 100 * time.Millisecond
 
 // firstReads is the recording of a new instance's first reads. It starts
