@@ -81,7 +81,7 @@ type agents struct {
 
 	mu    sync.Mutex
 	slots map[string]*agentSlot
-	// starting holds the background starts in flight (kickAgent), closed
+	// starting holds the background starts in flight (KickAgent), closed
 	// when one ends: an exec meanwhile waits for it rather than run a
 	// second runc exec beside it on the same CPUs.
 	starting map[string]chan struct{}
@@ -332,10 +332,7 @@ func agentRunning(ctx context.Context, t client.Task) (bool, error) {
 // command finds it (a command that comes while it starts waits for it, up
 // to agentConnectWait, then takes a runc exec), and after a runc exec, for
 // the next command. A failure is kept for AgentErr.
-func (r *Runtime) KickAgent(id string) { r.kickAgent(id) }
-
-// kickAgent is KickAgent.
-func (r *Runtime) kickAgent(id string) {
+func (r *Runtime) KickAgent(id string) {
 	if r.agents.bin == "" {
 		return
 	}

@@ -638,7 +638,7 @@ func (r *Runtime) Exec(ctx context.Context, id string, spec ExecSpec) (int, erro
 	}
 	code, err := r.exec(ctx, id, spec)
 	if err == nil {
-		r.kickAgent(id) // for the next command
+		r.KickAgent(id) // for the next command
 	}
 	// A deadline or cancel that lands inside a containerd call comes back
 	// as a gRPC status; callers branch on the context's own error.

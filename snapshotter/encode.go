@@ -324,6 +324,9 @@ const (
 // the same order, and the paths it left out. Paths not in entries are
 // kept (the writer skips them).
 func limitPrioritized(entries []esgzEntry, prioritized []string) (kept, over []string) {
+	if len(prioritized) == 0 {
+		return nil, nil // no index of the entries to build
+	}
 	type file struct {
 		size int64
 		link string
