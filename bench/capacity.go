@@ -159,7 +159,7 @@ func runCapacity(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 			{"sum of the above (PSS rows once)", perInst(after.sum(), before.sum()), megabytes(after.sum()) + " MB", ""},
 		})
 		fmt.Fprintln(&w)
-		fmt.Fprintf(&w, "Exec agents after the API phase (an instance's first command is a runc exec that starts its agent; idle instances that never ran a command have none, so the table above has none): %d agents, %s MB PSS in all, %.2f MB each (inside the instance cgroups).",
+		fmt.Fprintf(&w, "Exec agents after the API phase (every instance's init starts its agent, so the instance cgroups row above counts them): %d agents, %s MB PSS in all, %.2f MB each.",
 			nAgents, megabytes(agentsPSS), float64(agentsPSS)/float64(max(nAgents, 1))/1e6)
 		if err := b.primary.Runtime().AgentErr(); err != nil {
 			fmt.Fprintf(&w, " Last failed agent start: %v.", err)

@@ -148,6 +148,14 @@ func startProcessNode(t *testing.T, name, zone string, reg *clusterRegistry, joi
 		}
 		out, err := exec.Command(pn.bin, "down", "--data-dir", pn.dataDir).CombinedOutput()
 		assert.NoError(t, err, "envd down: %s", out)
+		if t.Failed() {
+			// The data dir goes below: keep what the node said went wrong.
+			logWarnings(t, pn.name, filepath.Join(pn.dataDir, "envd.log"))
+			cd, _ := filepath.Glob(filepath.Join(pn.dataDir, "*", "containerd.log"))
+			for _, f := range cd {
+				logWarnings(t, pn.name+" containerd", f)
+			}
+		}
 		_ = os.RemoveAll(dir)
 	})
 	return pn
@@ -177,6 +185,26 @@ func (pn *processNode) start(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return pn.c.Healthz(context.Background()) == nil }, 30*time.Second, 100*time.Millisecond)
 	pn.p = p
+}
+
+// logWarnings copies the warning and error lines of a log of a node (the
+// last 200) into the test's output.
+func logWarnings(t *testing.T, node, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Logf("node %s: no log: %v", node, err)
+		return
+	}
+	var lines []string
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") ||
+			strings.Contains(line, "level=warning") || strings.Contains(line, "level=error") { // envd's, containerd's
+			lines = append(lines, line)
+		}
+	}
+	lines = lines[max(0, len(lines)-200):]
+	t.Logf("node %s: %d warnings and errors in its log:\n%s", node, len(lines), strings.Join(lines, "\n"))
 }
 
 // killHard kills the node's process and its containerd with SIGKILL, as a

@@ -31,12 +31,14 @@ import (
 // Terms:
 //   - An instance's agent is a process in its container (runtime/agent,
 //     the static program envd-agent) that starts commands with a plain
-//     fork and exec. It is itself started by one runc exec (StartAgent),
-//     so it holds what runc gives every process of the instance (its
-//     namespaces, cgroup, seccomp filter, capabilities, rlimits, user,
-//     no_new_privs), and so does every command it starts. A runc exec
-//     costs about 85 ms of CPU on a 2-core node (two Go programs start,
-//     the seccomp filter is compiled); a command through the agent a few.
+//     fork and exec. The instance's init starts it (initScriptAgent), so
+//     it holds what runc gave the init (its namespaces, cgroup, seccomp
+//     filter, capabilities, rlimits, user, no_new_privs), and so does
+//     every command it starts. When that agent is gone (killed by the
+//     tenant) or never came, one is started by a runc exec of the init's
+//     process (StartAgent), which gives it the same. A runc exec costs
+//     about 85 ms of CPU on a 2-core node (two Go programs start, the
+//     seccomp filter is compiled); a command through the agent a few.
 //   - The agent's binary is copied once to StateDir/agent/envd-agent; every
 //     instance created since mounts it read-only at /dev/.envd-agent, and
 //     its own StateDir/instances/ID/agent read-only at /dev/.envd (both in
@@ -52,10 +54,13 @@ import (
 //     than a runc exec would give them. Nothing envd decides for other
 //     tenants or for itself rests on it.
 //   - Exec uses the agent when one is connected and the session has no
-//     terminal; otherwise (none started yet, killed, an instance created
-//     before agents, a TTY) it uses runc exec, as before, and after such an
-//     exec starts an agent in the background for the next command. A pool
-//     starts the agent before an instance is handed out (StartAgent).
+//     terminal, waiting for one the init or a background start is starting;
+//     otherwise (killed, an instance created before agents, a TTY) it uses
+//     runc exec, as before, and after such an exec starts an agent in the
+//     background for the next command. A pool makes sure the agent is
+//     connected before an instance is handed out (StartAgent).
+//   - Instances created before the init started agents get theirs from
+//     a runc exec, as then (initStartsAgent tells them apart).
 
 const (
 	agentBinDest  = "/dev/.envd-agent"
@@ -104,6 +109,7 @@ type agentSlot struct {
 	arrived   chan struct{} // closed (and replaced) when a connection is ready
 	lastStart time.Time
 	closed    bool
+	gone      chan struct{} // closed with closed
 }
 
 // setupAgents finds the agent binary (Config.AgentBinary, else
@@ -305,7 +311,10 @@ func (r *Runtime) startAgent(ctx context.Context, id string) error {
 	return nil
 }
 
-// agentRunning tells whether task t has a process started as an agent.
+// agentRunning tells whether task t has a process started as an agent: a
+// runc exec of it, or the one its init started (told by its command line,
+// which the tenant could imitate: then a start waits for a redial that
+// does not come, and goes on with a runc exec).
 func agentRunning(ctx context.Context, t client.Task) (bool, error) {
 	ps, err := t.Pids(ctx)
 	if err != nil {
@@ -313,6 +322,11 @@ func agentRunning(ctx context.Context, t client.Task) (bool, error) {
 	}
 	for _, p := range ps {
 		if p.Info == nil {
+			if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.Pid)); err == nil {
+				if argv0, _, _ := bytes.Cut(b, []byte{0}); string(argv0) == agentBinDest {
+					return true, nil
+				}
+			}
 			continue
 		}
 		v, err := typeurl.UnmarshalAny(p.Info)
@@ -358,6 +372,57 @@ func (r *Runtime) KickAgent(id string) {
 		if err := r.startAgent(ctx, id); err != nil {
 			a.mu.Lock()
 			a.lastErr = fmt.Errorf("instance %q: %w", id, err)
+			a.mu.Unlock()
+		}
+		a.mu.Lock()
+		delete(a.starting, id)
+		a.mu.Unlock()
+		close(done)
+	}()
+}
+
+// initStartsAgent tells whether a container's init starts its agent
+// (initScriptAgent), from its recorded process.
+func initStartsAgent(p *specs.Process) bool {
+	return p != nil && slices.ContainsFunc(p.Args, func(a string) bool { return strings.Contains(a, agentBinDest+" ") })
+}
+
+// initAgentSlot listens for the agent of container c's init, before its
+// task starts; nil when the init starts none.
+func (r *Runtime) initAgentSlot(ctx context.Context, c client.Container) (*agentSlot, error) {
+	if r.agents.bin == "" {
+		return nil, nil
+	}
+	cspec, err := recordedSpec(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	if !initStartsAgent(cspec.Process) {
+		return nil, nil
+	}
+	return r.agents.listen(c.ID(), filepath.Join(r.instanceDir(c.ID()), "agent"), cspec.Process)
+}
+
+// expectInit counts the agent that instance id's init is starting as a
+// start in flight, until it connects or agentConnectWait passes: a command
+// meanwhile waits for it (agentConn), and no runc exec starts a second one
+// beside it (KickAgent, StartAgent).
+func (a *agents) expectInit(id string, s *agentSlot) {
+	s.mu.Lock()
+	s.lastStart = time.Now()
+	s.mu.Unlock()
+	a.mu.Lock()
+	if a.starting[id] != nil {
+		a.mu.Unlock()
+		return
+	}
+	done := make(chan struct{})
+	a.starting[id] = done
+	a.mu.Unlock()
+	go func() {
+		if !s.wait(context.Background(), agentConnectWait) && !s.isClosed() {
+			a.mu.Lock()
+			a.lastErr = fmt.Errorf("instance %q: the agent its init started did not connect within %v", id, agentConnectWait)
 			a.mu.Unlock()
 		}
 		a.mu.Lock()
@@ -423,7 +488,7 @@ func (a *agents) listen(id, dir string, init *specs.Process) (*agentSlot, error)
 	if cwd == "" {
 		cwd = "/"
 	}
-	s := &agentSlot{ln: ln, path: path, env: init.Env, cwd: cwd, arrived: make(chan struct{})}
+	s := &agentSlot{ln: ln, path: path, env: init.Env, cwd: cwd, arrived: make(chan struct{}), gone: make(chan struct{})}
 	a.slots[id] = s
 	go s.accept()
 	return s, nil
@@ -503,6 +568,12 @@ func (s *agentSlot) accept() {
 	}
 }
 
+func (s *agentSlot) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
 // live returns the newest connection that has not ended, nil if none.
 func (s *agentSlot) live() *agent.Conn {
 	s.mu.Lock()
@@ -532,6 +603,8 @@ func (s *agentSlot) wait(ctx context.Context, d time.Duration) bool {
 		case <-arrived:
 		case <-timer.C:
 			return s.live() != nil
+		case <-s.gone:
+			return false
 		case <-ctx.Done():
 			return false
 		}
@@ -540,6 +613,9 @@ func (s *agentSlot) wait(ctx context.Context, d time.Duration) bool {
 
 func (s *agentSlot) close() {
 	s.mu.Lock()
+	if !s.closed {
+		close(s.gone)
+	}
 	s.closed = true
 	conns := s.conns
 	s.conns = nil

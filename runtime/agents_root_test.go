@@ -55,12 +55,16 @@ func TestRootAgentExec(t *testing.T) {
 	const id = "agent"
 	env.create(t, InstanceSpec{ID: id, Env: []string{"FOO=bar"}})
 
-	// Before StartAgent, commands are runc execs; a runc exec starts
-	// the agent in the background for the next ones, so start it here.
-	require.NoError(t, rt.StartAgent(ctx, id))
-	require.NoError(t, rt.StartAgent(ctx, id), "a second start finds it connected")
+	// The init started the agent: the first command already runs
+	// under it, and no runc exec was made.
 	parent := parentOf(t, env, id)
-	assert.Contains(t, parent, agentBinDest, "the command runs under the agent")
+	assert.Contains(t, parent, agentBinDest, "the first command runs under the agent")
+	require.NoError(t, rt.StartAgent(ctx, id), "a start finds it connected")
+	assert.Equal(t, parent, parentOf(t, env, id), "and starts no second one")
+	agentPPid, _, code := env.run(t, id, "sh", "-c", `cut -d' ' -f4 /proc/$PPID/stat`)
+	require.Equal(t, 0, code)
+	assert.Equal(t, "1", strings.TrimSpace(agentPPid), "the agent is the init's child")
+	assert.Zero(t, execProcesses(t, rt, id), "no runc exec ran in the instance")
 
 	// Everything a runc exec does, a command through the agent does.
 	checkExec(t, env, id)
@@ -157,13 +161,13 @@ func TestRootAgentExec(t *testing.T) {
 		assert.Contains(t, parentOf(t, env, id), agentBinDest)
 	})
 
-	t.Run("the first command is a runc exec; the next waits for the agent it started", func(t *testing.T) {
+	t.Run("a new instance's first command waits for the agent its init starts", func(t *testing.T) {
 		const id2 = "agent-cold"
 		env.create(t, InstanceSpec{ID: id2, Env: []string{"FOO=bar"}})
 		first := parentOf(t, env, id2)
-		assert.NotContains(t, first, agentBinDest)
-		assert.Contains(t, first, "ppid=0", "runc exec: the parent is outside the instance")
-		assert.Contains(t, parentOf(t, env, id2), agentBinDest, "not a second runc exec beside the agent's start")
+		assert.Contains(t, first, agentBinDest, "not a runc exec beside the agent's start")
+		assert.Equal(t, first, parentOf(t, env, id2))
+		assert.Zero(t, execProcesses(t, rt, id2))
 		require.NoError(t, rt.Remove(ctx, id2))
 	})
 
@@ -178,6 +182,26 @@ func TestRootAgentExec(t *testing.T) {
 		assert.Equal(t, 0, code)
 		assert.Equal(t, "thawed\n", out)
 	})
+}
+
+// execProcesses counts the runc execs alive in instance id's task (the
+// shim knows them by their exec ids).
+func execProcesses(t *testing.T, rt *Runtime, id string) int {
+	t.Helper()
+	ctx := rt.ctx(context.Background())
+	c, err := rt.client.LoadContainer(ctx, id)
+	require.NoError(t, err)
+	task, err := c.Task(ctx, nil)
+	require.NoError(t, err)
+	ps, err := task.Pids(ctx)
+	require.NoError(t, err)
+	n := 0
+	for _, p := range ps {
+		if p.Info != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // An instance made by a runtime without agents gets none later.

@@ -70,6 +70,14 @@ const ioDrainGrace = 2 * time.Second
 // trap is what makes a graceful Stop possible.
 const initScript = `trap "exit 0" TERM; while :; do sleep 3600 & wait $!; done`
 
+// initScriptAgent is initScript for an instance with an exec agent: the
+// init starts the agent first, so the first command needs no runc exec
+// (agents.go). The agent is a child of the init, with everything the init
+// was given, which is what a runc exec with the init's process would give
+// it.
+const initScriptAgent = `trap "exit 0" TERM; if [ -x ` + agentBinDest + ` ]; then ` + agentBinDest + ` ` + agentDirDest + `/` + agentSockName +
+	` </dev/null >/dev/null 2>&1 & fi; while :; do sleep 3600 & wait $!; done`
+
 // Config configures a Runtime.
 type Config struct {
 	// Address is the containerd socket. Required.
@@ -404,6 +412,10 @@ func (r *Runtime) Create(ctx context.Context, spec InstanceSpec) (retErr error) 
 		return err
 	}
 	mounts = append(mounts, agentMounts...)
+	script := initScript
+	if len(agentMounts) > 0 {
+		script = initScriptAgent
+	}
 	labels := map[string]string{}
 	for k, v := range spec.Labels {
 		labels[k] = v
@@ -434,7 +446,7 @@ func (r *Runtime) Create(ctx context.Context, spec InstanceSpec) (retErr error) 
 		client.WithContainerLabels(labels),
 		client.WithNewSpec(
 			oci.WithImageConfig(img),
-			oci.WithProcessArgs("/bin/sh", "-c", initScript),
+			oci.WithProcessArgs("/bin/sh", "-c", script),
 			oci.WithHostname(hostname),
 			oci.WithEnv(spec.Env),
 			oci.WithMounts(mounts),
@@ -546,6 +558,11 @@ func (r *Runtime) startTask(ctx context.Context, id, hostname string) (retErr er
 	if err := r.writeInstanceFiles(id, hostname, ip, resolv); err != nil {
 		return err
 	}
+	// An init that starts the agent finds the socket listening.
+	slot, err := r.initAgentSlot(ctx, c)
+	if err != nil {
+		return err
+	}
 	t, err := c.NewTask(ctx, cio.NullIO)
 	if err != nil {
 		return startErr(err, "create task of instance %q", id)
@@ -553,6 +570,9 @@ func (r *Runtime) startTask(ctx context.Context, id, hostname string) (retErr er
 	if err := t.Start(ctx); err != nil {
 		_, _ = t.Delete(context.WithoutCancel(ctx), client.WithProcessKill)
 		return startErr(err, "start task of instance %q", id)
+	}
+	if slot != nil {
+		r.agents.expectInit(id, slot)
 	}
 	return nil
 }
