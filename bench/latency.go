@@ -130,7 +130,7 @@ func runLatency(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 	fmt.Fprintf(&w, "Load average (1, 5, 15 min): %s at the start, %s at the end.\n\n", load0, load1)
 	fmt.Fprintf(&w, "Busybox base plus one saved eStargz layer (version 2), %d rounds; each round runs the four sides in an order rotated every round. "+
 		"envd through the Go client on loopback: `up` (POST /v1/projects/{p}/instances, TTL 1h) to Running, then `exec true` (to first command), "+
-		"one more buffered `exec true`, one over the WebSocket (both right after the first command; the node starts the exec agent with the task, so all three go through it once it is connected, and wait for it while it starts), "+
+		"one more buffered `exec true`, one over the WebSocket (both right after the first command; the instance's init starts the exec agent, so all three go through it, and wait for it to connect while it starts), "+
 		"then the exec agent started (untimed, as a warm pool does) and one buffered and one WebSocket `exec true` through it, `echo N > /home/f` then a save (to the operation's result), then `rm`. "+
 		"Cold lazy: the image deleted from containerd (garbage collected synchronously, so its lazy snapshots go) before each start; the stargz snapshotter's chunk cache on disk is kept. "+
 		"ctr: the CLI against the node's containerd, same image and snapshotter: `ctr run --rm IMAGE ID true` (first command), `ctr run -d` (Running), "+

@@ -62,6 +62,9 @@ type options struct {
 	logLevel logrus.Level
 	s3       *S3Storage
 	access   *Access
+	// distributionRanges: ranged blob GETs go to distribution too (the
+	// benchmark's other side; see blobrange.go).
+	distributionRanges bool
 }
 
 // S3Storage is an S3 bucket for the registry's blobs and manifests.
@@ -105,6 +108,12 @@ func WithLogWriter(w io.Writer) Option {
 		o.logOut = w
 		return nil
 	}
+}
+
+// withDistributionRanges is for the benchmark: ranged blob GETs are
+// served by distribution, as before blobRanges.
+func withDistributionRanges() Option {
+	return func(o *options) error { o.distributionRanges = true; return nil }
 }
 
 // withLogLevel is for tests: they check that the logger is really used.
@@ -183,7 +192,11 @@ func Serve(ctx context.Context, rootDir, listenAddr string, opts ...Option) (*Se
 		_ = app.Shutdown()
 		return nil, fmt.Errorf("listen on %q: %w", listenAddr, err)
 	}
-	authed := newAuthHandler(*o.access, app)
+	var next http.Handler = app
+	if o.s3 == nil && !o.distributionRanges {
+		next = &blobRanges{root: rootDir, next: app}
+	}
+	authed := newAuthHandler(*o.access, next)
 	s := &Server{
 		addr:   ln.Addr().String(),
 		access: *o.access,
