@@ -1,6 +1,9 @@
 package runtime
 
 import (
+	"archive/tar"
+	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -8,6 +11,8 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/envd-dev/envd/api/errdefs"
 )
 
 // TestRootNetworkLeftovers: a new instance's attachment skips the teardown
@@ -42,4 +47,35 @@ func TestRootNetworkLeftovers(t *testing.T) {
 	require.NoError(t, os.WriteFile(other, nil, 0o600))
 	t.Cleanup(func() { os.Remove(other) })
 	assert.False(t, n.leftovers(id))
+}
+
+// A start that fails after the network was attached (beside the
+// container's creation) leaves no network namespace, firewall state or CNI
+// result behind: here an image without /bin/sh, whose init cannot exec.
+func TestRootFailedStartLeavesNoNetwork(t *testing.T) {
+	env := newTestEnv(t, freeSubnet(t))
+	ctx := context.Background()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	require.NoError(t, tw.WriteHeader(&tar.Header{Name: "etc/", Typeflag: tar.TypeDir, Mode: 0o755}))
+	passwd := []byte("root:x:0:0:root:/:/bin/false\n")
+	require.NoError(t, tw.WriteHeader(&tar.Header{Name: "etc/passwd", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(passwd))}))
+	_, err := tw.Write(passwd)
+	require.NoError(t, err)
+	require.NoError(t, tw.Close())
+	ref := pushRootfsImage(t, env.reg, "test/nosh", buf.Bytes())
+	require.NoError(t, env.rt.Pull(ctx, ref))
+
+	const id = "nosh"
+	err = env.rt.Create(ctx, InstanceSpec{ID: id, Image: ref})
+	require.Error(t, err)
+	assert.ErrorIs(t, err, errdefs.ErrStartFailed, "%v", err)
+	assert.False(t, env.rt.net.leftovers(id), "network state of the failed start is gone")
+	_, statErr := os.Stat(env.rt.instanceDir(id))
+	assert.ErrorIs(t, statErr, os.ErrNotExist)
+	ids, err := env.rt.List(ctx)
+	require.NoError(t, err)
+	assert.NotContains(t, ids, id)
+	// The id can be used again.
+	env.create(t, InstanceSpec{ID: id})
 }

@@ -134,7 +134,13 @@ func buildBusyboxTar() ([]byte, error) {
 // returns its digest reference (host:port/repo@sha256:...).
 func pushBusyboxImage(t testing.TB, reg *testRegistry, repo string) string {
 	t.Helper()
-	data := busyboxRootfsTar(t)
+	return pushRootfsImage(t, reg, repo, busyboxRootfsTar(t))
+}
+
+// pushRootfsImage pushes the rootfs tar data as a one-layer image to reg
+// and returns its digest reference.
+func pushRootfsImage(t testing.TB, reg *testRegistry, repo string, data []byte) string {
+	t.Helper()
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(data)), nil
 	})
