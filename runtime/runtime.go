@@ -384,11 +384,9 @@ func (r *Runtime) Create(ctx context.Context, spec InstanceSpec) (retErr error) 
 		var derr error
 		diskReady = func() error { once.Do(func() { derr = <-done }); return derr }
 	}
-	attaching := func() {} // waits for a network attachment in flight
 	defer func() {
 		if retErr != nil {
 			_ = diskReady()
-			attaching() // before Remove's teardown, or the attachment would outlive it
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer cancel()
 			_ = r.Remove(cctx, id)
@@ -437,14 +435,7 @@ func (r *Runtime) Create(ctx context.Context, spec InstanceSpec) (retErr error) 
 			return err
 		}
 	}
-	// The network is attached while the container is made: it needs only
-	// the policy and the user namespace, and the task only its netns.
-	attached := make(chan netAttachment, 1)
-	go func() { attached <- r.attach(ctx, id, spec.Network, labels[LabelUserNS]) }()
-	var att netAttachment
-	var attachOnce sync.Once
-	attaching = func() { attachOnce.Do(func() { att = <-attached }) }
-	c, err := r.client.NewContainer(ctx, id,
+	_, err = r.client.NewContainer(ctx, id,
 		client.WithImage(img),
 		client.WithSnapshotter(sn),
 		snapshot,
@@ -478,8 +469,7 @@ func (r *Runtime) Create(ctx context.Context, spec InstanceSpec) (retErr error) 
 			return err
 		}
 	}
-	attaching()
-	return r.startAttached(ctx, c, hostname, att)
+	return r.startTask(ctx, id, hostname)
 }
 
 func (r *Runtime) cgroupPath(id string) string {
@@ -532,8 +522,13 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 
 // startTask attaches the network, writes /etc/hosts with the new address and
 // starts the init task. On failure the network is detached again.
-func (r *Runtime) startTask(ctx context.Context, id, hostname string) error {
+func (r *Runtime) startTask(ctx context.Context, id, hostname string) (retErr error) {
 	pol, err := r.loadNetworkPolicy(id)
+	if err != nil {
+		return err
+	}
+	// Under egress none the instance is given no DNS server.
+	resolv, nameservers, err := resolvConf("/etc/resolv.conf", pol.Egress.Mode != EgressNone)
 	if err != nil {
 		return err
 	}
@@ -545,50 +540,22 @@ func (r *Runtime) startTask(ctx context.Context, id, hostname string) error {
 	if err != nil {
 		return translate(err, "instance %q", id)
 	}
-	return r.startAttached(ctx, c, hostname, r.attach(ctx, id, pol, labels[LabelUserNS]))
-}
-
-// netAttachment is an instance's network attachment for its next task: its
-// address and resolv.conf, or why there is none.
-type netAttachment struct {
-	ip     net.IP
-	resolv string
-	err    error
-}
-
-// attach makes instance id's network namespace and attaches it with policy
-// pol; userns is the instance's LabelUserNS ("" = none). A failed
-// attachment leaves nothing behind (network.setup).
-func (r *Runtime) attach(ctx context.Context, id string, pol NetworkPolicy, userns string) netAttachment {
-	// Under egress none the instance is given no DNS server.
-	resolv, nameservers, err := resolvConf("/etc/resolv.conf", pol.Egress.Mode != EgressNone)
-	if err != nil {
-		return netAttachment{err: err}
-	}
 	var idmap []specs.LinuxIDMapping
-	if userns != "" {
-		if idmap, err = ParseUserNSLabel(userns); err != nil {
-			return netAttachment{err: fmt.Errorf("instance %q: %w", id, err)}
+	if labels[LabelUserNS] != "" {
+		if idmap, err = ParseUserNSLabel(labels[LabelUserNS]); err != nil {
+			return fmt.Errorf("instance %q: %w", id, err)
 		}
 	}
 	ip, err := r.net.setup(ctx, id, pol, nameservers, idmap)
-	return netAttachment{ip: ip, resolv: resolv, err: err}
-}
-
-// startAttached starts container c's init task on netAttachment a: it writes
-// /etc/hosts with a's address and starts the task. On failure the network
-// is detached again.
-func (r *Runtime) startAttached(ctx context.Context, c client.Container, hostname string, a netAttachment) (retErr error) {
-	id := c.ID()
-	if a.err != nil {
-		return a.err
+	if err != nil {
+		return err
 	}
 	defer func() {
 		if retErr != nil {
 			_ = r.net.teardown(context.WithoutCancel(ctx), id)
 		}
 	}()
-	if err := r.writeInstanceFiles(id, hostname, a.ip, a.resolv); err != nil {
+	if err := r.writeInstanceFiles(id, hostname, ip, resolv); err != nil {
 		return err
 	}
 	// An init that starts the agent finds the socket listening.
@@ -1183,7 +1150,7 @@ func (r *Runtime) stopTask(ctx context.Context, c client.Container) error {
 }
 
 // Remove stops the instance if needed and deletes its container, snapshot,
-// network netAttachment and instance files. Removing an unknown instance is not
+// network attachment and instance files. Removing an unknown instance is not
 // an error.
 func (r *Runtime) Remove(ctx context.Context, id string) error {
 	if !validID.MatchString(id) {
