@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -269,4 +270,26 @@ func TestAgentListenLongPath(t *testing.T) {
 	s.close()
 	_, err = os.Stat(path)
 	assert.ErrorIs(t, err, os.ErrNotExist, "closing removes the socket")
+}
+
+// In a user namespace the init's agent starts and serves too: the socket
+// is reachable by the instance's root (a host uid of the range), and the
+// commands run as that root.
+func TestRootAgentUserNamespace(t *testing.T) {
+	const base = 1<<30 + 9<<16 // the test's own range
+	bin := buildAgent(t)
+	env := newTestEnvWith(t, NetworkConfig{Subnet: freeSubnet(t)}, func(c *Config) {
+		c.UserNS, c.UserNSBase = true, base
+		c.NoAgents, c.AgentBinary = false, bin
+	})
+	searchable(t, env.dir)
+	const id = "agent-userns"
+	env.create(t, InstanceSpec{ID: id})
+	assert.Contains(t, parentOf(t, env, id), agentBinDest, "the first command runs under the init's agent")
+	assert.Zero(t, execProcesses(t, env.rt, id), "no runc exec")
+	out, _, code := env.run(t, id, "sh", "-c", "id -u; cat /proc/self/uid_map")
+	require.Equal(t, 0, code)
+	f := strings.Fields(out)
+	require.Len(t, f, 4)
+	assert.Equal(t, []string{"0", "0", strconv.Itoa(base), "65536"}, f)
 }
