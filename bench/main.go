@@ -93,6 +93,9 @@ type config struct {
 	squashAfter int
 	// deepSaves is the long history of the deep scenario.
 	deepSaves int
+	// registryRTT: the joining nodes reach the registry through a proxy
+	// that holds each request this long (rtt.go); 0 = directly.
+	registryRTT time.Duration
 	// latencyRuns is the latency scenario's rounds.
 	latencyRuns int
 	// capacity and capacityDebian are the capacity scenario's instance
@@ -114,6 +117,7 @@ func main() {
 	flag.StringVar(&cfg.rootfs, "rootfs", "/var/tmp/envd-bench/rootfs-debian", "Debian bookworm minbase rootfs (made with scripts/debian-rootfs.sh if missing)")
 	flag.StringVar(&cfg.work, "work", "/var/tmp/envd-bench/work", "work dir for containerd, the registry and spools; wiped at start")
 	flag.IntVar(&cfg.runs, "runs", 3, "runs per variant; the table shows medians")
+	flag.DurationVar(&cfg.registryRTT, "registry-rtt", 0, "restore scenarios: joining nodes reach the registry through a loopback proxy that holds each request this long (a registry one round trip away; bandwidth stays the loopback's)")
 	flag.IntVar(&cfg.deepSaves, "deep-saves", 300, "deep scenario: saves in the long history")
 	flag.IntVar(&cfg.latencyRuns, "latency-runs", 50, "latency scenario: rounds")
 	flag.IntVar(&cfg.capacity, "capacity", 100, "capacity scenario: busybox instances")

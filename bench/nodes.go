@@ -47,6 +47,23 @@ type bed struct {
 	// removed (restore.go: waits for the first reads to be stored, times
 	// a second instance on a node that holds the image).
 	afterRestore func(ctx context.Context, c *envdclient.Client, id string) error
+	rtt          *rttProxy // -registry-rtt, started with the first joining node
+}
+
+// joinRegistry is the registry address joining nodes are given: the
+// primary's, or the -registry-rtt proxy in front of it.
+func (b *bed) joinRegistry() (string, error) {
+	if b.cfg.registryRTT <= 0 {
+		return b.primary.RegistryAddr(), nil
+	}
+	if b.rtt == nil {
+		p, err := startRTTProxy(b.primary.RegistryAddr(), b.cfg.registryRTT)
+		if err != nil {
+			return "", err
+		}
+		b.rtt = p
+	}
+	return b.rtt.addr, nil
 }
 
 // startBed wipes WORK/nodes, starts the primary node and imports the rootfs.
@@ -101,6 +118,9 @@ func (b *bed) close() error {
 	defer cancel()
 	if b.primary != nil {
 		b.primary.Shutdown(ctx)
+	}
+	if b.rtt != nil {
+		b.rtt.close()
 	}
 	return removeDataDir(b.dir)
 }
@@ -241,7 +261,11 @@ func (b *bed) coldRestoreWith(ctx context.Context, project string, version int, 
 		}
 	}
 	nodeCred, _ := b.primary.RegistryCredentialFiles()
-	jn, err := node.Start(ctx, node.Config{DataDir: dir, DSN: b.primary.DSN(), Registry: b.primary.RegistryAddr(), RegistryCredentialFile: nodeCred,
+	regAddr, err := b.joinRegistry()
+	if err != nil {
+		return r, err
+	}
+	jn, err := node.Start(ctx, node.Config{DataDir: dir, DSN: b.primary.DSN(), Registry: regAddr, RegistryCredentialFile: nodeCred,
 		DefaultTTL: 2 * time.Hour, Logger: b.log, DisableLazy: full, DefaultLimits: limits,
 		// The restore is measured on this node: cache affinity would place
 		// it on the primary (or an earlier joining node) that holds the image.

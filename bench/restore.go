@@ -221,6 +221,9 @@ func runRestore(ctx context.Context, b *bed, out io.Writer) error {
 	fmt.Fprintf(&w, "- `dot -V` answered: `%s`; the render wrote a %s-byte PNG.\n", firstLine(runs[vLearned][0].Outputs[0]), firstLine(runs[vLearned][0].Outputs[1]))
 	fmt.Fprintln(&w, "- fetched MB: for a lazily mounted layer, the bytes the stargz snapshotter had fetched (its layer state), which includes its background fetch of the whole layer as far as it got; every layer a full pull takes is counted whole, with its compressed size. 1 MB = 10^6 bytes.")
 	fmt.Fprintln(&w, "- Registry, PostgreSQL and all nodes run on this one machine: the registry's blobs are read from its disk, no network between nodes.")
+	if b.cfg.registryRTT > 0 {
+		fmt.Fprintf(&w, "- `-registry-rtt %s`: the joining nodes reach the registry through a loopback proxy that holds every request %s before passing it on (a registry one round trip away; bandwidth stays the loopback's).\n", b.cfg.registryRTT, b.cfg.registryRTT)
+	}
 	fmt.Fprintf(&w, "- Scenario wall time: %s.\n", seconds(time.Since(started)))
 	_, err = out.Write(w.Bytes())
 	return err
