@@ -364,12 +364,21 @@ func (r *Runtime) KickAgent(id string) {
 	if a.starting[id] != nil || a.without[id] {
 		return
 	}
+	a.beginStart(id, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return r.startAgent(ctx, id)
+	})
+}
+
+// beginStart records a start of instance id's agent in flight and runs
+// start in the background; its failure is kept for AgentErr. a.mu must be
+// held, with no start of id in flight.
+func (a *agents) beginStart(id string, start func() error) {
 	done := make(chan struct{})
 	a.starting[id] = done
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := r.startAgent(ctx, id); err != nil {
+		if err := start(); err != nil {
 			a.mu.Lock()
 			a.lastErr = fmt.Errorf("instance %q: %w", id, err)
 			a.mu.Unlock()
@@ -412,24 +421,16 @@ func (a *agents) expectInit(id string, s *agentSlot) {
 	s.lastStart = time.Now()
 	s.mu.Unlock()
 	a.mu.Lock()
+	defer a.mu.Unlock()
 	if a.starting[id] != nil {
-		a.mu.Unlock()
 		return
 	}
-	done := make(chan struct{})
-	a.starting[id] = done
-	a.mu.Unlock()
-	go func() {
+	a.beginStart(id, func() error {
 		if !s.wait(context.Background(), agentConnectWait) && !s.isClosed() {
-			a.mu.Lock()
-			a.lastErr = fmt.Errorf("instance %q: the agent its init started did not connect within %v", id, agentConnectWait)
-			a.mu.Unlock()
+			return fmt.Errorf("the agent its init started did not connect within %v", agentConnectWait)
 		}
-		a.mu.Lock()
-		delete(a.starting, id)
-		a.mu.Unlock()
-		close(done)
-	}()
+		return nil
+	})
 }
 
 // agentConn returns instance id's live agent connection, waiting for a
