@@ -43,6 +43,13 @@ func TestRootRestartKeepsEverything(t *testing.T) {
 	in, err := env.c.GetInstance(ctx(t), a.ID)
 	require.NoError(t, err)
 	assert.Equal(t, types.StateRunning, in.State)
+	// The node listens for the running instances' agents at its start,
+	// and an agent redials at least every 2 s: the first command after
+	// the restart runs under the agent the init started before it, with
+	// no runc exec (its parent would be outside the instance).
+	time.Sleep(3 * time.Second)
+	par := sh(t, a.ID, `tr '\0' ' ' < /proc/$PPID/cmdline 2>/dev/null; echo; cut -d' ' -f4 /proc/$PPID/stat 2>/dev/null; true`)
+	assert.Equal(t, "/dev/.envd-agent /dev/.envd/agent.sock \n1\n", par.Stdout, "the first command after the restart ran under the init's agent")
 	assert.Equal(t, "kept", mustSh(t, a.ID, "cat /marker"), "the instance kept running through the restart")
 
 	done, err := env.c.WaitOperation(ctx(t), op.ID, nil)

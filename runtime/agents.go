@@ -390,6 +390,48 @@ func (a *agents) beginStart(id string, start func() error) {
 	}()
 }
 
+// ListenAgents listens for the agents of this namespace's instances whose
+// task runs (or is paused), as a runtime that starts beside running
+// instances must: their agents redial within 2 s, and commands from then
+// on need no runc exec. Without it, the first command to each instance
+// after a node restart was a runc exec (StartAgent then took the agent
+// back). Instances created without agents are skipped.
+func (r *Runtime) ListenAgents(ctx context.Context) error {
+	if r.agents.bin == "" {
+		return nil
+	}
+	ctx = r.ctx(ctx)
+	cs, err := r.client.Containers(ctx)
+	if err != nil {
+		return translate(err, "list containers")
+	}
+	for _, c := range cs {
+		st, _, err := r.taskStatus(ctx, c.ID())
+		if err != nil || (st.Status != client.Running && st.Status != client.Paused) {
+			continue
+		}
+		cspec, err := recordedSpec(ctx, c)
+		if err != nil || !slices.ContainsFunc(cspec.Mounts, func(m specs.Mount) bool { return m.Destination == agentDirDest }) {
+			continue
+		}
+		s, err := r.agents.listen(c.ID(), filepath.Join(r.instanceDir(c.ID()), "agent"), cspec.Process)
+		if err != nil {
+			return err
+		}
+		// An agent running to be taken back counts as started: a tenant
+		// that kills it gets runc execs for agentRestartGap, as after any
+		// start. Without one, the first command starts one (KickAgent).
+		if t, err := c.Task(ctx, nil); err == nil {
+			if running, _ := agentRunning(ctx, t); running {
+				s.mu.Lock()
+				s.lastStart = time.Now()
+				s.mu.Unlock()
+			}
+		}
+	}
+	return nil
+}
+
 // initStartsAgent tells whether a container's init starts its agent
 // (initScriptAgent), from its recorded process.
 func initStartsAgent(p *specs.Process) bool {

@@ -115,6 +115,22 @@ func TestRootAgentExec(t *testing.T) {
 	})
 	rt = env.rt
 
+	t.Run("a runtime that listens at its start takes the agent back without a runc exec", func(t *testing.T) {
+		require.NoError(t, rt.Close())
+		rt3, err := New(ctx, rt.cfg)
+		require.NoError(t, err)
+		env.rt = rt3
+		require.NoError(t, rt3.ListenAgents(ctx))
+		rt3.agents.mu.Lock()
+		s := rt3.agents.slots[id]
+		rt3.agents.mu.Unlock()
+		require.NotNil(t, s, "listening for the running instance")
+		require.True(t, s.wait(ctx, agentConnectWait), "the agent redialed")
+		assert.Equal(t, parent, parentOf(t, env, id), "the same agent, no second one")
+		assert.Zero(t, execProcesses(t, rt3, id))
+	})
+	rt = env.rt
+
 	t.Run("a tenant that kills the agent gets runc exec", func(t *testing.T) {
 		var stdout, stderr strings.Builder
 		_, err := rt.Exec(ctx, id, ExecSpec{Args: []string{"sh", "-c", "kill -9 $PPID; sleep 1"}, Stdout: &stdout, Stderr: &stderr})

@@ -140,6 +140,12 @@ type agentStarter interface {
 	KickAgent(id string)
 }
 
+// agentListener takes back the agents of instances that ran before this
+// process (runtime.Runtime).
+type agentListener interface {
+	ListenAgents(ctx context.Context) error
+}
+
 // kickAgent starts a new task's exec agent in the background, so that the
 // instance's first command does not pay for a runc exec (runtimes without
 // agents: nothing).

@@ -21,6 +21,14 @@ const LabelNode = "envd.node"
 func (m *Manager) Run() {
 	m.watchOOM()
 	m.watchExits()
+	if l, ok := m.Runtime.(agentListener); ok {
+		// The agents of instances that ran before this process started.
+		m.wg.Go(func() {
+			if err := l.ListenAgents(m.ctx); err != nil && m.ctx.Err() == nil {
+				m.Log.Warn("listen for the exec agents of running instances", "err", err)
+			}
+		})
+	}
 	m.wg.Add(4)
 	go m.reapLoop()
 	go m.reconcileLoop()
