@@ -75,6 +75,8 @@ func (m *Manager) hibernate(ctx context.Context, in versions.Instance, quota ver
 	if err != nil {
 		return in, err
 	}
+	freed := m.freeing(in.ID) // wakeable from the update on; removed below
+	defer freed()
 	in, err = m.Store.Hibernated(ctx, in.ID, v.Number, ReasonHibernated,
 		fmt.Sprintf("hibernated as version %d; start brings it back on any node", v.Number))
 	if err != nil {
@@ -83,6 +85,7 @@ func (m *Manager) hibernate(ctx context.Context, in versions.Instance, quota ver
 	if err := m.Runtime.Remove(ctx, in.ID); err != nil {
 		m.Log.Warn("free hibernated layer", "instance", in.ID, "err", err) // the reconciler retries: no live owner on this node
 	}
+	freed()
 	m.Log.Info("instance hibernated", "instance", in.ID, "version", v.Number)
 	m.Volumes.Handoff(ctx, in.Tenant, in.Project)
 	return in, nil

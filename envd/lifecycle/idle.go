@@ -449,6 +449,9 @@ func (m *Manager) idle(ctx context.Context, in versions.Instance, action string,
 	delete(m.activity.idling, in.ID)
 	m.activity.mu.Unlock()
 	thaw() // the stop signals the processes; frozen ones would not see it
+	// Wakeable from the step on; its container is removed below.
+	freed := m.freeing(in.ID)
+	defer freed()
 	// Stopped and hibernated in one update: a reader never sees it
 	// stopped by idle with no version to wake from.
 	if _, err := m.step(ctx, p, in.ID, verb{From: []types.InstanceState{types.StateRunning, types.StatePaused}, Via: types.StateStopping, To: types.StateStopped,
@@ -460,6 +463,7 @@ func (m *Manager) idle(ctx context.Context, in versions.Instance, action string,
 	if err := m.Runtime.Remove(ctx, in.ID); err != nil {
 		m.Log.Warn("free idle instance's layer", "instance", in.ID, "err", err) // the reconciler retries
 	}
+	freed()
 	m.Volumes.Handoff(ctx, in.Tenant, in.Project)
 	return nil
 }

@@ -28,6 +28,7 @@ package lifecycle
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -192,6 +193,9 @@ type Manager struct {
 
 	mu     sync.Mutex
 	acting map[string]int // instance -> verbs of this process running on it
+	// frees: instance -> closed when this process has removed its
+	// container after a hibernation (freeing, waitFreed).
+	frees map[string]chan struct{}
 
 	activity *activity // idle.go
 
@@ -222,6 +226,49 @@ func (m *Manager) act(id string) (done func()) {
 		if m.acting[id]--; m.acting[id] <= 0 {
 			delete(m.acting, id)
 		}
+	}
+}
+
+// freeing marks instance id's container as being removed by this process
+// after a hibernation, from before the instance can be woken until done is
+// called: a wake here waits for it (waitFreed). Otherwise the removal's
+// tail (the instance's files, its network) would land on the new container
+// of the same id that the wake makes.
+func (m *Manager) freeing(id string) (done func()) {
+	ch := make(chan struct{})
+	m.mu.Lock()
+	if m.frees == nil {
+		m.frees = map[string]chan struct{}{}
+	}
+	m.frees[id] = ch
+	m.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			m.mu.Lock()
+			if m.frees[id] == ch {
+				delete(m.frees, id)
+			}
+			m.mu.Unlock()
+			close(ch)
+		})
+	}
+}
+
+// waitFreed waits until no removal of instance id's container (freeing)
+// runs in this process.
+func (m *Manager) waitFreed(ctx context.Context, id string) error {
+	m.mu.Lock()
+	ch := m.frees[id]
+	m.mu.Unlock()
+	if ch == nil {
+		return nil
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("instance %q: wait for its old container's removal: %w", id, ctx.Err())
 	}
 }
 

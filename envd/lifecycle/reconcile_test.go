@@ -123,3 +123,30 @@ func TestReconcileRecoversATransitionalRowLeftByACrash(t *testing.T) {
 	assert.Equal(t, types.StateRunning, row.State)
 	assert.Equal(t, "recovered", row.Reason)
 }
+
+// A wake waits for this process's removal of the instance's old container
+// (freeing), and only for it.
+func TestWaitFreed(t *testing.T) {
+	m := &Manager{}
+	ctx := context.Background()
+	require.NoError(t, m.waitFreed(ctx, "a"), "nothing being removed")
+
+	freed := m.freeing("a")
+	waited := make(chan error, 1)
+	go func() { waited <- m.waitFreed(ctx, "a") }()
+	require.NoError(t, m.waitFreed(ctx, "b"), "another instance's removal is not waited for")
+	select {
+	case <-waited:
+		t.Fatal("the wait ended before the removal")
+	case <-time.After(50 * time.Millisecond):
+	}
+	freed()
+	require.NoError(t, <-waited)
+	freed() // a second call (the deferred one) changes nothing
+	require.NoError(t, m.waitFreed(ctx, "a"))
+
+	m.freeing("c")
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	assert.ErrorIs(t, m.waitFreed(cctx, "c"), context.DeadlineExceeded, "bounded by the caller")
+}

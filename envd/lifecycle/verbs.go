@@ -175,6 +175,11 @@ func (m *Manager) renewOnStart(ctx context.Context, in versions.Instance) error 
 // from its hibernation version, a new generation, this node as its home.
 func (m *Manager) wake(ctx context.Context, p types.Principal, in versions.Instance) (types.Instance, error) {
 	began := time.Now()
+	// A hibernation of this process may still be removing the old
+	// container of the same id.
+	if err := m.waitFreed(ctx, in.ID); err != nil {
+		return types.Instance{}, err
+	}
 	v, err := m.Store.GetVersion(ctx, in.Tenant, in.Project, in.HibernatedVersion)
 	if err != nil {
 		return types.Instance{}, err
