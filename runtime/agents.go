@@ -18,6 +18,7 @@ import (
 	"github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/containerd/v2/pkg/oci"
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/containerd/typeurl/v2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -268,13 +269,13 @@ func (r *Runtime) startAgent(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	if !slices.ContainsFunc(cspec.Mounts, func(m specs.Mount) bool { return m.Destination == agentDirDest }) {
+	if !hasAgentMounts(cspec) {
 		r.agents.mu.Lock()
 		r.agents.without[id] = true
 		r.agents.mu.Unlock()
 		return fmt.Errorf("instance %q was created without an exec agent: %w", id, errdefs.ErrFailedPrecondition)
 	}
-	s, err := r.agents.listen(id, filepath.Join(r.instanceDir(id), "agent"), cspec.Process)
+	s, err := r.listenAgent(id, cspec)
 	if err != nil {
 		return err
 	}
@@ -411,10 +412,10 @@ func (r *Runtime) ListenAgents(ctx context.Context) error {
 			continue
 		}
 		cspec, err := recordedSpec(ctx, c)
-		if err != nil || !slices.ContainsFunc(cspec.Mounts, func(m specs.Mount) bool { return m.Destination == agentDirDest }) {
+		if err != nil || !hasAgentMounts(cspec) {
 			continue
 		}
-		s, err := r.agents.listen(c.ID(), filepath.Join(r.instanceDir(c.ID()), "agent"), cspec.Process)
+		s, err := r.listenAgent(c.ID(), cspec)
 		if err != nil {
 			return err
 		}
@@ -451,7 +452,19 @@ func (r *Runtime) initAgentSlot(ctx context.Context, c client.Container) (*agent
 	if !initStartsAgent(cspec.Process) {
 		return nil, nil
 	}
-	return r.agents.listen(c.ID(), filepath.Join(r.instanceDir(c.ID()), "agent"), cspec.Process)
+	return r.listenAgent(c.ID(), cspec)
+}
+
+// hasAgentMounts tells whether a container was created with the agent's
+// mounts (agentMounts).
+func hasAgentMounts(cspec *oci.Spec) bool {
+	return slices.ContainsFunc(cspec.Mounts, func(m specs.Mount) bool { return m.Destination == agentDirDest })
+}
+
+// listenAgent is agents.listen on instance id's socket dir, with the
+// init's process of its recorded spec.
+func (r *Runtime) listenAgent(id string, cspec *oci.Spec) (*agentSlot, error) {
+	return r.agents.listen(id, filepath.Join(r.instanceDir(id), "agent"), cspec.Process)
 }
 
 // expectInit counts the agent that instance id's init is starting as a
