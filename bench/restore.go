@@ -188,6 +188,7 @@ func runRestore(ctx context.Context, b *bed, out io.Writer) error {
 	fmt.Fprintln(&w, "|---|---:|---:|---:|---:|---:|---:|---|")
 	ttfc := make([]time.Duration, len(names))
 	first := make([]time.Duration, len(names))
+	create := make([]time.Duration, len(names))
 	for j, name := range names {
 		var cr, c1, c2, tf []time.Duration
 		var f1, fe []int64
@@ -195,19 +196,25 @@ func runRestore(ctx context.Context, b *bed, out io.Writer) error {
 			cr, c1, c2, tf = append(cr, r.Create), append(c1, r.Cmds[0]), append(c2, r.Cmds[1]), append(tf, r.firstCommand())
 			f1, fe = append(f1, r.FetchedFirst), append(fe, r.Fetched)
 		}
-		ttfc[j], first[j] = median(tf), median(c1)
+		ttfc[j], first[j], create[j] = median(tf), median(c1), median(cr)
 		fetch1, fetchAll := megabytes(medianInt(f1)), megabytes(medianInt(fe))
 		if j == vLocal {
 			fetch1, fetchAll = "0 (local)", "0 (local)"
 		}
 		fmt.Fprintf(&w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", escapeCell(name),
-			seconds(median(cr)), seconds(first[j]), seconds(ttfc[j]), seconds(median(c2)), fetch1, fetchAll, runs[j][len(runs[j])-1].Snapshotter)
+			seconds(create[j]), seconds(first[j]), seconds(ttfc[j]), seconds(median(c2)), fetch1, fetchAll, runs[j][len(runs[j])-1].Snapshotter)
 	}
 	fmt.Fprintln(&w)
 	fmt.Fprintf(&w, "Ratios of the medians (issue 15, item 8; targets: learned time to first command at most 1/10 of the full pull's, its first command within 3× of the same command on a fully local image):\n\n")
 	fmt.Fprintf(&w, "- full pull / learned restore, time to first command: **%s** (target ≥ 10×); full pull / first restore: %s.\n", ratio(ttfc[vFull], ttfc[vLearned]), ratio(ttfc[vFull], ttfc[vFirst]))
 	fmt.Fprintf(&w, "- learned restore / fully local, first `dot -V`: **%s** (target ≤ 3×); time to first command (`up` + `dot -V`): %s.\n", ratio(first[vLearned], first[vLocal]), ratio(ttfc[vLearned], ttfc[vLocal]))
-	fmt.Fprintf(&w, "- first restore / learned restore, time to first command: %s.\n\n", ratio(ttfc[vFirst], ttfc[vLearned]))
+	fmt.Fprintf(&w, "- first restore / learned restore, time to first command: %s.\n", ratio(ttfc[vFirst], ttfc[vLearned]))
+	// The floor of any learned restore here: a lazy start that reads nothing
+	// past its init's own files (the first restore's up to Running: the
+	// layers' TOCs fetched and mounted, the init's files made local) before
+	// its first command has read a byte.
+	fmt.Fprintf(&w, "- lazy floor: the first restore's `up` to Running (a lazy start that reads nothing past its init's own files) is %s, full pull / it %s; a learned restore's time to first command adds its command to that. 10× needs at most %s.\n\n",
+		seconds(create[vFirst]), ratio(ttfc[vFull], create[vFirst]), seconds(ttfc[vFull]/10))
 	fmt.Fprintln(&w, "Runs (create + first command, render, fetched MB before the first command / after the render):")
 	fmt.Fprintln(&w)
 	for j, name := range names {

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/containerd/log"
 	"golang.org/x/sys/unix"
 
 	"github.com/envd-dev/envd/api/errdefs"
@@ -55,6 +56,15 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	if *root == "" || *socket == "" || fl.NArg() > 0 {
 		fmt.Fprintln(stderr, "usage: snapshotter --root DIR --socket PATH [--plain-http HOST:PORT]... [--credentials FILE]")
 		return 2
+	}
+	// ENVD_SNAPSHOTTER_LOG=debug shows the library's own steps (resolving,
+	// resolved, verified, prefetch) in snapshotter.log, with times.
+	if lv := os.Getenv("ENVD_SNAPSHOTTER_LOG"); lv != "" {
+		if err := log.SetLevel(lv); err != nil {
+			fmt.Fprintln(stderr, "envd snapshotter: ENVD_SNAPSHOTTER_LOG:", err)
+			return 2
+		}
+		_ = log.SetFormat(log.TextFormat) // times to the nanosecond
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
