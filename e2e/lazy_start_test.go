@@ -40,6 +40,7 @@ func TestRootInitExitAgreesWithShow(t *testing.T) {
 		t.Logf("Failed %v after the kill", time.Since(killed).Round(time.Millisecond))
 		assert.Equal(t, types.StateFailed, got.State)
 		assert.Equal(t, types.ReasonTaskExited, got.Reason)
+		assert.Contains(t, got.Message, "its init exited with status 137 (signal SIGKILL)", "the message says how the init ended")
 	})
 
 	t.Run("exec", func(t *testing.T) {

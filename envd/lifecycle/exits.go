@@ -2,9 +2,14 @@ package lifecycle
 
 import (
 	"context"
+	"fmt"
+	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/runtime"
 )
 
 // exitGrace is how long after an init's exit the instance is looked at: a
@@ -63,5 +68,21 @@ func (m *Manager) SettleExit(ctx context.Context, id string) {
 		m.failOOM(ctx, id)
 		return
 	}
-	m.fail(ctx, id, in.State, types.ReasonTaskExited, "its processes exited; the writable layer is kept until removal")
+	m.fail(ctx, id, in.State, types.ReasonTaskExited, exitMessage(st))
+}
+
+// exitMessage says how an instance's init ended, for the Failed state's
+// message and the node's log: its exit status, and the signal when the
+// status is 128+N as a shell reports it (the init is `sh`; a SIGTERM it
+// traps exits 0, a SIGKILL shows as the wait status of signal 9, 137).
+func exitMessage(st runtime.Status) string {
+	const kept = "; the writable layer is kept until removal"
+	if st.Task != "stopped" {
+		return "its processes exited" + kept
+	}
+	msg := fmt.Sprintf("its init exited with status %d", st.ExitCode)
+	if st.ExitCode > 128 && st.ExitCode < 128+65 {
+		msg += fmt.Sprintf(" (signal %s)", unix.SignalName(syscall.Signal(st.ExitCode-128)))
+	}
+	return msg + kept
 }

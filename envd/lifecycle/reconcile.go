@@ -173,7 +173,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 		case in.State == types.StateRunning && taskEnded(st.Task) && st.OOMKilled:
 			m.failOOM(ctx, in.ID)
 		case in.State == types.StateRunning && taskEnded(st.Task):
-			m.fail(ctx, in.ID, in.State, types.ReasonTaskExited, "its processes exited; the writable layer is kept until removal")
+			m.fail(ctx, in.ID, in.State, types.ReasonTaskExited, exitMessage(st))
 		case (in.State == types.StatePausing || in.State == types.StateResuming || in.State == types.StateStopping) && !m.inFlight(in.ID):
 			// Left by a crash: no verb of this process acts on it (a verb
 			// in flight ends its transition itself; the runtime may not
@@ -222,6 +222,6 @@ func (m *Manager) fail(ctx context.Context, id string, from types.InstanceState,
 		m.Log.Warn("mark instance failed", "instance", id, "reason", reason, "err", err)
 		return
 	}
-	m.Log.Info("instance failed", "instance", id, "reason", reason)
+	m.Log.Info("instance failed", "instance", id, "reason", reason, "message", msg)
 	m.Observer.InstanceFailed(reason)
 }
