@@ -194,16 +194,9 @@ feed:
 func (w *warmer) warmInit(ctx context.Context, pid int, commands []string, res *WarmResult) error {
 	// The executable, by its /proc link: the very file the init runs,
 	// wherever it is. Right after a task start the process may still be
-	// runc's init (a memfd copy of runc), about to exec the container's
-	// init: give it a moment.
-	exePath := fmt.Sprintf("/proc/%d/exe", pid)
-	for range 50 {
-		if l, err := os.Readlink(exePath); err != nil || !strings.HasPrefix(l, "/memfd:") {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	exe, err := os.Open(exePath)
+	// runc's init, about to exec the container's init: give it a moment.
+	waitExec(pid, 50, 10*time.Millisecond)
+	exe, err := os.Open(fmt.Sprintf("/proc/%d/exe", pid))
 	if err != nil {
 		return fmt.Errorf("warm process %d: %w", pid, errors.Join(errdefs.ErrNotFound, err))
 	}
@@ -229,6 +222,34 @@ func (w *warmer) warmInit(ctx context.Context, pid int, commands []string, res *
 		res.NeededBytes += n
 	}
 	return nil
+}
+
+// waitExec waits, up to tries × every, while process pid is still runc's
+// init: its executable a memfd copy of runc, or (runc 1.1 does this too)
+// runc's own binary, run as `runc init`. Reading that as the instance's
+// init would read runc (8.7 MB on this machine) and miss the real one.
+func waitExec(pid, tries int, every time.Duration) {
+	for range tries {
+		if !isRuncInit(pid) {
+			return
+		}
+		time.Sleep(every)
+	}
+}
+
+// isRuncInit reports whether process pid is runc's init (see waitExec).
+func isRuncInit(pid int) bool {
+	if l, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err != nil {
+		return false
+	} else if strings.HasPrefix(l, "/memfd:") {
+		return true
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	argv := strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+	return len(argv) == 2 && argv[1] == "init" && strings.HasPrefix(path.Base(argv[0]), "runc")
 }
 
 type warmer struct {
