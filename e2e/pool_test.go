@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"syscall"
 	"testing"
 	"time"
 
@@ -62,4 +63,51 @@ func waitPooled(t *testing.T, project string, version int) {
 		require.True(t, time.Now().Before(deadline), "waited 2 min for a pooled instance of %s version %d", project, version)
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// TestRootPoolClaimSkipsDeadInstance: a pooled instance whose init has just
+// died, while its row still says Running (its exit is settled a moment
+// after the event), is never handed out: the claim passes it over, the
+// create starts a fresh instance that answers, and the dead one is marked
+// Failed and replaced in the pool.
+func TestRootPoolClaimSkipsDeadInstance(t *testing.T) {
+	c := ctx(t)
+	p := newProject(t, "pooldead")
+	_, err := env.c.SetProjectPool(c, p, types.PoolSetting{Size: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = env.c.SetProjectPool(context.Background(), p, types.PoolSetting{Size: 0}) })
+	proj, err := env.c.GetProject(c, p)
+	require.NoError(t, err)
+	waitPooled(t, p, proj.Current)
+
+	conn, err := pgx.Connect(c, env.node.DSN())
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	var pooled string
+	require.NoError(t, conn.QueryRow(c, `SELECT pi.instance_id FROM pool_instances pi JOIN projects pr ON pr.id = pi.project_id
+		WHERE pr.name = $1`, p).Scan(&pooled))
+	st, err := env.node.Runtime().Status(c, pooled)
+	require.NoError(t, err)
+	require.NotZero(t, st.Pid)
+
+	// Kill the init; once the runtime shows the task stopped, claim at
+	// once: the node settles an exit 100 ms after its event, so the row
+	// still says Running. (Claimed before the shim saw the exit, the
+	// instance would still run at the check: a race no check can close.)
+	require.NoError(t, syscall.Kill(int(st.Pid), syscall.SIGKILL))
+	require.Eventually(t, func() bool {
+		st, err := env.node.Runtime().Status(c, pooled)
+		return err == nil && st.Task != "running"
+	}, 5*time.Second, time.Millisecond, "the killed init's task still runs")
+	in := up(t, p, 0)
+	assert.NotEqual(t, pooled, in.ID, "the dead pooled instance was handed out")
+	assert.NotEqual(t, "claimed from the pool", in.Message)
+	assert.Equal(t, "hi", mustSh(t, in.ID, "echo hi"))
+
+	require.Eventually(t, func() bool {
+		var state string
+		err := conn.QueryRow(c, `SELECT state FROM instances WHERE id = $1`, pooled).Scan(&state)
+		return err == pgx.ErrNoRows || (err == nil && state != string(types.StateRunning))
+	}, 30*time.Second, 50*time.Millisecond, "the dead pooled instance still says Running")
+	waitPooled(t, p, proj.Current) // refilled
 }

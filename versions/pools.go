@@ -99,26 +99,38 @@ func (s *Store) RemoveFromPool(ctx context.Context, id string) error {
 
 // ClaimPooled takes a Running pooled instance of project's version on node
 // for the tenant, sets its expiry and returns it. None is ErrNotFound.
-// Two claims never take the same instance.
-func (s *Store) ClaimPooled(ctx context.Context, tenant, project string, version int, node string, expires *time.Time) (Instance, error) {
+// Two claims never take the same instance. alive, when not nil, is asked
+// about each candidate while its pool row is locked: one it rejects (its
+// task is gone, though its row still says Running) is passed over and
+// stays in the pool for its node to settle.
+func (s *Store) ClaimPooled(ctx context.Context, tenant, project string, version int, node string, expires *time.Time, alive func(id string) bool) (Instance, error) {
 	return WithTxV(ctx, s.db, func(tx pgx.Tx) (Instance, error) {
-		var id string
-		err := tx.QueryRow(ctx, `DELETE FROM pool_instances WHERE instance_id = (
-				SELECT pi.instance_id FROM pool_instances pi
+		passed := []string{}
+		for {
+			var id string
+			err := tx.QueryRow(ctx, `SELECT pi.instance_id FROM pool_instances pi
 				JOIN instances i ON i.id = pi.instance_id JOIN projects p ON p.id = pi.project_id
 				WHERE p.tenant_id = $1 AND p.name = $2 AND pi.version = $3 AND pi.node = $4 AND i.state = 'Running'
-				ORDER BY pi.created_at LIMIT 1 FOR UPDATE OF pi SKIP LOCKED)
-			RETURNING instance_id`, tenant, project, version, node).Scan(&id)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return Instance{}, fmt.Errorf("no pooled instance of %q version %d: %w", project, version, errdefs.ErrNotFound)
+				  AND pi.instance_id <> ALL($5)
+				ORDER BY pi.created_at LIMIT 1 FOR UPDATE OF pi SKIP LOCKED`, tenant, project, version, node, passed).Scan(&id)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return Instance{}, fmt.Errorf("no pooled instance of %q version %d: %w", project, version, errdefs.ErrNotFound)
+			}
+			if err != nil {
+				return Instance{}, translate(err, "claim a pooled instance")
+			}
+			if alive != nil && !alive(id) {
+				passed = append(passed, id)
+				continue
+			}
+			if _, err := tx.Exec(ctx, `DELETE FROM pool_instances WHERE instance_id = $1`, id); err != nil {
+				return Instance{}, translate(err, "claim a pooled instance")
+			}
+			if _, err := tx.Exec(ctx, `UPDATE instances SET expires_at = $2, message = 'claimed from the pool', last_transition_at = now()
+				WHERE id = $1`, id, expires); err != nil {
+				return Instance{}, translate(err, fmt.Sprintf("instance %q", id))
+			}
+			return scanInstance(tx.QueryRow(ctx, "SELECT "+instanceCols+instanceFrom+"WHERE i.id = $1", id))
 		}
-		if err != nil {
-			return Instance{}, translate(err, "claim a pooled instance")
-		}
-		if _, err := tx.Exec(ctx, `UPDATE instances SET expires_at = $2, message = 'claimed from the pool', last_transition_at = now()
-			WHERE id = $1`, id, expires); err != nil {
-			return Instance{}, translate(err, fmt.Sprintf("instance %q", id))
-		}
-		return scanInstance(tx.QueryRow(ctx, "SELECT "+instanceCols+instanceFrom+"WHERE i.id = $1", id))
 	})
 }

@@ -18,7 +18,7 @@ type PoolStore interface {
 	PoolStates(ctx context.Context, node string) ([]versions.PoolState, error)
 	AddToPool(ctx context.Context, tenant, project, id, node string, version int) error
 	RemoveFromPool(ctx context.Context, id string) error
-	ClaimPooled(ctx context.Context, tenant, project string, version int, node string, expires *time.Time) (versions.Instance, error)
+	ClaimPooled(ctx context.Context, tenant, project string, version int, node string, expires *time.Time, alive func(id string) bool) (versions.Instance, error)
 }
 
 // claimPooled answers a create from the project's warm pool on this node
@@ -46,7 +46,22 @@ func (m *Manager) claimPooled(ctx context.Context, p types.Principal, project st
 	// between the commit and a later mark would start the replacement
 	// at once.
 	m.markClaim()
-	in, err := m.Pools.ClaimPooled(ctx, p.Tenant, project, proj.Current, m.Node, expires)
+	// The store's Running may lag an init that just died (its exit is
+	// settled exitGrace after the event): never hand that one out.
+	var dead []string
+	alive := func(id string) bool {
+		st, err := m.Runtime.Status(ctx, id)
+		if err != nil || st.Task == "running" {
+			return true // cannot tell: the store's Running stands
+		}
+		dead = append(dead, id)
+		return false
+	}
+	in, err := m.Pools.ClaimPooled(ctx, p.Tenant, project, proj.Current, m.Node, expires, alive)
+	for _, id := range dead {
+		m.Log.Warn("passed over a pooled instance whose task is gone", "instance", id)
+		m.SettleExit(ctx, id)
+	}
 	if err != nil {
 		return types.Instance{}, false
 	}
