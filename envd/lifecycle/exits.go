@@ -81,8 +81,12 @@ func exitMessage(st runtime.Status) string {
 		return "its processes exited" + kept
 	}
 	msg := fmt.Sprintf("its init exited with status %d", st.ExitCode)
-	if st.ExitCode > 128 && st.ExitCode < 128+65 {
-		msg += fmt.Sprintf(" (signal %s)", unix.SignalName(syscall.Signal(st.ExitCode-128)))
+	if sig := syscall.Signal(st.ExitCode - 128); st.ExitCode > 128 && sig <= 64 {
+		name := unix.SignalName(sig)
+		if name == "" { // a real-time signal
+			name = fmt.Sprint(int(sig))
+		}
+		msg += fmt.Sprintf(" (signal %s)", name)
 	}
 	return msg + kept
 }
