@@ -24,6 +24,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/internal/proc"
 	"github.com/envd-dev/envd/runtime/agent"
 )
 
@@ -323,10 +324,8 @@ func agentRunning(ctx context.Context, t client.Task) (bool, error) {
 	}
 	for _, p := range ps {
 		if p.Info == nil {
-			if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.Pid)); err == nil {
-				if argv0, _, _ := bytes.Cut(b, []byte{0}); string(argv0) == agentBinDest {
-					return true, nil
-				}
+			if argv := proc.Args(int(p.Pid)); len(argv) > 0 && argv[0] == agentBinDest {
+				return true, nil
 			}
 			continue
 		}

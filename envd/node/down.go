@@ -53,11 +53,11 @@ func Down(ctx context.Context, cfg Config) error {
 // isEnvd reports whether pid is an envd process (a stale pid file may name
 // a pid reused by something else).
 func isEnvd(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil {
+	argv := proc.Args(pid)
+	if len(argv) == 0 {
 		return false
 	}
-	exe := strings.SplitN(string(b), "\x00", 2)[0]
+	exe := argv[0]
 	return filepath.Base(exe) == "envd" || strings.HasSuffix(exe, ".test")
 }
 

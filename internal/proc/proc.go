@@ -1,6 +1,7 @@
 // Package proc stops the helper daemons envd starts in their own sessions
 // (containerd, the lazy snapshotter): they outlive envd on purpose, so they
-// are stopped by pid, not through an exec.Cmd.
+// are stopped by pid, not through an exec.Cmd. It also reads who runs
+// under a pid (Args).
 package proc
 
 import (
@@ -100,4 +101,15 @@ func LogTail(path string) string {
 		b = b[len(b)-600:]
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// Args returns process pid's argument vector as /proc shows it (nil for a
+// process that is gone, or a zombie's or kernel thread's empty one). Who
+// runs under a recorded pid is told by it: the pid may have been reused.
+func Args(pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil || len(b) == 0 {
+		return nil
+	}
+	return strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
 }

@@ -108,3 +108,12 @@ func TestLogTail(t *testing.T) {
 	assert.Contains(t, tail, "last line")
 	assert.Empty(t, LogTail(filepath.Join(t.TempDir(), "missing")))
 }
+
+func TestArgs(t *testing.T) {
+	cmd := exec.Command("sleep", "30")
+	cmd.Args = []string{"sleeper", "30", "", "last"} // an empty argument stays
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	assert.Equal(t, []string{"sleeper", "30", "", "last"}, Args(cmd.Process.Pid))
+	assert.Nil(t, Args(1<<30), "no such process")
+}

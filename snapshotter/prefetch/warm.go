@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/internal/proc"
 )
 
 // Warming a lazy instance before it is reported Running.
@@ -244,11 +245,7 @@ func isRuncInit(pid int) bool {
 	} else if strings.HasPrefix(l, "/memfd:") {
 		return true
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil {
-		return false
-	}
-	argv := strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+	argv := proc.Args(pid)
 	return len(argv) == 2 && argv[1] == "init" && strings.HasPrefix(path.Base(argv[0]), "runc")
 }
 
