@@ -46,7 +46,9 @@ func TestWaitExec(t *testing.T) {
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	pid := cmd.Process.Pid
 
-	require.True(t, isRuncInit(pid), "a process run as `runc init` is runc's init")
+	// Start returns once the exec has begun; the new image's argv shows in
+	// /proc a moment later.
+	require.Eventually(t, func() bool { return isRuncInit(pid) }, 200*time.Millisecond, time.Millisecond, "a process run as `runc init` is runc's init")
 	started := time.Now()
 	waitExec(pid, 200, 10*time.Millisecond)
 	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
