@@ -81,7 +81,8 @@ func exitMessage(st runtime.Status) string {
 		return "its processes exited" + kept
 	}
 	msg := fmt.Sprintf("its init exited with status %d", st.ExitCode)
-	if sig := syscall.Signal(st.ExitCode - 128); st.ExitCode > 128 && sig <= 64 {
+	if st.ExitCode > 128 && st.ExitCode <= 128+64 {
+		sig := syscall.Signal(st.ExitCode - 128)
 		name := unix.SignalName(sig)
 		if name == "" { // a real-time signal
 			name = fmt.Sprint(int(sig))
