@@ -1,8 +1,17 @@
 #!/usr/bin/env bash
-# Installs everything envd and its tests need on a fresh Debian machine, as root.
+# Installs what envd needs on a fresh Debian machine, as root; with --tests also what only
+# its tests need (the SDKs' and console's npm tools, Chromium, Kubernetes built from source
+# and the node image's Debian layer), so the demo's first run does not wait for those.
 # Idempotent: a second run only checks. Go programs are pinned; Debian packages come
 # from the machine's own apt sources.
 set -euo pipefail
+
+TESTS=0
+case "${1:-}" in
+  --tests) TESTS=1 ;;
+  "") ;;
+  *) echo "usage: setup.sh [--tests]" >&2; exit 2 ;;
+esac
 
 CONTAINERD_VERSION=v2.4.2
 VERSITYGW_VERSION=v1.8.0
@@ -18,11 +27,13 @@ want_go=$(awk '/^go /{print $2}' "$(dirname "$0")/../go.mod")
 have_go=$(go env GOVERSION | sed 's/^go//')
 [ "$(printf '%s\n%s\n' "$want_go" "$have_go" | sort -V | head -n1)" = "$want_go" ] ||
   fail "go.mod needs Go $want_go or newer; go on PATH is $have_go"
-command -v node >/dev/null && command -v npm >/dev/null ||
-  fail "node and npm are not on PATH; install Node.js 20 or newer (the TypeScript SDK's tests need them)"
-have_node=$(node --version | sed 's/^v//')
-[ "$(printf '%s\n%s\n' 20 "$have_node" | sort -V | head -n1)" = 20 ] ||
-  fail "the TypeScript SDK needs Node.js 20 or newer; node on PATH is $have_node"
+if [ "$TESTS" = 1 ]; then
+  command -v node >/dev/null && command -v npm >/dev/null ||
+    fail "node and npm are not on PATH; install Node.js 20 or newer (the SDKs' and the console's tests need them)"
+  have_node=$(node --version | sed 's/^v//')
+  [ "$(printf '%s\n%s\n' 20 "$have_node" | sort -V | head -n1)" = 20 ] ||
+    fail "the TypeScript SDK needs Node.js 20 or newer; node on PATH is $have_node"
+fi
 
 need_apt=()
 for pkg in runc busybox-static debootstrap containernetworking-plugins iptables \
@@ -47,6 +58,9 @@ if [ ! -x "$GOBIN_DIR/versitygw" ]; then
   echo "setup: go install versitygw $VERSITYGW_VERSION"
   GOBIN="$GOBIN_DIR" go install "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION"
 fi
+modprobe overlay 2>/dev/null || true
+modprobe fuse 2>/dev/null || true
+if [ "$TESTS" = 1 ]; then
 # The TypeScript SDK's build and test tools (sdk/typescript, e2e TestSDKTypeScript): npm ci
 # from its committed package-lock.json, skipped while node_modules matches that lock file.
 SDK_TS_DIR=$(cd "$(dirname "$0")/../sdk/typescript" && pwd)
@@ -70,10 +84,9 @@ if ! command -v chromium >/dev/null; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
-modprobe overlay 2>/dev/null || true
-modprobe fuse 2>/dev/null || true
 # The deployment test (deploy/kubernetes/test): Kubernetes built from source and the node
 # image's Debian layer, both cached after the first run.
 bash "$(dirname "$0")/k8s-build.sh"
 bash "$(dirname "$0")/build-node-image.sh" --base-only
-echo "setup: ok ($GOBIN_DIR)"
+fi
+echo "setup: ok ($GOBIN_DIR$([ "$TESTS" = 1 ] && echo ", with the tests' tools"))"

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "tests need root (containerd, overlayfs, network namespaces)" >&2; exit 1; }
-bash scripts/setup.sh
+bash scripts/setup.sh --tests
 export PATH=/usr/local/lib/envd/bin:$PATH
 go vet ./...
 # The exec agent instances run their commands through (runtime/agents.go):
