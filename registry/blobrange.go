@@ -18,7 +18,7 @@ import (
 // allocates a 4 MiB bufio buffer per request and fills it from the blob's
 // offset, so a 60 KB range costs a 4 MiB allocation (zeroed, faulted in)
 // and a 4 MiB copy. Under a learned lazy start that was about a seventh of
-// both cores (docs/NOTES.md, "Ranged blob reads"). blobRanges answers those
+// both cores (docs/notes/lazy-restore.md, "Ranged blob reads"). blobRanges answers those
 // GETs from the blob's file itself, after the same checks distribution makes
 // (the blob is linked into the repository named in the path); everything
 // else, and every case it does not recognize, goes to distribution.

@@ -312,7 +312,7 @@ const (
 	// and is fetched on demand. A recording says that a file was opened or
 	// read, not how much of it: an install instance that read apt's 39 MB
 	// package cache put all of it before the landmark, and every lazy start
-	// of that version fetched 18.5 MB more (docs/NOTES.md).
+	// of that version fetched 18.5 MB more (docs/notes/lazy-restore.md).
 	PrioritizedFileMax = 16 << 20
 	// PrioritizedMax bounds the content of all listed files together; the
 	// list is in first-read order, so what is cut is what came last.

@@ -11,7 +11,7 @@ import (
 // $ENVD_BENCH_UPPER (default: the ~100 MB generated tree of BenchmarkEncode)
 // as eStargz, writing the layer next to the spool (a disk, as in a save) or,
 // with "tmpfs", to /dev/shm. Used to tune encodeEstargz; see
-// docs/BENCHMARKS.md, "eStargz encode tuning".
+// docs/benchmarks-history.md, "eStargz encode tuning".
 func BenchmarkEncodeEstargzTree(b *testing.B) {
 	spoolPath, size := benchSpool(b)
 	if upper := os.Getenv("ENVD_BENCH_UPPER"); upper != "" {

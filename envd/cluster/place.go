@@ -64,7 +64,7 @@ type Decision struct {
 	Reason string
 }
 
-// The weights of the policy (docs/NOTES.md, "Membership, placement and
+// The weights of the policy (docs/notes/cluster.md, "Membership, placement and
 // node loss"): a node holding the project's volumes beats everything but a
 // full node; the image already pulled (cache affinity) beats an empty
 // node, but one more instance of the same tenant on that node costs more

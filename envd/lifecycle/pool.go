@@ -197,7 +197,7 @@ const maxRefillDeferrals = 5
 // node's CPU for about half a second (CNI, runc create, the shim), and a
 // refill started at the claim lands on the claimed instance's first
 // commands: waiting for them keeps the claim's first answers fast (see
-// docs/NOTES.md, "Warm pool latency").
+// docs/notes/lifecycle.md, "Warm pool latency").
 func (m *Manager) claimed() {
 	m.markClaim()
 	time.AfterFunc(m.refillDelay(), m.poke)

@@ -428,7 +428,7 @@ func readWhole(ctx context.Context, f *os.File) (int64, error) {
 	// reads the kernel sent eight requests at once for the same eStargz
 	// chunk, and the stargz snapshotter decompressed and verified the
 	// chunk for each of them: the 20 MB Graphviz list took 1.8-2.1 s to
-	// read ahead against 0.95-1.25 s this way (docs/NOTES.md).
+	// read ahead against 0.95-1.25 s this way (docs/notes/lazy-restore.md, "Lazy up, third pass").
 	buf := make([]byte, 128<<10)
 	var n int64
 	for {

@@ -58,7 +58,7 @@ const maxSocketPath = 107
 // that when the registry goes away (connections refused, or a registry that
 // accepts and never answers) a read of a file that is not cached yet keeps
 // retrying for FetchTimeout and then fails with EIO, never hangs and never
-// takes a multiple of FetchTimeout (outage.go); see docs/NOTES.md.
+// takes a multiple of FetchTimeout (outage.go); see docs/notes/lazy-restore.md.
 type Config struct {
 	// PlainHTTP are registry host:port served over plain HTTP (the
 	// embedded registry). Loopback hosts always use plain HTTP.

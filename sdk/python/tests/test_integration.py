@@ -193,7 +193,7 @@ class LiveTest(unittest.TestCase):
         self.assertEqual(img["name"], name)
         self.assertTrue(img["digest"].startswith("sha256:"))
         # docs/api.md says 409 already_exists; the server moves the name to
-        # the new image (reported in docs/NOTES.md, "Python SDK").
+        # the new image (reported in docs/notes/clients.md, "Python SDK").
         moved = self.c.import_image(name, tiny_tar({"etc/sdk-base": b"B\n", "etc/other": b"x"}))
         self.assertNotEqual(moved["digest"], img["digest"])
         gz = self.c.import_image(name + "-gz", io.BytesIO(gzip.compress(tiny_tar({"etc/gz": b"gz\n"}))))
