@@ -199,8 +199,7 @@ func newCounter(t *testing.T) (*counter, io.Writer) {
 		defer close(c.lines)
 		sc := bufio.NewScanner(r)
 		for sc.Scan() {
-			// A restored sandbox may write padding before its first line.
-			if v, err := strconv.Atoi(strings.TrimSpace(strings.Trim(sc.Text(), "\x00"))); err == nil {
+			if v, err := strconv.Atoi(strings.TrimSpace(sc.Text())); err == nil {
 				c.lines <- v
 			}
 		}
