@@ -192,7 +192,7 @@ type counter struct {
 	lines chan int
 }
 
-func newCounter(t *testing.T) (*counter, io.Writer) {
+func newCounter(t *testing.T) (*counter, *io.PipeWriter) {
 	r, w := io.Pipe()
 	c := &counter{lines: make(chan int, 1024)}
 	go func() {
@@ -277,7 +277,7 @@ func TestRootSandboxCheckpointRestoresOnAnotherNode(t *testing.T) {
 	}
 	_, err = task.Delete(ctx)
 	require.NoError(t, err)
-	require.NoError(t, w.(io.Closer).Close())
+	require.NoError(t, w.Close())
 	stopped := before.last(t, seen)
 
 	copied := t.TempDir()
