@@ -156,6 +156,8 @@ func TestRootPortsDialFloodShedsLoad(t *testing.T) {
 	assert.GreaterOrEqual(t, counts["429"]+counts["tunnel 429"], proxied+tunnels-limit-1, "past the tenant's dial limit, requests are refused")
 	assert.Positive(t, counts["tunnel 429"], "tunnels are refused too")
 	assert.LessOrEqual(t, counts["502"]+counts["other"], limit+1, "more dials admitted than the limit")
-	assert.LessOrEqual(t, counts["other"], 2, "answers neither refused nor timed out: %v", counts)
+	// Concurrent SYNs can each get a SYN-ACK before the queue is full: a
+	// few connects complete and their requests hang until the client gives up.
+	assert.LessOrEqual(t, counts["other"], limit/4, "answers neither refused nor timed out: %v", counts)
 	assert.Less(t, peak-before, 40, "%d hanging dials grew the node from %d to %d OS threads", proxied+tunnels, before, peak)
 }
