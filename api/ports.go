@@ -20,6 +20,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/execproto"
 	"github.com/envd-dev/envd/envd/preview"
 )
 
@@ -32,6 +33,9 @@ import (
 //     sees /{path...}) and sent as X-Forwarded-Prefix; the Authorization
 //     header and the preview cookie are not passed on. POST .../token is
 //     envd's own (a preview token), not proxied.
+//   - in both forms, envd's credentials never reach the instance: the
+//     bearer entry of Sec-WebSocket-Protocol (other subprotocols are
+//     kept) and the node-to-node forwarding headers are removed.
 //   - host form: {port}-{instance}.{preview domain}, served by
 //     PreviewHosts before the API's routes, authenticated by a preview
 //     token (query parameter envd_preview_token once, then the
@@ -221,6 +225,9 @@ type proxyTarget struct {
 	// host is the API's); otherwise the client's Host is kept.
 	localHost bool
 	fail      func(error) // answers an error of the proxy itself
+	// bearerProtocol is the bearer subprotocol the client offered, if any
+	// (set by serve).
+	bearerProtocol string
 }
 
 // poolKey names a target's connections in the transport's pool: one
@@ -278,6 +285,19 @@ func newPortProxy(core PortCore) *portProxy {
 				pr.Out.Header.Set("X-Forwarded-Prefix", t.prefix)
 			}
 			dropCookie(pr.Out.Header, PreviewCookie)
+			pr.Out.Header.Del(ForwardedHeader)
+			pr.Out.Header.Del(PlacementHeader)
+			dropBearerSubprotocol(pr.Out.Header)
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			// A browser that offered only the bearer subprotocol fails the
+			// handshake unless one it offered is chosen; the instance never
+			// saw it, so the proxy chooses it when the instance chose none.
+			t := resp.Request.Context().Value(targetKey{}).(proxyTarget)
+			if resp.StatusCode == http.StatusSwitchingProtocols && t.bearerProtocol != "" && resp.Header.Get("Sec-WebSocket-Protocol") == "" {
+				resp.Header.Set("Sec-WebSocket-Protocol", t.bearerProtocol)
+			}
+			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			t := r.Context().Value(targetKey{}).(proxyTarget)
@@ -318,6 +338,9 @@ func hasKind(err error) bool {
 }
 
 func (pp *portProxy) serve(w http.ResponseWriter, r *http.Request, t proxyTarget) {
+	if strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		t.bearerProtocol = bearerSubprotocol(r.Header)
+	}
 	r = r.WithContext(context.WithValue(r.Context(), targetKey{}, t))
 	pp.rp.ServeHTTP(w, r)
 }
@@ -340,6 +363,39 @@ func dropCookie(h http.Header, name string) {
 	h.Del("Cookie")
 	if len(keep) > 0 {
 		h.Set("Cookie", strings.Join(keep, "; "))
+	}
+}
+
+// bearerSubprotocol is the bearer entry of h's Sec-WebSocket-Protocol, or "".
+func bearerSubprotocol(h http.Header) string {
+	for _, v := range h.Values("Sec-WebSocket-Protocol") {
+		for p := range strings.SplitSeq(v, ",") {
+			if p = strings.TrimSpace(p); strings.HasPrefix(p, execproto.BearerPrefix) {
+				return p
+			}
+		}
+	}
+	return ""
+}
+
+// dropBearerSubprotocol removes the bearer entries (execproto.BearerPrefix)
+// from h's Sec-WebSocket-Protocol and keeps the others, in order.
+func dropBearerSubprotocol(h http.Header) {
+	vals := h.Values("Sec-WebSocket-Protocol")
+	if len(vals) == 0 {
+		return
+	}
+	var keep []string
+	for _, v := range vals {
+		for p := range strings.SplitSeq(v, ",") {
+			if p = strings.TrimSpace(p); p != "" && !strings.HasPrefix(p, execproto.BearerPrefix) {
+				keep = append(keep, p)
+			}
+		}
+	}
+	h.Del("Sec-WebSocket-Protocol")
+	if len(keep) > 0 {
+		h.Set("Sec-WebSocket-Protocol", strings.Join(keep, ", "))
 	}
 }
 
@@ -406,17 +462,14 @@ func (h *previewHosts) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		q := r.URL.Query()
 		q.Del(PreviewTokenParam)
-		u := url.URL{Path: r.URL.EscapedPath(), RawQuery: q.Encode()}
-		if u.Path == "" {
-			u.Path = "/"
-		}
 		w.Header().Set("Cache-Control", "no-store")
 		w.Header().Set("Referrer-Policy", "no-referrer")
 		status := http.StatusSeeOther
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			status = http.StatusTemporaryRedirect
 		}
-		http.Redirect(w, r, u.RequestURI(), status)
+		w.Header().Set("Location", sameHostLocation(r.URL.EscapedPath(), q.Encode()))
+		w.WriteHeader(status)
 		return
 	}
 	if r.Header.Get(ForwardedHeader) == "" {
@@ -438,12 +491,30 @@ func (h *previewHosts) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.proxy.serve(w, r, proxyTarget{p: p, id: id, port: port, path: path, fail: func(err error) { plainError(w, err) }})
 }
 
+// sameHostLocation is a Location for the path escapedPath with the query
+// rawQuery on the request's own host. A browser takes a Location that
+// starts with two slashes, or a slash and a backslash, as another host
+// ("//evil.example/x"): leading slashes and backslashes collapse into one.
+// escapedPath is url.URL.EscapedPath's, so any other character a browser
+// would strip or turn into a slash (tab, newline, backslash) is already
+// percent-encoded, and encoded slashes are not separators.
+func sameHostLocation(escapedPath, rawQuery string) string {
+	loc := "/" + strings.TrimLeft(escapedPath, "/\\")
+	if rawQuery != "" {
+		loc += "?" + rawQuery
+	}
+	return loc
+}
+
 // plainError answers a host-form request with a plain-text error: the
 // client is a browser on the instance's site, not an API client.
 func plainError(w http.ResponseWriter, err error) {
 	status := errdefs.HTTPStatus(err)
 	if status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="envd preview"`)
+	}
+	if ra, ok := errors.AsType[retryAfter](err); ok {
+		w.Header().Set("Retry-After", retryAfterSeconds(ra.RetryAfter()))
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	http.Error(w, fmt.Sprintf("envd: %s (%s)", err.Error(), errdefs.Code(err)), status)

@@ -51,6 +51,9 @@ func newLimiter(l TenantLimits) *limiter.Limiter {
 // on every path. Saves and builds are admitted by Save and Build
 // themselves, for as long as their operation runs.
 func (s *Service) Admit(p types.Principal, kind string) (release func(), err error) {
+	if err := s.admitThreads(); err != nil {
+		return nil, err
+	}
 	return s.limiter().Acquire(p.Tenant, kind)
 }
 
@@ -71,6 +74,8 @@ func (a opAdmitter) AdmitOp(tenant string, kind types.OpKind) (release func(), e
 	adm, ok := opAdmission[kind]
 	if !ok {
 		release = func() {}
+	} else if err = a.s.admitThreads(); err != nil {
+		return nil, err
 	} else if release, err = a.s.limiter().Acquire(tenant, adm); err != nil {
 		return nil, err
 	}

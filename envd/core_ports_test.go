@@ -9,6 +9,7 @@ import (
 
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/envd"
 )
 
 // Preview tokens open one port of one instance of one tenant until they
@@ -126,4 +127,32 @@ func flipChar(c byte) string {
 		return "B"
 	}
 	return "A"
+}
+
+// Past the node's thread high-water mark, new streams, saves and dials are
+// refused with 429 resource_exhausted (kind threads) before they start;
+// below it they are admitted.
+func TestCoreThreadGuard(t *testing.T) {
+	e := newCoreEnv(t, func(c *envd.Config) { c.ThreadHighWater = 1 }) // every Go process runs more
+	e.project("web")
+	in := e.instance("web", types.CreateInstanceRequest{})
+
+	_, err := e.svc.Admit(e.user, envd.AdmitExec)
+	require.ErrorIs(t, err, errdefs.ErrResourceExhausted)
+	assert.Equal(t, 429, errdefs.HTTPStatus(err))
+	assert.Contains(t, err.Error(), "past its high-water mark of 1")
+	var te *envd.ThreadsExhaustedError
+	require.ErrorAs(t, err, &te)
+	assert.Equal(t, map[string]any{"kind": "threads", "limit": 1, "retry_after_seconds": 5}, te.Details())
+	assert.Equal(t, 5*time.Second, te.RetryAfter())
+
+	_, err = e.svc.DialInstance(e.ctx, e.user, in.ID, 3000)
+	assert.ErrorIs(t, err, errdefs.ErrResourceExhausted)
+	_, err = e.svc.Save(e.ctx, e.user, in.ID, types.SaveRequest{}, "")
+	assert.ErrorIs(t, err, errdefs.ErrResourceExhausted)
+
+	ok := newCoreEnv(t, func(c *envd.Config) { c.ThreadHighWater = 100_000 })
+	release, err := ok.svc.Admit(ok.user, envd.AdmitExec)
+	require.NoError(t, err)
+	release()
 }

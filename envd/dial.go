@@ -7,10 +7,12 @@ import (
 	"net"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/envd/names"
+	"github.com/envd-dev/envd/internal/limiter"
 	"github.com/envd-dev/envd/internal/netns"
 	"github.com/envd-dev/envd/versions"
 )
@@ -22,22 +24,36 @@ import (
 // those on every address. When nothing listens on 127.0.0.1, ::1 is
 // tried. Each connection counts as activity on the instance.
 //
-// Errors: ErrInvalidArgument for a port outside 1-65535; ErrNotFound for
-// an instance not of p's tenant; ErrFailedPrecondition when the instance
-// is not Running or runs on another node; ErrPortUnreachable when nothing
-// listens on the port.
+// A dial in progress holds one slot of AdmitDials for p's tenant and for
+// the node (DialLimits) and lasts at most DialLimits.Timeout; the
+// connection it returns holds none.
+//
+// Errors: ErrInvalidArgument for a port outside 1-65535; ErrResourceExhausted
+// past the dial limits or the node's thread high-water mark; ErrNotFound
+// for an instance not of p's tenant; ErrFailedPrecondition when the
+// instance is not Running or runs on another node; ErrPortUnreachable when
+// nothing listens on the port, or its listener accepts nothing within the
+// timeout.
 func (s *Service) DialInstance(ctx context.Context, p types.Principal, id string, port int) (net.Conn, error) {
 	if port < 1 || port > 65535 {
 		return nil, fmt.Errorf("port %d: must be from 1 to 65535: %w", port, errdefs.ErrInvalidArgument)
 	}
+	release, err := s.admitDial(p)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	_, pid, err := s.instancePid(ctx, p, id)
 	if err != nil {
 		return nil, err
 	}
+	timeout := s.dialLimits().Timeout
+	dctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	ns := fmt.Sprintf("/proc/%d/ns/net", pid)
 	var conn net.Conn
 	for _, host := range []string{"127.0.0.1", "::1"} {
-		conn, err = netns.Dial(ctx, ns, "tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+		conn, err = netns.Dial(dctx, ns, "tcp", net.JoinHostPort(host, strconv.Itoa(port)))
 		if err == nil || !refused(err) {
 			break
 		}
@@ -49,10 +65,60 @@ func (s *Service) DialInstance(ctx context.Context, p types.Principal, id string
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("connect to port %d of instance %q: %w", port, id, ctx.Err())
 		}
+		if dctx.Err() != nil {
+			return nil, fmt.Errorf("port %d of instance %q: its listener accepted no connection within %s (it does not call accept, and its backlog is full): %w",
+				port, id, timeout, errdefs.ErrPortUnreachable)
+		}
 		return nil, fmt.Errorf("connect to port %d of instance %q: %v: %w", port, id, err, errdefs.ErrUnavailable)
 	}
 	s.TouchInstance(id)
 	return conn, nil
+}
+
+// DialLimits bound the connections to instances' ports being opened at
+// once (port proxy, TCP tunnels, SSH -L forwarding), each a slot of kind
+// AdmitDials from the check of the instance to the end of the connect.
+// Zero fields take DefaultDialLimits; a negative count is unlimited.
+type DialLimits struct {
+	PerTenant int           // per tenant on this node; default 32
+	PerNode   int           // over all tenants on this node; default 512
+	Timeout   time.Duration // longest connect; default 10s
+}
+
+// DefaultDialLimits are the node defaults: a dial to a listening port
+// takes well under a millisecond, so these are only reached by dials that
+// hang (a listener that never accepts).
+var DefaultDialLimits = DialLimits{PerTenant: 32, PerNode: 512, Timeout: 10 * time.Second}
+
+// AdmitDials is the admission kind of connections to instances' ports
+// being opened (DialLimits).
+const AdmitDials = "dials"
+
+func (s *Service) dialLimits() DialLimits {
+	l, d := s.cfg.Dials, DefaultDialLimits
+	if l.PerTenant == 0 {
+		l.PerTenant = d.PerTenant
+	}
+	if l.PerNode == 0 {
+		l.PerNode = d.PerNode
+	}
+	if l.Timeout <= 0 {
+		l.Timeout = d.Timeout
+	}
+	return l
+}
+
+// admitDial takes a dial slot for p's tenant and the node, once the
+// node's thread count allows new work.
+func (s *Service) admitDial(p types.Principal) (release func(), err error) {
+	if err := s.admitThreads(); err != nil {
+		return nil, err
+	}
+	s.dialsOnce.Do(func() {
+		l := s.dialLimits()
+		s.dials = limiter.New(map[string]limiter.Limit{AdmitDials: {Max: l.PerTenant, NodeMax: l.PerNode, RetryAfter: time.Second}})
+	})
+	return s.dials.Acquire(p.Tenant, AdmitDials)
 }
 
 // refused reports whether a dial failed because nothing listens there

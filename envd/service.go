@@ -128,6 +128,14 @@ type Config struct {
 	// metrics); nil = nothing is observed.
 	Observer Observer
 
+	// Dials bound connections to instances' ports being opened (dial.go).
+	Dials DialLimits
+	// ThreadHighWater: while the process has more OS threads than this,
+	// new admitted work (Admit, operations, dials) is refused with
+	// ErrResourceExhausted (threads.go). 0 = DefaultThreadHighWater,
+	// negative = no guard.
+	ThreadHighWater int
+
 	// Idle stop (envd/idle.go, lifecycle/idle.go): IdleAfter is the idle
 	// setting of projects that set none (0 = never, the default: stopping
 	// instances behind their users' backs is the operator's choice);
@@ -188,6 +196,9 @@ type Service struct {
 
 	limits     *limiter.Limiter // per-tenant concurrency (admission.go)
 	limitsOnce sync.Once
+
+	dials     *limiter.Limiter // dials to instances' ports (dial.go)
+	dialsOnce sync.Once
 
 	diffs       *changes.Cache                // computed version changes (changes.go)
 	specs       specCache                     // specs derived from versions (specs.go)

@@ -601,3 +601,25 @@ func TestServerLogger(t *testing.T) {
 		})
 	}
 }
+
+// Request headers past 64 KiB are refused (431) before any handler: a
+// client cannot make the registry hold a megabyte per connection.
+func TestServerRefusesHugeHeaders(t *testing.T) {
+	t.Parallel()
+	srv, err := Serve(context.Background(), t.TempDir(), "127.0.0.1:0", WithLogWriter(io.Discard))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close(context.Background()) })
+	req, err := http.NewRequest(http.MethodGet, "http://"+srv.Addr()+"/v2/", nil)
+	require.NoError(t, err)
+	req.SetBasicAuth(srv.Access().Node.User, srv.Access().Node.Password)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, "an ordinary request")
+
+	req.Header.Set("X-Filler", strings.Repeat("a", 100<<10))
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusRequestHeaderFieldsTooLarge, resp.StatusCode)
+}

@@ -207,7 +207,13 @@ func Serve(ctx context.Context, rootDir, listenAddr string, opts ...Option) (*Se
 			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				authed.ServeHTTP(w, r.WithContext(withRegistryLogger(r.Context(), entry)))
 			}),
+			// As the API's server (envd/node newHTTPServer): headers must
+			// arrive in time and fit, idle keep-alive connections end. No
+			// read or write timeout: blob uploads and downloads last as long
+			// as their size needs.
 			ReadHeaderTimeout: 30 * time.Second,
+			IdleTimeout:       2 * time.Minute,
+			MaxHeaderBytes:    64 << 10,
 		},
 		done: make(chan struct{}),
 	}

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -106,6 +107,16 @@ type Config struct {
 	// Limits bound one tenant's concurrent saves, builds, exec and event
 	// streams on this node; zero fields take envd.DefaultTenantLimits.
 	Limits envd.TenantLimits
+
+	// Dials bound connections to instances' ports being opened, per tenant
+	// and per node; zero fields take envd.DefaultDialLimits.
+	Dials envd.DialLimits
+	// MaxThreads is the process's OS thread limit (debug.SetMaxThreads:
+	// past it the Go runtime aborts the process), set by Start; 0 =
+	// DefaultMaxThreads. ThreadHighWater is where the node stops admitting
+	// new thread-consuming work (envd.Config.ThreadHighWater); 0 = half of
+	// MaxThreads, negative = no guard.
+	MaxThreads, ThreadHighWater int
 
 	// TLSCert and TLSKey are PEM files the API serves TLS with (both or
 	// neither). Without them the API is plain HTTP on a loopback Listen and
@@ -281,6 +292,10 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if cfg, err = withDefaults(cfg); err != nil {
 		return nil, err
 	}
+	if hw := cfg.threadHighWater(); hw >= cfg.maxThreads() {
+		return nil, fmt.Errorf("thread high-water mark %d must be below the thread limit %d: %w", hw, cfg.maxThreads(), errdefs.ErrInvalidArgument)
+	}
+	debug.SetMaxThreads(cfg.maxThreads())
 	n := &Node{cfg: cfg, components: map[string]string{}}
 	defer func() {
 		if err != nil {
@@ -506,4 +521,23 @@ func sanitize(s string) string {
 		return "node"
 	}
 	return b.String()
+}
+
+// DefaultMaxThreads is the default Config.MaxThreads: the Go runtime's own
+// default, now chosen rather than inherited, with the node's thread guard
+// at half of it.
+const DefaultMaxThreads = 10000
+
+func (c Config) maxThreads() int {
+	if c.MaxThreads > 0 {
+		return c.MaxThreads
+	}
+	return DefaultMaxThreads
+}
+
+func (c Config) threadHighWater() int {
+	if c.ThreadHighWater != 0 {
+		return c.ThreadHighWater
+	}
+	return c.maxThreads() / 2
 }

@@ -286,6 +286,7 @@ func (n *Node) newService(db database, reg registryPart, rt *runtime.Runtime, v 
 		Volumes: v.manager, Objects: v.objects, HibernateAfter: cfg.HibernateAfter, PrefetchWindow: cfg.PrefetchWindow, ReconcileInterval: cfg.ReconcileInterval,
 		Sweeper: reg.sweeper, DefaultLimits: cfg.DefaultLimits, BuildEgress: cfg.BuildEgress,
 		Limits: cfg.Limits, Observer: n.metrics,
+		Dials: cfg.Dials, ThreadHighWater: cfg.threadHighWater(),
 		IdleAfter: cfg.IdleAfter, IdleAction: cfg.IdleAction, WakeWait: cfg.WakeWait, IdleInterval: cfg.IdleInterval, ActivityFlush: cfg.ActivityFlush,
 		MaxFileBytes:       cfg.MaxFileBytes,
 		RolloutConcurrency: cfg.RolloutConcurrency,

@@ -25,6 +25,9 @@ import (
 type Limit struct {
 	// Max slots one tenant may hold at once; 0 or negative = unlimited.
 	Max int
+	// NodeMax slots all tenants together may hold at once; 0 or negative
+	// = unlimited.
+	NodeMax int
 	// RetryAfter is the wait suggested to a refused client (the Retry-After
 	// header); at least one second is sent.
 	RetryAfter time.Duration
@@ -36,6 +39,7 @@ type Limiter struct {
 	mu     sync.Mutex
 	limits map[string]Limit
 	inUse  map[slot]int
+	total  map[string]int // per kind, over all tenants
 }
 
 type slot struct{ tenant, kind string }
@@ -43,7 +47,7 @@ type slot struct{ tenant, kind string }
 // New returns a limiter with limits per kind; kinds not in limits are
 // unlimited.
 func New(limits map[string]Limit) *Limiter {
-	l := &Limiter{limits: map[string]Limit{}, inUse: map[slot]int{}}
+	l := &Limiter{limits: map[string]Limit{}, inUse: map[slot]int{}, total: map[string]int{}}
 	for k, v := range limits {
 		l.limits[k] = v
 	}
@@ -61,14 +65,18 @@ func (l *Limiter) Acquire(tenant, kind string) (release func(), err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	lim, ok := l.limits[kind]
-	if !ok || lim.Max <= 0 {
+	if !ok || (lim.Max <= 0 && lim.NodeMax <= 0) {
 		return func() {}, nil
 	}
 	k := slot{tenant, kind}
-	if n := l.inUse[k]; n >= lim.Max {
+	if n := l.inUse[k]; lim.Max > 0 && n >= lim.Max {
 		return nil, &ExhaustedError{Tenant: tenant, Kind: kind, Limit: lim.Max, Wait: lim.RetryAfter}
 	}
+	if lim.NodeMax > 0 && l.total[kind] >= lim.NodeMax {
+		return nil, &ExhaustedError{Tenant: tenant, Kind: kind, Limit: lim.NodeMax, Wait: lim.RetryAfter, Node: true}
+	}
 	l.inUse[k]++
+	l.total[kind]++
 	var once sync.Once
 	return func() {
 		once.Do(func() {
@@ -77,6 +85,7 @@ func (l *Limiter) Acquire(tenant, kind string) (release func(), err error) {
 			if l.inUse[k]--; l.inUse[k] <= 0 {
 				delete(l.inUse, k)
 			}
+			l.total[kind]--
 		})
 	}, nil
 }
@@ -97,9 +106,15 @@ type ExhaustedError struct {
 	Kind   string
 	Limit  int
 	Wait   time.Duration
+	// Node: the limit is the node's, over all tenants (Limit.NodeMax).
+	Node bool
 }
 
 func (e *ExhaustedError) Error() string {
+	if e.Node {
+		return fmt.Sprintf("this node already holds its limit of %d concurrent %s over all tenants: %v",
+			e.Limit, e.Kind, errdefs.ErrResourceExhausted)
+	}
 	return fmt.Sprintf("tenant %q already holds its limit of %d concurrent %s on this node: %v",
 		e.Tenant, e.Limit, e.Kind, errdefs.ErrResourceExhausted)
 }

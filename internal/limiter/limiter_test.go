@@ -97,3 +97,39 @@ func TestAcquireConcurrent(t *testing.T) {
 	assert.LessOrEqual(t, most, 3)
 	assert.Zero(t, l.InUse("t", "exec"))
 }
+
+// A node-wide limit counts every tenant's slots: past it, a tenant under
+// its own limit is refused too, and a release makes room for anyone.
+func TestAcquireNodeLimit(t *testing.T) {
+	l := limiter.New(map[string]limiter.Limit{"dials": {Max: 2, NodeMax: 3, RetryAfter: time.Second}})
+	a1, err := l.Acquire("a", "dials")
+	require.NoError(t, err)
+	_, err = l.Acquire("a", "dials")
+	require.NoError(t, err)
+	_, err = l.Acquire("b", "dials")
+	require.NoError(t, err)
+
+	_, err = l.Acquire("c", "dials")
+	require.ErrorIs(t, err, errdefs.ErrResourceExhausted)
+	assert.Contains(t, err.Error(), "this node already holds its limit of 3 concurrent dials")
+	var ex *limiter.ExhaustedError
+	require.True(t, errors.As(err, &ex))
+	assert.True(t, ex.Node)
+	assert.Equal(t, map[string]any{"kind": "dials", "limit": 3, "retry_after_seconds": 1}, ex.Details())
+
+	a1()
+	a1()
+	_, err = l.Acquire("c", "dials")
+	require.NoError(t, err, "a released slot is free for another tenant")
+	_, err = l.Acquire("c", "dials")
+	require.ErrorIs(t, err, errdefs.ErrResourceExhausted)
+
+	// Only a node limit: tenants are not limited alone.
+	n := limiter.New(map[string]limiter.Limit{"dials": {NodeMax: 2}})
+	_, err = n.Acquire("a", "dials")
+	require.NoError(t, err)
+	_, err = n.Acquire("a", "dials")
+	require.NoError(t, err)
+	_, err = n.Acquire("b", "dials")
+	require.ErrorIs(t, err, errdefs.ErrResourceExhausted)
+}

@@ -6,7 +6,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -116,4 +118,29 @@ func TestArgs(t *testing.T) {
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	assert.Equal(t, []string{"sleeper", "30", "", "last"}, Args(cmd.Process.Pid))
 	assert.Nil(t, Args(1<<30), "no such process")
+}
+
+func TestThreads(t *testing.T) {
+	first, err := Threads()
+	require.NoError(t, err)
+	require.Positive(t, first)
+	// Goroutines that lock their thread and block keep one thread each.
+	const n = 20
+	release := make(chan struct{})
+	var started sync.WaitGroup
+	started.Add(n)
+	for range n {
+		go func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			started.Done()
+			<-release
+		}()
+	}
+	started.Wait()
+	during, err := Threads()
+	close(release)
+	require.NoError(t, err)
+	// Each locked goroutine has a thread of its own, and this one runs on another.
+	assert.GreaterOrEqual(t, during, n+1, "%d locked threads were not counted", n)
 }
