@@ -14,7 +14,8 @@ import (
 func (n *Node) clusterConfig(db database, reg registryPart) envd.ClusterConfig {
 	return envd.ClusterConfig{Lease: n.cfg.Lease, SweepInterval: n.cfg.SweepInterval, Labels: n.cfg.Labels,
 		Capacity: n.cfg.Capacity, Join: n.joinCommand(db, reg), Placement: n.cfg.Placement,
-		JoinConfig: func() (types.JoinConfig, error) { return n.joinConfig(db, reg) }}
+		JoinConfig:     func() (types.JoinConfig, error) { return n.joinConfig(db, reg) },
+		TLSCertificate: func() []byte { return n.tls.certificate() }}
 }
 
 // joinConfig is what a node joining with a join token is given: the
