@@ -80,7 +80,7 @@ func forwardTo(w http.ResponseWriter, r *http.Request, fw forwarder, id, node, a
 	}
 	rt, err := fw.peers(r.Context(), node)
 	if err != nil {
-		fail(fmt.Errorf("instance %q runs on node %q: how to reach it: %w", id, node, err))
+		fail(unreached{fmt.Errorf("instance %q runs on node %q: how to reach it: %w", id, node, err)})
 		return
 	}
 	rp := &httputil.ReverseProxy{
@@ -97,11 +97,23 @@ func forwardTo(w http.ResponseWriter, r *http.Request, fw forwarder, id, node, a
 		Transport:     rt,
 		FlushInterval: -1, // event streams and exec output as they come
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			fail(fmt.Errorf("instance %q runs on node %q, which did not answer at %s: %v: %w", id, node, apiURL, err, errdefs.ErrUnavailable))
+			fail(unreached{fmt.Errorf("instance %q runs on node %q, which did not answer at %s: %v: %w", id, node, apiURL, err, errdefs.ErrUnavailable)})
 		},
 	}
 	rp.ServeHTTP(w, r)
 }
+
+// unreached is a forward that did not reach the owner: 503 (or the kind
+// it wraps) with a Retry-After, as every 503 of the API has; a node that
+// restarts is back, or its lease lapses and its instances fail, within
+// seconds.
+type unreached struct{ error }
+
+func (e unreached) Unwrap() error { return e.error }
+
+func (unreached) RetryAfter() time.Duration { return forwardRetryAfter }
+
+const forwardRetryAfter = 5 * time.Second
 
 // WithForwardTransport forwards requests to every other node through rt.
 // Default: http.DefaultTransport.
