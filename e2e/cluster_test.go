@@ -130,21 +130,24 @@ func startClusterNode(t *testing.T, name, zone string, s3 objstore.S3Config, reg
 
 // processNode is `envd serve --join URL --token T` as a process of its
 // own (so that a test can kill -9 it and its containerd): it fetches the
-// database, registry, S3 and lease settings from the node at URL.
+// database, registry, S3 and lease settings from the node at URL. It logs
+// in to the database as a node's role, which may not make tokens: its
+// client uses adminToken, made on another node.
 type processNode struct {
 	bin, dataDir, name string
+	adminToken         string
 	args               []string
 	env                []string
 	p                  *envdProcess
 	c                  *client.Client
 }
 
-func startProcessNode(t *testing.T, name, zone string, reg *clusterRegistry, joinURL, token string) *processNode {
+func startProcessNode(t *testing.T, name, zone string, reg *clusterRegistry, joinURL, token, adminToken string) *processNode {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "envd-e2e-"+name+"-")
 	require.NoError(t, err)
 	require.NoError(t, os.Chmod(dir, 0o755))
-	pn := &processNode{bin: reg.bin, dataDir: filepath.Join(dir, "data"), name: name}
+	pn := &processNode{bin: reg.bin, dataDir: filepath.Join(dir, "data"), name: name, adminToken: adminToken}
 	require.NoError(t, os.MkdirAll(pn.dataDir, 0o755))
 	pn.args = []string{"serve", "--data-dir", pn.dataDir, "--node", name, "--join", joinURL, "--token", token,
 		"--ssh-listen", "", "--label", "zone=" + zone, "--sweep-interval", clusterSweep.String()}
@@ -186,9 +189,9 @@ func (pn *processNode) start(t *testing.T) {
 		url, err = os.ReadFile(filepath.Join(pn.dataDir, "envd.url"))
 		return err == nil && len(url) > 0
 	}, 120*time.Second, 100*time.Millisecond, "envd serve did not start; see %s/envd.log", pn.dataDir)
-	token, err := os.ReadFile(filepath.Join(pn.dataDir, "admin.token"))
-	require.NoError(t, err)
-	pn.c, err = client.New(strings.TrimSpace(string(url)), strings.TrimSpace(string(token)))
+	_, err = os.Stat(filepath.Join(pn.dataDir, "admin.token"))
+	require.ErrorIs(t, err, os.ErrNotExist, "a node with a node's database role makes no admin token")
+	pn.c, err = client.New(strings.TrimSpace(string(url)), pn.adminToken)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return pn.c.Healthz(context.Background()) == nil }, 30*time.Second, 100*time.Millisecond)
 	pn.p = p
@@ -275,7 +278,7 @@ func TestRootClusterPlacementDrainAndNodeLoss(t *testing.T) {
 	jt, err := ca.CreateJoinToken(c, types.JoinTokenRequest{TTL: "10m"})
 	require.NoError(t, err)
 	assert.Contains(t, jt.Command, "envd serve --join "+a.URL+" --token "+jt.Token)
-	pc := startProcessNode(t, "cl-c", "c", reg, a.URL, jt.Token)
+	pc := startProcessNode(t, "cl-c", "c", reg, a.URL, jt.Token, a.Token)
 	reg.importBase(t, ca)
 	t.Logf("registry on S3 and three nodes up in %s", time.Since(began).Round(time.Second))
 	names := []string{a.Name(), b.Name(), pc.name}
@@ -325,6 +328,11 @@ func TestRootClusterPlacementDrainAndNodeLoss(t *testing.T) {
 		assert.Equal(t, "join_token_invalid", apiErr.Code)
 		assert.Equal(t, tc.reason, apiErr.Details["reason"], tc.name)
 	}
+	// C logs in to the database as a node's role: PostgreSQL refuses it
+	// an API token (docs/deploy.md, "What a node can do").
+	_, err = pc.c.CreateToken(c, "from-c", types.CreateTokenRequest{Admin: true})
+	require.ErrorIs(t, err, errdefs.ErrFailedPrecondition, "a token made through a node with a node's role")
+	assert.Contains(t, err.Error(), "database role may not")
 	logged, err := os.ReadFile(filepath.Join(pc.dataDir, "envd.log"))
 	require.NoError(t, err)
 	assert.NotContains(t, string(logged), jt.Token, "the join token stays out of the log")

@@ -301,8 +301,16 @@ func (n *Node) newService(db database, reg registryPart, rt *runtime.Runtime, v 
 
 // adminToken is the admin's API token: created once and kept in
 // DataDir/admin.token (0600), so envctl keeps working across restarts, and
-// made an admin token in the store at every start.
+// made an admin token in the store at every start. A node that logs in
+// with a node's database role (it joined with a join token) may not make
+// tokens: it has none, and "" is its token.
 func (n *Node) adminToken(ctx context.Context, db database) (string, error) {
+	if admin, err := db.store.AdminRole(ctx); err != nil {
+		return "", fmt.Errorf("admin token: %w", err)
+	} else if !admin {
+		n.cfg.Logger.Info("this node uses a node's database role: it makes no admin token; use a token made on a node with the admin's role")
+		return "", nil
+	}
 	tokenFile := filepath.Join(n.cfg.DataDir, "admin.token")
 	token, err := persisted(tokenFile, func() string { return randomHex(32) })
 	if err != nil {
