@@ -68,8 +68,8 @@ type Core interface {
 const MaxJSONBody = 1 << 20
 
 type options struct {
-	forwardTransport http.RoundTripper // forward.go
-	forwardKey       []byte            // forwardsign.go
+	forwardTransport PeerTransport // forward.go
+	forwardKey       []byte        // forwardsign.go
 	accessLog        *slog.Logger
 	errorLog         io.Writer
 	pollInterval     time.Duration
@@ -227,9 +227,9 @@ func New(core Core, opts ...Option) (http.Handler, error) {
 	e.GET("/readyz", readiness{o.checks, o.checkTimeout}.serve)
 	e.GET("/metrics", scrapeAuth(core, o.scrapeToken), serveMetrics(o.metrics))
 	e.POST("/v1/cluster/join", joinTokens{core}.join)
-	fwd := forwarder{rt: o.forwardTransport, key: o.forwardKey}
-	if fwd.rt == nil {
-		fwd.rt = http.DefaultTransport
+	fwd := forwarder{peers: o.forwardTransport, key: o.forwardKey}
+	if fwd.peers == nil {
+		fwd.peers = defaultPeers
 	}
 	v1 := e.Group("/v1", auth, checkIdempotencyKey, forward(core, fwd), placeCreate(core, fwd))
 	for _, group := range [][]route{

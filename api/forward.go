@@ -56,17 +56,31 @@ func forward(core ForwardCore, fw forwarder) gin.HandlerFunc {
 // forwardTo sends r to the node at apiURL and streams its answer to w.
 // keepHost keeps the request's Host (the host form of the port proxy,
 // which the owner recognises by it); otherwise the owner's host is sent.
-// forwarder is how this node forwards: the transport to the other nodes
+// forwarder is how this node forwards: the transport to each other node
 // and the cluster's key it signs with (forwardsign.go).
 type forwarder struct {
-	rt  http.RoundTripper
-	key []byte
+	peers PeerTransport
+	key   []byte
+}
+
+// PeerTransport is how this node reaches node's API to forward a request
+// there: the transport that trusts node's TLS certificate, for one.
+type PeerTransport func(ctx context.Context, node string) (http.RoundTripper, error)
+
+// defaultPeers reaches every node through http.DefaultTransport.
+func defaultPeers(context.Context, string) (http.RoundTripper, error) {
+	return http.DefaultTransport, nil
 }
 
 func forwardTo(w http.ResponseWriter, r *http.Request, fw forwarder, id, node, apiURL string, keepHost bool, fail func(error)) {
 	target, err := url.Parse(apiURL)
 	if err != nil {
 		fail(fmt.Errorf("node %q registered API URL %q: %v: %w", node, apiURL, err, errdefs.ErrUnavailable))
+		return
+	}
+	rt, err := fw.peers(r.Context(), node)
+	if err != nil {
+		fail(unreached{fmt.Errorf("instance %q runs on node %q: how to reach it: %w", id, node, err)})
 		return
 	}
 	rp := &httputil.ReverseProxy{
@@ -80,24 +94,48 @@ func forwardTo(w http.ResponseWriter, r *http.Request, fw forwarder, id, node, a
 			pr.SetXForwarded()
 			signForwarded(fw.key, pr.Out, time.Now())
 		},
-		Transport:     fw.rt,
+		Transport:     rt,
 		FlushInterval: -1, // event streams and exec output as they come
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			fail(fmt.Errorf("instance %q runs on node %q, which did not answer at %s: %v: %w", id, node, apiURL, err, errdefs.ErrUnavailable))
+			fail(unreached{fmt.Errorf("instance %q runs on node %q, which did not answer at %s: %v: %w", id, node, apiURL, err, errdefs.ErrUnavailable)})
 		},
 	}
 	rp.ServeHTTP(w, r)
 }
 
-// WithForwardTransport sets how requests are forwarded to the node that
-// runs an instance (TLS trust between nodes, for one). Default:
-// http.DefaultTransport.
+// unreached is a forward that did not reach the owner: 503 (or the kind
+// it wraps) with a Retry-After, as every 503 of the API has; a node that
+// restarts is back, or its lease lapses and its instances fail, within
+// seconds.
+type unreached struct{ error }
+
+func (e unreached) Unwrap() error { return e.error }
+
+func (unreached) RetryAfter() time.Duration { return forwardRetryAfter }
+
+const forwardRetryAfter = 5 * time.Second
+
+// WithForwardTransport forwards requests to every other node through rt.
+// Default: http.DefaultTransport.
 func WithForwardTransport(rt http.RoundTripper) Option {
 	return func(o *options) error {
 		if rt == nil {
 			return fmt.Errorf("forward transport is nil")
 		}
-		o.forwardTransport = rt
+		o.forwardTransport = func(context.Context, string) (http.RoundTripper, error) { return rt, nil }
+		return nil
+	}
+}
+
+// WithPeerTransport sets how requests are forwarded to the node that runs
+// an instance, node by node (each node's TLS certificate, for one).
+// Default: http.DefaultTransport for every node.
+func WithPeerTransport(peers PeerTransport) Option {
+	return func(o *options) error {
+		if peers == nil {
+			return fmt.Errorf("peer transport is nil")
+		}
+		o.forwardTransport = peers
 		return nil
 	}
 }

@@ -3,7 +3,10 @@ package api_test
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/envd-dev/envd/api"
+	"github.com/envd-dev/envd/api/apitest"
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/client"
@@ -80,4 +84,60 @@ func TestForwardToTheOwningNode(t *testing.T) {
 	_, err = c.Exec(cctx, "gone-1", types.ExecRequest{Args: []string{"true"}})
 	require.ErrorIs(t, err, errdefs.ErrUnavailable)
 	assert.Contains(t, err.Error(), `node "node-c"`)
+	req, err = http.NewRequestWithContext(cctx, http.MethodPost, nearSrv.URL+"/v1/instances/gone-1/exec", strings.NewReader(`{"args":["true"]}`))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer test-token")
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	assert.Equal(t, "5", resp.Header.Get("Retry-After"), "a 503 says when to retry")
+}
+
+// The node forwards through the transport its peer transport gives for
+// the owner, by name (TLS trust of that node, for one); a peer it cannot
+// get a transport for is 503 with a Retry-After, and the owner is not
+// reached.
+func TestForwardThroughThePeerTransport(t *testing.T) {
+	owner, ownerSrv := newServer(t)
+	near := apitest.New()
+	near.InstanceOwnerFunc = func(_ context.Context, id string) (string, string, bool, error) {
+		if id == "refused-1" {
+			return "node-c", ownerSrv.URL, false, nil
+		}
+		return "node-b", ownerSrv.URL, false, nil
+	}
+	var asked []string
+	h, err := api.New(near, api.WithForwardKey(testClusterKey), api.WithPeerTransport(func(_ context.Context, node string) (http.RoundTripper, error) {
+		asked = append(asked, node)
+		if node == "node-c" {
+			return nil, fmt.Errorf("node %q recorded a certificate that does not parse: %w", node, errdefs.ErrUnavailable)
+		}
+		return http.DefaultTransport, nil
+	}))
+	require.NoError(t, err)
+	nearSrv := httptest.NewServer(h)
+	t.Cleanup(nearSrv.Close)
+	c, err := client.New(nearSrv.URL, "test-token")
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	_, err = c.Exec(ctx, "far-1", types.ExecRequest{Args: []string{"echo", "hi"}})
+	require.NoError(t, err)
+	_, ok := owner.LastCall("Exec")
+	assert.True(t, ok, "the owner ran the exec")
+	assert.Equal(t, []string{"node-b"}, asked)
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, nearSrv.URL+"/v1/instances/refused-1/stop", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer test-token")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, string(body))
+	assert.Equal(t, "5", resp.Header.Get("Retry-After"))
+	assert.Contains(t, string(body), "does not parse")
+	_, ok = owner.LastCall("StopInstance")
+	assert.False(t, ok, "the owner was not reached")
 }

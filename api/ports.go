@@ -404,13 +404,17 @@ func dropBearerSubprotocol(h http.Header) {
 // next (the API). domain "" returns next itself.
 // A request for an instance another node runs is forwarded there with its
 // Host kept (every node of a cluster serves the same preview domain),
-// signed with key (WithForwardKey); a forwarded request that key does not
-// verify is taken as a client's.
-func PreviewHosts(core PreviewCore, domain string, next http.Handler, key []byte) http.Handler {
+// signed with key (WithForwardKey), through peers (WithPeerTransport; nil:
+// http.DefaultTransport); a forwarded request that key does not verify is
+// taken as a client's.
+func PreviewHosts(core PreviewCore, domain string, next http.Handler, key []byte, peers PeerTransport) http.Handler {
 	if domain == "" {
 		return next
 	}
-	fw := forwarder{rt: http.DefaultTransport, key: key}
+	if peers == nil {
+		peers = defaultPeers
+	}
+	fw := forwarder{peers: peers, key: key}
 	return verifyForwarded(key, &previewHosts{core: core, domain: strings.ToLower(strings.TrimSuffix(domain, ".")), next: next, proxy: newPortProxy(core), fw: fw})
 }
 

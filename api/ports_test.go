@@ -81,7 +81,7 @@ func portsServer(t *testing.T) (*httptest.Server, *apitest.Core) {
 	}
 	h, err := api.New(core, api.WithPreviewDomain("preview.test"))
 	require.NoError(t, err)
-	srv := httptest.NewServer(api.PreviewHosts(core, "preview.test", h, nil))
+	srv := httptest.NewServer(api.PreviewHosts(core, "preview.test", h, nil, nil))
 	t.Cleanup(srv.Close)
 	return srv, core
 }

@@ -4,7 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -123,21 +130,24 @@ func startClusterNode(t *testing.T, name, zone string, s3 objstore.S3Config, reg
 
 // processNode is `envd serve --join URL --token T` as a process of its
 // own (so that a test can kill -9 it and its containerd): it fetches the
-// database, registry, S3 and lease settings from the node at URL.
+// database, registry, S3 and lease settings from the node at URL. It logs
+// in to the database as a node's role, which may not make tokens: its
+// client uses adminToken, made on another node.
 type processNode struct {
 	bin, dataDir, name string
+	adminToken         string
 	args               []string
 	env                []string
 	p                  *envdProcess
 	c                  *client.Client
 }
 
-func startProcessNode(t *testing.T, name, zone string, reg *clusterRegistry, joinURL, token string) *processNode {
+func startProcessNode(t *testing.T, name, zone string, reg *clusterRegistry, joinURL, token, adminToken string) *processNode {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "envd-e2e-"+name+"-")
 	require.NoError(t, err)
 	require.NoError(t, os.Chmod(dir, 0o755))
-	pn := &processNode{bin: reg.bin, dataDir: filepath.Join(dir, "data"), name: name}
+	pn := &processNode{bin: reg.bin, dataDir: filepath.Join(dir, "data"), name: name, adminToken: adminToken}
 	require.NoError(t, os.MkdirAll(pn.dataDir, 0o755))
 	pn.args = []string{"serve", "--data-dir", pn.dataDir, "--node", name, "--join", joinURL, "--token", token,
 		"--ssh-listen", "", "--label", "zone=" + zone, "--sweep-interval", clusterSweep.String()}
@@ -179,9 +189,9 @@ func (pn *processNode) start(t *testing.T) {
 		url, err = os.ReadFile(filepath.Join(pn.dataDir, "envd.url"))
 		return err == nil && len(url) > 0
 	}, 120*time.Second, 100*time.Millisecond, "envd serve did not start; see %s/envd.log", pn.dataDir)
-	token, err := os.ReadFile(filepath.Join(pn.dataDir, "admin.token"))
-	require.NoError(t, err)
-	pn.c, err = client.New(strings.TrimSpace(string(url)), strings.TrimSpace(string(token)))
+	_, err = os.Stat(filepath.Join(pn.dataDir, "admin.token"))
+	require.ErrorIs(t, err, os.ErrNotExist, "a node with a node's database role makes no admin token")
+	pn.c, err = client.New(strings.TrimSpace(string(url)), pn.adminToken)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return pn.c.Healthz(context.Background()) == nil }, 30*time.Second, 100*time.Millisecond)
 	pn.p = p
@@ -268,7 +278,7 @@ func TestRootClusterPlacementDrainAndNodeLoss(t *testing.T) {
 	jt, err := ca.CreateJoinToken(c, types.JoinTokenRequest{TTL: "10m"})
 	require.NoError(t, err)
 	assert.Contains(t, jt.Command, "envd serve --join "+a.URL+" --token "+jt.Token)
-	pc := startProcessNode(t, "cl-c", "c", reg, a.URL, jt.Token)
+	pc := startProcessNode(t, "cl-c", "c", reg, a.URL, jt.Token, a.Token)
 	reg.importBase(t, ca)
 	t.Logf("registry on S3 and three nodes up in %s", time.Since(began).Round(time.Second))
 	names := []string{a.Name(), b.Name(), pc.name}
@@ -318,6 +328,11 @@ func TestRootClusterPlacementDrainAndNodeLoss(t *testing.T) {
 		assert.Equal(t, "join_token_invalid", apiErr.Code)
 		assert.Equal(t, tc.reason, apiErr.Details["reason"], tc.name)
 	}
+	// C logs in to the database as a node's role: PostgreSQL refuses it
+	// an API token (docs/deploy.md, "What a node can do").
+	_, err = pc.c.CreateToken(c, "from-c", types.CreateTokenRequest{Admin: true})
+	require.ErrorIs(t, err, errdefs.ErrFailedPrecondition, "a token made through a node with a node's role")
+	assert.Contains(t, err.Error(), "database role may not")
 	logged, err := os.ReadFile(filepath.Join(pc.dataDir, "envd.log"))
 	require.NoError(t, err)
 	assert.NotContains(t, string(logged), jt.Token, "the join token stays out of the log")
@@ -572,4 +587,160 @@ func TestRootClusterPlacementDrainAndNodeLoss(t *testing.T) {
 		}
 		return true
 	}, time.Minute, time.Second, "the returning node removed the lost instances' containers")
+}
+
+// benchAddresses puts n addresses of 198.18.0.0/15 (the benchmarking
+// range: no one else's) on a bridge the test makes and removes at its end
+// (a bridge rather than a dummy: not every kernel here has the dummy
+// module); the nodes of a test listen on them as on a LAN's addresses.
+func benchAddresses(t *testing.T, n int) []string {
+	t.Helper()
+	link := fmt.Sprintf("envdtls%d", os.Getpid()%100000)
+	ip := func(args ...string) {
+		t.Helper()
+		out, err := exec.Command("ip", args...).CombinedOutput()
+		require.NoError(t, err, "ip %s: %s", strings.Join(args, " "), out)
+	}
+	ip("link", "add", link, "type", "bridge")
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", link).Run() })
+	third := 1 + os.Getpid()%250 // two test binaries at once do not share addresses
+	var addrs []string
+	for i := range n {
+		a := fmt.Sprintf("198.18.%d.%d", third, i+1)
+		ip("addr", "add", a+"/32", "dev", link)
+		addrs = append(addrs, a)
+	}
+	ip("link", "set", link, "up")
+	return addrs
+}
+
+// tlsNode is a node with the default TLS on a non-loopback address, and a
+// client and HTTP client that trust its self-signed certificate (as
+// envctl does from its data dir).
+type tlsNode struct {
+	n    *node.Node
+	c    *client.Client
+	hc   *http.Client
+	cert []byte // DER of the certificate it serves
+}
+
+func startTLSNode(t *testing.T, name, addr string) tlsNode {
+	t.Helper()
+	n, _ := startJoiningNode(t, name, &node.Config{DefaultTTL: time.Hour, Listen: addr + ":0", PreviewDomain: previewDomain})
+	require.True(t, strings.HasPrefix(n.URL, "https://"+addr+":"), "a non-loopback listen serves TLS: %s", n.URL)
+	require.NotEmpty(t, n.SelfSignedCert(), "the default certificate is the node's self-signed one")
+	certPEM, err := os.ReadFile(n.SelfSignedCert())
+	require.NoError(t, err)
+	block, _ := pem.Decode(certPEM)
+	require.NotNil(t, block)
+	pool := x509.NewCertPool()
+	require.True(t, pool.AppendCertsFromPEM(certPEM))
+	c, err := client.New(n.URL, n.Token, client.WithCACert(certPEM))
+	require.NoError(t, err)
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	t.Cleanup(hc.CloseIdleConnections)
+	return tlsNode{n: n, c: c, hc: hc, cert: block.Bytes}
+}
+
+// Three nodes on non-loopback addresses with the default TLS (each its own
+// self-signed certificate, no CA in common, none in the system's store): a
+// client of node A only reaches an instance on node B: exec (buffered and
+// over its WebSocket), the port proxy (path form) and a cross-node preview
+// (host form) are forwarded over https, B's certificate checked against
+// the one B recorded. When C's recorded certificate is not the one C
+// presents, A refuses to forward to C (503, naming the certificate it
+// expected) and sends C nothing; with C's own recorded again, it forwards.
+func TestRootClusterTLSBetweenNodes(t *testing.T) {
+	c := ctx(t)
+	addrs := benchAddresses(t, 3)
+	a := startTLSNode(t, "tls-a", addrs[0])
+	b := startTLSNode(t, "tls-b", addrs[1])
+	cn := startTLSNode(t, "tls-c", addrs[2])
+	for _, x := range []tlsNode{a, b, cn} {
+		m, err := a.c.GetNode(c, x.n.Name())
+		require.NoError(t, err)
+		assert.Equal(t, x.n.URL, m.APIURL)
+	}
+	require.NotEqual(t, a.cert, b.cert, "each node its own certificate")
+
+	p := fmt.Sprintf("tls-%d", projectSeq.Add(1))
+	_, err := a.c.CreateProject(c, types.CreateProjectRequest{Name: p, Base: fixtureBase})
+	require.NoError(t, err)
+	onB, err := b.c.CreateInstance(c, p, types.CreateInstanceRequest{}) // placed where asked
+	require.NoError(t, err)
+	require.Equal(t, b.n.Name(), onB.Node)
+	t.Cleanup(func() { _, _ = b.c.DeleteInstance(context.Background(), onB.ID) })
+
+	// Exec through A, buffered and over the WebSocket.
+	res, err := a.c.Exec(c, onB.ID, types.ExecRequest{Args: []string{"sh", "-c", "echo on-b > /root/f && cat /root/f"}})
+	require.NoError(t, err, "exec forwarded from A to B over https")
+	assert.Equal(t, "on-b\n", res.Stdout)
+	var out bytes.Buffer
+	code, err := a.c.ExecStream(c, onB.ID, types.ExecRequest{Args: []string{"cat", "/root/f", "-"}},
+		types.Stdio{Stdin: strings.NewReader("streamed\n"), Stdout: &out})
+	require.NoError(t, err)
+	assert.Equal(t, 0, code)
+	assert.Equal(t, "on-b\nstreamed\n", out.String())
+
+	// The port proxy through A: path form, and the preview host form.
+	mustShOn(t, b.c, onB.ID, "mkdir -p /www && echo served-by-b > /www/index.html && (httpd -p 127.0.0.1:8080 -h /www &)")
+	get := func(node tlsNode, path, host, cookie string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(c, http.MethodGet, node.n.URL+path, nil)
+		require.NoError(t, err)
+		if host != "" {
+			req.Host = host
+		}
+		if cookie != "" {
+			req.AddCookie(&http.Cookie{Name: "envd_preview", Value: cookie})
+		} else {
+			req.Header.Set("Authorization", "Bearer "+node.n.Token)
+		}
+		resp, err := node.hc.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	require.Eventually(t, func() bool {
+		status, body := get(a, "/v1/instances/"+onB.ID+"/ports/8080/index.html", "", "")
+		return status == http.StatusOK && body == "served-by-b\n"
+	}, 20*time.Second, 200*time.Millisecond, "the dev server on B through A's port proxy")
+	tok, err := a.c.PreviewToken(c, onB.ID, 8080, "10m")
+	require.NoError(t, err)
+	_, port, err := net.SplitHostPort(strings.TrimPrefix(a.n.URL, "https://"))
+	require.NoError(t, err)
+	previewHost := fmt.Sprintf("8080-%s.%s:%s", onB.ID, previewDomain, port)
+	status, body := get(a, "/index.html", previewHost, tok.Token)
+	assert.Equal(t, http.StatusOK, status, body)
+	assert.Equal(t, "served-by-b\n", body, "the cross-node preview through A")
+
+	// C presents a certificate other than the one recorded for it (here:
+	// B's, which A trusts for B only): A refuses to forward to C.
+	onC, err := cn.c.CreateInstance(c, p, types.CreateInstanceRequest{})
+	require.NoError(t, err)
+	require.Equal(t, cn.n.Name(), onC.Node)
+	t.Cleanup(func() { _, _ = cn.c.DeleteInstance(context.Background(), onC.ID) })
+	mustShOn(t, a.c, onC.ID, "true") // forwarded while C's own certificate is recorded
+	db, err := pgx.Connect(c, env.node.DSN())
+	require.NoError(t, err)
+	defer db.Close(context.Background())
+	setPin := func(der []byte) {
+		t.Helper()
+		_, err := db.Exec(c, "UPDATE nodes SET tls_cert = $2 WHERE name = $1", cn.n.Name(), der)
+		require.NoError(t, err)
+	}
+	setPin(b.cert)
+	_, err = a.c.Exec(c, onC.ID, types.ExecRequest{Args: []string{"sh", "-c", "echo ran > /root/refused"}})
+	require.ErrorIs(t, err, errdefs.ErrUnavailable, "a node presenting another certificate than its recorded one is refused")
+	assert.Contains(t, err.Error(), "presented a TLS certificate other than the one it recorded")
+	status, body = get(a, "/v1/instances/"+onC.ID+"/ports/8080/", "", "")
+	assert.Equal(t, http.StatusServiceUnavailable, status, body)
+	res, err = cn.c.Exec(c, onC.ID, types.ExecRequest{Args: []string{"sh", "-c", "test -e /root/refused && echo reached || echo not-reached"}})
+	require.NoError(t, err)
+	assert.Equal(t, "not-reached\n", res.Stdout, "the refused request never reached C")
+	setPin(cn.cert)
+	res, err = a.c.Exec(c, onC.ID, types.ExecRequest{Args: []string{"echo", "back"}})
+	require.NoError(t, err, "with C's own certificate recorded again, A forwards to C")
+	assert.Equal(t, "back\n", res.Stdout)
 }

@@ -4,18 +4,22 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/versions"
 )
 
 // Join tokens: an admin makes one (CreateJoinToken), a new node started
 // with `envd serve --join URL --token T` sends it to any node (Join) and
 // gets the cluster's settings: database, registry and S3 with their
-// credentials. A token is stored hashed, expires by the database's clock
-// and is used once.
+// credentials. The database credential is a login role of the new node's
+// own (versions.CreateNodeRole: envd_node's rights, not the admin's). A
+// token is stored hashed, expires by the database's clock and is used
+// once.
 
 // The bounds and default of a join token's lifetime.
 const (
@@ -80,6 +84,21 @@ func (s *Service) Join(ctx context.Context, token string, req types.JoinRequest)
 		return types.JoinConfig{}, err
 	}
 	s.log.Info("join token used", "node", req.Node)
+	// The new node logs in as a role of its own (envd_node's rights:
+	// migrations/0028_node_role.sql), not as this node's role.
+	role, password, err := s.store.CreateNodeRole(ctx, req.Node)
+	switch {
+	case errors.Is(err, errdefs.ErrFailedPrecondition):
+		s.log.Warn("the joining node gets this node's database role: no node role can be made", "node", req.Node, "err", err)
+		cfg.Notes = append(cfg.Notes, "the database has no envd_node role (the role that ran envd's migrations may not create roles): this node was given the admin's database credentials; see docs/deploy.md, \"What a node can do\"")
+	case err != nil:
+		return types.JoinConfig{}, err
+	default:
+		if cfg.Database, err = versions.DSNWithRole(cfg.Database, role, password); err != nil {
+			return types.JoinConfig{}, err
+		}
+		s.log.Info("database role made for the joining node", "node", req.Node, "role", role)
+	}
 	return cfg, nil
 }
 

@@ -1,6 +1,7 @@
 package envd
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -62,6 +63,11 @@ type ClusterConfig struct {
 	// (envd serve --join); envd/node fills it; nil = this node cannot
 	// tell (its database or registry is private to it).
 	JoinConfig func() (types.JoinConfig, error)
+	// TLSCertificate is the certificate (DER) the node's API serves now;
+	// nil (or a nil func) for plain HTTP. It is recorded in the node table
+	// at join and again at a renewal after it changed, and the other nodes
+	// trust exactly it when they forward requests here; envd/node fills it.
+	TLSCertificate func() []byte
 }
 
 // The placement settings of a node.
@@ -87,6 +93,9 @@ type clusterState struct {
 	// healthySince is when renewals started succeeding without a
 	// failure since (zero after a failure; the loop's goroutine only).
 	healthySince time.Time
+	// recordedCert is the certificate the node table holds for this node
+	// (the loop's goroutine only, after join).
+	recordedCert []byte
 	wg           sync.WaitGroup
 }
 
@@ -152,9 +161,44 @@ func (s *Service) RegisterNode(ctx context.Context, apiURL string) error {
 
 func (s *Service) join(ctx context.Context, apiURL string) (versions.Member, error) {
 	c := s.cfg.Cluster
-	return s.store.Join(ctx, versions.Registration{Name: s.cfg.Node, APIURL: apiURL, Version: BuildVersion, Labels: c.Labels,
+	cert := s.tlsCertificate()
+	m, err := s.store.Join(ctx, versions.Registration{Name: s.cfg.Node, APIURL: apiURL, Version: BuildVersion, Labels: c.Labels,
 		CPUs: c.Capacity.CPUs, MemoryBytes: c.Capacity.MemoryBytes, DiskBytes: c.Capacity.DiskBytes,
-		InstanceSlots: c.Capacity.InstanceSlots, Lease: c.Lease})
+		InstanceSlots: c.Capacity.InstanceSlots, Lease: c.Lease, TLSCert: cert})
+	if err == nil {
+		s.cluster.recordedCert = cert
+	}
+	return m, err
+}
+
+func (s *Service) tlsCertificate() []byte {
+	if s.cfg.Cluster.TLSCertificate == nil {
+		return nil
+	}
+	return s.cfg.Cluster.TLSCertificate()
+}
+
+// recordCertificate records the certificate the API serves when it is no
+// longer the one the node table holds (an operator's certificate renewed
+// on disk): until then the other nodes refuse this node's new one.
+func (s *Service) recordCertificate(ctx context.Context) {
+	cert := s.tlsCertificate()
+	if bytes.Equal(cert, s.cluster.recordedCert) {
+		return
+	}
+	if err := s.store.SetNodeCertificate(ctx, s.cfg.Node, cert); err != nil {
+		s.log.Warn("record the API's new TLS certificate", "err", err)
+		return
+	}
+	s.cluster.recordedCert = cert
+	s.log.Info("recorded the API's new TLS certificate for the other nodes")
+}
+
+// NodeCertificate is the certificate (DER) node recorded for its API:
+// the one certificate this node trusts for it (envd/node's peer
+// transport); nil when it recorded none.
+func (s *Service) NodeCertificate(ctx context.Context, node string) ([]byte, error) {
+	return s.store.NodeCertificate(ctx, node)
 }
 
 // LeaveCluster records a graceful shutdown: no placements come here until
@@ -212,6 +256,7 @@ func (s *Service) renew(ctx context.Context, apiURL string) {
 		if s.cluster.healthySince.IsZero() {
 			s.cluster.healthySince = s.cluster.renewed
 		}
+		s.recordCertificate(rctx)
 	} else {
 		s.cluster.healthySince = time.Time{}
 	}

@@ -75,6 +75,13 @@ func Apply(ctx context.Context, db *pgxpool.Pool) error {
 	if err != nil {
 		return err
 	}
+	// A node's database role (envd_node, 0028) may not change the schema:
+	// when every migration is applied, nothing is written.
+	if done, err := applied(ctx, db, ms); err != nil {
+		return translate(err, "read schema_migrations")
+	} else if done {
+		return nil
+	}
 	// The bookkeeping table, under the same lock: concurrent CREATE TABLE IF
 	// NOT EXISTS can otherwise fail on pg_type's unique index.
 	err = inTx(ctx, db, func(tx pgx.Tx) error {
@@ -112,6 +119,21 @@ func Apply(ctx context.Context, db *pgxpool.Pool) error {
 	return nil
 }
 
+// applied reports whether every migration of ms is recorded as applied.
+func applied(ctx context.Context, db *pgxpool.Pool, ms []Migration) (bool, error) {
+	var exists bool
+	if err := db.QueryRow(ctx, "SELECT to_regclass('schema_migrations') IS NOT NULL").Scan(&exists); err != nil || !exists {
+		return false, err
+	}
+	versions := make([]int32, len(ms))
+	for i, m := range ms {
+		versions[i] = int32(m.Version)
+	}
+	var n int
+	err := db.QueryRow(ctx, "SELECT count(*) FROM schema_migrations WHERE version = ANY($1)", versions).Scan(&n)
+	return n == len(ms), err
+}
+
 // inTx runs fn in a transaction holding the migrations advisory lock.
 func inTx(ctx context.Context, db *pgxpool.Pool, fn func(pgx.Tx) error) error {
 	tx, err := db.Begin(ctx)
@@ -140,6 +162,9 @@ func translate(err error, what string) error {
 		case strings.HasPrefix(pgErr.Code, "08"), strings.HasPrefix(pgErr.Code, "57P"), strings.HasPrefix(pgErr.Code, "53"):
 			// connection exception, shutdown, insufficient resources
 			return fmt.Errorf("%s: %s (SQLSTATE %s): %w", what, pgErr.Message, pgErr.Code, errdefs.ErrUnavailable)
+		case pgErr.Code == "42501": // insufficient_privilege: a node's role (0028)
+			return fmt.Errorf("%s: %s: this database role may not change the schema; start a node that uses the admin's database role with this version first: %w",
+				what, pgErr.Message, errdefs.ErrFailedPrecondition)
 		}
 		return fmt.Errorf("%s: %s (SQLSTATE %s)", what, pgErr.Message, pgErr.Code)
 	}

@@ -39,6 +39,9 @@ type Member struct {
 	StateChangedAt time.Time
 	Version        string
 	Stopped        bool // shut down gracefully; no placements until it joins again
+	// TLSCert is the certificate (DER) the node's API serves; nil for
+	// plain HTTP (or a node of an earlier version).
+	TLSCert []byte
 	// Expired: the lease lapsed by the database's clock (now()) and the
 	// node is not yet marked lost.
 	Expired bool
@@ -59,6 +62,9 @@ type Registration struct {
 	DiskBytes             int64
 	InstanceSlots         int
 	Lease                 time.Duration
+	// TLSCert is the certificate (DER) the node's API serves, which the
+	// other nodes trust for it; nil for plain HTTP.
+	TLSCert []byte
 }
 
 // Join records node r (or replaces what an earlier start recorded) with a
@@ -72,15 +78,16 @@ func (s *Store) Join(ctx context.Context, r Registration) (Member, error) {
 		return Member{}, err
 	}
 	_, err = s.db.Exec(ctx, `INSERT INTO nodes (name, api_url, labels, cpus, memory_bytes, disk_bytes, instance_slots,
-			lease_seconds, lease_expires_at, renewed_at, version)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now() + $8 * interval '1 second', now(), $9)
+			lease_seconds, lease_expires_at, renewed_at, version, tls_cert)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now() + $8 * interval '1 second', now(), $9, $10)
 		ON CONFLICT (name) DO UPDATE SET api_url = EXCLUDED.api_url, started_at = now(), labels = EXCLUDED.labels,
 			cpus = EXCLUDED.cpus, memory_bytes = EXCLUDED.memory_bytes, disk_bytes = EXCLUDED.disk_bytes,
 			instance_slots = EXCLUDED.instance_slots, lease_seconds = EXCLUDED.lease_seconds,
 			lease_expires_at = EXCLUDED.lease_expires_at, renewed_at = now(), version = EXCLUDED.version, stopped = false,
+			tls_cert = EXCLUDED.tls_cert,
 			state = CASE WHEN nodes.state = 'lost' THEN 'ready' ELSE nodes.state END,
 			state_changed_at = CASE WHEN nodes.state = 'lost' THEN now() ELSE nodes.state_changed_at END`,
-		r.Name, r.APIURL, string(labels), r.CPUs, r.MemoryBytes, r.DiskBytes, r.InstanceSlots, r.Lease.Seconds(), r.Version)
+		r.Name, r.APIURL, string(labels), r.CPUs, r.MemoryBytes, r.DiskBytes, r.InstanceSlots, r.Lease.Seconds(), r.Version, r.TLSCert)
 	if err != nil {
 		return Member{}, translate(err, fmt.Sprintf("join node %q", r.Name))
 	}
@@ -93,6 +100,31 @@ func (s *Store) Join(ctx context.Context, r Registration) (Member, error) {
 func (s *Store) LeaveNode(ctx context.Context, node string) error {
 	_, err := s.db.Exec(ctx, `UPDATE nodes SET stopped = true WHERE name = $1`, node)
 	return translate(err, fmt.Sprintf("node %q leaves", node))
+}
+
+// SetNodeCertificate records the certificate (DER) node's API serves now
+// (an operator's certificate renewed on disk); ErrNotFound when the node
+// never joined.
+func (s *Store) SetNodeCertificate(ctx context.Context, node string, der []byte) error {
+	tag, err := s.db.Exec(ctx, `UPDATE nodes SET tls_cert = $2 WHERE name = $1`, node, der)
+	if err != nil {
+		return translate(err, fmt.Sprintf("record the certificate of node %q", node))
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("node %q: %w", node, errdefs.ErrNotFound)
+	}
+	return nil
+}
+
+// NodeCertificate is the certificate (DER) node recorded for its API, nil
+// when none; ErrNotFound when the node never joined.
+func (s *Store) NodeCertificate(ctx context.Context, node string) ([]byte, error) {
+	var der []byte
+	err := s.db.QueryRow(ctx, `SELECT tls_cert FROM nodes WHERE name = $1`, node).Scan(&der)
+	if err != nil {
+		return nil, translate(err, fmt.Sprintf("node %q", node))
+	}
+	return der, nil
 }
 
 // ErrFenced is RenewLease's answer to a node that was marked lost: its
@@ -122,7 +154,7 @@ func (s *Store) RenewLease(ctx context.Context, node string) (string, error) {
 // memberCols needs nodes as n; the instance columns count live instances
 // and add up their limits (instances.spec's "limits").
 const memberCols = `n.name, n.api_url, n.state, n.labels, n.cpus, n.memory_bytes, n.disk_bytes, n.instance_slots,
-	n.lease_seconds, n.lease_expires_at, n.renewed_at, n.started_at, n.state_changed_at, n.version, n.stopped,
+	n.lease_seconds, n.lease_expires_at, n.renewed_at, n.started_at, n.state_changed_at, n.version, n.stopped, n.tls_cert,
 	(n.state <> 'lost' AND n.lease_expires_at < now()),
 	count(i.id), COALESCE(sum((i.spec->'limits'->>'cpus')::float8), 0),
 	COALESCE(sum((i.spec->'limits'->>'memory_bytes')::bigint), 0)::bigint,
@@ -135,7 +167,7 @@ func scanMember(row pgx.Row) (Member, error) {
 	var labels []byte
 	var lease float64
 	err := row.Scan(&m.Name, &m.APIURL, &m.State, &labels, &m.CPUs, &m.MemoryBytes, &m.DiskBytes, &m.InstanceSlots,
-		&lease, &m.LeaseExpiresAt, &m.RenewedAt, &m.StartedAt, &m.StateChangedAt, &m.Version, &m.Stopped, &m.Expired,
+		&lease, &m.LeaseExpiresAt, &m.RenewedAt, &m.StartedAt, &m.StateChangedAt, &m.Version, &m.Stopped, &m.TLSCert, &m.Expired,
 		&m.Instances, &m.UsedCPUs, &m.UsedMemory, &m.UsedDisk)
 	if err != nil {
 		return m, err

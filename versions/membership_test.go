@@ -122,3 +122,34 @@ func TestMembershipStates(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, ms, 1)
 }
+
+// A node records the certificate its API serves when it joins and when it
+// changes; the others read exactly that one back.
+func TestNodeCertificate(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ctx := context.Background()
+	_, err := s.Join(ctx, versions.Registration{Name: "a", APIURL: "https://a", Lease: time.Minute, TLSCert: []byte("cert-1")})
+	require.NoError(t, err)
+	m, err := s.GetMember(ctx, "a")
+	require.NoError(t, err)
+	assert.Equal(t, []byte("cert-1"), m.TLSCert)
+	got, err := s.NodeCertificate(ctx, "a")
+	require.NoError(t, err)
+	assert.Equal(t, []byte("cert-1"), got)
+
+	require.NoError(t, s.SetNodeCertificate(ctx, "a", []byte("cert-2")))
+	got, err = s.NodeCertificate(ctx, "a")
+	require.NoError(t, err)
+	assert.Equal(t, []byte("cert-2"), got, "a renewed certificate replaces the recorded one")
+
+	_, err = s.Join(ctx, versions.Registration{Name: "a", APIURL: "http://a", Lease: time.Minute})
+	require.NoError(t, err)
+	got, err = s.NodeCertificate(ctx, "a")
+	require.NoError(t, err)
+	assert.Nil(t, got, "a node back on plain HTTP records none")
+
+	_, err = s.NodeCertificate(ctx, "nobody")
+	require.ErrorIs(t, err, errdefs.ErrNotFound)
+	require.ErrorIs(t, s.SetNodeCertificate(ctx, "nobody", []byte("x")), errdefs.ErrNotFound)
+}

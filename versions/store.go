@@ -121,6 +121,8 @@ func translate(err error, what string) error {
 			kind = errdefs.ErrConflict
 		case c == "57014": // query_canceled (statement_timeout or cancel request)
 			kind = errdefs.ErrCanceled
+		case c == "42501": // insufficient_privilege: a node's database role (migrations/0028_node_role.sql)
+			return fmt.Errorf("%s: %s: this node's database role may not do this; ask a node that uses the admin's database role: %w", what, msg, errdefs.ErrFailedPrecondition)
 		case strings.HasPrefix(c, "22"), strings.HasPrefix(c, "23"): // data exception, other integrity violations (check, not null)
 			kind = errdefs.ErrInvalidArgument
 		case strings.HasPrefix(c, "08"), strings.HasPrefix(c, "57P"), strings.HasPrefix(c, "53"):

@@ -565,3 +565,45 @@ func TestProgressFitsTheTerminal(t *testing.T) {
 	p.event(types.Event{Seq: 1, Type: "spooled", Message: "read 3 entries (2048 bytes) while frozen for 2ms"})
 	assert.Equal(t, "\r\x1b[Kspooled: read 3 ent", b.String(), "19 columns: a full line would wrap")
 }
+
+// A bare noun lists, as `kubectl get nodes` does: each noun with an ls
+// verb that needs no argument prints what its ls prints, in every output
+// format; a noun whose ls needs an argument is a usage error that names it.
+func TestBareNounLists(t *testing.T) {
+	t.Parallel()
+	_, env := listingServer(t)
+	for _, noun := range [][]string{
+		{"nodes"},
+		{"project"},
+		{"image"},
+		{"token"},
+		{"ssh-key"},
+		{"admin", "token"},
+		{"admin", "rollout"},
+	} {
+		name := strings.Join(noun, " ")
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			for _, out := range []string{"table", "json"} {
+				ls := envctl(t, env, nil, append([]string{"-o", out}, append(noun, "ls")...)...)
+				require.Equal(t, 0, ls.code, ls.stderr)
+				require.NotEmpty(t, ls.stdout, "%s ls prints something", name)
+				bare := envctl(t, env, nil, append([]string{"-o", out}, noun...)...)
+				assert.Equal(t, 0, bare.code, "envctl %s: %s", name, bare.stderr)
+				assert.Equal(t, ls.stdout, bare.stdout, "envctl %s -o %s lists as %s ls does", name, out, name)
+			}
+		})
+	}
+
+	r := envctl(t, env, nil, "volume")
+	assert.Equal(t, 2, r.code, "a usage error")
+	assert.Contains(t, r.stderr, "to list: envctl volume ls PROJECT")
+	r = envctl(t, env, nil, "op")
+	assert.Equal(t, 2, r.code, "a noun without ls stays a usage error")
+	assert.Contains(t, r.stderr, "missing subcommand")
+	// The older form still creates; flags of a create without a tenant
+	// are refused rather than ignored by a listing.
+	r = envctl(t, env, nil, "admin", "token", "--admin")
+	assert.Equal(t, 2, r.code, r.stdout)
+	assert.Contains(t, r.stderr, "need the TENANT")
+}

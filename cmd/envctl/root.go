@@ -410,16 +410,37 @@ func versionArg(s string) (int, error) {
 	return n, nil
 }
 
-// group is a command that only holds subcommands.
+// group is a command that only holds subcommands. Given alone, a noun
+// with an ls verb that needs no argument lists (envctl nodes is envctl
+// nodes ls, as kubectl get nodes lists); any other bare noun is a usage
+// error, which names the ls verb when there is one.
 func group(use, short string, subs ...*cobra.Command) *cobra.Command {
 	c := &cobra.Command{
 		Use:   use,
 		Short: short,
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			ls := lsVerb(cmd)
+			if ls != nil && (ls.Args == nil || ls.Args(ls, nil) == nil) {
+				ls.SetContext(cmd.Context())
+				return ls.RunE(ls, nil)
+			}
+			if ls != nil {
+				return usageError{fmt.Errorf("%s: missing subcommand (to list: %s %s; see %s --help)", cmdName(cmd), cmd.CommandPath(), ls.Use, cmd.CommandPath())}
+			}
 			return usageError{fmt.Errorf("%s: missing subcommand (see %s --help)", cmdName(cmd), cmd.CommandPath())}
 		},
 	}
 	c.AddCommand(subs...)
 	return c
+}
+
+// lsVerb is the ls subcommand of a group, nil when it has none.
+func lsVerb(group *cobra.Command) *cobra.Command {
+	for _, sub := range group.Commands() {
+		if sub.Name() == "ls" && sub.RunE != nil {
+			return sub
+		}
+	}
+	return nil
 }

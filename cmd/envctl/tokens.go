@@ -41,9 +41,20 @@ func (a *app) adminTokenCommand() *cobra.Command {
   envctl admin token revoke ID
       revoke a token: requests with it get 401 from then on. The last live
       admin token cannot be revoked.
-A tenant lists and revokes its own tokens with "envctl token ls|revoke".`,
-		Args: exactArgs(1),
-		RunE: create,
+A tenant lists and revokes its own tokens with "envctl token ls|revoke".
+"envctl admin token" alone lists every tenant's tokens, as ls does.`,
+		Args: rangeArgs(0, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				if cmd.Flags().Changed("admin") || cmd.Flags().Changed("expires") {
+					return usageError{fmt.Errorf("%s: --admin and --expires need the TENANT to create a token of", cmdName(cmd))}
+				}
+				ls := lsVerb(cmd)
+				ls.SetContext(cmd.Context())
+				return ls.RunE(ls, nil)
+			}
+			return create(cmd, args)
+		},
 	}
 	flags(token)
 	createCmd := &cobra.Command{

@@ -14,7 +14,8 @@ import (
 func (n *Node) clusterConfig(db database, reg registryPart) envd.ClusterConfig {
 	return envd.ClusterConfig{Lease: n.cfg.Lease, SweepInterval: n.cfg.SweepInterval, Labels: n.cfg.Labels,
 		Capacity: n.cfg.Capacity, Join: n.joinCommand(db, reg), Placement: n.cfg.Placement,
-		JoinConfig: func() (types.JoinConfig, error) { return n.joinConfig(db, reg) }}
+		JoinConfig:     func() (types.JoinConfig, error) { return n.joinConfig(db, reg) },
+		TLSCertificate: func() []byte { return n.tls.certificate() }}
 }
 
 // joinConfig is what a node joining with a join token is given: the
@@ -101,6 +102,7 @@ func (n *Node) joinCommand(db database, reg registryPart) types.JoinCommand {
 	}
 	notes = append(notes, "replace NAME with the new node's name and the listen address with one the other nodes reach; add --label KEY=VALUE for node_selector")
 	notes = append(notes, "or, without copying credentials: envctl nodes join-token prints envd serve --join URL --token T, which fetches these settings once")
+	notes = append(notes, "this line logs in to the database with this node's role (the admin's on a node that made the schema): a node started with it may create API tokens; a node that joins with a join token gets a role of its own that may not (docs/deploy.md, \"What a node can do\")")
 	all := append(append([]string{}, env...), args...)
 	return types.JoinCommand{Command: shellJoin(all), Args: all, Secrets: secrets, Notes: notes}
 }

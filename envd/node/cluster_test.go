@@ -51,6 +51,7 @@ func TestJoinCommand(t *testing.T) {
 			}
 			assert.Equal(t, tt.secrets, j.Secrets)
 			assert.Contains(t, strings.Join(j.Notes, "\n"), tt.noteAbout)
+			assert.Contains(t, strings.Join(j.Notes, "\n"), "may create API tokens", "the line says it holds the admin's database role")
 			if tt.notInclude != "" {
 				assert.NotContains(t, j.Command, tt.notInclude)
 			}

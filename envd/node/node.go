@@ -274,6 +274,8 @@ type Node struct {
 	vols volumes
 	srv  *http.Server
 	tls  apiTLS // zero when the API is plain HTTP
+	// peers is how the API reaches the other nodes (peers.go).
+	peers *peerTransports
 
 	components map[string]string // each part as envd info shows it
 	closers    []func(context.Context) error

@@ -302,8 +302,16 @@ func (n *Node) newService(db database, reg registryPart, rt *runtime.Runtime, v 
 
 // adminToken is the admin's API token: created once and kept in
 // DataDir/admin.token (0600), so envctl keeps working across restarts, and
-// made an admin token in the store at every start.
+// made an admin token in the store at every start. A node that logs in
+// with a node's database role (it joined with a join token) may not make
+// tokens: it has none, and "" is its token.
 func (n *Node) adminToken(ctx context.Context, db database) (string, error) {
+	if admin, err := db.store.AdminRole(ctx); err != nil {
+		return "", fmt.Errorf("admin token: %w", err)
+	} else if !admin {
+		n.cfg.Logger.Info("this node uses a node's database role: it makes no admin token; use a token made on a node with the admin's role")
+		return "", nil
+	}
 	tokenFile := filepath.Join(n.cfg.DataDir, "admin.token")
 	token, err := persisted(tokenFile, func() string { return randomHex(32) })
 	if err != nil {
@@ -328,15 +336,16 @@ func (n *Node) serveAPI(svc *envd.Service) (url string, err error) {
 	if err != nil {
 		return "", fmt.Errorf("cluster key: %w", err)
 	}
+	n.peers = newPeerTransports(svc.NodeCertificate)
 	h, err := api.New(svc, append(append(n.apiMetrics(), n.apiSSH()...), api.WithLogger(n.cfg.Logger), api.WithReadiness(n.readiness()),
-		api.WithPreviewDomain(n.cfg.PreviewDomain), api.WithForwardKey(key))...)
+		api.WithPreviewDomain(n.cfg.PreviewDomain), api.WithForwardKey(key), api.WithPeerTransport(n.peers.transport))...)
 	if err != nil {
 		return "", err
 	}
 	if n.cfg.WrapAPI != nil {
 		h = n.cfg.WrapAPI(h)
 	}
-	h = api.PreviewHosts(svc, n.cfg.PreviewDomain, h, key) // preview hosts are the instances', not the API's
+	h = api.PreviewHosts(svc, n.cfg.PreviewDomain, h, key, n.peers.transport) // preview hosts are the instances', not the API's
 	ln, err := net.Listen("tcp", n.cfg.Listen)
 	if err != nil {
 		return "", fmt.Errorf("listen %s: %w", n.cfg.Listen, err)

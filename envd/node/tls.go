@@ -51,6 +51,18 @@ type apiTLS struct {
 	config      *tls.Config
 	fingerprint string // of the certificate at start
 	selfSigned  string // path of the node's self-signed certificate; "" for the operator's
+	// leaf is the certificate (DER) served now, which the node records
+	// for the other nodes to trust; nil for plain HTTP.
+	leaf func() []byte
+}
+
+// certificate is the certificate (DER) the API serves now; nil for plain
+// HTTP (before the API is served too).
+func (t apiTLS) certificate() []byte {
+	if t.leaf == nil {
+		return nil
+	}
+	return t.leaf()
 }
 
 // TLSFingerprint is the SHA-256 fingerprint of the certificate the API
@@ -74,7 +86,13 @@ func (n *Node) setupTLS() (apiTLS, error) {
 			return apiTLS{}, err
 		}
 		base.GetCertificate = kp.get
-		return apiTLS{config: base, fingerprint: Fingerprint(c.Leaf.Raw)}, nil
+		leaf := func() []byte {
+			if c, err := kp.get(nil); err == nil {
+				return c.Leaf.Raw
+			}
+			return nil
+		}
+		return apiTLS{config: base, fingerprint: Fingerprint(c.Leaf.Raw), leaf: leaf}, nil
 	}
 	host, _, err := net.SplitHostPort(cfg.Listen)
 	if err != nil {
@@ -92,7 +110,8 @@ func (n *Node) setupTLS() (apiTLS, error) {
 		cfg.Logger.Info("made a self-signed certificate for the API", "cert", filepath.Join(dir, "cert.pem"), "names", strings.Join(certNames(c.Leaf), ","))
 	}
 	base.Certificates = []tls.Certificate{c}
-	return apiTLS{config: base, fingerprint: Fingerprint(c.Leaf.Raw), selfSigned: filepath.Join(dir, "cert.pem")}, nil
+	return apiTLS{config: base, fingerprint: Fingerprint(c.Leaf.Raw), selfSigned: filepath.Join(dir, "cert.pem"),
+		leaf: func() []byte { return c.Leaf.Raw }}, nil
 }
 
 // apiURL is the URL clients of this machine reach the API at, through
