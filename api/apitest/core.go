@@ -712,9 +712,12 @@ func (c *Core) GetRollout(ctx context.Context, p types.Principal, id string) (ty
 }
 
 func (c *Core) RolloutAction(ctx context.Context, p types.Principal, id, action string) (types.Rollout, error) {
-	state := map[string]string{"pause": types.RolloutPaused, "resume": types.RolloutRunning, "cancel": types.RolloutCanceled,
-		"rollback": types.RolloutRolledBack}[action]
+	state := map[string]string{"pause": types.RolloutPaused, "resume": types.RolloutRunning, "cancel": types.RolloutCanceled}[action]
 	return echo(c, "RolloutAction", p, fakeRollout(id, state), id, action)
+}
+
+func (c *Core) RollbackRollout(ctx context.Context, p types.Principal, id string) (types.Operation, error) {
+	return echo(c, "RollbackRollout", p, c.NewOperation(types.OpKindRollback, id), id)
 }
 
 func (c *Core) SetProjectValidation(ctx context.Context, p types.Principal, project string, req types.ProjectValidation) (types.Project, error) {
