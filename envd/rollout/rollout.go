@@ -774,7 +774,8 @@ func toRollout(ro versions.Rollout) types.Rollout {
 	return types.Rollout{ID: ro.ID, OperationID: ro.OperationID, State: ro.State, Message: ro.Message, From: ro.From, To: ro.To,
 		FromName: ro.FromName, ToName: ro.ToName, Tenant: ro.Tenant, Selector: ro.Selector, Validate: ro.Validate,
 		WaveSize: ro.WaveSize, MaxFailures: ro.MaxFailures, DryRun: ro.DryRun, AllowConflicts: ro.AllowConflicts,
-		Totals: map[string]int{}, CreatedAt: ro.CreatedAt, UpdatedAt: ro.UpdatedAt, FinishedAt: ro.FinishedAt}
+		Totals: map[string]int{}, CreatedAt: ro.CreatedAt, UpdatedAt: ro.UpdatedAt, FinishedAt: ro.FinishedAt,
+		RollbackOperationID: ro.RollbackOperationID}
 }
 
 func (r *Runner) view(ctx context.Context, ro versions.Rollout, withProjects bool) (types.Rollout, error) {
