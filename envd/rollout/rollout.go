@@ -581,7 +581,7 @@ func (r *Runner) migrate(ctx context.Context, op *ops.Op, ro versions.Rollout, p
 		res := p
 		res.NewVersion = p.SwitchingTo
 		var err error
-		if res.Status, res.Message, err = r.swapForward(ctx, ro.ID, p, p.SwitchingTo); err != nil {
+		if res.Status, res.Message, err = r.swapForward(ctx, p, p.SwitchingTo); err != nil {
 			return "", err
 		}
 		return r.record(ctx, op, ro, p, res)
@@ -669,14 +669,14 @@ func (r *Runner) switchForward(ctx context.Context, id string, p, res versions.R
 		return "", "", err
 	}
 	r.crashPoint(ctx, StepSwitchIntent, p.Tenant, p.Project)
-	return r.swapForward(ctx, id, p, res.NewVersion)
+	return r.swapForward(ctx, p, res.NewVersion)
 }
 
 // swapForward swaps the project's current from its old version to v, or
 // finds it swapped already (a crash lost the record), and returns the
 // project's status and message. The swap is made in a context of its
 // own: once the intent is written, a cancel does not leave it unknown.
-func (r *Runner) swapForward(ctx context.Context, id string, p versions.RolloutProject, v int) (string, string, error) {
+func (r *Runner) swapForward(ctx context.Context, p versions.RolloutProject, v int) (string, string, error) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), switchTimeout)
 	defer cancel()
 	_, err := r.d.Store.SetCurrent(sctx, p.Tenant, p.Project, v, p.OldVersion)
@@ -843,8 +843,8 @@ func (r *Runner) event(ctx context.Context, ro versions.Rollout, typ, msg string
 	}
 }
 
-// Rollback starts the rollback of a rollout that ended (pause or cancel a
-// running one first) as an operation of kind rollback (RunRollback), or
+// Rollback starts the rollback of a rollout that ended (cancel a running
+// or paused one first) as an operation of kind rollback (RunRollback), or
 // returns the one that stands for it: the rollback operation still
 // running, or the one that finished it. A rollback whose operation
 // failed or was canceled is taken over by a new operation, which goes on
