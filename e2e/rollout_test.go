@@ -301,6 +301,18 @@ func TestRootMigrateShellValidation(t *testing.T) {
 	assert.Equal(t, 409, apiErr.Status)
 }
 
+// eventTypes are the types of operation id's events, in order.
+func eventTypes(t *testing.T, c *client.Client, id string) []string {
+	t.Helper()
+	evs, err := c.OperationEvents(context.Background(), id, 0)
+	require.NoError(t, err)
+	out := make([]string, 0, len(evs))
+	for _, e := range evs {
+		out = append(out, e.Type)
+	}
+	return out
+}
+
 // awaitEvent waits until operation id has an event of type typ.
 func awaitEvent(t *testing.T, c *client.Client, id, typ string) {
 	t.Helper()
@@ -369,6 +381,7 @@ func TestRootKillDuringRollout(t *testing.T) {
 	ro, err = cl.GetRollout(c, ro.ID)
 	require.NoError(t, err)
 	assert.Equal(t, map[string]int{"switched": n}, ro.Totals)
+	assert.Contains(t, eventTypes(t, cl, ro.OperationID), "resumed", "the kill landed while the rollout ran")
 	for _, rp := range ro.Projects {
 		pr, err := cl.GetProject(c, rp.Project)
 		require.NoError(t, err)
@@ -387,6 +400,7 @@ func TestRootKillDuringRollout(t *testing.T) {
 	back, err = cl.WaitOperation(c, back.ID, nil)
 	require.NoError(t, err)
 	require.Equal(t, types.OpSucceeded, back.State, "%+v", back.Error)
+	t.Logf("rollback events after the kill: %v", eventTypes(t, cl, back.ID))
 	ro, err = cl.GetRollout(c, ro.ID)
 	require.NoError(t, err)
 	assert.Equal(t, types.RolloutRolledBack, ro.State)
