@@ -16,8 +16,12 @@ type RolloutCore interface {
 	CreateRollout(ctx context.Context, p types.Principal, req types.CreateRolloutRequest, idempotencyKey string) (types.Rollout, error)
 	ListRollouts(ctx context.Context, p types.Principal) ([]types.Rollout, error)
 	GetRollout(ctx context.Context, p types.Principal, id string) (types.Rollout, error)
-	// RolloutAction is "pause", "resume", "cancel" or "rollback".
+	// RolloutAction is "pause", "resume" or "cancel".
 	RolloutAction(ctx context.Context, p types.Principal, id, action string) (types.Rollout, error)
+	// RollbackRollout starts the rollback of an ended rollout as an
+	// operation of kind rollback, or returns the one that stands for it
+	// (still running, or the one that finished it): a retry is safe.
+	RollbackRollout(ctx context.Context, p types.Principal, id string) (types.Operation, error)
 	// SetProjectValidation replaces the commands every migration of the
 	// project runs in its trial instance.
 	SetProjectValidation(ctx context.Context, p types.Principal, project string, req types.ProjectValidation) (types.Project, error)
@@ -44,7 +48,10 @@ func (g rollouts) routes() []route {
 			return g.core.SetProjectValidation(r.ctx, r.p, r.param("p"), req)
 		})},
 	}
-	for _, action := range []string{"pause", "resume", "cancel", "rollback"} {
+	out = append(out, route{http.MethodPost, "/admin/rollouts/:id/rollback", started(func(r in, _ none) (types.Operation, error) {
+		return g.core.RollbackRollout(r.ctx, r.p, r.param("id"))
+	})})
+	for _, action := range []string{"pause", "resume", "cancel"} {
 		out = append(out, route{http.MethodPost, "/admin/rollouts/:id/" + action, handle(http.StatusOK, func(r in, _ none) (types.Rollout, error) {
 			return g.core.RolloutAction(r.ctx, r.p, r.param("id"), action)
 		})})

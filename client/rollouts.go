@@ -43,10 +43,15 @@ func (c *Client) CancelRollout(ctx context.Context, id string) (types.Rollout, e
 	return c.rolloutAction(ctx, id, "cancel")
 }
 
-// RollbackRollout switches the projects the rollout switched back to their
-// old versions, by compare-and-swap: POST /v1/admin/rollouts/{id}/rollback.
-func (c *Client) RollbackRollout(ctx context.Context, id string) (types.Rollout, error) {
-	return c.rolloutAction(ctx, id, "rollback")
+// RollbackRollout starts switching the projects the rollout switched back
+// to their old versions, by compare-and-swap: POST
+// /v1/admin/rollouts/{id}/rollback. The answer is the rollback's operation
+// (kind rollback; its result, once succeeded, the Rollout with its
+// projects): follow it with WaitOperation. Calling it again is safe: it
+// returns the rollback still running, or the one that finished it, and
+// takes over one that failed or was canceled.
+func (c *Client) RollbackRollout(ctx context.Context, id string) (types.Operation, error) {
+	return post[types.Operation](ctx, c, http.MethodPost, "/v1/admin/rollouts/"+esc(id)+"/rollback", nil)
 }
 
 func (c *Client) rolloutAction(ctx context.Context, id, action string) (types.Rollout, error) {

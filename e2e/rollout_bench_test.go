@@ -120,8 +120,11 @@ func BenchmarkRootRolloutWall(b *testing.B) {
 				require.NoError(b, err)
 				require.Equal(b, n, ro.Totals[types.RolloutProjectSwitched], "%v", ro.Totals)
 				b.StopTimer()
-				_, err = env.c.RollbackRollout(context.Background(), ro.ID) // the next loop moves them again
+				back, err := env.c.RollbackRollout(context.Background(), ro.ID) // the next loop moves them again
 				require.NoError(b, err)
+				back, err = env.c.WaitOperation(context.Background(), back.ID, nil)
+				require.NoError(b, err)
+				require.Equal(b, types.OpSucceeded, back.State)
 				b.StartTimer()
 			}
 			b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s/rollout")

@@ -23,6 +23,12 @@ import (
 // /etc/motd say version.
 func importBusyboxBase(t testing.TB, name, version string) {
 	t.Helper()
+	importBusyboxBaseTo(t, env.c, name, version)
+}
+
+// importBusyboxBaseTo is importBusyboxBase on the node c talks to.
+func importBusyboxBaseTo(t testing.TB, c *client.Client, name, version string) {
+	t.Helper()
 	dir := t.TempDir()
 	out, err := exec.Command("bash", "../scripts/busybox-rootfs.sh", dir).CombinedOutput()
 	require.NoError(t, err, string(out))
@@ -30,7 +36,7 @@ func importBusyboxBase(t testing.TB, name, version string) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "etc/base-version"), []byte(version+"\n"), 0o644))
 	tarball, err := tarDir(dir)
 	require.NoError(t, err)
-	_, err = env.c.ImportImage(context.Background(), name, bytes.NewReader(tarball))
+	_, err = c.ImportImage(context.Background(), name, bytes.NewReader(tarball))
 	require.NoError(t, err)
 }
 
@@ -228,7 +234,13 @@ func TestRootRolloutFleet(t *testing.T) {
 	exp := moved.NewVersion
 	_, err = env.c.SetCurrent(c, movedP, types.SetCurrentRequest{Version: 1, ExpectedCurrent: &exp})
 	require.NoError(t, err)
-	back, err := env.c.RollbackRollout(c, ro.ID)
+	backOp, err := env.c.RollbackRollout(c, ro.ID)
+	require.NoError(t, err)
+	assert.Equal(t, types.OpKindRollback, backOp.Kind)
+	backOp, err = env.c.WaitOperation(c, backOp.ID, nil)
+	require.NoError(t, err)
+	require.Equal(t, types.OpSucceeded, backOp.State, "%+v", backOp.Error)
+	back, err := env.c.GetRollout(c, ro.ID)
 	require.NoError(t, err)
 	assert.Equal(t, types.RolloutRolledBack, back.State)
 	assert.Equal(t, map[string]int{"rolled_back": 9, "switched": 1, "conflicts": 1, "validation_failed": 1}, back.Totals)
@@ -248,10 +260,9 @@ func TestRootRolloutFleet(t *testing.T) {
 			assert.Equal(t, 2, pr.Current, "%s is back on its saved version", fp.name)
 		}
 	}
-	_, err = env.c.RollbackRollout(c, ro.ID)
-	var apiErr *types.Error
-	require.True(t, errors.As(err, &apiErr), "%v", err)
-	assert.Equal(t, "failed_precondition", apiErr.Code, "a rollback happens once")
+	again, err := env.c.RollbackRollout(c, ro.ID)
+	require.NoError(t, err, "asking again is not refused")
+	assert.Equal(t, backOp.ID, again.ID, "it answers the rollback that finished")
 }
 
 // Per-project migrate with a real shell validation, the base the current
@@ -288,4 +299,120 @@ func TestRootMigrateShellValidation(t *testing.T) {
 	var apiErr *types.Error
 	require.True(t, errors.As(err, &apiErr), "refused at once, not an operation: %v", err)
 	assert.Equal(t, 409, apiErr.Status)
+}
+
+// eventTypes are the types of operation id's events, in order.
+func eventTypes(t *testing.T, c *client.Client, id string) []string {
+	t.Helper()
+	evs, err := c.OperationEvents(context.Background(), id, 0)
+	require.NoError(t, err)
+	out := make([]string, 0, len(evs))
+	for _, e := range evs {
+		out = append(out, e.Type)
+	}
+	return out
+}
+
+// awaitEvent waits until operation id has an event of type typ.
+func awaitEvent(t *testing.T, c *client.Client, id, typ string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		evs, err := c.OperationEvents(context.Background(), id, 0)
+		if err != nil {
+			return false
+		}
+		for _, e := range evs {
+			if e.Type == typ {
+				return true
+			}
+		}
+		return false
+	}, 3*time.Minute, 20*time.Millisecond, "operation %s: no %s event", id, typ)
+}
+
+// envd killed with SIGKILL while a rollout switches projects, then while
+// its rollback switches them back: each time the next envd finishes the
+// operation; every project ends where the report says (switched and on
+// its new version, then rolled_back and on its old one), none skipped.
+func TestRootKillDuringRollout(t *testing.T) {
+	bin := buildEnvd(t)
+	dir, err := os.MkdirTemp("", "envd-e2e-kill-")
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(dir, 0o755))
+	dataDir := filepath.Join(dir, "data")
+	require.NoError(t, os.MkdirAll(dataDir, 0o755))
+	t.Cleanup(func() {
+		out, err := exec.Command(bin, "down", "--data-dir", dataDir).CombinedOutput()
+		assert.NoError(t, err, "envd down: %s", out)
+		_ = os.RemoveAll(dir)
+	})
+	c := context.Background()
+	p, cl := startEnvd(t, bin, dataDir)
+	importBusyboxBaseTo(t, cl, "v1", "1")
+	importBusyboxBaseTo(t, cl, "v2", "2")
+	const n = 6
+	for i := range n {
+		name := fmt.Sprintf("k%d", i)
+		_, err := cl.CreateProject(c, types.CreateProjectRequest{Name: name, Base: "v1"})
+		require.NoError(t, err)
+		in, err := cl.CreateInstance(c, name, types.CreateInstanceRequest{})
+		require.NoError(t, err)
+		res, err := cl.Exec(c, in.ID, types.ExecRequest{Args: []string{"/bin/sh", "-c", fmt.Sprintf("echo %d > /mine", i)}})
+		require.NoError(t, err)
+		require.Equal(t, 0, res.ExitCode, res.Stderr)
+		op, err := cl.Save(c, in.ID, types.SaveRequest{}, "")
+		require.NoError(t, err)
+		done, err := cl.WaitOperation(c, op.ID, nil)
+		require.NoError(t, err)
+		require.Equal(t, types.OpSucceeded, done.State, "%+v", done.Error)
+		_, err = cl.DeleteInstance(c, in.ID)
+		require.NoError(t, err)
+	}
+
+	ro, err := cl.CreateRollout(c, types.CreateRolloutRequest{From: "v1", To: "v2", WaveSize: 1})
+	require.NoError(t, err)
+	require.Len(t, ro.Projects, n)
+	awaitEvent(t, cl, ro.OperationID, "project") // one project recorded, the next on its way
+	p.kill(t)
+	p, cl = startEnvd(t, bin, dataDir)
+	op, err := cl.WaitOperation(c, ro.OperationID, nil)
+	require.NoError(t, err)
+	require.Equal(t, types.OpSucceeded, op.State, "%+v", op.Error)
+	ro, err = cl.GetRollout(c, ro.ID)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int{"switched": n}, ro.Totals)
+	assert.Contains(t, eventTypes(t, cl, ro.OperationID), "resumed", "the kill landed while the rollout ran")
+	for _, rp := range ro.Projects {
+		pr, err := cl.GetProject(c, rp.Project)
+		require.NoError(t, err)
+		assert.Equal(t, rp.NewVersion, pr.Current, "%s is on the version the report says", rp.Project)
+	}
+
+	back, err := cl.RollbackRollout(c, ro.ID)
+	require.NoError(t, err)
+	awaitEvent(t, cl, back.ID, "project")
+	p.kill(t)
+	p, cl = startEnvd(t, bin, dataDir)
+	defer p.kill(t)
+	again, err := cl.RollbackRollout(c, ro.ID)
+	require.NoError(t, err, "asking again after the kill is not refused")
+	assert.Equal(t, back.ID, again.ID, "it answers the rollback the restart resumed")
+	back, err = cl.WaitOperation(c, back.ID, nil)
+	require.NoError(t, err)
+	require.Equal(t, types.OpSucceeded, back.State, "%+v", back.Error)
+	t.Logf("rollback events after the kill: %v", eventTypes(t, cl, back.ID))
+	ro, err = cl.GetRollout(c, ro.ID)
+	require.NoError(t, err)
+	assert.Equal(t, types.RolloutRolledBack, ro.State)
+	assert.Equal(t, map[string]int{"rolled_back": n}, ro.Totals)
+	for _, rp := range ro.Projects {
+		pr, err := cl.GetProject(c, rp.Project)
+		require.NoError(t, err)
+		assert.Equal(t, rp.OldVersion, pr.Current, "%s is on its old version", rp.Project)
+	}
+	in, err := cl.CreateInstance(c, "k3", types.CreateInstanceRequest{})
+	require.NoError(t, err)
+	res, err := cl.Exec(c, in.ID, types.ExecRequest{Args: []string{"cat", "/etc/base-version", "/mine"}})
+	require.NoError(t, err)
+	assert.Equal(t, "1\n3\n", res.Stdout, "k3 runs its own change on v1 again")
 }

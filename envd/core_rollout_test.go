@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/envd/rollout"
 	"github.com/envd-dev/envd/internal/fakeruntime"
 	"github.com/envd-dev/envd/runtime"
 )
@@ -45,8 +47,16 @@ func newBaseTar(t testing.TB) []byte {
 // tenant, projects on the first base each with a saved change: "bad-*"
 // fail any validation, "p-conflict" changed /etc/os-release (which v2
 // also changes); "on-v2" was made on v2.
-func rolloutEnv(t *testing.T) *coreEnv {
-	e := newCoreEnv(t, func(c *envd.Config) { c.RolloutConcurrency = 2 })
+func rolloutEnv(t *testing.T) *coreEnv { return rolloutEnvWith(t, nil) }
+
+// rolloutEnvWith is rolloutEnv with edit applied to the config.
+func rolloutEnvWith(t *testing.T, edit func(*envd.Config)) *coreEnv {
+	e := newCoreEnv(t, func(c *envd.Config) {
+		c.RolloutConcurrency = 2
+		if edit != nil {
+			edit(c)
+		}
+	})
 	_, err := e.svc.ImportImage(e.ctx, e.admin, "v2", bytes.NewReader(newBaseTar(t)))
 	require.NoError(t, err)
 	// An exec fails in instances whose id starts with "bad-".
@@ -131,7 +141,7 @@ func TestCoreRollout(t *testing.T) {
 			"p-conflict": "conflicts"}, statuses(ro), "on-v2 is not on the from base")
 		assert.Equal(t, []string{"/etc/os-release"}, byProject(ro)["p-conflict"].Conflicts)
 		assert.Equal(t, before, e.versionsOf("p-a"), "a dry run makes no version")
-		_, err := e.svc.RolloutAction(e.ctx, e.admin, ro.ID, "rollback")
+		_, err := e.svc.RollbackRollout(e.ctx, e.admin, ro.ID)
 		assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition, "a dry run has nothing to roll back")
 	})
 
@@ -203,17 +213,32 @@ func TestCoreRollout(t *testing.T) {
 		_, err := e.svc.SetCurrent(e.ctx, e.user, "p-b", types.SetCurrentRequest{Version: 1, ExpectedCurrent: &exp})
 		require.NoError(t, err)
 
-		ro, err := e.svc.RolloutAction(e.ctx, e.admin, real.ID, "rollback")
+		_, err = e.svc.RollbackRollout(e.ctx, e.user, real.ID)
+		assert.ErrorIs(t, err, errdefs.ErrPermissionDenied, "admin only")
+		op, err := e.svc.RollbackRollout(e.ctx, e.admin, real.ID)
+		require.NoError(t, err)
+		assert.Equal(t, types.OpKindRollback, op.Kind)
+		assert.Equal(t, real.ID, op.Target)
+		op = e.wait(e.admin, op.ID)
+		require.Equal(t, types.OpSucceeded, op.State, "%+v", op.Error)
+		var res types.Rollout
+		require.NoError(t, json.Unmarshal(op.Result, &res))
+		assert.Equal(t, types.RolloutRolledBack, res.State, "the result is the rollout")
+		ro, err := e.svc.GetRollout(e.ctx, e.admin, real.ID)
 		require.NoError(t, err)
 		assert.Equal(t, types.RolloutRolledBack, ro.State)
+		assert.Equal(t, op.ID, ro.RollbackOperationID)
 		assert.Equal(t, map[string]string{"p-a": "rolled_back", "p-b": "switched", "p-c": "rolled_back", "p-conflict": "conflicts"}, statuses(ro))
 		assert.Contains(t, byProject(ro)["p-b"].Message, "not rolled back")
 		assert.Equal(t, 2, e.current("p-a"))
 		assert.Equal(t, 2, e.current("p-c"))
 		assert.Equal(t, 1, e.current("p-b"), "the owner's switch stays")
+		assert.Contains(t, e.eventTypes(e.admin, op.ID), "rolled_back")
 
-		_, err = e.svc.RolloutAction(e.ctx, e.admin, real.ID, "rollback")
-		assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition, "once")
+		again, err := e.svc.RollbackRollout(e.ctx, e.admin, real.ID)
+		require.NoError(t, err, "asking again is not refused")
+		assert.Equal(t, op.ID, again.ID, "it answers the rollback that finished")
+		assert.Equal(t, types.OpSucceeded, again.State)
 	})
 
 	t.Run("idempotency key", func(t *testing.T) {
@@ -480,4 +505,257 @@ func TestCoreRolloutYieldsToSaves(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, map[string]int{"clean": 1}, ro.Totals)
 	assert.Equal(t, 0, e.svc.InteractiveInFlight())
+}
+
+// crashPoints is a service's rollout.Deps.CrashPoint. Armed at one step
+// (of one project, or any), it fires once: it closes the channel arm
+// returned, then does what it was armed to do.
+type crashPoints struct {
+	mu      sync.Mutex
+	step    rollout.Step
+	project string
+	hit     chan struct{}
+	then    func(ctx context.Context)
+}
+
+// crash stops the work there as a kill would: the goroutine waits until
+// the service stops (its operation's context ends), then exits, so that
+// nothing after that point runs and nothing records how it ended.
+func crash(ctx context.Context) {
+	<-ctx.Done()
+	goruntime.Goexit()
+}
+
+// stall holds the work there until its operation's context ends, then
+// lets it go on (with that context).
+func stall(ctx context.Context) { <-ctx.Done() }
+
+func (c *crashPoints) arm(step rollout.Step, project string, then func(ctx context.Context)) <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.step, c.project, c.hit, c.then = step, project, make(chan struct{}), then
+	return c.hit
+}
+
+func (c *crashPoints) point(ctx context.Context, step rollout.Step, _, project string) {
+	c.mu.Lock()
+	fire := c.hit != nil && step == c.step && (c.project == "" || c.project == project)
+	hit, then := c.hit, c.then
+	if fire {
+		c.hit, c.then = nil, nil
+	}
+	c.mu.Unlock()
+	if fire {
+		close(hit)
+		then(ctx)
+	}
+}
+
+func awaitHit(t testing.TB, hit <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-hit:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the work did not reach %s", what)
+	}
+}
+
+// crashEnv is a rolloutEnv whose rollouts stop where cp is armed.
+func crashEnv(t *testing.T) (*coreEnv, *crashPoints) {
+	cp := &crashPoints{}
+	e := rolloutEnvWith(t, func(c *envd.Config) { c.RolloutCrashPoint = cp.point })
+	return e, cp
+}
+
+// rolloutABC moves p-a, p-b and p-c onto v2, one at a time, and returns
+// the rollout as its creation answered it.
+func (e *coreEnv) startRolloutABC() types.Rollout {
+	e.t.Helper()
+	ro, err := e.svc.CreateRollout(e.ctx, e.admin, types.CreateRolloutRequest{From: baseImage, To: "v2", Selector: "p-[abc]",
+		WaveSize: 1, Validate: [][]string{{"true"}}}, "")
+	require.NoError(e.t, err)
+	require.Len(e.t, ro.Projects, 3)
+	return ro
+}
+
+// rollbackDone waits for a rollback operation to succeed and returns the
+// rollout.
+func (e *coreEnv) rollbackDone(id, opID string) types.Rollout {
+	e.t.Helper()
+	op := e.wait(e.admin, opID)
+	require.Equal(e.t, types.OpSucceeded, op.State, "rollback operation: %+v", op.Error)
+	ro, err := e.svc.GetRollout(e.ctx, e.admin, id)
+	require.NoError(e.t, err)
+	return ro
+}
+
+// assertBack checks that every project of the rollout is rolled back and
+// on its old version again.
+func (e *coreEnv) assertBack(ro types.Rollout, want map[string]string) {
+	e.t.Helper()
+	assert.Equal(e.t, types.RolloutRolledBack, ro.State, ro.Message)
+	assert.Equal(e.t, want, statuses(ro))
+	for _, p := range ro.Projects {
+		assert.Equal(e.t, p.OldVersion, e.current(p.Project), "%s is on its old version", p.Project)
+	}
+}
+
+// A crash between a project's switch and its record, or between its
+// intent and the switch: the restarted rollout recognizes the switch by
+// the project's current (or makes it), never reports the project skipped
+// while it sits on the new base, and the rollback switches it back. A
+// rollout canceled meanwhile settles the switch the same way, without
+// making it.
+func TestCoreRolloutSwitchCrash(t *testing.T) {
+	e, cp := crashEnv(t)
+	for _, tc := range []struct {
+		name     string
+		step     rollout.Step
+		cancel   bool
+		statuses map[string]string // after the rollout
+	}{
+		{"after the intent", rollout.StepSwitchIntent, false, map[string]string{"p-a": "switched", "p-b": "switched", "p-c": "switched"}},
+		{"after the swap", rollout.StepSwitched, false, map[string]string{"p-a": "switched", "p-b": "switched", "p-c": "switched"}},
+		{"after the intent, canceled", rollout.StepSwitchIntent, true, map[string]string{"p-a": "switched", "p-b": "skipped", "p-c": "skipped"}},
+		{"after the swap, canceled", rollout.StepSwitched, true, map[string]string{"p-a": "switched", "p-b": "switched", "p-c": "skipped"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := e.with(t)
+			hit := cp.arm(tc.step, "p-b", crash)
+			ro := e.startRolloutABC()
+			awaitHit(t, hit, string(tc.step))
+			if tc.cancel {
+				_, err := e.svc.RolloutAction(e.ctx, e.admin, ro.ID, "cancel")
+				require.NoError(t, err)
+			}
+			e.restart()
+
+			op := e.wait(e.admin, ro.OperationID)
+			require.Equal(t, types.OpSucceeded, op.State, "%+v", op.Error)
+			ro, err := e.svc.GetRollout(e.ctx, e.admin, ro.ID)
+			require.NoError(t, err)
+			assert.Equal(t, tc.statuses, statuses(ro))
+			pb := byProject(ro)["p-b"]
+			require.NotZero(t, pb.NewVersion, "p-b's migrated version is reported")
+			for _, p := range ro.Projects {
+				if p.Status == types.RolloutProjectSwitched {
+					assert.Equal(t, p.NewVersion, e.current(p.Project), "%s is on the version the report says", p.Project)
+				} else {
+					assert.Equal(t, p.OldVersion, e.current(p.Project), "%s (%s) did not move", p.Project, p.Status)
+				}
+			}
+			if pb.Status == types.RolloutProjectSkipped {
+				assert.Contains(t, pb.Message, "the rollout ended during its switch")
+			}
+
+			back, err := e.svc.RollbackRollout(e.ctx, e.admin, ro.ID)
+			require.NoError(t, err)
+			want := map[string]string{}
+			for p, st := range tc.statuses {
+				want[p] = st
+				if st == types.RolloutProjectSwitched {
+					want[p] = types.RolloutProjectRolledBack
+				}
+			}
+			e.assertBack(e.rollbackDone(ro.ID, back.ID), want)
+		})
+	}
+}
+
+// A crash at each step of a rollback: asking again before the restart
+// gets the same operation, and the restarted service finishes it; every
+// project ends on its old version, rolled_back, a project switched back
+// before the crash recognized by its current.
+func TestCoreRollbackCrash(t *testing.T) {
+	e, cp := crashEnv(t)
+	for _, tc := range []struct {
+		step    rollout.Step
+		project string
+	}{
+		{rollout.StepRollbackStart, ""},
+		{rollout.StepRollbackIntent, "p-b"},
+		{rollout.StepRolledBack, "p-b"},
+		{rollout.StepRollbackEnd, ""},
+	} {
+		t.Run(string(tc.step), func(t *testing.T) {
+			e := e.with(t)
+			ro := e.startRolloutABC()
+			require.Equal(t, types.OpSucceeded, e.wait(e.admin, ro.OperationID).State)
+
+			hit := cp.arm(tc.step, tc.project, crash)
+			op, err := e.svc.RollbackRollout(e.ctx, e.admin, ro.ID)
+			require.NoError(t, err)
+			awaitHit(t, hit, string(tc.step))
+			got, err := e.svc.GetRollout(e.ctx, e.admin, ro.ID)
+			require.NoError(t, err)
+			assert.Equal(t, types.RolloutRollingBack, got.State)
+			again, err := e.svc.RollbackRollout(e.ctx, e.admin, ro.ID)
+			require.NoError(t, err, "asking again is not refused")
+			assert.Equal(t, op.ID, again.ID, "it answers the rollback running")
+			e.restart()
+
+			e.assertBack(e.rollbackDone(ro.ID, op.ID), map[string]string{"p-a": "rolled_back", "p-b": "rolled_back", "p-c": "rolled_back"})
+			assert.Contains(t, e.eventTypes(e.admin, op.ID), "resumed")
+		})
+	}
+}
+
+// A rollback does not run under its request's context; one whose
+// operation is canceled part way is taken over by the next request, which
+// goes on where it stopped.
+func TestCoreRollbackCanceled(t *testing.T) {
+	e, cp := crashEnv(t)
+
+	t.Run("request context", func(t *testing.T) {
+		e := e.with(t)
+		ro := e.startRolloutABC()
+		require.Equal(t, types.OpSucceeded, e.wait(e.admin, ro.OperationID).State)
+		rctx, cancel := context.WithCancel(e.ctx)
+		defer cancel()
+		hit := cp.arm(rollout.StepRolledBack, "p-a", func(context.Context) { cancel() })
+		op, err := e.svc.RollbackRollout(rctx, e.admin, ro.ID)
+		require.NoError(t, err)
+		awaitHit(t, hit, "p-a's swap back")
+		require.Error(t, rctx.Err())
+		e.assertBack(e.rollbackDone(ro.ID, op.ID), map[string]string{"p-a": "rolled_back", "p-b": "rolled_back", "p-c": "rolled_back"})
+	})
+
+	t.Run("operation canceled, then asked again", func(t *testing.T) {
+		e := e.with(t)
+		ro := e.startRolloutABC()
+		require.Equal(t, types.OpSucceeded, e.wait(e.admin, ro.OperationID).State)
+		hit := cp.arm(rollout.StepRollbackIntent, "p-b", stall)
+		op, err := e.svc.RollbackRollout(e.ctx, e.admin, ro.ID)
+		require.NoError(t, err)
+		awaitHit(t, hit, "p-b's intent")
+		_, err = e.svc.CancelOperation(e.ctx, e.admin, op.ID)
+		require.NoError(t, err)
+		assert.Equal(t, types.OpCanceled, e.wait(e.admin, op.ID).State)
+		got, err := e.svc.GetRollout(e.ctx, e.admin, ro.ID)
+		require.NoError(t, err)
+		assert.Equal(t, types.RolloutRollingBack, got.State)
+		assert.Equal(t, "rolled_back", statuses(got)["p-a"])
+		assert.Equal(t, byProject(got)["p-b"].NewVersion, e.current("p-b"), "p-b not switched back yet")
+
+		next, err := e.svc.RollbackRollout(e.ctx, e.admin, ro.ID)
+		require.NoError(t, err, "a rollback whose operation was canceled is taken over")
+		assert.NotEqual(t, op.ID, next.ID)
+		e.assertBack(e.rollbackDone(ro.ID, next.ID), map[string]string{"p-a": "rolled_back", "p-b": "rolled_back", "p-c": "rolled_back"})
+	})
+
+	t.Run("refused", func(t *testing.T) {
+		e := e.with(t)
+		hold := cp.arm(rollout.StepSwitchIntent, "p-a", stall)
+		ro := e.startRolloutABC()
+		awaitHit(t, hold, "p-a's intent")
+		_, err := e.svc.RollbackRollout(e.ctx, e.admin, ro.ID)
+		assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition, "a running rollout is canceled first")
+		_, err = e.svc.RollbackRollout(e.ctx, e.admin, "ro-nonexistent")
+		assert.ErrorIs(t, err, errdefs.ErrNotFound)
+		_, err = e.svc.RollbackRollout(e.ctx, e.admin, "../x")
+		assert.ErrorIs(t, err, errdefs.ErrInvalidArgument)
+		_, err = e.svc.CancelOperation(e.ctx, e.admin, ro.OperationID)
+		require.NoError(t, err)
+		assert.Equal(t, types.OpCanceled, e.wait(e.admin, ro.OperationID).State)
+	})
 }

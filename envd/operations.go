@@ -37,6 +37,8 @@ func (s *Service) Start(ctx context.Context) error {
 		types.OpKindMigrate: s.builds.SettleMigrate,
 		types.OpKindFork:    s.settleFork,
 		types.OpKindRollout: ops.Rerun(s.ops, s.rollouts.Run),
+		// A rollback settles each project by its intent and current.
+		types.OpKindRollback: ops.Rerun(s.ops, s.rollouts.RunRollback),
 
 		types.OpKindCheckpoint: s.settleCheckpoint, // checkpoint.go
 	}); err != nil {

@@ -17,7 +17,8 @@ import (
 // wireRollouts makes the rollout runner (envd/rollout).
 func (s *Service) wireRollouts(ctx context.Context) {
 	s.rollouts = rollout.New(rollout.Deps{Store: s.store, Migrator: s.builds, Reg: s.reg, Bases: bases{s}, Ops: s.ops,
-		Trials: s.life, Interactive: s, Log: s.log, Stopping: ctx, Concurrency: s.cfg.RolloutConcurrency})
+		Trials: s.life, Interactive: s, Log: s.log, Stopping: ctx, Concurrency: s.cfg.RolloutConcurrency,
+		CrashPoint: s.cfg.RolloutCrashPoint})
 }
 
 // interactiveKinds are the operations a rollout yields to.
@@ -55,8 +56,8 @@ func (s *Service) GetRollout(ctx context.Context, p types.Principal, id string) 
 	return s.rollouts.Get(ctx, p, id)
 }
 
-// RolloutAction pauses, resumes, cancels or rolls back a rollout (admin
-// only); action is "pause", "resume", "cancel" or "rollback".
+// RolloutAction pauses, resumes or cancels a rollout (admin only); action
+// is "pause", "resume" or "cancel".
 func (s *Service) RolloutAction(ctx context.Context, p types.Principal, id, action string) (types.Rollout, error) {
 	switch action {
 	case "pause":
@@ -65,10 +66,14 @@ func (s *Service) RolloutAction(ctx context.Context, p types.Principal, id, acti
 		return s.rollouts.Resume(ctx, p, id)
 	case "cancel":
 		return s.rollouts.Cancel(ctx, p, id)
-	case "rollback":
-		return s.rollouts.Rollback(ctx, p, id)
 	}
-	return types.Rollout{}, fmt.Errorf("rollout action %q: want pause, resume, cancel or rollback: %w", action, errdefs.ErrNotFound)
+	return types.Rollout{}, fmt.Errorf("rollout action %q: want pause, resume or cancel: %w", action, errdefs.ErrNotFound)
+}
+
+// RollbackRollout starts the rollback of a rollout as an operation, or
+// returns the one that stands for it (admin only; rollout.Runner.Rollback).
+func (s *Service) RollbackRollout(ctx context.Context, p types.Principal, id string) (types.Operation, error) {
+	return s.rollouts.Rollback(ctx, p, id)
 }
 
 // SetProjectValidation replaces the commands every migration of the

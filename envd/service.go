@@ -155,6 +155,8 @@ type Config struct {
 	// RolloutConcurrency is the most rollout migrations this node runs at
 	// once; 0 = rollout.DefaultConcurrency.
 	RolloutConcurrency int
+	// RolloutCrashPoint is rollout.Deps.CrashPoint: tests only.
+	RolloutCrashPoint func(ctx context.Context, step rollout.Step, tenant, project string)
 	// SquashAfter: a version deeper than this many layers that instances
 	// build on is squashed in the background (envd/squash); 0 = never.
 	// SquashInterval is how often the node looks (default 30s).

@@ -3,6 +3,7 @@ package versions
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -33,6 +34,10 @@ type Rollout struct {
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
 	FinishedAt     *time.Time
+
+	// RollbackOperationID is the operation of its newest rollback ("" =
+	// none asked).
+	RollbackOperationID string
 }
 
 // RolloutProject is one selected project of a rollout; see
@@ -51,31 +56,37 @@ type RolloutProject struct {
 	Trial            string // trial instance of the newest attempt
 	StartedAt        *time.Time
 	FinishedAt       *time.Time
+
+	// SwitchingTo is the version a switch of the project's current is
+	// about to make current (0 = none in flight): written before the
+	// compare-and-swap, cleared with the record of its outcome.
+	SwitchingTo int
 }
 
 const rolloutCols = `id, operation_id, tenant_filter, selector, from_image, to_image, from_name, to_name, validate,
-	wave_size, max_failures, dry_run, allow_conflicts, state, message, created_at, updated_at, finished_at`
+	wave_size, max_failures, dry_run, allow_conflicts, state, message, created_at, updated_at, finished_at, rollback_operation_id`
 
 func scanRollout(row pgx.Row) (Rollout, error) {
 	var r Rollout
 	err := row.Scan(&r.ID, &r.OperationID, &r.Tenant, &r.Selector, &r.From, &r.To, &r.FromName, &r.ToName, &r.Validate,
-		&r.WaveSize, &r.MaxFailures, &r.DryRun, &r.AllowConflicts, &r.State, &r.Message, &r.CreatedAt, &r.UpdatedAt, &r.FinishedAt)
+		&r.WaveSize, &r.MaxFailures, &r.DryRun, &r.AllowConflicts, &r.State, &r.Message, &r.CreatedAt, &r.UpdatedAt, &r.FinishedAt,
+		&r.RollbackOperationID)
 	return r, err
 }
 
 const rolloutProjectCols = `tenant_id, project, seq, status, old_version, new_version, conflicts, database_conflict,
-	message, output, trial_instance, started_at, finished_at`
+	message, output, trial_instance, started_at, finished_at, switching_to`
 
 func scanRolloutProject(row pgx.Row) (RolloutProject, error) {
 	var p RolloutProject
 	err := row.Scan(&p.Tenant, &p.Project, &p.Seq, &p.Status, &p.OldVersion, &p.NewVersion, &p.Conflicts,
-		&p.DatabaseConflict, &p.Message, &p.Output, &p.Trial, &p.StartedAt, &p.FinishedAt)
+		&p.DatabaseConflict, &p.Message, &p.Output, &p.Trial, &p.StartedAt, &p.FinishedAt, &p.SwitchingTo)
 	return p, err
 }
 
 // finalRollout reports whether a rollout state is final.
 func finalRollout(state string) bool {
-	return state != types.RolloutRunning && state != types.RolloutPaused
+	return state != types.RolloutRunning && state != types.RolloutPaused && state != types.RolloutRollingBack
 }
 
 // CreateRollout records a rollout in state running with its selected
@@ -209,7 +220,7 @@ func (s *Store) FinishRolloutProject(ctx context.Context, id string, p RolloutPr
 	}
 	return WithTx(ctx, s.db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `UPDATE rollout_projects SET status = $4, new_version = $5, conflicts = $6,
-				database_conflict = $7, message = $8, output = $9, finished_at = now()
+				database_conflict = $7, message = $8, output = $9, finished_at = now(), switching_to = 0
 			WHERE rollout_id = $1 AND tenant_id = $2 AND project = $3`,
 			id, p.Tenant, p.Project, p.Status, p.NewVersion, p.Conflicts, p.DatabaseConflict, p.Message, p.Output); err != nil {
 			return translate(err, fmt.Sprintf("rollout %s: project %s/%s", id, p.Tenant, p.Project))
@@ -228,11 +239,88 @@ func (s *Store) FinishRolloutProject(ctx context.Context, id string, p RolloutPr
 }
 
 // SetRolloutProjectStatus sets a project's status and message only (a
-// rollback, a canceled or stopped rollout's pending projects).
+// rollback, a canceled or stopped rollout's pending projects), if its
+// status is fromStatus (else nothing changes), and ends its switch in
+// flight (SwitchingTo 0): the status records that switch's outcome.
 func (s *Store) SetRolloutProjectStatus(ctx context.Context, id, tenant, project, fromStatus, status, message string) error {
-	_, err := s.db.Exec(ctx, `UPDATE rollout_projects SET status = $5, message = $6
+	_, err := s.db.Exec(ctx, `UPDATE rollout_projects SET status = $5, message = $6, switching_to = 0
 		WHERE rollout_id = $1 AND tenant_id = $2 AND project = $3 AND status = $4`, id, tenant, project, fromStatus, status, message)
 	return translate(err, fmt.Sprintf("rollout %s: project %s/%s", id, tenant, project))
+}
+
+// SetRolloutSwitching writes that the project's current is about to be
+// switched to version to (RolloutProject.SwitchingTo), with p's
+// new_version and conflicts (what its record will say), before the
+// compare-and-swap, if its status is status. Fails with
+// ErrFailedPrecondition when the status is another (nothing written).
+func (s *Store) SetRolloutSwitching(ctx context.Context, id string, p RolloutProject, status string, to int) error {
+	if p.Conflicts == nil {
+		p.Conflicts = []string{}
+	}
+	tag, err := s.db.Exec(ctx, `UPDATE rollout_projects SET switching_to = $5, new_version = $6, conflicts = $7, database_conflict = $8
+		WHERE rollout_id = $1 AND tenant_id = $2 AND project = $3 AND status = $4`,
+		id, p.Tenant, p.Project, status, to, p.NewVersion, p.Conflicts, p.DatabaseConflict)
+	if err != nil {
+		return translate(err, fmt.Sprintf("rollout %s: project %s/%s", id, p.Tenant, p.Project))
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("rollout %s: project %s/%s is not %s: %w", id, p.Tenant, p.Project, status, errdefs.ErrFailedPrecondition)
+	}
+	return nil
+}
+
+// StartRollback records op as the rollback of rollout id, in one
+// transaction with the rollout's move to rolling_back, unless a rollback
+// operation already stands for it: the rollout's newest rollback
+// operation when that one is unfinished, or finished the rollback
+// (rolled_back). Then nothing is written and that operation is returned
+// with created false. A rollback whose operation failed, was canceled or
+// was never recorded is taken over by op. Fails with ErrNotFound for an
+// unknown rollout and ErrFailedPrecondition for a dry run or a rollout
+// still running or paused.
+func (s *Store) StartRollback(ctx context.Context, id string, op Operation) (Rollout, Operation, bool, error) {
+	type started struct {
+		ro      Rollout
+		op      Operation
+		created bool
+	}
+	st, err := WithTxV(ctx, s.db, func(tx pgx.Tx) (started, error) {
+		ro, err := scanRollout(tx.QueryRow(ctx, "SELECT "+rolloutCols+" FROM rollouts WHERE id = $1 FOR UPDATE", id))
+		if err != nil {
+			return started{}, translate(err, fmt.Sprintf("rollout %s", id))
+		}
+		switch {
+		case ro.DryRun:
+			return started{}, fmt.Errorf("rollout %s is a dry run: it moved nothing: %w", id, errdefs.ErrFailedPrecondition)
+		case ro.State == types.RolloutRunning || ro.State == types.RolloutPaused:
+			return started{}, fmt.Errorf("rollout %s is %s: cancel it (or let it end) before a rollback: %w", id, ro.State, errdefs.ErrFailedPrecondition)
+		}
+		if ro.RollbackOperationID != "" && (ro.State == types.RolloutRollingBack || ro.State == types.RolloutRolledBack) {
+			prev, err := scanOperation(tx.QueryRow(ctx, "SELECT "+operationCols+" FROM operations o WHERE o.id = $1", ro.RollbackOperationID))
+			switch {
+			case err == nil && (ro.State == types.RolloutRolledBack || prev.State == OpPending || prev.State == OpRunning):
+				return started{ro: ro, op: prev}, nil
+			case err != nil && !errors.Is(err, pgx.ErrNoRows):
+				return started{}, translate(err, fmt.Sprintf("operation %q", ro.RollbackOperationID))
+			}
+		}
+		got, err := scanOperation(tx.QueryRow(ctx, `INSERT INTO operations AS o
+				(id, tenant_id, kind, target, state, idempotency_key, request_hash, node, request)
+			VALUES ($1, $2, $3, $4, $5, NULL, $6, $7, $8)
+			RETURNING `+operationCols,
+			op.ID, op.Tenant, op.Kind, op.Target, OpPending, op.RequestHash, op.Node, jsonOrEmpty(op.Request)))
+		if err != nil {
+			return started{}, translate(err, fmt.Sprintf("operation %q", op.ID))
+		}
+		ro, err = scanRollout(tx.QueryRow(ctx, `UPDATE rollouts SET state = $2, rollback_operation_id = $3, updated_at = now(),
+				finished_at = NULL
+			WHERE id = $1 RETURNING `+rolloutCols, id, types.RolloutRollingBack, got.ID))
+		if err != nil {
+			return started{}, translate(err, fmt.Sprintf("rollout %s", id))
+		}
+		return started{ro: ro, op: got, created: true}, nil
+	})
+	return st.ro, st.op, st.created, err
 }
 
 // SetRolloutOperation records the operation that runs a rollout.

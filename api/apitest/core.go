@@ -712,9 +712,20 @@ func (c *Core) GetRollout(ctx context.Context, p types.Principal, id string) (ty
 }
 
 func (c *Core) RolloutAction(ctx context.Context, p types.Principal, id, action string) (types.Rollout, error) {
-	state := map[string]string{"pause": types.RolloutPaused, "resume": types.RolloutRunning, "cancel": types.RolloutCanceled,
-		"rollback": types.RolloutRolledBack}[action]
+	state := map[string]string{"pause": types.RolloutPaused, "resume": types.RolloutRunning, "cancel": types.RolloutCanceled}[action]
 	return echo(c, "RolloutAction", p, fakeRollout(id, state), id, action)
+}
+
+// RollbackRollout answers an operation that has finished the rollback
+// already (its result the rollout, rolled_back).
+func (c *Core) RollbackRollout(ctx context.Context, p types.Principal, id string) (types.Operation, error) {
+	op := c.NewOperation(types.OpKindRollback, id)
+	ro := fakeRollout(id, types.RolloutRolledBack)
+	ro.RollbackOperationID = op.ID
+	ro.Projects[0].Status = types.RolloutProjectRolledBack
+	ro.Totals = map[string]int{types.RolloutProjectRolledBack: 1}
+	c.Finish(op.ID, types.OpSucceeded, ro, nil)
+	return echo(c, "RollbackRollout", p, op, id)
 }
 
 func (c *Core) SetProjectValidation(ctx context.Context, p types.Principal, project string, req types.ProjectValidation) (types.Project, error) {

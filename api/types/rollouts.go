@@ -6,9 +6,15 @@ import "time"
 // rollout's log.
 const OpKindRollout OpKind = "rollout"
 
+// OpKindRollback is the operation that switches a rollout's projects back
+// (POST /v1/admin/rollouts/{id}/rollback); its target is the rollout and
+// its result the Rollout with its projects.
+const OpKindRollback OpKind = "rollback"
+
 // Rollout states. Succeeded, stopped_budget, failed, canceled and
 // rolled_back are final (a final rollout other than rolled_back may still
-// be rolled back).
+// be rolled back); rolling_back lasts until its rollback operation has
+// switched every project it could back.
 const (
 	RolloutRunning       = "running"
 	RolloutPaused        = "paused"
@@ -17,6 +23,7 @@ const (
 	RolloutFailed        = "failed"         // the rollout itself failed (message says why)
 	RolloutCanceled      = "canceled"
 	RolloutRolledBack    = "rolled_back"
+	RolloutRollingBack   = "rolling_back"
 )
 
 // Statuses of a project in a rollout.
@@ -83,6 +90,10 @@ type Rollout struct {
 	UpdatedAt time.Time        `json:"updated_at"`
 	// FinishedAt is when it reached a final state.
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
+
+	// RollbackOperationID is the operation of its newest rollback (kind
+	// rollback), absent before one was asked.
+	RollbackOperationID string `json:"rollback_operation_id,omitempty"`
 }
 
 // RolloutProject is one selected project of a rollout.

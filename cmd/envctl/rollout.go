@@ -151,11 +151,27 @@ a project failed or the rollout stopped).`,
 	resume := action("resume", "Let a paused rollout go on", "", (*client.Client).ResumeRollout)
 	cancel := action("cancel", "End a rollout: no more migrations start; what it switched stays", "",
 		(*client.Client).CancelRollout)
-	rollback := action("rollback", "Switch every project the rollout moved back to its old version",
-		`Switch every project the rollout switched back to the version it had, by
+	var noWait bool
+	rollback := &cobra.Command{
+		Use:   "rollback ID [--no-wait]",
+		Short: "Switch every project the rollout moved back to its old version",
+		Long: `Switch every project the rollout switched back to the version it had, by
 compare-and-swap: a project whose current changed since the rollout is left as
-it is and reported. The rollout must have ended (cancel a running one first).`,
-		(*client.Client).RollbackRollout)
+it is and reported. The rollout must have ended (cancel a running one first).
+
+The rollback is an operation (kind rollback): this waits for it and prints the
+rollout's report, unless --no-wait (then it prints the operation; follow it
+with "envctl op watch ID"). It survives a restart of envd, and asking again is
+safe: it returns the rollback still running (or the one that finished it), and
+a rollback that failed or was canceled goes on where it stopped.`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runOperation(a, cmd, "rollback", func(ctx context.Context, c *client.Client) (types.Operation, error) {
+				return c.RollbackRollout(ctx, args[0])
+			}, noWait, rolloutDetail, nil)
+		},
+	}
+	rollback.Flags().BoolVar(&noWait, "no-wait", false, "print the operation and do not wait")
 	return group("rollout", "Fleet upgrades: move projects from one base image to another", create, ls, show, pause, resume, cancel, rollback)
 }
 
@@ -213,6 +229,9 @@ func rolloutDetail(w io.Writer, r types.Rollout) {
 	row(w, "WAVES:", fmt.Sprintf("%d at a time, at most %d failures", r.WaveSize, r.MaxFailures))
 	row(w, "DRY RUN:", yesNo(r.DryRun))
 	row(w, "OPERATION:", orDash(r.OperationID))
+	if r.RollbackOperationID != "" {
+		row(w, "ROLLBACK:", r.RollbackOperationID)
+	}
 	row(w, "TOTALS:", totalsText(r.Totals))
 	row(w, "CREATED:", formatTime(r.CreatedAt))
 	if len(r.Projects) == 0 {

@@ -104,13 +104,27 @@ func TestAdminRollout(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Contains(t, r.stdout, "ro-1")
 
-	for action, state := range map[string]string{"pause": "paused", "resume": "running", "cancel": "canceled", "rollback": "rolled_back"} {
+	for action, state := range map[string]string{"pause": "paused", "resume": "running", "cancel": "canceled"} {
 		r = envctl(t, env, nil, "admin", "rollout", action, "ro-1")
 		require.Equal(t, 0, r.code, r.stderr)
 		assert.Contains(t, r.stdout, state, action)
 		call, _ := core.LastCall("RolloutAction")
 		assert.Equal(t, []any{"ro-1", action}, call.Args)
 	}
+	// A rollback is an operation: waited for, then the rollout's report.
+	r = envctl(t, env, nil, "admin", "rollout", "rollback", "ro-1")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Regexp(t, `STATE:\s+rolled_back`, r.stdout)
+	assert.Regexp(t, `ROLLBACK:\s+op-\d+`, r.stdout)
+	assert.Regexp(t, `t1\s+web\s+rolled_back\s+2\s+3`, r.stdout)
+	call, _ = core.LastCall("RollbackRollout")
+	assert.Equal(t, []any{"ro-1"}, call.Args)
+	r = envctl(t, env, nil, "admin", "rollout", "rollback", "ro-1", "--no-wait", "-o", "json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var op types.Operation
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &op), r.stdout)
+	assert.Equal(t, types.OpKindRollback, op.Kind)
+	assert.Equal(t, "ro-1", op.Target)
 	r = envctl(t, env, nil, "admin", "rollout", "create", "--from", "v1")
 	assert.Equal(t, 2, r.code, "--to is required")
 

@@ -134,28 +134,19 @@ type Spec struct {
 // key) and runs it in the background. Both the exclusive and the plain
 // path check the key and take the tenant's admission slot alike.
 func (r *Runner) Start(ctx context.Context, p types.Principal, spec Spec) (types.Operation, error) {
-	askedBody, err := json.Marshal(spec.Asked)
+	rec, err := r.Record(p, spec)
 	if err != nil {
 		return types.Operation{}, err
 	}
-	body, err := json.Marshal(spec.Job)
-	if err != nil {
-		return types.Operation{}, err
-	}
-	sum := sha256.Sum256(append([]byte(string(spec.Kind)+"\x00"+spec.Scope+"\x00"), askedBody...))
 	if err := versions.CheckIdempotencyKey(spec.IdempotencyKey); err != nil {
 		return types.Operation{}, err
 	}
-	release, existing, err := r.admitOp(ctx, p, spec.Kind, spec.IdempotencyKey, hex.EncodeToString(sum[:]))
+	release, existing, err := r.admitOp(ctx, p, spec.Kind, spec.IdempotencyKey, rec.RequestHash)
 	if err != nil {
 		return types.Operation{}, err
 	}
 	if existing != nil {
 		return *existing, nil
-	}
-	rec := versions.Operation{
-		ID: names.NewID("op"), Tenant: p.Tenant, Kind: spec.Kind, Target: spec.Target, State: types.OpPending,
-		IdempotencyKey: spec.IdempotencyKey, RequestHash: hex.EncodeToString(sum[:]), Request: body, Node: r.node,
 	}
 	var op versions.Operation
 	var created bool
@@ -178,6 +169,26 @@ func (r *Runner) Start(ctx context.Context, p types.Principal, spec Spec) (types
 		})
 	}
 	return View(op), nil
+}
+
+// Record is the row Start records for spec (a new id, this node, the job
+// kept to run it again after a crash), for a caller that inserts it in a
+// transaction of its own and then launches it (Launch). Spec's Exclusive
+// and Run are not used, nor is a tenant's slot taken.
+func (r *Runner) Record(p types.Principal, spec Spec) (versions.Operation, error) {
+	askedBody, err := json.Marshal(spec.Asked)
+	if err != nil {
+		return versions.Operation{}, err
+	}
+	body, err := json.Marshal(spec.Job)
+	if err != nil {
+		return versions.Operation{}, err
+	}
+	sum := sha256.Sum256(append([]byte(string(spec.Kind)+"\x00"+spec.Scope+"\x00"), askedBody...))
+	return versions.Operation{
+		ID: names.NewID("op"), Tenant: p.Tenant, Kind: spec.Kind, Target: spec.Target, State: types.OpPending,
+		IdempotencyKey: spec.IdempotencyKey, RequestHash: hex.EncodeToString(sum[:]), Request: body, Node: r.node,
+	}, nil
 }
 
 // admitOp takes a slot for a new operation of kind. A retry of an accepted

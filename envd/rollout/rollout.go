@@ -6,7 +6,8 @@
 // reported per project. A rollout runs as an operation of kind rollout on
 // the node that created it, is paused, resumed, canceled and rolled back
 // through its row, and runs again after a restart (the projects it had
-// finished stay finished).
+// finished stay finished). Its rollback is an operation of kind rollback,
+// run again after a restart too.
 //
 // Terms: a project's old version is its current when the rollout selected
 // it; its new version is the migration version the rollout made. A
@@ -16,6 +17,16 @@
 // migrations at once, and a migration waits before it starts while the
 // node runs interactive work (saves, restores, builds), up to a bound, so
 // a rollout never takes a slot a user is waiting for.
+//
+// Switches: the rollout (old_version -> new_version) and its rollback
+// (new_version -> old_version) move a project's current in three steps,
+// any of which may be the last a crash lets run: the intent (the
+// project's switching_to), the compare-and-swap of current, the record of
+// its outcome (status, switching_to cleared). A project found with an
+// intent is settled by its current: already on switching_to, the swap was
+// made; still on the version it was swapped from, it was not (the rollout
+// makes it, a canceled rollout does not); on a third version, someone
+// else moved it and it is left as it is.
 package rollout
 
 import (
@@ -26,7 +37,6 @@ import (
 	"fmt"
 	"log/slog"
 	"path"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -53,6 +63,9 @@ type Store interface {
 	StartRolloutProject(ctx context.Context, id, tenant, project, trial string) error
 	FinishRolloutProject(ctx context.Context, id string, p versions.RolloutProject, markFailure bool) error
 	SetRolloutProjectStatus(ctx context.Context, id, tenant, project, fromStatus, status, message string) error
+	SetRolloutSwitching(ctx context.Context, id string, p versions.RolloutProject, status string, to int) error
+	StartRollback(ctx context.Context, id string, op versions.Operation) (versions.Rollout, versions.Operation, bool, error)
+	GetOperation(ctx context.Context, tenant, id string) (versions.Operation, error)
 	ListAllProjects(ctx context.Context, tenant string) ([]versions.Project, error)
 	GetProject(ctx context.Context, tenant, name string) (versions.Project, error)
 	GetVersion(ctx context.Context, tenant, project string, n int) (versions.Version, error)
@@ -81,6 +94,8 @@ type BaseResolver interface {
 type Operations interface {
 	Start(ctx context.Context, p types.Principal, spec ops.Spec) (types.Operation, error)
 	Cancel(ctx context.Context, p types.Principal, id string) (types.Operation, error)
+	Record(p types.Principal, spec ops.Spec) (versions.Operation, error)
+	Launch(op versions.Operation, run ops.Func)
 }
 
 // Trials removes a trial instance a restart interrupted
@@ -114,9 +129,38 @@ type Deps struct {
 	// YieldFor is the longest a rollout migration waits for the node's
 	// interactive work to end before it starts anyway; 0 = 30s.
 	YieldFor time.Duration
-	// Poll is how often a paused rollout looks at its state; 0 = 1s.
+	// Poll is how often a paused rollout looks at its state, and a
+	// rollback at the rollout's operation; 0 = 1s.
 	Poll time.Duration
+	// CrashPoint, when set, is called at each Step of a switch with the
+	// operation's context and the project (tests: to stop the work there
+	// as a kill would). nil in service.
+	CrashPoint func(ctx context.Context, step Step, tenant, project string)
 }
+
+// Step is a point of a switch where a crash may stop it (Deps.CrashPoint).
+type Step string
+
+// The steps of a switch, in order for each project, and the two ends of a
+// rollback.
+const (
+	StepSwitchIntent   Step = "switch-intent"   // the rollout's intent is written; current not swapped
+	StepSwitched       Step = "switched"        // current swapped to new_version; not recorded
+	StepRollbackStart  Step = "rollback-start"  // the rollback's operation began; nothing switched back by it
+	StepRollbackIntent Step = "rollback-intent" // the rollback's intent is written; current not swapped
+	StepRolledBack     Step = "rolled-back"     // current swapped back to old_version; not recorded
+	StepRollbackEnd    Step = "rollback-end"    // every project settled; the rollout not yet rolled_back
+)
+
+func (r *Runner) crashPoint(ctx context.Context, step Step, tenant, project string) {
+	if r.d.CrashPoint != nil {
+		r.d.CrashPoint(ctx, step, tenant, project)
+	}
+}
+
+// switchTimeout bounds a swap and its record, which run to the end even
+// when their operation is canceled meanwhile.
+const switchTimeout = 30 * time.Second
 
 // DefaultConcurrency is a node's rollout migrations at once by default.
 const DefaultConcurrency = 2
@@ -400,6 +444,14 @@ func (r *Runner) skipPending(ctx context.Context, id, why string) {
 		}
 		left := 0
 		for _, p := range projects {
+			if p.Status == types.RolloutProjectRunning && p.SwitchingTo != 0 {
+				// Its switch may have been made: settled by its current,
+				// never reported skipped while the project is moved.
+				if _, err := r.settleSwitch(ctx, id, p); err != nil {
+					r.d.Log.Warn("rollout: settle a switch", "rollout", id, "project", p.Project, "err", err)
+				}
+				continue
+			}
 			if p.Status == types.RolloutProjectPending || p.Status == types.RolloutProjectRunning {
 				left++
 				if err := r.d.Store.SetRolloutProjectStatus(ctx, id, p.Tenant, p.Project, p.Status, types.RolloutProjectSkipped, why); err != nil {
@@ -523,6 +575,17 @@ func (r *Runner) migrate(ctx context.Context, op *ops.Op, ro versions.Rollout, p
 	if p.Trial != "" { // an attempt a restart interrupted
 		r.d.Trials.RemoveIsolated(p.Trial)
 	}
+	if p.SwitchingTo != 0 {
+		// A restart interrupted its switch: migrated and validated, only
+		// the swap (perhaps made) and its record are left.
+		res := p
+		res.NewVersion = p.SwitchingTo
+		var err error
+		if res.Status, res.Message, err = r.swapForward(ctx, p, p.SwitchingTo); err != nil {
+			return "", err
+		}
+		return r.record(ctx, op, ro, p, res)
+	}
 	trial := trialID(p.Project)
 	if err := r.d.Store.StartRolloutProject(ctx, ro.ID, p.Tenant, p.Project, trial); err != nil {
 		return "", err
@@ -538,15 +601,28 @@ func (r *Runner) migrate(ctx context.Context, op *ops.Op, ro versions.Rollout, p
 		res.Status = types.RolloutProjectSkipped
 		res.Message = fmt.Sprintf("current moved from %d to %d since the rollout selected it", p.OldVersion, proj.Current)
 	default:
+		// The switch is this package's (switchForward), not the
+		// migration's, so that it is written down before it is made.
 		mr, merr := r.d.Migrator.MigrateProject(ctx, op, build.MigrateSpec{
 			Tenant: p.Tenant, Project: p.Project, From: p.OldVersion, NewBase: ro.To, Trial: trial,
-			Validate: ro.Validate, Switch: !ro.DryRun, ConflictsOnly: ro.DryRun, StopOnConflicts: !ro.AllowConflicts,
+			Validate: ro.Validate, ConflictsOnly: ro.DryRun, StopOnConflicts: !ro.AllowConflicts,
 		})
 		if merr != nil && ctx.Err() != nil {
 			return "", ctx.Err() // stays running; a resumed rollout tries it again
 		}
 		outcome(&res, mr, merr, ro.DryRun)
+		if res.Status == types.RolloutProjectRunning { // made and validated
+			if res.Status, res.Message, err = r.switchForward(ctx, ro.ID, p, res); err != nil {
+				return "", err
+			}
+		}
 	}
+	return r.record(ctx, op, ro, p, res)
+}
+
+// record writes how a project's part of the rollout ended (and ends its
+// intent) and reports it in the rollout's log.
+func (r *Runner) record(ctx context.Context, op *ops.Op, ro versions.Rollout, p, res versions.RolloutProject) (string, error) {
 	mark := !ro.DryRun && failure(res.Status)
 	if err := r.d.Store.FinishRolloutProject(context.WithoutCancel(ctx), ro.ID, res, mark); err != nil {
 		return "", err
@@ -580,14 +656,67 @@ func outcome(res *versions.RolloutProject, mr types.MigrateResult, err error, dr
 	case mr.Version == 0: // stopped on conflicts
 		res.Status = types.RolloutProjectConflicts
 		res.Message = conflictMessage(mr) + "; not moved"
-	case mr.Current:
-		res.Status = types.RolloutProjectSwitched
-	case mr.Conflict:
-		res.Status = types.RolloutProjectSkipped
-		res.Message = fmt.Sprintf("current moved during the migration; version %d is kept, not current", mr.Version)
-	default:
-		res.Status, res.Message = types.RolloutProjectFailed, "migrated but not switched"
+	default: // made and validated: still to switch
+		res.Status = types.RolloutProjectRunning
 	}
+}
+
+// switchForward makes res.NewVersion the project's current: the intent,
+// then the swap (swapForward); the caller records the outcome. It returns
+// the project's status and message.
+func (r *Runner) switchForward(ctx context.Context, id string, p, res versions.RolloutProject) (string, string, error) {
+	if err := r.d.Store.SetRolloutSwitching(ctx, id, res, types.RolloutProjectRunning, res.NewVersion); err != nil {
+		return "", "", err
+	}
+	r.crashPoint(ctx, StepSwitchIntent, p.Tenant, p.Project)
+	return r.swapForward(ctx, p, res.NewVersion)
+}
+
+// swapForward swaps the project's current from its old version to v, or
+// finds it swapped already (a crash lost the record), and returns the
+// project's status and message. The swap is made in a context of its
+// own: once the intent is written, a cancel does not leave it unknown.
+func (r *Runner) swapForward(ctx context.Context, p versions.RolloutProject, v int) (string, string, error) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), switchTimeout)
+	defer cancel()
+	_, err := r.d.Store.SetCurrent(sctx, p.Tenant, p.Project, v, p.OldVersion)
+	r.crashPoint(ctx, StepSwitched, p.Tenant, p.Project)
+	switch {
+	case err == nil:
+		return types.RolloutProjectSwitched, "", nil
+	case errors.Is(err, errdefs.ErrConflict):
+		proj, gerr := r.d.Store.GetProject(sctx, p.Tenant, p.Project)
+		if gerr == nil && proj.Current == v {
+			return types.RolloutProjectSwitched, "", nil
+		}
+		return types.RolloutProjectSkipped, fmt.Sprintf("current moved during the migration; version %d is kept, not current", v), nil
+	case errors.Is(err, errdefs.ErrNotFound):
+		return types.RolloutProjectSkipped, "not switched: " + err.Error(), nil
+	case errors.Is(err, errdefs.ErrFailedPrecondition):
+		return types.RolloutProjectFailed, "not switched: " + err.Error(), nil
+	}
+	return "", "", err
+}
+
+// settleSwitch records the outcome of a project's switch in flight that
+// will not be made now (its rollout ended): switched if current is on it,
+// else skipped. It makes no swap. It returns the project's status.
+func (r *Runner) settleSwitch(ctx context.Context, id string, p versions.RolloutProject) (string, error) {
+	res := p
+	res.NewVersion = p.SwitchingTo
+	proj, err := r.d.Store.GetProject(ctx, p.Tenant, p.Project)
+	switch {
+	case err == nil && proj.Current == p.SwitchingTo:
+		res.Status, res.Message = types.RolloutProjectSwitched, ""
+	case err == nil:
+		res.Status = types.RolloutProjectSkipped
+		res.Message = fmt.Sprintf("the rollout ended during its switch; current is %d; version %d is kept, not current", proj.Current, p.SwitchingTo)
+	case errors.Is(err, errdefs.ErrNotFound):
+		res.Status, res.Message = types.RolloutProjectSkipped, "the project was deleted"
+	default:
+		return "", err
+	}
+	return res.Status, r.d.Store.FinishRolloutProject(ctx, id, res, false)
 }
 
 func conflictMessage(mr types.MigrateResult) string {
@@ -645,7 +774,8 @@ func toRollout(ro versions.Rollout) types.Rollout {
 	return types.Rollout{ID: ro.ID, OperationID: ro.OperationID, State: ro.State, Message: ro.Message, From: ro.From, To: ro.To,
 		FromName: ro.FromName, ToName: ro.ToName, Tenant: ro.Tenant, Selector: ro.Selector, Validate: ro.Validate,
 		WaveSize: ro.WaveSize, MaxFailures: ro.MaxFailures, DryRun: ro.DryRun, AllowConflicts: ro.AllowConflicts,
-		Totals: map[string]int{}, CreatedAt: ro.CreatedAt, UpdatedAt: ro.UpdatedAt, FinishedAt: ro.FinishedAt}
+		Totals: map[string]int{}, CreatedAt: ro.CreatedAt, UpdatedAt: ro.UpdatedAt, FinishedAt: ro.FinishedAt,
+		RollbackOperationID: ro.RollbackOperationID}
 }
 
 func (r *Runner) view(ctx context.Context, ro versions.Rollout, withProjects bool) (types.Rollout, error) {
@@ -713,56 +843,164 @@ func (r *Runner) event(ctx context.Context, ro versions.Rollout, typ, msg string
 	}
 }
 
-// Rollback switches every project the rollout switched back to its old
-// version, by compare-and-swap from the new one: a project whose current
-// changed since stays as it is, reported in its message. The rollout must
-// have ended (pause or cancel a running one first).
-func (r *Runner) Rollback(ctx context.Context, p types.Principal, id string) (types.Rollout, error) {
+// Rollback starts the rollback of a rollout that ended (cancel a running
+// or paused one first) as an operation of kind rollback (RunRollback), or
+// returns the one that stands for it: the rollback operation still
+// running, or the one that finished it. A rollback whose operation
+// failed or was canceled is taken over by a new operation, which goes on
+// where it stopped: asking again is always safe.
+func (r *Runner) Rollback(ctx context.Context, p types.Principal, id string) (types.Operation, error) {
 	if err := admin(p, "a rollback"); err != nil {
-		return types.Rollout{}, err
+		return types.Operation{}, err
 	}
 	if err := names.ValidateOpID(id); err != nil {
-		return types.Rollout{}, fmt.Errorf("rollout id %q: %w", id, errdefs.ErrInvalidArgument)
+		return types.Operation{}, fmt.Errorf("rollout id %q: %w", id, errdefs.ErrInvalidArgument)
 	}
-	ro, err := r.d.Store.GetRollout(ctx, id)
+	job := Job{Rollout: id}
+	rec, err := r.d.Ops.Record(p, ops.Spec{Kind: types.OpKindRollback, Target: id, Scope: "rollouts", Asked: job, Job: job})
 	if err != nil {
-		return types.Rollout{}, err
+		return types.Operation{}, err
 	}
-	ended := []string{types.RolloutSucceeded, types.RolloutStoppedBudget, types.RolloutFailed, types.RolloutCanceled}
-	if !slices.Contains(ended, ro.State) {
-		return types.Rollout{}, fmt.Errorf("rollout %s is %s: cancel it (or let it end) before a rollback: %w", id, ro.State, errdefs.ErrFailedPrecondition)
-	}
-	if ro.DryRun {
-		return types.Rollout{}, fmt.Errorf("rollout %s is a dry run: it moved nothing: %w", id, errdefs.ErrFailedPrecondition)
-	}
-	// Claim it first, so two rollbacks do not race.
-	if ro, err = r.d.Store.SetRolloutState(ctx, id, ended, types.RolloutRolledBack, ""); err != nil {
-		return types.Rollout{}, err
-	}
-	ps, err := r.d.Store.RolloutProjects(ctx, id)
+	_, op, created, err := r.d.Store.StartRollback(ctx, id, rec)
 	if err != nil {
-		return types.Rollout{}, err
+		return types.Operation{}, err
+	}
+	if created {
+		r.d.Ops.Launch(op, func(ctx context.Context, o *ops.Op) (any, error) { return r.RunRollback(ctx, o, job) })
+	}
+	return ops.View(op), nil
+}
+
+// RunRollback switches every project the rollout switched back to its old
+// version, by compare-and-swap from the new one: a project whose current
+// changed since stays as it is, reported in its message. It is the Func
+// of a rollback operation, run again after a restart; its result is the
+// rollout's view. It starts once the rollout's own operation has ended
+// (the migrations a cancel let finish included), so that no switch of the
+// rollout lands behind it.
+func (r *Runner) RunRollback(ctx context.Context, op *ops.Op, job Job) (any, error) {
+	ro, err := r.d.Store.GetRollout(ctx, job.Rollout)
+	if err != nil {
+		return nil, err
+	}
+	if ro.RollbackOperationID != op.ID {
+		return nil, fmt.Errorf("the rollback of rollout %s is operation %s now: %w", ro.ID, ro.RollbackOperationID, errdefs.ErrFailedPrecondition)
+	}
+	if ro.State == types.RolloutRolledBack { // a run the record of whose end was lost
+		return r.view(ctx, ro, true)
+	}
+	r.crashPoint(ctx, StepRollbackStart, "", "")
+	if err := r.awaitOperation(ctx, op, ro.OperationID); err != nil {
+		return nil, err
+	}
+	ps, err := r.d.Store.RolloutProjects(ctx, ro.ID)
+	if err != nil {
+		return nil, err
 	}
 	back, kept := 0, 0
 	for _, rp := range ps {
-		if rp.Status != types.RolloutProjectSwitched {
+		status, msg, err := r.revert(ctx, ro.ID, rp)
+		if err != nil {
+			return nil, err
+		}
+		switch status {
+		case types.RolloutProjectRolledBack:
+			back++
+		case types.RolloutProjectSwitched:
+			kept++
+		default:
 			continue
 		}
-		_, err := r.d.Store.SetCurrent(ctx, rp.Tenant, rp.Project, rp.OldVersion, rp.NewVersion)
-		switch {
-		case err == nil:
-			back++
-			err = r.d.Store.SetRolloutProjectStatus(ctx, id, rp.Tenant, rp.Project, rp.Status, types.RolloutProjectRolledBack,
-				fmt.Sprintf("current is %d again", rp.OldVersion))
-		case errors.Is(err, errdefs.ErrConflict), errors.Is(err, errdefs.ErrNotFound), errors.Is(err, errdefs.ErrFailedPrecondition):
-			kept++
-			err = r.d.Store.SetRolloutProjectStatus(ctx, id, rp.Tenant, rp.Project, rp.Status, rp.Status,
-				"not rolled back: "+err.Error())
+		op.Event(ctx, "project", fmt.Sprintf("%s/%s: %s", rp.Tenant, rp.Project, orStatus(msg, status)),
+			map[string]any{"tenant": rp.Tenant, "project": rp.Project, "status": status, "old_version": rp.OldVersion})
+	}
+	r.crashPoint(ctx, StepRollbackEnd, "", "")
+	if ro, err = r.d.Store.SetRolloutState(ctx, ro.ID, []string{types.RolloutRollingBack}, types.RolloutRolledBack, ""); err != nil {
+		return nil, err
+	}
+	op.Event(ctx, "rolled_back", fmt.Sprintf("%d projects switched back, %d left as they are (current moved since)", back, kept),
+		map[string]any{"rolled_back": back, "kept": kept})
+	return r.view(ctx, ro, true)
+}
+
+func orStatus(msg, status string) string {
+	if msg == "" {
+		return status
+	}
+	return status + ": " + msg
+}
+
+// awaitOperation waits until operation id (the rollout's) has ended.
+func (r *Runner) awaitOperation(ctx context.Context, op *ops.Op, id string) error {
+	told := false
+	for {
+		o, err := r.d.Store.GetOperation(ctx, "", id)
+		if errors.Is(err, errdefs.ErrNotFound) || (err == nil && o.State != types.OpPending && o.State != types.OpRunning) {
+			return nil
 		}
 		if err != nil {
-			return types.Rollout{}, err
+			return err
+		}
+		if !told {
+			op.Event(ctx, "waiting", fmt.Sprintf("waiting for the rollout's operation %s to end", id), nil)
+			told = true
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(r.d.Poll):
 		}
 	}
-	r.event(ctx, ro, "rolled_back", fmt.Sprintf("%d projects switched back, %d left as they are (current moved since)", back, kept))
-	return r.view(ctx, ro, true)
+}
+
+// revert switches one project of the rollout back, in three steps like
+// the rollout's switch: the intent (switching_to = old_version), the
+// compare-and-swap from new_version, the record. A project found switched
+// back already (a crash lost the record) is recognized by its current. It
+// returns the status recorded: rolled_back, switched (left as it is, with
+// msg saying why) or another status (not the rollout's to revert).
+func (r *Runner) revert(ctx context.Context, id string, rp versions.RolloutProject) (status, msg string, err error) {
+	if rp.Status == types.RolloutProjectRunning && rp.SwitchingTo != 0 {
+		// The rollout's own switch in flight when it ended without
+		// settling it (its store failed): settled by current first.
+		if rp.Status, err = r.settleSwitch(ctx, id, rp); err != nil {
+			return "", "", err
+		}
+		rp.NewVersion, rp.SwitchingTo = rp.SwitchingTo, 0
+	}
+	if rp.Status != types.RolloutProjectSwitched {
+		return rp.Status, "", nil
+	}
+	if rp.SwitchingTo != rp.OldVersion {
+		if err := r.d.Store.SetRolloutSwitching(ctx, id, rp, types.RolloutProjectSwitched, rp.OldVersion); err != nil {
+			return "", "", err
+		}
+	}
+	r.crashPoint(ctx, StepRollbackIntent, rp.Tenant, rp.Project)
+	_, err = r.d.Store.SetCurrent(ctx, rp.Tenant, rp.Project, rp.OldVersion, rp.NewVersion)
+	r.crashPoint(ctx, StepRolledBack, rp.Tenant, rp.Project)
+	status = types.RolloutProjectRolledBack
+	switch {
+	case err == nil:
+	case errors.Is(err, errdefs.ErrConflict):
+		proj, gerr := r.d.Store.GetProject(ctx, rp.Tenant, rp.Project)
+		if gerr != nil && !errors.Is(gerr, errdefs.ErrNotFound) {
+			return "", "", gerr
+		}
+		if gerr != nil || proj.Current != rp.OldVersion {
+			status, msg = types.RolloutProjectSwitched, "not rolled back: "+err.Error()
+		}
+	case errors.Is(err, errdefs.ErrNotFound), errors.Is(err, errdefs.ErrFailedPrecondition):
+		status, msg = types.RolloutProjectSwitched, "not rolled back: "+err.Error()
+	default:
+		return "", "", err // the intent stays; the next run settles it
+	}
+	record := msg
+	if status == types.RolloutProjectRolledBack {
+		record = fmt.Sprintf("current is %d again", rp.OldVersion)
+	}
+	if err := r.d.Store.SetRolloutProjectStatus(ctx, id, rp.Tenant, rp.Project, types.RolloutProjectSwitched, status, record); err != nil {
+		return "", "", err
+	}
+	return status, msg, nil
 }

@@ -1269,8 +1269,12 @@ class Client:
         return self._rollout_action(rollout_id, "cancel")
 
     def rollback_rollout(self, rollout_id: str) -> JSON:
-        """POST .../rollback: switched projects go back where current did not move since."""
-        return self._rollout_action(rollout_id, "rollback")
+        """POST .../rollback: switched projects go back where current did not
+        move since. Answers the rollback's operation (kind rollback; its
+        result the rollout): follow it with wait(). Asking again is safe
+        (the rollback running, or the one that finished it, is answered),
+        so it is retried."""
+        return self._call("POST", f"/v1/admin/rollouts/{_seg(rollout_id)}/rollback")
 
     # ------------------------------------------------------------------
     # Version export, validation

@@ -271,8 +271,14 @@ export class Rollouts {
   cancel(id: string, opts?: CallOptions): Promise<T.Rollout> {
     return this.action(id, "cancel", opts);
   }
-  /** POST .../rollback: switched projects go back to their old version where current did not move since. */
-  rollback(id: string, opts?: CallOptions): Promise<T.Rollout> {
-    return this.action(id, "rollback", opts);
+  /**
+   * POST .../rollback: switched projects go back to their old version where
+   * current did not move since. Answers the rollback's operation (kind
+   * rollback; its result the Rollout): follow it with operations.wait.
+   * Asking again is safe (the rollback running, or the one that finished
+   * it, is answered), so it is retried.
+   */
+  rollback(id: string, opts?: CallOptions): Promise<T.Operation<T.Rollout>> {
+    return this.t.json({ method: "POST", path: `/v1/admin/rollouts/${esc(id)}/rollback`, retry: "safe" }, opts);
   }
 }

@@ -326,7 +326,7 @@ export interface SaveResult {
 export type OperationState = Open<"pending" | "running" | "succeeded" | "failed" | "canceled">;
 
 /** Operation kinds (docs/api.md, Operations). */
-export type OperationKind = Open<"save" | "restore" | "build" | "migrate" | "gc" | "fork" | "checkpoint">;
+export type OperationKind = Open<"save" | "restore" | "build" | "migrate" | "gc" | "fork" | "checkpoint" | "rollout" | "rollback">;
 
 /** Go: types.OpError. */
 export interface OperationError {
@@ -772,7 +772,7 @@ export interface AddSSHKeyRequest {
 }
 
 /** Rollout states; an open set. */
-export type RolloutState = Open<"running" | "paused" | "succeeded" | "stopped_budget" | "failed" | "canceled" | "rolled_back">;
+export type RolloutState = Open<"running" | "paused" | "succeeded" | "stopped_budget" | "failed" | "canceled" | "rolling_back" | "rolled_back">;
 
 /** Go: types.CreateRolloutRequest. The body of POST /v1/admin/rollouts. */
 export interface CreateRolloutRequest {
@@ -793,6 +793,8 @@ export interface CreateRolloutRequest {
 export interface Rollout {
   id: string;
   operation_id: string;
+  /** The operation (kind rollback) of its newest rollback; absent before one was asked. */
+  rollback_operation_id?: string;
   state: RolloutState;
   message?: string;
   from: string;
