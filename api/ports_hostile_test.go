@@ -73,7 +73,7 @@ func hostileServer(t *testing.T, rec http.Handler) (*httptest.Server, *apitest.C
 	}
 	h, err := api.New(core, api.WithPreviewDomain("preview.test"), api.WithForwardKey(clusterKey))
 	require.NoError(t, err)
-	srv := httptest.NewServer(api.PreviewHosts(core, "preview.test", h, clusterKey))
+	srv := httptest.NewServer(api.PreviewHosts(core, "preview.test", h, clusterKey, nil))
 	t.Cleanup(srv.Close)
 	return srv, core
 }
