@@ -1,5 +1,6 @@
 // Package limiter bounds how much concurrent work one tenant may hold on a
-// node: a counting semaphore per (tenant, kind).
+// node: a counting semaphore per (tenant, kind), and optionally one per kind
+// for all tenants of the node together.
 //
 // Terms:
 //
@@ -25,6 +26,9 @@ import (
 type Limit struct {
 	// Max slots one tenant may hold at once; 0 or negative = unlimited.
 	Max int
+	// NodeMax slots all tenants together may hold at once on this node;
+	// 0 or negative = unlimited. A tenant under Max is refused past it too.
+	NodeMax int
 	// RetryAfter is the wait suggested to a refused client (the Retry-After
 	// header); at least one second is sent.
 	RetryAfter time.Duration
@@ -36,6 +40,7 @@ type Limiter struct {
 	mu     sync.Mutex
 	limits map[string]Limit
 	inUse  map[slot]int
+	node   map[string]int // slots of each kind held by all tenants
 }
 
 type slot struct{ tenant, kind string }
@@ -43,7 +48,7 @@ type slot struct{ tenant, kind string }
 // New returns a limiter with limits per kind; kinds not in limits are
 // unlimited.
 func New(limits map[string]Limit) *Limiter {
-	l := &Limiter{limits: map[string]Limit{}, inUse: map[slot]int{}}
+	l := &Limiter{limits: map[string]Limit{}, inUse: map[slot]int{}, node: map[string]int{}}
 	for k, v := range limits {
 		l.limits[k] = v
 	}
@@ -61,14 +66,18 @@ func (l *Limiter) Acquire(tenant, kind string) (release func(), err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	lim, ok := l.limits[kind]
-	if !ok || lim.Max <= 0 {
+	if !ok || (lim.Max <= 0 && lim.NodeMax <= 0) {
 		return func() {}, nil
 	}
 	k := slot{tenant, kind}
-	if n := l.inUse[k]; n >= lim.Max {
+	if n := l.inUse[k]; lim.Max > 0 && n >= lim.Max {
 		return nil, &ExhaustedError{Tenant: tenant, Kind: kind, Limit: lim.Max, Wait: lim.RetryAfter}
 	}
+	if lim.NodeMax > 0 && l.node[kind] >= lim.NodeMax {
+		return nil, &ExhaustedError{Tenant: tenant, Kind: kind, Limit: lim.NodeMax, Wait: lim.RetryAfter, Node: true}
+	}
 	l.inUse[k]++
+	l.node[kind]++
 	var once sync.Once
 	return func() {
 		once.Do(func() {
@@ -76,6 +85,9 @@ func (l *Limiter) Acquire(tenant, kind string) (release func(), err error) {
 			defer l.mu.Unlock()
 			if l.inUse[k]--; l.inUse[k] <= 0 {
 				delete(l.inUse, k)
+			}
+			if l.node[kind]--; l.node[kind] <= 0 {
+				delete(l.node, kind)
 			}
 		})
 	}, nil
@@ -97,9 +109,15 @@ type ExhaustedError struct {
 	Kind   string
 	Limit  int
 	Wait   time.Duration
+	// Node is set when the node's limit (all tenants together) refused.
+	Node bool
 }
 
 func (e *ExhaustedError) Error() string {
+	if e.Node {
+		return fmt.Sprintf("this node already serves its limit of %d concurrent %s (all tenants together): %v",
+			e.Limit, e.Kind, errdefs.ErrResourceExhausted)
+	}
 	return fmt.Sprintf("tenant %q already holds its limit of %d concurrent %s on this node: %v",
 		e.Tenant, e.Limit, e.Kind, errdefs.ErrResourceExhausted)
 }
@@ -114,5 +132,9 @@ func (e *ExhaustedError) RetryAfter() time.Duration {
 
 // Details are the error body's machine-readable numbers.
 func (e *ExhaustedError) Details() map[string]any {
-	return map[string]any{"kind": e.Kind, "limit": e.Limit, "retry_after_seconds": int(e.RetryAfter().Seconds())}
+	d := map[string]any{"kind": e.Kind, "limit": e.Limit, "retry_after_seconds": int(e.RetryAfter().Seconds())}
+	if e.Node {
+		d["scope"] = "node"
+	}
+	return d
 }
