@@ -3,21 +3,26 @@ package sshd_test
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/pkg/sftp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/envd/files"
+	"github.com/envd-dev/envd/internal/limiter"
 )
 
 // rootDir makes a small root filesystem with busybox, /etc/passwd (root
@@ -172,19 +177,25 @@ func TestRootSFTPRefusesKernelFilesAsInstanceRoot(t *testing.T) {
 	f.core.filesPID, f.core.filesID = child.Process.Pid, files.Identity{UID: 0, GID: 0}
 	c := f.sftpClient(t)
 
-	// The instance's root sees its own /proc: /proc/1 is its init.
-	w, err := c.OpenFile("/proc/1/oom_score_adj", os.O_WRONLY)
-	if err == nil {
-		_, err = w.Write([]byte("-1000\n"))
-		if cerr := w.Close(); err == nil {
-			err = cerr
+	// The instance's root sees its own /proc: /proc/1 is its init. -1000
+	// (OOM-proof) needs CAP_SYS_RESOURCE, which a node may lack; raising
+	// it needs nothing: both are refused. The file is opened as a client
+	// that writes in place opens it (sshfs, put -a); procfs refuses
+	// O_TRUNC, so a plain put fails anyway.
+	for _, v := range []string{"-1000", "1000"} {
+		w, err := c.OpenFile("/proc/1/oom_score_adj", os.O_WRONLY|os.O_CREATE)
+		if err == nil {
+			_, err = w.Write([]byte(v + "\n"))
+			if cerr := w.Close(); err == nil {
+				err = cerr
+			}
 		}
+		assert.Error(t, err, "writing %s to the init's oom_score_adj is refused", v)
+		assert.True(t, errors.Is(err, fs.ErrPermission), "%v", err)
+		after, err := os.ReadFile(oomFile)
+		require.NoError(t, err)
+		assert.Equal(t, string(before), string(after), "the init's oom_score_adj is unchanged")
 	}
-	assert.Error(t, err, "writing the init's oom_score_adj is refused")
-	assert.True(t, errors.Is(err, fs.ErrPermission), "%v", err)
-	after, err := os.ReadFile(oomFile)
-	require.NoError(t, err)
-	assert.Equal(t, string(before), string(after), "the init's oom_score_adj is unchanged")
 
 	for _, p := range []string{"/proc/kallsyms", "/proc/1/environ", "/dev/null", "/tmp/fifo"} {
 		t.Run(p, func(t *testing.T) {
@@ -203,4 +214,122 @@ func TestRootSFTPRefusesKernelFilesAsInstanceRoot(t *testing.T) {
 
 func unixMkdev(major, minor uint32) uint64 {
 	return uint64(major)<<8 | uint64(minor)
+}
+
+// osThreads is the process's OS thread count.
+func osThreads(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	require.NoError(t, err)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			require.NoError(t, err)
+			return n
+		}
+	}
+	t.Fatal("no Threads line in /proc/self/status")
+	return 0
+}
+
+// sleeper starts a chrooted process in a fresh root, as the given ids,
+// and returns the root.
+func sleeper(t *testing.T, uid, gid uint32) (string, int) {
+	t.Helper()
+	dir := rootDir(t)
+	child := exec.Command("/bin/busybox", "sleep", "600")
+	child.SysProcAttr = &syscall.SysProcAttr{Chroot: dir, Credential: &syscall.Credential{Uid: uid, Gid: gid}}
+	require.NoError(t, child.Start())
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	return dir, child.Process.Pid
+}
+
+// SFTP sessions whose clients stall (a file open, then nothing read) hold
+// no OS thread: many of them leave the thread count where it was, and the
+// server still serves a new session. (Before, every session held a
+// locked thread for its whole life.) Needs root (chroot).
+func TestRootSFTPStalledSessionsHoldNoThread(t *testing.T) {
+	require.Equal(t, 0, os.Geteuid(), "this test needs root")
+	dir, pid := sleeper(t, 65534, 65534)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "tmp/big"), make([]byte, 1<<20), 0o644))
+	f := newFixture(t)
+	f.core.filesPID, f.core.filesID = pid, files.Identity{UID: 65534, GID: 65534}
+	warm := f.sftpClient(t)
+	_, err := warm.ReadDir("/")
+	require.NoError(t, err)
+	before := osThreads(t)
+
+	const n = 48
+	for range n {
+		c := f.sftpClient(t)
+		r, err := c.Open("/tmp/big")
+		require.NoError(t, err)
+		buf := make([]byte, 100)
+		_, err = r.Read(buf) // the session is serving a file, and then its client stops
+		require.NoError(t, err)
+	}
+	assert.LessOrEqual(t, osThreads(t), before+8, "%d stalled SFTP sessions", n)
+	c := f.sftpClient(t)
+	_, err = c.Stat("/tmp/big")
+	require.NoError(t, err, "a new session is served")
+}
+
+// A tenant's SFTP sessions are bounded: past the limit the subsystem
+// request is refused with the reason on stderr; a session's end frees its
+// slot. Needs root (chroot).
+func TestRootSFTPSessionLimit(t *testing.T) {
+	require.Equal(t, 0, os.Geteuid(), "this test needs root")
+	_, pid := sleeper(t, 65534, 65534)
+	f := newFixture(t)
+	f.core.filesPID, f.core.filesID = pid, files.Identity{UID: 65534, GID: 65534}
+	f.core.limits = limiter.New(map[string]limiter.Limit{envd.AdmitSFTP: {Max: 1}})
+
+	conn, err := ssh.Dial("tcp", f.addr, f.clientConfig(f.instA, ssh.PublicKeys(f.keyA)))
+	require.NoError(t, err)
+	defer conn.Close()
+	first, err := sftp.NewClient(conn)
+	require.NoError(t, err)
+	_, err = first.Getwd()
+	require.NoError(t, err)
+
+	s, err := conn.NewSession()
+	require.NoError(t, err)
+	stderr, err := s.StderrPipe()
+	require.NoError(t, err)
+	err = s.RequestSubsystem("sftp")
+	require.Error(t, err, "a second session is refused")
+	msg, _ := io.ReadAll(stderr) // until the server closes the channel
+	assert.Contains(t, string(msg), `tenant "a" already holds its limit of 1 concurrent sftp on this node`)
+	s.Close()
+
+	require.NoError(t, first.Close())
+	require.Eventually(t, func() bool { return f.core.limits.InUse("a", envd.AdmitSFTP) == 0 }, 5*time.Second, 10*time.Millisecond)
+	second, err := sftp.NewClient(conn)
+	require.NoError(t, err, "the slot is free again")
+	defer second.Close()
+	_, err = second.Getwd()
+	require.NoError(t, err)
+}
+
+// A directory of many entries is listed whole, read in the chunks READDIR
+// asks for. Needs root (chroot).
+func TestRootSFTPListsLargeDirectories(t *testing.T) {
+	require.Equal(t, 0, os.Geteuid(), "this test needs root")
+	dir, pid := sleeper(t, 65534, 65534)
+	const n = 3000
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "many"), 0o755))
+	for i := range n {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "many", fmt.Sprintf("f%04d", i)), nil, 0o644))
+	}
+	f := newFixture(t)
+	f.core.filesPID, f.core.filesID = pid, files.Identity{UID: 65534, GID: 65534}
+	c := f.sftpClient(t)
+	entries, err := c.ReadDir("/many")
+	require.NoError(t, err)
+	seen := map[string]bool{}
+	for _, e := range entries {
+		assert.False(t, seen[e.Name()], e.Name())
+		seen[e.Name()] = true
+	}
+	assert.Len(t, seen, n)
 }
