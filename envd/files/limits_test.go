@@ -284,7 +284,7 @@ func TestWatchLimits(t *testing.T) {
 	err = <-done
 	require.ErrorIs(t, err, errdefs.ErrResourceExhausted)
 	assert.Contains(t, err.Error(), `tenant "a" already watches its limit of 3 directories`)
-	assert.Equal(t, map[string]any{"kind": "watches", "limit": 3}, errdefs.Details(err))
+	assert.Equal(t, map[string]any{"kind": "watches", "limit": 3, "retry_after_seconds": 5}, errdefs.Details(err))
 
 	// Tenant b: /b is the node's fourth; then the node is full.
 	stopB, eventsB, doneB := start("b", "/b", false)

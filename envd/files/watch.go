@@ -207,9 +207,28 @@ func (in *Inotify) add(w *watcher, fd int, p string) (wd int, err error) {
 	return wd, nil
 }
 
-func watchLimit(msg string, limit int) error {
-	return errdefs.WithDetails(fmt.Errorf("file watch: %s: %w", msg, errdefs.ErrResourceExhausted),
-		map[string]any{"kind": "watches", "limit": limit})
+// WatchLimitError is a watch refused by a limit of watched directories
+// (errdefs.ErrResourceExhausted).
+type WatchLimitError struct {
+	msg   string
+	limit int
+}
+
+func watchLimit(msg string, limit int) error { return &WatchLimitError{msg: msg, limit: limit} }
+
+func (e *WatchLimitError) Error() string {
+	return fmt.Sprintf("file watch: %s: %v", e.msg, errdefs.ErrResourceExhausted)
+}
+
+func (e *WatchLimitError) Unwrap() error { return errdefs.ErrResourceExhausted }
+
+// RetryAfter is the wait suggested to the client: watches end when their
+// clients go.
+func (e *WatchLimitError) RetryAfter() time.Duration { return 5 * time.Second }
+
+// Details are the error body's numbers.
+func (e *WatchLimitError) Details() map[string]any {
+	return map[string]any{"kind": "watches", "limit": e.limit, "retry_after_seconds": 5}
 }
 
 // remove drops w's watch of wd; the kernel's watch goes with its last
