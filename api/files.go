@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -36,7 +37,7 @@ const FileTypeHeader = "X-Envd-File-Type"
 
 type fileRoutes struct {
 	core      FileCore
-	admit     admitFunc // a watch counts as an event stream (envd.AdmitEvents)
+	admit     admitFunc // a watch counts as an event stream (envd.AdmitEvents), an archive as envd.AdmitArchives
 	keepAlive time.Duration
 }
 
@@ -146,9 +147,19 @@ func (g fileRoutes) get(c *gin.Context) {
 			return err
 		}
 		if fi.Type == types.FileTypeDir {
-			l, err := root.List(r.ctx, p)
+			page, _, err := r.page()
 			if err != nil {
 				return err
+			}
+			l, err := root.List(r.ctx, p, files.ListOptions{Limit: page.Limit, Token: page.Token})
+			if err != nil {
+				return err
+			}
+			if l.NextPageToken != "" {
+				u := *c.Request.URL
+				q := u.Query()
+				q.Set("page_token", l.NextPageToken)
+				c.Header("Link", fmt.Sprintf(`<%s>; rel="next"`, (&url.URL{Path: u.Path, RawQuery: q.Encode()}).String()))
 			}
 			c.Header(FileTypeHeader, types.FileTypeDir)
 			c.JSON(http.StatusOK, l)
@@ -207,7 +218,13 @@ func (g fileRoutes) archiveOut(c *gin.Context) {
 		return
 	}
 	p := c.Query("path")
-	err := g.with(r, false, func(root *files.Root) error {
+	release, err := g.admit(r.p, envd.AdmitArchives)
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	defer release()
+	err = g.with(r, false, func(root *files.Root) error {
 		fi, err := root.Stat(r.ctx, p)
 		if err != nil {
 			return err
@@ -280,6 +297,11 @@ func (g fileRoutes) archiveIn(r in, _ none) (types.FileArchiveResult, error) {
 	if r.c.Request.ContentLength > limit {
 		return types.FileArchiveResult{}, tooLarge(p, limit)
 	}
+	release, err := g.admit(r.p, envd.AdmitArchives)
+	if err != nil {
+		return types.FileArchiveResult{}, err
+	}
+	defer release()
 	var n int
 	err = g.with(r, true, func(root *files.Root) (err error) {
 		n, err = root.ExtractArchive(r.ctx, p, r.c.Request.Body, files.ExtractOptions{Parents: parents, MaxBytes: limit})

@@ -6,11 +6,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -108,6 +111,40 @@ func TestFileRoutes(t *testing.T) {
 		require.Len(t, l.Entries, 2)
 		assert.Equal(t, "image", l.Entries[0].Name)
 		assert.Equal(t, "/src/notes.txt", l.Entries[1].Path)
+	})
+	t.Run("listing in pages", func(t *testing.T) {
+		require.NoError(t, os.MkdirAll(filepath.Join(core.FilesDir(), "many"), 0o755))
+		for i := range 25 {
+			require.NoError(t, os.WriteFile(filepath.Join(core.FilesDir(), "many", fmt.Sprintf("f%02d", i)), nil, 0o644))
+		}
+		var names []string
+		next := "/v1/instances/i-1/files?path=/many&limit=10"
+		for pages := 0; next != ""; pages++ {
+			require.Less(t, pages, 3)
+			resp := do("GET", next, nil)
+			require.Equal(t, 200, resp.StatusCode)
+			link := resp.Header.Get("Link")
+			var l types.FileList
+			require.NoError(t, json.Unmarshal([]byte(readAll(resp)), &l))
+			assert.LessOrEqual(t, len(l.Entries), 10)
+			for _, e := range l.Entries {
+				names = append(names, e.Name)
+			}
+			next = ""
+			if l.NextPageToken != "" {
+				assert.Contains(t, link, "page_token="+url.QueryEscape(l.NextPageToken))
+				next = "/v1/instances/i-1/files?path=/many&limit=10&page_token=" + url.QueryEscape(l.NextPageToken)
+			} else {
+				assert.Empty(t, link, "the last page has no Link")
+			}
+		}
+		require.Len(t, names, 25)
+		assert.True(t, sort.StringsAreSorted(names))
+		for _, q := range []string{"limit=0", "limit=1001", "page_token=nope"} {
+			resp := do("GET", "/v1/instances/i-1/files?path=/many&"+q, nil)
+			assert.Equal(t, 400, resp.StatusCode, q)
+			assert.Equal(t, "invalid_argument", code(resp))
+		}
 	})
 	t.Run("too large", func(t *testing.T) {
 		resp := do("PUT", "/v1/instances/i-1/files?path=/big", bytes.NewReader(make([]byte, 2<<20)))

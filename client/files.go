@@ -59,10 +59,43 @@ func fileQuery(path string, opts []FileOption) url.Values {
 
 func filesPath(id, sub string) string { return "/v1/instances/" + esc(id) + "/files" + sub }
 
-// ListFiles lists a directory: GET /v1/instances/{i}/files?path=P. A path
+// ListFiles lists a directory: GET /v1/instances/{i}/files?path=P, every
+// page of it (the server answers at most 1000 entries a page). A path
 // that is a file is errdefs.ErrFailedPrecondition.
 func (c *Client) ListFiles(ctx context.Context, id, path string, opts ...FileOption) (types.FileList, error) {
-	resp, err := c.send(ctx, request{method: http.MethodGet, path: filesPath(id, ""), query: fileQuery(path, opts)})
+	var all types.FileList
+	page := types.Page{Limit: types.MaxPageLimit}
+	for {
+		l, err := c.ListFilesPage(ctx, id, path, page, opts...)
+		if err != nil {
+			return types.FileList{}, err
+		}
+		if all.Path == "" {
+			all = l
+		} else {
+			all.Entries = append(all.Entries, l.Entries...)
+		}
+		if l.NextPageToken == "" {
+			all.NextPageToken = ""
+			return all, nil
+		}
+		page.Token = l.NextPageToken
+	}
+}
+
+// ListFilesPage is one page of a directory's listing, by name: at most
+// page.Limit entries (1 to 1000, 0 = 1000) after page.Token (the
+// NextPageToken of the page before; "" = the first page). NextPageToken
+// is "" on the last page.
+func (c *Client) ListFilesPage(ctx context.Context, id, path string, page types.Page, opts ...FileOption) (types.FileList, error) {
+	q := fileQuery(path, opts)
+	if page.Limit > 0 {
+		q.Set("limit", strconv.Itoa(page.Limit))
+	}
+	if page.Token != "" {
+		q.Set("page_token", page.Token)
+	}
+	resp, err := c.send(ctx, request{method: http.MethodGet, path: filesPath(id, ""), query: q})
 	if err != nil {
 		return types.FileList{}, err
 	}

@@ -219,6 +219,33 @@ func TestRootSSHFileTransfer(t *testing.T) {
 	assert.Equal(t, fmt.Sprint(len(data)), mustShAs(t, s, "stat -c %s /tmp/made/moved"))
 }
 
+// SFTP has the file API's rights and no more, in a real instance as its
+// root and with OpenSSH's sftp: procfs (the init's oom_score_adj, the
+// kernel's symbols) and device nodes are refused, and the init's
+// oom_score_adj is unchanged.
+func TestRootSSHSFTPRefusesKernelFiles(t *testing.T) {
+	s := newSSHTenant(t, "sshproc")
+	before := mustShAs(t, s, "cat /proc/1/oom_score_adj")
+	value := filepath.Join(s.dir, "oom")
+	require.NoError(t, os.WriteFile(value, []byte("1000\n"), 0o644))
+	batch := strings.Join([]string{
+		"-reput " + value + " /proc/1/oom_score_adj", // in place, as a resumed upload writes
+		"-put " + value + " /proc/1/oom_score_adj",
+		"-get /proc/kallsyms " + filepath.Join(s.dir, "kallsyms"),
+		"-get /dev/zero " + filepath.Join(s.dir, "zero"),
+		"-ls /proc",
+	}, "\n") + "\n"
+	all := append(s.opts(), "-P", s.port, "-b", "-", s.instance+"@"+s.host)
+	stdout, stderr, code := runTool(t, batch, "sftp", all...)
+	require.Equal(t, 0, code, "stdout: %s\nstderr: %s", stdout, stderr)
+	assert.Equal(t, before, mustShAs(t, s, "cat /proc/1/oom_score_adj"), "the init's oom_score_adj is unchanged")
+	for _, name := range []string{"kallsyms", "zero"} {
+		_, err := os.Stat(filepath.Join(s.dir, name))
+		assert.True(t, os.IsNotExist(err), "%s was not read", name)
+	}
+	assert.Contains(t, stderr, "Permission denied", "stderr: %s", stderr)
+}
+
 func mustShAs(t *testing.T, s *sshTenant, script string) string {
 	t.Helper()
 	res, err := s.c.Exec(ctx(t), s.instance, types.ExecRequest{Args: []string{"/bin/sh", "-c", script}})

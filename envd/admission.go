@@ -16,6 +16,13 @@ const (
 	AdmitEvents = "events" // open operation event streams
 )
 
+// Kinds of the file transfers, limited per tenant and per node: each holds
+// an open root and a client that may read or write slowly.
+const (
+	AdmitSFTP     = "sftp"     // SFTP sessions open
+	AdmitArchives = "archives" // file API archive downloads and uploads in progress
+)
+
 // TenantLimits bound the concurrent work one tenant may hold on this node;
 // past a limit a request is refused with errdefs.ErrResourceExhausted (HTTP
 // 429 with Retry-After). 0 = the default, negative = unlimited.
@@ -24,10 +31,17 @@ type TenantLimits struct {
 	Builds int // default 2
 	Exec   int // default 32
 	Events int // default 32
+
+	SFTP     int // default 8
+	Archives int // default 4
+	// Per node, all tenants together.
+	SFTPPerNode     int // default 256
+	ArchivesPerNode int // default 64
 }
 
 // DefaultTenantLimits are the node defaults.
-var DefaultTenantLimits = TenantLimits{Saves: 4, Builds: 2, Exec: 32, Events: 32}
+var DefaultTenantLimits = TenantLimits{Saves: 4, Builds: 2, Exec: 32, Events: 32,
+	SFTP: 8, Archives: 4, SFTPPerNode: 256, ArchivesPerNode: 64}
 
 func newLimiter(l TenantLimits) *limiter.Limiter {
 	pick := func(v, def int) int {
@@ -43,6 +57,9 @@ func newLimiter(l TenantLimits) *limiter.Limiter {
 		AdmitBuilds: {Max: pick(l.Builds, d.Builds), RetryAfter: 30 * time.Second},
 		AdmitExec:   {Max: pick(l.Exec, d.Exec), RetryAfter: 2 * time.Second},
 		AdmitEvents: {Max: pick(l.Events, d.Events), RetryAfter: 2 * time.Second},
+
+		AdmitSFTP:     {Max: pick(l.SFTP, d.SFTP), NodeMax: pick(l.SFTPPerNode, d.SFTPPerNode), RetryAfter: 5 * time.Second},
+		AdmitArchives: {Max: pick(l.Archives, d.Archives), NodeMax: pick(l.ArchivesPerNode, d.ArchivesPerNode), RetryAfter: 5 * time.Second},
 	})
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/containerd/containerd/v2/core/mount"
@@ -269,9 +270,35 @@ func scanColon(ctx context.Context, root *files.Root, p string, fn func([]string
 	return sc.Err()
 }
 
+// fileWatches is the node's one inotify instance, made at the first
+// watch.
+type fileWatches struct {
+	once sync.Once
+	in   *files.Inotify
+	err  error
+}
+
+func (w *fileWatches) get() (*files.Inotify, error) {
+	w.once.Do(func() { w.in, w.err = files.NewInotify(0, 0) })
+	return w.in, w.err
+}
+
+func (w *fileWatches) close() {
+	w.once.Do(func() {}) // none made after this
+	if w.in != nil {
+		_ = w.in.Close()
+	}
+}
+
 // WatchFiles streams the changes below path of a running instance (woken
-// when stopped) to emit until ctx ends or the instance stops.
+// when stopped) to emit until ctx ends or the instance stops. Its
+// directories count against the tenant's and the node's limits of watched
+// directories (files.Inotify).
 func (s *Service) WatchFiles(ctx context.Context, p types.Principal, id string, as types.FileUser, path string, recursive bool, emit func(types.FileEvent) error) error {
+	in, err := s.watches.get()
+	if err != nil {
+		return err
+	}
 	root, pid, err := s.openFiles(ctx, p, id, as, true)
 	if err != nil {
 		return err
@@ -295,7 +322,7 @@ func (s *Service) WatchFiles(ctx context.Context, p types.Principal, id string, 
 			}
 		}
 	}()
-	return root.Watch(ctx, path, recursive, func(ev types.FileEvent) error {
+	return root.Watch(ctx, in, files.WatchOptions{Path: path, Recursive: recursive, Key: p.Tenant}, func(ev types.FileEvent) error {
 		s.TouchInstance(id)
 		return emit(ev)
 	})

@@ -207,6 +207,7 @@ type Service struct {
 	sshInfo     atomic.Pointer[types.SSHInfo] // the node's SSH endpoint, for Info (sshkeys.go)
 	ports       portState                     // ports.go
 	gate        *freeze.Gate                  // the node's freeze gate (files.go waits out a save's freeze)
+	watches     fileWatches                   // the inotify instance file watches share (files.go)
 	rollouts    *rollout.Runner
 	interactive atomic.Int64 // saves, restores and builds running on this node (admission.go)
 
@@ -303,6 +304,7 @@ func (s *Service) Close() {
 	s.life.Wait()
 	s.squashing.Wait()
 	s.cluster.wg.Wait()
+	s.watches.close()
 }
 
 // Authenticate resolves a bearer token.

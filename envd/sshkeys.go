@@ -126,30 +126,6 @@ func (s *Service) SSHLogin(ctx context.Context, id string, key ssh.PublicKey) (t
 	return types.Principal{Tenant: tenant}, nil
 }
 
-// InstancePID returns the host pid of the init process of instance id, a
-// Running instance of this node: /proc/<pid>/root is its root filesystem
-// with its volumes. Another state is ErrFailedPrecondition.
-func (s *Service) InstancePID(ctx context.Context, p types.Principal, id string) (int, error) {
-	in, err := s.GetInstance(ctx, p, id)
-	if err != nil {
-		return 0, err
-	}
-	if in.State != types.StateRunning {
-		return 0, fmt.Errorf("instance %q is %s, needs Running: %w", id, in.State, errdefs.ErrFailedPrecondition)
-	}
-	if in.Node != s.cfg.Node {
-		return 0, fmt.Errorf("instance %q runs on node %q, not on this one (%q): %w", id, in.Node, s.cfg.Node, errdefs.ErrFailedPrecondition)
-	}
-	st, err := s.rt.Status(ctx, id)
-	if err != nil {
-		return 0, err
-	}
-	if st.Task != "running" || st.Pid == 0 {
-		return 0, fmt.Errorf("instance %q: its task is %q: %w", id, st.Task, errdefs.ErrFailedPrecondition)
-	}
-	return int(st.Pid), nil
-}
-
 // SetSSHInfo records where the node's SSH endpoint listens, for Info;
 // nil = none.
 func (s *Service) SetSSHInfo(info *types.SSHInfo) { s.sshInfo.Store(info) }

@@ -16,8 +16,8 @@
 //
 // Sessions run through the core's streamed exec as the image's user, in
 // the user's login shell (from the instance's /etc/passwd, /bin/sh
-// otherwise); SFTP is served by envd itself on the instance's root
-// filesystem, confined to it and acting as the instance's user (sftp.go).
+// otherwise); SFTP is served by envd itself through the file API's code
+// (envd/files), with the file API's rights and no more (sftp.go).
 package sshd
 
 import (
@@ -33,6 +33,7 @@ import (
 
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/envd/files"
 )
 
 // Core is what the SSH endpoint needs of envd's core.
@@ -53,11 +54,14 @@ type Core interface {
 	ExecStream(ctx context.Context, p types.Principal, id string, req types.ExecRequest, stdio types.Stdio) (int, error)
 	// DialInstance connects to 127.0.0.1:port as seen inside the instance.
 	DialInstance(ctx context.Context, p types.Principal, id string, port int) (net.Conn, error)
-	// InstancePID is the host pid of the instance's init process.
-	InstancePID(ctx context.Context, p types.Principal, id string) (int, error)
+	// OpenFiles opens the instance's root filesystem as the file API
+	// does, acting as as (the zero FileUser: the image's user); SFTP is
+	// served with it.
+	OpenFiles(ctx context.Context, p types.Principal, id string, as types.FileUser, write bool) (*files.Root, error)
 	// Admit takes one of the tenant's slots of kind (envd.AdmitExec for
-	// a session's command, as for the exec routes) or refuses with
-	// ErrResourceExhausted; release gives it back.
+	// a session's command, as for the exec routes; envd.AdmitSFTP for an
+	// SFTP session) or refuses with ErrResourceExhausted; release gives
+	// it back.
 	Admit(p types.Principal, kind string) (release func(), err error)
 }
 

@@ -20,6 +20,8 @@ import (
 
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/envd/files"
+	"github.com/envd-dev/envd/internal/limiter"
 	"github.com/envd-dev/envd/sshd"
 )
 
@@ -33,6 +35,11 @@ type fakeCore struct {
 
 	limitOne bool
 	slot     sync.Mutex
+	limits   *limiter.Limiter // when set, Admit takes its slots
+
+	// filesPID is the process whose root OpenFiles opens, as filesID.
+	filesPID int
+	filesID  files.Identity
 
 	// execFunc, when set, runs instead of the echo.
 	execFunc func(ctx context.Context, req types.ExecRequest, stdio types.Stdio) (int, error)
@@ -101,8 +108,12 @@ func (f *fakeCore) DialInstance(context.Context, types.Principal, string, int) (
 	return nil, errors.New("no network here")
 }
 
-// Admit admits up to one exec session at a time when limitOne is set.
-func (f *fakeCore) Admit(types.Principal, string) (func(), error) {
+// Admit admits up to one exec session at a time when limitOne is set,
+// and by limits when they are set.
+func (f *fakeCore) Admit(p types.Principal, kind string) (func(), error) {
+	if f.limits != nil {
+		return f.limits.Acquire(p.Tenant, kind)
+	}
 	if !f.limitOne {
 		return func() {}, nil
 	}
@@ -112,8 +123,25 @@ func (f *fakeCore) Admit(types.Principal, string) (func(), error) {
 	return f.slot.Unlock, nil
 }
 
+// OpenFiles opens the root of process filesPID as filesID, as the core
+// opens a running instance's (/proc/<init pid>/root).
+func (f *fakeCore) OpenFiles(_ context.Context, p types.Principal, id string, _ types.FileUser, _ bool) (*files.Root, error) {
+	if f.instances[id] != p.Tenant {
+		return nil, fmt.Errorf("instance %q: %w", id, errdefs.ErrNotFound)
+	}
+	if f.filesPID == 0 {
+		return nil, errors.New("no process here")
+	}
+	return files.Open(fmt.Sprintf("/proc/%d/root", f.filesPID), f.filesID)
+}
+
+// InstancePID is what the core gave before SFTP went through OpenFiles;
+// kept so that the SFTP tests also build against that code.
 func (f *fakeCore) InstancePID(context.Context, types.Principal, string) (int, error) {
-	return 0, errors.New("no process here")
+	if f.filesPID == 0 {
+		return 0, errors.New("no process here")
+	}
+	return f.filesPID, nil
 }
 
 func newSigner(t *testing.T) ssh.Signer {

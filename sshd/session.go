@@ -155,10 +155,22 @@ func (c *conn) session(ctx context.Context, nch ssh.NewChannel) {
 				if ssh.Unmarshal(req.Payload, &sub) != nil || sub.Name != "sftp" {
 					break
 				}
+				// A session holds one of the tenant's (and the node's)
+				// SFTP slots; past them it is refused before it starts,
+				// with the reason on stderr.
+				release, err := c.s.core.Admit(c.p, envd.AdmitSFTP)
+				if err != nil {
+					fmt.Fprintf(ch.Stderr(), "envd: sftp: %v\r\n", err)
+					if req.WantReply {
+						_ = req.Reply(false, nil)
+					}
+					return
+				}
 				started, ok = true, true
 				_ = req.Reply(true, nil)
 				go func() {
 					defer close(done)
+					defer release()
 					c.sftp(ctx, ch)
 				}()
 				continue

@@ -45,7 +45,12 @@ func (c *Core) WatchFiles(ctx context.Context, p types.Principal, id string, as 
 		return err
 	}
 	defer root.Close()
-	return root.Watch(ctx, path, recursive, emit)
+	in, err := files.NewInotify(0, 0)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	return root.Watch(ctx, in, files.WatchOptions{Path: path, Recursive: recursive, Key: p.Tenant}, emit)
 }
 
 // MaxFileBytes is 1 MiB in the fake.

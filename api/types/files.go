@@ -43,6 +43,9 @@ type FileList struct {
 	// ReadOnly is set when the instance is stopped and its files are
 	// served from its retained layer, read-only.
 	ReadOnly bool `json:"read_only,omitempty"`
+	// NextPageToken is set when the directory has entries after this
+	// page: pass it as page_token for the next one.
+	NextPageToken string `json:"next_page_token,omitempty"`
 }
 
 // FileMkdirRequest is the body of POST .../files/mkdir.

@@ -41,7 +41,10 @@ func CheckFormat(format string) error {
 // nodes, sockets and pseudo filesystems (proc, sysfs, ...) are left out
 // and owners are the instance's ids. A
 // regular file at p gives a tar of that one file. An entry the identity
-// may not read fails the stream where it is met.
+// may not read fails the stream where it is met. Nothing is written to w
+// before the walk found p readable, so an error about p itself comes
+// before the first byte. The walk runs as an actor (thread.go): a slow w
+// holds no thread.
 func (r *Root) WriteArchive(ctx context.Context, p string, w io.Writer, format string) error {
 	rel, err := Clean(p)
 	if err != nil {
@@ -50,50 +53,75 @@ func (r *Root) WriteArchive(ctx context.Context, p string, w io.Writer, format s
 	if err := CheckFormat(format); err != nil {
 		return err
 	}
+	pr, pw := io.Pipe()
+	walked := make(chan error, 1)
+	go func() {
+		err := r.stream(func(a *actor) error { return r.walkArchive(ctx, a, rel, pw) })
+		pw.CloseWithError(err)
+		walked <- err
+	}()
+	// The client's side, on this (ordinary) goroutine.
 	var zw *zstd.Encoder
+	out := w
 	if format == FormatTarZstd {
 		if zw, err = zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedFastest)); err != nil {
+			pr.CloseWithError(err)
+			<-walked
 			return err
 		}
-		w = zw
+		out = zw
 	}
-	tw := tar.NewWriter(w)
-	err = r.as(func() error {
-		fd, err := r.resolve(rel, unix.O_PATH, true)
-		if err != nil {
-			return pathError(abs(rel), err)
+	_, err = io.Copy(out, pr)
+	pr.CloseWithError(errors.Join(err, io.ErrClosedPipe)) // ends a walk still writing
+	if werr := <-walked; werr != nil {
+		err = werr
+	}
+	if zw != nil {
+		if err == nil {
+			err = zw.Close()
+		} else {
+			zw.Reset(io.Discard)
 		}
-		defer unix.Close(fd)
-		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err != nil {
-			return pathError(abs(rel), err)
-		}
-		if err := checkType(&st, abs(rel)); err != nil {
-			return err
-		}
-		if err := checkFS(fd, abs(rel)); err != nil {
-			return err
-		}
-		if st.Mode&unix.S_IFMT == unix.S_IFREG {
-			return r.writeOne(ctx, tw, fd, rel, &st)
-		}
+	}
+	return err
+}
+
+// walkArchive writes the tar of rel to w, on actor a.
+func (r *Root) walkArchive(ctx context.Context, a *actor, rel string, w io.Writer) error {
+	fd, err := r.resolve(rel, unix.O_PATH, true)
+	if err != nil {
+		return pathError(abs(rel), err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return pathError(abs(rel), err)
+	}
+	if err := checkType(&st, abs(rel)); err != nil {
+		return err
+	}
+	if err := checkFS(fd, abs(rel)); err != nil {
+		return err
+	}
+	bw := bufio.NewWriterSize(parkWriter{a, w}, streamBuffer)
+	tw := tar.NewWriter(bw)
+	if st.Mode&unix.S_IFMT == unix.S_IFREG {
+		err = r.writeOne(ctx, tw, fd, rel, &st)
+	} else {
 		_, err = tarfs.Write(ctx, procPath(fd), tw, tarfs.Options{NoDevices: true, Skip: r.pseudoBelow(rel),
 			MapIDs: func(h *tar.Header, _ string) error {
 				h.Uid, h.Gid = r.id.view(uint32(h.Uid)), r.id.view(uint32(h.Gid))
 				return nil
 			}})
 		if err != nil {
-			return pathError(abs(rel), err)
+			err = pathError(abs(rel), err)
 		}
-		return nil
-	})
+	}
 	if err == nil {
 		err = tw.Close()
 	}
-	if zw != nil {
-		if cerr := zw.Close(); err == nil {
-			err = cerr
-		}
+	if err == nil {
+		err = bw.Flush()
 	}
 	return err
 }
@@ -168,11 +196,21 @@ func (r *Root) ExtractArchive(ctx context.Context, p string, body io.Reader, opt
 		return 0, err
 	}
 	defer stream.Close()
+	// The client's side (reading, decompressing, checking) runs on an
+	// ordinary goroutine; the extraction, as an actor that waits for the
+	// next buffer without a thread (thread.go).
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(filterArchive(stream, pw, abs(rel))) }()
+	go func() {
+		bw := bufio.NewWriterSize(pw, streamBuffer)
+		err := filterArchive(stream, bw, abs(rel))
+		if err == nil {
+			err = bw.Flush()
+		}
+		pw.CloseWithError(err)
+	}()
 	defer pr.Close()
 	n := 0
-	err = r.as(func() error {
+	err = r.stream(func(a *actor) error {
 		if opts.Parents {
 			if err := r.mkdirAll(rel, 0o755); err != nil {
 				return err
@@ -189,7 +227,7 @@ func (r *Root) ExtractArchive(ctx context.Context, p string, body io.Reader, opt
 		if err := checkFS(fd, abs(rel)); err != nil {
 			return err
 		}
-		n, err = tarfs.Extract(ctx, procPath(fd), pr, tarfs.ExtractOptions{What: abs(rel),
+		n, err = tarfs.Extract(ctx, procPath(fd), bufio.NewReaderSize(parkReader{a, pr}, streamBuffer), tarfs.ExtractOptions{What: abs(rel),
 			MapOwner: func(int, int) (int, int, error) { return int(r.uid), int(r.gid), nil }})
 		return err
 	})

@@ -131,7 +131,7 @@ func TestSymlinkSwappedMidOperation(t *testing.T) {
 		if err == nil {
 			assert.Equal(t, "instance file", got)
 		}
-		fi, err := r.List(context.Background(), "/d")
+		fi, err := r.List(context.Background(), "/d", ListOptions{})
 		if err == nil {
 			for _, e := range fi.Entries {
 				assert.NotEqual(t, "host secret", e.Name)
@@ -158,7 +158,7 @@ func TestNodeRootRefusesMagicLinksDevicesAndPseudoFS(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.msg)
 		})
 	}
-	_, err = r.List(context.Background(), "/proc")
+	_, err = r.List(context.Background(), "/proc", ListOptions{})
 	require.ErrorIs(t, err, errdefs.ErrInvalidArgument)
 	// An archive leaves out device nodes and the pseudo filesystems below
 	// it (devpts at /dev/pts).
@@ -199,7 +199,7 @@ func TestWriteReadListModes(t *testing.T) {
 	assert.Len(t, names, 1)
 
 	require.NoError(t, os.Symlink("bin.dat", filepath.Join(dir, "work/a/b/link")))
-	l, err := r.List(ctx, "/work/a/b")
+	l, err := r.List(ctx, "/work/a/b", ListOptions{})
 	require.NoError(t, err)
 	require.Len(t, l.Entries, 2)
 	assert.Equal(t, types.FileInfo{Name: "bin.dat", Path: "/work/a/b/bin.dat", Type: "file", Size: 3, Mode: "0750",
@@ -222,7 +222,7 @@ func TestWriteReadListModes(t *testing.T) {
 			return err
 		}, errdefs.ErrFailedPrecondition, "is a directory"},
 		{"read a directory", func() error { _, err := read(t, r, "/work"); return err }, errdefs.ErrFailedPrecondition, "is a directory"},
-		{"list a file", func() error { _, err := r.List(ctx, "/work/a/b/bin.dat"); return err }, errdefs.ErrFailedPrecondition, "not a directory"},
+		{"list a file", func() error { _, err := r.List(ctx, "/work/a/b/bin.dat", ListOptions{}); return err }, errdefs.ErrFailedPrecondition, "not a directory"},
 		{"too large", func() error {
 			_, err := r.WriteFile(ctx, "/big", bytes.NewReader(make([]byte, 11)), WriteOptions{MaxBytes: 10})
 			return err
@@ -362,8 +362,11 @@ func TestWatchEventsInOrder(t *testing.T) {
 	defer cancel()
 	events := make(chan types.FileEvent, 100)
 	done := make(chan error, 1)
+	in, err := NewInotify(0, 0)
+	require.NoError(t, err)
+	defer in.Close()
 	go func() {
-		done <- r.Watch(ctx, "/etc", true, func(ev types.FileEvent) error { events <- ev; return nil })
+		done <- r.Watch(ctx, in, WatchOptions{Path: "/etc", Recursive: true, Key: "t"}, func(ev types.FileEvent) error { events <- ev; return nil })
 	}()
 	time.Sleep(200 * time.Millisecond) // the watch is set up
 	etc := filepath.Join(dir, "etc")

@@ -66,7 +66,7 @@ func TestRootFilesIdentity(t *testing.T) {
 		require.NoError(t, err)
 		uid, gid := owner("private/made")
 		assert.Equal(t, [2]uint32{100000, 100000}, [2]uint32{uid, gid})
-		l, err := r.List(ctx, "/home")
+		l, err := r.List(ctx, "/home", ListOptions{})
 		require.NoError(t, err)
 		require.Len(t, l.Entries, 1)
 		assert.Equal(t, overflowID, l.Entries[0].UID, "a host id outside the range shows as nobody")

@@ -3,6 +3,7 @@ package files
 import (
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -91,10 +92,42 @@ func (r *Root) Stat(ctx context.Context, p string) (types.FileInfo, error) {
 	return fi, err
 }
 
-// List lists the directory at p, sorted by name. Entries are described as
-// they are (a symlink as a symlink, with its target).
-func (r *Root) List(ctx context.Context, p string) (types.FileList, error) {
+// Listing pages.
+const (
+	// MaxPageEntries is the most entries one page of a listing holds, and
+	// its size when none is asked.
+	MaxPageEntries = 1000
+)
+
+// ListOptions ask for one page of a listing.
+type ListOptions struct {
+	// Limit is the most entries returned, 1 to MaxPageEntries; 0 =
+	// MaxPageEntries.
+	Limit int
+	// Token is the NextPageToken of the page before; "" = from the start.
+	Token string
+}
+
+// List lists the directory at p, sorted by name, one page at a time
+// (opts): a page is the first entries by name after the last one of the
+// page before, so an entry added or removed between two calls never makes
+// another one skipped or repeated; NextPageToken is set when there are
+// more. Entries are described as they are (a symlink as a symlink, with
+// its target). However large the directory, a page holds its entries'
+// names and no more.
+func (r *Root) List(ctx context.Context, p string, opts ListOptions) (types.FileList, error) {
 	rel, err := Clean(p)
+	if err != nil {
+		return types.FileList{}, err
+	}
+	limit := opts.Limit
+	if limit == 0 {
+		limit = MaxPageEntries
+	}
+	if limit < 1 || limit > MaxPageEntries {
+		return types.FileList{}, fmt.Errorf("limit %d: 1 to %d expected: %w", limit, MaxPageEntries, errdefs.ErrInvalidArgument)
+	}
+	after, err := decodeToken(opts.Token)
 	if err != nil {
 		return types.FileList{}, err
 	}
@@ -112,28 +145,60 @@ func (r *Root) List(ctx context.Context, p string) (types.FileList, error) {
 		if err := checkFS(fd, abs(rel)); err != nil {
 			return err
 		}
-		names, err := f.Readdirnames(-1)
-		if err != nil {
-			return pathError(abs(rel), err)
+		// The smallest limit+1 names after the token, kept as the
+		// directory is read: never all of them at once.
+		var names []string
+		trim := func() {
+			sort.Strings(names)
+			if len(names) > limit+1 {
+				names = names[:limit+1]
+			}
 		}
-		sort.Strings(names)
-		for _, name := range names {
+		for {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			var st unix.Stat_t
-			if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-				continue // gone since the read
+			chunk, err := f.Readdirnames(4096)
+			for _, n := range chunk {
+				if opts.Token == "" || n > after {
+					names = append(names, n)
+				}
 			}
-			target := ""
-			if st.Mode&unix.S_IFMT == unix.S_IFLNK {
-				target, _ = readlinkAt(fd, name)
+			if len(names) > 4*(limit+1)+4096 {
+				trim()
 			}
-			out.Entries = append(out.Entries, r.info(path.Join(abs(rel), name), &st, target))
+			if err == io.EOF || (err == nil && len(chunk) == 0) {
+				break
+			}
+			if err != nil {
+				return pathError(abs(rel), err)
+			}
 		}
+		trim()
+		if len(names) > limit {
+			names = names[:limit]
+			out.NextPageToken = encodeToken(names[limit-1])
+		}
+		out.Entries = r.describe(fd, abs(rel), names)
 		return nil
 	})
 	return out, err
+}
+
+// A page token is the last name of the page before, opaque to clients.
+func encodeToken(name string) string {
+	return "n1." + base64.RawURLEncoding.EncodeToString([]byte(name))
+}
+
+func decodeToken(tok string) (string, error) {
+	if tok == "" {
+		return "", nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(tok, "n1."))
+	if err != nil || !strings.HasPrefix(tok, "n1.") || len(b) == 0 {
+		return "", fmt.Errorf("page_token %q: not one this listing gave: %w", tok, errdefs.ErrInvalidArgument)
+	}
+	return string(b), nil
 }
 
 func readlinkAt(dirfd int, name string) (string, error) {
@@ -664,6 +729,12 @@ func (r *Root) lstat(p string) (types.FileInfo, error) {
 		var st unix.Stat_t
 		if err := unix.Fstat(fd, &st); err != nil {
 			return pathError(p, err)
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFLNK {
+			// A symlink's O_PATH fd is on its directory's filesystem.
+			if err := checkFS(fd, p); err != nil {
+				return err
+			}
 		}
 		target := ""
 		if st.Mode&unix.S_IFMT == unix.S_IFLNK {

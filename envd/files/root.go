@@ -27,7 +27,11 @@
 //     setfsgid, setgroups, all per thread) are the user's host ids and whose
 //     effective capabilities are dropped, so the kernel does every
 //     permission check; the thread is never given back to the Go scheduler
-//     and dies with its goroutine (as). Created entries belong to the user.
+//     and dies with its goroutine (as). A stream (an archive in or out)
+//     runs as an actor instead, whose thread acts as the identity only
+//     while it makes file system calls and is given back, its credentials
+//     restored and checked, while it waits on the client (thread.go).
+//     Created entries belong to the user.
 //     The instance's root (uid 0) keeps the capabilities a container's
 //     root has over files (chown, dac_override, fowner, fsetid, setfcap);
 //     in a user namespace it acts with host uid 0 and what it creates is
@@ -318,7 +322,7 @@ func (r *Root) as(fn func() error) error {
 				done <- fmt.Errorf("file operation: internal error: %v", rec)
 			}
 		}()
-		if err := r.become(); err != nil {
+		if err := r.become(false); err != nil {
 			done <- err
 			return
 		}
@@ -331,8 +335,10 @@ func (r *Root) as(fn func() error) error {
 // CapUserData.Effective).
 const rootCaps = 1<<unix.CAP_CHOWN | 1<<unix.CAP_DAC_OVERRIDE | 1<<unix.CAP_FOWNER | 1<<unix.CAP_FSETID | 1<<unix.CAP_SETFCAP
 
-// become gives the calling (locked) thread the root's identity.
-func (r *Root) become() error {
+// become gives the calling (locked) thread the root's identity. With
+// keepInheritable the inheritable (and so the ambient) capabilities stay,
+// so that an actor's thread can be given its credentials back whole.
+func (r *Root) become(keepInheritable bool) error {
 	fsuid, fsgid := r.uid, r.gid
 	var keep uint32
 	if r.id.UID == 0 {
@@ -369,7 +375,9 @@ func (r *Root) become() error {
 	}
 	data[0].Effective &= keep
 	data[1].Effective = 0
-	data[0].Inheritable, data[1].Inheritable = 0, 0
+	if !keepInheritable {
+		data[0].Inheritable, data[1].Inheritable = 0, 0
+	}
 	if err := unix.Capset(&hdr, &data[0]); err != nil {
 		return fmt.Errorf("drop capabilities: %w", err)
 	}

@@ -1,5 +1,6 @@
 // Package limiter bounds how much concurrent work one tenant may hold on a
-// node: a counting semaphore per (tenant, kind).
+// node: a counting semaphore per (tenant, kind), and optionally one per kind
+// for all tenants of the node together.
 //
 // Terms:
 //
@@ -25,8 +26,8 @@ import (
 type Limit struct {
 	// Max slots one tenant may hold at once; 0 or negative = unlimited.
 	Max int
-	// NodeMax slots all tenants together may hold at once; 0 or negative
-	// = unlimited.
+	// NodeMax slots all tenants together may hold at once on this node;
+	// 0 or negative = unlimited. A tenant under Max is refused past it too.
 	NodeMax int
 	// RetryAfter is the wait suggested to a refused client (the Retry-After
 	// header); at least one second is sent.
@@ -39,7 +40,7 @@ type Limiter struct {
 	mu     sync.Mutex
 	limits map[string]Limit
 	inUse  map[slot]int
-	total  map[string]int // per kind, over all tenants
+	node   map[string]int // slots of each kind held by all tenants
 }
 
 type slot struct{ tenant, kind string }
@@ -47,7 +48,7 @@ type slot struct{ tenant, kind string }
 // New returns a limiter with limits per kind; kinds not in limits are
 // unlimited.
 func New(limits map[string]Limit) *Limiter {
-	l := &Limiter{limits: map[string]Limit{}, inUse: map[slot]int{}, total: map[string]int{}}
+	l := &Limiter{limits: map[string]Limit{}, inUse: map[slot]int{}, node: map[string]int{}}
 	for k, v := range limits {
 		l.limits[k] = v
 	}
@@ -72,11 +73,11 @@ func (l *Limiter) Acquire(tenant, kind string) (release func(), err error) {
 	if n := l.inUse[k]; lim.Max > 0 && n >= lim.Max {
 		return nil, &ExhaustedError{Tenant: tenant, Kind: kind, Limit: lim.Max, Wait: lim.RetryAfter}
 	}
-	if lim.NodeMax > 0 && l.total[kind] >= lim.NodeMax {
+	if lim.NodeMax > 0 && l.node[kind] >= lim.NodeMax {
 		return nil, &ExhaustedError{Tenant: tenant, Kind: kind, Limit: lim.NodeMax, Wait: lim.RetryAfter, Node: true}
 	}
 	l.inUse[k]++
-	l.total[kind]++
+	l.node[kind]++
 	var once sync.Once
 	return func() {
 		once.Do(func() {
@@ -85,7 +86,9 @@ func (l *Limiter) Acquire(tenant, kind string) (release func(), err error) {
 			if l.inUse[k]--; l.inUse[k] <= 0 {
 				delete(l.inUse, k)
 			}
-			l.total[kind]--
+			if l.node[kind]--; l.node[kind] <= 0 {
+				delete(l.node, kind)
+			}
 		})
 	}, nil
 }
@@ -106,13 +109,13 @@ type ExhaustedError struct {
 	Kind   string
 	Limit  int
 	Wait   time.Duration
-	// Node: the limit is the node's, over all tenants (Limit.NodeMax).
+	// Node is set when the node's limit (all tenants together) refused.
 	Node bool
 }
 
 func (e *ExhaustedError) Error() string {
 	if e.Node {
-		return fmt.Sprintf("this node already holds its limit of %d concurrent %s over all tenants: %v",
+		return fmt.Sprintf("this node already serves its limit of %d concurrent %s (all tenants together): %v",
 			e.Limit, e.Kind, errdefs.ErrResourceExhausted)
 	}
 	return fmt.Sprintf("tenant %q already holds its limit of %d concurrent %s on this node: %v",
@@ -129,5 +132,9 @@ func (e *ExhaustedError) RetryAfter() time.Duration {
 
 // Details are the error body's machine-readable numbers.
 func (e *ExhaustedError) Details() map[string]any {
-	return map[string]any{"kind": e.Kind, "limit": e.Limit, "retry_after_seconds": int(e.RetryAfter().Seconds())}
+	d := map[string]any{"kind": e.Kind, "limit": e.Limit, "retry_after_seconds": int(e.RetryAfter().Seconds())}
+	if e.Node {
+		d["scope"] = "node"
+	}
+	return d
 }

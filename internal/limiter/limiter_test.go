@@ -111,11 +111,11 @@ func TestAcquireNodeLimit(t *testing.T) {
 
 	_, err = l.Acquire("c", "dials")
 	require.ErrorIs(t, err, errdefs.ErrResourceExhausted)
-	assert.Contains(t, err.Error(), "this node already holds its limit of 3 concurrent dials")
+	assert.Contains(t, err.Error(), "this node already serves its limit of 3 concurrent dials")
 	var ex *limiter.ExhaustedError
 	require.True(t, errors.As(err, &ex))
 	assert.True(t, ex.Node)
-	assert.Equal(t, map[string]any{"kind": "dials", "limit": 3, "retry_after_seconds": 1}, ex.Details())
+	assert.Equal(t, map[string]any{"kind": "dials", "limit": 3, "retry_after_seconds": 1, "scope": "node"}, ex.Details())
 
 	a1()
 	a1()
@@ -132,4 +132,41 @@ func TestAcquireNodeLimit(t *testing.T) {
 	require.NoError(t, err)
 	_, err = n.Acquire("b", "dials")
 	require.ErrorIs(t, err, errdefs.ErrResourceExhausted)
+}
+
+// A node limit refuses every tenant once all tenants together hold it,
+// with a message that says so, and frees with the slots.
+func TestAcquireRefusesPastTheNodeLimit(t *testing.T) {
+	l := limiter.New(map[string]limiter.Limit{"sftp": {Max: 2, NodeMax: 3, RetryAfter: time.Second}})
+	a1, err := l.Acquire("a", "sftp")
+	require.NoError(t, err)
+	a2, err := l.Acquire("a", "sftp")
+	require.NoError(t, err)
+	b1, err := l.Acquire("b", "sftp")
+	require.NoError(t, err)
+
+	_, err = l.Acquire("c", "sftp")
+	require.ErrorIs(t, err, errdefs.ErrResourceExhausted, "tenant c holds nothing, but the node is full")
+	var ex *limiter.ExhaustedError
+	require.True(t, errors.As(err, &ex))
+	assert.True(t, ex.Node)
+	assert.Equal(t, 3, ex.Limit)
+	assert.Contains(t, err.Error(), "all tenants together")
+	assert.Equal(t, "node", ex.Details()["scope"])
+
+	a1()
+	c1, err := l.Acquire("c", "sftp")
+	require.NoError(t, err, "a released slot is the node's again")
+	_, err = l.Acquire("a", "sftp")
+	require.ErrorIs(t, err, errdefs.ErrResourceExhausted)
+	for _, r := range []func(){a2, b1, c1} {
+		r()
+	}
+	for range 3 {
+		_, err := l.Acquire("d", "sftp")
+		if err != nil {
+			require.True(t, errors.As(err, &ex))
+			assert.False(t, ex.Node, "tenant d meets its own limit first")
+		}
+	}
 }

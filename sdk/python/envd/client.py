@@ -948,10 +948,30 @@ class Client:
 
     def list_files(self, instance_id: str, path: str, *, user: Optional[str] = None, uid: Optional[int] = None,
                    gid: Optional[int] = None) -> JSON:
-        """GET /v1/instances/{i}/files?path=DIR: {path, entries: [FileInfo], read_only?}.
+        """GET /v1/instances/{i}/files?path=DIR: {path, entries: [FileInfo], read_only?},
+        every page of it (the server answers at most 1000 entries a page).
         A file is an InvalidArgument here (read it with read_file)."""
+        listing: Optional[JSON] = None
+        token: Optional[str] = None
+        while True:
+            page = self.list_files_page(instance_id, path, page_token=token, user=user, uid=uid, gid=gid)
+            if listing is None:
+                listing = page
+            else:
+                listing["entries"].extend(page["entries"])
+            token = page.get("next_page_token")
+            if not token:
+                listing.pop("next_page_token", None)
+                return listing
+
+    def list_files_page(self, instance_id: str, path: str, *, limit: Optional[int] = None,
+                        page_token: Optional[str] = None, user: Optional[str] = None, uid: Optional[int] = None,
+                        gid: Optional[int] = None) -> JSON:
+        """One page of a directory's listing, by name: at most limit entries
+        (1 to 1000, default 1000) after page_token (the next_page_token of the
+        page before); next_page_token is absent on the last page."""
         conn, resp = self._open("GET", f"/v1/instances/{_seg(instance_id)}/files",
-                                self._file_query(path, user, uid, gid))
+                                self._file_query(path, user, uid, gid, limit=limit, page_token=page_token))
         try:
             data = resp.read()
             if resp.getheader("X-Envd-File-Type") != "dir":

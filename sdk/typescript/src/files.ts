@@ -70,9 +70,36 @@ export class Files {
     return `/v1/instances/${esc(id)}/files${sub}`;
   }
 
-  /** GET /v1/instances/{i}/files?path=DIR: a directory's listing. A file is an InvalidArgumentError here. */
+  /**
+   * GET /v1/instances/{i}/files?path=DIR: a directory's whole listing,
+   * every page of it (the server answers at most 1000 entries a page).
+   * A file is an InvalidArgumentError here.
+   */
   async list(id: string, path: string, opts: FileCallOptions = {}): Promise<T.FileList> {
-    return this.t.send({ method: "GET", path: this.path(id), query: { path, ...userQuery(opts) }, retry: "safe" }, opts, async (res) => {
+    let all: T.FileList | undefined;
+    let token: string | undefined;
+    for (;;) {
+      const page = await this.listPage(id, path, { ...opts, pageToken: token });
+      if (!all) all = page;
+      else all.entries.push(...page.entries);
+      if (!page.next_page_token) {
+        delete all.next_page_token;
+        return all;
+      }
+      token = page.next_page_token;
+    }
+  }
+
+  /**
+   * One page of a directory's listing, by name: at most limit entries
+   * (1 to 1000, default 1000) after pageToken (the next_page_token of the
+   * page before). next_page_token is absent on the last page.
+   */
+  async listPage(id: string, path: string, opts: FileCallOptions & { limit?: number; pageToken?: string } = {}): Promise<T.FileList> {
+    const query: Record<string, string> = { path, ...userQuery(opts) };
+    if (opts.limit !== undefined) query.limit = String(opts.limit);
+    if (opts.pageToken) query.page_token = opts.pageToken;
+    return this.t.send({ method: "GET", path: this.path(id), query, retry: "safe" }, opts, async (res) => {
       if (res.headers.get(FILE_TYPE_HEADER) !== "dir") {
         await res.body?.cancel().catch(() => {});
         throw makeError(400, "invalid_argument", `${path} in instance ${id} is not a directory`);

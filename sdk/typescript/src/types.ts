@@ -688,6 +688,8 @@ export interface FileList {
   entries: FileInfo[];
   /** The instance is stopped and read from its retained layer, read-only. */
   read_only?: boolean;
+  /** Set when the directory has entries after this page: pass it as page_token. */
+  next_page_token?: string;
 }
 
 /** Go: types.FileMkdirRequest. The body of POST .../files/mkdir. */
