@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -116,7 +117,11 @@ func TestArgs(t *testing.T) {
 	cmd.Args = []string{"sleeper", "30", "", "last"} // an empty argument stays
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	assert.Equal(t, []string{"sleeper", "30", "", "last"}, Args(cmd.Process.Pid))
+	// The child's argv shows in /proc once it has exec'd, a moment after
+	// Start returns (the same wait as TestWaitExec's).
+	want := []string{"sleeper", "30", "", "last"}
+	assert.Eventually(t, func() bool { return slices.Equal(want, Args(cmd.Process.Pid)) }, 5*time.Second, 5*time.Millisecond,
+		"argv of the child: %q", Args(cmd.Process.Pid))
 	assert.Nil(t, Args(1<<30), "no such process")
 }
 
