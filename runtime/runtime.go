@@ -446,6 +446,7 @@ func (r *Runtime) Create(ctx context.Context, spec InstanceSpec) (retErr error) 
 		client.WithContainerLabels(labels),
 		client.WithNewSpec(
 			oci.WithImageConfig(img),
+			withCheckedCwd,
 			oci.WithProcessArgs("/bin/sh", "-c", script),
 			oci.WithHostname(hostname),
 			oci.WithEnv(spec.Env),
@@ -724,6 +725,9 @@ func (r *Runtime) exec(ctx context.Context, id string, spec ExecSpec) (int, erro
 	}
 	if pspec.Cwd == "" {
 		pspec.Cwd = "/"
+	}
+	if err := CheckCwd(pspec.Cwd); err != nil {
+		return -1, fmt.Errorf("exec in %q: %w", id, err)
 	}
 
 	stdout, stderr := spec.Stdout, spec.Stderr

@@ -93,6 +93,10 @@ type Config struct {
 	// Unrestricted is for benchmarks only: it turns off hardening, limits
 	// and network rules (runtime.Config.Unrestricted).
 	Unrestricted bool
+	// AllowVulnerableRunc starts the node, with a warning, on a runc
+	// without the CVE-2024-21626 fix (runtime.CheckRunc); default false:
+	// Start refuses it.
+	AllowVulnerableRunc bool
 
 	// InstanceDeny are more cluster endpoints instances must never reach
 	// (other nodes, say), as CIDR, IP, HOST, IP:PORT or HOST:PORT, besides
