@@ -48,9 +48,15 @@ type ClusterConfig struct {
 	SweepInterval time.Duration
 	Labels        map[string]string
 	// Capacity is what the node offers placement; zero fields are read
-	// from the host (CPUs, memory, the data dir's disk); InstanceSlots 0 =
-	// no bound.
+	// from the host (CPUs, memory, the data dir's disk), memory and disk
+	// multiplied by their overcommit; InstanceSlots 0 = no bound.
 	Capacity types.NodeCapacity
+	// MemoryOvercommit and DiskOvercommit multiply the host's memory and
+	// disk that placement offers the instances' limits, when Capacity
+	// does not name them: limits are ceilings, which idle environments
+	// stay far below (the node refuses a layer on its real free disk,
+	// runtime.Config.DiskOvercommit). 0 or 1 = fully reserved.
+	MemoryOvercommit, DiskOvercommit float64
 	// Join is the command another machine runs to join this cluster
 	// (envctl nodes join-command); envd/node fills it.
 	Join types.JoinCommand
@@ -103,13 +109,14 @@ func clusterDefaults(c ClusterConfig, dataDir string) ClusterConfig {
 	if c.Capacity.CPUs == 0 {
 		c.Capacity.CPUs = float64(runtime.NumCPU())
 	}
+	over := func(n int64, k float64) int64 { return int64(float64(n) * max(k, 1)) }
 	if c.Capacity.MemoryBytes == 0 {
-		c.Capacity.MemoryBytes = hostMemory()
+		c.Capacity.MemoryBytes = over(hostMemory(), c.MemoryOvercommit)
 	}
 	if c.Capacity.DiskBytes == 0 && dataDir != "" {
 		var st syscall.Statfs_t
 		if syscall.Statfs(dataDir, &st) == nil {
-			c.Capacity.DiskBytes = int64(st.Blocks) * st.Bsize
+			c.Capacity.DiskBytes = over(int64(st.Blocks)*st.Bsize, c.DiskOvercommit)
 		}
 	}
 	return c

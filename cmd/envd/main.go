@@ -127,6 +127,7 @@ func (f *flags) register(cmd *cobra.Command, external bool) {
 	fl.StringVar(&f.cfg.BuildEgress, "build-egress", env("ENVD_BUILD_EGRESS", d.BuildEgress), "egress policy of build containers, whatever their project's: open, none or allow:CIDR|HOST,... (ENVD_BUILD_EGRESS)")
 	fl.DurationVar(&f.cfg.HibernateAfter, "hibernate-after", f.envDuration("ENVD_HIBERNATE_AFTER", d.HibernateAfter), "save and free the layer of a retained instance stopped this long, 0 = never (ENVD_HIBERNATE_AFTER)")
 	f.limits.register(fl, d.DefaultLimits)
+	f.limits.registerDensity(fl, d)
 	fl.BoolVar(&f.cfg.UserNS, "userns", envBool("ENVD_USERNS", d.UserNS), "run instances in a user namespace (root inside is an unprivileged host id); costs: images are pulled in full (no lazy restore) and chowned once per image on the node; see docs/NOTES.md (ENVD_USERNS=1)")
 	fl.BoolVar(&f.cfg.AllowVulnerableRunc, "allow-vulnerable-runc", envBool("ENVD_ALLOW_VULNERABLE_RUNC", d.AllowVulnerableRunc), "start even when runc lacks the fix of CVE-2024-21626 (older than 1.1.12 and no distribution backport in its changelog), with an error in the log; never on a node tenants use (ENVD_ALLOW_VULNERABLE_RUNC=1)")
 	fl.BoolVar(&f.cfg.DisableDiskLimit, "no-disk-limit", envBool("ENVD_NO_DISK_LIMIT", d.DisableDiskLimit), "ignore writable-layer limits: layers are bounded only by the node's disk (ENVD_NO_DISK_LIMIT=1)")
@@ -179,6 +180,9 @@ func (f *flags) config() (node.Config, error) {
 	cfg := f.cfg
 	var err error
 	if cfg.DefaultLimits, err = f.limits.limits(); err != nil {
+		return node.Config{}, err
+	}
+	if err := f.limits.density(&cfg); err != nil {
 		return node.Config{}, err
 	}
 	if err := f.cluster.apply(&cfg); err != nil {

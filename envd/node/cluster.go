@@ -13,7 +13,8 @@ import (
 // capacity and lease, and the command another machine runs to join it.
 func (n *Node) clusterConfig(db database, reg registryPart) envd.ClusterConfig {
 	return envd.ClusterConfig{Lease: n.cfg.Lease, SweepInterval: n.cfg.SweepInterval, Labels: n.cfg.Labels,
-		Capacity: n.cfg.Capacity, Join: n.joinCommand(db, reg), Placement: n.cfg.Placement,
+		Capacity: n.cfg.Capacity, DiskOvercommit: n.cfg.DiskOvercommit, MemoryOvercommit: n.cfg.MemoryOvercommit,
+		Join: n.joinCommand(db, reg), Placement: n.cfg.Placement,
 		JoinConfig: func() (types.JoinConfig, error) { return n.joinConfig(db, reg) }}
 }
 

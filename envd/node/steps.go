@@ -242,6 +242,7 @@ func (n *Node) startRuntime(ctx context.Context, db database, reg registryPart, 
 		LazySnapshotter:     ctrd.lazy,
 		DisableDiskLimit:    cfg.DisableDiskLimit,
 		DiskReserveBytes:    cfg.DiskReserveBytes,
+		DiskOvercommit:      cfg.DiskOvercommit,
 		UserNS:              cfg.UserNS,
 		Unrestricted:        cfg.Unrestricted,
 	})
