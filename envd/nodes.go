@@ -64,6 +64,10 @@ type ClusterConfig struct {
 	// PlacementSpread (the default: the cluster policy, cluster.Place) or
 	// PlacementLocal (here whenever this node is eligible).
 	Placement string
+	// Peers is the instance firewall the other nodes' addresses are
+	// denied in, kept up to date as nodes join and leave (denyPeers); nil
+	// = none.
+	Peers PeerFirewall
 	// JoinConfig is what a node that joins with a join token is given
 	// (envd serve --join); envd/node fills it; nil = this node cannot
 	// tell (its database or registry is private to it).
@@ -147,6 +151,7 @@ func (s *Service) RegisterNode(ctx context.Context, apiURL string) error {
 	if _, err := s.join(ctx, apiURL); err != nil {
 		return err
 	}
+	s.denyPeers(ctx)
 	s.cluster.once.Do(func() {
 		s.cluster.wg.Add(1)
 		go func() {
@@ -198,6 +203,7 @@ func (s *Service) membershipLoop(ctx context.Context, apiURL string) {
 			if h := s.cluster.healthySince; !h.IsZero() && time.Since(h) >= c.Lease {
 				s.sweepLost(ctx)
 			}
+			s.denyPeers(ctx)
 			if s.cluster.checkpointing.CompareAndSwap(false, true) {
 				s.cluster.wg.Add(1)
 				go func() {

@@ -14,8 +14,17 @@ import (
 func (n *Node) clusterConfig(db database, reg registryPart) envd.ClusterConfig {
 	return envd.ClusterConfig{Lease: n.cfg.Lease, SweepInterval: n.cfg.SweepInterval, Labels: n.cfg.Labels,
 		Capacity: n.cfg.Capacity, DiskOvercommit: n.cfg.DiskOvercommit, MemoryOvercommit: n.cfg.MemoryOvercommit,
-		Join: n.joinCommand(db, reg), Placement: n.cfg.Placement,
+		Join: n.joinCommand(db, reg), Placement: n.cfg.Placement, Peers: n.peerFirewall(),
 		JoinConfig: func() (types.JoinConfig, error) { return n.joinConfig(db, reg) }}
+}
+
+// peerFirewall is the runtime, which denies the cluster's other nodes to
+// instances; nil when instances run without network rules (Unrestricted).
+func (n *Node) peerFirewall() envd.PeerFirewall {
+	if n.rt == nil || n.cfg.Unrestricted {
+		return nil
+	}
+	return n.rt
 }
 
 // joinConfig is what a node joining with a join token is given: the
