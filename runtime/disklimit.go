@@ -442,3 +442,6 @@ func writeFileSync(path string, data []byte) error {
 	}
 	return os.Rename(tmp, path)
 }
+
+// DiskOvercommit is Config.DiskOvercommit, its default filled in.
+func (r *Runtime) DiskOvercommit() float64 { return r.cfg.DiskOvercommit }
