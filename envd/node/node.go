@@ -111,10 +111,10 @@ type Config struct {
 	// Start refuses it.
 	AllowVulnerableRunc bool
 
-	// InstanceDeny are more cluster endpoints instances must never reach
-	// (other nodes, say), as CIDR, IP, HOST, IP:PORT or HOST:PORT, besides
-	// those the node itself uses (PostgreSQL, the registry, S3), which are
-	// always denied.
+	// InstanceDeny are more cluster endpoints instances must never reach,
+	// as CIDR, IP, HOST, IP:PORT or HOST:PORT, besides those the node
+	// itself uses (PostgreSQL, the registry, S3) and the other nodes of the
+	// node table (envd.ClusterConfig.Peers), which are always denied.
 	InstanceDeny []string
 	// BuildEgress is build containers' egress policy (default open); see
 	// envd.Config.BuildEgress.
