@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,4 +74,26 @@ func TestPeerNodesDeniedAsTheyJoin(t *testing.T) {
 	_, err = e.store.Join(e.ctx, versions.Registration{Name: "node-c", APIURL: "https://peer-c.example.test:7443", Lease: time.Minute})
 	require.NoError(t, err)
 	rec.waitFor(t, []string{"198.18.0.7", "peer-c.example.test"})
+}
+
+// The node's room for new disk limits (by its real free disk) is recorded
+// at join and with its lease, where placement reads it.
+func TestDiskRoomReported(t *testing.T) {
+	var room atomic.Int64
+	room.Store(7 << 30)
+	e := newCoreEnv(t, func(c *envd.Config) {
+		c.Cluster.DiskRoom = func() (int64, bool) { return room.Load(), true }
+		c.Cluster.Lease = 600 * time.Millisecond
+	})
+	require.NoError(t, e.svc.RegisterNode(e.ctx, "http://127.0.0.1:1"))
+	m, err := e.store.GetMember(e.ctx, testNode)
+	require.NoError(t, err)
+	require.NotNil(t, m.DiskRoom, "reported at join")
+	assert.Equal(t, int64(7<<30), *m.DiskRoom)
+
+	room.Store(1 << 30)
+	require.Eventually(t, func() bool {
+		m, err := e.store.GetMember(e.ctx, testNode)
+		return err == nil && m.DiskRoom != nil && *m.DiskRoom == 1<<30
+	}, 30*time.Second, 50*time.Millisecond, "refreshed with the lease")
 }

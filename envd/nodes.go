@@ -64,6 +64,10 @@ type ClusterConfig struct {
 	// PlacementSpread (the default: the cluster policy, cluster.Place) or
 	// PlacementLocal (here whenever this node is eligible).
 	Placement string
+	// DiskRoom reports the most bytes of new writable-layer limits the
+	// node takes now (runtime.Runtime.DiskRoom); it is recorded with every
+	// lease renewal for placement. nil, or ok false = not reported.
+	DiskRoom func() (bytes int64, ok bool)
 	// Peers is the instance firewall the other nodes' addresses are
 	// denied in, kept up to date as nodes join and leave (denyPeers); nil
 	// = none.
@@ -152,6 +156,7 @@ func (s *Service) RegisterNode(ctx context.Context, apiURL string) error {
 		return err
 	}
 	s.denyPeers(ctx)
+	s.reportDiskRoom(ctx)
 	s.cluster.once.Do(func() {
 		s.cluster.wg.Add(1)
 		go func() {
@@ -225,6 +230,7 @@ func (s *Service) renew(ctx context.Context, apiURL string) {
 		if s.cluster.healthySince.IsZero() {
 			s.cluster.healthySince = s.cluster.renewed
 		}
+		s.reportDiskRoom(rctx)
 	} else {
 		s.cluster.healthySince = time.Time{}
 	}
@@ -492,6 +498,7 @@ func (s *Service) PlaceInstance(ctx context.Context, p types.Principal, project 
 		cands = append(cands, cluster.Candidate{Name: m.Name, State: m.State, Lapsed: m.Expired, Stopped: m.Stopped, Labels: m.Labels,
 			CPUs: m.CPUs, UsedCPUs: m.UsedCPUs, MemoryBytes: m.MemoryBytes, UsedMemory: m.UsedMemory,
 			DiskBytes: m.DiskBytes, UsedDisk: m.UsedDisk, Slots: m.InstanceSlots, Instances: m.Instances,
+			DiskRoom: deref(m.DiskRoom), DiskRoomKnown: m.DiskRoom != nil,
 			HasImage: withImage[m.Name], HoldsVolumes: hasHome && home.Node == m.Name, TenantInstances: spread[m.Name]})
 	}
 	d, err := cluster.Place(creq, cands)

@@ -181,18 +181,9 @@ func (r *Runtime) makeDiskImage(ctx context.Context, id string, size int64) erro
 // real free space, less the overcommitted share of the room they and the
 // others may still take, would fall below the reserve.
 func (r *Runtime) checkDiskRoom(size int64) error {
-	var st unix.Statfs_t
-	if err := unix.Statfs(r.disksDir(), &st); err != nil {
-		return fmt.Errorf("node disk: %w", err)
-	}
-	free := int64(st.Bavail) * st.Bsize
-	var room int64
-	imgs, _ := filepath.Glob(filepath.Join(r.disksDir(), "*.img"))
-	for _, img := range imgs {
-		var s unix.Stat_t
-		if unix.Stat(img, &s) == nil {
-			room += max(0, s.Size-s.Blocks*512)
-		}
+	free, room, err := r.diskState()
+	if err != nil {
+		return err
 	}
 	set := int64(float64(room+size) / r.cfg.DiskOvercommit)
 	if free-set < r.cfg.DiskReserveBytes {
@@ -203,6 +194,40 @@ func (r *Runtime) checkDiskRoom(size int64) error {
 				"set_aside_bytes": set, "overcommit": r.cfg.DiskOvercommit})
 	}
 	return nil
+}
+
+// diskState is the real free space of the disks' filesystem and the room
+// the limited layers on it may still fill (their images' unwritten parts).
+func (r *Runtime) diskState() (free, room int64, err error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(r.disksDir(), &st); err != nil {
+		return 0, 0, fmt.Errorf("node disk: %w", err)
+	}
+	free = int64(st.Bavail) * st.Bsize
+	imgs, _ := filepath.Glob(filepath.Join(r.disksDir(), "*.img"))
+	for _, img := range imgs {
+		var s unix.Stat_t
+		if unix.Stat(img, &s) == nil {
+			room += max(0, s.Size-s.Blocks*512)
+		}
+	}
+	return free, room, nil
+}
+
+// DiskRoom is the most bytes of new writable-layer limits a Create takes
+// now (the largest size checkDiskRoom passes, 0 when none); ok false when
+// limits are off or cannot be honoured on this node.
+func (r *Runtime) DiskRoom() (bytes int64, ok bool) {
+	if r.cfg.DisableDiskLimit || r.diskErr != nil {
+		return 0, false
+	}
+	r.diskMu.Lock()
+	defer r.diskMu.Unlock()
+	free, room, err := r.diskState()
+	if err != nil {
+		return 0, false
+	}
+	return max(0, int64(float64(free-r.cfg.DiskReserveBytes)*r.cfg.DiskOvercommit)-room), true
 }
 
 // attachNewDisk records the snapshot directory of id's active snapshot

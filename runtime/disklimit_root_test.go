@@ -190,9 +190,15 @@ func TestRootDiskThinProvisioning(t *testing.T) {
 		for i := range 12 {
 			require.NoError(t, r.makeDiskImage(ctx, fmt.Sprintf("i%d", i), size), "layer %d of 12", i)
 		}
+		room, ok := r.DiskRoom()
+		require.True(t, ok)
+		assert.GreaterOrEqual(t, room, int64(size), "what placement is told: one more fits")
 		// Real use of the disk: 600 MiB written leave less than the
 		// reserve plus the set-aside share.
 		require.NoError(t, os.WriteFile(filepath.Join(r.disksDir(), "written"), make([]byte, 600<<20), 0o600))
+		room, ok = r.DiskRoom()
+		require.True(t, ok)
+		assert.Less(t, room, int64(size), "what placement is told: no more")
 		err := r.makeDiskImage(ctx, "late", size)
 		require.ErrorIs(t, err, errdefs.ErrInsufficientCapacity)
 		assert.ErrorContains(t, err, "bytes free")

@@ -27,7 +27,12 @@ type Candidate struct {
 	CPUs, UsedCPUs          float64
 	MemoryBytes, UsedMemory int64
 	DiskBytes, UsedDisk     int64
-	Slots, Instances        int // Slots 0 = no bound
+	// DiskRoom is the most bytes of new writable-layer limits the node
+	// takes now, by its real free disk (thin provisioning);
+	// DiskRoomKnown false = not reported.
+	DiskRoom         int64
+	DiskRoomKnown    bool
+	Slots, Instances int // Slots 0 = no bound
 	// HasImage: the node pulled the version's image (cache affinity).
 	HasImage bool
 	// HoldsVolumes: the project's volume data is on this node.
@@ -80,8 +85,9 @@ const (
 // Place picks the node for a new instance:
 //  1. eligible: state ready (not cordoned, draining, drained or lost), lease
 //     not lapsed, every node_selector label equal, the instance's memory
-//     and disk limits fit in the free capacity, its CPU limit in the
-//     node's CPUs (CPU is overcommitted), a free slot;
+//     and disk limits fit in the free capacity, its disk limit in the
+//     room the node last reported by its real free disk, its CPU limit in
+//     the node's CPUs (CPU is overcommitted), a free slot;
 //  2. when the project's volume data is on one node only (VolumesOnlyOn),
 //     that node, or ErrFailedPrecondition (code volume_elsewhere);
 //  3. the highest score: volumes held +100, image pulled +20, -30 per
@@ -224,6 +230,9 @@ func ineligible(req Request, c Candidate) string {
 		return fmt.Sprintf("%d of %d memory bytes free, %d asked", c.MemoryBytes-c.UsedMemory, c.MemoryBytes, l.MemoryBytes)
 	case c.DiskBytes > 0 && l.DiskBytes > 0 && c.UsedDisk+l.DiskBytes > c.DiskBytes:
 		return fmt.Sprintf("%d of %d disk bytes free, %d asked", c.DiskBytes-c.UsedDisk, c.DiskBytes, l.DiskBytes)
+	case c.DiskRoomKnown && l.DiskBytes > 0 && l.DiskBytes > c.DiskRoom:
+		// The node's own check (runtime's checkDiskRoom) would refuse it.
+		return fmt.Sprintf("its real free disk takes new disk limits of %d bytes, %d asked", c.DiskRoom, l.DiskBytes)
 	}
 	return ""
 }
