@@ -23,7 +23,7 @@ func TestPlace(t *testing.T) {
 	}{
 		{name: "a node whose real free disk is short is passed over", req: Request{Local: "a", LocalFirst: true, Limits: types.Limits{DiskBytes: 10 << 30}},
 			cands: []Candidate{with(ready("a"), func(c *Candidate) { c.DiskRoom, c.DiskRoomKnown = 1<<30, true }), with(ready("b"), func(c *Candidate) { c.DiskRoom, c.DiskRoomKnown = 20<<30, true })},
-			want: "b", reason: "a (its real free disk takes new disk limits of 1073741824 bytes"},
+			want:  "b", reason: "a (its real free disk takes new disk limits of 1073741824 bytes"},
 		{name: "no node with real free disk", req: Request{Limits: types.Limits{DiskBytes: 10 << 30}},
 			cands:   []Candidate{with(ready("a"), func(c *Candidate) { c.DiskRoom, c.DiskRoomKnown = 0, true })},
 			wantErr: errdefs.ErrResourceExhausted},
