@@ -147,17 +147,27 @@ func TestRootDenseDefaults(t *testing.T) {
 	assert.Equal(t, fmt.Sprintf("%d\n", int64(2<<30)), res.Stdout, res.Stderr)
 }
 
-// A node whose disk has no room answers the node's code, 503
-// insufficient_capacity, not the tenant's quota_exceeded; nothing is made
-// and nothing counts against the tenant.
+// A node whose disk has no room: placement sends a new instance to a node
+// that has room; held to that node (node_selector), it answers the node's
+// code, 503 insufficient_capacity, not the tenant's quota_exceeded, and
+// nothing runs.
 func TestRootFullNodeAnswersInsufficientCapacity(t *testing.T) {
 	c := ctx(t)
-	_, cl := startJoiningNode(t, "full", &node.Config{DefaultTTL: time.Hour, PrefetchWindow: -1,
+	label := fmt.Sprintf("full-%d", projectSeq.Add(1))
+	_, cl := startJoiningNode(t, "full", &node.Config{DefaultTTL: time.Hour, PrefetchWindow: -1, Labels: map[string]string{"disk": label},
 		DefaultLimits: types.Limits{DiskBytes: 64 << 20}, DiskReserveBytes: 1 << 60})
 	p := fmt.Sprintf("full-%d", projectSeq.Add(1))
 	_, err := cl.CreateProject(c, types.CreateProjectRequest{Name: p, Base: fixtureBase})
 	require.NoError(t, err)
-	_, err = cl.CreateInstance(c, p, types.CreateInstanceRequest{})
+
+	elsewhere, err := cl.CreateInstance(c, p, types.CreateInstanceRequest{})
+	require.NoError(t, err, "placed on a node with room")
+	t.Cleanup(func() { _, _ = cl.DeleteInstance(context.Background(), elsewhere.ID) })
+	assert.NotEqual(t, "full", elsewhere.Node)
+	assert.Equal(t, types.StateRunning, elsewhere.State)
+	assert.Contains(t, elsewhere.Placement, "its real free disk", "the placement says why the full node was passed over")
+
+	_, err = cl.CreateInstance(c, p, types.CreateInstanceRequest{NodeSelector: map[string]string{"disk": label}})
 	require.ErrorIs(t, err, errdefs.ErrInsufficientCapacity)
 	assert.NotErrorIs(t, err, errdefs.ErrQuotaExceeded)
 	assert.ErrorContains(t, err, "node disk")
@@ -167,6 +177,8 @@ func TestRootFullNodeAnswersInsufficientCapacity(t *testing.T) {
 	list, err := cl.ListInstances(c, p)
 	require.NoError(t, err)
 	for _, in := range list {
-		assert.NotEqual(t, types.StateRunning, in.State, "nothing runs")
+		if in.ID != elsewhere.ID {
+			assert.NotEqual(t, types.StateRunning, in.State, "nothing runs on the full node")
+		}
 	}
 }

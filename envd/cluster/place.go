@@ -85,9 +85,10 @@ const (
 // Place picks the node for a new instance:
 //  1. eligible: state ready (not cordoned, draining, drained or lost), lease
 //     not lapsed, every node_selector label equal, the instance's memory
-//     and disk limits fit in the free capacity, its disk limit in the
-//     room the node last reported by its real free disk, its CPU limit in
-//     the node's CPUs (CPU is overcommitted), a free slot;
+//     and disk limits fit in the free capacity, its CPU limit in the
+//     node's CPUs (CPU is overcommitted), a free slot; among those, the
+//     nodes whose last reported room by their real free disk takes the
+//     disk limit, unless none does;
 //  2. when the project's volume data is on one node only (VolumesOnlyOn),
 //     that node, or ErrFailedPrecondition (code volume_elsewhere);
 //  3. the highest score: volumes held +100, image pulled +20, -30 per
@@ -138,6 +139,22 @@ func Place(req Request, cands []Candidate) (Decision, error) {
 	}
 	if len(ok) == 0 {
 		return Decision{}, &NoNodeError{Passed: passed}
+	}
+	// Real free disk: a node whose reported room is below the disk limit
+	// would refuse the instance itself (insufficient_capacity). It is
+	// passed over when another node has room; when none has, the choice
+	// stands and that node's answer, the node-level 503, reaches the
+	// client rather than a placement refusal.
+	if l := req.Limits.DiskBytes; l > 0 {
+		roomy := slices.DeleteFunc(slices.Clone(ok), func(s scored) bool { return s.c.DiskRoomKnown && s.c.DiskRoom < l })
+		if len(roomy) > 0 && len(roomy) < len(ok) {
+			for _, s := range ok {
+				if !slices.ContainsFunc(roomy, func(r scored) bool { return r.c.Name == s.c.Name }) {
+					passed[s.c.Name] = fmt.Sprintf("its real free disk takes new disk limits of %d bytes, %d asked", s.c.DiskRoom, l)
+				}
+			}
+			ok = roomy
+		}
 	}
 	if req.LocalFirst {
 		if i := slices.IndexFunc(ok, func(s scored) bool { return s.c.Name == req.Local }); i >= 0 {
@@ -230,9 +247,6 @@ func ineligible(req Request, c Candidate) string {
 		return fmt.Sprintf("%d of %d memory bytes free, %d asked", c.MemoryBytes-c.UsedMemory, c.MemoryBytes, l.MemoryBytes)
 	case c.DiskBytes > 0 && l.DiskBytes > 0 && c.UsedDisk+l.DiskBytes > c.DiskBytes:
 		return fmt.Sprintf("%d of %d disk bytes free, %d asked", c.DiskBytes-c.UsedDisk, c.DiskBytes, l.DiskBytes)
-	case c.DiskRoomKnown && l.DiskBytes > 0 && l.DiskBytes > c.DiskRoom:
-		// The node's own check (runtime's checkDiskRoom) would refuse it.
-		return fmt.Sprintf("its real free disk takes new disk limits of %d bytes, %d asked", c.DiskRoom, l.DiskBytes)
 	}
 	return ""
 }
