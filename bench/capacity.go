@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/envd-dev/envd/api/errdefs"
@@ -32,7 +33,8 @@ const capacityRounds = 10
 
 // runCapacity is the capacity scenario (issue 15, item 3): cfg.capacity
 // idle busybox instances and cfg.capacityDebian Debian ones started on one
-// node (4 starts at a time), memory per instance by part, the API's
+// node with `envd up`'s default limits (4 starts at a time), memory and
+// disk per instance by part, the API's
 // latency for list, get and exec with 50 concurrent clients, and the time
 // to start and remove them all. Start and rm latency are reported by tenth
 // of the run, so a cost that grows with the number of instances shows.
@@ -40,6 +42,7 @@ func runCapacity(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 	started := time.Now()
 	load0 := loadAvg()
 	debianRootfs := cfg.rootfs
+	cfg.nodeDefaults = true
 	b, err := busyboxBed(ctx, cfg, "capacity")
 	defer func() {
 		if cerr := b.close(); cerr != nil {
@@ -92,6 +95,7 @@ func runCapacity(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 		if err != nil {
 			return err
 		}
+		freeBefore := diskFree(b.primary.DataDir())
 		logf("capacity: starting %d %s instances", g.count, g.name)
 		ids := make([]string, g.count)
 		startLat := make([]time.Duration, g.count)
@@ -120,6 +124,11 @@ func runCapacity(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 			return err
 		}
 		load := loadAvg()
+		disk, err := layerDisk(b, ids)
+		if err != nil {
+			return err
+		}
+		disk.dataDir = freeBefore - diskFree(b.primary.DataDir())
 
 		logf("capacity: API with %d clients", capacityClients)
 		lat, err := apiUnderLoad(ctx, api, g.project, ids)
@@ -157,6 +166,14 @@ func runCapacity(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 			{"PostgreSQL", perInst(after.postgres, before.postgres), megabytes(after.postgres) + " MB", "the node's cluster, all its processes"},
 			{"kernel slab (overlay, mounts, namespaces; machine-wide)", perInst(after.slab, before.slab), megabytes(after.slab) + " MB", "/proc/meminfo Slab, shared machine: noisy"},
 			{"sum of the above (PSS rows once)", perInst(after.sum(), before.sum()), megabytes(after.sum()) + " MB", ""},
+		})
+		fmt.Fprintln(&w)
+		fmt.Fprintf(&w, "Limits of each instance (the node's defaults): %s. Disk per instance (writable layers are ext4 images, thinly provisioned at overcommit %g):\n\n",
+			disk.limits, disk.overcommit)
+		mdTable(&w, []string{"part", "per instance", "total", "what"}, 1, [][]string{
+			{"writable layer, blocks on the node's disk", fmt.Sprintf("%.2f MB", float64(disk.used)/n/1e6), megabytes(disk.used) + " MB", "st_blocks of the layer images"},
+			{"writable layer, limit", fmt.Sprintf("%.2f GB", float64(disk.limit)/n/1e9), fmt.Sprintf("%.1f GB", float64(disk.limit)/1e9), "what the limits would reserve in full"},
+			{"data dir's file system (free before minus after)", fmt.Sprintf("%.2f MB", float64(disk.dataDir)/n/1e6), megabytes(disk.dataDir) + " MB", "images, snapshots, state; the machine is shared: noisy"},
 		})
 		fmt.Fprintln(&w)
 		fmt.Fprintf(&w, "Exec agents after the API phase (every instance's init starts its agent, so the instance cgroups row above counts them): %d agents, %s MB PSS in all, %.2f MB each.",
@@ -370,6 +387,46 @@ func (m capacityMem) sample(ids []string) (memSample, error) {
 		s.cgroups += v
 	}
 	return s, nil
+}
+
+// diskUse is what a group of instances takes of the node's disk.
+type diskUse struct {
+	used, limit, dataDir int64
+	limits               string
+	overcommit           float64
+}
+
+// layerDisk sums the writable-layer images of ids and reads the limits the
+// first one runs with.
+func layerDisk(b *bed, ids []string) (diskUse, error) {
+	d := diskUse{overcommit: b.primary.Runtime().DiskOvercommit()}
+	for _, id := range ids {
+		u, err := b.primary.Runtime().DiskUsage(id)
+		if err != nil {
+			return d, err
+		}
+		d.used += u.UsedBytes
+		d.limit += u.LimitBytes
+	}
+	if len(ids) > 0 {
+		in, err := b.c.GetInstance(context.Background(), ids[0])
+		if err != nil {
+			return d, err
+		}
+		if l := in.Limits; l != nil {
+			d.limits = fmt.Sprintf("memory %d MiB, pids %d, disk %d GiB", l.MemoryBytes>>20, l.Pids, l.DiskBytes>>30)
+		}
+	}
+	return d, nil
+}
+
+// diskFree is the free bytes of dir's file system.
+func diskFree(dir string) int64 {
+	var st syscall.Statfs_t
+	if syscall.Statfs(dir, &st) != nil {
+		return 0
+	}
+	return int64(st.Bavail) * st.Bsize
 }
 
 // pss is a process's proportional set size in bytes (0 if gone).

@@ -40,8 +40,9 @@
 //     on the same machine (-latency-runs rounds).
 //
 //   - capacity: -capacity busybox and -capacity-debian Debian instances
-//     started on one node: memory per instance, API latency under 50
-//     clients, time to start and remove them all.
+//     started on one node with `envd up`'s default limits (2 GiB memory,
+//     10 GiB thinly provisioned disk): memory and disk per instance, API
+//     latency under 50 clients, time to start and remove them all.
 //
 //   - all: every scenario, in this order.
 //
@@ -91,6 +92,9 @@ type config struct {
 	// squashAfter is the primary node's node.Config.SquashAfter (0 = no
 	// squash, as in every scenario but deep).
 	squashAfter int
+	// nodeDefaults gives the primary node the instance limits `envd up`
+	// gives (node.DefaultConfig: memory, pids, disk) instead of none.
+	nodeDefaults bool
 	// deepSaves is the long history of the deep scenario.
 	deepSaves int
 	// registryRTT: the joining nodes reach the registry through a proxy

@@ -87,8 +87,12 @@ func startBed(ctx context.Context, cfg config) (*bed, error) {
 		_ = os.Chmod(d, 0o755)
 	}
 	start := time.Now()
-	n, err := node.Start(ctx, node.Config{DataDir: filepath.Join(b.dir, "primary"), DefaultTTL: 2 * time.Hour, Logger: b.log,
-		SquashAfter: cfg.squashAfter})
+	pcfg := node.Config{DataDir: filepath.Join(b.dir, "primary"), DefaultTTL: 2 * time.Hour, Logger: b.log,
+		SquashAfter: cfg.squashAfter}
+	if cfg.nodeDefaults {
+		pcfg.DefaultLimits = node.DefaultConfig().DefaultLimits
+	}
+	n, err := node.Start(ctx, pcfg)
 	if err != nil {
 		return b, fmt.Errorf("start primary node: %w", err)
 	}

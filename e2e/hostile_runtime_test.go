@@ -226,3 +226,23 @@ func TestRootLimitMaxima(t *testing.T) {
 	_, err = tc.CreateInstance(c, "capped", types.CreateInstanceRequest{})
 	require.ErrorIs(t, err, errdefs.ErrQuotaExceeded, "writable layers count toward max_stored_bytes")
 }
+
+// A working directory under /proc, /sys or /dev, or one that is not a
+// clean absolute path, is refused with invalid_argument before runc sees
+// it (runc CVE-2024-21626: cwd /proc/self/fd/N reached a host fd runc
+// leaked), by exec and by the terminal WebSocket; the instance serves on.
+func TestRootHostileCwdUnderProc(t *testing.T) {
+	c := ctx(t)
+	in := up(t, newProject(t, "cwd"), 0)
+	for _, dir := range []string{"/proc/self/fd/7", "/proc/1/cwd", "/proc", "/sys/fs/cgroup", "/dev", "/tmp/../proc/self/cwd"} {
+		_, err := env.c.Exec(c, in.ID, types.ExecRequest{Args: []string{"pwd"}, Cwd: dir})
+		assert.ErrorIs(t, err, errdefs.ErrInvalidArgument, "exec cwd %q", dir)
+		var out bytes.Buffer
+		_, err = env.c.ExecStream(c, in.ID, types.ExecRequest{Args: []string{"pwd"}, Cwd: dir}, types.Stdio{Stdout: &out, TTY: true})
+		assert.ErrorIs(t, err, errdefs.ErrInvalidArgument, "terminal cwd %q", dir)
+		assert.Empty(t, out.String(), "nothing ran")
+	}
+	res, err := env.c.Exec(c, in.ID, types.ExecRequest{Args: []string{"pwd"}, Cwd: "/tmp"})
+	require.NoError(t, err)
+	assert.Equal(t, "/tmp\n", res.Stdout)
+}

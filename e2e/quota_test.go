@@ -10,9 +10,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/client"
+	"github.com/envd-dev/envd/envd/node"
 )
 
 // A tenant's quota refuses, before anything is made, what would exceed it:
@@ -104,4 +106,79 @@ func quotaRefusal(t *testing.T, err error, what string, limit, used float64) {
 	assert.Equal(t, what, ce.Details["quota"])
 	assert.Equal(t, limit, ce.Details["limit"])
 	assert.Equal(t, used, ce.Details["used"])
+}
+
+// The node's defaults are dense and bounded: every instance gets the
+// default memory limit (shown with the instance, applied to its cgroup),
+// and writable layers are thinly provisioned, so twelve instances whose
+// disk limits add up to half again the node's real free disk all start.
+func TestRootDenseDefaults(t *testing.T) {
+	c := ctx(t)
+	var st unix.Statfs_t
+	require.NoError(t, unix.Statfs(env.dataDir, &st))
+	free := int64(st.Bavail) * st.Bsize
+	perInstance := max(free/8, 1<<30) &^ (1<<20 - 1)
+	defaults := node.DefaultConfig().DefaultLimits
+	defaults.DiskBytes = perInstance
+	n, cl := startJoiningNode(t, "dense", &node.Config{DefaultTTL: time.Hour, PrefetchWindow: -1, DefaultLimits: defaults})
+	require.NoError(t, n.Runtime().DiskLimitErr())
+
+	p := fmt.Sprintf("dense-%d", projectSeq.Add(1))
+	_, err := cl.CreateProject(c, types.CreateProjectRequest{Name: p, Base: fixtureBase})
+	require.NoError(t, err)
+	const count = 12
+	t.Logf("%d instances of %d bytes of disk each on %d bytes free", count, perInstance, free)
+	var ids []string
+	for i := range count {
+		in, err := cl.CreateInstance(c, p, types.CreateInstanceRequest{})
+		require.NoError(t, err, "instance %d of %d", i+1, count)
+		ids = append(ids, in.ID)
+		t.Cleanup(func() { _, _ = cl.DeleteInstance(context.Background(), in.ID) })
+		require.Equal(t, types.StateRunning, in.State)
+	}
+	in, err := cl.GetInstance(c, ids[0])
+	require.NoError(t, err)
+	require.NotNil(t, in.Limits, "envctl show prints the instance's limits")
+	assert.Equal(t, int64(2<<30), in.Limits.MemoryBytes, "the default memory limit")
+	assert.Equal(t, perInstance, in.Limits.DiskBytes)
+	res, err := cl.Exec(c, in.ID, types.ExecRequest{Args: []string{"sh", "-c",
+		"cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes"}})
+	require.NoError(t, err)
+	assert.Equal(t, fmt.Sprintf("%d\n", int64(2<<30)), res.Stdout, res.Stderr)
+}
+
+// A node whose disk has no room: placement sends a new instance to a node
+// that has room; held to that node (node_selector), it answers the node's
+// code, 503 insufficient_capacity, not the tenant's quota_exceeded, and
+// nothing runs.
+func TestRootFullNodeAnswersInsufficientCapacity(t *testing.T) {
+	c := ctx(t)
+	label := fmt.Sprintf("full-%d", projectSeq.Add(1))
+	_, cl := startJoiningNode(t, "full", &node.Config{DefaultTTL: time.Hour, PrefetchWindow: -1, Labels: map[string]string{"disk": label},
+		DefaultLimits: types.Limits{DiskBytes: 64 << 20}, DiskReserveBytes: 1 << 60})
+	p := fmt.Sprintf("full-%d", projectSeq.Add(1))
+	_, err := cl.CreateProject(c, types.CreateProjectRequest{Name: p, Base: fixtureBase})
+	require.NoError(t, err)
+
+	elsewhere, err := cl.CreateInstance(c, p, types.CreateInstanceRequest{})
+	require.NoError(t, err, "placed on a node with room")
+	t.Cleanup(func() { _, _ = cl.DeleteInstance(context.Background(), elsewhere.ID) })
+	assert.NotEqual(t, "full", elsewhere.Node)
+	assert.Equal(t, types.StateRunning, elsewhere.State)
+	assert.Contains(t, elsewhere.Placement, "its real free disk", "the placement says why the full node was passed over")
+
+	_, err = cl.CreateInstance(c, p, types.CreateInstanceRequest{NodeSelector: map[string]string{"disk": label}})
+	require.ErrorIs(t, err, errdefs.ErrInsufficientCapacity)
+	assert.NotErrorIs(t, err, errdefs.ErrQuotaExceeded)
+	assert.ErrorContains(t, err, "node disk")
+	var apiErr *types.Error
+	require.ErrorAs(t, err, &apiErr)
+	assert.Equal(t, 503, apiErr.Status)
+	list, err := cl.ListInstances(c, p)
+	require.NoError(t, err)
+	for _, in := range list {
+		if in.ID != elsewhere.ID {
+			assert.NotEqual(t, types.StateRunning, in.State, "nothing runs on the full node")
+		}
+	}
 }

@@ -49,9 +49,15 @@ type ClusterConfig struct {
 	SweepInterval time.Duration
 	Labels        map[string]string
 	// Capacity is what the node offers placement; zero fields are read
-	// from the host (CPUs, memory, the data dir's disk); InstanceSlots 0 =
-	// no bound.
+	// from the host (CPUs, memory, the data dir's disk), memory and disk
+	// multiplied by their overcommit; InstanceSlots 0 = no bound.
 	Capacity types.NodeCapacity
+	// MemoryOvercommit and DiskOvercommit multiply the host's memory and
+	// disk that placement offers the instances' limits, when Capacity
+	// does not name them: limits are ceilings, which idle environments
+	// stay far below (the node refuses a layer on its real free disk,
+	// runtime.Config.DiskOvercommit). 0 or 1 = fully reserved.
+	MemoryOvercommit, DiskOvercommit float64
 	// Join is the command another machine runs to join this cluster
 	// (envctl nodes join-command); envd/node fills it.
 	Join types.JoinCommand
@@ -59,6 +65,14 @@ type ClusterConfig struct {
 	// PlacementSpread (the default: the cluster policy, cluster.Place) or
 	// PlacementLocal (here whenever this node is eligible).
 	Placement string
+	// DiskRoom reports the most bytes of new writable-layer limits the
+	// node takes now (runtime.Runtime.DiskRoom); it is recorded with every
+	// lease renewal for placement. nil, or ok false = not reported.
+	DiskRoom func() (bytes int64, ok bool)
+	// Peers is the instance firewall the other nodes' addresses are
+	// denied in, kept up to date as nodes join and leave (denyPeers); nil
+	// = none.
+	Peers PeerFirewall
 	// JoinConfig is what a node that joins with a join token is given
 	// (envd serve --join); envd/node fills it; nil = this node cannot
 	// tell (its database or registry is private to it).
@@ -112,13 +126,14 @@ func clusterDefaults(c ClusterConfig, dataDir string) ClusterConfig {
 	if c.Capacity.CPUs == 0 {
 		c.Capacity.CPUs = float64(runtime.NumCPU())
 	}
+	over := func(n int64, k float64) int64 { return int64(float64(n) * max(k, 1)) }
 	if c.Capacity.MemoryBytes == 0 {
-		c.Capacity.MemoryBytes = hostMemory()
+		c.Capacity.MemoryBytes = over(hostMemory(), c.MemoryOvercommit)
 	}
 	if c.Capacity.DiskBytes == 0 && dataDir != "" {
 		var st syscall.Statfs_t
 		if syscall.Statfs(dataDir, &st) == nil {
-			c.Capacity.DiskBytes = int64(st.Blocks) * st.Bsize
+			c.Capacity.DiskBytes = over(int64(st.Blocks)*st.Bsize, c.DiskOvercommit)
 		}
 	}
 	return c
@@ -149,6 +164,8 @@ func (s *Service) RegisterNode(ctx context.Context, apiURL string) error {
 	if _, err := s.join(ctx, apiURL); err != nil {
 		return err
 	}
+	s.denyPeers(ctx)
+	s.reportDiskRoom(ctx)
 	s.cluster.once.Do(func() {
 		s.cluster.wg.Add(1)
 		go func() {
@@ -235,6 +252,7 @@ func (s *Service) membershipLoop(ctx context.Context, apiURL string) {
 			if h := s.cluster.healthySince; !h.IsZero() && time.Since(h) >= c.Lease {
 				s.sweepLost(ctx)
 			}
+			s.denyPeers(ctx)
 			if s.cluster.checkpointing.CompareAndSwap(false, true) {
 				s.cluster.wg.Add(1)
 				go func() {
@@ -257,6 +275,7 @@ func (s *Service) renew(ctx context.Context, apiURL string) {
 			s.cluster.healthySince = s.cluster.renewed
 		}
 		s.recordCertificate(rctx)
+		s.reportDiskRoom(rctx)
 	} else {
 		s.cluster.healthySince = time.Time{}
 	}
@@ -524,6 +543,7 @@ func (s *Service) PlaceInstance(ctx context.Context, p types.Principal, project 
 		cands = append(cands, cluster.Candidate{Name: m.Name, State: m.State, Lapsed: m.Expired, Stopped: m.Stopped, Labels: m.Labels,
 			CPUs: m.CPUs, UsedCPUs: m.UsedCPUs, MemoryBytes: m.MemoryBytes, UsedMemory: m.UsedMemory,
 			DiskBytes: m.DiskBytes, UsedDisk: m.UsedDisk, Slots: m.InstanceSlots, Instances: m.Instances,
+			DiskRoom: deref(m.DiskRoom), DiskRoomKnown: m.DiskRoom != nil,
 			HasImage: withImage[m.Name], HoldsVolumes: hasHome && home.Node == m.Name, TenantInstances: spread[m.Name]})
 	}
 	d, err := cluster.Place(creq, cands)

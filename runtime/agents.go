@@ -729,6 +729,9 @@ func (r *Runtime) execAgent(ctx context.Context, id string, spec ExecSpec) (code
 	if cwd == "" {
 		cwd = s.cwd
 	}
+	if err := CheckCwd(cwd); err != nil {
+		return -1, fmt.Errorf("exec in %q: %w", id, err), true
+	}
 	stdout, stderr := spec.Stdout, spec.Stderr
 	if stderr == nil {
 		stderr = io.Discard

@@ -43,10 +43,19 @@ import (
 //     shows an instance or a save the empty directory underneath.
 //   - Stop keeps the disk attached; Remove unmounts it before the
 //     snapshotter deletes the snapshot, then deletes the image.
-//   - The node's disk: a Create with a limit is refused (ErrQuotaExceeded)
-//     unless the free space of StateDir's filesystem, less the room every
-//     limited layer may still fill, less the new limit, stays at or above
+//   - The node's disk is thinly provisioned: a Create with a limit is
+//     refused (ErrInsufficientCapacity, a node-level answer, not the
+//     tenant's quota) unless the real free space of StateDir's filesystem,
+//     measured at the Create, less (the room every limited layer may still
+//     fill + the new limit) / Config.DiskOvercommit, stays at or above
 //     Config.DiskReserveBytes. Layers without a limit are not counted.
+//     Idle development layers use a small part of their limit, so with the
+//     default 10x a node takes ten times the instances a full reservation
+//     allows; and as layers fill, the free space they take is measured, so
+//     new instances are refused before the disk fills. What is not done:
+//     a running instance is never stopped or hibernated for the node's
+//     disk; a node whose layers together write past the reserve fills,
+//     and their writes then fail (EIO/ENOSPC inside the instances).
 //
 // Per-instance images rather than project quotas on one shared filesystem:
 // a quota answers EDQUOT, not ENOSPC; XFS quotas answer ENOSPC but many
@@ -61,6 +70,9 @@ const minDiskBytes = 32 << 20
 
 // defaultDiskReserve is Config.DiskReserveBytes' default.
 const defaultDiskReserve = 1 << 30
+
+// DefaultDiskOvercommit is Config.DiskOvercommit's default.
+const DefaultDiskOvercommit = 10.0
 
 // mkfsArgs make a sparse ext4 image fast: 4 KiB blocks and an inode per 16
 // KiB at every size (mke2fs's "default" type; small filesystems would
@@ -166,15 +178,32 @@ func (r *Runtime) makeDiskImage(ctx context.Context, id string, size int64) erro
 }
 
 // checkDiskRoom refuses size more bytes of limited layers when the node's
-// free space could not hold them next to the room the others may still take
-// and the reserve.
+// real free space, less the overcommitted share of the room they and the
+// others may still take, would fall below the reserve.
 func (r *Runtime) checkDiskRoom(size int64) error {
+	free, room, err := r.diskState()
+	if err != nil {
+		return err
+	}
+	set := int64(float64(room+size) / r.cfg.DiskOvercommit)
+	if free-set < r.cfg.DiskReserveBytes {
+		return errdefs.WithDetails(fmt.Errorf("node disk: %d bytes free, %d may still be written by limited layers and %d by this one "+
+			"(%d set aside at overcommit %g), %d kept in reserve: no room for the layer on this node: %w",
+			free, room, size, set, r.cfg.DiskOvercommit, r.cfg.DiskReserveBytes, errdefs.ErrInsufficientCapacity),
+			map[string]any{"resource": "disk", "free_bytes": free, "reserve_bytes": r.cfg.DiskReserveBytes,
+				"set_aside_bytes": set, "overcommit": r.cfg.DiskOvercommit})
+	}
+	return nil
+}
+
+// diskState is the real free space of the disks' filesystem and the room
+// the limited layers on it may still fill (their images' unwritten parts).
+func (r *Runtime) diskState() (free, room int64, err error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(r.disksDir(), &st); err != nil {
-		return fmt.Errorf("node disk: %w", err)
+		return 0, 0, fmt.Errorf("node disk: %w", err)
 	}
-	free := int64(st.Bavail) * st.Bsize
-	var room int64
+	free = int64(st.Bavail) * st.Bsize
 	imgs, _ := filepath.Glob(filepath.Join(r.disksDir(), "*.img"))
 	for _, img := range imgs {
 		var s unix.Stat_t
@@ -182,11 +211,23 @@ func (r *Runtime) checkDiskRoom(size int64) error {
 			room += max(0, s.Size-s.Blocks*512)
 		}
 	}
-	if free-room-size < r.cfg.DiskReserveBytes {
-		return fmt.Errorf("node disk: %d bytes free, %d may still be written by limited layers, %d kept in reserve: no room for a layer of %d: %w",
-			free, room, r.cfg.DiskReserveBytes, size, errdefs.ErrQuotaExceeded)
+	return free, room, nil
+}
+
+// DiskRoom is the most bytes of new writable-layer limits a Create takes
+// now (the largest size checkDiskRoom passes, 0 when none); ok false when
+// limits are off or cannot be honoured on this node.
+func (r *Runtime) DiskRoom() (bytes int64, ok bool) {
+	if r.cfg.DisableDiskLimit || r.diskErr != nil {
+		return 0, false
 	}
-	return nil
+	r.diskMu.Lock()
+	defer r.diskMu.Unlock()
+	free, room, err := r.diskState()
+	if err != nil {
+		return 0, false
+	}
+	return max(0, int64(float64(free-r.cfg.DiskReserveBytes)*r.cfg.DiskOvercommit)-room), true
 }
 
 // attachNewDisk records the snapshot directory of id's active snapshot
@@ -426,3 +467,6 @@ func writeFileSync(path string, data []byte) error {
 	}
 	return os.Rename(tmp, path)
 }
+
+// DiskOvercommit is Config.DiskOvercommit, its default filled in.
+func (r *Runtime) DiskOvercommit() float64 { return r.cfg.DiskOvercommit }

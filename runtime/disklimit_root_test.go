@@ -135,7 +135,7 @@ func TestRootDiskLimit(t *testing.T) {
 		err := rt.Create(ctx, InstanceSpec{ID: "tiny", Image: env.ref, Limits: Limits{DiskBytes: 4096}})
 		assert.ErrorIs(t, err, errdefs.ErrInvalidArgument)
 		err = rt.Create(ctx, InstanceSpec{ID: "huge", Image: env.ref, Limits: Limits{DiskBytes: 1 << 60}})
-		assert.ErrorIs(t, err, errdefs.ErrQuotaExceeded)
+		assert.ErrorIs(t, err, errdefs.ErrInsufficientCapacity, "the node's disk, not the tenant's quota")
 		st, err := rt.Status(ctx, "huge")
 		require.NoError(t, err)
 		assert.False(t, st.Exists)
@@ -151,6 +151,59 @@ func TestRootDiskLimit(t *testing.T) {
 		assert.Eventually(t, func() bool { _, err := os.Stat(filepath.Dir(upper)); return os.IsNotExist(err) },
 			20*time.Second, 100*time.Millisecond, "snapshot directory left")
 		assert.NotContains(t, mountsUnder(t, env.dir), filepath.Dir(upper))
+	})
+}
+
+// TestRootDiskThinProvisioning: writable-layer limits are provisioned
+// thinly. On a 1 GiB filesystem (a tmpfs standing in for the node's disk)
+// with a 256 MiB reserve, full reservation (overcommit 1) takes one 512 MiB
+// layer; overcommit 10 takes twelve; and once real writes use up the free
+// space, the next layer is refused with the node-level code, naming the
+// free bytes it measured.
+func TestRootDiskThinProvisioning(t *testing.T) {
+	requireRoot(t)
+	const size, reserve = 512 << 20, 256 << 20
+	ctx := context.Background()
+	newRuntime := func(t *testing.T, overcommit float64) *Runtime {
+		dir := t.TempDir()
+		disks := filepath.Join(dir, "disks")
+		require.NoError(t, os.MkdirAll(disks, 0o700))
+		require.NoError(t, unix.Mount("tmpfs", disks, "tmpfs", 0, "size=1g"))
+		t.Cleanup(func() { _ = unix.Unmount(disks, unix.MNT_DETACH) })
+		r := &Runtime{cfg: Config{StateDir: dir, DiskReserveBytes: reserve, DiskOvercommit: overcommit}}
+		r.checkDiskLimit()
+		require.NoError(t, r.diskErr)
+		return r
+	}
+
+	t.Run("full reservation", func(t *testing.T) {
+		r := newRuntime(t, 1)
+		require.NoError(t, r.makeDiskImage(ctx, "a", size))
+		err := r.makeDiskImage(ctx, "b", size)
+		require.ErrorIs(t, err, errdefs.ErrInsufficientCapacity)
+		assert.NotErrorIs(t, err, errdefs.ErrQuotaExceeded)
+		assert.NoFileExists(t, r.diskImage("b"))
+	})
+
+	t.Run("overcommit 10", func(t *testing.T) {
+		r := newRuntime(t, 10)
+		for i := range 12 {
+			require.NoError(t, r.makeDiskImage(ctx, fmt.Sprintf("i%d", i), size), "layer %d of 12", i)
+		}
+		room, ok := r.DiskRoom()
+		require.True(t, ok)
+		assert.GreaterOrEqual(t, room, int64(size), "what placement is told: one more fits")
+		// Real use of the disk: 600 MiB written leave less than the
+		// reserve plus the set-aside share.
+		require.NoError(t, os.WriteFile(filepath.Join(r.disksDir(), "written"), make([]byte, 600<<20), 0o600))
+		room, ok = r.DiskRoom()
+		require.True(t, ok)
+		assert.Less(t, room, int64(size), "what placement is told: no more")
+		err := r.makeDiskImage(ctx, "late", size)
+		require.ErrorIs(t, err, errdefs.ErrInsufficientCapacity)
+		assert.ErrorContains(t, err, "bytes free")
+		assert.Equal(t, "disk", errdefs.Details(err)["resource"])
+		assert.NoFileExists(t, r.diskImage("late"))
 	})
 }
 

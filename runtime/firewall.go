@@ -42,8 +42,10 @@ import (
 //     (new connections into an instance from outside, unknown sources) is
 //     refused.
 //   - I-<hash>: to another instance -> the group's chain G-<hash> (members
-//     accepted, the rest refused) or refused; then DENY (link-local and the
-//     cluster's endpoints); then the DNS servers; then the egress policy.
+//     accepted, the rest refused) or refused; then DENY (link-local, the
+//     cluster's endpoints, then PEERS: every port of the other nodes'
+//     addresses, replaced as nodes join and leave, setPeers); then the DNS
+//     servers; then the egress policy.
 //
 // IPv6 is off inside instances (disable_ipv6 on their interface); the
 // bridge's IPv6 traffic is dropped in INPUT and FORWARD as a second wall.
@@ -57,6 +59,10 @@ type firewall struct {
 
 	mu     sync.Mutex
 	groups map[string]bool // group chains known to exist, with their final REJECT
+	peers  []string        // the PEERS chain's addresses (setPeers)
+	// peersSet: setPeers has written PEERS since the start (before, the
+	// chain holds what the previous process left).
+	peersSet bool
 }
 
 // denyRule is a destination instances never reach: an address range, and
@@ -204,8 +210,11 @@ func (f *firewall) ensureBase() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	defer hostLock()()
-	in, fw, eg, deny := f.chain("IN"), f.chain("FW"), f.chain("EG"), f.chain("DENY")
+	in, fw, eg, deny, peers := f.chain("IN"), f.chain("FW"), f.chain("EG"), f.chain("DENY"), f.chain("PEERS")
 	_ = ipt("iptables", "-N", eg) // kept if it exists: it holds running instances' jumps
+	// Kept too: after a restart the other nodes stay denied until the
+	// service's first membership round replaces the list.
+	_ = ipt("iptables", "-N", peers)
 	lines := []string{":" + in + " - [0:0]", ":" + fw + " - [0:0]", ":" + deny + " - [0:0]",
 		"-A " + in + " -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT",
 	}
@@ -223,6 +232,7 @@ func (f *firewall) ensureBase() error {
 		"-A "+fw+" -i "+f.bridge+" "+rejectArgs,
 		"-A "+fw+" -j DROP",
 		"-A "+deny+" -d 169.254.0.0/16 "+rejectArgs,
+		"-A "+deny+" -j "+peers,
 	)
 	for _, d := range f.deny {
 		if d.port == 0 {
@@ -248,6 +258,28 @@ func (f *firewall) ensureBase() error {
 		return err
 	}
 	return f.ensureJumps("ip6tables")
+}
+
+// setPeers replaces the PEERS chain with a refusal of every port of each
+// of addrs (IPv4 addresses), in one batch: no moment without the rules of
+// the nodes that stay.
+func (f *firewall) setPeers(addrs []string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.peersSet && slices.Equal(addrs, f.peers) {
+		return nil
+	}
+	defer hostLock()()
+	ch := f.chain("PEERS")
+	lines := []string{":" + ch + " - [0:0]"}
+	for _, a := range addrs {
+		lines = append(lines, fmt.Sprintf("-A %s -d %s/32 %s", ch, a, rejectArgs))
+	}
+	if err := restore("iptables-restore", lines); err != nil {
+		return fmt.Errorf("firewall rules of the cluster's nodes: %w", err)
+	}
+	f.peers, f.peersSet = slices.Clone(addrs), true
+	return nil
 }
 
 // ensureJumps makes the jumps to IN and FW the first rules of INPUT and

@@ -111,10 +111,16 @@ type Config struct {
 	// node's disk. Default false: limits are honoured (disklimit.go; they
 	// need mkfs.ext4 and loop devices, else a Create with one fails).
 	DisableDiskLimit bool
-	// DiskReserveBytes is the free space of StateDir's filesystem that
-	// Creates with a disk limit leave alone, after setting aside the room
-	// every limited layer may still fill. Default 1 GiB.
+	// DiskReserveBytes is the real free space of StateDir's filesystem
+	// that Creates with a disk limit leave alone, after setting aside the
+	// room limited layers may still fill divided by DiskOvercommit.
+	// Default 1 GiB.
 	DiskReserveBytes int64
+	// DiskOvercommit is how thinly writable-layer limits are provisioned:
+	// a Create sets aside 1/DiskOvercommit of the room every limited layer
+	// may still fill, not all of it (disklimit.go). 1 = every limit fully
+	// reserved. Default DefaultDiskOvercommit.
+	DiskOvercommit float64
 	// Unrestricted is for benchmarks only: it turns off the hardening
 	// (harden.go), the resource limits and the network rules (isolated
 	// bridge ports, firewall chains) of every instance, so their cost can
@@ -180,6 +186,12 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	}
 	if cfg.DiskReserveBytes <= 0 {
 		cfg.DiskReserveBytes = defaultDiskReserve
+	}
+	if cfg.DiskOvercommit == 0 {
+		cfg.DiskOvercommit = DefaultDiskOvercommit
+	}
+	if cfg.DiskOvercommit < 1 {
+		return nil, fmt.Errorf("disk overcommit %v: 1 or more: %w", cfg.DiskOvercommit, errdefs.ErrInvalidArgument)
 	}
 	if cfg.UserNSBase == 0 {
 		cfg.UserNSBase = defaultUserNSBase
@@ -446,6 +458,7 @@ func (r *Runtime) Create(ctx context.Context, spec InstanceSpec) (retErr error) 
 		client.WithContainerLabels(labels),
 		client.WithNewSpec(
 			oci.WithImageConfig(img),
+			withCheckedCwd,
 			oci.WithProcessArgs("/bin/sh", "-c", script),
 			oci.WithHostname(hostname),
 			oci.WithEnv(spec.Env),
@@ -724,6 +737,9 @@ func (r *Runtime) exec(ctx context.Context, id string, spec ExecSpec) (int, erro
 	}
 	if pspec.Cwd == "" {
 		pspec.Cwd = "/"
+	}
+	if err := CheckCwd(pspec.Cwd); err != nil {
+		return -1, fmt.Errorf("exec in %q: %w", id, err)
 	}
 
 	stdout, stderr := spec.Stdout, spec.Stderr

@@ -141,6 +141,12 @@ func pushBusyboxImage(t testing.TB, reg *testRegistry, repo string) string {
 // and returns its digest reference.
 func pushRootfsImage(t testing.TB, reg *testRegistry, repo string, data []byte) string {
 	t.Helper()
+	return pushRootfsImageWorkdir(t, reg, repo, data, "/")
+}
+
+// pushRootfsImageWorkdir is pushRootfsImage with the image's WorkingDir.
+func pushRootfsImageWorkdir(t testing.TB, reg *testRegistry, repo string, data []byte, workdir string) string {
+	t.Helper()
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(data)), nil
 	})
@@ -157,7 +163,7 @@ func pushRootfsImage(t testing.TB, reg *testRegistry, repo string, data []byte) 
 	cf.Config = v1.Config{
 		Env:        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
 		Cmd:        []string{"/bin/sh"},
-		WorkingDir: "/",
+		WorkingDir: workdir,
 	}
 	img, err = mutate.ConfigFile(img, cf)
 	require.NoError(t, err)

@@ -51,6 +51,9 @@ type Member struct {
 	UsedCPUs   float64
 	UsedMemory int64
 	UsedDisk   int64
+	// DiskRoom is the most bytes of new writable-layer limits the node
+	// took at its last report (SetNodeDiskRoom); nil = never reported.
+	DiskRoom *int64
 }
 
 // Registration is what a node records at start.
@@ -92,6 +95,13 @@ func (s *Store) Join(ctx context.Context, r Registration) (Member, error) {
 		return Member{}, translate(err, fmt.Sprintf("join node %q", r.Name))
 	}
 	return s.GetMember(ctx, r.Name)
+}
+
+// SetNodeDiskRoom records how many bytes of new writable-layer limits node
+// takes now (Member.DiskRoom).
+func (s *Store) SetNodeDiskRoom(ctx context.Context, node string, room int64) error {
+	_, err := s.db.Exec(ctx, `UPDATE nodes SET disk_room_bytes = $2 WHERE name = $1`, node, room)
+	return translate(err, fmt.Sprintf("disk room of node %q", node))
 }
 
 // LeaveNode records that node shut down gracefully: no placements go
@@ -155,7 +165,7 @@ func (s *Store) RenewLease(ctx context.Context, node string) (string, error) {
 // and add up their limits (instances.spec's "limits").
 const memberCols = `n.name, n.api_url, n.state, n.labels, n.cpus, n.memory_bytes, n.disk_bytes, n.instance_slots,
 	n.lease_seconds, n.lease_expires_at, n.renewed_at, n.started_at, n.state_changed_at, n.version, n.stopped, n.tls_cert,
-	(n.state <> 'lost' AND n.lease_expires_at < now()),
+	n.disk_room_bytes, (n.state <> 'lost' AND n.lease_expires_at < now()),
 	count(i.id), COALESCE(sum((i.spec->'limits'->>'cpus')::float8), 0),
 	COALESCE(sum((i.spec->'limits'->>'memory_bytes')::bigint), 0)::bigint,
 	COALESCE(sum((i.spec->'limits'->>'disk_bytes')::bigint), 0)::bigint
@@ -167,7 +177,7 @@ func scanMember(row pgx.Row) (Member, error) {
 	var labels []byte
 	var lease float64
 	err := row.Scan(&m.Name, &m.APIURL, &m.State, &labels, &m.CPUs, &m.MemoryBytes, &m.DiskBytes, &m.InstanceSlots,
-		&lease, &m.LeaseExpiresAt, &m.RenewedAt, &m.StartedAt, &m.StateChangedAt, &m.Version, &m.Stopped, &m.TLSCert, &m.Expired,
+		&lease, &m.LeaseExpiresAt, &m.RenewedAt, &m.StartedAt, &m.StateChangedAt, &m.Version, &m.Stopped, &m.TLSCert, &m.DiskRoom, &m.Expired,
 		&m.Instances, &m.UsedCPUs, &m.UsedMemory, &m.UsedDisk)
 	if err != nil {
 		return m, err

@@ -51,6 +51,11 @@ var (
 	// no archive carries it here; the instance is not started with an
 	// empty volume.
 	ErrVolumeElsewhere = errors.New("volume elsewhere")
+	// ErrInsufficientCapacity: the node (or, in a cluster, every node)
+	// has no room for the instance now: its disk's real free space, less
+	// what the instances' writable layers may still fill (overcommitted),
+	// is at its reserve. Not the tenant's quota; retry later or elsewhere.
+	ErrInsufficientCapacity = errors.New("insufficient capacity")
 	// ErrJoinToken: a join token (envd serve --join) is unknown, expired
 	// or already used; details.reason says which.
 	ErrJoinToken = errors.New("join token not valid")
@@ -74,6 +79,7 @@ var kinds = []kind{
 	{ErrPermissionDenied, "permission_denied", http.StatusForbidden},
 	{ErrQuotaExceeded, "quota_exceeded", http.StatusInsufficientStorage},
 	{ErrWaking, "waking", http.StatusServiceUnavailable},
+	{ErrInsufficientCapacity, "insufficient_capacity", http.StatusServiceUnavailable},
 	{ErrUnavailable, "unavailable", http.StatusServiceUnavailable},
 	{ErrIdempotencyReuse, "idempotency_key_reused", http.StatusUnprocessableEntity},
 	{ErrResourceExhausted, "resource_exhausted", http.StatusTooManyRequests},

@@ -46,7 +46,8 @@ const exitCodesHelp = `Exit codes:
   4  not found (code not_found)
   5  quota exceeded (code quota_exceeded)
   6  unavailable: envd cannot be reached, or one of its dependencies is down
-     (code unavailable)
+     (code unavailable), or no node has room for the instance now (code
+     insufficient_capacity)
 exec exits with the command's own exit code.
 With -o json an error is printed on stderr as one line of JSON:
   {"error":{"code":"not_found","message":"...","details":{...},"status":404}}`
@@ -131,7 +132,7 @@ func kindExitCode(err error) int {
 		return exitConflict
 	case errors.Is(err, errdefs.ErrQuotaExceeded):
 		return exitQuota
-	case errors.Is(err, errdefs.ErrUnavailable), unreachable(err):
+	case errors.Is(err, errdefs.ErrUnavailable), errors.Is(err, errdefs.ErrInsufficientCapacity), unreachable(err):
 		return exitUnavailable
 	}
 	return exitError

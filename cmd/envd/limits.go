@@ -9,11 +9,14 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/envd/node"
 )
 
 // limitFlags are the node's default instance limits (envd up and serve).
 type limitFlags struct {
 	memory, pids, cpus, cpuWeight, ioWeight, disk string
+	// How densely the node provisions them.
+	diskReserve, diskOvercommit, memoryOvercommit string
 }
 
 // register adds the flags with d's values as their defaults; a zero field
@@ -25,6 +28,31 @@ func (f *limitFlags) register(fl *pflag.FlagSet, d types.Limits) {
 	fl.StringVar(&f.cpuWeight, "default-cpu-weight", env("ENVD_DEFAULT_CPU_WEIGHT", formatUint(d.CPUWeight)), "CPU weight 1-10000 of instances whose project sets none (ENVD_DEFAULT_CPU_WEIGHT)")
 	fl.StringVar(&f.ioWeight, "default-io-weight", env("ENVD_DEFAULT_IO_WEIGHT", formatUint(uint64(d.IOWeight))), "IO weight 10-1000 of instances whose project sets none (ENVD_DEFAULT_IO_WEIGHT)")
 	fl.StringVar(&f.disk, "default-disk", env("ENVD_DEFAULT_DISK", formatSize(d.DiskBytes)), "writable-layer size of instances whose project sets none, e.g. 20G (ENVD_DEFAULT_DISK)")
+}
+
+// registerDensity adds the overcommit and reserve flags with c's values as
+// their defaults.
+func (f *limitFlags) registerDensity(fl *pflag.FlagSet, c node.Config) {
+	fl.StringVar(&f.diskOvercommit, "disk-overcommit", env("ENVD_DISK_OVERCOMMIT", strconv.FormatFloat(c.DiskOvercommit, 'f', -1, 64)), "thin provisioning of writable layers: a new instance sets aside 1/N of the room the layers' limits may still fill against the disk's real free space, and placement offers N times the data dir's disk; 1 = limits fully reserved (ENVD_DISK_OVERCOMMIT)")
+	fl.StringVar(&f.diskReserve, "disk-reserve", env("ENVD_DISK_RESERVE", formatSize(c.DiskReserveBytes)), "free disk the node keeps: past it new instances with a disk limit are refused with 503 insufficient_capacity; empty = 1G (ENVD_DISK_RESERVE)")
+	fl.StringVar(&f.memoryOvercommit, "memory-overcommit", env("ENVD_MEMORY_OVERCOMMIT", strconv.FormatFloat(c.MemoryOvercommit, 'f', -1, 64)), "placement offers N times the host's memory to instances' memory limits (ceilings; the kernel's OOM killer acts per instance on real use); 1 = limits fully reserved (ENVD_MEMORY_OVERCOMMIT)")
+}
+
+// density sets cfg's overcommits and disk reserve from the flags.
+func (f *limitFlags) density(cfg *node.Config) (err error) {
+	if cfg.DiskOvercommit, err = strconv.ParseFloat(f.diskOvercommit, 64); err != nil || cfg.DiskOvercommit < 1 {
+		return fmt.Errorf("--disk-overcommit %q: a number, 1 or more", f.diskOvercommit)
+	}
+	if cfg.MemoryOvercommit, err = strconv.ParseFloat(f.memoryOvercommit, 64); err != nil || cfg.MemoryOvercommit < 1 {
+		return fmt.Errorf("--memory-overcommit %q: a number, 1 or more", f.memoryOvercommit)
+	}
+	cfg.DiskReserveBytes = 0
+	if f.diskReserve != "" {
+		if cfg.DiskReserveBytes, err = types.ParseSize(f.diskReserve); err != nil {
+			return fmt.Errorf("--disk-reserve: %w", err)
+		}
+	}
+	return nil
 }
 
 // formatSize is n with the largest suffix types.ParseSize reads back

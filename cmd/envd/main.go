@@ -123,11 +123,13 @@ func (f *flags) register(cmd *cobra.Command, external bool) {
 	fl.StringVar(&f.cfg.MetricsListen, "metrics-listen", env("ENVD_METRICS_LISTEN", d.MetricsListen), "also serve /metrics alone, without a token, on this plain-HTTP address (a private network's); the API's /metrics takes the admin token or DATA_DIR/metrics.token (ENVD_METRICS_LISTEN)")
 	fl.DurationVar(&f.cfg.DefaultTTL, "default-ttl", f.envDuration("ENVD_DEFAULT_TTL", d.DefaultTTL), "instance lifetime when none is asked (ENVD_DEFAULT_TTL)")
 	fl.DurationVar(&f.cfg.MaxTTL, "max-ttl", f.envDuration("ENVD_MAX_TTL", d.MaxTTL), "longest instance lifetime a client may ask, 0 = no limit (ENVD_MAX_TTL)")
-	fl.StringSliceVar(&f.cfg.InstanceDeny, "instance-deny", splitList(env("ENVD_INSTANCE_DENY", strings.Join(d.InstanceDeny, ","))), "cluster endpoints instances never reach besides PostgreSQL, the registry and S3 (other nodes, say): CIDR, IP, HOST, IP:PORT or HOST:PORT, comma-separated (ENVD_INSTANCE_DENY)")
+	fl.StringSliceVar(&f.cfg.InstanceDeny, "instance-deny", splitList(env("ENVD_INSTANCE_DENY", strings.Join(d.InstanceDeny, ","))), "cluster endpoints instances never reach besides PostgreSQL, the registry, S3 and the other nodes in the node table (denied by themselves): CIDR, IP, HOST, IP:PORT or HOST:PORT, comma-separated (ENVD_INSTANCE_DENY)")
 	fl.StringVar(&f.cfg.BuildEgress, "build-egress", env("ENVD_BUILD_EGRESS", d.BuildEgress), "egress policy of build containers, whatever their project's: open, none or allow:CIDR|HOST,... (ENVD_BUILD_EGRESS)")
 	fl.DurationVar(&f.cfg.HibernateAfter, "hibernate-after", f.envDuration("ENVD_HIBERNATE_AFTER", d.HibernateAfter), "save and free the layer of a retained instance stopped this long, 0 = never (ENVD_HIBERNATE_AFTER)")
 	f.limits.register(fl, d.DefaultLimits)
+	f.limits.registerDensity(fl, d)
 	fl.BoolVar(&f.cfg.UserNS, "userns", envBool("ENVD_USERNS", d.UserNS), "run instances in a user namespace (root inside is an unprivileged host id); costs: images are pulled in full (no lazy restore) and chowned once per image on the node; see docs/NOTES.md (ENVD_USERNS=1)")
+	fl.BoolVar(&f.cfg.AllowVulnerableRunc, "allow-vulnerable-runc", envBool("ENVD_ALLOW_VULNERABLE_RUNC", d.AllowVulnerableRunc), "start even when runc lacks the fix of CVE-2024-21626 (older than 1.1.12 and no distribution backport in its changelog), with an error in the log; never on a node tenants use (ENVD_ALLOW_VULNERABLE_RUNC=1)")
 	fl.BoolVar(&f.cfg.DisableDiskLimit, "no-disk-limit", envBool("ENVD_NO_DISK_LIMIT", d.DisableDiskLimit), "ignore writable-layer limits: layers are bounded only by the node's disk (ENVD_NO_DISK_LIMIT=1)")
 	fl.IntVar(&f.cfg.Limits.Saves, "max-saves-per-tenant", f.envInt("ENVD_MAX_SAVES_PER_TENANT", d.Limits.Saves), "concurrent save operations per tenant on this node, past them 429; negative = unlimited (ENVD_MAX_SAVES_PER_TENANT)")
 	fl.IntVar(&f.cfg.Limits.Builds, "max-builds-per-tenant", f.envInt("ENVD_MAX_BUILDS_PER_TENANT", d.Limits.Builds), "concurrent build operations per tenant on this node; negative = unlimited (ENVD_MAX_BUILDS_PER_TENANT)")
@@ -186,6 +188,9 @@ func (f *flags) config() (node.Config, error) {
 	cfg := f.cfg
 	var err error
 	if cfg.DefaultLimits, err = f.limits.limits(); err != nil {
+		return node.Config{}, err
+	}
+	if err := f.limits.density(&cfg); err != nil {
 		return node.Config{}, err
 	}
 	if err := f.cluster.apply(&cfg); err != nil {

@@ -56,6 +56,23 @@ func TestFlagsConfig(t *testing.T) {
 		{name: "bad duration variable", cmd: "up", env: map[string]string{"ENVD_MAX_TTL": "soon"}, wantErr: `ENVD_MAX_TTL="soon": not a duration`},
 		{name: "bad integer variable", cmd: "up", env: map[string]string{"ENVD_MAX_EXEC_PER_TENANT": "many"}, wantErr: `ENVD_MAX_EXEC_PER_TENANT="many": not an integer`},
 		{name: "bad size", cmd: "up", args: []string{"--default-disk", "big"}, wantErr: "--default-disk"},
+		{name: "dense defaults", cmd: "up", args: nil,
+			want: func() node.Config {
+				c := node.DefaultConfig()
+				// Every instance gets a memory limit unless its project sets one.
+				require.Equal(t, int64(2<<30), c.DefaultLimits.MemoryBytes)
+				require.Equal(t, 10.0, c.DiskOvercommit)
+				require.Equal(t, 10.0, c.MemoryOvercommit)
+				return c
+			}()},
+		{name: "density flags", cmd: "up", args: []string{"--disk-overcommit", "4", "--memory-overcommit", "1.5", "--disk-reserve", "20G", "--default-memory", ""},
+			want: func() node.Config {
+				c := node.DefaultConfig()
+				c.DiskOvercommit, c.MemoryOvercommit, c.DiskReserveBytes = 4, 1.5, 20<<30
+				c.DefaultLimits.MemoryBytes = 0
+				return c
+			}()},
+		{name: "overcommit below 1", cmd: "up", args: []string{"--disk-overcommit", "0.5"}, wantErr: "--disk-overcommit"},
 		{name: "config file", cmd: "serve", file: "default-ttl: 5h\nlisten: 0.0.0.0:7443\ninstance-deny: [10.9.0.0/16, other:7443]\nuserns: true\nmax-saves-per-tenant: -1\ndefault-disk: 20G\nshutdown-grace: 1m\nnamespace:\n",
 			want: func() node.Config {
 				c := withTTL(5 * time.Hour)

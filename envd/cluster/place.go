@@ -27,7 +27,12 @@ type Candidate struct {
 	CPUs, UsedCPUs          float64
 	MemoryBytes, UsedMemory int64
 	DiskBytes, UsedDisk     int64
-	Slots, Instances        int // Slots 0 = no bound
+	// DiskRoom is the most bytes of new writable-layer limits the node
+	// takes now, by its real free disk (thin provisioning);
+	// DiskRoomKnown false = not reported.
+	DiskRoom         int64
+	DiskRoomKnown    bool
+	Slots, Instances int // Slots 0 = no bound
 	// HasImage: the node pulled the version's image (cache affinity).
 	HasImage bool
 	// HoldsVolumes: the project's volume data is on this node.
@@ -81,7 +86,9 @@ const (
 //  1. eligible: state ready (not cordoned, draining, drained or lost), lease
 //     not lapsed, every node_selector label equal, the instance's memory
 //     and disk limits fit in the free capacity, its CPU limit in the
-//     node's CPUs (CPU is overcommitted), a free slot;
+//     node's CPUs (CPU is overcommitted), a free slot; among those, the
+//     nodes whose last reported room by their real free disk takes the
+//     disk limit, unless none does;
 //  2. when the project's volume data is on one node only (VolumesOnlyOn),
 //     that node, or ErrFailedPrecondition (code volume_elsewhere);
 //  3. the highest score: volumes held +100, image pulled +20, -30 per
@@ -132,6 +139,22 @@ func Place(req Request, cands []Candidate) (Decision, error) {
 	}
 	if len(ok) == 0 {
 		return Decision{}, &NoNodeError{Passed: passed}
+	}
+	// Real free disk: a node whose reported room is below the disk limit
+	// would refuse the instance itself (insufficient_capacity). It is
+	// passed over when another node has room; when none has, the choice
+	// stands and that node's answer, the node-level 503, reaches the
+	// client rather than a placement refusal.
+	if l := req.Limits.DiskBytes; l > 0 {
+		roomy := slices.DeleteFunc(slices.Clone(ok), func(s scored) bool { return s.c.DiskRoomKnown && s.c.DiskRoom < l })
+		if len(roomy) > 0 && len(roomy) < len(ok) {
+			for _, s := range ok {
+				if !slices.ContainsFunc(roomy, func(r scored) bool { return r.c.Name == s.c.Name }) {
+					passed[s.c.Name] = fmt.Sprintf("its real free disk takes new disk limits of %d bytes, %d asked", s.c.DiskRoom, l)
+				}
+			}
+			ok = roomy
+		}
 	}
 	if req.LocalFirst {
 		if i := slices.IndexFunc(ok, func(s scored) bool { return s.c.Name == req.Local }); i >= 0 {

@@ -21,6 +21,14 @@ func TestPlace(t *testing.T) {
 		wantErr error
 		reason  string // a part of the decision's reason
 	}{
+		{name: "a node whose real free disk is short is passed over", req: Request{Local: "a", LocalFirst: true, Limits: types.Limits{DiskBytes: 10 << 30}},
+			cands: []Candidate{with(ready("a"), func(c *Candidate) { c.DiskRoom, c.DiskRoomKnown = 1<<30, true }), with(ready("b"), func(c *Candidate) { c.DiskRoom, c.DiskRoomKnown = 20<<30, true })},
+			want:  "b", reason: "a (its real free disk takes new disk limits of 1073741824 bytes"},
+		{name: "no node with real free disk: the choice stands, the node answers itself", req: Request{Limits: types.Limits{DiskBytes: 10 << 30}},
+			cands: []Candidate{with(ready("a"), func(c *Candidate) { c.DiskRoom, c.DiskRoomKnown = 0, true }), with(ready("b"), func(c *Candidate) { c.DiskRoom, c.DiskRoomKnown, c.Instances = 1<<30, true, 1 })},
+			want:  "a"},
+		{name: "a node that reported no room takes instances without a disk limit",
+			cands: []Candidate{with(ready("a"), func(c *Candidate) { c.DiskRoom, c.DiskRoomKnown = 0, true })}, want: "a"},
 		{name: "ties go to the node asked", req: Request{Local: "b"},
 			cands: []Candidate{ready("a"), ready("b"), ready("c")}, want: "b"},
 		{name: "ties without the node asked go by name",

@@ -2,17 +2,18 @@ package command
 
 import (
 	"fmt"
-	"path"
 	"strings"
 
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/runtime"
 )
 
 // CheckExecRequest refuses what the OCI runtime would fail on only after
 // the exec was sent to it: no command, NUL bytes (argv, environment and the
 // directory are C strings), environment entries that are not KEY=VALUE,
-// and a relative working directory. The error wraps
+// and a working directory runtime.CheckCwd refuses (relative, not clean,
+// or in /proc, /sys or /dev). The error wraps
 // errdefs.ErrInvalidArgument.
 func CheckExecRequest(req types.ExecRequest) error {
 	if len(req.Args) == 0 || req.Args[0] == "" {
@@ -29,8 +30,8 @@ func CheckExecRequest(req types.ExecRequest) error {
 			return fmt.Errorf("exec: env %q: want KEY=VALUE without NUL bytes: %w", e, errdefs.ErrInvalidArgument)
 		}
 	}
-	if req.Cwd != "" && (!path.IsAbs(req.Cwd) || strings.ContainsRune(req.Cwd, 0)) {
-		return fmt.Errorf("exec: cwd %q: want an absolute path: %w", req.Cwd, errdefs.ErrInvalidArgument)
+	if err := runtime.CheckCwd(req.Cwd); err != nil {
+		return fmt.Errorf("exec: %w", err)
 	}
 	return nil
 }

@@ -26,6 +26,10 @@ func TestCheckExecRequest(t *testing.T) {
 		{"NUL in env", types.ExecRequest{Args: []string{"true"}, Env: []string{"A=\x00"}}, false},
 		{"relative cwd", types.ExecRequest{Args: []string{"true"}, Cwd: "tmp"}, false},
 		{"NUL in cwd", types.ExecRequest{Args: []string{"true"}, Cwd: "/tmp\x00"}, false},
+		{"cwd a leaked fd under /proc", types.ExecRequest{Args: []string{"true"}, Cwd: "/proc/self/fd/7"}, false},
+		{"cwd /sys", types.ExecRequest{Args: []string{"true"}, Cwd: "/sys"}, false},
+		{"cwd under /dev", types.ExecRequest{Args: []string{"true"}, Cwd: "/dev/shm"}, false},
+		{"cwd not clean", types.ExecRequest{Args: []string{"true"}, Cwd: "/tmp/../proc"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := CheckExecRequest(tc.req)

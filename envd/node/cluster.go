@@ -13,9 +13,28 @@ import (
 // capacity and lease, and the command another machine runs to join it.
 func (n *Node) clusterConfig(db database, reg registryPart) envd.ClusterConfig {
 	return envd.ClusterConfig{Lease: n.cfg.Lease, SweepInterval: n.cfg.SweepInterval, Labels: n.cfg.Labels,
-		Capacity: n.cfg.Capacity, Join: n.joinCommand(db, reg), Placement: n.cfg.Placement,
+		Capacity: n.cfg.Capacity, DiskOvercommit: n.cfg.DiskOvercommit, MemoryOvercommit: n.cfg.MemoryOvercommit,
+		Join: n.joinCommand(db, reg), Placement: n.cfg.Placement, Peers: n.peerFirewall(), DiskRoom: n.diskRoom(),
 		JoinConfig:     func() (types.JoinConfig, error) { return n.joinConfig(db, reg) },
 		TLSCertificate: func() []byte { return n.tls.certificate() }}
+}
+
+// peerFirewall is the runtime, which denies the cluster's other nodes to
+// instances; nil when instances run without network rules (Unrestricted).
+func (n *Node) peerFirewall() envd.PeerFirewall {
+	if n.rt == nil || n.cfg.Unrestricted {
+		return nil
+	}
+	return n.rt
+}
+
+// diskRoom reports the runtime's room for new writable-layer limits to
+// placement; nil when the node has no runtime.
+func (n *Node) diskRoom() func() (int64, bool) {
+	if n.rt == nil {
+		return nil
+	}
+	return n.rt.DiskRoom
 }
 
 // joinConfig is what a node joining with a join token is given: the

@@ -88,17 +88,34 @@ type Config struct {
 	// DiskReserveBytes is the node's free space that instances with a
 	// writable-layer limit leave alone; 0 = the runtime's default (1 GiB).
 	DiskReserveBytes int64
+	// DiskOvercommit provisions writable-layer limits thinly: a new
+	// instance sets aside 1/DiskOvercommit of the room limited layers may
+	// still fill, measured against the disk's real free space
+	// (runtime.Config.DiskOvercommit), and placement offers this many
+	// times the data dir's disk when Capacity.DiskBytes is not given. 0 =
+	// runtime.DefaultDiskOvercommit (10); 1 = every limit fully reserved.
+	DiskOvercommit float64
+	// MemoryOvercommit: placement offers this many times the host's
+	// memory to the memory limits of instances when Capacity.MemoryBytes
+	// is not given (a limit is a ceiling, idle environments use little of
+	// it; the kernel's per-instance OOM killer acts on real use). 0 =
+	// DefaultMemoryOvercommit; 1 = limits fully reserved.
+	MemoryOvercommit float64
 	// UserNS runs instances in a user namespace (runtime.Config.UserNS):
 	// images are pulled in full (no lazy restore).
 	UserNS bool
 	// Unrestricted is for benchmarks only: it turns off hardening, limits
 	// and network rules (runtime.Config.Unrestricted).
 	Unrestricted bool
+	// AllowVulnerableRunc starts the node, with a warning, on a runc
+	// without the CVE-2024-21626 fix (runtime.CheckRunc); default false:
+	// Start refuses it.
+	AllowVulnerableRunc bool
 
-	// InstanceDeny are more cluster endpoints instances must never reach
-	// (other nodes, say), as CIDR, IP, HOST, IP:PORT or HOST:PORT, besides
-	// those the node itself uses (PostgreSQL, the registry, S3), which are
-	// always denied.
+	// InstanceDeny are more cluster endpoints instances must never reach,
+	// as CIDR, IP, HOST, IP:PORT or HOST:PORT, besides those the node
+	// itself uses (PostgreSQL, the registry, S3) and the other nodes of the
+	// node table (envd.ClusterConfig.Peers), which are always denied.
 	InstanceDeny []string
 	// BuildEgress is build containers' egress policy (default open); see
 	// envd.Config.BuildEgress.
@@ -197,6 +214,13 @@ const (
 	// DefaultSquashAfter: a version deeper than this many layers is
 	// squashed (docs/BENCHMARKS.md, "Squash").
 	DefaultSquashAfter = 10
+	// DefaultMemory is the memory limit of instances whose project sets
+	// none (`envd up --default-memory`): enough for a compiler or a
+	// language server, and a ceiling on what one runaway instance takes
+	// from its neighbours.
+	DefaultMemory = 2 << 30
+	// DefaultMemoryOvercommit is Config.MemoryOvercommit's default.
+	DefaultMemoryOvercommit = 10.0
 )
 
 // The formats of NewLogger.
@@ -233,16 +257,18 @@ func DefaultConfig() Config {
 		BuildEgress: string(runtime.EgressOpen),
 		LogFormat:   DefaultLogFormat,
 		// What envd up gives instances whose project sets no limit.
-		DefaultLimits: types.Limits{Pids: 4096, DiskBytes: 10 << 30},
-		Limits:        envd.DefaultTenantLimits,
-		ShutdownGrace: DefaultShutdownGrace,
-		SSHListen:     DefaultSSHListen,
-		IdleAction:    types.IdleActionStop,
-		WakeWait:      envd.DefaultWakeWait,
-		SquashAfter:   DefaultSquashAfter,
-		Lease:         envd.DefaultLease,
-		SweepInterval: envd.DefaultSweepInterval,
-		Placement:     envd.PlacementSpread,
+		DefaultLimits:    types.Limits{MemoryBytes: DefaultMemory, Pids: 4096, DiskBytes: 10 << 30},
+		DiskOvercommit:   runtime.DefaultDiskOvercommit,
+		MemoryOvercommit: DefaultMemoryOvercommit,
+		Limits:           envd.DefaultTenantLimits,
+		ShutdownGrace:    DefaultShutdownGrace,
+		SSHListen:        DefaultSSHListen,
+		IdleAction:       types.IdleActionStop,
+		WakeWait:         envd.DefaultWakeWait,
+		SquashAfter:      DefaultSquashAfter,
+		Lease:            envd.DefaultLease,
+		SweepInterval:    envd.DefaultSweepInterval,
+		Placement:        envd.PlacementSpread,
 	}
 }
 
@@ -388,6 +414,15 @@ func withDefaults(cfg Config) (_ Config, err error) {
 	}
 	if cfg.ShutdownGrace == 0 {
 		cfg.ShutdownGrace = d.ShutdownGrace
+	}
+	if cfg.DiskOvercommit == 0 {
+		cfg.DiskOvercommit = d.DiskOvercommit
+	}
+	if cfg.MemoryOvercommit == 0 {
+		cfg.MemoryOvercommit = d.MemoryOvercommit
+	}
+	if cfg.DiskOvercommit < 1 || cfg.MemoryOvercommit < 1 {
+		return cfg, fmt.Errorf("disk overcommit %g, memory overcommit %g: each 1 or more: %w", cfg.DiskOvercommit, cfg.MemoryOvercommit, errdefs.ErrInvalidArgument)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

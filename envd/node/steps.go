@@ -163,6 +163,9 @@ type containerdPart struct {
 // PostgreSQL, both outlive envd; only Shutdown stops them.
 func (n *Node) startContainerd(ctx context.Context, reg registryPart) (containerdPart, error) {
 	cfg := n.cfg
+	if err := n.checkRunc(ctx, "", runcChangelog); err != nil {
+		return containerdPart{}, err
+	}
 	if cfg.Containerd != "" {
 		n.components["containerd"] = "external at " + cfg.Containerd
 		return containerdPart{addr: cfg.Containerd}, nil
@@ -191,6 +194,41 @@ func (n *Node) startContainerd(ctx context.Context, reg registryPart) (container
 	return c, nil
 }
 
+// runcChangelog is where Debian and Ubuntu install the changelog of their
+// runc package (runtime.CheckRunc).
+const runcChangelog = "/usr/share/doc/runc/changelog.Debian.gz"
+
+// checkRunc refuses a runc without the CVE-2024-21626 fix (a warning
+// instead with Config.AllowVulnerableRunc) and shows the runc in envd
+// info. path "" = the runc the node's containerd runs (runtime.FindRunc;
+// an external containerd is assumed to use the one on PATH too).
+func (n *Node) checkRunc(ctx context.Context, path, changelog string) error {
+	cfg := n.cfg
+	if path == "" {
+		var err error
+		if path, err = runtime.FindRunc(""); err != nil {
+			return err
+		}
+	}
+	info, err := runtime.CheckRunc(ctx, path, changelog)
+	if err != nil {
+		return fmt.Errorf("runc: %w", err)
+	}
+	n.components["runc"] = fmt.Sprintf("%s %s (%s)", info.Path, info.Version, info.Why)
+	if info.Fixed {
+		return nil
+	}
+	if cfg.AllowVulnerableRunc {
+		cfg.Logger.Error("runc lacks the fix of CVE-2024-21626: a tenant's image or exec can reach the host's filesystem; "+
+			"starting anyway (--allow-vulnerable-runc)", "runc", info.Path, "version", info.Version, "why", info.Why)
+		n.components["runc"] += "; VULNERABLE to CVE-2024-21626, allowed by --allow-vulnerable-runc"
+		return nil
+	}
+	return fmt.Errorf("runc %s at %s lacks the fix of CVE-2024-21626 (%s): install runc %s or newer, or a distribution build that backports it "+
+		"(Debian 12: 1.1.5+ds1-1+deb12u1), or start with --allow-vulnerable-runc (ENVD_ALLOW_VULNERABLE_RUNC=1) to run anyway: %w",
+		info.Version, info.Path, info.Why, runtime.MinRuncVersion, errdefs.ErrFailedPrecondition)
+}
+
 // startRuntime connects the container runtime to containerd, with the
 // node's network (instances never reach the node's own services) and
 // registry credentials.
@@ -204,6 +242,7 @@ func (n *Node) startRuntime(ctx context.Context, db database, reg registryPart, 
 		LazySnapshotter:     ctrd.lazy,
 		DisableDiskLimit:    cfg.DisableDiskLimit,
 		DiskReserveBytes:    cfg.DiskReserveBytes,
+		DiskOvercommit:      cfg.DiskOvercommit,
 		UserNS:              cfg.UserNS,
 		Unrestricted:        cfg.Unrestricted,
 	})

@@ -32,6 +32,7 @@ __all__ = [
     "TooLarge",
     "VolumeElsewhere",
     "JoinTokenInvalid",
+    "InsufficientCapacity",
     "Interrupted",
     "StreamError",
     "error_from_body",
@@ -195,6 +196,11 @@ class JoinTokenInvalid(EnvdError):
     code_name = "join_token_invalid"
 
 
+class InsufficientCapacity(EnvdError):
+    """503: The node (every node) has no room for the instance now; a node-level answer, not the tenant's quota. Retry later."""
+    code_name = "insufficient_capacity"
+
+
 class Interrupted(EnvdError):
     """An operation that envd stopped while it ran and could not resume (operations only)."""
     code_name = "interrupted"
@@ -216,7 +222,7 @@ _CLASSES: Dict[str, Type[EnvdError]] = {
         StaleGeneration, Conflict, FailedPrecondition, IdempotencyKeyReused, Canceled,
         Internal, Unavailable, DeadlineExceeded, QuotaExceeded, ResourceExhausted, StartFailed,
         Interrupted, Waking, PortUnreachable, TooLarge, VolumeElsewhere,
-        JoinTokenInvalid,
+        JoinTokenInvalid, InsufficientCapacity,
     )
 }
 
@@ -243,6 +249,7 @@ CODE_STATUS = {
     "too_large": 413,
     "volume_elsewhere": 409,
     "join_token_invalid": 401,
+    "insufficient_capacity": 503,
     "port_unreachable": 502,
     "invalid_argument": 400,
     "unauthenticated": 401,

@@ -54,6 +54,8 @@ export class PortUnreachableError extends EnvdError {}
 /** A request body is over a size limit of the node (details: limit_bytes); nothing changed. */
 export class TooLargeError extends EnvdError {}
 export class VolumeElsewhereError extends EnvdError {}
+/** The node (every node) has no room for the instance now: a node-level answer, not the tenant's quota; retry later. */
+export class InsufficientCapacityError extends EnvdError {}
 /** A join token is unknown, expired or used (details: reason). */
 export class JoinTokenInvalidError extends EnvdError {}
 /** An operation ended because envd stopped while it ran. */
@@ -91,6 +93,7 @@ const codes: Record<string, [ErrorClass, number]> = {
   too_large: [TooLargeError, 413],
   volume_elsewhere: [VolumeElsewhereError, 409],
   join_token_invalid: [JoinTokenInvalidError, 401],
+  insufficient_capacity: [InsufficientCapacityError, 503],
   interrupted: [InterruptedError, 500],
   waking: [WakingError, 503],
 };

@@ -517,6 +517,7 @@ export type ErrorCode = Open<
   | "too_large"
   | "volume_elsewhere"
   | "join_token_invalid"
+  | "insufficient_capacity"
 >;
 
 /** Go: types.ErrorDetail. */
