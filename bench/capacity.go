@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +23,8 @@ import (
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	envdclient "github.com/envd-dev/envd/client"
+	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/envd/node"
 )
 
 // capacityClients is how many clients the API part of the capacity scenario
@@ -38,6 +41,9 @@ const capacityRounds = 10
 // latency for list, get and exec with 50 concurrent clients, and the time
 // to start and remove them all. Start and rm latency are reported by tenth
 // of the run, so a cost that grows with the number of instances shows.
+// With cfg.capacityNodes > 1 the same runs through that many nodes on this
+// machine: the instances are created through the primary's API, envd
+// places them, and memory and disk are summed over every node's parts.
 func runCapacity(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 	started := time.Now()
 	load0 := loadAvg()
@@ -51,6 +57,28 @@ func runCapacity(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 	}()
 	if err != nil {
 		return err
+	}
+	nodes := []*node.Node{b.primary}
+	joins, err := startCapacityJoins(ctx, b, cfg.capacityNodes-1)
+	// Registered after the bed's close, so it runs first: the joining
+	// nodes use the primary's PostgreSQL and registry.
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
+		defer cancel()
+		for _, jn := range joins {
+			jn.Shutdown(sctx)
+		}
+	}()
+	if err != nil {
+		return err
+	}
+	nodes = append(nodes, joins...)
+	multi := len(nodes) > 1
+	byName := map[string]*node.Node{}
+	var names []string
+	for _, n := range nodes {
+		byName[n.Name()] = n
+		names = append(names, n.Name())
 	}
 	type group struct {
 		name, project, base string
@@ -74,22 +102,41 @@ func runCapacity(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 	if err != nil {
 		return err
 	}
-	mem := capacityMem{node: b, addr: filepath.Join(b.primary.DataDir(), "containerd", "containerd.sock")}
+	mem := capacityMem{nodes: nodes}
 	var w bytes.Buffer
 	header(&w)
 	fmt.Fprintf(&w, "Load average (1, 5, 15 min) at the start: %s.\n\n", load0)
+	if multi {
+		fmt.Fprintf(&w, "%d nodes on this machine: the primary and %d joining nodes (`node.Start` with the primary's PostgreSQL and registry, data dirs on the same file system), "+
+			"each with `envd up`'s default limits and spread placement. Instances are created through the primary's API and placed by envd; "+
+			"memory and disk are summed over all nodes' parts. All nodes run in this process.\n\n", len(nodes), len(joins))
+	}
 
 	for _, g := range groups {
 		if _, err := b.c.CreateProject(ctx, types.CreateProjectRequest{Name: g.project, Base: g.base, Compression: "estargz"}); err != nil {
 			return err
 		}
 		// One start and rm first, so the image is pulled and the measured
-		// starts are of a cached version.
-		in, err := b.up(ctx, g.project, 0)
-		if err != nil {
-			return err
+		// starts are of a cached version. With more nodes, one start per
+		// node, all kept until the last: envd's spread (a tenant's
+		// instance already on a node outweighs having the image) puts
+		// each on another node.
+		warm := make([]string, len(nodes))
+		var warmIDs []string
+		for i := range nodes {
+			in, err := b.up(ctx, g.project, 0)
+			if err != nil {
+				return err
+			}
+			warmIDs = append(warmIDs, in.ID)
+			warm[i] = in.Node
 		}
-		b.remove(ctx, b.c, in.ID)
+		for _, id := range warmIDs {
+			b.remove(ctx, b.c, id)
+		}
+		if multi {
+			logf("capacity: warm-up starts of %s on %s", g.name, placementText(placementCounts(names, warm)))
+		}
 		goruntime.GC()
 		before, err := mem.sample(nil)
 		if err != nil {
@@ -98,6 +145,7 @@ func runCapacity(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 		freeBefore := diskFree(b.primary.DataDir())
 		logf("capacity: starting %d %s instances", g.count, g.name)
 		ids := make([]string, g.count)
+		placed := make([]string, g.count) // node of ids[i]
 		startLat := make([]time.Duration, g.count)
 		t := time.Now()
 		if err := parallel(ctx, g.count, 4, func(i int) error {
@@ -110,7 +158,7 @@ func runCapacity(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 			if in.State != types.StateRunning {
 				return fmt.Errorf("instance %s is %s: %s", in.ID, in.State, in.Message)
 			}
-			ids[i] = in.ID
+			ids[i], placed[i] = in.ID, in.Node
 			return nil
 		}); err != nil {
 			return fmt.Errorf("start %s instances: %w", g.name, err)
@@ -119,12 +167,16 @@ func runCapacity(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 		logf("capacity: %d %s instances started in %s", g.count, g.name, seconds(startAll))
 		time.Sleep(5 * time.Second) // settle: inits idle, page cache of the start written back
 		goruntime.GC()
-		after, err := mem.sample(ids)
+		nodeOf := map[string]string{}
+		for i, id := range ids {
+			nodeOf[id] = placed[i]
+		}
+		after, err := mem.sample(nodeOf)
 		if err != nil {
 			return err
 		}
 		load := loadAvg()
-		disk, err := layerDisk(b, ids)
+		disk, err := layerDisk(b, byName, ids, placed)
 		if err != nil {
 			return err
 		}
@@ -155,31 +207,64 @@ func runCapacity(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 		fmt.Fprintf(&w, "#### %d idle %s instances\n\n", g.count, g.name)
 		fmt.Fprintf(&w, "Started 4 at a time through the API (version already pulled): %s in all; removed 4 at a time: %s. Load average after the starts: %s.\n\n",
 			seconds(startAll), seconds(rmAll), load)
+		counts := placementCounts(names, placed)
+		if multi {
+			fmt.Fprintf(&w, "Placed by envd through the primary's API (instances per node): %s. Warm-up starts (image pull) landed on: %s.\n\n",
+				placementText(counts), placementText(placementCounts(names, warm)))
+		}
 		fmt.Fprintf(&w, "Memory per instance (after the starts minus before, divided by %d; PSS from /proc/PID/smaps_rollup, cgroup usage from the memory controller):\n\n", g.count)
 		perInst := func(a, b int64) string { return fmt.Sprintf("%.2f MB", float64(a-b)/n/1e6) }
+		heapWhat, ctrdWhat, pgWhat := "this process: envd's node, its FUSE server and the bench", "the node's daemon", "the node's cluster, all its processes"
+		if multi {
+			heapWhat = fmt.Sprintf("this process: envd's %d nodes, their FUSE servers and the bench", len(nodes))
+			ctrdWhat = fmt.Sprintf("the %d nodes' daemons", len(nodes))
+			pgWhat = "the primary's cluster, all its processes (the joining nodes use it)"
+		}
 		mdTable(&w, []string{"part", "per instance", "total after", "what"}, 1, [][]string{
 			{"shims (containerd-shim-runc-v2)", perInst(after.shims, before.shims), megabytes(after.shims) + " MB", fmt.Sprintf("%d shim processes", after.nShims)},
 			{"instance cgroups (init, page cache of its writes)", perInst(after.cgroups, before.cgroups), megabytes(after.cgroups) + " MB", "memory.usage_in_bytes"},
-			{"envd + embedded stargz FUSE (Go heap in use)", perInst(after.goHeap, before.goHeap), megabytes(after.goHeap) + " MB", "this process: envd's node, its FUSE server and the bench"},
+			{"envd + embedded stargz FUSE (Go heap in use)", perInst(after.goHeap, before.goHeap), megabytes(after.goHeap) + " MB", heapWhat},
 			{"envd + embedded stargz FUSE (process PSS)", perInst(after.self, before.self), megabytes(after.self) + " MB", "this process"},
-			{"containerd", perInst(after.containerd, before.containerd), megabytes(after.containerd) + " MB", "the node's daemon"},
-			{"PostgreSQL", perInst(after.postgres, before.postgres), megabytes(after.postgres) + " MB", "the node's cluster, all its processes"},
+			{"containerd", perInst(after.containerd, before.containerd), megabytes(after.containerd) + " MB", ctrdWhat},
+			{"PostgreSQL", perInst(after.postgres, before.postgres), megabytes(after.postgres) + " MB", pgWhat},
 			{"kernel slab (overlay, mounts, namespaces; machine-wide)", perInst(after.slab, before.slab), megabytes(after.slab) + " MB", "/proc/meminfo Slab, shared machine: noisy"},
 			{"sum of the above (PSS rows once)", perInst(after.sum(), before.sum()), megabytes(after.sum()) + " MB", ""},
 		})
 		fmt.Fprintln(&w)
+		if multi {
+			fmt.Fprintln(&w, "By node (after the starts; the rows above are these summed, plus this process, PostgreSQL and slab):")
+			fmt.Fprintln(&w)
+			var rows [][]string
+			for _, c := range counts {
+				a, bf := after.perNode[c.node], before.perNode[c.node]
+				rows = append(rows, []string{c.node, strconv.Itoa(c.n), strconv.Itoa(a.nShims), megabytes(a.shims) + " MB", megabytes(a.cgroups) + " MB",
+					megabytes(a.containerd) + " MB", fmt.Sprintf("%+.1f MB", float64(a.containerd-bf.containerd)/1e6), megabytes(disk.usedBy[c.node]) + " MB"})
+			}
+			mdTable(&w, []string{"node", "instances", "shims", "shims PSS", "instance cgroups", "containerd PSS", "containerd change", "writable layers (blocks)"}, 1, rows)
+			fmt.Fprintln(&w)
+		}
 		fmt.Fprintf(&w, "Limits of each instance (the node's defaults): %s. Disk per instance (writable layers are ext4 images, thinly provisioned at overcommit %g):\n\n",
 			disk.limits, disk.overcommit)
+		dataDirPart, layerPart := "data dir's file system (free before minus after)", "writable layer, blocks on the node's disk"
+		if multi {
+			dataDirPart, layerPart = "all nodes' data dirs' file system (free before minus after)", "writable layer, blocks on the nodes' disk"
+		}
 		mdTable(&w, []string{"part", "per instance", "total", "what"}, 1, [][]string{
-			{"writable layer, blocks on the node's disk", fmt.Sprintf("%.2f MB", float64(disk.used)/n/1e6), megabytes(disk.used) + " MB", "st_blocks of the layer images"},
+			{layerPart, fmt.Sprintf("%.2f MB", float64(disk.used)/n/1e6), megabytes(disk.used) + " MB", "st_blocks of the layer images"},
 			{"writable layer, limit", fmt.Sprintf("%.2f GB", float64(disk.limit)/n/1e9), fmt.Sprintf("%.1f GB", float64(disk.limit)/1e9), "what the limits would reserve in full"},
-			{"data dir's file system (free before minus after)", fmt.Sprintf("%.2f MB", float64(disk.dataDir)/n/1e6), megabytes(disk.dataDir) + " MB", "images, snapshots, state; the machine is shared: noisy"},
+			{dataDirPart, fmt.Sprintf("%.2f MB", float64(disk.dataDir)/n/1e6), megabytes(disk.dataDir) + " MB", "images, snapshots, state; the machine is shared: noisy"},
 		})
 		fmt.Fprintln(&w)
 		fmt.Fprintf(&w, "Exec agents after the API phase (every instance's init starts its agent, so the instance cgroups row above counts them): %d agents, %s MB PSS in all, %.2f MB each.",
 			nAgents, megabytes(agentsPSS), float64(agentsPSS)/float64(max(nAgents, 1))/1e6)
-		if err := b.primary.Runtime().AgentErr(); err != nil {
-			fmt.Fprintf(&w, " Last failed agent start: %v.", err)
+		for _, nd := range nodes {
+			if err := nd.Runtime().AgentErr(); err != nil {
+				if multi {
+					fmt.Fprintf(&w, " Last failed agent start on %s: %v.", nd.Name(), err)
+				} else {
+					fmt.Fprintf(&w, " Last failed agent start: %v.", err)
+				}
+			}
 		}
 		fmt.Fprint(&w, "\n\n")
 		fmt.Fprintf(&w, "API with %d concurrent clients of one tenant over %d instances (each client %d requests of each kind, interleaved; list = one page of up to 100; exec = `true` in a random instance). "+
@@ -313,15 +398,23 @@ func execAgents() (n int, total int64) {
 	return n, total
 }
 
-// capacityMem reads the memory of a node's parts.
+// capacityMem reads the memory of the nodes' parts.
 type capacityMem struct {
-	node *bed
-	addr string // containerd socket
+	nodes []*node.Node // the primary first
 }
 
 type memSample struct {
 	shims, cgroups, goHeap, self, containerd, postgres, slab int64
 	nShims                                                   int
+	// perNode is the shims, cgroups and containerd of each node by name;
+	// the fields above are their sums.
+	perNode map[string]nodeMem
+}
+
+// nodeMem is what one node's own processes and instances take.
+type nodeMem struct {
+	shims, cgroups, containerd int64
+	nShims                     int
 }
 
 // sum counts each part once: the Go heap is inside the process's PSS.
@@ -329,15 +422,15 @@ func (s memSample) sum() int64 {
 	return s.shims + s.cgroups + s.self + s.containerd + s.postgres + s.slab
 }
 
-// sample reads every part; cgroups of the given instance ids.
-func (m capacityMem) sample(ids []string) (memSample, error) {
-	var s memSample
+// sample reads every part; cgroups of the instances in nodeOf (instance
+// id to the name of the node it runs on).
+func (m capacityMem) sample(nodeOf map[string]string) (memSample, error) {
+	s := memSample{perNode: map[string]nodeMem{}}
 	var ms goruntime.MemStats
 	goruntime.ReadMemStats(&ms)
 	s.goHeap = int64(ms.HeapInuse)
 	s.self = pss(os.Getpid())
 	s.slab = meminfo("Slab")
-	dataDir := m.node.primary.DataDir()
 	procs, err := os.ReadDir("/proc")
 	if err != nil {
 		return s, err
@@ -355,14 +448,25 @@ func (m capacityMem) sample(ids []string) (memSample, error) {
 		}
 		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
 		cmdline := strings.Join(args, " ")
-		switch base := filepath.Base(args[0]); {
-		case base == "containerd-shim-runc-v2" && strings.Contains(cmdline, m.addr):
-			s.shims += pss(pid)
-			s.nShims++
-		case base == "containerd" && strings.Contains(cmdline, dataDir):
-			s.containerd += pss(pid)
-		case strings.HasSuffix(base, "postgres") && strings.Contains(cmdline, dataDir):
-			postmaster = pid
+		base := filepath.Base(args[0])
+		for _, nd := range m.nodes {
+			dataDir := nd.DataDir()
+			pm := s.perNode[nd.Name()]
+			switch {
+			case base == "containerd-shim-runc-v2" && mentionsPath(cmdline, filepath.Join(dataDir, "containerd", "containerd.sock")):
+				v := pss(pid)
+				s.shims += v
+				s.nShims++
+				pm.shims += v
+				pm.nShims++
+			case base == "containerd" && mentionsPath(cmdline, dataDir):
+				v := pss(pid)
+				s.containerd += v
+				pm.containerd += v
+			case strings.HasSuffix(base, "postgres") && mentionsPath(cmdline, dataDir):
+				postmaster = pid // only the primary runs one
+			}
+			s.perNode[nd.Name()] = pm
 		}
 		if pp := ppid(pid); pp > 0 {
 			children[pp] = append(children[pp], pid)
@@ -374,7 +478,7 @@ func (m capacityMem) sample(ids []string) (memSample, error) {
 			s.postgres += pss(c)
 		}
 	}
-	for _, id := range ids {
+	for id, nd := range nodeOf {
 		matches, _ := filepath.Glob("/sys/fs/cgroup/memory/envd-*/*/" + id + "/memory.usage_in_bytes")
 		if len(matches) != 1 {
 			return s, fmt.Errorf("memory cgroup of instance %s: %d matches", id, len(matches))
@@ -385,28 +489,125 @@ func (m capacityMem) sample(ids []string) (memSample, error) {
 		}
 		v, _ := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
 		s.cgroups += v
+		pm := s.perNode[nd]
+		pm.cgroups += v
+		s.perNode[nd] = pm
 	}
 	return s, nil
 }
 
-// diskUse is what a group of instances takes of the node's disk.
+// mentionsPath tells whether a command line names path itself or a file
+// below it, so that a node's data dir .../cap-node-2 does not match the
+// processes of .../cap-node-20.
+func mentionsPath(cmdline, path string) bool {
+	for i := 0; ; {
+		j := strings.Index(cmdline[i:], path)
+		if j < 0 {
+			return false
+		}
+		end := i + j + len(path)
+		if end == len(cmdline) || strings.ContainsRune(" /=,:\"'", rune(cmdline[end])) {
+			return true
+		}
+		i = i + j + 1
+	}
+}
+
+// startCapacityJoins starts n joining nodes for the capacity scenario, on
+// the primary's PostgreSQL and registry, each with `envd up`'s default
+// limits and placement (spread) and a data dir below the bed's, which
+// close removes. It returns the nodes started, also on error; the caller
+// shuts them down before the primary.
+func startCapacityJoins(ctx context.Context, b *bed, n int) ([]*node.Node, error) {
+	var joins []*node.Node
+	if n <= 0 {
+		return nil, nil
+	}
+	nodeCred, _ := b.primary.RegistryCredentialFiles()
+	d := node.DefaultConfig()
+	for i := 2; i <= n+1; i++ {
+		t := time.Now()
+		jn, err := node.Start(ctx, node.Config{DataDir: filepath.Join(b.dir, fmt.Sprintf("cap-node-%d", i)), DSN: b.primary.DSN(),
+			Registry: b.primary.RegistryAddr(), RegistryCredentialFile: nodeCred, DefaultTTL: 2 * time.Hour, Logger: b.log,
+			SquashAfter: b.cfg.squashAfter, DefaultLimits: d.DefaultLimits, Placement: envd.PlacementSpread})
+		if err != nil {
+			return joins, fmt.Errorf("start joining node %d: %w", i, err)
+		}
+		joins = append(joins, jn)
+		logf("joining node %s: %s, up in %s", jn.Name(), jn.URL, seconds(time.Since(t)))
+	}
+	return joins, nil
+}
+
+// nodeCount is how many instances landed on a node.
+type nodeCount struct {
+	node string
+	n    int
+}
+
+// placementCounts counts placed (the node of each instance) by node: every
+// node of order in that order, those with none too, then any node not in
+// order (an instance placed on an unexpected node shows, it is not
+// dropped) by name.
+func placementCounts(order, placed []string) []nodeCount {
+	by := map[string]int{}
+	for _, p := range placed {
+		by[p]++
+	}
+	var out []nodeCount
+	for _, o := range order {
+		out = append(out, nodeCount{o, by[o]})
+		delete(by, o)
+	}
+	var rest []string
+	for k := range by {
+		rest = append(rest, k)
+	}
+	slices.Sort(rest)
+	for _, k := range rest {
+		name := k
+		if name == "" {
+			name = "(no node given)"
+		}
+		out = append(out, nodeCount{name, by[k]})
+	}
+	return out
+}
+
+// placementText is counts as "a 2, b 0, c 1".
+func placementText(counts []nodeCount) string {
+	parts := make([]string, len(counts))
+	for i, c := range counts {
+		parts[i] = fmt.Sprintf("%s %d", c.node, c.n)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// diskUse is what a group of instances takes of the nodes' disk.
 type diskUse struct {
 	used, limit, dataDir int64
+	usedBy               map[string]int64 // used, by node name
 	limits               string
 	overcommit           float64
 }
 
-// layerDisk sums the writable-layer images of ids and reads the limits the
-// first one runs with.
-func layerDisk(b *bed, ids []string) (diskUse, error) {
-	d := diskUse{overcommit: b.primary.Runtime().DiskOvercommit()}
-	for _, id := range ids {
-		u, err := b.primary.Runtime().DiskUsage(id)
+// layerDisk sums the writable-layer images of ids (ids[i] runs on the
+// node named placed[i], one of nodes) and reads the limits the first one
+// runs with.
+func layerDisk(b *bed, nodes map[string]*node.Node, ids, placed []string) (diskUse, error) {
+	d := diskUse{overcommit: b.primary.Runtime().DiskOvercommit(), usedBy: map[string]int64{}}
+	for i, id := range ids {
+		nd, ok := nodes[placed[i]]
+		if !ok {
+			return d, fmt.Errorf("instance %s is on node %q, not one of the bench's", id, placed[i])
+		}
+		u, err := nd.Runtime().DiskUsage(id)
 		if err != nil {
 			return d, err
 		}
 		d.used += u.UsedBytes
 		d.limit += u.LimitBytes
+		d.usedBy[placed[i]] += u.UsedBytes
 	}
 	if len(ids) > 0 {
 		in, err := b.c.GetInstance(context.Background(), ids[0])

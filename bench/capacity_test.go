@@ -67,3 +67,32 @@ func TestLatencySide(t *testing.T) {
 	assert.Equal(t, 2*time.Millisecond, median(s.samples[latExec]))
 	assert.Empty(t, s.samples[latSave])
 }
+
+func TestPlacementCounts(t *testing.T) {
+	order := []string{"primary", "b", "c"}
+	got := placementCounts(order, []string{"c", "primary", "b", "c", "x", ""})
+	assert.Equal(t, []nodeCount{{"primary", 1}, {"b", 1}, {"c", 2}, {"(no node given)", 1}, {"x", 1}}, got,
+		"every node in order, then instances on nodes not in order, none dropped")
+	assert.Equal(t, "primary 1, b 1, c 2, (no node given) 1, x 1", placementText(got))
+
+	got = placementCounts(order, []string{"primary", "primary"})
+	assert.Equal(t, "primary 2, b 0, c 0", placementText(got), "a node that took none shows with 0")
+}
+
+func TestMentionsPath(t *testing.T) {
+	for _, tc := range []struct {
+		cmdline, path string
+		want          bool
+	}{
+		{"containerd --config /w/nodes/cap-node-2/containerd/config.toml", "/w/nodes/cap-node-2", true},
+		{"containerd --config /w/nodes/cap-node-20/containerd/config.toml", "/w/nodes/cap-node-2", false},
+		{"postgres -D /w/nodes/primary/postgres", "/w/nodes/primary", true},
+		{"postgres -D /w/nodes/primary", "/w/nodes/primary", true},
+		{"shim -address /w/nodes/cap-node-2/containerd/containerd.sock -id x", "/w/nodes/cap-node-2/containerd/containerd.sock", true},
+		{"shim -address /w/nodes/cap-node-2/containerd/containerd.sock.ttrpc", "/w/nodes/cap-node-2/containerd/containerd.sock", false},
+		{"x --root=/w/nodes/cap-node-2x /w/nodes/cap-node-2", "/w/nodes/cap-node-2", true},
+		{"containerd", "/w/nodes/primary", false},
+	} {
+		assert.Equal(t, tc.want, mentionsPath(tc.cmdline, tc.path), "%q in %q", tc.path, tc.cmdline)
+	}
+}

@@ -42,7 +42,9 @@
 //   - capacity: -capacity busybox and -capacity-debian Debian instances
 //     started on one node with `envd up`'s default limits (2 GiB memory,
 //     10 GiB thinly provisioned disk): memory and disk per instance, API
-//     latency under 50 clients, time to start and remove them all.
+//     latency under 50 clients, time to start and remove them all. With
+//     -capacity-nodes N > 1, through N nodes on this machine (the primary
+//     and N-1 joining nodes), placed by envd from the primary's API.
 //
 //   - all: every scenario, in this order.
 //
@@ -105,6 +107,9 @@ type config struct {
 	// capacity and capacityDebian are the capacity scenario's instance
 	// counts (busybox, Debian).
 	capacity, capacityDebian int
+	// capacityNodes is how many nodes the capacity scenario runs: the
+	// primary and capacityNodes-1 joining nodes (1 = the primary alone).
+	capacityNodes int
 	// cpuProfile, if set, is the prefix of CPU profiles of the save
 	// scenario's envd runs (PREFIX.VARIANT.RUN.pprof).
 	cpuProfile string
@@ -126,6 +131,7 @@ func main() {
 	flag.IntVar(&cfg.latencyRuns, "latency-runs", 50, "latency scenario: rounds")
 	flag.IntVar(&cfg.capacity, "capacity", 100, "capacity scenario: busybox instances")
 	flag.IntVar(&cfg.capacityDebian, "capacity-debian", 20, "capacity scenario: Debian instances (0: none)")
+	flag.IntVar(&cfg.capacityNodes, "capacity-nodes", 1, "capacity scenario: nodes on this machine, the primary and N-1 joining nodes, each with envd up's default limits; instances are placed by envd through the primary's API")
 	pprofAddr := flag.String("pprof", "", "serve net/http/pprof of this process (the node runs in it) on this loopback address, e.g. 127.0.0.1:6061")
 	flag.StringVar(&cfg.bridge, "bridge", "envdbench0", "bridge interface of the instance network")
 	flag.StringVar(&cfg.subnet, "subnet", "10.231.7.0/24", "IPv4 subnet of the instance network")
@@ -155,6 +161,10 @@ func main() {
 	}
 	if cfg.runs < 1 {
 		fmt.Fprintln(os.Stderr, "bench: -runs must be at least 1")
+		os.Exit(2)
+	}
+	if cfg.capacityNodes < 1 {
+		fmt.Fprintln(os.Stderr, "bench: -capacity-nodes must be at least 1")
 		os.Exit(2)
 	}
 	if os.Geteuid() != 0 {
