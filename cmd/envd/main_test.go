@@ -61,7 +61,7 @@ func TestFlagsConfig(t *testing.T) {
 				c := node.DefaultConfig()
 				// Every instance gets a memory limit unless its project sets one.
 				require.Equal(t, int64(2<<30), c.DefaultLimits.MemoryBytes)
-				require.Equal(t, 10.0, c.DiskOvercommit)
+				require.Equal(t, 50.0, c.DiskOvercommit)
 				require.Equal(t, 10.0, c.MemoryOvercommit)
 				return c
 			}()},
