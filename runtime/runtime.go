@@ -157,6 +157,12 @@ type Runtime struct {
 	cgroups  cgroupSupport
 	ooms     oomLog
 	agents   *agents
+	// cgroupMu: task creations hold it shared while runc makes the
+	// instance's cgroup under /envd-SCOPE/NAMESPACE; removeCgroupParents
+	// holds it alone, so it never removes a parent runc is creating a
+	// child in (runc's cpuset setup makes each level in turn and failed
+	// with ENOENT when a removal's rmdir came between them).
+	cgroupMu sync.RWMutex
 
 	diskErr error      // why disk limits cannot be honoured; see disklimit.go
 	mkfs    string     // mkfs.ext4
@@ -576,7 +582,9 @@ func (r *Runtime) startTask(ctx context.Context, id, hostname string) (retErr er
 	if err != nil {
 		return err
 	}
+	r.cgroupMu.RLock()
 	t, err := c.NewTask(ctx, cio.NullIO)
+	r.cgroupMu.RUnlock()
 	if err != nil {
 		return startErr(err, "create task of instance %q", id)
 	}
@@ -1222,6 +1230,8 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 // empty; runc removes only the instance's own cgroup. rmdir fails on a
 // cgroup with children, so this cannot touch a running instance.
 func (r *Runtime) removeCgroupParents() {
+	r.cgroupMu.Lock()
+	defer r.cgroupMu.Unlock()
 	parent := filepath.Dir(r.cgroupPath("x"))
 	hierarchies, _ := filepath.Glob("/sys/fs/cgroup/*")
 	hierarchies = append(hierarchies, "/sys/fs/cgroup")
