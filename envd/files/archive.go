@@ -88,18 +88,11 @@ func (r *Root) WriteArchive(ctx context.Context, p string, w io.Writer, format s
 
 // walkArchive writes the tar of rel to w, on actor a.
 func (r *Root) walkArchive(ctx context.Context, a *actor, rel string, w io.Writer) error {
-	fd, err := r.resolve(rel, unix.O_PATH, true)
+	fd, st, err := r.openTyped(rel)
 	if err != nil {
-		return pathError(abs(rel), err)
-	}
-	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return pathError(abs(rel), err)
-	}
-	if err := checkType(&st, abs(rel)); err != nil {
 		return err
 	}
+	defer unix.Close(fd)
 	if err := checkFS(fd, abs(rel)); err != nil {
 		return err
 	}
@@ -323,4 +316,23 @@ func (l *limitReader) Read(b []byte) (int, error) {
 		return 0, tooLarge(l.p, l.limit)
 	}
 	return n, err
+}
+
+// openTyped opens rel (O_PATH, following a final symlink inside the root)
+// and stats it, refusing what the file API does not serve (checkType).
+// The caller closes fd.
+func (r *Root) openTyped(rel string) (fd int, st unix.Stat_t, err error) {
+	fd, err = r.resolve(rel, unix.O_PATH, true)
+	if err != nil {
+		return -1, st, pathError(abs(rel), err)
+	}
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, st, pathError(abs(rel), err)
+	}
+	if err := checkType(&st, abs(rel)); err != nil {
+		unix.Close(fd)
+		return -1, st, err
+	}
+	return fd, st, nil
 }

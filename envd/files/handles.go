@@ -145,18 +145,11 @@ func (r *Root) SetAttrs(ctx context.Context, p string, a Attrs) error {
 		return err
 	}
 	return r.as(func() error {
-		fd, err := r.resolve(rel, unix.O_PATH, true)
+		fd, st, err := r.openTyped(rel)
 		if err != nil {
-			return pathError(abs(rel), err)
-		}
-		defer unix.Close(fd)
-		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err != nil {
-			return pathError(abs(rel), err)
-		}
-		if err := checkType(&st, abs(rel)); err != nil {
 			return err
 		}
+		defer unix.Close(fd)
 		if err := checkFS(fd, abs(rel)); err != nil {
 			return err
 		}

@@ -222,18 +222,11 @@ func (r *Root) OpenFile(ctx context.Context, p string) (*os.File, types.FileInfo
 		fi types.FileInfo
 	)
 	err = r.as(func() error {
-		fd, err := r.resolve(rel, unix.O_PATH, true)
+		fd, st, err := r.openTyped(rel)
 		if err != nil {
-			return pathError(abs(rel), err)
-		}
-		defer unix.Close(fd)
-		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err != nil {
-			return pathError(abs(rel), err)
-		}
-		if err := checkType(&st, abs(rel)); err != nil {
 			return err
 		}
+		defer unix.Close(fd)
 		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 			return fmt.Errorf("path %q is a directory, not a file: %w", abs(rel), errdefs.ErrFailedPrecondition)
 		}
