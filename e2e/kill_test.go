@@ -71,20 +71,11 @@ func (p *envdProcess) kill(t *testing.T) {
 // save.
 func TestRootKillDuringSave(t *testing.T) {
 	bin := buildEnvd(t)
-	dir, err := os.MkdirTemp("", "envd-e2e-kill-")
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(dir, 0o755))
-	dataDir := filepath.Join(dir, "data")
-	require.NoError(t, os.MkdirAll(dataDir, 0o755))
-	t.Cleanup(func() {
-		out, err := exec.Command(bin, "down", "--data-dir", dataDir).CombinedOutput()
-		assert.NoError(t, err, "envd down: %s", out)
-		_ = os.RemoveAll(dir)
-	})
+	dataDir := killDataDir(t, bin)
 
 	c := context.Background()
 	p, cl := startEnvd(t, bin, dataDir)
-	_, err = cl.ImportImage(c, "fixture", bytes.NewReader(env.fixtureTar))
+	_, err := cl.ImportImage(c, "fixture", bytes.NewReader(env.fixtureTar))
 	require.NoError(t, err)
 	_, err = cl.CreateProject(c, types.CreateProjectRequest{Name: "killed", Base: "fixture"})
 	require.NoError(t, err)
@@ -137,4 +128,21 @@ func TestRootKillDuringSave(t *testing.T) {
 	res, err = cl.Exec(c, b.ID, types.ExecRequest{Args: []string{"cat", "/marker"}})
 	require.NoError(t, err)
 	assert.Equal(t, "kept\n", res.Stdout)
+}
+
+// killDataDir is a data dir of its own for an envd the test kills; at the
+// end `envd down` stops what is left and the dir is removed.
+func killDataDir(t *testing.T, bin string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "envd-e2e-kill-")
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(dir, 0o755))
+	dataDir := filepath.Join(dir, "data")
+	require.NoError(t, os.MkdirAll(dataDir, 0o755))
+	t.Cleanup(func() {
+		out, err := exec.Command(bin, "down", "--data-dir", dataDir).CombinedOutput()
+		assert.NoError(t, err, "envd down: %s", out)
+		_ = os.RemoveAll(dir)
+	})
+	return dataDir
 }

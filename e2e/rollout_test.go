@@ -336,16 +336,7 @@ func awaitEvent(t *testing.T, c *client.Client, id, typ string) {
 // its new version, then rolled_back and on its old one), none skipped.
 func TestRootKillDuringRollout(t *testing.T) {
 	bin := buildEnvd(t)
-	dir, err := os.MkdirTemp("", "envd-e2e-kill-")
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(dir, 0o755))
-	dataDir := filepath.Join(dir, "data")
-	require.NoError(t, os.MkdirAll(dataDir, 0o755))
-	t.Cleanup(func() {
-		out, err := exec.Command(bin, "down", "--data-dir", dataDir).CombinedOutput()
-		assert.NoError(t, err, "envd down: %s", out)
-		_ = os.RemoveAll(dir)
-	})
+	dataDir := killDataDir(t, bin)
 	c := context.Background()
 	p, cl := startEnvd(t, bin, dataDir)
 	importBusyboxBaseTo(t, cl, "v1", "1")
