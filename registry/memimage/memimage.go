@@ -291,5 +291,5 @@ func fetchBlob(ctx context.Context, hc *http.Client, r name.Repository, digest s
 // rawManifest is a manifest remote.Put sends with its media type.
 type rawManifest []byte
 
-func (m rawManifest) RawManifest() ([]byte, error)         { return m, nil }
+func (m rawManifest) RawManifest() ([]byte, error)        { return m, nil }
 func (m rawManifest) MediaType() (types.MediaType, error) { return types.OCIManifestSchema1, nil }
