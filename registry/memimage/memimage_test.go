@@ -394,7 +394,9 @@ func pushRaw(t *testing.T, s *Store, ix Index, chunks []Blob) string {
 	raw, err := json.Marshal(ix)
 	require.NoError(t, err)
 	l := static.NewLayer(raw, IndexMediaType)
-	_, err = s.upload(ctx, r, opts, hc, l)
+	pusher, err := remote.NewPusher(opts...)
+	require.NoError(t, err)
+	_, err = s.upload(ctx, pusher, r, hc, l)
 	require.NoError(t, err)
 	d, _ := l.Digest()
 	m := v1.Manifest{SchemaVersion: 2, MediaType: types.OCIManifestSchema1, ArtifactType: ArtifactType,
@@ -410,4 +412,31 @@ func pushRaw(t *testing.T, s *Store, ix Index, chunks []Blob) string {
 	require.NoError(t, err)
 	require.NoError(t, remote.Put(r.Digest(h.String()), rawManifest(rawM), opts...))
 	return h.String()
+}
+
+// A checkpoint pushed into another repository (a fork into another
+// project) mounts the chunks its previous image holds instead of sending
+// them again.
+func TestPushMountsFromPreviousRepository(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := startStore(t)
+	src := imageDir(t, 4)
+	first, err := s.Push(ctx, PushRequest{Dir: src, Repo: repo})
+	require.NoError(t, err)
+
+	res, err := s.Push(ctx, PushRequest{Dir: src, Repo: "envd/projects/p2", Previous: &first.Artifact})
+	require.NoError(t, err)
+	assert.Equal(t, 0, res.UploadedBlobs, "no blob sent")
+	assert.Equal(t, res.Artifact.ManifestSize, res.Uploaded, "only the manifest is new")
+	assert.Equal(t, first.Artifact.Usage().Stored-first.Artifact.ManifestSize, res.Mounted)
+	dst := filepath.Join(t.TempDir(), "p2")
+	require.NoError(t, s.Pull(ctx, res.Artifact, dst), "the mounted blobs are readable in the new repository")
+	sameFiles(t, src, dst)
+
+	// Without a previous image, the other repository gets every blob.
+	res, err = s.Push(ctx, PushRequest{Dir: src, Repo: "envd/projects/p3"})
+	require.NoError(t, err)
+	assert.Equal(t, int64(0), res.Mounted)
+	assert.Equal(t, first.Uploaded, res.Uploaded)
 }

@@ -38,6 +38,11 @@ type PushRequest struct {
 	// Annotations go on the manifest (for example the engine and its
 	// version: runsc restores only images of its own build).
 	Annotations map[string]string
+	// Previous, when set, is the memory image this one follows (the
+	// instance's previous checkpoint), in Repo or another repository of the
+	// same registry: chunks Repo lacks that Previous holds are mounted from
+	// its repository instead of uploaded.
+	Previous *Artifact
 }
 
 // PushResult is a pushed artifact and what the push cost.
@@ -49,6 +54,9 @@ type PushResult struct {
 	Uploaded int64
 	// UploadedBlobs counts those blobs.
 	UploadedBlobs int
+	// Mounted is the bytes of chunks linked into Repo from
+	// PushRequest.Previous's repository rather than sent.
+	Mounted int64
 }
 
 // chunkRef is one chunk of one file of the image directory.
@@ -126,18 +134,47 @@ func (s *Store) Push(ctx context.Context, req PushRequest) (PushResult, error) {
 		layers = append(layers, v1.Descriptor{MediaType: ChunkMediaType, Size: c.n, Digest: h})
 	}
 
-	// 2. Chunk blobs the repository does not hold.
-	var uploaded atomic.Int64
-	var uploadedBlobs atomic.Int64
-	err = s.each(ctx, len(layers), func(ctx context.Context, k int) error {
-		l := layers[k]
-		c := first[l.Digest.String()]
-		n, err := s.upload(ctx, r, opts, hc, &chunkLayer{f: files[c.file], off: c.off, size: c.n, digest: l.Digest})
-		if n > 0 {
+	// 2. Chunk blobs the repository does not hold, mounted from the
+	// previous image's repository where it has them. One Pusher: it
+	// authenticates once per repository, not once per blob.
+	pusher, err := remote.NewPusher(opts...)
+	if err != nil {
+		return PushResult{}, fmt.Errorf("%s: %w", what, err)
+	}
+	mountable := map[string]name.Digest{}
+	if p := req.Previous; p != nil && p.Repo != req.Repo {
+		pr, err := name.NewRepository(r.RegistryStr()+"/"+p.Repo, name.Insecure, name.StrictValidation)
+		if err != nil {
+			return PushResult{}, fmt.Errorf("%s: previous image's repository %q: %w: %w", what, p.Repo, errdefs.ErrInvalidArgument, err)
+		}
+		for _, b := range p.Blobs {
+			mountable[b.Digest] = pr.Digest(b.Digest)
+		}
+	}
+	var uploaded, uploadedBlobs, mounted atomic.Int64
+	send := func(ctx context.Context, l v1.Layer) error {
+		d, err := l.Digest()
+		if err != nil {
+			return err
+		}
+		from, mount := mountable[d.String()]
+		if mount {
+			l = &remote.MountableLayer{Layer: l, Reference: from}
+		}
+		n, err := s.upload(ctx, pusher, r, hc, l)
+		switch {
+		case n > 0 && mount:
+			mounted.Add(n)
+		case n > 0:
 			uploaded.Add(n)
 			uploadedBlobs.Add(1)
 		}
 		return err
+	}
+	err = s.each(ctx, len(layers), func(ctx context.Context, k int) error {
+		l := layers[k]
+		c := first[l.Digest.String()]
+		return send(ctx, &chunkLayer{f: files[c.file], off: c.off, size: c.n, digest: l.Digest})
 	})
 	if err != nil {
 		return PushResult{}, fmt.Errorf("%s: %w", what, err)
@@ -149,15 +186,10 @@ func (s *Store) Push(ctx context.Context, req PushRequest) (PushResult, error) {
 		return PushResult{}, fmt.Errorf("%s: index: %w", what, err)
 	}
 	indexLayer := static.NewLayer(rawIndex, IndexMediaType)
-	n, err := s.upload(ctx, r, opts, hc, indexLayer)
-	if err != nil {
+	indexDigest, _ := indexLayer.Digest()
+	if err := send(ctx, indexLayer); err != nil {
 		return PushResult{}, fmt.Errorf("%s: index: %w", what, err)
 	}
-	if n > 0 {
-		uploaded.Add(n)
-		uploadedBlobs.Add(1)
-	}
-	indexDigest, _ := indexLayer.Digest()
 	ann := maps.Clone(req.Annotations)
 	if ann == nil {
 		ann = map[string]string{}
@@ -183,7 +215,7 @@ func (s *Store) Push(ctx context.Context, req PushRequest) (PushResult, error) {
 	}
 	sum := sha256.Sum256(rawM)
 	digest := "sha256:" + hex.EncodeToString(sum[:])
-	if err := remote.Put(r.Digest(digest), rawManifest(rawM), opts...); err != nil {
+	if err := pusher.Put(ctx, r.Digest(digest), rawManifest(rawM)); err != nil {
 		return PushResult{}, registry.Translate(err, fmt.Sprintf("%s: manifest %s", what, digest))
 	}
 	uploaded.Add(int64(len(rawM)))
@@ -201,7 +233,7 @@ func (s *Store) Push(ctx context.Context, req PushRequest) (PushResult, error) {
 	for _, l := range layers {
 		a.Blobs = append(a.Blobs, Blob{Digest: l.Digest.String(), Size: l.Size})
 	}
-	return PushResult{Artifact: a, Uploaded: uploaded.Load(), UploadedBlobs: int(uploadedBlobs.Load())}, nil
+	return PushResult{Artifact: a, Uploaded: uploaded.Load(), UploadedBlobs: int(uploadedBlobs.Load()), Mounted: mounted.Load()}, nil
 }
 
 // readDir opens the image directory's files (sorted by name) and makes an
@@ -293,8 +325,8 @@ func isZero(p []byte) bool {
 }
 
 // upload puts l in r unless r already holds it (a HEAD), and returns the
-// bytes it uploaded (0 when the blob was there).
-func (s *Store) upload(ctx context.Context, r name.Repository, opts []remote.Option, hc *http.Client, l v1.Layer) (int64, error) {
+// bytes it uploaded or mounted (0 when the blob was there).
+func (s *Store) upload(ctx context.Context, p *remote.Pusher, r name.Repository, hc *http.Client, l v1.Layer) (int64, error) {
 	d, err := l.Digest()
 	if err != nil {
 		return 0, err
@@ -307,7 +339,7 @@ func (s *Store) upload(ctx context.Context, r name.Repository, opts []remote.Opt
 	if err != nil || ok {
 		return 0, err
 	}
-	if err := remote.WriteLayer(r, l, opts...); err != nil {
+	if err := p.Upload(ctx, r, l); err != nil {
 		return 0, registry.Translate(err, fmt.Sprintf("upload blob %s to %q", d, r.RepositoryStr()))
 	}
 	return size, nil
