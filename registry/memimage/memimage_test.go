@@ -29,6 +29,14 @@ const repo = "envd/projects/p1"
 // it with a node's credential, and the registry client.
 func startStore(t testing.TB, opts ...Option) (*Store, *registry.Client) {
 	t.Helper()
+	s, c, _ := startStoreServer(t, opts...)
+	return s, c
+}
+
+// startStoreServer is startStore that also returns the registry, whose
+// client deletes with the GC's credential.
+func startStoreServer(t testing.TB, opts ...Option) (*Store, *registry.Client, *registry.Server) {
+	t.Helper()
 	srv, err := registry.Serve(context.Background(), t.TempDir(), "127.0.0.1:0", registry.WithLogWriter(io.Discard))
 	require.NoError(t, err)
 	t.Cleanup(func() {
@@ -36,11 +44,11 @@ func startStore(t testing.TB, opts ...Option) (*Store, *registry.Client) {
 		defer cancel()
 		assert.NoError(t, srv.Close(ctx))
 	})
-	c, err := registry.NewClient(srv.Addr(), registry.WithCredential(srv.Access().Node))
+	c, err := registry.NewClient(srv.Addr(), registry.WithCredential(srv.Access().Node), registry.WithDeleteCredential(srv.Access().GC))
 	require.NoError(t, err)
 	s, err := New(c, opts...)
 	require.NoError(t, err)
-	return s, c
+	return s, c, srv
 }
 
 // version pushes a one-file rootfs image into repo: the version a memory
@@ -439,4 +447,40 @@ func TestPushMountsFromPreviousRepository(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(0), res.Mounted)
 	assert.Equal(t, first.Uploaded, res.Uploaded)
+}
+
+// The registry's garbage collection keeps every chunk of a stored memory
+// image (its manifest references them all) and a chunk two images share
+// until neither is left; once both manifests are deleted, a sweep frees
+// their bytes.
+func TestGarbageCollectKeepsAndFreesChunks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, c, srv := startStoreServer(t)
+	src := imageDir(t, 4)
+	first, err := s.Push(ctx, PushRequest{Dir: src, Repo: repo})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(src, "checkpoint.img"), randomBytes(170_001), 0o600))
+	second, err := s.Push(ctx, PushRequest{Dir: src, Repo: repo})
+	require.NoError(t, err)
+
+	st, err := srv.GarbageCollect(ctx, registry.GCOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, st.BytesBefore, st.BytesAfter, "a sweep with both images stored frees nothing")
+
+	require.NoError(t, c.DeleteManifest(ctx, registry.Image{Repo: repo, Digest: first.Artifact.Digest}))
+	st, err = srv.GarbageCollect(ctx, registry.GCOptions{})
+	require.NoError(t, err)
+	freed := st.BytesBefore - st.BytesAfter
+	assert.Equal(t, NewBytes(first.Artifact, second.Artifact.Blobs), freed,
+		"the first image's own blobs and manifest go; the chunks it shares with the second stay")
+	dst := filepath.Join(t.TempDir(), "second")
+	require.NoError(t, s.Pull(ctx, second.Artifact, dst))
+	sameFiles(t, src, dst)
+
+	require.NoError(t, c.DeleteManifest(ctx, registry.Image{Repo: repo, Digest: second.Artifact.Digest}))
+	st, err = srv.GarbageCollect(ctx, registry.GCOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, second.Artifact.Usage().Stored, st.BytesBefore-st.BytesAfter)
+	assert.Equal(t, 0, st.BlobsAfter)
 }
