@@ -39,9 +39,10 @@ const DefaultChunkSize = 256 << 10
 // in pages, so page-aligned chunks see a changed page as one changed chunk.
 const pageSize = 4096
 
-// maxChunks bounds the chunks of one artifact, so that its manifest stays
-// under distribution's 4 MiB manifest limit (a chunk descriptor is about
-// 150 bytes of JSON).
+// maxChunks bounds the distinct chunks of one artifact, so that its
+// manifest stays under distribution's 4 MiB manifest limit (a chunk
+// descriptor is about 120 bytes of JSON): 4.9 GiB of distinct memory at the
+// default chunk size.
 const maxChunks = 20000
 
 // Store pushes and reads memory images in one registry. It is safe for
@@ -55,10 +56,11 @@ type options struct {
 	chunkSize int64
 	jobs      int
 	cache     int
+	maxChunks int // maxChunks; tests lower it
 }
 
 func defaultOptions() options {
-	return options{chunkSize: DefaultChunkSize, jobs: 4, cache: 64}
+	return options{chunkSize: DefaultChunkSize, jobs: 4, cache: 64, maxChunks: maxChunks}
 }
 
 // Option configures a Store; an invalid value fails New.

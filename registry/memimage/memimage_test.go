@@ -333,6 +333,14 @@ func TestErrors(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, entries, "a refused pull writes nothing")
 
+	// An image of more distinct chunks than a manifest holds is refused
+	// before any upload.
+	small, _ := startStore(t)
+	small.o.maxChunks = 2
+	_, err = small.Push(ctx, PushRequest{Dir: src, Repo: repo})
+	assert.ErrorIs(t, err, errdefs.ErrInvalidArgument)
+	assert.ErrorContains(t, err, "more than a manifest holds (2)")
+
 	_, err = New(c, WithChunkSize(1000))
 	assert.ErrorIs(t, err, errdefs.ErrInvalidArgument)
 	_, err = New(nil)

@@ -73,7 +73,7 @@ type chunkRef struct {
 //
 // A directory that is missing, empty, or holds anything but regular files
 // is errdefs.ErrInvalidArgument, as is an image of more than 20,000
-// chunks (raise the chunk size); a Subject not in Repo is
+// distinct chunks (push it with a larger chunk size); a Subject not in Repo is
 // errdefs.ErrNotFound. Registry failures carry the kinds of
 // registry.Translate.
 func (s *Store) Push(ctx context.Context, req PushRequest) (PushResult, error) {
@@ -113,10 +113,6 @@ func (s *Store) Push(ctx context.Context, req PushRequest) (PushResult, error) {
 			chunks = append(chunks, chunkRef{file: fi, i: i, off: int64(i) * ix.ChunkSize, n: ix.chunkLen(f, i)})
 		}
 	}
-	if len(chunks) > maxChunks {
-		return PushResult{}, fmt.Errorf("%s: %d chunks of %d bytes, more than %d: %w",
-			what, len(chunks), ix.ChunkSize, maxChunks, errdefs.ErrInvalidArgument)
-	}
 	if err := s.hashChunks(ctx, files, ix, chunks); err != nil {
 		return PushResult{}, fmt.Errorf("%s: %w", what, err)
 	}
@@ -132,6 +128,10 @@ func (s *Store) Push(ctx context.Context, req PushRequest) (PushResult, error) {
 		first[d] = c
 		h, _ := v1.NewHash(d)
 		layers = append(layers, v1.Descriptor{MediaType: ChunkMediaType, Size: c.n, Digest: h})
+	}
+	if len(layers) > s.o.maxChunks {
+		return PushResult{}, fmt.Errorf("%s: %d distinct chunks of %d bytes, more than a manifest holds (%d): %w",
+			what, len(layers), ix.ChunkSize, s.o.maxChunks, errdefs.ErrInvalidArgument)
 	}
 
 	// 2. Chunk blobs the repository does not hold, mounted from the
