@@ -45,6 +45,14 @@ const pageSize = 4096
 // default chunk size.
 const maxChunks = 20000
 
+// Bounds on what a stored artifact may claim, checked before anything is
+// allocated for it: its index (about 3 bytes per hole and 75 per chunk, so
+// 16 MiB is far more than maxChunks need) and its chunk size.
+const (
+	maxIndexSize = 16 << 20
+	maxChunkSize = 64 << 20
+)
+
 // Store pushes and reads memory images in one registry. It is safe for
 // concurrent use.
 type Store struct {
@@ -66,13 +74,14 @@ func defaultOptions() options {
 // Option configures a Store; an invalid value fails New.
 type Option func(*options) error
 
-// WithChunkSize sets the chunk size of pushes, a positive multiple of 4096.
+// WithChunkSize sets the chunk size of pushes, a positive multiple of 4096
+// up to 64 MiB.
 // Default: DefaultChunkSize. Reads use the chunk size recorded in each
 // artifact's index, whatever this says.
 func WithChunkSize(n int64) Option {
 	return func(o *options) error {
-		if n <= 0 || n%pageSize != 0 {
-			return fmt.Errorf("memory image chunk size %d: not a positive multiple of %d: %w", n, pageSize, errdefs.ErrInvalidArgument)
+		if n <= 0 || n > maxChunkSize || n%pageSize != 0 {
+			return fmt.Errorf("memory image chunk size %d: not a positive multiple of %d up to %d: %w", n, pageSize, maxChunkSize, errdefs.ErrInvalidArgument)
 		}
 		o.chunkSize = n
 		return nil
@@ -194,6 +203,9 @@ func (s *Store) Get(ctx context.Context, repo, digest string) (Artifact, error) 
 		return Artifact{}, fmt.Errorf("%s: artifact type %q with a config of %q, not a memory image: %w",
 			what, m.ArtifactType, m.Config.MediaType, errdefs.ErrInvalidArgument)
 	}
+	if m.Config.Size < 0 || m.Config.Size > maxIndexSize {
+		return Artifact{}, fmt.Errorf("%s: index of %d bytes, more than %d: %w", what, m.Config.Size, maxIndexSize, errdefs.ErrInvalidArgument)
+	}
 	raw, err := fetchBlob(ctx, hc, r, m.Config.Digest.String(), m.Config.Size)
 	if err != nil {
 		return Artifact{}, fmt.Errorf("%s: index: %w", what, err)
@@ -225,7 +237,7 @@ func (s *Store) Get(ctx context.Context, repo, digest string) (Artifact, error) 
 // write outside a pull's directory or read past a blob.
 func (a *Artifact) check() error {
 	ix := &a.Index
-	if ix.ChunkSize <= 0 || ix.ChunkSize%pageSize != 0 {
+	if ix.ChunkSize <= 0 || ix.ChunkSize > maxChunkSize || ix.ChunkSize%pageSize != 0 {
 		return fmt.Errorf("chunk size %d: %w", ix.ChunkSize, errdefs.ErrInvalidArgument)
 	}
 	sizes := map[string]int64{}

@@ -384,6 +384,7 @@ func TestHostileIndexRefused(t *testing.T) {
 		{"a chunk of another length", Index{ChunkSize: chunk.Size * 2, Files: []IndexFile{{Name: "a", Size: chunk.Size * 2, Chunks: []string{chunk.Digest}}}}},
 		{"too few chunks for the size", Index{ChunkSize: 4096, Files: []IndexFile{{Name: "a", Size: 1 << 40, Chunks: []string{""}}}}},
 		{"no chunk size", Index{Files: []IndexFile{{Name: "a", Size: 0, Chunks: []string{}}}}},
+		{"a chunk size past the bound", Index{ChunkSize: 1 << 40, Files: []IndexFile{{Name: "a", Size: 1 << 40, Chunks: []string{""}}}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			digest := pushRaw(t, s, c.ix, []Blob{chunk})
@@ -491,4 +492,29 @@ func TestGarbageCollectKeepsAndFreesChunks(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, second.Artifact.Usage().Stored, st.BytesBefore-st.BytesAfter)
 	assert.Equal(t, 0, st.BlobsAfter)
+}
+
+// A manifest whose index claims to be huge is refused before the index is
+// fetched (nothing is allocated for it).
+func TestHugeIndexRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := startStore(t)
+	res, err := s.Push(ctx, PushRequest{Dir: imageDir(t, 1), Repo: repo})
+	require.NoError(t, err)
+	r, opts, _, err := s.c.Remote(ctx, repo)
+	require.NoError(t, err)
+	h, err := v1.NewHash(res.Artifact.Blobs[0].Digest)
+	require.NoError(t, err)
+	m := v1.Manifest{SchemaVersion: 2, MediaType: types.OCIManifestSchema1, ArtifactType: ArtifactType,
+		Config: v1.Descriptor{MediaType: IndexMediaType, Size: 1 << 40, Digest: h}, Layers: []v1.Descriptor{}}
+	rawM, err := json.Marshal(m)
+	require.NoError(t, err)
+	d, _, err := v1.SHA256(bytes.NewReader(rawM))
+	require.NoError(t, err)
+	require.NoError(t, remote.Put(r.Digest(d.String()), rawManifest(rawM), opts...))
+
+	_, err = s.Get(ctx, repo, d.String())
+	assert.ErrorIs(t, err, errdefs.ErrInvalidArgument)
+	assert.ErrorContains(t, err, "index of 1099511627776 bytes")
 }

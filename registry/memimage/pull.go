@@ -62,6 +62,9 @@ func (s *Store) Pull(ctx context.Context, a Artifact, dir string) error {
 			return fmt.Errorf("%s: %w", what, err)
 		}
 		files[fi] = fh
+		if err := fh.Chmod(os.FileMode(f.Mode & 0o777)); err != nil { // whatever the umask
+			return fmt.Errorf("%s: %w", what, err)
+		}
 		// The holes: a file of its full size reads zeros where nothing
 		// is written.
 		if err := fh.Truncate(f.Size); err != nil {
