@@ -339,10 +339,64 @@ func (s *Store) upload(ctx context.Context, p *remote.Pusher, r name.Repository,
 	if err != nil || ok {
 		return 0, err
 	}
-	if err := p.Upload(ctx, r, l); err != nil {
-		return 0, registry.Translate(err, fmt.Sprintf("upload blob %s to %q", d, r.RepositoryStr()))
+	if _, mount := l.(*remote.MountableLayer); mount {
+		// go-containerregistry asks for the mount with the other
+		// repository's pull scope, and uploads if the registry declines.
+		if err := p.Upload(ctx, r, l); err != nil {
+			return 0, registry.Translate(err, fmt.Sprintf("mount blob %s into %q", d, r.RepositoryStr()))
+		}
+		return size, nil
+	}
+	if err := putBlob(ctx, hc, r, d.String(), size, l); err != nil {
+		return 0, err
 	}
 	return size, nil
+}
+
+// putBlob uploads l as blob digest in one PUT: a POST opens the upload,
+// the PUT sends the bytes and commits them (the registry checks the
+// digest). go-containerregistry's upload takes four requests (HEAD, POST,
+// PATCH, PUT) where this takes two, and a push is mostly its per-blob
+// requests (docs/notes/running-state.md, "Chunk size").
+func putBlob(ctx context.Context, hc *http.Client, r name.Repository, digest string, size int64, l v1.Layer) error {
+	what := fmt.Sprintf("upload blob %s to %q", digest, r.RepositoryStr())
+	start := fmt.Sprintf("%s://%s/v2/%s/blobs/uploads/", r.Scheme(), r.RegistryStr(), r.RepositoryStr())
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, start, nil)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return registry.Translate(err, what)
+	}
+	resp.Body.Close()
+	if err := transport.CheckError(resp, http.StatusAccepted); err != nil {
+		return registry.Translate(err, what)
+	}
+	loc, err := req.URL.Parse(resp.Header.Get("Location"))
+	if err != nil || resp.Header.Get("Location") == "" {
+		return fmt.Errorf("%s: upload location %q: %w", what, resp.Header.Get("Location"), err)
+	}
+	q := loc.Query()
+	q.Set("digest", digest)
+	loc.RawQuery = q.Encode()
+	body, err := l.Compressed()
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	defer body.Close()
+	req, err = http.NewRequestWithContext(ctx, http.MethodPut, loc.String(), body)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	req.ContentLength = size
+	req.Header.Set("Content-Type", "application/octet-stream")
+	resp, err = hc.Do(req)
+	if err != nil {
+		return registry.Translate(err, what)
+	}
+	resp.Body.Close()
+	return registry.Translate(transport.CheckError(resp, http.StatusCreated), what)
 }
 
 // hasBlob says whether r holds blob digest with size bytes.
