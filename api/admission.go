@@ -7,8 +7,6 @@ import (
 	"github.com/envd-dev/envd/api/types"
 
 	"github.com/gin-gonic/gin"
-
-	versionstore "github.com/envd-dev/envd/versions"
 )
 
 // Admitter is implemented by a Core that limits how many exec and event
@@ -35,7 +33,7 @@ func admission(core Core) admitFunc {
 // checkIdempotencyKey answers 400 for an Idempotency-Key the store cannot
 // hold, on every route, before a handler does any work.
 func checkIdempotencyKey(c *gin.Context) {
-	if err := versionstore.CheckIdempotencyKey(c.GetHeader(IdempotencyKeyHeader)); err != nil {
+	if err := types.CheckIdempotencyKey(c.GetHeader(IdempotencyKeyHeader)); err != nil {
 		writeError(c, err)
 		return
 	}

@@ -17,7 +17,6 @@ import (
 
 	"github.com/envd-dev/envd/api"
 	"github.com/envd-dev/envd/api/apitest"
-	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/internal/limiter"
 )
 
@@ -35,8 +34,8 @@ func newLimitedServer(t *testing.T, max int) (*apitest.Core, *limiter.Limiter, *
 	t.Helper()
 	core := apitest.New()
 	lim := limiter.New(map[string]limiter.Limit{
-		envd.AdmitExec:   {Max: max, RetryAfter: 3 * time.Second},
-		envd.AdmitEvents: {Max: max, RetryAfter: 3 * time.Second},
+		types.AdmitExec:   {Max: max, RetryAfter: 3 * time.Second},
+		types.AdmitEvents: {Max: max, RetryAfter: 3 * time.Second},
 	})
 	h, err := api.New(limitedCore{core, lim}, api.WithEventPollInterval(10*time.Millisecond), api.WithErrorLog(io.Discard))
 	require.NoError(t, err)
@@ -86,21 +85,21 @@ func TestExecLimitPerTenant(t *testing.T) {
 
 	first := make(chan response)
 	go func() { first <- exec("block") }()
-	eventually(t, lim, envd.AdmitExec, 1)
+	eventually(t, lim, types.AdmitExec, 1)
 	assertExhausted(t, exec("echo"))
 	close(block)
 	assert.Equal(t, http.StatusOK, (<-first).status)
-	eventually(t, lim, envd.AdmitExec, 0)
+	eventually(t, lim, types.AdmitExec, 0)
 
 	t.Run("released after a panic", func(t *testing.T) {
 		r := exec("panic")
 		assert.Equal(t, http.StatusInternalServerError, r.status)
-		eventually(t, lim, envd.AdmitExec, 0)
+		eventually(t, lim, types.AdmitExec, 0)
 	})
 	t.Run("released after an error", func(t *testing.T) {
 		r := do(t, srv, http.MethodPost, "/v1/instances/i-1/exec", strings.NewReader(`{"args":[]}`), nil)
 		assert.Equal(t, http.StatusOK, exec("echo").status, "an invalid request held no slot: %s", r.body)
-		eventually(t, lim, envd.AdmitExec, 0)
+		eventually(t, lim, types.AdmitExec, 0)
 	})
 	t.Run("released when the client goes away", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -114,10 +113,10 @@ func TestExecLimitPerTenant(t *testing.T) {
 				resp.Body.Close()
 			}
 		}()
-		eventually(t, lim, envd.AdmitExec, 1)
+		eventually(t, lim, types.AdmitExec, 1)
 		cancel()
 		<-done
-		eventually(t, lim, envd.AdmitExec, 0)
+		eventually(t, lim, types.AdmitExec, 0)
 	})
 }
 
@@ -133,7 +132,7 @@ func TestExecWebSocketLimitPerTenant(t *testing.T) {
 	}
 	c, _, err := dialExec(t, srv, "cmd=sh", nil)
 	require.NoError(t, err)
-	eventually(t, lim, envd.AdmitExec, 1)
+	eventually(t, lim, types.AdmitExec, 1)
 
 	_, resp, err := dialExec(t, srv, "cmd=sh", nil)
 	require.Error(t, err)
@@ -143,7 +142,7 @@ func TestExecWebSocketLimitPerTenant(t *testing.T) {
 	assertExhausted(t, do(t, srv, http.MethodPost, "/v1/instances/i-1/exec", strings.NewReader(`{"args":["x"]}`), nil))
 
 	require.NoError(t, c.conn.Close(websocket.StatusNormalClosure, ""))
-	eventually(t, lim, envd.AdmitExec, 0)
+	eventually(t, lim, types.AdmitExec, 0)
 	_, _, err = dialExec(t, srv, "cmd=sh", nil)
 	require.NoError(t, err)
 }
@@ -154,7 +153,7 @@ func TestEventStreamLimitPerTenant(t *testing.T) {
 	op := core.NewOperation("save", "i-1")
 	ctx, cancel := context.WithCancel(context.Background())
 	resp := openStream(t, ctx, srv, "/v1/operations/"+op.ID+"/events", nil)
-	eventually(t, lim, envd.AdmitEvents, 1)
+	eventually(t, lim, types.AdmitEvents, 1)
 
 	r := do(t, srv, http.MethodGet, "/v1/operations/"+op.ID+"/events", nil, map[string]string{"Accept": "text/event-stream"})
 	assert.Equal(t, http.StatusTooManyRequests, r.status, "body %s", r.body)
@@ -165,7 +164,7 @@ func TestEventStreamLimitPerTenant(t *testing.T) {
 
 	cancel()
 	resp.Body.Close()
-	eventually(t, lim, envd.AdmitEvents, 0)
+	eventually(t, lim, types.AdmitEvents, 0)
 	openStream(t, context.Background(), srv, "/v1/operations/"+op.ID+"/events", nil)
 }
 

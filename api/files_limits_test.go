@@ -16,7 +16,7 @@ import (
 
 	"github.com/envd-dev/envd/api"
 	"github.com/envd-dev/envd/api/apitest"
-	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/internal/limiter"
 )
 
@@ -27,7 +27,7 @@ func TestArchiveLimitPerTenant(t *testing.T) {
 	t.Parallel()
 	core := apitest.New()
 	t.Cleanup(func() { os.RemoveAll(core.FilesDir()) })
-	lim := limiter.New(map[string]limiter.Limit{envd.AdmitArchives: {Max: 1, NodeMax: 10, RetryAfter: 3 * time.Second}})
+	lim := limiter.New(map[string]limiter.Limit{types.AdmitArchives: {Max: 1, NodeMax: 10, RetryAfter: 3 * time.Second}})
 	h, err := api.New(limitedCore{core, lim}, api.WithErrorLog(io.Discard))
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
@@ -44,7 +44,7 @@ func TestArchiveLimitPerTenant(t *testing.T) {
 	require.NoError(t, err)
 	defer stalled.Body.Close() // also when the test fails: srv.Close waits for the handler
 	require.Equal(t, 200, stalled.StatusCode)
-	eventually(t, lim, envd.AdmitArchives, 1)
+	eventually(t, lim, types.AdmitArchives, 1)
 
 	exhausted := func(r response) {
 		t.Helper()
@@ -60,10 +60,10 @@ func TestArchiveLimitPerTenant(t *testing.T) {
 	assert.True(t, os.IsNotExist(err), "a refused upload made nothing")
 
 	stalled.Body.Close()
-	eventually(t, lim, envd.AdmitArchives, 0)
+	eventually(t, lim, types.AdmitArchives, 0)
 	r := do(t, srv, "POST", "/v1/instances/i-1/files/archive?path=/dst&mkdir=1", tarOf(t, map[string]string{"a": "x"}), nil)
 	assert.Equal(t, 200, r.status, "body %s", r.body)
-	eventually(t, lim, envd.AdmitArchives, 0)
+	eventually(t, lim, types.AdmitArchives, 0)
 }
 
 // tarOf is a tar of files (name -> content).

@@ -13,7 +13,6 @@ import (
 
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
-	"github.com/envd-dev/envd/envd"
 )
 
 func TestSetProjectIdle(t *testing.T) {
@@ -52,7 +51,7 @@ func TestExecWake(t *testing.T) {
 	var wait time.Duration
 	var hasWait bool
 	core.ExecFunc = func(ctx context.Context, id string, req types.ExecRequest) (types.ExecResult, error) {
-		wait, hasWait = envd.WakeWait(ctx)
+		wait, hasWait = types.WakeWait(ctx)
 		if req.Wake {
 			return types.ExecResult{}, wakingErr{}
 		}
