@@ -9,10 +9,9 @@ import (
 	"github.com/gin-gonic/gin"
 )
 
-// Admitter is implemented by a Core that limits how many exec and event
-// streams one tenant holds at once (*envd.Service does); with a Core
-// without it, streams are not limited. Admit returns
-// errdefs.ErrResourceExhausted past the limit.
+// Admitter limits how many exec and event streams one tenant holds at
+// once (Parts.Admitter; *envd.Service does); without one, streams are not
+// limited. Admit returns errdefs.ErrResourceExhausted past the limit.
 type Admitter interface {
 	Admit(p types.Principal, kind string) (release func(), err error)
 }
@@ -22,9 +21,9 @@ type Admitter interface {
 // disconnects and recovered panics included.
 type admitFunc func(p types.Principal, kind string) (release func(), err error)
 
-// admission is core's Admit, or one that admits everything.
-func admission(core Core) admitFunc {
-	if a, limited := core.(Admitter); limited {
+// admission is a's Admit, or one that admits everything when a is nil.
+func admission(a Admitter) admitFunc {
+	if a != nil {
 		return a.Admit
 	}
 	return func(types.Principal, string) (func(), error) { return func() {}, nil }

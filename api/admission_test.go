@@ -20,24 +20,27 @@ import (
 	"github.com/envd-dev/envd/internal/limiter"
 )
 
-// limitedCore is the fake core with the real limiter the service uses.
-type limitedCore struct {
-	*apitest.Core
-	lim *limiter.Limiter
+// limited is the fakes with the real limiter the service uses.
+func limited(core *apitest.Fakes, lim *limiter.Limiter) api.Parts {
+	parts := core.Parts()
+	parts.Admitter = admitter{lim}
+	return parts
 }
 
-func (c limitedCore) Admit(p types.Principal, kind string) (func(), error) {
-	return c.lim.Acquire(p.Tenant, kind)
+type admitter struct{ lim *limiter.Limiter }
+
+func (a admitter) Admit(p types.Principal, kind string) (func(), error) {
+	return a.lim.Acquire(p.Tenant, kind)
 }
 
-func newLimitedServer(t *testing.T, max int) (*apitest.Core, *limiter.Limiter, *httptest.Server) {
+func newLimitedServer(t *testing.T, max int) (*apitest.Fakes, *limiter.Limiter, *httptest.Server) {
 	t.Helper()
 	core := apitest.New()
 	lim := limiter.New(map[string]limiter.Limit{
 		types.AdmitExec:   {Max: max, RetryAfter: 3 * time.Second},
 		types.AdmitEvents: {Max: max, RetryAfter: 3 * time.Second},
 	})
-	h, err := api.New(limitedCore{core, lim}, api.WithEventPollInterval(10*time.Millisecond), api.WithErrorLog(io.Discard))
+	h, err := api.New(limited(core, lim), api.WithEventPollInterval(10*time.Millisecond), api.WithErrorLog(io.Discard))
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -63,7 +66,7 @@ func TestExecLimitPerTenant(t *testing.T) {
 	t.Parallel()
 	core, lim, srv := newLimitedServer(t, 1)
 	block := make(chan struct{})
-	core.ExecFunc = func(ctx context.Context, id string, req types.ExecRequest) (types.ExecResult, error) {
+	core.Exec.ExecFunc = func(ctx context.Context, id string, req types.ExecRequest) (types.ExecResult, error) {
 		switch req.Args[0] {
 		case "block":
 			select {
@@ -126,7 +129,7 @@ func TestExecLimitPerTenant(t *testing.T) {
 func TestExecWebSocketLimitPerTenant(t *testing.T) {
 	t.Parallel()
 	core, lim, srv := newLimitedServer(t, 1)
-	core.ExecStreamFunc = func(ctx context.Context, _ string, _ types.ExecRequest, _ types.Stdio) (int, error) {
+	core.Exec.ExecStreamFunc = func(ctx context.Context, _ string, _ types.ExecRequest, _ types.Stdio) (int, error) {
 		<-ctx.Done()
 		return -1, ctx.Err()
 	}
@@ -150,7 +153,7 @@ func TestExecWebSocketLimitPerTenant(t *testing.T) {
 func TestEventStreamLimitPerTenant(t *testing.T) {
 	t.Parallel()
 	core, lim, srv := newLimitedServer(t, 1)
-	op := core.NewOperation("save", "i-1")
+	op := core.Operations.NewOperation("save", "i-1")
 	ctx, cancel := context.WithCancel(context.Background())
 	resp := openStream(t, ctx, srv, "/v1/operations/"+op.ID+"/events", nil)
 	eventually(t, lim, types.AdmitEvents, 1)

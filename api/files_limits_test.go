@@ -26,16 +26,16 @@ import (
 func TestArchiveLimitPerTenant(t *testing.T) {
 	t.Parallel()
 	core := apitest.New()
-	t.Cleanup(func() { os.RemoveAll(core.FilesDir()) })
+	t.Cleanup(func() { os.RemoveAll(core.Files.Dir()) })
 	lim := limiter.New(map[string]limiter.Limit{types.AdmitArchives: {Max: 1, NodeMax: 10, RetryAfter: 3 * time.Second}})
-	h, err := api.New(limitedCore{core, lim}, api.WithErrorLog(io.Discard))
+	h, err := api.New(limited(core, lim), api.WithErrorLog(io.Discard))
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	// More than the socket buffers hold: a download whose client does not
 	// read stays in progress.
-	require.NoError(t, os.MkdirAll(filepath.Join(core.FilesDir(), "src"), 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(core.FilesDir(), "src", "big"), make([]byte, 64<<20), 0o644))
+	require.NoError(t, os.MkdirAll(filepath.Join(core.Files.Dir(), "src"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(core.Files.Dir(), "src", "big"), make([]byte, 64<<20), 0o644))
 
 	req, err := http.NewRequest("GET", srv.URL+"/v1/instances/i-1/files/archive?path=/src", nil)
 	require.NoError(t, err)
@@ -56,7 +56,7 @@ func TestArchiveLimitPerTenant(t *testing.T) {
 	exhausted(do(t, srv, "GET", "/v1/instances/i-1/files/archive?path=/src", nil, nil))
 	upload := tarOf(t, map[string]string{"a": "x"})
 	exhausted(do(t, srv, "POST", "/v1/instances/i-1/files/archive?path=/dst&mkdir=1", upload, nil))
-	_, err = os.Stat(filepath.Join(core.FilesDir(), "dst"))
+	_, err = os.Stat(filepath.Join(core.Files.Dir(), "dst"))
 	assert.True(t, os.IsNotExist(err), "a refused upload made nothing")
 
 	stalled.Body.Close()
