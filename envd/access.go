@@ -36,15 +36,3 @@ func (s *Service) WakeInstance(ctx context.Context, p types.Principal, id string
 	}
 	return s.life.Wake(ctx, p, id, wait)
 }
-
-// wakeFor wakes instance id first when an exec asks it (req.Wake).
-func (s *Service) wakeFor(ctx context.Context, p types.Principal, id string, req types.ExecRequest) error {
-	if !req.Wake {
-		return nil
-	}
-	if err := types.CheckExecRequest(req); err != nil {
-		return err // refused before anything starts
-	}
-	_, err := s.WakeInstance(ctx, p, id)
-	return err
-}
