@@ -339,7 +339,7 @@ func TestCoreIdleFailuresAndWake(t *testing.T) {
 			return ctx.Err()
 		}
 	})
-	_, err = e.svc.WakeInstance(envd.WithWakeWait(e.ctx, 0), e.user, in.ID)
+	_, err = e.svc.WakeInstance(types.WithWakeWait(e.ctx, 0), e.user, in.ID)
 	require.ErrorIs(t, err, errdefs.ErrWaking)
 	var ra interface{ RetryAfter() time.Duration }
 	require.ErrorAs(t, err, &ra)

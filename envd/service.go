@@ -48,6 +48,7 @@ import (
 	"github.com/envd-dev/envd/envd/rollout"
 	"github.com/envd-dev/envd/envd/save"
 	"github.com/envd-dev/envd/envd/volumes"
+	"github.com/envd-dev/envd/envd/wrap"
 	"github.com/envd-dev/envd/internal/limiter"
 	"github.com/envd-dev/envd/internal/objstore"
 	"github.com/envd-dev/envd/registry"
@@ -193,6 +194,12 @@ type Service struct {
 	vols    *volumes.Manager
 	life    *lifecycle.Manager
 	cmds    *command.Runner
+	// The features as the API reaches them, with the cross-cutting
+	// behaviour applied once (package wrap; set in wire).
+	execs     wrap.Execer
+	renews    wrap.Renewer
+	saves     wrap.Saver
+	instances wrap.InstanceGetter
 	builds  *build.Builder
 	gc      *gc.Collector
 
@@ -290,6 +297,10 @@ func (s *Service) wire(ctx context.Context) {
 		IdleAfter:        cfg.IdleAfter, IdleAction: cfg.IdleAction, IdleInterval: cfg.IdleInterval, ActivityFlush: cfg.ActivityFlush,
 		Pools: s.store, PoolInterval: cfg.PoolInterval, PoolRefillDelay: cfg.PoolRefillDelay})
 	s.cmds = command.New(cfg.Node, s.store, s.rt, gate).WithActivity(s.life).WithExits(s.life)
+	s.execs = wrap.WakeOnExec(s.cmds, s)
+	s.renews = wrap.TouchOnRenew(s.life, s)
+	s.saves = wrap.TouchOnSave(s.saver, s)
+	s.instances = wrap.WithNewerCurrent(s.life, s.newerCurrent)
 	s.builds = build.New(build.Deps{Store: s.store, Reg: s.reg, Runtime: s.rt, Capturer: s.saver, Instances: s.life,
 		Quota: s.quota, Content: s.content, Bases: bases{s}, Ops: s.ops, Log: s.log, Objects: cfg.Objects})
 	s.gc = gc.NewCollector(s.store, s.reg, s.ops, cfg.Sweeper, gcVolumes).WithArchives(s.vols)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/types"
 )
 
 // Claim is the outcome of claiming an idempotency key.
@@ -18,7 +19,7 @@ type Claim struct {
 // hash, it returns that claim's object (Claimed false); with a different
 // request it fails with ErrIdempotencyReuse.
 func (s *Store) ClaimIdempotencyKey(ctx context.Context, tenant, key, kind, requestHash, objectID string) (Claim, error) {
-	if err := CheckIdempotencyKey(key); err != nil {
+	if err := types.CheckIdempotencyKey(key); err != nil {
 		return Claim{}, err
 	}
 	tag, err := s.db.Exec(ctx, `INSERT INTO idempotency_keys (tenant_id, key, kind, request_hash, object_id)

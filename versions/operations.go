@@ -95,7 +95,7 @@ func (s *Store) CreateOperation(ctx context.Context, op Operation) (Operation, b
 	if op.State == "" {
 		op.State = OpPending
 	}
-	if err := CheckIdempotencyKey(op.IdempotencyKey); err != nil {
+	if err := types.CheckIdempotencyKey(op.IdempotencyKey); err != nil {
 		return Operation{}, false, err
 	}
 	// ON CONFLICT waits for a concurrent insert of the same key to commit,

@@ -376,7 +376,8 @@ func (n *Node) serveAPI(svc *envd.Service) (url string, err error) {
 		return "", fmt.Errorf("cluster key: %w", err)
 	}
 	n.peers = newPeerTransports(svc.NodeCertificate)
-	h, err := api.New(svc, append(append(n.apiMetrics(), n.apiSSH()...), api.WithLogger(n.cfg.Logger), api.WithReadiness(n.readiness()),
+	parts := APIParts(svc)
+	h, err := api.New(parts, append(append(n.apiMetrics(), n.apiSSH()...), api.WithLogger(n.cfg.Logger), api.WithReadiness(n.readiness()),
 		api.WithPreviewDomain(n.cfg.PreviewDomain), api.WithForwardKey(key), api.WithPeerTransport(n.peers.transport))...)
 	if err != nil {
 		return "", err
@@ -384,7 +385,7 @@ func (n *Node) serveAPI(svc *envd.Service) (url string, err error) {
 	if n.cfg.WrapAPI != nil {
 		h = n.cfg.WrapAPI(h)
 	}
-	h = api.PreviewHosts(svc, n.cfg.PreviewDomain, h, key, n.peers.transport) // preview hosts are the instances', not the API's
+	h = api.PreviewHosts(parts, n.cfg.PreviewDomain, h, key, n.peers.transport) // preview hosts are the instances', not the API's
 	ln, err := net.Listen("tcp", n.cfg.Listen)
 	if err != nil {
 		return "", fmt.Errorf("listen %s: %w", n.cfg.Listen, err)
