@@ -27,7 +27,7 @@ func CheckIdempotencyKey(key string) error {
 
 // OperationByIdempotencyKey returns the tenant's operation recorded with
 // key, or an error of kind errdefs.ErrNotFound.
-func (s *Store) OperationByIdempotencyKey(ctx context.Context, tenant, key string) (Operation, error) {
+func (s Operations) OperationByIdempotencyKey(ctx context.Context, tenant, key string) (Operation, error) {
 	if err := CheckIdempotencyKey(key); err != nil {
 		return Operation{}, err
 	}

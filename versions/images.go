@@ -21,7 +21,7 @@ type Image struct {
 const imageCols = `name, repo, digest, size_bytes, created_at, updated_at`
 
 // PutImage records (or re-points) the name of an imported image.
-func (s *Store) PutImage(ctx context.Context, img Image) (Image, error) {
+func (s Content) PutImage(ctx context.Context, img Image) (Image, error) {
 	return putImage(ctx, s.db, img)
 }
 
@@ -41,7 +41,7 @@ func putImage(ctx context.Context, db interface {
 }
 
 // GetImage returns the image named name.
-func (s *Store) GetImage(ctx context.Context, name string) (Image, error) {
+func (s Content) GetImage(ctx context.Context, name string) (Image, error) {
 	var out Image
 	err := s.db.QueryRow(ctx, `SELECT `+imageCols+` FROM images WHERE name = $1`, name).
 		Scan(&out.Name, &out.Repo, &out.Digest, &out.SizeBytes, &out.CreatedAt, &out.UpdatedAt)
@@ -52,7 +52,7 @@ func (s *Store) GetImage(ctx context.Context, name string) (Image, error) {
 }
 
 // ListImages lists imported images by name.
-func (s *Store) ListImages(ctx context.Context) ([]Image, error) {
+func (s Content) ListImages(ctx context.Context) ([]Image, error) {
 	rows, err := s.db.Query(ctx, `SELECT `+imageCols+` FROM images ORDER BY name`)
 	if err != nil {
 		return nil, translate(err, "images")
