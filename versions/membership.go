@@ -161,35 +161,44 @@ func (s Nodes) RenewLease(ctx context.Context, node string) (string, error) {
 	return state, nil
 }
 
-// memberCols needs nodes as n; the instance columns count live instances
-// and add up their limits (instances.spec's "limits").
-const memberCols = `n.name, n.api_url, n.state, n.labels, n.cpus, n.memory_bytes, n.disk_bytes, n.instance_slots,
-	n.lease_seconds, n.lease_expires_at, n.renewed_at, n.started_at, n.state_changed_at, n.version, n.stopped, n.tls_cert,
-	n.disk_room_bytes, (n.state <> 'lost' AND n.lease_expires_at < now()),
-	count(i.id), COALESCE(sum((i.spec->'limits'->>'cpus')::float8), 0),
-	COALESCE(sum((i.spec->'limits'->>'memory_bytes')::bigint), 0)::bigint,
-	COALESCE(sum((i.spec->'limits'->>'disk_bytes')::bigint), 0)::bigint
-	FROM nodes n LEFT JOIN instances i ON i.node = n.name
+// memberColumns are a node's columns and, from its live instances, their
+// count and their limits added up (instances.spec's "limits").
+var memberColumns = columns[Member]{
+	{"n.name", func(m *Member) any { return &m.Name }},
+	{"n.api_url", func(m *Member) any { return &m.APIURL }},
+	{"n.state", func(m *Member) any { return &m.State }},
+	{"n.labels", func(m *Member) any { return &m.Labels }},
+	{"n.cpus", func(m *Member) any { return &m.CPUs }},
+	{"n.memory_bytes", func(m *Member) any { return &m.MemoryBytes }},
+	{"n.disk_bytes", func(m *Member) any { return &m.DiskBytes }},
+	{"n.instance_slots", func(m *Member) any { return &m.InstanceSlots }},
+	{"n.lease_seconds", func(m *Member) any { return fractionalSeconds{&m.Lease} }},
+	{"n.lease_expires_at", func(m *Member) any { return &m.LeaseExpiresAt }},
+	{"n.renewed_at", func(m *Member) any { return &m.RenewedAt }},
+	{"n.started_at", func(m *Member) any { return &m.StartedAt }},
+	{"n.state_changed_at", func(m *Member) any { return &m.StateChangedAt }},
+	{"n.version", func(m *Member) any { return &m.Version }},
+	{"n.stopped", func(m *Member) any { return &m.Stopped }},
+	{"n.tls_cert", func(m *Member) any { return &m.TLSCert }},
+	{"n.disk_room_bytes", func(m *Member) any { return &m.DiskRoom }},
+	{"(n.state <> 'lost' AND n.lease_expires_at < now())", func(m *Member) any { return &m.Expired }},
+	{"count(i.id)", func(m *Member) any { return &m.Instances }},
+	{"COALESCE(sum((i.spec->'limits'->>'cpus')::float8), 0)", func(m *Member) any { return &m.UsedCPUs }},
+	{"COALESCE(sum((i.spec->'limits'->>'memory_bytes')::bigint), 0)::bigint", func(m *Member) any { return &m.UsedMemory }},
+	{"COALESCE(sum((i.spec->'limits'->>'disk_bytes')::bigint), 0)::bigint", func(m *Member) any { return &m.UsedDisk }},
+}
+
+// memberCols selects memberColumns from nodes as n with their live
+// instances (not Terminated, Failed or hibernated); add GROUP BY n.name.
+var memberCols = memberColumns.list() + ` FROM nodes n LEFT JOIN instances i ON i.node = n.name
 		AND i.state NOT IN ('Terminated', 'Failed') AND i.hibernated_version IS NULL `
 
 func scanMember(row pgx.Row) (Member, error) {
-	var m Member
-	var labels []byte
-	var lease float64
-	err := row.Scan(&m.Name, &m.APIURL, &m.State, &labels, &m.CPUs, &m.MemoryBytes, &m.DiskBytes, &m.InstanceSlots,
-		&lease, &m.LeaseExpiresAt, &m.RenewedAt, &m.StartedAt, &m.StateChangedAt, &m.Version, &m.Stopped, &m.TLSCert, &m.DiskRoom, &m.Expired,
-		&m.Instances, &m.UsedCPUs, &m.UsedMemory, &m.UsedDisk)
-	if err != nil {
-		return m, err
+	m, err := memberColumns.scan(row)
+	if err == nil && m.Labels == nil {
+		m.Labels = map[string]string{}
 	}
-	m.Lease = time.Duration(lease * float64(time.Second))
-	m.Labels = map[string]string{}
-	if len(labels) > 0 {
-		if err := json.Unmarshal(labels, &m.Labels); err != nil {
-			return m, fmt.Errorf("labels of node %q: %w", m.Name, err)
-		}
-	}
-	return m, nil
+	return m, err
 }
 
 // ListMembers lists every node that ever joined, by name.

@@ -81,32 +81,52 @@ type Version struct {
 	Current    bool // computed: the project's current version
 }
 
-const projectCols = `p.id, p.tenant_id, p.name, p.base_image, p.spec, p.excludes, p.compression,
-	COALESCE(p.current_version, 0), p.created_at, p.updated_at, p.prefetch, p.prefetch_head,
-	COALESCE(p.keep_last, 0), COALESCE(p.keep_newer_than_s, 0),
-	p.egress, p.isolate_instances, p.validate, p.rollout_failure`
-
-func scanProject(row pgx.Row) (Project, error) {
-	var p Project
-	var keepSeconds int64
-	err := row.Scan(&p.ID, &p.Tenant, &p.Name, &p.BaseImage, &p.Spec, &p.Excludes, &p.Compression,
-		&p.Current, &p.CreatedAt, &p.UpdatedAt, &p.Prefetch, &p.PrefetchHead, &p.Retention.KeepLast, &keepSeconds,
-		&p.Egress, &p.IsolateInstances, &p.Validate, &p.RolloutFailure)
-	p.Retention.KeepNewerThan = secondsDuration(keepSeconds)
-	return p, err
+var projectColumns = columns[Project]{
+	{"p.id", func(p *Project) any { return &p.ID }},
+	{"p.tenant_id", func(p *Project) any { return &p.Tenant }},
+	{"p.name", func(p *Project) any { return &p.Name }},
+	{"p.base_image", func(p *Project) any { return &p.BaseImage }},
+	{"p.spec", func(p *Project) any { return &p.Spec }},
+	{"p.excludes", func(p *Project) any { return &p.Excludes }},
+	{"p.compression", func(p *Project) any { return &p.Compression }},
+	{"COALESCE(p.current_version, 0)", func(p *Project) any { return &p.Current }},
+	{"p.created_at", func(p *Project) any { return &p.CreatedAt }},
+	{"p.updated_at", func(p *Project) any { return &p.UpdatedAt }},
+	{"p.prefetch", func(p *Project) any { return &p.Prefetch }},
+	{"p.prefetch_head", func(p *Project) any { return &p.PrefetchHead }},
+	{"COALESCE(p.keep_last, 0)", func(p *Project) any { return &p.Retention.KeepLast }},
+	{"COALESCE(p.keep_newer_than_s, 0)", func(p *Project) any { return seconds{&p.Retention.KeepNewerThan} }},
+	{"p.egress", func(p *Project) any { return &p.Egress }},
+	{"p.isolate_instances", func(p *Project) any { return &p.IsolateInstances }},
+	{"p.validate", func(p *Project) any { return &p.Validate }},
+	{"p.rollout_failure", func(p *Project) any { return &p.RolloutFailure }},
 }
 
-// versionCols needs versions as v joined with projects as p.
-const versionCols = `p.name, v.number, v.kind, v.state, v.image, COALESCE(v.parent, 0), v.message,
-	v.size_bytes, v.layers, v.pinned, COALESCE(v.instance_id, ''), v.created_at,
-	COALESCE(v.number = p.current_version, false)`
+// projectCols needs projects as p.
+var projectCols = projectColumns.list()
 
-func scanVersion(row pgx.Row) (Version, error) {
-	var v Version
-	err := row.Scan(&v.Project, &v.Number, &v.Kind, &v.State, &v.Image, &v.Parent, &v.Message,
-		&v.SizeBytes, &v.Layers, &v.Pinned, &v.InstanceID, &v.CreatedAt, &v.Current)
-	return v, err
+func scanProject(row pgx.Row) (Project, error) { return projectColumns.scan(row) }
+
+// versionColumns needs versions as v joined with projects as p.
+var versionColumns = columns[Version]{
+	{"p.name", func(v *Version) any { return &v.Project }},
+	{"v.number", func(v *Version) any { return &v.Number }},
+	{"v.kind", func(v *Version) any { return &v.Kind }},
+	{"v.state", func(v *Version) any { return &v.State }},
+	{"v.image", func(v *Version) any { return &v.Image }},
+	{"COALESCE(v.parent, 0)", func(v *Version) any { return &v.Parent }},
+	{"v.message", func(v *Version) any { return &v.Message }},
+	{"v.size_bytes", func(v *Version) any { return &v.SizeBytes }},
+	{"v.layers", func(v *Version) any { return &v.Layers }},
+	{"v.pinned", func(v *Version) any { return &v.Pinned }},
+	{"COALESCE(v.instance_id, '')", func(v *Version) any { return &v.InstanceID }},
+	{"v.created_at", func(v *Version) any { return &v.CreatedAt }},
+	{"COALESCE(v.number = p.current_version, false)", func(v *Version) any { return &v.Current }},
 }
+
+var versionCols = versionColumns.list()
+
+func scanVersion(row pgx.Row) (Version, error) { return versionColumns.scan(row) }
 
 func nullInt(n int) *int {
 	if n == 0 {

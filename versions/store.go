@@ -108,14 +108,28 @@ func (s *Store) Close() {
 }
 
 // InTx runs fn with the aggregates on one transaction: everything fn
-// writes commits together, or nothing does (fn failed or panicked). Errors
-// are translated as every aggregate's are. Upload leases and sweeps
-// (Content.BeginUpload, Content.Sweep) hold connections of their own and
-// are not part of the transaction.
+// writes commits together, or nothing does (fn failed or panicked). An
+// error of fn's own is returned as it is; driver errors are translated as
+// every aggregate's are. Upload leases and sweeps (Content.BeginUpload,
+// Content.Sweep) hold connections of their own and are not part of the
+// transaction.
 func (s *Store) InTx(ctx context.Context, fn func(tx Tx) error) error {
-	return WithTx(ctx, s.db, func(tx pgx.Tx) error {
-		return fn(Tx{aggregates(tx, s.db, s.lockConns)})
+	var own error
+	err := WithTx(ctx, s.db, func(tx pgx.Tx) error {
+		own = fn(Tx{aggregates(tx, s.db, s.lockConns)})
+		return own
 	})
+	if own != nil && !isDriverError(own) {
+		return own
+	}
+	return err
+}
+
+// isDriverError reports whether err comes from pgx or PostgreSQL
+// untranslated.
+func isDriverError(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) || errors.Is(err, pgx.ErrNoRows) || isConnectionError(err)
 }
 
 // WithTx runs fn in a transaction on db: begin, fn, commit; rolled back if fn

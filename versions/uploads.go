@@ -151,7 +151,7 @@ func (s Content) Sweep(ctx context.Context, fn func(ctx context.Context) error) 
 	ferr := fn(ctx)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if _, err := s.db.Exec(cctx, "UPDATE gc_epoch SET epoch = epoch + 1"); err != nil && ferr == nil {
+	if _, err := s.pool.Exec(cctx, "UPDATE gc_epoch SET epoch = epoch + 1"); err != nil && ferr == nil {
 		return translate(err, "sweep epoch")
 	}
 	return ferr
