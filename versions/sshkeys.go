@@ -23,13 +23,18 @@ type SSHKey struct {
 	CreatedAt   time.Time
 }
 
-const sshKeyCols = "id, tenant_id, name, fingerprint, public_key, created_at"
-
-func scanSSHKey(row pgx.Row) (SSHKey, error) {
-	var k SSHKey
-	err := row.Scan(&k.ID, &k.Tenant, &k.Name, &k.Fingerprint, &k.PublicKey, &k.CreatedAt)
-	return k, err
+var sshKeyColumns = columns[SSHKey]{
+	{"id", func(k *SSHKey) any { return &k.ID }},
+	{"tenant_id", func(k *SSHKey) any { return &k.Tenant }},
+	{"name", func(k *SSHKey) any { return &k.Name }},
+	{"fingerprint", func(k *SSHKey) any { return &k.Fingerprint }},
+	{"public_key", func(k *SSHKey) any { return &k.PublicKey }},
+	{"created_at", func(k *SSHKey) any { return &k.CreatedAt }},
 }
+
+var sshKeyCols = sshKeyColumns.list()
+
+func scanSSHKey(row pgx.Row) (SSHKey, error) { return sshKeyColumns.scan(row) }
 
 // AddSSHKey registers k (Tenant, Name, Fingerprint, PublicKey) and returns
 // it with its id and creation time. A key the tenant has registered

@@ -77,13 +77,19 @@ type TokenInfo struct {
 	LastUsedAt *time.Time // nil = never used; updated at most once a minute
 }
 
-const tokenCols = "id, tenant_id, admin, created_at, expires_at, revoked_at, last_used_at"
-
-func scanTokenInfo(row pgx.Row) (TokenInfo, error) {
-	var t TokenInfo
-	err := row.Scan(&t.ID, &t.Tenant, &t.Admin, &t.CreatedAt, &t.ExpiresAt, &t.RevokedAt, &t.LastUsedAt)
-	return t, err
+var tokenColumns = columns[TokenInfo]{
+	{"id", func(t *TokenInfo) any { return &t.ID }},
+	{"tenant_id", func(t *TokenInfo) any { return &t.Tenant }},
+	{"admin", func(t *TokenInfo) any { return &t.Admin }},
+	{"created_at", func(t *TokenInfo) any { return &t.CreatedAt }},
+	{"expires_at", func(t *TokenInfo) any { return &t.ExpiresAt }},
+	{"revoked_at", func(t *TokenInfo) any { return &t.RevokedAt }},
+	{"last_used_at", func(t *TokenInfo) any { return &t.LastUsedAt }},
 }
+
+var tokenCols = tokenColumns.list()
+
+func scanTokenInfo(row pgx.Row) (TokenInfo, error) { return tokenColumns.scan(row) }
 
 // NewToken creates a new random token (32 bytes, hex) for tenant, creating
 // the tenant if needed. ttl > 0 makes it expire ttl after now (the
