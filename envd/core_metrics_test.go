@@ -34,7 +34,7 @@ type metricsEnv struct {
 
 func newMetricsEnv(t *testing.T) *metricsEnv {
 	e := newCoreEnv(t, nil)
-	m := metrics.New(testNode, e.store, e.cfg.DataDir)
+	m := metrics.New(testNode, e.store.Instances, e.cfg.DataDir)
 	e.cfg.Observer = m
 	e.restart()
 	h, err := api.New(node.APIParts(e.svc), api.WithMetrics(m.Handler(), scrapeToken), api.WithRequestObserver(m))

@@ -9,7 +9,7 @@ import (
 
 // OperationByIdempotencyKey returns the tenant's operation recorded with
 // key, or an error of kind errdefs.ErrNotFound.
-func (s *Store) OperationByIdempotencyKey(ctx context.Context, tenant, key string) (Operation, error) {
+func (s Operations) OperationByIdempotencyKey(ctx context.Context, tenant, key string) (Operation, error) {
 	if err := types.CheckIdempotencyKey(key); err != nil {
 		return Operation{}, err
 	}

@@ -345,7 +345,7 @@ func (n *Node) newService(db database, reg registryPart, rt *runtime.Runtime, v 
 // with a node's database role (it joined with a join token) may not make
 // tokens: it has none, and "" is its token.
 func (n *Node) adminToken(ctx context.Context, db database) (string, error) {
-	if admin, err := db.store.AdminRole(ctx); err != nil {
+	if admin, err := db.store.Nodes.AdminRole(ctx); err != nil {
 		return "", fmt.Errorf("admin token: %w", err)
 	} else if !admin {
 		n.cfg.Logger.Info("this node uses a node's database role: it makes no admin token; use a token made on a node with the admin's role")
@@ -359,7 +359,7 @@ func (n *Node) adminToken(ctx context.Context, db database) (string, error) {
 	if err := os.Chmod(tokenFile, 0o600); err != nil {
 		return "", err
 	}
-	if err := db.store.EnsureAdminToken(ctx, "admin", token); err != nil {
+	if err := db.store.Access.EnsureAdminToken(ctx, "admin", token); err != nil {
 		return "", fmt.Errorf("admin token: %w", err)
 	}
 	return token, nil
