@@ -40,7 +40,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/core/mount"
@@ -49,7 +48,6 @@ import (
 	"github.com/containerd/containerd/v2/pkg/identifiers"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/oci"
-	"github.com/containerd/containerd/v2/plugins"
 	cerrdefs "github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -143,6 +141,13 @@ type Config struct {
 	AgentBinary string
 	// NoAgents turns exec agents off: every exec is a runc exec.
 	NoAgents bool
+	// DefaultClass is the runtime class (class.go) of instances whose
+	// spec names none. Default ClassRunc. ClassGVisor makes New fail
+	// (ErrClassUnavailable) when gVisor cannot run on this node.
+	DefaultClass Class
+	// GVisorDir holds runsc. Default: $ENVD_GVISOR_DIR, else
+	// DefaultGVisorDir (where scripts/setup.sh installs it).
+	GVisorDir string
 }
 
 // Runtime creates and drives instances on one containerd.
@@ -170,6 +175,7 @@ type Runtime struct {
 	// unhardened leaves hardening and limits out; set only by the
 	// benchmark that measures their cost.
 	unhardened bool
+	gvisor     *gvisor // the gVisor class (class.go)
 }
 
 // New connects to containerd at cfg.Address and prepares the instance
@@ -202,6 +208,12 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if cfg.UserNSBase == 0 {
 		cfg.UserNSBase = defaultUserNSBase
 	}
+	if cfg.DefaultClass == "" {
+		cfg.DefaultClass = ClassRunc
+	}
+	if c, err := ParseClass(string(cfg.DefaultClass)); err != nil || c == "" {
+		return nil, fmt.Errorf("default %w", err)
+	}
 	sum := sha256.Sum256([]byte(filepath.Clean(cfg.StateDir)))
 	r := &Runtime{
 		cfg:      cfg,
@@ -218,6 +230,12 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		}
 	}
 	r.setupAgents()
+	if err := r.setupClasses(); err != nil {
+		return nil, err
+	}
+	if err := r.ClassErr(ctx, cfg.DefaultClass); err != nil {
+		return nil, fmt.Errorf("default runtime class: %w", err)
+	}
 	var err error
 	if r.net, err = newNetwork(cfg.Network, r.scope, cfg.StateDir); err != nil {
 		return nil, err
@@ -313,6 +331,9 @@ type InstanceSpec struct {
 	// (Config.UserNS), for containers whose layer is saved (builds): the
 	// save path cannot read shifted ids (userns.go).
 	HostIDs bool
+	// Class is the runtime class (class.go); "" = the node's default.
+	// Kept for every later Start.
+	Class Class
 }
 
 // Mount is a bind mount of a host path into an instance.
@@ -369,6 +390,10 @@ func (r *Runtime) Create(ctx context.Context, spec InstanceSpec) (retErr error) 
 	id := spec.ID
 	if _, err := r.client.LoadContainer(ctx, id); err == nil {
 		return fmt.Errorf("instance %q: %w", id, errdefs.ErrAlreadyExists)
+	}
+	class, err := r.resolveClass(ctx, spec)
+	if err != nil {
+		return err
 	}
 	img, err := r.client.GetImage(ctx, spec.Image)
 	if err != nil {
@@ -438,6 +463,7 @@ func (r *Runtime) Create(ctx context.Context, spec InstanceSpec) (retErr error) 
 	for k, v := range spec.Labels {
 		labels[k] = v
 	}
+	labels[LabelClass] = string(class)
 	snapshot, userns := client.WithNewSnapshot(id, img), oci.Compose()
 	if r.cfg.UserNS && !spec.HostIDs {
 		snapshot, userns = r.usernsOpts(id, img)
@@ -457,10 +483,7 @@ func (r *Runtime) Create(ctx context.Context, spec InstanceSpec) (retErr error) 
 		client.WithImage(img),
 		client.WithSnapshotter(sn),
 		snapshot,
-		// runc state under our StateDir: the shim's default root,
-		// /run/containerd/runc/<namespace>, would be shared with every other
-		// daemon on the machine using the same namespace.
-		client.WithRuntime(plugins.RuntimeRuncV2, &options.Options{Root: r.runcRoot}),
+		r.runtimeOpt(class),
 		client.WithContainerLabels(labels),
 		client.WithNewSpec(
 			oci.WithImageConfig(img),
@@ -523,7 +546,7 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 		case client.Paused, client.Pausing:
 			return fmt.Errorf("instance %q is paused: %w", id, errdefs.ErrFailedPrecondition)
 		}
-		if _, err := t.Delete(ctx, client.WithProcessKill); err != nil && !cerrdefs.IsNotFound(err) {
+		if _, err := t.Delete(ctx, withKill); err != nil && !cerrdefs.IsNotFound(err) {
 			return translate(err, "delete old task of instance %q", id)
 		}
 	} else if !cerrdefs.IsNotFound(err) {
@@ -589,7 +612,7 @@ func (r *Runtime) startTask(ctx context.Context, id, hostname string) (retErr er
 		return startErr(err, "create task of instance %q", id)
 	}
 	if err := t.Start(ctx); err != nil {
-		_, _ = t.Delete(context.WithoutCancel(ctx), client.WithProcessKill)
+		_, _ = t.Delete(context.WithoutCancel(ctx), withKill)
 		return startErr(err, "start task of instance %q", id)
 	}
 	if slot != nil {
@@ -1167,7 +1190,7 @@ func (r *Runtime) stopTask(ctx context.Context, c client.Container) error {
 			return fmt.Errorf("stop instance %q: %w", id, ctx.Err())
 		}
 	}
-	if _, err := t.Delete(ctx, client.WithProcessKill); err != nil && !cerrdefs.IsNotFound(err) {
+	if _, err := t.Delete(ctx, withKill); err != nil && !cerrdefs.IsNotFound(err) {
 		return translate(err, "delete task of instance %q", id)
 	}
 	return nil
@@ -1222,6 +1245,7 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 		}
 	}
 	r.removeCgroupParents()
+	r.releaseGVisor(ctx)
 	return errors.Join(errs...)
 }
 
@@ -1287,6 +1311,7 @@ type Status struct {
 	Task    string // "running", "paused", "stopped" (exited, not yet deleted), "" (no task)
 	Pid     uint32
 	Labels  map[string]string
+	Class   Class  // the runtime class it was made with (class.go)
 	Address string // the instance's IP address on the bridge while its task runs, "" otherwise
 	// ExitCode is the init's exit status when Task is "stopped".
 	ExitCode uint32
@@ -1305,7 +1330,7 @@ func (r *Runtime) Status(ctx context.Context, id string) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	s := Status{Exists: true, Labels: info.Labels}
+	s := Status{Exists: true, Labels: info.Labels, Class: classOf(info.Labels)}
 	st, pid, err := r.taskStatus(ctx, id)
 	if cerrdefs.IsNotFound(err) {
 		return s, nil
