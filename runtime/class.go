@@ -1,12 +1,15 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -288,4 +291,44 @@ func withKill(ctx context.Context, p client.Process) error {
 		}
 	}
 	return err
+}
+
+// gvisorSandboxPids is about what a gVisor sandbox holds in host pids
+// before its processes: the sentry's and the gofer's threads (46-47 at
+// idle on a 2-core node, measured).
+const gvisorSandboxPids = 128
+
+// gvisorHostPids is the host pids limit of a gVisor instance whose tenant
+// limit is pids. The host cgroup holds the sandbox, not the instance's
+// processes: each of them costs one host stub process (systrap) and the
+// sentry adds threads as they run (20 sleeping processes added 43 host
+// pids, 100 more added 113). Past the host limit the sentry cannot go on
+// and the instance stops (exit 137) instead of a fork failing inside; the
+// limit bounds what a sandbox takes from the node.
+func gvisorHostPids(pids int64) int64 { return 2*pids + gvisorSandboxPids }
+
+// goferPid is the pid of runsc's gofer of gVisor instance id, 0 if none
+// runs. The gofer serves the sandbox its files: its root is the
+// container's root file system with the instance's bind mounts, as the
+// instance sees them, which the sandbox process's root (an empty
+// directory of runsc's) is not. It is found by its command line, which
+// names this runtime's runsc root and the container id.
+func (r *Runtime) goferPid(id string) uint32 {
+	root := "--root=" + filepath.Join(r.gvisor.root, r.cfg.Namespace)
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.ParseUint(e.Name(), 10, 32)
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil || !bytes.HasPrefix(b, []byte("runsc-gofer\x00")) {
+			continue
+		}
+		args := strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+		if args[len(args)-1] == id && slices.Contains(args, root) && slices.Contains(args, "gofer") {
+			return uint32(pid)
+		}
+	}
+	return 0
 }

@@ -395,6 +395,7 @@ func (r *Runtime) Create(ctx context.Context, spec InstanceSpec) (retErr error) 
 	if err != nil {
 		return err
 	}
+	spec.Class = class
 	img, err := r.client.GetImage(ctx, spec.Image)
 	if err != nil {
 		return translate(err, "image %s of instance %q", spec.Image, id)
@@ -1312,6 +1313,12 @@ type Status struct {
 	Pid     uint32
 	Labels  map[string]string
 	Class   Class  // the runtime class it was made with (class.go)
+	// RootPid is a process whose /proc/PID/root is the instance's file
+	// system as its processes see it (volumes included) while its task
+	// runs: the init on runc, gVisor's gofer on gvisor (class.go). The
+	// kernel's pseudo file systems in it are the node's, not the
+	// instance's, on gvisor.
+	RootPid uint32
 	Address string // the instance's IP address on the bridge while its task runs, "" otherwise
 	// ExitCode is the init's exit status when Task is "stopped".
 	ExitCode uint32
@@ -1346,7 +1353,10 @@ func (r *Runtime) Status(ctx context.Context, id string) (Status, error) {
 	default:
 		s.Task = string(st.Status)
 	}
-	s.Pid = pid
+	s.Pid, s.RootPid = pid, pid
+	if s.Class == ClassGVisor && st.Status != client.Stopped {
+		s.RootPid = r.goferPid(id)
+	}
 	if st.Status == client.Stopped {
 		s.ExitCode = st.ExitStatus
 		started := time.Time{}
