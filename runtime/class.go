@@ -85,12 +85,16 @@ func ParseClass(s string) (Class, error) {
 //     read; runsc's default keeps them in the sandbox's memory file;
 //   - --host-uds=open: the exec agent (agents.go) connects to the socket
 //     envd listens on in the instance's agent directory; only sockets
-//     inside the instance's bind mounts can be reached this way.
+//     inside the instance's bind mounts can be reached this way;
+//   - --oci-seccomp: the spec's seccomp profile (containerd's default, as
+//     for runc; harden.go) is enforced inside the sandbox too, so what it
+//     refuses on runc (keyctl, unshare of a user namespace, ...) is refused
+//     on gVisor, whose sentry otherwise implements those calls itself.
 //
 // Network is runsc's default, --network=sandbox: gVisor's netstack takes
 // the namespace's veth, so the bridge, its isolation and the firewall
 // rules apply as for runc.
-var gvisorFlags = []string{"--overlay2=none", "--host-uds=open"}
+var gvisorFlags = []string{"--overlay2=none", "--host-uds=open", "--oci-seccomp"}
 
 // gvisor is the node's gVisor class.
 type gvisor struct {
