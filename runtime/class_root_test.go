@@ -325,14 +325,19 @@ func TestRootGVisorWall(t *testing.T) {
 	svcAccepted := svc.listen(t, svc.addr+":8080")
 
 	t.Run("kernel", func(t *testing.T) {
-		out, _, _ := env.run(t, "w", "sh", "-c", "uname -r; cat /proc/version; dmesg | head -1")
+		out, _, _ := env.run(t, "w", "sh", "-c", "uname -r; cat /proc/version")
 		lines := strings.Split(strings.TrimSpace(out), "\n")
-		require.Len(t, lines, 3, out)
+		require.Len(t, lines, 2, out)
 		assert.NotEqual(t, hostRelease(t), lines[0])
 		hostVersion, err := os.ReadFile("/proc/version")
 		require.NoError(t, err)
 		assert.NotEqual(t, strings.TrimSpace(string(hostVersion)), lines[1])
-		assert.Contains(t, lines[2], "Starting gVisor", "dmesg is the sandbox's")
+		// The kernel log: syslog(2) is refused by the seccomp profile as
+		// on runc; /dev/kmsg does not exist. Whatever is read is not the
+		// node's log.
+		out, _, code := env.run(t, "w", "sh", "-c", "dmesg 2>&1; cat /dev/kmsg 2>&1")
+		assert.NotEqual(t, 0, code, out)
+		assert.NotContains(t, out, hostRelease(t), "the node's kernel log")
 	})
 
 	t.Run("proc is the sandbox's", func(t *testing.T) {
