@@ -17,6 +17,7 @@ import (
 	"github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/plugins"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
 	"github.com/envd-dev/envd/api/errdefs"
@@ -335,4 +336,22 @@ func (r *Runtime) goferPid(id string) uint32 {
 		}
 	}
 	return 0
+}
+
+// gvisorTmpAnchorPath is where a gVisor instance gets an empty read-only
+// directory, so that its /tmp stays the writable layer's, as on runc.
+const gvisorTmpAnchorPath = "/tmp/.envd"
+
+// gvisorTmpAnchor is the mount that keeps a gVisor instance's /tmp in its
+// root file system. runsc mounts a tmpfs of the sandbox over an empty /tmp
+// that no spec mount is under: files there would be in the sandbox's
+// memory only, invisible to the file API and SFTP, absent from the upper
+// dir that saves and retained layers read, and lost at Stop. A mount point
+// under /tmp makes it not empty to runsc.
+func (r *Runtime) gvisorTmpAnchor(id string) (specs.Mount, error) {
+	dir := filepath.Join(r.instanceDir(id), "tmp-anchor")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return specs.Mount{}, fmt.Errorf("instance %q: %w", id, err)
+	}
+	return bindMount(dir, gvisorTmpAnchorPath, true), nil
 }

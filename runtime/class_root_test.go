@@ -97,12 +97,16 @@ func TestRootGVisorInstance(t *testing.T) {
 	})
 
 	t.Run("writes and deletions reach the upper dir", func(t *testing.T) {
-		_, errOut, code := env.run(t, "g", "sh", "-c", "echo data > /root/f && rm /bin/vi && mkdir -p /opt/d && echo x > /opt/d/x")
+		_, errOut, code := env.run(t, "g", "sh", "-c", "echo data > /root/f && rm /bin/vi && mkdir -p /opt/d && echo x > /opt/d/x && echo t > /tmp/t")
 		require.Equal(t, 0, code, errOut)
 		upper := upperDir(t, rt, "g")
 		b, err := os.ReadFile(filepath.Join(upper, "root", "f"))
 		require.NoError(t, err)
 		assert.Equal(t, "data\n", string(b))
+		// /tmp too, as on runc (runsc would put a tmpfs of its own there).
+		b, err = os.ReadFile(filepath.Join(upper, "tmp", "t"))
+		require.NoError(t, err, "/tmp is the writable layer's")
+		assert.Equal(t, "t\n", string(b))
 		var wh unix.Stat_t
 		require.NoError(t, unix.Lstat(filepath.Join(upper, "bin", "vi"), &wh), "the deletion's whiteout")
 		assert.Equal(t, uint32(unix.S_IFCHR), wh.Mode&unix.S_IFMT)

@@ -451,6 +451,13 @@ func (r *Runtime) Create(ctx context.Context, spec InstanceSpec) (retErr error) 
 	for _, m := range spec.Mounts {
 		mounts = append(mounts, bindMount(m.Source, m.Destination, m.ReadOnly))
 	}
+	if class == ClassGVisor {
+		m, err := r.gvisorTmpAnchor(id)
+		if err != nil {
+			return err
+		}
+		mounts = append(mounts, m)
+	}
 	agentMounts, err := r.agentMounts(id)
 	if err != nil {
 		return err
@@ -1312,19 +1319,20 @@ type Status struct {
 	Task    string // "running", "paused", "stopped" (exited, not yet deleted), "" (no task)
 	Pid     uint32
 	Labels  map[string]string
-	Class   Class  // the runtime class it was made with (class.go)
-	// RootPid is a process whose /proc/PID/root is the instance's file
-	// system as its processes see it (volumes included) while its task
-	// runs: the init on runc, gVisor's gofer on gvisor (class.go). The
-	// kernel's pseudo file systems in it are the node's, not the
-	// instance's, on gvisor.
-	RootPid uint32
 	Address string // the instance's IP address on the bridge while its task runs, "" otherwise
 	// ExitCode is the init's exit status when Task is "stopped".
 	ExitCode uint32
 	// OOMKilled: the task is stopped and the OOM killer killed a process
 	// of the instance since the task started (see oom.go).
 	OOMKilled bool
+	// Class is the runtime class it was made with (class.go).
+	Class Class
+	// RootPid is a process whose /proc/PID/root is the instance's file
+	// system as its processes see it (volumes included) while its task
+	// runs: the init on runc, gVisor's gofer on gvisor (class.go). The
+	// kernel's pseudo file systems in it are the node's, not the
+	// instance's, on gvisor.
+	RootPid uint32
 }
 
 // Status reports whether the instance exists and the state of its task.
