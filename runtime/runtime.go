@@ -11,6 +11,8 @@
 //     when the instance has no task (after Stop).
 //   - Stop releases compute (the task and its network) and keeps the
 //     container and snapshot; Remove deletes everything.
+//   - Each instance runs on a runtime class, runc or gvisor, chosen at
+//     Create and kept (class.go).
 //
 // Callers serialize operations on one instance ID; operations on different IDs
 // may run concurrently. Errors carry envd's kinds (api/errdefs):
