@@ -128,7 +128,7 @@ func (r *Runtime) setupClasses() error {
 	r.gvisor = g
 	if !isExecutable(g.runsc) {
 		g.once.Do(func() {
-			g.err = fmt.Errorf("runsc not installed at %s (scripts/setup.sh installs it): %w: %w", g.runsc, ErrClassUnavailable, errdefs.ErrFailedPrecondition)
+			g.err = fmt.Errorf("runsc not installed at %s (scripts/setup.sh --tests installs it): %w: %w", g.runsc, ErrClassUnavailable, errdefs.ErrFailedPrecondition)
 		})
 		return nil
 	}
