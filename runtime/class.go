@@ -87,6 +87,11 @@ func ParseClass(s string) (Class, error) {
 //   - --host-uds=open: the exec agent (agents.go) connects to the socket
 //     envd listens on in the instance's agent directory; only sockets
 //     inside the instance's bind mounts can be reached this way;
+//   - --file-access=shared: the sandbox revalidates what it cached of the
+//     root file system, so files the node writes there (file API, SFTP,
+//     archives in) are seen inside at once; with runsc's default
+//     (exclusive) a name the instance had looked up and not found stayed
+//     missing after the node made it;
 //   - --oci-seccomp: the spec's seccomp profile (containerd's default, as
 //     for runc; harden.go) is enforced inside the sandbox too, so what it
 //     refuses on runc (keyctl, unshare of a user namespace, ...) is refused
@@ -95,7 +100,7 @@ func ParseClass(s string) (Class, error) {
 // Network is runsc's default, --network=sandbox: gVisor's netstack takes
 // the namespace's veth, so the bridge, its isolation and the firewall
 // rules apply as for runc.
-var gvisorFlags = []string{"--overlay2=none", "--host-uds=open", "--oci-seccomp"}
+var gvisorFlags = []string{"--overlay2=none", "--file-access=shared", "--host-uds=open", "--oci-seccomp"}
 
 // gvisor is the node's gVisor class.
 type gvisor struct {
@@ -166,7 +171,14 @@ func (g *gvisor) probe(ctx context.Context) error {
 		}()
 		pctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
-		args := append([]string{"--root", dir, "--network=none"}, gvisorFlags...)
+		// The instances' flags but --file-access=shared, which `runsc do`
+		// refuses next to the overlay it puts on the node's root.
+		args := []string{"--root", dir, "--network=none"}
+		for _, f := range gvisorFlags {
+			if !strings.HasPrefix(f, "--file-access=") {
+				args = append(args, f)
+			}
+		}
 		out, err := exec.CommandContext(pctx, g.runsc, append(args, "do", "true")...).CombinedOutput()
 		if err != nil {
 			g.err = fmt.Errorf("runsc at %s cannot run a sandbox here: %v: %s: %w: %w", g.runsc, err,

@@ -136,10 +136,16 @@ func TestRootGVisorInstance(t *testing.T) {
 		assert.Equal(t, "from-instance\n", string(b))
 		_, err = os.Stat(filepath.Join(root, "bin", "vi"))
 		assert.ErrorIs(t, err, os.ErrNotExist, "a file deleted inside is gone from the view")
-		// A file made from the node is seen inside.
-		require.NoError(t, os.WriteFile(filepath.Join(root, "root", "from-node"), []byte("hello\n"), 0o644))
-		out, _, _ := env.run(t, "g", "cat", "/root/from-node")
-		assert.Equal(t, "hello\n", out)
+		// A file made from the node is seen inside, also after the
+		// instance looked for it and found nothing, and a change to a
+		// file the instance has read.
+		_, _, code := env.run(t, "g", "cat", "/tmp/from-node", "/root/f")
+		require.NotEqual(t, 0, code)
+		require.NoError(t, os.WriteFile(filepath.Join(root, "tmp", "from-node"), []byte("hello\n"), 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(root, "root", "f"), []byte("changed from the node\n"), 0o644))
+		out, errOut, _ := env.run(t, "g", "cat", "/tmp/from-node", "/root/f")
+		assert.Equal(t, "hello\nchanged from the node\n", out, errOut)
+		require.NoError(t, os.WriteFile(filepath.Join(root, "root", "f"), []byte("data\n"), 0o644))
 		st, err = rt.Status(ctx, "r")
 		require.NoError(t, err)
 		assert.Equal(t, st.Pid, st.RootPid, "runc: the init")
