@@ -277,6 +277,9 @@ func classOf(labels map[string]string) Class {
 // first creation, left after the last sandbox) once no gVisor instance of
 // the namespace has a task, so Remove leaves no mount behind.
 func (r *Runtime) releaseGVisor(ctx context.Context) {
+	// Also after the caller's deadline: a mount left here outlives envd.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
 	cs, err := r.client.Containers(ctx, fmt.Sprintf("labels.%q==%q", LabelClass, ClassGVisor))
 	if err != nil {
 		return
