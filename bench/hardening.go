@@ -108,7 +108,12 @@ func runHardening(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 // installOnce creates instance id, runs the Graphviz install in it and
 // removes it; the output goes to logPath.
 func installOnce(ctx context.Context, rt *runtime.Runtime, id, ref, logPath string) (d time.Duration, line string, rErr error) {
-	spec := runtime.InstanceSpec{ID: id, Image: ref, Limits: hardeningLimits}
+	return installIn(ctx, rt, runtime.InstanceSpec{ID: id, Image: ref, Limits: hardeningLimits}, logPath)
+}
+
+// installIn is installOnce in a new instance of spec.
+func installIn(ctx context.Context, rt *runtime.Runtime, spec runtime.InstanceSpec, logPath string) (d time.Duration, line string, rErr error) {
+	id := spec.ID
 	if err := rt.Create(ctx, spec); err != nil {
 		return 0, "", err
 	}

@@ -26,6 +26,11 @@
 //     image chowns it) and without, and the Graphviz install in a user
 //     namespace.
 //
+//   - sandbox: the gVisor runtime class against runc on one node, classes
+//     alternated: create to the first command, exec round trip, a
+//     syscall-heavy and a CPU-bound workload, an idle instance's memory,
+//     the Graphviz install once each (runsc from scripts/setup.sh --tests).
+//
 //   - deep: save and lazy restore of a project with a 3-save and a
 //     -deep-saves history (busybox base), on a node that squashes deep
 //     versions and on one that does not.
@@ -119,7 +124,7 @@ type config struct {
 }
 
 // scenarios in the order -scenario all runs them.
-var scenarios = []string{"save", "restore", "workloads", "scaling", "disklimit", "hardening", "userns", "deep", "cas", "pool", "latency", "capacity"}
+var scenarios = []string{"save", "restore", "workloads", "scaling", "disklimit", "hardening", "userns", "sandbox", "deep", "cas", "pool", "latency", "capacity"}
 
 func main() {
 	var cfg config
@@ -271,6 +276,19 @@ func runScenarios(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 		logf("scenario deep")
 		if err := runDeep(ctx, cfg, out); err != nil {
 			rErr = fmt.Errorf("deep: %w", err)
+		}
+	}()
+	defer func() {
+		if rErr != nil || !slices.Contains(want, "sandbox") {
+			return
+		}
+		if len(want) > 1 {
+			fmt.Fprintln(out, "\n### Cost of the gVisor runtime class against runc (`-scenario sandbox`)")
+			fmt.Fprintln(out)
+		}
+		logf("scenario sandbox")
+		if err := runSandbox(ctx, cfg, out); err != nil {
+			rErr = fmt.Errorf("sandbox: %w", err)
 		}
 	}()
 	defer func() {

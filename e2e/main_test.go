@@ -94,10 +94,16 @@ func run(m *testing.M) int {
 // sharedNodeConfig is the configuration of the node the tests share, at
 // its first start and at every restart: every answer checked against the
 // spec, metrics also on a listener of their own.
+//
+// $ENVD_E2E_RUNTIME_CLASS sets the node's default runtime class (gvisor):
+// the scenarios then run on it, e.g.
+// `ENVD_E2E_RUNTIME_CLASS=gvisor go test -run 'TestRootSaveRestoreRoundTrip|...' ./e2e/`
+// (docs/gvisor.md lists which ones pass there and why the others do not).
 func sharedNodeConfig() node.Config {
 	return node.Config{DataDir: env.dataDir, DefaultTTL: time.Hour, PrefetchWindow: prefetchWindow,
 		WrapAPI: env.spec.Wrap, MetricsListen: "127.0.0.1:0", SSHListen: "127.0.0.1:0", PreviewDomain: previewDomain,
-		Placement: envd.PlacementLocal} // the tests ask the node they mean
+		Placement:    envd.PlacementLocal, // the tests ask the node they mean
+		RuntimeClass: os.Getenv("ENVD_E2E_RUNTIME_CLASS")}
 }
 
 // prefetchWindow is how long new instances' first reads are recorded here

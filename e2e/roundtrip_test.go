@@ -93,6 +93,6 @@ func instanceRoot(t *testing.T, id string) string {
 	t.Helper()
 	st, err := env.node.Runtime().Status(ctx(t), id)
 	require.NoError(t, err)
-	require.NotZero(t, st.Pid)
-	return fmt.Sprintf("/proc/%d/root", st.Pid)
+	require.NotZero(t, st.RootPid)
+	return fmt.Sprintf("/proc/%d/root", st.RootPid)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/envd-dev/envd/envd/names"
 	"github.com/envd-dev/envd/internal/limiter"
 	"github.com/envd-dev/envd/internal/netns"
+	"github.com/envd-dev/envd/runtime"
 	"github.com/envd-dev/envd/versions"
 )
 
@@ -151,6 +152,12 @@ func (s *Service) instancePid(ctx context.Context, p types.Principal, id string)
 	}
 	if st.Task != "running" || st.Pid == 0 {
 		return versions.Instance{}, 0, fmt.Errorf("instance %q has no running task: %w", id, errdefs.ErrFailedPrecondition)
+	}
+	if st.Class == runtime.ClassGVisor {
+		// Its sockets live in gVisor's network stack, inside the sandbox:
+		// the node's view of the network namespace neither lists nor
+		// reaches them.
+		return versions.Instance{}, 0, fmt.Errorf("ports of instance %q (runtime class %s): %w: %w", id, st.Class, runtime.ErrNotOnClass, errdefs.ErrFailedPrecondition)
 	}
 	return in, st.Pid, nil
 }

@@ -95,7 +95,12 @@ func (s *Service) openFiles(ctx context.Context, p types.Principal, id string, a
 	if st.Pid == 0 || (st.Task != "running" && st.Task != "paused") {
 		return nil, 0, fmt.Errorf("instance %q has no running task: %w", id, errdefs.ErrFailedPrecondition)
 	}
-	root, err := files.Open("/proc/"+strconv.FormatUint(uint64(st.Pid), 10)+"/root", files.Identity{})
+	if st.RootPid == 0 {
+		return nil, 0, fmt.Errorf("instance %q has no running task: %w", id, errdefs.ErrFailedPrecondition)
+	}
+	// RootPid, not Pid: on gVisor the task's process is the sandbox,
+	// whose root is not the instance's.
+	root, err := files.Open("/proc/"+strconv.FormatUint(uint64(st.RootPid), 10)+"/root", files.Identity{})
 	if err != nil {
 		return nil, 0, fmt.Errorf("instance %q: %v: %w", id, err, errdefs.ErrFailedPrecondition)
 	}

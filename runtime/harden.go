@@ -74,7 +74,7 @@ func (r *Runtime) hardening(spec InstanceSpec) oci.SpecOpts {
 	if r.unhardened {
 		return oci.Compose()
 	}
-	return oci.Compose(append(hardenOpts(spec), withLimits(spec.Limits, r.cgroups))...)
+	return oci.Compose(append(hardenOpts(spec), withLimits(spec.Limits, r.cgroups, spec.Class))...)
 }
 
 // withNoNewPrivileges sets no_new_privs explicitly: containerd's default
@@ -162,8 +162,10 @@ func cpuShares(weight uint64) uint64 {
 
 // withLimits sets l in the spec's resources (DiskBytes is not a cgroup
 // limit: the writable layer's mechanism applies it). Limits the host cannot
-// apply are left out (see cgroupSupport).
-func withLimits(l Limits, cs cgroupSupport) oci.SpecOpts {
+// apply are left out (see cgroupSupport). On ClassGVisor the cgroup is the
+// whole sandbox's (its kernel, file proxy and the host stubs of its
+// processes): see gvisorHostPids.
+func withLimits(l Limits, cs cgroupSupport, class Class) oci.SpecOpts {
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *specs.Spec) error {
 		if s.Linux == nil {
 			s.Linux = &specs.Linux{}
@@ -182,6 +184,9 @@ func withLimits(l Limits, cs cgroupSupport) oci.SpecOpts {
 		}
 		if l.Pids > 0 {
 			p := l.Pids
+			if class == ClassGVisor {
+				p = gvisorHostPids(p)
+			}
 			res.Pids = &specs.LinuxPids{Limit: &p}
 		}
 		if l.CPUWeight > 0 || l.CPUQuota > 0 {

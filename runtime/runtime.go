@@ -11,6 +11,8 @@
 //     when the instance has no task (after Stop).
 //   - Stop releases compute (the task and its network) and keeps the
 //     container and snapshot; Remove deletes everything.
+//   - Each instance runs on a runtime class, runc or gvisor, chosen at
+//     Create and kept (class.go).
 //
 // Callers serialize operations on one instance ID; operations on different IDs
 // may run concurrently. Errors carry envd's kinds (api/errdefs):
@@ -40,7 +42,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/core/mount"
@@ -49,7 +50,6 @@ import (
 	"github.com/containerd/containerd/v2/pkg/identifiers"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/oci"
-	"github.com/containerd/containerd/v2/plugins"
 	cerrdefs "github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -144,6 +144,13 @@ type Config struct {
 	AgentBinary string
 	// NoAgents turns exec agents off: every exec is a runc exec.
 	NoAgents bool
+	// DefaultClass is the runtime class (class.go) of instances whose
+	// spec names none. Default ClassRunc. ClassGVisor makes New fail
+	// (ErrClassUnavailable) when gVisor cannot run on this node.
+	DefaultClass Class
+	// GVisorDir holds runsc. Default: $ENVD_GVISOR_DIR, else
+	// DefaultGVisorDir (where scripts/setup.sh installs it).
+	GVisorDir string
 }
 
 // Runtime creates and drives instances on one containerd.
@@ -171,6 +178,7 @@ type Runtime struct {
 	// unhardened leaves hardening and limits out; set only by the
 	// benchmark that measures their cost.
 	unhardened bool
+	gvisor     *gvisor // the gVisor class (class.go)
 }
 
 // New connects to containerd at cfg.Address and prepares the instance
@@ -203,6 +211,12 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if cfg.UserNSBase == 0 {
 		cfg.UserNSBase = defaultUserNSBase
 	}
+	if cfg.DefaultClass == "" {
+		cfg.DefaultClass = ClassRunc
+	}
+	if c, err := ParseClass(string(cfg.DefaultClass)); err != nil || c == "" {
+		return nil, fmt.Errorf("default %w", err)
+	}
 	sum := sha256.Sum256([]byte(filepath.Clean(cfg.StateDir)))
 	r := &Runtime{
 		cfg:      cfg,
@@ -219,6 +233,12 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		}
 	}
 	r.setupAgents()
+	if err := r.setupClasses(); err != nil {
+		return nil, err
+	}
+	if err := r.ClassErr(ctx, cfg.DefaultClass); err != nil {
+		return nil, fmt.Errorf("default runtime class: %w", err)
+	}
 	var err error
 	if r.net, err = newNetwork(cfg.Network, r.scope, cfg.StateDir); err != nil {
 		return nil, err
@@ -314,6 +334,9 @@ type InstanceSpec struct {
 	// (Config.UserNS), for containers whose layer is saved (builds): the
 	// save path cannot read shifted ids (userns.go).
 	HostIDs bool
+	// Class is the runtime class (class.go); "" = the node's default.
+	// Kept for every later Start.
+	Class Class
 }
 
 // Mount is a bind mount of a host path into an instance.
@@ -371,6 +394,11 @@ func (r *Runtime) Create(ctx context.Context, spec InstanceSpec) (retErr error) 
 	if _, err := r.client.LoadContainer(ctx, id); err == nil {
 		return fmt.Errorf("instance %q: %w", id, errdefs.ErrAlreadyExists)
 	}
+	class, err := r.resolveClass(ctx, spec)
+	if err != nil {
+		return err
+	}
+	spec.Class = class
 	img, err := r.client.GetImage(ctx, spec.Image)
 	if err != nil {
 		return translate(err, "image %s of instance %q", spec.Image, id)
@@ -426,6 +454,13 @@ func (r *Runtime) Create(ctx context.Context, spec InstanceSpec) (retErr error) 
 	for _, m := range spec.Mounts {
 		mounts = append(mounts, bindMount(m.Source, m.Destination, m.ReadOnly))
 	}
+	if class == ClassGVisor {
+		m, err := r.gvisorTmpAnchor(id)
+		if err != nil {
+			return err
+		}
+		mounts = append(mounts, m)
+	}
 	agentMounts, err := r.agentMounts(id)
 	if err != nil {
 		return err
@@ -439,6 +474,7 @@ func (r *Runtime) Create(ctx context.Context, spec InstanceSpec) (retErr error) 
 	for k, v := range spec.Labels {
 		labels[k] = v
 	}
+	labels[LabelClass] = string(class)
 	snapshot, userns := client.WithNewSnapshot(id, img), oci.Compose()
 	if r.cfg.UserNS && !spec.HostIDs {
 		snapshot, userns = r.usernsOpts(id, img)
@@ -458,10 +494,7 @@ func (r *Runtime) Create(ctx context.Context, spec InstanceSpec) (retErr error) 
 		client.WithImage(img),
 		client.WithSnapshotter(sn),
 		snapshot,
-		// runc state under our StateDir: the shim's default root,
-		// /run/containerd/runc/<namespace>, would be shared with every other
-		// daemon on the machine using the same namespace.
-		client.WithRuntime(plugins.RuntimeRuncV2, &options.Options{Root: r.runcRoot}),
+		r.runtimeOpt(class),
 		client.WithContainerLabels(labels),
 		client.WithNewSpec(
 			oci.WithImageConfig(img),
@@ -524,7 +557,7 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 		case client.Paused, client.Pausing:
 			return fmt.Errorf("instance %q is paused: %w", id, errdefs.ErrFailedPrecondition)
 		}
-		if _, err := t.Delete(ctx, client.WithProcessKill); err != nil && !cerrdefs.IsNotFound(err) {
+		if _, err := t.Delete(ctx, withKill); err != nil && !cerrdefs.IsNotFound(err) {
 			return translate(err, "delete old task of instance %q", id)
 		}
 	} else if !cerrdefs.IsNotFound(err) {
@@ -590,7 +623,7 @@ func (r *Runtime) startTask(ctx context.Context, id, hostname string) (retErr er
 		return startErr(err, "create task of instance %q", id)
 	}
 	if err := t.Start(ctx); err != nil {
-		_, _ = t.Delete(context.WithoutCancel(ctx), client.WithProcessKill)
+		_, _ = t.Delete(context.WithoutCancel(ctx), withKill)
 		return startErr(err, "start task of instance %q", id)
 	}
 	if slot != nil {
@@ -1168,7 +1201,7 @@ func (r *Runtime) stopTask(ctx context.Context, c client.Container) error {
 			return fmt.Errorf("stop instance %q: %w", id, ctx.Err())
 		}
 	}
-	if _, err := t.Delete(ctx, client.WithProcessKill); err != nil && !cerrdefs.IsNotFound(err) {
+	if _, err := t.Delete(ctx, withKill); err != nil && !cerrdefs.IsNotFound(err) {
 		return translate(err, "delete task of instance %q", id)
 	}
 	return nil
@@ -1223,6 +1256,7 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 		}
 	}
 	r.removeCgroupParents()
+	r.releaseGVisor(ctx)
 	return errors.Join(errs...)
 }
 
@@ -1294,6 +1328,14 @@ type Status struct {
 	// OOMKilled: the task is stopped and the OOM killer killed a process
 	// of the instance since the task started (see oom.go).
 	OOMKilled bool
+	// Class is the runtime class it was made with (class.go).
+	Class Class
+	// RootPid is a process whose /proc/PID/root is the instance's file
+	// system as its processes see it (volumes included) while its task
+	// runs: the init on runc, gVisor's gofer on gvisor (class.go). The
+	// kernel's pseudo file systems in it are the node's, not the
+	// instance's, on gvisor.
+	RootPid uint32
 }
 
 // Status reports whether the instance exists and the state of its task.
@@ -1306,7 +1348,7 @@ func (r *Runtime) Status(ctx context.Context, id string) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	s := Status{Exists: true, Labels: info.Labels}
+	s := Status{Exists: true, Labels: info.Labels, Class: classOf(info.Labels)}
 	st, pid, err := r.taskStatus(ctx, id)
 	if cerrdefs.IsNotFound(err) {
 		return s, nil
@@ -1322,7 +1364,10 @@ func (r *Runtime) Status(ctx context.Context, id string) (Status, error) {
 	default:
 		s.Task = string(st.Status)
 	}
-	s.Pid = pid
+	s.Pid, s.RootPid = pid, pid
+	if s.Class == ClassGVisor && st.Status != client.Stopped {
+		s.RootPid = r.goferPid(id)
+	}
 	if st.Status == client.Stopped {
 		s.ExitCode = st.ExitStatus
 		started := time.Time{}

@@ -64,7 +64,9 @@ fi
 modprobe overlay 2>/dev/null || true
 modprobe fuse 2>/dev/null || true
 if [ "$TESTS" = 1 ]; then
-# gVisor (runsc, containerd-shim-runsc-v1) for runtime/sandbox and docs/gvisor.md. Optional:
+# gVisor (runsc, containerd-shim-runsc-v1) for the gvisor runtime class (runtime/class.go),
+# runtime/sandbox and docs/gvisor.md; a demo node (envd up) needs it only with
+# --runtime-class gvisor, and then does not start without it. Optional:
 # a failed build is reported and setup goes on. Static (CGO_ENABLED=0): runsc re-executes
 # itself inside its chroot, where a dynamic binary's loader does not exist. The -X stamps
 # the version runsc --version prints and writes into checkpoint images. Kept out of

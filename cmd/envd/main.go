@@ -129,6 +129,7 @@ func (f *flags) register(cmd *cobra.Command, external bool) {
 	f.limits.register(fl, d.DefaultLimits)
 	f.limits.registerDensity(fl, d)
 	fl.BoolVar(&f.cfg.UserNS, "userns", envBool("ENVD_USERNS", d.UserNS), "run instances in a user namespace (root inside is an unprivileged host id); costs: images are pulled in full (no lazy restore) and chowned once per image on the node; see docs/notes/isolation.md (ENVD_USERNS=1)")
+	fl.StringVar(&f.cfg.RuntimeClass, "runtime-class", env("ENVD_RUNTIME_CLASS", d.RuntimeClass), "runtime class of instances: runc (the node's kernel) or gvisor (gVisor's user-space kernel; runsc from scripts/setup.sh in /usr/local/lib/envd/gvisor or $ENVD_GVISOR_DIR); the node does not start when it cannot run it; see docs/gvisor.md (ENVD_RUNTIME_CLASS)")
 	fl.BoolVar(&f.cfg.AllowVulnerableRunc, "allow-vulnerable-runc", envBool("ENVD_ALLOW_VULNERABLE_RUNC", d.AllowVulnerableRunc), "start even when runc lacks the fix of CVE-2024-21626 (older than 1.1.12 and no distribution backport in its changelog), with an error in the log; never on a node tenants use (ENVD_ALLOW_VULNERABLE_RUNC=1)")
 	fl.BoolVar(&f.cfg.DisableDiskLimit, "no-disk-limit", envBool("ENVD_NO_DISK_LIMIT", d.DisableDiskLimit), "ignore writable-layer limits: layers are bounded only by the node's disk (ENVD_NO_DISK_LIMIT=1)")
 	fl.IntVar(&f.cfg.Limits.Saves, "max-saves-per-tenant", f.envInt("ENVD_MAX_SAVES_PER_TENANT", d.Limits.Saves), "concurrent save operations per tenant on this node, past them 429; negative = unlimited (ENVD_MAX_SAVES_PER_TENANT)")

@@ -104,6 +104,10 @@ type Config struct {
 	// UserNS runs instances in a user namespace (runtime.Config.UserNS):
 	// images are pulled in full (no lazy restore).
 	UserNS bool
+	// RuntimeClass is the runtime class of instances that name none
+	// (runtime.Config.DefaultClass): "runc" (default) or "gvisor"; Start
+	// fails when the node cannot run it.
+	RuntimeClass string
 	// Unrestricted is for benchmarks only: it turns off hardening, limits
 	// and network rules (runtime.Config.Unrestricted).
 	Unrestricted bool

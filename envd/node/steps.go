@@ -244,6 +244,7 @@ func (n *Node) startRuntime(ctx context.Context, db database, reg registryPart, 
 		DiskReserveBytes:    cfg.DiskReserveBytes,
 		DiskOvercommit:      cfg.DiskOvercommit,
 		UserNS:              cfg.UserNS,
+		DefaultClass:        runtime.Class(cfg.RuntimeClass),
 		Unrestricted:        cfg.Unrestricted,
 	})
 	if err != nil {
@@ -275,6 +276,11 @@ func (n *Node) describeRuntime(rt *runtime.Runtime) {
 		n.components["exec agent"] = "off: " + err.Error()
 	} else {
 		n.components["exec agent"] = "on: commands without a terminal start in the instance's agent (runc exec otherwise)"
+	}
+	classes := rt.Classes(context.Background())
+	n.components["runtime classes"] = fmt.Sprintf("%v, default %s", classes, rt.DefaultClass())
+	if err := rt.ClassErr(context.Background(), runtime.ClassGVisor); err != nil {
+		log.Info("runtime class gvisor not available on this node", "err", err)
 	}
 	if cfg.Unrestricted {
 		log.Warn("instances run without hardening, limits or network rules (benchmarks only)")
