@@ -150,8 +150,9 @@ async function exercise(client, label) {
   assert.equal((await callError(client, "read_file", { instance: inst.id, path: "/work/missing" })).code, "not_found");
 
   assert.equal((await call(client, "delete_instance", { instance: fork.instance.id })).id, fork.instance.id);
-  await call(client, "delete_instance", { instance: inst.id });
-  assert.equal((await callError(client, "get_instance", { instance: inst.id })).code, "not_found");
+  const gone = await call(client, "delete_instance", { instance: inst.id });
+  assert.equal(gone.state, "Terminated");
+  assert.equal((await call(client, "get_instance", { instance: inst.id })).reason, "user_delete");
 }
 
 test("stdio: envd mcp, every tool", async () => {
