@@ -97,6 +97,15 @@ if [ "$(cat "$SDK_TS_DIR/node_modules/.envd-lock.sha256" 2>/dev/null)" != "$sdk_
   (cd "$SDK_TS_DIR" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
   echo "$sdk_ts_lock" > "$SDK_TS_DIR/node_modules/.envd-lock.sha256"
 fi
+# The e2e test of the MCP server (e2e/mcp, e2e TestRootMCPTypeScript): the official MCP TypeScript
+# SDK by npm ci from e2e/mcp's lock file.
+MCP_TS_DIR=$(cd "$(dirname "$0")/../e2e/mcp" && pwd)
+mcp_ts_lock=$(sha256sum "$MCP_TS_DIR/package-lock.json" | cut -d' ' -f1)
+if [ "$(cat "$MCP_TS_DIR/node_modules/.envd-lock.sha256" 2>/dev/null)" != "$mcp_ts_lock" ]; then
+  echo "setup: npm ci in e2e/mcp"
+  (cd "$MCP_TS_DIR" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+  echo "$mcp_ts_lock" > "$MCP_TS_DIR/node_modules/.envd-lock.sha256"
+fi
 # The web console (web/, e2e TestRootConsole*): esbuild and xterm.js by npm ci from web/'s lock
 # file, and Debian's chromium (with its fonts) for the browser test.
 WEB_DIR=$(cd "$(dirname "$0")/../web" && pwd)

@@ -93,7 +93,7 @@ func root() *cobra.Command {
 		Use: "version", Short: "print the version",
 		Run: func(*cobra.Command, []string) { fmt.Println(envd.BuildVersion) },
 	})
-	cmd.AddCommand(registryCmd())
+	cmd.AddCommand(registryCmd(), mcpCmd())
 	return cmd
 }
 
