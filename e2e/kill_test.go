@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,12 +29,29 @@ type envdProcess struct {
 	done chan struct{}
 }
 
+// envdBinary is the envd binary built once for the tests that run envd
+// as a process of its own.
+var envdBinary struct {
+	sync.Once
+	path string
+	err  error
+}
+
+// buildEnvd builds cmd/envd once per test process and returns its path
+// (under the package's temporary dir, removed at its end).
 func buildEnvd(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "envd")
-	out, err := exec.Command("go", "build", "-o", bin, "../cmd/envd").CombinedOutput()
-	require.NoError(t, err, string(out))
-	return bin
+	envdBinary.Do(func() {
+		bin := filepath.Join(env.tmpDir, "envd")
+		out, err := exec.Command("go", "build", "-o", bin, "../cmd/envd").CombinedOutput()
+		if err != nil {
+			envdBinary.err = fmt.Errorf("go build ../cmd/envd: %v: %s", err, out)
+			return
+		}
+		envdBinary.path = bin
+	})
+	require.NoError(t, envdBinary.err)
+	return envdBinary.path
 }
 
 func startEnvd(t *testing.T, bin, dataDir string) (*envdProcess, *client.Client) {
@@ -70,6 +89,7 @@ func (p *envdProcess) kill(t *testing.T) {
 // visible, the instance is not left frozen, and the next envd finishes the
 // save.
 func TestRootKillDuringSave(t *testing.T) {
+	t.Parallel()
 	bin := buildEnvd(t)
 	dataDir := killDataDir(t, bin)
 

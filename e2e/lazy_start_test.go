@@ -18,6 +18,7 @@ import (
 // here), and an exec answers the same state, never "stopped" while `show`
 // says Running.
 func TestRootInitExitAgreesWithShow(t *testing.T) {
+	t.Parallel()
 	p := newProject(t, "initexit")
 	kill := func(id string) time.Time {
 		t.Helper()
@@ -71,6 +72,7 @@ func TestRootInitExitAgreesWithShow(t *testing.T) {
 // project while it is still being recorded (a save early in the window
 // uses it), and files only written are not in it.
 func TestRootFirstReadsStoredAsTheyGrow(t *testing.T) {
+	t.Parallel()
 	p := newProject(t, "growing")
 	in := up(t, p, 0)
 	// Reads are repeated until seen: the recording starts just after the
@@ -98,6 +100,7 @@ func TestRootFirstReadsStoredAsTheyGrow(t *testing.T) {
 // of the project reads ahead before it reports Running); what later
 // commands read comes after the head.
 func TestRootFirstReadsHead(t *testing.T) {
+	t.Parallel()
 	p := newProject(t, "head")
 	in := up(t, p, 0)
 	mustSh(t, in.ID, "cat /fixtures/keep/untouched > /dev/null")

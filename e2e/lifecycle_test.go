@@ -31,6 +31,7 @@ func requireState(t *testing.T, err error, state types.InstanceState) {
 // Each legal transition, with its reason, and the illegal ones refused with
 // the current state.
 func TestRootLifecycleTransitions(t *testing.T) {
+	t.Parallel()
 	p := newProject(t, "life")
 	in, err := env.c.CreateInstance(ctx(t), p, types.CreateInstanceRequest{Retain: true})
 	require.NoError(t, err)
@@ -103,6 +104,7 @@ func waitState(t *testing.T, id string, state types.InstanceState, timeout time.
 
 // TTLs are absolute; renew sets now + d and may shorten; "none" is explicit.
 func TestRootTTLExpiryAndRenew(t *testing.T) {
+	t.Parallel()
 	p := newProject(t, "ttl")
 	c := ctx(t)
 
@@ -149,7 +151,8 @@ func TestRootTTLSurvivesRestart(t *testing.T) {
 	in, err := env.c.CreateInstance(ctx(t), p, types.CreateInstanceRequest{TTL: "3s"})
 	require.NoError(t, err)
 	env.node.Close(ctx(t))
-	time.Sleep(4 * time.Second) // expires while no envd runs
+	require.NotNil(t, in.ExpiresAt)
+	time.Sleep(time.Until(*in.ExpiresAt)) // expires while no envd runs
 	restartNode(t)
 	got := waitState(t, in.ID, types.StateTerminated, 20*time.Second)
 	assert.Equal(t, types.ReasonTTLExpiry, got.Reason)
@@ -201,6 +204,7 @@ func TestRootReconcileOrphansAndLostContainers(t *testing.T) {
 // A creating POST retried with the same Idempotency-Key returns the same
 // object; the same key with a different body is refused.
 func TestRootIdempotentCreates(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	name := newProject(t, "idem") // a project to start instances in
 	a, err := env.c.CreateInstance(c, name, types.CreateInstanceRequest{TTL: "10m"}, client.WithIdempotencyKey("inst-key-1"))

@@ -7,6 +7,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -24,6 +25,7 @@ import (
 // env is the node shared by the tests of this package; each test uses its
 // own projects.
 var env struct {
+	tmpDir     string // the package's temporary dir, removed when its tests end
 	dataDir    string
 	fixtureTar []byte // the fixture base image as a tar, for nodes a test starts itself
 	node       *node.Node
@@ -38,6 +40,8 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	flag.Parse()
+	setDefaultParallel(defaultParallel)
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "e2e: these tests need root (containerd, overlayfs, network namespaces); run scripts/test.sh as root")
 		return 1
@@ -50,6 +54,7 @@ func run(m *testing.M) int {
 	}
 	_ = os.Chmod(dir, 0o755) // the postgres user must reach its cluster dir
 	defer os.RemoveAll(dir)
+	env.tmpDir = dir
 	env.dataDir = filepath.Join(dir, "data")
 	doc, err := apispec.LoadSpec(ctx, "../docs/openapi.yaml")
 	if err != nil {
@@ -89,6 +94,22 @@ func run(m *testing.M) int {
 		}
 	}
 	return code
+}
+
+// defaultParallel is how many tests of this package run at once unless
+// -parallel says otherwise. They wait on instances, containerd, the
+// registry and timers far more than on the CPU: four at a time keep two
+// cores busy without starving the shared node (see
+// docs/notes/testing.md for which tests run in parallel and why).
+const defaultParallel = 4
+
+// setDefaultParallel sets -test.parallel to n unless the command line set it.
+func setDefaultParallel(n int) {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", fmt.Sprint(n))
+	}
 }
 
 // sharedNodeConfig is the configuration of the node the tests share, at

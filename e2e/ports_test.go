@@ -83,6 +83,7 @@ func portsHostReq(t *testing.T, port int, id, pathQuery string, cookie *http.Coo
 }
 
 func TestRootPortsListAndPathForm(t *testing.T) {
+	t.Parallel()
 	_, in := portsInstance(t)
 	ps, err := env.c.ListPorts(ctx(t), in.ID)
 	require.NoError(t, err)
@@ -144,6 +145,7 @@ func portsCode(err error) string {
 }
 
 func TestRootPortsHostForm(t *testing.T) {
+	t.Parallel()
 	project, in := portsInstance(t)
 
 	status, body, _ := portsGet(t, portsHostReq(t, 8080, in.ID, "/index.html", nil))
@@ -239,6 +241,7 @@ func wsEchoOn(tb testing.TB, id, addr string) {
 }
 
 func TestRootPortsWebSocket(t *testing.T) {
+	t.Parallel()
 	project := newProject(t, "ports-ws")
 	in := up(t, project, 0)
 	wsEcho(t, in.ID)
@@ -277,6 +280,7 @@ func TestRootPortsWebSocket(t *testing.T) {
 var portForwarding = regexp.MustCompile(`Forwarding from (127\.0\.0\.1:\d+) -> 7000`)
 
 func TestRootPortsPortForward(t *testing.T) {
+	t.Parallel()
 	project := newProject(t, "ports-fwd")
 	in := up(t, project, 0)
 	bin := filepath.Join(t.TempDir(), "envctl")

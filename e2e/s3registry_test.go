@@ -25,6 +25,7 @@ import (
 // redirect to the object; full and lazy pulls follow it with the Range kept,
 // so a lazy restore works against an S3-backed registry.
 func TestRootLazyRestoreFromS3BackedRegistry(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	s3 := s3test.Start(t)
 	// Node A runs the embedded registry on S3 (as `envd serve

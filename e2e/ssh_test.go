@@ -157,6 +157,7 @@ func TestRootSSHShellPTY(t *testing.T) {
 // unchanged; sftp lists a directory; a symlink or a path that points out
 // of the instance's root does not reach the node's files.
 func TestRootSSHFileTransfer(t *testing.T) {
+	t.Parallel()
 	s := newSSHTenant(t, "sshscp")
 	data := make([]byte, 3<<20+12345)
 	_, err := rand.Read(data)
@@ -224,6 +225,7 @@ func TestRootSSHFileTransfer(t *testing.T) {
 // kernel's symbols) and device nodes are refused, and the init's
 // oom_score_adj is unchanged.
 func TestRootSSHSFTPRefusesKernelFiles(t *testing.T) {
+	t.Parallel()
 	s := newSSHTenant(t, "sshproc")
 	before := mustShAs(t, s, "cat /proc/1/oom_score_adj")
 	value := filepath.Join(s.dir, "oom")
@@ -257,6 +259,7 @@ func mustShAs(t *testing.T, s *sshTenant, script string) string {
 // ssh -L forwards a local port to a port of the instance: an HTTP request
 // goes in, the page comes back.
 func TestRootSSHForward(t *testing.T) {
+	t.Parallel()
 	s := newSSHTenant(t, "sshfwd")
 	mustShAs(t, s, "mkdir -p /www && echo hello-through-ssh > /www/index.html && (httpd -p 8080 -h /www &) && sleep 0.2")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -293,6 +296,7 @@ func TestRootSSHForward(t *testing.T) {
 // A key of another tenant does not log in to this tenant's instance, nor
 // does a key to an instance that does not exist; both read the same.
 func TestRootSSHRefusals(t *testing.T) {
+	t.Parallel()
 	a := newSSHTenant(t, "ssha")
 	b := newSSHTenant(t, "sshb")
 	_, errOther, code := b.ssh(t, a.instance, "", "--", "true")
