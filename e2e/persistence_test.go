@@ -150,8 +150,8 @@ func TestRootStaleGenerationFenced(t *testing.T) {
 }
 
 // startJoiningNode starts a node that joins the test node's PostgreSQL and
-// (unless cfg names another) registry, with its own containerd and the given
-// object store.
+// registry (unless cfg names another of either), with its own containerd
+// and the given object store.
 func startJoiningNode(t *testing.T, name string, s3 *node.Config) (*node.Node, *client.Client) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "envd-e2e-"+name+"-")
@@ -159,7 +159,9 @@ func startJoiningNode(t *testing.T, name string, s3 *node.Config) (*node.Node, *
 	require.NoError(t, os.Chmod(dir, 0o755))
 	cfg := *s3
 	cfg.DataDir, cfg.Node = filepath.Join(dir, "data"), name
-	cfg.DSN = env.node.DSN()
+	if cfg.DSN == "" {
+		cfg.DSN = env.node.DSN()
+	}
 	cfg.WrapAPI = env.spec.Wrap
 	if cfg.Placement == "" {
 		cfg.Placement = envd.PlacementLocal // the tests ask the node they mean
