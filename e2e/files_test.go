@@ -305,9 +305,7 @@ func TestRootFilesEnvctl(t *testing.T) {
 	c := ctx(t)
 	in := up(t, newProject(t, "filescp"), 0)
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "envctl")
-	out, err := exec.CommandContext(c, "go", "build", "-o", bin, "../cmd/envctl").CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	bin := buildEnvctl(t)
 	envctl := func(args ...string) string {
 		t.Helper()
 		cmd := exec.CommandContext(c, bin, args...)

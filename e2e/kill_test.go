@@ -29,30 +29,38 @@ type envdProcess struct {
 	done chan struct{}
 }
 
-// envdBinary is the envd binary built once for the tests that run envd
-// as a process of its own.
-var envdBinary struct {
+// builtBinary is a command of this module built once per test process,
+// for the tests that run it as a process of its own.
+type builtBinary struct {
 	sync.Once
 	path string
 	err  error
 }
 
-// buildEnvd builds cmd/envd once per test process and returns its path
-// (under the package's temporary dir, removed at its end).
-func buildEnvd(t *testing.T) string {
+var envdBinary, envctlBinary builtBinary
+
+// build builds ../cmd/NAME once and returns its path (under the package's
+// temporary dir, removed at its end).
+func (b *builtBinary) build(t testing.TB, name string) string {
 	t.Helper()
-	envdBinary.Do(func() {
-		bin := filepath.Join(env.tmpDir, "envd")
-		out, err := exec.Command("go", "build", "-o", bin, "../cmd/envd").CombinedOutput()
+	b.Do(func() {
+		bin := filepath.Join(env.tmpDir, name)
+		out, err := exec.Command("go", "build", "-o", bin, "../cmd/"+name).CombinedOutput()
 		if err != nil {
-			envdBinary.err = fmt.Errorf("go build ../cmd/envd: %v: %s", err, out)
+			b.err = fmt.Errorf("go build ../cmd/%s: %v: %s", name, err, out)
 			return
 		}
-		envdBinary.path = bin
+		b.path = bin
 	})
-	require.NoError(t, envdBinary.err)
-	return envdBinary.path
+	require.NoError(t, b.err)
+	return b.path
 }
+
+// buildEnvd is cmd/envd, built once.
+func buildEnvd(t testing.TB) string { return envdBinary.build(t, "envd") }
+
+// buildEnvctl is cmd/envctl, built once.
+func buildEnvctl(t testing.TB) string { return envctlBinary.build(t, "envctl") }
 
 func startEnvd(t *testing.T, bin, dataDir string) (*envdProcess, *client.Client) {
 	t.Helper()

@@ -283,9 +283,7 @@ func TestRootPortsPortForward(t *testing.T) {
 	t.Parallel()
 	project := newProject(t, "ports-fwd")
 	in := up(t, project, 0)
-	bin := filepath.Join(t.TempDir(), "envctl")
-	out, err := exec.Command("go", "build", "-o", bin, "../cmd/envctl").CombinedOutput()
-	require.NoError(t, err, "build envctl: %s", out)
+	bin := buildEnvctl(t)
 
 	// nc in the instance: sends one line, writes what it receives.
 	mustSh(t, in.ID, `(echo from-instance | setsid nc -l -p 7000 >/tmp/got 2>/dev/null &)`)
