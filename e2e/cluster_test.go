@@ -680,6 +680,7 @@ func startTLSNode(t *testing.T, name, addr string) tlsNode {
 // presents, A refuses to forward to C (503, naming the certificate it
 // expected) and sends C nothing; with C's own recorded again, it forwards.
 func TestRootClusterTLSBetweenNodes(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	addrs := benchAddresses(t, 3)
 	a := startTLSNode(t, "tls-a", addrs[0])

@@ -117,6 +117,7 @@ func TestRootRetainedLayerSurvivesStopStart(t *testing.T) {
 // Requests carrying an older generation are refused; a task of an older
 // generation is killed by the node that finds it.
 func TestRootStaleGenerationFenced(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	p := newProject(t, "fence")
 	in, err := env.c.CreateInstance(c, p, types.CreateInstanceRequest{Retain: true})
