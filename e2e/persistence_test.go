@@ -191,6 +191,7 @@ func startJoiningNode(t *testing.T, name string, s3 *node.Config) (*node.Node, *
 // registry: volumes move through S3, hibernated instances wake on the other
 // node, and a node whose instance moved away removes its stale copy.
 func TestRootTwoNodesShareDatabase(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	s3 := s3test.Start(t)
 	base := &node.Config{S3: &s3, DefaultTTL: time.Hour}
