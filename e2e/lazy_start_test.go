@@ -85,8 +85,9 @@ func TestRootFirstReadsStoredAsTheyGrow(t *testing.T) {
 			return err == nil && slices.Contains(proj.Prefetch, f)
 		}, within, 100*time.Millisecond, "%s not stored within %v", f, within)
 	}
-	// The window here is 3 s from the start; the list is stored every
-	// second as it grows, so the first read shows before the window ends.
+	// The window here is prefetchWindow from the start; the list is stored
+	// every second as it grows, so the first read shows before the window
+	// ends.
 	readUntilStored("cat /fixtures/keep/untouched > /dev/null && echo w > /fixtures/written-only", "/fixtures/keep/untouched", prefetchWindow-time.Second)
 	readUntilStored("cat /fixtures/link-target > /dev/null", "/fixtures/link-target", prefetchWindow+5*time.Second)
 	proj, err := env.c.GetProject(ctx(t), p)

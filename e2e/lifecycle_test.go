@@ -108,7 +108,14 @@ func TestRootTTLExpiryAndRenew(t *testing.T) {
 	p := newProject(t, "ttl")
 	c := ctx(t)
 
-	short, err := env.c.CreateInstance(c, p, types.CreateInstanceRequest{TTL: "2s"})
+	// TTLs of seconds are set by a renew once the instance runs: one that
+	// ended while a loaded machine was still starting the instance would
+	// fail the create itself.
+	short, err := env.c.CreateInstance(c, p, types.CreateInstanceRequest{TTL: "1h"})
+	require.NoError(t, err)
+	require.NotNil(t, short.ExpiresAt)
+	assert.WithinDuration(t, time.Now().Add(time.Hour), *short.ExpiresAt, time.Minute)
+	short, err = env.c.RenewInstance(c, short.ID, "2s")
 	require.NoError(t, err)
 	require.NotNil(t, short.ExpiresAt)
 	assert.WithinDuration(t, time.Now().Add(2*time.Second), *short.ExpiresAt, 2*time.Second)
@@ -120,7 +127,9 @@ func TestRootTTLExpiryAndRenew(t *testing.T) {
 	require.NotNil(t, shortened.ExpiresAt)
 	assert.True(t, shortened.ExpiresAt.Before(*long.ExpiresAt), "renew may shorten")
 
-	extended, err := env.c.CreateInstance(c, p, types.CreateInstanceRequest{TTL: "2s"})
+	extended, err := env.c.CreateInstance(c, p, types.CreateInstanceRequest{TTL: "1h"})
+	require.NoError(t, err)
+	_, err = env.c.RenewInstance(c, extended.ID, "2s")
 	require.NoError(t, err)
 	_, err = env.c.RenewInstance(c, extended.ID, "1h")
 	require.NoError(t, err)
@@ -148,7 +157,9 @@ func TestRootTTLExpiryAndRenew(t *testing.T) {
 // envd is down is reaped after it comes back.
 func TestRootTTLSurvivesRestart(t *testing.T) {
 	p := newProject(t, "ttlrestart")
-	in, err := env.c.CreateInstance(ctx(t), p, types.CreateInstanceRequest{TTL: "3s"})
+	in, err := env.c.CreateInstance(ctx(t), p, types.CreateInstanceRequest{TTL: "1h"})
+	require.NoError(t, err)
+	in, err = env.c.RenewInstance(ctx(t), in.ID, "3s") // not while it starts (TestRootTTLExpiryAndRenew)
 	require.NoError(t, err)
 	env.node.Close(ctx(t))
 	require.NotNil(t, in.ExpiresAt)
