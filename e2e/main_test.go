@@ -118,8 +118,15 @@ func setDefaultParallel(n int) {
 func sharedNodeConfig() node.Config {
 	return node.Config{DataDir: env.dataDir, DefaultTTL: time.Hour, PrefetchWindow: prefetchWindow,
 		WrapAPI: env.spec.Wrap, MetricsListen: "127.0.0.1:0", SSHListen: "127.0.0.1:0", PreviewDomain: previewDomain,
-		Placement: envd.PlacementLocal} // the tests ask the node they mean
+		Placement: envd.PlacementLocal, // the tests ask the node they mean
+		Limits:    sharedNodeLimits}
 }
+
+// sharedNodeLimits are the admin tenant's limits on the shared node: the
+// parallel tests all act as the admin, so its concurrent saves (default 4)
+// and builds (2) would refuse one test's work for another's. The other
+// limits are the defaults (tests of them use tenants of their own).
+var sharedNodeLimits = envd.TenantLimits{Saves: 32, Builds: 16}
 
 // prefetchWindow is how long new instances' first reads are recorded here
 // (a minute in production): long enough that a test's first commands run
