@@ -173,7 +173,6 @@ func TestRootTTLSurvivesRestart(t *testing.T) {
 // the container and recording it) and fails instances whose container
 // vanished.
 func TestRootReconcileOrphansAndLostContainers(t *testing.T) {
-	t.Parallel()
 	p := newProject(t, "reconcile")
 	c := ctx(t)
 	rt := env.node.Runtime()

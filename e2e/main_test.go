@@ -119,8 +119,15 @@ func sharedNodeConfig() node.Config {
 	return node.Config{DataDir: env.dataDir, DefaultTTL: time.Hour, PrefetchWindow: prefetchWindow,
 		WrapAPI: env.spec.Wrap, MetricsListen: "127.0.0.1:0", SSHListen: "127.0.0.1:0", PreviewDomain: previewDomain,
 		Placement: envd.PlacementLocal, // the tests ask the node they mean
-		Limits:    sharedNodeLimits}
+		Limits:    sharedNodeLimits, Lease: testLease}
 }
+
+// testLease is the lease of the shared node and of the nodes the tests
+// join to it (startJoiningNode) unless a test sets one: at the default
+// 15 s a node stalled by a loaded machine was marked lost by another
+// and its instances failed. A minute: no test here waits
+// for one of these nodes to be found lost.
+const testLease = time.Minute
 
 // sharedNodeLimits are the admin tenant's limits on the shared node: the
 // parallel tests all act as the admin, so its concurrent saves (default 4)

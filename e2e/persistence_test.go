@@ -117,7 +117,6 @@ func TestRootRetainedLayerSurvivesStopStart(t *testing.T) {
 // Requests carrying an older generation are refused; a task of an older
 // generation is killed by the node that finds it.
 func TestRootStaleGenerationFenced(t *testing.T) {
-	t.Parallel()
 	c := ctx(t)
 	p := newProject(t, "fence")
 	in, err := env.c.CreateInstance(c, p, types.CreateInstanceRequest{Retain: true})
@@ -166,6 +165,9 @@ func startJoiningNode(t *testing.T, name string, s3 *node.Config) (*node.Node, *
 	cfg.WrapAPI = env.spec.Wrap
 	if cfg.Placement == "" {
 		cfg.Placement = envd.PlacementLocal // the tests ask the node they mean
+	}
+	if cfg.Lease == 0 {
+		cfg.Lease = testLease
 	}
 	switch cfg.Registry {
 	case "":
