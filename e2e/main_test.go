@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/envd-dev/envd/api/apispec"
+	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/client"
 	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/envd/node"
@@ -119,8 +120,14 @@ func sharedNodeConfig() node.Config {
 	return node.Config{DataDir: env.dataDir, DefaultTTL: time.Hour, PrefetchWindow: prefetchWindow,
 		WrapAPI: env.spec.Wrap, MetricsListen: "127.0.0.1:0", SSHListen: "127.0.0.1:0", PreviewDomain: previewDomain,
 		Placement: envd.PlacementLocal, // the tests ask the node they mean
-		Limits:    sharedNodeLimits, Lease: testLease}
+		Limits:    sharedNodeLimits, Lease: testLease, Capacity: sharedNodeCapacity}
 }
+
+// sharedNodeCapacity is what the shared node offers placement: more than
+// the parallel tests' instances add up to, so that it always keeps what it
+// is asked for (placement local) and never places a test's instance on
+// another test's node.
+var sharedNodeCapacity = types.NodeCapacity{CPUs: 1024, MemoryBytes: 1 << 50, DiskBytes: 1 << 50}
 
 // testLease is the lease of the shared node and of the nodes the tests
 // join to it (startJoiningNode) unless a test sets one: at the default
