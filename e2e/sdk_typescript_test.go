@@ -17,7 +17,6 @@ import (
 // unit tests and its integration tests, with Node's own test runner, against
 // this package's node. scripts/setup.sh installs the SDK's npm packages.
 func TestSDKTypeScript(t *testing.T) {
-	t.Parallel()
 	dir, err := filepath.Abs("../sdk/typescript")
 	require.NoError(t, err)
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "typescript", "package.json")); err != nil {
