@@ -9,9 +9,10 @@
 # Why counts and not durations: Go 1.26's fuzz coordinator can report
 # "context deadline exceeded" as a failure when a duration -fuzztime ends
 # while a worker is mid-call (golang/go#75804, fixed in Go 1.27). A count
-# has no deadline to race. Each count is about 10 s on a 2-core machine
-# (half of the first counts, so that scripts/test.sh stays within 10
-# minutes): with the instrumented builds, about 2 minutes for the eight.
+# has no deadline to race. Each count is half of the first counts, which
+# were about 20 s each on a 2-core machine: about 10 s each, 80 s for the
+# eight plus their instrumented builds (an estimate from those counts, not
+# a measurement of these).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # package target executions
