@@ -212,14 +212,16 @@ func TestRootFilesWatch(t *testing.T) {
 	}()
 	// The stream is open once a probe file's change comes through it; the
 	// probe's own events are left out of what is compared.
-	for open := time.After(10 * time.Second); ; {
+	for open := time.After(time.Minute); ; {
 		mustSh(t, in.ID, "touch /w/probe")
 		select {
 		case <-first:
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(200 * time.Millisecond):
 			continue
+		case err := <-done:
+			t.Fatalf("the watch ended before its first event: %v", err)
 		case <-open:
-			t.Fatal("no event of /w/probe in 10 s: the watch stream did not open")
+			t.Fatal("no event of /w/probe in a minute: the watch stream did not open")
 		}
 		break
 	}
