@@ -72,6 +72,7 @@ func importDebian(t *testing.T) string {
 // it; the same spec again reuses it; a failed install or validation leaves
 // current alone; package names with shell characters are refused at once.
 func TestRootBuildFromDeclaredPackages(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	base := importDebian(t)
 	p := fmt.Sprintf("build-%d", projectSeq.Add(1))

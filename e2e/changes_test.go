@@ -16,6 +16,7 @@ import (
 // deleted files (a deleted directory with its contents), noisy directories
 // summarised, against the parent or any version, and clear errors.
 func TestRootVersionChanges(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	p := newProject(t, "changes")
 	a := up(t, p, 0)
@@ -81,6 +82,7 @@ func paths(fcs []types.FileChange) []string {
 // the instance sits on) and what it leaves out; after the save, nothing is
 // pending.
 func TestRootInstanceChanges(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	p := fmt.Sprintf("pending-%d", projectSeq.Add(1))
 	_, err := env.c.CreateProject(c, types.CreateProjectRequest{Name: p, Base: fixtureBase, Excludes: []string{"/scratch"},

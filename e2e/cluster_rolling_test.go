@@ -35,24 +35,30 @@ func (r *restartable) start(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// rollingLease is the rolling restart's lease: no node is lost there, and
+// a node down for its restart must not be marked lost before it is back
+// (it would join again ready, not drained).
+const rollingLease = time.Minute
+
 // A rolling restart of a three-node cluster (registry on S3) loses
 // nothing: node by node,
 // drain (its instances hibernate, their volumes go to S3), restart on the
 // same data dir, uncordon; every instance answers with its files and
 // volume after each step, asked on a node that stays up.
 func TestRootClusterRollingRestart(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
+	dsn := clusterDatabase(t)
 	s3 := s3test.Start(t)
 	reg := startClusterRegistry(t, s3)
-	cordonSharedNode(t)
 	var nodes []*restartable
 	for _, name := range []string{"roll-a", "roll-b", "roll-c"} {
 		dir, err := os.MkdirTemp("", "envd-e2e-"+name+"-")
 		require.NoError(t, err)
 		require.NoError(t, os.Chmod(dir, 0o755))
-		cfg := node.Config{DataDir: filepath.Join(dir, "data"), Node: name, DSN: env.node.DSN(), Registry: reg.addr,
+		cfg := node.Config{DataDir: filepath.Join(dir, "data"), Node: name, DSN: dsn, Registry: reg.addr,
 			RegistryCredentialFile: reg.nodeCred, WrapAPI: env.spec.Wrap, DefaultTTL: time.Hour, PrefetchWindow: -1, S3: &s3,
-			Placement: envd.PlacementSpread, Lease: clusterLease, SweepInterval: clusterSweep}
+			Placement: envd.PlacementSpread, Lease: rollingLease, SweepInterval: clusterSweep}
 		r := &restartable{cfg: cfg}
 		r.start(t)
 		nodes = append(nodes, r)

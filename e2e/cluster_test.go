@@ -17,6 +17,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -35,9 +36,11 @@ import (
 )
 
 // The cluster tests' lease and sweep interval: a lost node's instances
-// fail within clusterLease + clusterSweep of its last renewal.
+// fail within clusterLease + clusterSweep of its last renewal. The lease
+// is the default: renewed every 5 s, it outlives a node process stalled
+// for up to 10 s on a loaded machine.
 const (
-	clusterLease = 6 * time.Second
+	clusterLease = envd.DefaultLease
 	clusterSweep = 2 * time.Second
 )
 
@@ -117,12 +120,12 @@ func (r *clusterRegistry) project(t *testing.T, c *client.Client, prefix string,
 	return name
 }
 
-// startClusterNode is startJoiningNode on the cluster's registry with a
-// label zone=ZONE, the cluster tests' lease, S3 for volume archives, the
+// startClusterNode is startJoiningNode on the cluster's database (dsn) and
+// registry with a label zone=ZONE, the cluster tests' lease, S3 for volume archives, the
 // tests' preview domain and an SSH endpoint; it runs GCs too.
-func startClusterNode(t *testing.T, name, zone string, s3 objstore.S3Config, reg *clusterRegistry) (*node.Node, *client.Client) {
+func startClusterNode(t *testing.T, name, zone, dsn string, s3 objstore.S3Config, reg *clusterRegistry) (*node.Node, *client.Client) {
 	t.Helper()
-	return startJoiningNode(t, name, &node.Config{DefaultTTL: time.Hour, PrefetchWindow: -1, S3: &s3, Placement: envd.PlacementSpread,
+	return startJoiningNode(t, name, &node.Config{DSN: dsn, DefaultTTL: time.Hour, PrefetchWindow: -1, S3: &s3, Placement: envd.PlacementSpread,
 		Lease: clusterLease, SweepInterval: clusterSweep, Labels: map[string]string{"zone": zone},
 		Registry: reg.addr, RegistryCredentialFile: reg.nodeCred, RegistryGCCredentialFile: reg.gcCred,
 		PreviewDomain: previewDomain, SSHListen: "127.0.0.1:0"})
@@ -236,13 +239,38 @@ func (pn *processNode) killHard(t *testing.T) {
 	}
 }
 
-// cordonSharedNode keeps the tests' shared node out of placement for the
-// test: it is a member of the cluster too.
-func cordonSharedNode(t *testing.T) {
+var clusterDBSeq atomic.Int64
+
+// clusterDatabase makes a database of its own on the shared node's
+// PostgreSQL server and returns its connection string. The nodes that use
+// it are a cluster apart: the shared node and the nodes of other tests are
+// no members, so the test may place, cordon, drain and lose nodes while
+// other tests run. Dropped at the end, after the nodes' own cleanups
+// (call it before starting them).
+func clusterDatabase(t *testing.T) string {
 	t.Helper()
-	_, err := env.c.CordonNode(ctx(t), env.node.Name())
+	name := fmt.Sprintf("envd_cluster_%d", clusterDBSeq.Add(1))
+	conn, err := pgx.Connect(ctx(t), env.node.DSN())
 	require.NoError(t, err)
-	t.Cleanup(func() { _, _ = env.c.UncordonNode(context.Background(), env.node.Name()) })
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(ctx(t), "CREATE DATABASE "+name)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		c, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		conn, err := pgx.Connect(c, env.node.DSN())
+		if err != nil {
+			t.Logf("drop database %s: %v", name, err)
+			return
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(c, "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
+			t.Logf("drop database %s: %v", name, err)
+		}
+	})
+	dsn := regexp.MustCompile(`dbname=('[^']*'|\S+)`).ReplaceAllString(env.node.DSN(), "dbname="+name)
+	require.Contains(t, dsn, "dbname="+name, "the shared node's DSN names its database: %s", env.node.DSN())
+	return dsn
 }
 
 func nodeOf(t *testing.T, c *client.Client, id string) string {
@@ -267,13 +295,14 @@ func nodeOf(t *testing.T, c *client.Client, id string) string {
 // and volume) start the project elsewhere, and C, restarted, finds itself
 // fenced and removes its containers.
 func TestRootClusterPlacementDrainAndNodeLoss(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	began := time.Now()
+	dsn := clusterDatabase(t)
 	s3 := s3test.Start(t)
 	reg := startClusterRegistry(t, s3)
-	cordonSharedNode(t)
-	a, ca := startClusterNode(t, "cl-a", "a", s3, reg)
-	b, cb := startClusterNode(t, "cl-b", "b", s3, reg)
+	a, ca := startClusterNode(t, "cl-a", "a", dsn, s3, reg)
+	b, cb := startClusterNode(t, "cl-b", "b", dsn, s3, reg)
 	// C joins with a join token made on A: `envd serve --join URL --token T`.
 	jt, err := ca.CreateJoinToken(c, types.JoinTokenRequest{TTL: "10m"})
 	require.NoError(t, err)
@@ -310,7 +339,7 @@ func TestRootClusterPlacementDrainAndNodeLoss(t *testing.T) {
 		assert.Equal(t, clusterLease.Seconds(), n.LeaseSeconds)
 		assert.True(t, n.LeaseExpiresAt.After(time.Now().Add(-time.Second)), "a live lease")
 	}
-	assert.Equal(t, types.NodeCordoned, seen[env.node.Name()].State)
+	assert.Len(t, seen, len(names), "the cluster is the three nodes: %v", seen)
 	// C joined with --join and --token only (no database, registry or S3
 	// flags): it runs on the cluster's lease. Its token is spent; a made-up
 	// one is unknown.
@@ -651,6 +680,7 @@ func startTLSNode(t *testing.T, name, addr string) tlsNode {
 // presents, A refuses to forward to C (503, naming the certificate it
 // expected) and sends C nothing; with C's own recorded again, it forwards.
 func TestRootClusterTLSBetweenNodes(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	addrs := benchAddresses(t, 3)
 	a := startTLSNode(t, "tls-a", addrs[0])

@@ -38,6 +38,7 @@ import (
 // every page, at 1280x800 and 400 px wide, go to $ENVD_ARTIFACTS/console
 // (or the test's temporary directory); their paths are logged.
 func TestRootConsole(t *testing.T) {
+	t.Parallel()
 	b := newBrowser(t)
 	tenant := fmt.Sprintf("console-%d", time.Now().UnixNano()%1_000_000)
 	tok, err := env.c.CreateToken(ctx(t), tenant, types.CreateTokenRequest{})

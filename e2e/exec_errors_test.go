@@ -22,6 +22,7 @@ import (
 // exec routes; a working directory that does not exist is a 422
 // start_failed naming it.
 func TestRootExecCommandNotRun(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	in := up(t, newProject(t, "cmd-not-run"), 0)
 
@@ -64,6 +65,7 @@ func TestRootExecCommandNotRun(t *testing.T) {
 // up answers 422 start_failed with the runtime's reason, and the instance
 // is Failed, not Running.
 func TestRootImageThatCannotStart(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	dir := t.TempDir()
 	out, err := exec.Command("bash", "../scripts/busybox-rootfs.sh", dir).CombinedOutput()

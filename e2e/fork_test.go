@@ -13,6 +13,7 @@ import (
 // second instance from it: both carry on from the same point, apart, and
 // the first one's own saves go on as before.
 func TestRootFork(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	p := newProject(t, "fork")
 	a := up(t, p, 0)

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -25,16 +26,28 @@ import (
 	"github.com/envd-dev/envd/registry"
 )
 
-// Two nodes share one PostgreSQL and one registry (the test node's, which
-// it sweeps): raceSavesWithGCs. The cluster test runs the same race on a
-// registry on S3 (TestRootClusterPlacementDrainAndNodeLoss).
+// Two nodes share one PostgreSQL database and one registry (node A's
+// embedded one, which both sweep): raceSavesWithGCs. The cluster test runs
+// the same race on a registry on S3
+// (TestRootClusterPlacementDrainAndNodeLoss). The two nodes are a cluster
+// of their own (clusterDatabase), so that their GCs sweep no other test's
+// content and the test runs beside the others.
 func TestRootGCTwoNodesRaceSaves(t *testing.T) {
+	t.Parallel()
+	c := ctx(t)
+	dsn := clusterDatabase(t)
+	a, ca := startJoiningNode(t, "node-gc-a", &node.Config{DSN: dsn, Registry: "-", DefaultTTL: time.Hour, PrefetchWindow: -1})
 	// Both nodes run GCs, so both hold the GC's registry credential (a
 	// joined node without it cannot delete manifests: docs/api.md).
-	_, gcCred := env.node.RegistryCredentialFiles()
-	b, cb := startJoiningNode(t, "node-gc", &node.Config{DefaultTTL: time.Hour, PrefetchWindow: -1, RegistryGCCredentialFile: gcCred})
-	raceSavesWithGCs(t, newProject(t, "gcrace"), env.node.RegistryClient(),
-		raceNode{env.node.Name(), env.c, nil}, raceNode{b.Name(), cb, nil})
+	cred, gcCred := a.RegistryCredentialFiles()
+	b, cb := startJoiningNode(t, "node-gc-b", &node.Config{DSN: dsn, Registry: a.RegistryAddr(), RegistryCredentialFile: cred,
+		RegistryGCCredentialFile: gcCred, DefaultTTL: time.Hour, PrefetchWindow: -1})
+	_, err := ca.ImportImage(c, fixtureBase, bytes.NewReader(env.fixtureTar))
+	require.NoError(t, err)
+	p := fmt.Sprintf("gcrace-%d", projectSeq.Add(1))
+	_, err = ca.CreateProject(c, types.CreateProjectRequest{Name: p, Base: fixtureBase})
+	require.NoError(t, err)
+	raceSavesWithGCs(t, p, a.RegistryClient(), raceNode{a.Name(), ca, nil}, raceNode{b.Name(), cb, nil})
 }
 
 type raceNode struct {

@@ -33,6 +33,7 @@ func newTenant(t *testing.T, prefix string) (string, *client.Client) {
 // see, nor list it, nor write over it; A restores its own. Deleting A's
 // project deletes its archives' records and objects.
 func TestRootHostileArchive(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	tenantA, ca := newTenant(t, "arc-a")
 	tenantB, cb := newTenant(t, "arc-b")

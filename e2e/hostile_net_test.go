@@ -237,6 +237,7 @@ func TestHostileNetwork(t *testing.T) {
 // instances reach nothing still installs from the package mirror (the
 // node's build egress), and the project's instances then cannot.
 func TestRootBuildUnderEgressNone(t *testing.T) {
+	t.Parallel()
 	base := importDebian(t)
 	p := fmt.Sprintf("buildnone-%d", projectSeq.Add(1))
 	_, err := env.c.CreateProject(ctx(t), types.CreateProjectRequest{Name: p, Base: base, Egress: "none"})

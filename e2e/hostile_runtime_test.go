@@ -162,6 +162,7 @@ func TestRootHostileRuntime(t *testing.T) {
 // unset limits are cut to the maxima; writable-layer limits count toward
 // the tenant's stored bytes and are shown by usage.
 func TestRootLimitMaxima(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	tenant := fmt.Sprintf("maxima-%d", projectSeq.Add(1))
 	tok, err := env.c.CreateToken(c, tenant, types.CreateTokenRequest{})
@@ -232,6 +233,7 @@ func TestRootLimitMaxima(t *testing.T) {
 // it (runc CVE-2024-21626: cwd /proc/self/fd/N reached a host fd runc
 // leaked), by exec and by the terminal WebSocket; the instance serves on.
 func TestRootHostileCwdUnderProc(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	in := up(t, newProject(t, "cwd"), 0)
 	for _, dir := range []string{"/proc/self/fd/7", "/proc/1/cwd", "/proc", "/sys/fs/cgroup", "/dev", "/tmp/../proc/self/cwd"} {

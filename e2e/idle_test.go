@@ -45,6 +45,7 @@ func waitIdleStopped(t *testing.T, c *client.Client, id string) types.Instance {
 // the same node and on another; a client that does not wait gets 503
 // waking with a Retry-After.
 func TestRootIdleStopAndWake(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	a, ca := startJoiningNode(t, "node-idle-a", idleNodeConfig())
 	b, cb := startJoiningNode(t, "node-idle-b", idleNodeConfig())
@@ -139,6 +140,7 @@ func TestRootIdleStopAndWake(t *testing.T) {
 // instance runs again with its files, and once its dev server is started
 // again the proxy answers with them.
 func TestRootIdleWokenByProxiedRequest(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	n, cl := startJoiningNode(t, "node-idle-proxy", idleNodeConfig())
 	p := fmt.Sprintf("idle-proxy-%d", projectSeq.Add(1))

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,13 +29,38 @@ type envdProcess struct {
 	done chan struct{}
 }
 
-func buildEnvd(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "envd")
-	out, err := exec.Command("go", "build", "-o", bin, "../cmd/envd").CombinedOutput()
-	require.NoError(t, err, string(out))
-	return bin
+// builtBinary is a command of this module built once per test process,
+// for the tests that run it as a process of its own.
+type builtBinary struct {
+	sync.Once
+	path string
+	err  error
 }
+
+var envdBinary, envctlBinary builtBinary
+
+// build builds ../cmd/NAME once and returns its path (under the package's
+// temporary dir, removed at its end).
+func (b *builtBinary) build(t testing.TB, name string) string {
+	t.Helper()
+	b.Do(func() {
+		bin := filepath.Join(env.tmpDir, name)
+		out, err := exec.Command("go", "build", "-o", bin, "../cmd/"+name).CombinedOutput()
+		if err != nil {
+			b.err = fmt.Errorf("go build ../cmd/%s: %v: %s", name, err, out)
+			return
+		}
+		b.path = bin
+	})
+	require.NoError(t, b.err)
+	return b.path
+}
+
+// buildEnvd is cmd/envd, built once.
+func buildEnvd(t testing.TB) string { return envdBinary.build(t, "envd") }
+
+// buildEnvctl is cmd/envctl, built once.
+func buildEnvctl(t testing.TB) string { return envctlBinary.build(t, "envctl") }
 
 func startEnvd(t *testing.T, bin, dataDir string) (*envdProcess, *client.Client) {
 	t.Helper()
@@ -70,6 +97,7 @@ func (p *envdProcess) kill(t *testing.T) {
 // visible, the instance is not left frozen, and the next envd finishes the
 // save.
 func TestRootKillDuringSave(t *testing.T) {
+	t.Parallel()
 	bin := buildEnvd(t)
 	dataDir := killDataDir(t, bin)
 

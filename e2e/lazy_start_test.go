@@ -18,6 +18,7 @@ import (
 // here), and an exec answers the same state, never "stopped" while `show`
 // says Running.
 func TestRootInitExitAgreesWithShow(t *testing.T) {
+	t.Parallel()
 	p := newProject(t, "initexit")
 	kill := func(id string) time.Time {
 		t.Helper()
@@ -71,6 +72,7 @@ func TestRootInitExitAgreesWithShow(t *testing.T) {
 // project while it is still being recorded (a save early in the window
 // uses it), and files only written are not in it.
 func TestRootFirstReadsStoredAsTheyGrow(t *testing.T) {
+	t.Parallel()
 	p := newProject(t, "growing")
 	in := up(t, p, 0)
 	// Reads are repeated until seen: the recording starts just after the
@@ -83,8 +85,9 @@ func TestRootFirstReadsStoredAsTheyGrow(t *testing.T) {
 			return err == nil && slices.Contains(proj.Prefetch, f)
 		}, within, 100*time.Millisecond, "%s not stored within %v", f, within)
 	}
-	// The window here is 3 s from the start; the list is stored every
-	// second as it grows, so the first read shows before the window ends.
+	// The window here is prefetchWindow from the start; the list is stored
+	// every second as it grows, so the first read shows before the window
+	// ends.
 	readUntilStored("cat /fixtures/keep/untouched > /dev/null && echo w > /fixtures/written-only", "/fixtures/keep/untouched", prefetchWindow-time.Second)
 	readUntilStored("cat /fixtures/link-target > /dev/null", "/fixtures/link-target", prefetchWindow+5*time.Second)
 	proj, err := env.c.GetProject(ctx(t), p)
@@ -98,6 +101,7 @@ func TestRootFirstReadsStoredAsTheyGrow(t *testing.T) {
 // of the project reads ahead before it reports Running); what later
 // commands read comes after the head.
 func TestRootFirstReadsHead(t *testing.T) {
+	t.Parallel()
 	p := newProject(t, "head")
 	in := up(t, p, 0)
 	mustSh(t, in.ID, "cat /fixtures/keep/untouched > /dev/null")

@@ -176,6 +176,7 @@ func holdsBlob(t *testing.T, dgst string) bool {
 // first time so the background fetch of the 200 MB layer cannot finish
 // before the outage starts.
 func TestRootLazyRegistryOutage(t *testing.T) {
+	t.Parallel()
 	require.Equal(t, stargz.Name, env.node.Runtime().LazySnapshotter())
 	p := newProject(t, "outage")
 	in := up(t, p, 0)
@@ -505,6 +506,7 @@ func (t *throttled) Read(b []byte) (int, error) {
 // What a restored instance reads in its first window is recorded on the
 // project, and the next save puts those files first in its eStargz layer.
 func TestRootFirstReadsRecordedForPrefetch(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	p := newProject(t, "prefetch")
 	in := up(t, p, 0)

@@ -93,6 +93,7 @@ func waitFirstRead(t *testing.T, project, path string) types.Project {
 // image and changes it: the project's first reads and the saved layer's
 // prefetch range hold the image's file, not the instance's own output.
 func TestRootSavePrefetchHoldsImageReads(t *testing.T) {
+	t.Parallel()
 	p := newProject(t, "pfimage")
 	in := up(t, p, 0)
 	mustSh(t, in.ID, "mkdir -p /var/lists/partial && head -c 4194304 /dev/urandom > /var/lists/partial/big && "+

@@ -31,6 +31,7 @@ func requireState(t *testing.T, err error, state types.InstanceState) {
 // Each legal transition, with its reason, and the illegal ones refused with
 // the current state.
 func TestRootLifecycleTransitions(t *testing.T) {
+	t.Parallel()
 	p := newProject(t, "life")
 	in, err := env.c.CreateInstance(ctx(t), p, types.CreateInstanceRequest{Retain: true})
 	require.NoError(t, err)
@@ -103,10 +104,18 @@ func waitState(t *testing.T, id string, state types.InstanceState, timeout time.
 
 // TTLs are absolute; renew sets now + d and may shorten; "none" is explicit.
 func TestRootTTLExpiryAndRenew(t *testing.T) {
+	t.Parallel()
 	p := newProject(t, "ttl")
 	c := ctx(t)
 
-	short, err := env.c.CreateInstance(c, p, types.CreateInstanceRequest{TTL: "2s"})
+	// TTLs of seconds are set by a renew once the instance runs: one that
+	// ended while a loaded machine was still starting the instance would
+	// fail the create itself.
+	short, err := env.c.CreateInstance(c, p, types.CreateInstanceRequest{TTL: "1h"})
+	require.NoError(t, err)
+	require.NotNil(t, short.ExpiresAt)
+	assert.WithinDuration(t, time.Now().Add(time.Hour), *short.ExpiresAt, time.Minute)
+	short, err = env.c.RenewInstance(c, short.ID, "2s")
 	require.NoError(t, err)
 	require.NotNil(t, short.ExpiresAt)
 	assert.WithinDuration(t, time.Now().Add(2*time.Second), *short.ExpiresAt, 2*time.Second)
@@ -118,7 +127,9 @@ func TestRootTTLExpiryAndRenew(t *testing.T) {
 	require.NotNil(t, shortened.ExpiresAt)
 	assert.True(t, shortened.ExpiresAt.Before(*long.ExpiresAt), "renew may shorten")
 
-	extended, err := env.c.CreateInstance(c, p, types.CreateInstanceRequest{TTL: "2s"})
+	extended, err := env.c.CreateInstance(c, p, types.CreateInstanceRequest{TTL: "1h"})
+	require.NoError(t, err)
+	_, err = env.c.RenewInstance(c, extended.ID, "2s")
 	require.NoError(t, err)
 	_, err = env.c.RenewInstance(c, extended.ID, "1h")
 	require.NoError(t, err)
@@ -146,10 +157,13 @@ func TestRootTTLExpiryAndRenew(t *testing.T) {
 // envd is down is reaped after it comes back.
 func TestRootTTLSurvivesRestart(t *testing.T) {
 	p := newProject(t, "ttlrestart")
-	in, err := env.c.CreateInstance(ctx(t), p, types.CreateInstanceRequest{TTL: "3s"})
+	in, err := env.c.CreateInstance(ctx(t), p, types.CreateInstanceRequest{TTL: "1h"})
+	require.NoError(t, err)
+	in, err = env.c.RenewInstance(ctx(t), in.ID, "3s") // not while it starts (TestRootTTLExpiryAndRenew)
 	require.NoError(t, err)
 	env.node.Close(ctx(t))
-	time.Sleep(4 * time.Second) // expires while no envd runs
+	require.NotNil(t, in.ExpiresAt)
+	time.Sleep(time.Until(*in.ExpiresAt)) // expires while no envd runs
 	restartNode(t)
 	got := waitState(t, in.ID, types.StateTerminated, 20*time.Second)
 	assert.Equal(t, types.ReasonTTLExpiry, got.Reason)
@@ -201,6 +215,7 @@ func TestRootReconcileOrphansAndLostContainers(t *testing.T) {
 // A creating POST retried with the same Idempotency-Key returns the same
 // object; the same key with a different body is refused.
 func TestRootIdempotentCreates(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	name := newProject(t, "idem") // a project to start instances in
 	a, err := env.c.CreateInstance(c, name, types.CreateInstanceRequest{TTL: "10m"}, client.WithIdempotencyKey("inst-key-1"))

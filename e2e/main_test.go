@@ -7,6 +7,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/envd-dev/envd/api/apispec"
+	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/client"
 	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/envd/node"
@@ -24,6 +26,7 @@ import (
 // env is the node shared by the tests of this package; each test uses its
 // own projects.
 var env struct {
+	tmpDir     string // the package's temporary dir, removed when its tests end
 	dataDir    string
 	fixtureTar []byte // the fixture base image as a tar, for nodes a test starts itself
 	node       *node.Node
@@ -38,6 +41,8 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	flag.Parse()
+	setDefaultParallel(defaultParallel)
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "e2e: these tests need root (containerd, overlayfs, network namespaces); run scripts/test.sh as root")
 		return 1
@@ -50,6 +55,7 @@ func run(m *testing.M) int {
 	}
 	_ = os.Chmod(dir, 0o755) // the postgres user must reach its cluster dir
 	defer os.RemoveAll(dir)
+	env.tmpDir = dir
 	env.dataDir = filepath.Join(dir, "data")
 	doc, err := apispec.LoadSpec(ctx, "../docs/openapi.yaml")
 	if err != nil {
@@ -91,6 +97,22 @@ func run(m *testing.M) int {
 	return code
 }
 
+// defaultParallel is how many tests of this package run at once unless
+// -parallel says otherwise. They wait on instances, containerd, the
+// registry and timers far more than on the CPU: four at a time keep two
+// cores busy without starving the shared node (see
+// docs/notes/testing.md for which tests run in parallel and why).
+const defaultParallel = 4
+
+// setDefaultParallel sets -test.parallel to n unless the command line set it.
+func setDefaultParallel(n int) {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", fmt.Sprint(n))
+	}
+}
+
 // sharedNodeConfig is the configuration of the node the tests share, at
 // its first start and at every restart: every answer checked against the
 // spec, metrics also on a listener of their own.
@@ -102,13 +124,34 @@ func run(m *testing.M) int {
 func sharedNodeConfig() node.Config {
 	return node.Config{DataDir: env.dataDir, DefaultTTL: time.Hour, PrefetchWindow: prefetchWindow,
 		WrapAPI: env.spec.Wrap, MetricsListen: "127.0.0.1:0", SSHListen: "127.0.0.1:0", PreviewDomain: previewDomain,
-		Placement:    envd.PlacementLocal, // the tests ask the node they mean
+		Placement: envd.PlacementLocal, // the tests ask the node they mean
+		Limits:    sharedNodeLimits, Lease: testLease, Capacity: sharedNodeCapacity,
 		RuntimeClass: os.Getenv("ENVD_E2E_RUNTIME_CLASS")}
 }
 
+// sharedNodeCapacity is what the shared node offers placement: more than
+// the parallel tests' instances add up to, so that it always keeps what it
+// is asked for (placement local) and never places a test's instance on
+// another test's node.
+var sharedNodeCapacity = types.NodeCapacity{CPUs: 1024, MemoryBytes: 1 << 50, DiskBytes: 1 << 50}
+
+// testLease is the lease of the shared node and of the nodes the tests
+// join to it (startJoiningNode) unless a test sets one: at the default
+// 15 s a node stalled by a loaded machine was marked lost by another
+// and its instances failed. A minute: no test here waits
+// for one of these nodes to be found lost.
+const testLease = time.Minute
+
+// sharedNodeLimits are the admin tenant's limits on the shared node: the
+// parallel tests all act as the admin, so its concurrent saves (default 4)
+// and builds (2) would refuse one test's work for another's. The other
+// limits are the defaults (tests of them use tenants of their own).
+var sharedNodeLimits = envd.TenantLimits{Saves: 32, Builds: 16}
+
 // prefetchWindow is how long new instances' first reads are recorded here
-// (a minute in production).
-const prefetchWindow = 3 * time.Second
+// (a minute in production): long enough that a test's first commands run
+// within it on a loaded machine with other tests running.
+const prefetchWindow = 10 * time.Second
 
 // fixtureBase is the base image of the tests: busybox plus a /fixtures
 // tree that the tests modify and delete from.

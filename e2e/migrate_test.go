@@ -35,6 +35,7 @@ func importNewBase(t *testing.T, name string) {
 // instance, the switch is a CAS, and the old version restores for a
 // rollback.
 func TestRootMigrateOntoANewBase(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	newBase := fmt.Sprintf("fixture-b-%d", projectSeq.Add(1))
 	importNewBase(t, newBase)

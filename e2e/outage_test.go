@@ -23,6 +23,7 @@ import (
 // "unavailable" and nothing that existed is touched: the current version
 // stays, the instance keeps running, and work succeeds once they are back.
 func TestRootDependenciesDown(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	n, reg, dir := startCuttableNode(t, "outage", node.Config{PrefetchWindow: -1, WrapAPI: env.spec.Wrap})
 	cl, err := client.New(n.URL, n.Token)

@@ -24,6 +24,7 @@ import (
 // Volumes outlive instances, are mounted with their owner and PATH
 // additions, are never part of a snapshot, and are limited in size.
 func TestRootVolumesSurviveInstances(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	p := fmt.Sprintf("vols-%d", projectSeq.Add(1))
 	_, err := env.c.CreateProject(c, types.CreateProjectRequest{Name: p, Base: fixtureBase,
@@ -76,6 +77,7 @@ func TestRootVolumesSurviveInstances(t *testing.T) {
 
 // Mount points that would hide the image are refused with a clear error.
 func TestVolumeBadPathsRefused(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	for _, spec := range []string{"x:workspace", "x:/", "x:/usr/local", "x:/etc", "x:/var/lib/x", "x:/proc",
 		"x:/run/x", "x:/boot", "x:/lib64", "x:/home/../etc", "Bad:/workspace", "x:/workspace:1:2:10Q"} {
@@ -91,6 +93,7 @@ func TestVolumeBadPathsRefused(t *testing.T) {
 // A retained instance keeps its whole rootfs across stop and start, without
 // a save; a non-retained one refuses to stop.
 func TestRootRetainedLayerSurvivesStopStart(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	p := newProject(t, "retain")
 	plain := up(t, p, 0)
@@ -147,8 +150,8 @@ func TestRootStaleGenerationFenced(t *testing.T) {
 }
 
 // startJoiningNode starts a node that joins the test node's PostgreSQL and
-// (unless cfg names another) registry, with its own containerd and the given
-// object store.
+// registry (unless cfg names another of either), with its own containerd
+// and the given object store.
 func startJoiningNode(t *testing.T, name string, s3 *node.Config) (*node.Node, *client.Client) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "envd-e2e-"+name+"-")
@@ -156,10 +159,15 @@ func startJoiningNode(t *testing.T, name string, s3 *node.Config) (*node.Node, *
 	require.NoError(t, os.Chmod(dir, 0o755))
 	cfg := *s3
 	cfg.DataDir, cfg.Node = filepath.Join(dir, "data"), name
-	cfg.DSN = env.node.DSN()
+	if cfg.DSN == "" {
+		cfg.DSN = env.node.DSN()
+	}
 	cfg.WrapAPI = env.spec.Wrap
 	if cfg.Placement == "" {
 		cfg.Placement = envd.PlacementLocal // the tests ask the node they mean
+	}
+	if cfg.Lease == 0 {
+		cfg.Lease = testLease
 	}
 	switch cfg.Registry {
 	case "":
@@ -185,6 +193,7 @@ func startJoiningNode(t *testing.T, name string, s3 *node.Config) (*node.Node, *
 // registry: volumes move through S3, hibernated instances wake on the other
 // node, and a node whose instance moved away removes its stale copy.
 func TestRootTwoNodesShareDatabase(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	s3 := s3test.Start(t)
 	base := &node.Config{S3: &s3, DefaultTTL: time.Hour}
@@ -260,6 +269,7 @@ func TestRootTwoNodesShareDatabase(t *testing.T) {
 // A retained instance stopped longer than HibernateAfter is hibernated by
 // the node on its own, and start brings it back.
 func TestRootIdleRetainedInstanceHibernates(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	s3 := s3test.Start(t)
 	n, cl := startJoiningNode(t, "node-h", &node.Config{S3: &s3, HibernateAfter: time.Second, ReconcileInterval: time.Second})

@@ -19,6 +19,7 @@ import (
 // instance: a save of it records exactly what a save of an untouched cold
 // instance does.
 func TestRootPoolClaim(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	p := newProject(t, "pool")
 
@@ -71,6 +72,7 @@ func waitPooled(t *testing.T, project string, version int) {
 // create starts a fresh instance that answers, and the dead one is marked
 // Failed and replaced in the pool.
 func TestRootPoolClaimSkipsDeadInstance(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	p := newProject(t, "pooldead")
 	_, err := env.c.SetProjectPool(c, p, types.PoolSetting{Size: 1})

@@ -83,6 +83,7 @@ func portsHostReq(t *testing.T, port int, id, pathQuery string, cookie *http.Coo
 }
 
 func TestRootPortsListAndPathForm(t *testing.T) {
+	t.Parallel()
 	_, in := portsInstance(t)
 	ps, err := env.c.ListPorts(ctx(t), in.ID)
 	require.NoError(t, err)
@@ -144,6 +145,7 @@ func portsCode(err error) string {
 }
 
 func TestRootPortsHostForm(t *testing.T) {
+	t.Parallel()
 	project, in := portsInstance(t)
 
 	status, body, _ := portsGet(t, portsHostReq(t, 8080, in.ID, "/index.html", nil))
@@ -239,6 +241,7 @@ func wsEchoOn(tb testing.TB, id, addr string) {
 }
 
 func TestRootPortsWebSocket(t *testing.T) {
+	t.Parallel()
 	project := newProject(t, "ports-ws")
 	in := up(t, project, 0)
 	wsEcho(t, in.ID)
@@ -277,11 +280,10 @@ func TestRootPortsWebSocket(t *testing.T) {
 var portForwarding = regexp.MustCompile(`Forwarding from (127\.0\.0\.1:\d+) -> 7000`)
 
 func TestRootPortsPortForward(t *testing.T) {
+	t.Parallel()
 	project := newProject(t, "ports-fwd")
 	in := up(t, project, 0)
-	bin := filepath.Join(t.TempDir(), "envctl")
-	out, err := exec.Command("go", "build", "-o", bin, "../cmd/envctl").CombinedOutput()
-	require.NoError(t, err, "build envctl: %s", out)
+	bin := buildEnvctl(t)
 
 	// nc in the instance: sends one line, writes what it receives.
 	mustSh(t, in.ID, `(echo from-instance | setsid nc -l -p 7000 >/tmp/got 2>/dev/null &)`)

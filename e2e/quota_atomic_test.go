@@ -115,6 +115,7 @@ func TestRootConcurrentSavesQuotaIsAtomic(t *testing.T) {
 // A hibernation the user asks for is checked against the quota like a
 // save: refused past it, the instance stays stopped on its layer.
 func TestRootUserHibernationChecksQuota(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	tc := newTenantWithQuota(t, "qhib", types.Quota{MaxVersions: 1})
 	const p = "hib"
@@ -210,6 +211,7 @@ func TestRootFailedVersionCollected(t *testing.T) {
 // POST .../current without expected_current is refused: a switch is a
 // compare-and-swap, never a blind write.
 func TestRootBlindSwitchRefused(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	p := newProject(t, "blind")
 	in := up(t, p, 0)

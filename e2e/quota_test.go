@@ -22,6 +22,7 @@ import (
 // not fit (the instance and its changes untouched, no version); the
 // numbers come with the 507.
 func TestRootQuotas(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	tenant := fmt.Sprintf("quota-%d", projectSeq.Add(1))
 	tok, err := env.c.CreateToken(c, tenant, types.CreateTokenRequest{})

@@ -25,6 +25,7 @@ import (
 // does not: the registry gone (and back), then PostgreSQL stopped. The
 // access log has a line per request with the id the answer carried.
 func TestRootReadyz(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	var logs syncbuf.Buffer
 	n, reg, dir := startCuttableNode(t, "readyz", node.Config{PrefetchWindow: -1, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})

@@ -88,6 +88,7 @@ func TestRootRestartThawsInstanceFrozenByACrash(t *testing.T) {
 // Cancelling a running save is a request: the operation reports canceled
 // once it stopped, no version appears and the instance is not left frozen.
 func TestRootCancelSave(t *testing.T) {
+	t.Parallel()
 	p := newProject(t, "cancel")
 	a := up(t, p, 0)
 	mustSh(t, a.ID, "dd if=/dev/urandom of=/blob bs=1M count=300 2>/dev/null")

@@ -20,6 +20,7 @@ import (
 // version asked for; a retry with the same key is the same operation, and
 // what cannot start is refused before any operation exists.
 func TestRootRestoreOperation(t *testing.T) {
+	t.Parallel()
 	p := newProject(t, "restore")
 	a := up(t, p, 0)
 	mustSh(t, a.ID, "echo saved > /marker")

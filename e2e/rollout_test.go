@@ -76,6 +76,7 @@ func rolloutStatuses(ro types.Rollout) map[string]string {
 // of 2 switches the other ten; its report stays; a rollback switches them
 // back except one whose owner moved current since.
 func TestRootRolloutFleet(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	seq := projectSeq.Add(1)
 	v1, v2 := fmt.Sprintf("fleet-v1-%d", seq), fmt.Sprintf("fleet-v2-%d", seq)
@@ -268,6 +269,7 @@ func TestRootRolloutFleet(t *testing.T) {
 // Per-project migrate with a real shell validation, the base the current
 // version sits on, and a migration onto that base refused at once.
 func TestRootMigrateShellValidation(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	seq := projectSeq.Add(1)
 	v2 := fmt.Sprintf("shv-v2-%d", seq)
@@ -335,6 +337,7 @@ func awaitEvent(t *testing.T, c *client.Client, id, typ string) {
 // operation; every project ends where the report says (switched and on
 // its new version, then rolled_back and on its old one), none skipped.
 func TestRootKillDuringRollout(t *testing.T) {
+	t.Parallel()
 	bin := buildEnvd(t)
 	dataDir := killDataDir(t, bin)
 	c := context.Background()

@@ -45,6 +45,7 @@ var roundTripCases = []struct {
 }
 
 func TestRootSaveRestoreRoundTrip(t *testing.T) {
+	t.Parallel()
 	p := newProject(t, "roundtrip", "/cache")
 	a := up(t, p, 0)
 	mustSh(t, a.ID, "mkdir -p /data")

@@ -25,14 +25,19 @@ import (
 // redirect to the object; full and lazy pulls follow it with the Range kept,
 // so a lazy restore works against an S3-backed registry.
 func TestRootLazyRestoreFromS3BackedRegistry(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	s3 := s3test.Start(t)
 	// Node A runs the embedded registry on S3 (as `envd serve
 	// --registry-s3-endpoint` does); node B uses it as its external registry.
-	a, ca := startJoiningNode(t, "node-s3a", &node.Config{Registry: "-", DefaultTTL: time.Hour, PrefetchWindow: -1,
+	// A database of their own: nodes of the shared database with another
+	// registry could be picked by the shared node's placement, and pull
+	// its images from the wrong registry.
+	dsn := clusterDatabase(t)
+	a, ca := startJoiningNode(t, "node-s3a", &node.Config{DSN: dsn, Registry: "-", DefaultTTL: time.Hour, PrefetchWindow: -1,
 		RegistryS3: &registry.S3Storage{Endpoint: s3.Endpoint, Bucket: "registry", AccessKey: s3.AccessKey, SecretKey: s3.SecretKey}})
 	aCred, _ := a.RegistryCredentialFiles()
-	joining := &node.Config{Registry: a.RegistryAddr(), RegistryCredentialFile: aCred, DefaultTTL: time.Hour, PrefetchWindow: -1}
+	joining := &node.Config{DSN: dsn, Registry: a.RegistryAddr(), RegistryCredentialFile: aCred, DefaultTTL: time.Hour, PrefetchWindow: -1}
 	require.Equal(t, stargz.Name, a.Runtime().LazySnapshotter())
 	_, err := ca.ImportImage(c, "fixture-s3", bytes.NewReader(env.fixtureTar))
 	require.NoError(t, err)

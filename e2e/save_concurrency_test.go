@@ -61,6 +61,7 @@ func taskState(t *testing.T, id string) string {
 // answers 409 failed_precondition naming it; the same idempotency key
 // still gives back the running save; once it finished, a save runs again.
 func TestRootSaveOneAtATime(t *testing.T) {
+	t.Parallel()
 	p := newProject(t, "onesave")
 	a := busyInstance(t, p)
 
@@ -159,6 +160,7 @@ func TestRootSavePauseDuringFirstPass(t *testing.T) {
 // the freeze window waits for the save's thaw), the save succeeds, and the
 // instance ends Running.
 func TestRootSaveResumeDuringFreeze(t *testing.T) {
+	t.Parallel()
 	p := newProject(t, "saveresume")
 	a := busyInstance(t, p)
 	for _, delay := range []time.Duration{0, 100 * time.Millisecond, 300 * time.Millisecond, 700 * time.Millisecond, 1500 * time.Millisecond} {
@@ -196,6 +198,7 @@ func TestRootSaveResumeDuringFreeze(t *testing.T) {
 // A save asked while the instance is paused by the user is refused, and
 // leaves the pause as it was.
 func TestRootSaveOfPausedInstanceRefused(t *testing.T) {
+	t.Parallel()
 	p := newProject(t, "savepaused")
 	a := up(t, p, 0)
 	_, err := env.c.PauseInstance(ctx(t), a.ID)

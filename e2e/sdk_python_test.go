@@ -13,6 +13,7 @@ import (
 // which read ENVD_URL, ENVD_TOKEN (the admin token) and ENVD_IMAGE. It uses
 // the python3 found on PATH; the SDK needs the standard library only.
 func TestSDKPython(t *testing.T) {
+	t.Parallel()
 	py, err := exec.LookPath("python3")
 	if err != nil {
 		t.Fatalf("python3 is needed for the Python SDK's tests: %v", err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/client"
+	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/envd/node"
 )
 
@@ -29,7 +30,8 @@ func servingNode(t *testing.T, dataDir string) (*node.Node, *client.Client) {
 	cred, _ := env.node.RegistryCredentialFiles()
 	n, err := node.Start(ctx(t), node.Config{DataDir: dataDir, Node: "node-serving", DSN: env.node.DSN(),
 		Registry: env.node.RegistryAddr(), RegistryCredentialFile: cred, Listen: "0.0.0.0:0",
-		DefaultTTL: time.Hour, PrefetchWindow: -1, ShutdownGrace: 2 * time.Minute})
+		DefaultTTL: time.Hour, PrefetchWindow: -1, ShutdownGrace: 2 * time.Minute,
+		Placement: envd.PlacementLocal}) // its instances and their saves are its own, for the drain to wait for
 	require.NoError(t, err)
 	ca, err := os.ReadFile(n.SelfSignedCert())
 	require.NoError(t, err)
@@ -43,6 +45,7 @@ func servingNode(t *testing.T, dataDir string) (*node.Node, *client.Client) {
 // requests, lets an exec and a save in flight finish, and a save still
 // running when the grace ends is run again by the next start.
 func TestRootServeTLSAndDrain(t *testing.T) {
+	t.Parallel()
 	dir, err := os.MkdirTemp("", "envd-e2e-serving-")
 	require.NoError(t, err)
 	require.NoError(t, os.Chmod(dir, 0o755))
@@ -79,9 +82,8 @@ func TestRootServeTLSAndDrain(t *testing.T) {
 	in, err := c.CreateInstance(ctx(t), p, types.CreateInstanceRequest{})
 	require.NoError(t, err)
 	// Removed before the node's shutdown (cleanups run last first): a
-	// node's shutdown leaves its instances running, and placement may have
-	// put this one on the shared e2e node. c is the client of the node
-	// running at the end.
+	// node's shutdown leaves its instances running. c is the client of the
+	// node running at the end.
 	t.Cleanup(func() { _, _ = c.DeleteInstance(context.Background(), in.ID) })
 	_, err = c.Exec(ctx(t), in.ID, types.ExecRequest{Args: []string{"sh", "-c", "dd if=/dev/urandom of=/blob bs=1M count=60 2>/dev/null && echo one > /marker"}})
 	require.NoError(t, err)
@@ -89,19 +91,22 @@ func TestRootServeTLSAndDrain(t *testing.T) {
 	// Drain: an exec and a save in flight finish, a new request is refused.
 	execDone := make(chan types.ExecResult, 1)
 	go func() {
-		res, err := c.Exec(context.Background(), in.ID, types.ExecRequest{Args: []string{"sh", "-c", "sleep 3; echo finished"}})
+		res, err := c.Exec(context.Background(), in.ID, types.ExecRequest{Args: []string{"sh", "-c", "touch /tmp/exec-started; sleep 3; echo finished"}})
 		assert.NoError(t, err)
 		execDone <- res
 	}()
 	saveOp, err := c.Save(ctx(t), in.ID, types.SaveRequest{Message: "during drain"}, "")
 	require.NoError(t, err)
-	time.Sleep(500 * time.Millisecond) // the exec is under way
+	require.Eventually(t, func() bool { // the exec is under way
+		res, err := c.Exec(ctx(t), in.ID, types.ExecRequest{Args: []string{"test", "-e", "/tmp/exec-started"}})
+		return err == nil && res.ExitCode == 0
+	}, time.Minute, 50*time.Millisecond, "the exec did not start")
 	drained := make(chan error, 1)
 	go func() { drained <- n.Drain(context.Background()) }()
-	time.Sleep(300 * time.Millisecond)
 	fresh, err := client.New(n.URL, n.Token, client.WithCACert(certPEM))
 	require.NoError(t, err)
-	assert.Error(t, fresh.Healthz(ctx(t)), "a draining node takes no new request")
+	assert.Eventually(t, func() bool { return fresh.Healthz(ctx(t)) != nil }, 10*time.Second, 20*time.Millisecond,
+		"a draining node takes no new request")
 	select {
 	case res := <-execDone:
 		assert.Equal(t, "finished\n", res.Stdout, "the exec in flight finished")

@@ -20,6 +20,7 @@ import (
 // its version, the /etc file the user wrote); a build of that spec on the
 // base makes a version whose package set equals the original's.
 func TestRootSpecExportRebuildsAnImperativeInstall(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	base := importDebian(t)
 	p := fmt.Sprintf("spec-export-%d", projectSeq.Add(1))
@@ -94,6 +95,7 @@ func TestRootSpecExportRebuildsAnImperativeInstall(t *testing.T) {
 // envctl op logs; argv steps see shell characters as plain bytes; bad
 // specs are refused before anything starts.
 func TestRootSpecBuildWithFilesEnvRunAndLogs(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	p := newProject(t, "spec-build")
 
@@ -194,6 +196,7 @@ func TestRootSpecBuildWithFilesEnvRunAndLogs(t *testing.T) {
 // there, and the result is a build that keeps the spec. A version without
 // a declared spec is refused in that mode, at once.
 func TestRootSpecMigrateRebuild(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	newBase := fmt.Sprintf("fixture-spec-b-%d", projectSeq.Add(1))
 	importNewBase(t, newBase)

@@ -34,6 +34,7 @@ type sshTenant struct {
 	kh       string // known_hosts
 	host     string // 127.0.0.1
 	port     string
+	env      []string // NAME=value for ssh, beside the test process's environment
 }
 
 func newSSHTenant(t testing.TB, name string) *sshTenant {
@@ -100,14 +101,25 @@ func (s *sshTenant) ssh(t testing.TB, user, stdin string, args ...string) (strin
 	}
 	all = append(all, args...)
 	all = append(all, user+"@"+s.host)
-	return runTool(t, stdin, "ssh", append(all, command...)...)
+	return runToolEnv(t, s.env, stdin, "ssh", append(all, command...)...)
 }
 
 func runTool(t testing.TB, stdin, name string, args ...string) (string, string, int) {
 	t.Helper()
+	return runToolEnv(t, nil, stdin, name, args...)
+}
+
+// runToolEnv is runTool with extra (NAME=value entries) added to the
+// test process's environment, for that command only: tests that set
+// variables for a tool can run in parallel.
+func runToolEnv(t testing.TB, extra []string, stdin, name string, args ...string) (string, string, int) {
+	t.Helper()
 	c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(c, name, args...)
+	if len(extra) > 0 {
+		cmd.Env = append(os.Environ(), extra...)
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(stdin), &stdout, &stderr
 	err := cmd.Run()
@@ -124,6 +136,7 @@ func runTool(t testing.TB, stdin, name string, args ...string) (string, string, 
 // stdin to `sh` (how VS Code Remote-SSH starts its server) runs; env
 // requests pass allow-listed names only.
 func TestRootSSHExec(t *testing.T) {
+	t.Parallel()
 	s := newSSHTenant(t, "sshexec")
 	stdout, stderr, code := s.ssh(t, s.instance, "", "--", "echo out; echo err >&2; exit 3")
 	assert.Equal(t, 3, code, "stderr: %s", stderr)
@@ -134,8 +147,7 @@ func TestRootSSHExec(t *testing.T) {
 	assert.Equal(t, 4, code, "stderr: %s", stderr)
 	assert.Equal(t, "from-stdin /root root /bin/sh\n", stdout)
 
-	t.Setenv("LC_ENVD_TEST", "passed")
-	t.Setenv("SECRET_ENVD_TEST", "kept-out")
+	s.env = []string{"LC_ENVD_TEST=passed", "SECRET_ENVD_TEST=kept-out"}
 	stdout, _, code = s.ssh(t, s.instance, "", "-o", "SendEnv=LC_ENVD_TEST SECRET_ENVD_TEST", "--", `echo "[$LC_ENVD_TEST][$SECRET_ENVD_TEST]"`)
 	assert.Equal(t, 0, code)
 	assert.Equal(t, "[passed][]\n", stdout)
@@ -144,8 +156,9 @@ func TestRootSSHExec(t *testing.T) {
 // A shell on a terminal (-tt): the session has a pty, TERM comes from the
 // client, and the shell's exit code is the session's.
 func TestRootSSHShellPTY(t *testing.T) {
+	t.Parallel()
 	s := newSSHTenant(t, "sshpty")
-	t.Setenv("TERM", "xterm-envd")
+	s.env = []string{"TERM=xterm-envd"}
 	stdout, stderr, code := s.ssh(t, s.instance, "tty; echo TERM=$TERM; cd; pwd; exit 7\n", "-tt")
 	assert.Equal(t, 7, code, "stdout: %s\nstderr: %s", stdout, stderr)
 	assert.Contains(t, stdout, "/dev/pts/")
@@ -157,6 +170,7 @@ func TestRootSSHShellPTY(t *testing.T) {
 // unchanged; sftp lists a directory; a symlink or a path that points out
 // of the instance's root does not reach the node's files.
 func TestRootSSHFileTransfer(t *testing.T) {
+	t.Parallel()
 	s := newSSHTenant(t, "sshscp")
 	data := make([]byte, 3<<20+12345)
 	_, err := rand.Read(data)
@@ -224,6 +238,7 @@ func TestRootSSHFileTransfer(t *testing.T) {
 // kernel's symbols) and device nodes are refused, and the init's
 // oom_score_adj is unchanged.
 func TestRootSSHSFTPRefusesKernelFiles(t *testing.T) {
+	t.Parallel()
 	s := newSSHTenant(t, "sshproc")
 	before := mustShAs(t, s, "cat /proc/1/oom_score_adj")
 	value := filepath.Join(s.dir, "oom")
@@ -257,6 +272,7 @@ func mustShAs(t *testing.T, s *sshTenant, script string) string {
 // ssh -L forwards a local port to a port of the instance: an HTTP request
 // goes in, the page comes back.
 func TestRootSSHForward(t *testing.T) {
+	t.Parallel()
 	s := newSSHTenant(t, "sshfwd")
 	mustShAs(t, s, "mkdir -p /www && echo hello-through-ssh > /www/index.html && (httpd -p 8080 -h /www &) && sleep 0.2")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -293,6 +309,7 @@ func TestRootSSHForward(t *testing.T) {
 // A key of another tenant does not log in to this tenant's instance, nor
 // does a key to an instance that does not exist; both read the same.
 func TestRootSSHRefusals(t *testing.T) {
+	t.Parallel()
 	a := newSSHTenant(t, "ssha")
 	b := newSSHTenant(t, "sshb")
 	_, errOther, code := b.ssh(t, a.instance, "", "--", "true")
@@ -324,15 +341,17 @@ func TestRootSSHRefusals(t *testing.T) {
 // the API's WebSocket, logged in by the token; envctl ssh-config's block
 // works with plain ssh. Another tenant's instance is not found.
 func TestRootSSHKeyless(t *testing.T) {
+	t.Parallel()
 	s := newSSHTenant(t, "sshkeyless")
 	other := newSSHTenant(t, "sshkeylessb")
-	bin := filepath.Join(t.TempDir(), "envctl")
-	out, err := exec.Command("go", "build", "-o", bin, "../cmd/envctl").CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	bin := buildEnvctl(t)
 	home := t.TempDir()
-	t.Setenv("XDG_CONFIG_HOME", home)
-	t.Setenv("ENVD_URL", env.node.URL)
-	t.Setenv("ENVD_TOKEN", s.token)
+	// envctl's environment, and ssh's (its ProxyCommand is envctl).
+	runTool := func(t *testing.T, stdin, name string, args ...string) (string, string, int) {
+		t.Helper()
+		return runToolEnv(t, []string{"XDG_CONFIG_HOME=" + home, "ENVD_URL=" + env.node.URL, "ENVD_TOKEN=" + s.token},
+			stdin, name, args...)
+	}
 
 	stdout, stderr, code := runTool(t, "", bin, "ssh", s.instance, "--", "echo keyless; exit 6")
 	assert.Equal(t, 6, code, "stderr: %s", stderr)
@@ -372,9 +391,7 @@ func TestRootSSHKeyless(t *testing.T) {
 //	go test -run '^$' -bench BenchmarkRootSSHRoundTrip -benchtime 20x ./e2e/
 func BenchmarkRootSSHRoundTrip(b *testing.B) {
 	s := newSSHTenant(b, "sshbench")
-	bin := filepath.Join(b.TempDir(), "envctl")
-	out, err := exec.Command("go", "build", "-o", bin, "../cmd/envctl").CombinedOutput()
-	require.NoError(b, err, "%s", out)
+	bin := buildEnvctl(b)
 	b.Setenv("XDG_CONFIG_HOME", b.TempDir())
 	b.Setenv("ENVD_URL", env.node.URL)
 	b.Setenv("ENVD_TOKEN", s.token)

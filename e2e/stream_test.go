@@ -82,6 +82,7 @@ func (w lineWriter) Write(b []byte) (int, error) {
 // An interactive terminal on a real instance: the size is the client's,
 // ^C interrupts the foreground command, the exit code comes back.
 func TestRootInteractiveTerminal(t *testing.T) {
+	t.Parallel()
 	p := newProject(t, "tty")
 	in := up(t, p, 0)
 	stdinR, stdinW := io.Pipe()

@@ -21,6 +21,7 @@ import (
 // at once; a tenant lists and revokes its own tokens and no other's;
 // listing never shows a token.
 func TestRootTokens(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	tenant := fmt.Sprintf("tok-%d", projectSeq.Add(1))
 	other := fmt.Sprintf("tok-%d", projectSeq.Add(1))

@@ -21,6 +21,7 @@ import (
 // container's ids: restored on a node without user namespaces, and on the
 // same node, files have the owners they had inside.
 func TestRootUserNSNode(t *testing.T) {
+	t.Parallel()
 	c := ctx(t)
 	n, cl := startJoiningNode(t, "userns", &node.Config{DefaultTTL: time.Hour, PrefetchWindow: -1, UserNS: true})
 	root, on := n.Runtime().UserNS()

@@ -16,6 +16,7 @@ import (
 // N instances started on the same version save at once: exactly one
 // becomes current, the others are ready versions that report a conflict.
 func TestRootConcurrentSavesOneWins(t *testing.T) {
+	t.Parallel()
 	const n = 4
 	p := newProject(t, "cas")
 	ids := make([]string, n)
@@ -73,6 +74,7 @@ func TestRootConcurrentSavesOneWins(t *testing.T) {
 // Saving twice from one instance replaces the top layer, and switching
 // current back rolls new instances back; a stale expectation is refused.
 func TestRootRepeatedSaveAndRollback(t *testing.T) {
+	t.Parallel()
 	p := newProject(t, "rollback")
 	a := up(t, p, 0)
 	mustSh(t, a.ID, "echo one > /first")

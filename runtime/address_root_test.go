@@ -12,6 +12,7 @@ import (
 // TestRootAddress: Address gives what Status gives while the instance
 // lives, and "" once it is removed or for a name that is no instance id.
 func TestRootAddress(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t, freeSubnet(t))
 	ctx := context.Background()
 	env.create(t, InstanceSpec{ID: "addr1"})

@@ -49,6 +49,7 @@ func parentOf(t *testing.T, env *testEnv, id string) string {
 }
 
 func TestRootAgentExec(t *testing.T) {
+	t.Parallel()
 	env := newAgentEnv(t)
 	require.NoError(t, env.rt.AgentsOff())
 	ctx := context.Background()
@@ -223,6 +224,7 @@ func execProcesses(t *testing.T, rt *Runtime, id string) int {
 
 // An instance made by a runtime without agents gets none later.
 func TestRootAgentNotOnOldInstances(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t, freeSubnet(t))
 	ctx := context.Background()
 	const id = "old"
@@ -292,6 +294,7 @@ func TestAgentListenLongPath(t *testing.T) {
 // is reachable by the instance's root (a host uid of the range), and the
 // commands run as that root.
 func TestRootAgentUserNamespace(t *testing.T) {
+	t.Parallel()
 	const base = 1<<30 + 9<<16 // the test's own range
 	bin := buildAgent(t)
 	env := newTestEnvWith(t, NetworkConfig{Subnet: freeSubnet(t)}, func(c *Config) {

@@ -15,6 +15,7 @@ import (
 // without a terminal, with and without the agent, and in an image's
 // WorkingDir at create.
 func TestRootCwdUnderProcRefused(t *testing.T) {
+	t.Parallel()
 	for _, agents := range []bool{false, true} {
 		name := "runc exec"
 		if agents {

@@ -161,6 +161,7 @@ func TestRootDiskLimit(t *testing.T) {
 // space, the next layer is refused with the node-level code, naming the
 // free bytes it measured.
 func TestRootDiskThinProvisioning(t *testing.T) {
+	t.Parallel()
 	requireRoot(t)
 	const size, reserve = 512 << 20, 256 << 20
 	ctx := context.Background()

@@ -17,6 +17,7 @@ import (
 // machine) remove exactly their own jumps and chains, in iptables and
 // ip6tables, and never another runtime's.
 func TestRootFirewallConcurrentRuntimes(t *testing.T) {
+	t.Parallel()
 	requireRoot(t)
 	mk := func() *firewall {
 		b := make([]byte, 4)

@@ -37,6 +37,7 @@ const (
 )
 
 func TestRootHardenedInstance(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t, freeSubnet(t))
 	limits := Limits{MemoryBytes: 64 << 20, Pids: 64, CPUWeight: 100, CPUQuota: 0.5, IOWeight: 200}
 	env.create(t, InstanceSpec{ID: "hard", Limits: limits})
@@ -124,6 +125,7 @@ func TestRootHardenedInstance(t *testing.T) {
 }
 
 func TestRootPrivilegeEscalationAllowed(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t, freeSubnet(t))
 	env.create(t, InstanceSpec{ID: "nnp", AllowPrivilegeEscalation: true})
 	status, _, _ := env.run(t, "nnp", "cat", "/proc/self/status")

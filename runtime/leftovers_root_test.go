@@ -20,6 +20,7 @@ import (
 // the network namespace file, the firewall state and libcni's cached
 // result (root: libcni's cache is /var/lib/cni) brings the teardown back.
 func TestRootNetworkLeftovers(t *testing.T) {
+	t.Parallel()
 	requireRoot(t)
 	dir := t.TempDir()
 	n := &network{name: "envd-leftovers-test", nsDir: filepath.Join(dir, "netns"), fw: &firewall{stateDir: filepath.Join(dir, "firewall")}}
@@ -53,6 +54,7 @@ func TestRootNetworkLeftovers(t *testing.T) {
 // container's creation) leaves no network namespace, firewall state or CNI
 // result behind: here an image without /bin/sh, whose init cannot exec.
 func TestRootFailedStartLeavesNoNetwork(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t, freeSubnet(t))
 	ctx := context.Background()
 	var buf bytes.Buffer

@@ -20,6 +20,7 @@ import (
 // instance; instances still reach each other; the nat rules go with the
 // network.
 func TestRootMasquerade(t *testing.T) {
+	t.Parallel()
 	svc := newServiceNetns(t)
 	env := newTestEnvNet(t, NetworkConfig{Subnet: freeSubnet(t)})
 	ln, err := netns.Listen(svc.path, "tcp4", svc.addr+":8080")

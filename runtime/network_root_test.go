@@ -41,15 +41,21 @@ func newServiceNetns(t *testing.T, extra ...string) *serviceNetns {
 	ifaces, err := net.Interfaces()
 	require.NoError(t, err)
 	var base net.IP
+	picked.Lock()
+	if picked.subnets == nil {
+		picked.subnets = map[string]bool{}
+	}
 	for range 100 {
 		b := make([]byte, 2)
 		_, _ = rand.Read(b)
 		cand := &net.IPNet{IP: net.IPv4(10, 224+b[0]%16, b[1], 0).To4(), Mask: net.CIDRMask(24, 32)}
-		if !subnetInUse(ifaces, cand, "") {
+		if !subnetInUse(ifaces, cand, "") && !picked.subnets[cand.String()] {
+			picked.subnets[cand.String()] = true // tests run in parallel (freeSubnet)
 			base = cand.IP
 			break
 		}
 	}
+	picked.Unlock()
 	require.NotNil(t, base, "no free service subnet")
 	tag := fmt.Sprintf("%02x%02x", base[1], base[2])
 	s := &serviceNetns{name: "envdtest-" + tag, path: "/run/netns/envdtest-" + tag}
@@ -123,6 +129,7 @@ func (env *testEnv) listenIn(t *testing.T, id string, port int) {
 }
 
 func TestRootNetworkIsolation(t *testing.T) {
+	t.Parallel()
 	svc := newServiceNetns(t, "169.254.77.2")
 	// A second service stands for a cluster endpoint (say PostgreSQL): in
 	// the node's Deny list by host:port.

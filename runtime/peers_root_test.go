@@ -18,6 +18,7 @@ import (
 // here) that open egress would otherwise reach, and its private address
 // that an allow list would.
 func TestRootPeerNodesDenied(t *testing.T) {
+	t.Parallel()
 	b := make([]byte, 2)
 	_, _ = rand.Read(b)
 	public := fmt.Sprintf("198.%d.%d.%d", 18+b[0]%2, b[1], 10+b[0]%200)

@@ -15,6 +15,7 @@ import (
 // pulled starts with the registry gone; a tag, or an image no longer in
 // containerd, still needs the registry.
 func TestRootPullCachedWithoutRegistry(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t, freeSubnet(t))
 	ctx := context.Background()
 	tagged := pushBusyboxImage(t, env.reg, "test/tagged")

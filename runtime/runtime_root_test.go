@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -97,18 +98,33 @@ func newTestEnvWith(t testing.TB, netCfg NetworkConfig, set func(*Config)) *test
 	return env
 }
 
+// picked holds the subnets freeSubnet gave this process's tests, which
+// run in parallel: one may not have made its bridge yet when another
+// picks.
+var picked struct {
+	sync.Mutex
+	subnets map[string]bool
+}
+
 // freeSubnet picks a random 10.X.Y.0/24 (X in 160..191) that no interface
-// has an address in, so concurrent test processes on one machine (and nodes
-// they start) do not collide.
+// has an address in and no other test of this process was given, so
+// concurrent tests and test processes on one machine (and nodes they
+// start) do not collide.
 func freeSubnet(t testing.TB) string {
 	t.Helper()
 	ifaces, err := net.Interfaces()
 	require.NoError(t, err)
+	picked.Lock()
+	defer picked.Unlock()
+	if picked.subnets == nil {
+		picked.subnets = map[string]bool{}
+	}
 	for range 100 {
 		b := make([]byte, 2)
 		_, _ = rand.Read(b)
 		cand := &net.IPNet{IP: net.IPv4(10, 160+b[0]%32, b[1], 0).To4(), Mask: net.CIDRMask(24, 32)}
-		if !subnetInUse(ifaces, cand, "") {
+		if !subnetInUse(ifaces, cand, "") && !picked.subnets[cand.String()] {
+			picked.subnets[cand.String()] = true
 			return cand.String()
 		}
 	}
@@ -192,6 +208,7 @@ func upperDir(t *testing.T, rt *Runtime, id string) string {
 }
 
 func TestRootDaemonStartReuse(t *testing.T) {
+	t.Parallel()
 	requireRoot(t)
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "d")
@@ -336,6 +353,7 @@ func TestRootInstanceLifecycle(t *testing.T) {
 }
 
 func TestRootExecTTY(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t, freeSubnet(t))
 	env.create(t, InstanceSpec{ID: "tty"})
 	var out bytes.Buffer
@@ -346,6 +364,7 @@ func TestRootExecTTY(t *testing.T) {
 }
 
 func TestRootBindMount(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t, freeSubnet(t))
 	ws, ro := t.TempDir(), t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(ro, "r"), []byte("ro\n"), 0o644))
@@ -391,6 +410,7 @@ func listenTCP(t *testing.T, addr string) (port int, accepted *atomic.Int32) {
 }
 
 func TestRootNetwork(t *testing.T) {
+	t.Parallel()
 	subnet := freeSubnet(t)
 	env := newTestEnv(t, subnet)
 	_, ipnet, _ := net.ParseCIDR(subnet)
@@ -478,6 +498,7 @@ func hostAddrs(t *testing.T, bridge *net.IPNet) []string {
 }
 
 func TestRootTwoDaemons(t *testing.T) {
+	t.Parallel()
 	a := newTestEnv(t, freeSubnet(t))
 	b := newTestEnv(t, freeSubnet(t))
 	ctx := context.Background()

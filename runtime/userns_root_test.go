@@ -41,6 +41,7 @@ func snapshotUpper(t *testing.T, rt *Runtime, id string) string {
 }
 
 func TestRootUserNamespace(t *testing.T) {
+	t.Parallel()
 	const base = 1<<30 + 7<<16 // not the default: the test's own range
 	env := newTestEnvWith(t, NetworkConfig{Subnet: freeSubnet(t)}, func(c *Config) {
 		c.UserNS, c.UserNSBase = true, base
