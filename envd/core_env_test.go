@@ -109,11 +109,11 @@ func newCoreEnv(t testing.TB, edit func(*envd.Config)) *coreEnv {
 
 	const adminToken = "core-test-admin-token"
 	require.NoError(t, e.store.EnsureAdminToken(ctx, "admin", adminToken))
-	e.admin, err = e.svc.Authenticate(ctx, adminToken)
+	e.admin, err = e.svc.Parts().Tokens.Authenticate(ctx, adminToken)
 	require.NoError(t, err)
-	tok, err := e.svc.CreateToken(ctx, e.admin, testTenant, types.CreateTokenRequest{})
+	tok, err := e.svc.Parts().Tokens.CreateToken(ctx, e.admin, testTenant, types.CreateTokenRequest{})
 	require.NoError(t, err)
-	e.user, err = e.svc.Authenticate(ctx, tok.Token)
+	e.user, err = e.svc.Parts().Tokens.Authenticate(ctx, tok.Token)
 	require.NoError(t, err)
 	require.Equal(t, types.Principal{Tenant: testTenant}, e.user)
 

@@ -36,11 +36,11 @@ func newMetricsEnv(t *testing.T) *metricsEnv {
 	m := metrics.New(testNode, e.store, e.cfg.DataDir)
 	e.cfg.Observer = m
 	e.restart()
-	h, err := api.New(e.svc, api.WithMetrics(m.Handler(), scrapeToken), api.WithRequestObserver(m))
+	h, err := api.New(e.svc.Core(), api.WithMetrics(m.Handler(), scrapeToken), api.WithRequestObserver(m))
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	tok, err := e.svc.CreateToken(e.ctx, e.admin, testTenant, types.CreateTokenRequest{})
+	tok, err := e.svc.Parts().Tokens.CreateToken(e.ctx, e.admin, testTenant, types.CreateTokenRequest{})
 	require.NoError(t, err)
 	return &metricsEnv{coreEnv: e, url: srv.URL, tenantToken: tok.Token}
 }

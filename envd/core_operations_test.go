@@ -111,7 +111,7 @@ func testIdempotency(t *testing.T, e *coreEnv) {
 func testOperationsSettle(t *testing.T, e *coreEnv) {
 	e = e.with(t)
 	e.project("web")
-	_, err := e.svc.CreateToken(e.ctx, e.admin, "other", types.CreateTokenRequest{})
+	_, err := e.svc.Parts().Tokens.CreateToken(e.ctx, e.admin, "other", types.CreateTokenRequest{})
 	require.NoError(t, err)
 
 	t.Run("restore succeeds with the running instance as its result", func(t *testing.T) {

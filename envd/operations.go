@@ -35,12 +35,12 @@ func (s *Service) Start(ctx context.Context) error {
 		types.OpKindRestore: s.life.SettleRestore,
 		types.OpKindBuild:   s.builds.SettleBuild,
 		types.OpKindMigrate: s.builds.SettleMigrate,
-		types.OpKindFork:    s.settleFork,
+		types.OpKindFork:    s.forks.Settle,
 		types.OpKindRollout: ops.Rerun(s.ops, s.rollouts.Run),
 		// A rollback settles each project by its intent and current.
 		types.OpKindRollback: ops.Rerun(s.ops, s.rollouts.RunRollback),
 
-		types.OpKindCheckpoint: s.settleCheckpoint, // checkpoint.go
+		types.OpKindCheckpoint: s.checkpoints.Settle,
 	}); err != nil {
 		return err
 	}

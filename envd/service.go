@@ -38,15 +38,21 @@ import (
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/envd/build"
 	"github.com/envd-dev/envd/envd/changes"
+	"github.com/envd-dev/envd/envd/checkpoint"
+	"github.com/envd-dev/envd/envd/cluster"
 	"github.com/envd-dev/envd/envd/command"
+	"github.com/envd-dev/envd/envd/fileapi"
 	"github.com/envd-dev/envd/envd/freeze"
 	"github.com/envd-dev/envd/envd/gc"
 	"github.com/envd-dev/envd/envd/lifecycle"
 	"github.com/envd-dev/envd/envd/names"
 	"github.com/envd-dev/envd/envd/ops"
+	"github.com/envd-dev/envd/envd/ports"
 	"github.com/envd-dev/envd/envd/quota"
 	"github.com/envd-dev/envd/envd/rollout"
 	"github.com/envd-dev/envd/envd/save"
+	"github.com/envd-dev/envd/envd/sshkeys"
+	"github.com/envd-dev/envd/envd/tokens"
 	"github.com/envd-dev/envd/envd/volumes"
 	"github.com/envd-dev/envd/internal/limiter"
 	"github.com/envd-dev/envd/internal/objstore"
@@ -128,7 +134,8 @@ type Config struct {
 	// metrics); nil = nothing is observed.
 	Observer Observer
 
-	// Dials bound connections to instances' ports being opened (dial.go).
+	// Dials bound connections to instances' ports being opened
+	// (envd/ports).
 	Dials DialLimits
 	// ThreadHighWater: while the process has more OS threads than this,
 	// new admitted work (Admit, operations, dials) is refused with
@@ -199,22 +206,23 @@ type Service struct {
 	limits     *limiter.Limiter // per-tenant concurrency (admission.go)
 	limitsOnce sync.Once
 
-	dials     *limiter.Limiter // dials to instances' ports (dial.go)
-	dialsOnce sync.Once
-
 	diffs       *changes.Cache                // computed version changes (changes.go)
 	specs       specCache                     // specs derived from versions (specs.go)
-	sshInfo     atomic.Pointer[types.SSHInfo] // the node's SSH endpoint, for Info (sshkeys.go)
-	ports       portState                     // ports.go
-	gate        *freeze.Gate                  // the node's freeze gate (files.go waits out a save's freeze)
-	watches     fileWatches                   // the inotify instance file watches share (files.go)
+	sshInfo     atomic.Pointer[types.SSHInfo] // the node's SSH endpoint, for Info
+	gate        *freeze.Gate                  // the node's freeze gate
 	rollouts    *rollout.Runner
 	interactive atomic.Int64 // saves, restores and builds running on this node (admission.go)
 
-	bases     baseCache      // currentBase's answers (rollouts.go)
-	squashing sync.WaitGroup // the squash loop (squash.go)
-	squashRun func()         // starts it; nil = squash off
-	cluster   clusterState   // nodes.go
+	bases       baseCache      // currentBase's answers (rollouts.go)
+	squashing   sync.WaitGroup // the squash loop (squash.go)
+	squashRun   func()         // starts it; nil = squash off
+	cluster     *cluster.Membership
+	checkpoints *checkpoint.Checkpoints
+	forks       *checkpoint.Forks
+	ports       *ports.Ports
+	files       *fileapi.Files
+	keys        *sshkeys.Keys
+	tokens      *tokens.Tokens
 }
 
 // New makes the core. Call Start once after, and Close at the end.
@@ -261,7 +269,6 @@ func New(cfg Config, store *versions.Store, reg ImageStore, rt Runtime) (*Servic
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Service{cfg: cfg, store: store, reg: reg, rt: rt, log: cfg.Logger, stop: cancel, diffs: changes.NewCache(64)}
 	s.wire(ctx)
-	s.cluster.ctx = ctx
 	return s, nil
 }
 
@@ -295,6 +302,25 @@ func (s *Service) wire(ctx context.Context) {
 	s.gc = gc.NewCollector(s.store, s.reg, s.ops, cfg.Sweeper, gcVolumes).WithArchives(s.vols)
 	s.wireRollouts(ctx)
 	s.wireSquash(ctx)
+	// A nil *workspace.Manager must stay a nil interface: "no volumes".
+	var freezer checkpoint.Freezer
+	if cfg.Volumes != nil {
+		freezer = cfg.Volumes
+	}
+	cdeps := checkpoint.Deps{Node: cfg.Node, WorkDir: cfg.WorkDir, Store: s.store, Saver: s.saver, Ops: s.ops, Instances: s.life,
+		Freezer: freezer, Objects: cfg.Objects, Archives: s.vols, Registry: s.reg, Log: s.log}
+	s.checkpoints, s.forks = checkpoint.New(cdeps), checkpoint.NewForks(cdeps)
+	s.ports = ports.New(ports.Deps{Node: cfg.Node, Store: s.store, Runtime: s.rt, Instances: s.life, Dials: cfg.Dials, Threads: s.admitThreads})
+	// A runtime without file access (a test's fake) gives a file API
+	// that answers ErrUnavailable.
+	var frt fileapi.Runtime
+	if r, ok := s.rt.(fileapi.Runtime); ok {
+		frt = r
+	}
+	s.files = fileapi.New(fileapi.Deps{Node: cfg.Node, WorkDir: cfg.WorkDir, MaxBytes: cfg.MaxFileBytes, Runtime: frt, Instances: s, Gate: gate})
+	s.keys, s.tokens = sshkeys.New(s.store), tokens.New(s.store)
+	s.cluster = cluster.New(ctx, cluster.Deps{Node: cfg.Node, DataDir: cfg.DataDir, Version: BuildVersion, Config: cfg.Cluster,
+		Store: s.store, Instances: s.life, Volumes: s.vols, Ops: s.ops, Observer: cfg.Observer, Checkpoints: s.checkpoints.Due, Log: s.log})
 }
 
 // Close cancels running operations and waits for them to settle.
@@ -303,20 +329,8 @@ func (s *Service) Close() {
 	s.ops.Wait()
 	s.life.Wait()
 	s.squashing.Wait()
-	s.cluster.wg.Wait()
-	s.watches.close()
-}
-
-// Authenticate resolves a bearer token.
-func (s *Service) Authenticate(ctx context.Context, token string) (types.Principal, error) {
-	if token == "" {
-		return types.Principal{}, fmt.Errorf("missing bearer token: %w", errdefs.ErrUnauthenticated)
-	}
-	p, err := s.store.Authenticate(ctx, token)
-	if err != nil {
-		return types.Principal{}, err
-	}
-	return types.Principal{Tenant: p.Tenant, Admin: p.Admin}, nil
+	s.cluster.Wait()
+	s.files.Close()
 }
 
 // Info describes this server.
@@ -324,6 +338,10 @@ func (s *Service) Info(ctx context.Context) (types.Info, error) {
 	return types.Info{Version: BuildVersion, Node: s.cfg.Node, DataDir: s.cfg.DataDir,
 		Registry: s.reg.Addr(), Components: s.cfg.Components, SSH: s.sshInfo.Load()}, nil
 }
+
+// SetSSHInfo records where the node's SSH endpoint listens, for Info;
+// nil = none.
+func (s *Service) SetSSHInfo(info *types.SSHInfo) { s.sshInfo.Store(info) }
 
 // BuildVersion of envd, set at build time.
 var BuildVersion = "0.1.0-dev"

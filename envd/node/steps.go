@@ -370,13 +370,14 @@ func (n *Node) adminToken(ctx context.Context, db database) (string, error) {
 // Drain and Close stop it.
 func (n *Node) serveAPI(svc *envd.Service) (url string, err error) {
 	kctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	key, err := svc.ClusterKey(kctx)
+	key, err := svc.Parts().Cluster.ClusterKey(kctx)
 	cancel()
 	if err != nil {
 		return "", fmt.Errorf("cluster key: %w", err)
 	}
-	n.peers = newPeerTransports(svc.NodeCertificate)
-	h, err := api.New(svc, append(append(n.apiMetrics(), n.apiSSH()...), api.WithLogger(n.cfg.Logger), api.WithReadiness(n.readiness()),
+	n.peers = newPeerTransports(svc.Parts().Cluster.NodeCertificate)
+	core := svc.Core()
+	h, err := api.New(core, append(append(n.apiMetrics(), n.apiSSH()...), api.WithLogger(n.cfg.Logger), api.WithReadiness(n.readiness()),
 		api.WithPreviewDomain(n.cfg.PreviewDomain), api.WithForwardKey(key), api.WithPeerTransport(n.peers.transport))...)
 	if err != nil {
 		return "", err
@@ -384,7 +385,7 @@ func (n *Node) serveAPI(svc *envd.Service) (url string, err error) {
 	if n.cfg.WrapAPI != nil {
 		h = n.cfg.WrapAPI(h)
 	}
-	h = api.PreviewHosts(svc, n.cfg.PreviewDomain, h, key, n.peers.transport) // preview hosts are the instances', not the API's
+	h = api.PreviewHosts(core, n.cfg.PreviewDomain, h, key, n.peers.transport) // preview hosts are the instances', not the API's
 	ln, err := net.Listen("tcp", n.cfg.Listen)
 	if err != nil {
 		return "", fmt.Errorf("listen %s: %w", n.cfg.Listen, err)
