@@ -197,7 +197,7 @@ func (e *coreEnv) wait(p types.Principal, id string) types.Operation {
 	e.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		op, err := e.svc.GetOperation(e.ctx, p, id)
+		op, err := e.svc.Parts().Operations.GetOperation(e.ctx, p, id)
 		require.NoError(e.t, err)
 		if op.Done() {
 			return op
@@ -210,7 +210,7 @@ func (e *coreEnv) wait(p types.Principal, id string) types.Operation {
 // eventTypes are the types of an operation's events, in order.
 func (e *coreEnv) eventTypes(p types.Principal, id string) []string {
 	e.t.Helper()
-	evs, err := e.svc.OperationEvents(e.ctx, p, id, 0)
+	evs, err := e.svc.Parts().Operations.OperationEvents(e.ctx, p, id, 0)
 	require.NoError(e.t, err)
 	var out []string
 	for i, ev := range evs {

@@ -53,22 +53,6 @@ func (s *Service) Start(ctx context.Context) error {
 // (see lifecycle.Manager.Reconcile).
 func (s *Service) Reconcile(ctx context.Context) error { return s.life.Reconcile(ctx) }
 
-// GetOperation returns an operation of the caller's tenant.
-func (s *Service) GetOperation(ctx context.Context, p types.Principal, id string) (types.Operation, error) {
-	return s.ops.Get(ctx, p, id)
-}
-
-// CancelOperation asks an operation to stop. The operation's state says
-// when it actually stopped.
-func (s *Service) CancelOperation(ctx context.Context, p types.Principal, id string) (types.Operation, error) {
-	return s.ops.Cancel(ctx, p, id)
-}
-
-// OperationEvents returns the operation's events after seq after.
-func (s *Service) OperationEvents(ctx context.Context, p types.Principal, id string, after int) ([]types.Event, error) {
-	return s.ops.Events(ctx, p, id, after)
-}
-
 // Save starts a save of the instance's changes as a new version
 // (save.Saver.Save).
 func (s *Service) Save(ctx context.Context, p types.Principal, id string, req types.SaveRequest, idempotencyKey string) (types.Operation, error) {

@@ -4,6 +4,7 @@ import (
 	"github.com/envd-dev/envd/envd/checkpoint"
 	"github.com/envd-dev/envd/envd/cluster"
 	"github.com/envd-dev/envd/envd/fileapi"
+	"github.com/envd-dev/envd/envd/ops"
 	"github.com/envd-dev/envd/envd/ports"
 	"github.com/envd-dev/envd/envd/rollout"
 	"github.com/envd-dev/envd/envd/sshkeys"
@@ -31,11 +32,14 @@ type Parts struct {
 	// Rollouts: fleet upgrades (but for the projects' validation
 	// commands, a project setting the Service keeps).
 	Rollouts *rollout.Runner
+	// Operations: reading, following and canceling operations.
+	Operations *ops.Runner
 }
 
 // Parts returns the node's feature parts.
 func (s *Service) Parts() Parts {
-	return Parts{Cluster: s.cluster, Checkpoints: s.checkpoints, Forks: s.forks, Ports: s.ports, Files: s.files, Keys: s.keys, Tokens: s.tokens, Rollouts: s.rollouts}
+	return Parts{Cluster: s.cluster, Checkpoints: s.checkpoints, Forks: s.forks, Ports: s.ports, Files: s.files, Keys: s.keys, Tokens: s.tokens, Rollouts: s.rollouts,
+		Operations: s.ops}
 }
 
 // Core is the Service with its parts, for a server that takes one value
@@ -50,12 +54,20 @@ type Core struct {
 	*fileapi.Files
 	*sshkeys.Keys
 	*tokens.Tokens
-	*rollout.Runner
+	*rollouts
+	*operations
 }
+
+// Two Runners, embedded under names of their own.
+type (
+	rollouts   = rollout.Runner
+	operations = ops.Runner
+)
 
 // Core returns the Service with its parts.
 func (s *Service) Core() Core {
-	return Core{Service: s, Membership: s.cluster, Checkpoints: s.checkpoints, Forks: s.forks, Ports: s.ports, Files: s.files, Keys: s.keys, Tokens: s.tokens, Runner: s.rollouts}
+	return Core{Service: s, Membership: s.cluster, Checkpoints: s.checkpoints, Forks: s.forks, Ports: s.ports, Files: s.files, Keys: s.keys, Tokens: s.tokens,
+		rollouts: s.rollouts, operations: s.ops}
 }
 
 // Names of the parts' settings, kept here for the composition root's

@@ -58,7 +58,7 @@ type Saver interface {
 // Operations runs checkpoints and forks as operations (ops.Runner).
 type Operations interface {
 	Start(ctx context.Context, p types.Principal, spec ops.Spec) (types.Operation, error)
-	Get(ctx context.Context, p types.Principal, id string) (types.Operation, error)
+	GetOperation(ctx context.Context, p types.Principal, id string) (types.Operation, error)
 	Settle(ctx context.Context, op versions.Operation, err error)
 }
 

@@ -92,7 +92,7 @@ func (pt *Checkpoints) checkpointInstance(ctx context.Context, in versions.Insta
 			return 0, 0, ctx.Err()
 		case <-time.After(200 * time.Millisecond):
 		}
-		if op, err = pt.ops.Get(ctx, p, op.ID); err != nil {
+		if op, err = pt.ops.GetOperation(ctx, p, op.ID); err != nil {
 			return 0, 0, err
 		}
 	}

@@ -93,7 +93,7 @@ type BaseResolver interface {
 // Operations starts operations (ops.Runner).
 type Operations interface {
 	Start(ctx context.Context, p types.Principal, spec ops.Spec) (types.Operation, error)
-	Cancel(ctx context.Context, p types.Principal, id string) (types.Operation, error)
+	CancelOperation(ctx context.Context, p types.Principal, id string) (types.Operation, error)
 	Record(p types.Principal, spec ops.Spec) (versions.Operation, error)
 	Launch(op versions.Operation, run ops.Func)
 }
