@@ -1,7 +1,6 @@
-// Package envd is the service core as the API sees it: one Service whose
-// methods are the API's operations. It is the composition root of the
-// core's parts, each a subpackage with its one job and the small
-// interfaces it declares:
+// Package envd composes the service core of one node from its parts,
+// each a subpackage with its one job and the small interfaces it
+// declares:
 //
 //	ops        operations: start, idempotency, admission, events, resume, settle
 //	save       the save path: capture (spool, freeze, encode), quota, push, commit
@@ -14,11 +13,20 @@
 //	freeze     the freeze gate shared by saves and the user's pause
 //	spec, names  leaf vocabulary: project specs and limits, names and ids
 //
-// What is here is what belongs to no part: projects and versions, images,
-// tokens, quotas and limits as set by an admin, node info and metrics. It
-// composes the store (versions), the registry client (registry), the
-// container runtime (runtime) and the layer capture (snapshotter); api/
-// calls it and nothing else.
+// and the parts that serve API route groups of their own (Parts):
+//
+//	cluster     membership: leases, lost nodes, drains, node routes, join tokens
+//	checkpoint  coordinated and periodic checkpoints, forks
+//	ports       ports, dials and previews of instances
+//	fileapi     the file API's roots and watches
+//	sshkeys, tokens  SSH keys and key logins; API tokens
+//	rollout     fleet upgrades
+//
+// New makes the parts and wires them; the Service serves what belongs to
+// no part yet: projects and versions, images, instances' verbs, quotas and
+// limits as set by an admin, node info. It composes the store (versions),
+// the registry client (registry), the container runtime (runtime) and the
+// layer capture (snapshotter).
 package envd
 
 import (
