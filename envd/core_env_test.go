@@ -117,7 +117,7 @@ func newCoreEnv(t testing.TB, edit func(*envd.Config)) *coreEnv {
 	require.NoError(t, err)
 	require.Equal(t, types.Principal{Tenant: testTenant}, e.user)
 
-	_, err = e.svc.ImportImage(ctx, e.admin, baseImage, bytes.NewReader(baseRootfsTar(t)))
+	_, err = e.svc.Parts().Images.ImportImage(ctx, e.admin, baseImage, bytes.NewReader(baseRootfsTar(t)))
 	require.NoError(t, err)
 	return e
 }

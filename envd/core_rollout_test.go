@@ -57,7 +57,7 @@ func rolloutEnvWith(t *testing.T, edit func(*envd.Config)) *coreEnv {
 			edit(c)
 		}
 	})
-	_, err := e.svc.ImportImage(e.ctx, e.admin, "v2", bytes.NewReader(newBaseTar(t)))
+	_, err := e.svc.Parts().Images.ImportImage(e.ctx, e.admin, "v2", bytes.NewReader(newBaseTar(t)))
 	require.NoError(t, err)
 	// An exec fails in instances whose id starts with "bad-".
 	e.rt.SetExec(func(ctx context.Context, upper string, spec runtime.ExecSpec) (int, error) {

@@ -4,6 +4,7 @@ import (
 	"github.com/envd-dev/envd/envd/checkpoint"
 	"github.com/envd-dev/envd/envd/cluster"
 	"github.com/envd-dev/envd/envd/fileapi"
+	"github.com/envd-dev/envd/envd/images"
 	"github.com/envd-dev/envd/envd/ops"
 	"github.com/envd-dev/envd/envd/ports"
 	"github.com/envd-dev/envd/envd/rollout"
@@ -34,12 +35,14 @@ type Parts struct {
 	Rollouts *rollout.Runner
 	// Operations: reading, following and canceling operations.
 	Operations *ops.Runner
+	// Images: the base images.
+	Images *images.Images
 }
 
 // Parts returns the node's feature parts.
 func (s *Service) Parts() Parts {
 	return Parts{Cluster: s.cluster, Checkpoints: s.checkpoints, Forks: s.forks, Ports: s.ports, Files: s.files, Keys: s.keys, Tokens: s.tokens, Rollouts: s.rollouts,
-		Operations: s.ops}
+		Operations: s.ops, Images: s.images}
 }
 
 // Core is the Service with its parts, for a server that takes one value
@@ -56,6 +59,7 @@ type Core struct {
 	*tokens.Tokens
 	*rollouts
 	*operations
+	*images.Images
 }
 
 // Two Runners, embedded under names of their own.
@@ -67,7 +71,7 @@ type (
 // Core returns the Service with its parts.
 func (s *Service) Core() Core {
 	return Core{Service: s, Membership: s.cluster, Checkpoints: s.checkpoints, Forks: s.forks, Ports: s.ports, Files: s.files, Keys: s.keys, Tokens: s.tokens,
-		rollouts: s.rollouts, operations: s.ops}
+		rollouts: s.rollouts, operations: s.ops, Images: s.images}
 }
 
 // Names of the parts' settings, kept here for the composition root's

@@ -35,7 +35,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,8 +51,8 @@ import (
 	"github.com/envd-dev/envd/envd/fileapi"
 	"github.com/envd-dev/envd/envd/freeze"
 	"github.com/envd-dev/envd/envd/gc"
+	"github.com/envd-dev/envd/envd/images"
 	"github.com/envd-dev/envd/envd/lifecycle"
-	"github.com/envd-dev/envd/envd/names"
 	"github.com/envd-dev/envd/envd/ops"
 	"github.com/envd-dev/envd/envd/ports"
 	"github.com/envd-dev/envd/envd/quota"
@@ -231,6 +230,7 @@ type Service struct {
 	files       *fileapi.Files
 	keys        *sshkeys.Keys
 	tokens      *tokens.Tokens
+	images      *images.Images
 }
 
 // New makes the core. Call Start once after, and Close at the end.
@@ -288,6 +288,7 @@ func (s *Service) wire(ctx context.Context) {
 	s.ops = ops.NewRunner(ctx, s.store, opAdmitter{s}, cfg.Observer, cfg.Node, s.log)
 	s.quota = quota.New(s.store, cfg.DefaultTTL, cfg.MaxTTL)
 	s.content = gc.NewContent(s.store, s.reg, s.log)
+	s.images = images.New(cfg.WorkDir, s.store, s.reg, s.content)
 	s.saver = save.New(save.Deps{Node: cfg.Node, WorkDir: cfg.WorkDir, Runtime: s.rt, Store: s.store, Reg: s.reg,
 		Content: s.content, Quota: s.quota, Ops: s.ops, Gate: gate, Log: s.log, Observer: cfg.Observer})
 	// A nil *workspace.Manager must stay a nil interface: "no volumes".
@@ -354,54 +355,9 @@ func (s *Service) SetSSHInfo(info *types.SSHInfo) { s.sshInfo.Store(info) }
 // BuildVersion of envd, set at build time.
 var BuildVersion = "0.1.0-dev"
 
-func toImage(img versions.Image) types.Image {
-	return types.Image{Name: img.Name, Ref: img.Repo + "@" + img.Digest, Digest: img.Digest, Size: img.SizeBytes}
-}
-
-// ListImages lists imported base images.
-func (s *Service) ListImages(ctx context.Context, p types.Principal) ([]types.Image, error) {
-	imgs, err := s.store.ListImages(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]types.Image, 0, len(imgs))
-	for _, img := range imgs {
-		out = append(out, toImage(img))
-	}
-	return out, nil
-}
-
-// resolveBase turns a base given as an image name or repo@digest into a
-// stored image.
-//
-// A repo@digest must be an imported image or one of tenant's own project
-// images: another tenant's private layers are not a base.
-func (s *Service) resolveBase(ctx context.Context, tenant, base string) (registry.Image, error) {
-	if base == "" {
-		return registry.Image{}, fmt.Errorf("base image: required: %w", errdefs.ErrInvalidArgument)
-	}
-	ref := base
-	if ValidateName("image", base) == nil {
-		rec, err := s.store.GetImage(ctx, base)
-		if err != nil {
-			return registry.Image{}, fmt.Errorf("base image: %w", err)
-		}
-		ref = rec.Repo + "@" + rec.Digest
-	}
-	img, err := s.reg.Get(ctx, ref)
-	if err != nil {
-		return registry.Image{}, fmt.Errorf("base image %q: %w", base, err)
-	}
-	// Answered like a missing image, so it tells nothing about the other's.
-	if !strings.HasPrefix(img.Repo, names.ImageRepo("")) && !strings.HasPrefix(img.Repo, names.ProjectRepo(tenant, "")) {
-		return registry.Image{}, fmt.Errorf("base image %q: not an imported image nor one of this tenant's: %w", base, errdefs.ErrNotFound)
-	}
-	return img, nil
-}
-
 // bases resolves base images for builds and migrations (build.Bases).
 type bases struct{ s *Service }
 
 func (b bases) ResolveBase(ctx context.Context, tenant, base string) (registry.Image, error) {
-	return b.s.resolveBase(ctx, tenant, base)
+	return b.s.images.ResolveBase(ctx, tenant, base)
 }
