@@ -18,10 +18,10 @@ func (s *Service) restoreVolumeFromCheckpoint(ctx context.Context, p types.Princ
 	if err := ValidateName("project", project); err != nil {
 		return types.Volume{}, err
 	}
-	if _, err := s.store.GetCheckpoint(ctx, p.Tenant, project, req.Checkpoint); err != nil {
+	if _, err := s.store.Versions.GetCheckpoint(ctx, p.Tenant, project, req.Checkpoint); err != nil {
 		return types.Volume{}, err
 	}
-	ins, err := s.store.ListInstances(ctx, p.Tenant, project)
+	ins, err := s.store.Instances.ListInstances(ctx, p.Tenant, project)
 	if err != nil {
 		return types.Volume{}, err
 	}

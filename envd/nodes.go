@@ -11,7 +11,7 @@ import (
 // (cluster.Place): the local node answers when it is chosen, or when no
 // node registered (a node without membership).
 func (s *Service) PlaceInstance(ctx context.Context, p types.Principal, project string, req types.CreateInstanceRequest) (node, apiURL, reason string, local bool, err error) {
-	proj, err := s.store.GetProject(ctx, p.Tenant, project)
+	proj, err := s.store.Projects.GetProject(ctx, p.Tenant, project)
 	if err != nil {
 		// The local handler answers 404 (or the bad name) as before.
 		return s.cfg.Node, "", "", true, nil
@@ -20,11 +20,11 @@ func (s *Service) PlaceInstance(ctx context.Context, p types.Principal, project 
 	if n == 0 {
 		n = proj.Current
 	}
-	v, err := s.store.GetVersion(ctx, p.Tenant, project, n)
+	v, err := s.store.Versions.GetVersion(ctx, p.Tenant, project, n)
 	if err != nil {
 		return s.cfg.Node, "", "", true, nil
 	}
-	members, err := s.store.ListMembers(ctx)
+	members, err := s.store.Nodes.ListMembers(ctx)
 	if err != nil {
 		return "", "", "", false, err
 	}
@@ -35,16 +35,16 @@ func (s *Service) PlaceInstance(ctx context.Context, p types.Principal, project 
 	if err != nil {
 		return "", "", "", false, err
 	}
-	withImage, err := s.store.NodesWithImage(ctx, v.Image)
+	withImage, err := s.store.Nodes.NodesWithImage(ctx, v.Image)
 	if err != nil {
 		return "", "", "", false, err
 	}
-	spread, err := s.store.TenantSpread(ctx, p.Tenant)
+	spread, err := s.store.Nodes.TenantSpread(ctx, p.Tenant)
 	if err != nil {
 		return "", "", "", false, err
 	}
 	creq := cluster.Request{Limits: limits, Selector: req.NodeSelector, Local: s.cfg.Node, LocalFirst: s.cfg.Cluster.Placement == PlacementLocal}
-	home, hasHome, err := s.store.GetVolumeHome(ctx, p.Tenant, project)
+	home, hasHome, err := s.store.Volumes.GetVolumeHome(ctx, p.Tenant, project)
 	if err != nil {
 		return "", "", "", false, err
 	}
@@ -76,7 +76,7 @@ func (s *Service) PlaceInstance(ctx context.Context, p types.Principal, project 
 // newestVolumeCheckpoint is the project's newest checkpoint that archived
 // volumes; ok false when none (or the lookup failed).
 func (s *Service) newestVolumeCheckpoint(ctx context.Context, tenant, project string) (int, bool) {
-	cps, err := s.store.ListCheckpoints(ctx, tenant, project)
+	cps, err := s.store.Versions.ListCheckpoints(ctx, tenant, project)
 	if err != nil {
 		return 0, false
 	}

@@ -61,6 +61,7 @@ import (
 	"github.com/envd-dev/envd/envd/sshkeys"
 	"github.com/envd-dev/envd/envd/tokens"
 	"github.com/envd-dev/envd/envd/volumes"
+	"github.com/envd-dev/envd/envd/wrap"
 	"github.com/envd-dev/envd/internal/limiter"
 	"github.com/envd-dev/envd/internal/objstore"
 	"github.com/envd-dev/envd/registry"
@@ -207,8 +208,14 @@ type Service struct {
 	vols    *volumes.Manager
 	life    *lifecycle.Manager
 	cmds    *command.Runner
-	builds  *build.Builder
-	gc      *gc.Collector
+	// The features as the API reaches them, with the cross-cutting
+	// behaviour applied once (package wrap; set in wire).
+	execs     wrap.Execer
+	renews    wrap.Renewer
+	saves     wrap.Saver
+	instances wrap.InstanceGetter
+	builds    *build.Builder
+	gc        *gc.Collector
 
 	limits     *limiter.Limiter // per-tenant concurrency (admission.go)
 	limitsOnce sync.Once
@@ -285,11 +292,11 @@ func (s *Service) wire(ctx context.Context) {
 	cfg := s.cfg
 	gate := &freeze.Gate{}
 	s.gate = gate
-	s.ops = ops.NewRunner(ctx, s.store, opAdmitter{s}, cfg.Observer, cfg.Node, s.log)
-	s.quota = quota.New(s.store, cfg.DefaultTTL, cfg.MaxTTL)
-	s.content = gc.NewContent(s.store, s.reg, s.log)
-	s.images = images.New(cfg.WorkDir, s.store, s.reg, s.content)
-	s.saver = save.New(save.Deps{Node: cfg.Node, WorkDir: cfg.WorkDir, Runtime: s.rt, Store: s.store, Reg: s.reg,
+	s.ops = ops.NewRunner(ctx, s.store.Operations, opAdmitter{s}, cfg.Observer, cfg.Node, s.log)
+	s.quota = quota.New(quotaStore{s.store.Tenants, s.store.Projects}, cfg.DefaultTTL, cfg.MaxTTL)
+	s.content = gc.NewContent(s.store.Content, s.reg, s.log)
+	s.images = images.New(cfg.WorkDir, s.store.Content, s.reg, s.content)
+	s.saver = save.New(save.Deps{Node: cfg.Node, WorkDir: cfg.WorkDir, Runtime: s.rt, Store: saveStore{s.store.Instances, s.store.Projects, s.store.Versions, s.store.Operations}, Reg: s.reg,
 		Content: s.content, Quota: s.quota, Ops: s.ops, Gate: gate, Log: s.log, Observer: cfg.Observer})
 	// A nil *workspace.Manager must stay a nil interface: "no volumes".
 	var storage volumes.Storage
@@ -297,18 +304,22 @@ func (s *Service) wire(ctx context.Context) {
 	if cfg.Volumes != nil {
 		storage, gcVolumes = cfg.Volumes, cfg.Volumes
 	}
-	s.vols = volumes.New(cfg.Node, s.store, storage, cfg.Objects, s.quota, s.log).WithHomes(s.store)
-	s.life = lifecycle.New(ctx, lifecycle.Deps{Node: cfg.Node, Store: s.store, Runtime: s.rt, Registry: s.reg,
+	s.vols = volumes.New(cfg.Node, volumeStore{s.store.Projects, s.store.Instances, s.store.Volumes, s.store.Versions}, storage, cfg.Objects, s.quota, s.log).WithHomes(homeStore{s.store.Volumes, s.store.Versions})
+	s.life = lifecycle.New(ctx, lifecycle.Deps{Node: cfg.Node, Store: lifecycleStore{s.store.Instances, s.store.Projects, s.store.Versions, s.store.Tenants, s.store.Nodes}, Runtime: s.rt, Registry: s.reg,
 		Volumes: s.vols, Quota: s.quota, Saver: s.saver, Gate: gate, Ops: s.ops, Log: s.log, Observer: cfg.Observer,
 		DefaultLimits: cfg.DefaultLimits, BuildEgress: cfg.BuildEgress, HibernateAfter: cfg.HibernateAfter,
 		PrefetchWindow: cfg.PrefetchWindow, ReapInterval: cfg.ReapInterval, ReconcileInterval: cfg.ReconcileInterval,
 		ProvisionTimeout: cfg.ProvisionTimeout,
 		IdleAfter:        cfg.IdleAfter, IdleAction: cfg.IdleAction, IdleInterval: cfg.IdleInterval, ActivityFlush: cfg.ActivityFlush,
-		Pools: s.store, PoolInterval: cfg.PoolInterval, PoolRefillDelay: cfg.PoolRefillDelay})
-	s.cmds = command.New(cfg.Node, s.store, s.rt, gate).WithActivity(s.life).WithExits(s.life)
-	s.builds = build.New(build.Deps{Store: s.store, Reg: s.reg, Runtime: s.rt, Capturer: s.saver, Instances: s.life,
+		Pools: s.store.Instances, PoolInterval: cfg.PoolInterval, PoolRefillDelay: cfg.PoolRefillDelay})
+	s.cmds = command.New(cfg.Node, s.store.Instances, s.rt, gate).WithActivity(s.life).WithExits(s.life)
+	s.execs = wrap.WakeOnExec(s.cmds, s)
+	s.renews = wrap.TouchOnRenew(s.life, s)
+	s.saves = wrap.TouchOnSave(s.saver, s)
+	s.instances = wrap.WithNewerCurrent(s.life, s.newerCurrent)
+	s.builds = build.New(build.Deps{Store: buildStore{s.store.Projects, s.store.Versions, s.store.Content}, Reg: s.reg, Runtime: s.rt, Capturer: s.saver, Instances: s.life,
 		Quota: s.quota, Content: s.content, Bases: bases{s}, Ops: s.ops, Log: s.log, Objects: cfg.Objects})
-	s.gc = gc.NewCollector(s.store, s.reg, s.ops, cfg.Sweeper, gcVolumes).WithArchives(s.vols)
+	s.gc = gc.NewCollector(gcStore{s.store.Projects, s.store.Versions, s.store.Content}, s.reg, s.ops, cfg.Sweeper, gcVolumes).WithArchives(s.vols)
 	s.wireRollouts(ctx)
 	s.wireSquash(ctx)
 	// A nil *workspace.Manager must stay a nil interface: "no volumes".
@@ -316,10 +327,11 @@ func (s *Service) wire(ctx context.Context) {
 	if cfg.Volumes != nil {
 		freezer = cfg.Volumes
 	}
-	cdeps := checkpoint.Deps{Node: cfg.Node, WorkDir: cfg.WorkDir, Store: s.store, Saver: s.saver, Ops: s.ops, Instances: s.life,
+	cdeps := checkpoint.Deps{Node: cfg.Node, WorkDir: cfg.WorkDir,
+		Store: checkpointStore{s.store.Instances, s.store.Projects, s.store.Versions, s.store.Content}, Saver: s.saver, Ops: s.ops, Instances: s.life,
 		Freezer: freezer, Objects: cfg.Objects, Archives: s.vols, Registry: s.reg, Log: s.log}
 	s.checkpoints, s.forks = checkpoint.New(cdeps), checkpoint.NewForks(cdeps)
-	s.ports = ports.New(ports.Deps{Node: cfg.Node, Store: s.store, Runtime: s.rt, Instances: s.life, Dials: cfg.Dials, Threads: s.admitThreads})
+	s.ports = ports.New(ports.Deps{Node: cfg.Node, Store: portStore{s.store.Nodes, s.store.Projects, s.store.Instances}, Runtime: s.rt, Instances: s.life, Dials: cfg.Dials, Threads: s.admitThreads})
 	// A runtime without file access (a test's fake) gives a file API
 	// that answers ErrUnavailable.
 	var frt fileapi.Runtime
@@ -327,9 +339,10 @@ func (s *Service) wire(ctx context.Context) {
 		frt = r
 	}
 	s.files = fileapi.New(fileapi.Deps{Node: cfg.Node, WorkDir: cfg.WorkDir, MaxBytes: cfg.MaxFileBytes, Runtime: frt, Instances: s, Gate: gate})
-	s.keys, s.tokens = sshkeys.New(s.store), tokens.New(s.store)
+	s.keys, s.tokens = sshkeys.New(s.store.Access), tokens.New(s.store.Access)
 	s.cluster = cluster.New(ctx, cluster.Deps{Node: cfg.Node, DataDir: cfg.DataDir, Version: BuildVersion, Config: cfg.Cluster,
-		Store: s.store, Instances: s.life, Volumes: s.vols, Ops: s.ops, Observer: cfg.Observer, Checkpoints: s.checkpoints.Due, Log: s.log})
+		Store: clusterStore{s.store.Nodes, s.store.Instances, s.store.Operations}, Instances: s.life, Volumes: s.vols, Ops: s.ops, Observer: cfg.Observer,
+		Checkpoints: s.checkpoints.Due, Log: s.log})
 }
 
 // Close cancels running operations and waits for them to settle.
