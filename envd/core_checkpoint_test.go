@@ -14,7 +14,7 @@ import (
 // checkpointed takes a checkpoint of instance id and returns its result.
 func (e *coreEnv) checkpointed(id string, req types.CheckpointRequest) types.CheckpointResult {
 	e.t.Helper()
-	op, err := e.svc.Checkpoint(e.ctx, e.user, id, req, "")
+	op, err := e.svc.Parts().Checkpoints.Checkpoint(e.ctx, e.user, id, req, "")
 	require.NoError(e.t, err)
 	require.Equal(e.t, types.OpKindCheckpoint, op.Kind)
 	op = e.wait(e.user, op.ID)
@@ -78,42 +78,42 @@ func TestCoreCheckpoint(t *testing.T) {
 	assert.True(t, res2.Current)
 	assert.Equal(t, res2.Checkpoint.Version, e.current("web"))
 
-	list, err := e.svc.ListCheckpoints(e.ctx, e.user, "web")
+	list, err := e.svc.Parts().Checkpoints.ListCheckpoints(e.ctx, e.user, "web")
 	require.NoError(t, err)
 	require.Len(t, list, 2)
 	assert.Equal(t, []int{2, 1}, []int{list[0].ID, list[1].ID}, "newest first")
-	got, err := e.svc.GetCheckpoint(e.ctx, e.user, "web", 1)
+	got, err := e.svc.Parts().Checkpoints.GetCheckpoint(e.ctx, e.user, "web", 1)
 	require.NoError(t, err)
 	assert.Equal(t, 2, got.Version)
-	_, err = e.svc.GetCheckpoint(e.ctx, e.user, "web", 7)
+	_, err = e.svc.Parts().Checkpoints.GetCheckpoint(e.ctx, e.user, "web", 7)
 	assert.ErrorIs(t, err, errdefs.ErrNotFound)
-	other, err := e.svc.CreateToken(e.ctx, e.admin, "other", types.CreateTokenRequest{})
+	other, err := e.svc.Parts().Tokens.CreateToken(e.ctx, e.admin, "other", types.CreateTokenRequest{})
 	require.NoError(t, err)
-	op, err := e.svc.Authenticate(e.ctx, other.Token)
+	op, err := e.svc.Parts().Tokens.Authenticate(e.ctx, other.Token)
 	require.NoError(t, err)
-	_, err = e.svc.GetCheckpoint(e.ctx, op, "web", 1)
+	_, err = e.svc.Parts().Checkpoints.GetCheckpoint(e.ctx, op, "web", 1)
 	assert.ErrorIs(t, err, errdefs.ErrNotFound, "another tenant's checkpoint is not found")
 
 	// A checkpoint and a save of one instance exclude each other: a
 	// checkpoint of an instance that is not Running is refused at once.
 	_, err = e.svc.DeleteInstance(e.ctx, e.user, in.ID)
 	require.NoError(t, err)
-	_, err = e.svc.Checkpoint(e.ctx, e.user, in.ID, types.CheckpointRequest{}, "")
+	_, err = e.svc.Parts().Checkpoints.Checkpoint(e.ctx, e.user, in.ID, types.CheckpointRequest{}, "")
 	assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition)
 
 	// Deleting checkpoint 1 deletes its version (nothing else keeps it
 	// once its instance is gone); deleting 2 keeps its version: current.
 	_, err = e.svc.DeleteInstance(e.ctx, e.user, from.ID)
 	require.NoError(t, err)
-	_, err = e.svc.DeleteCheckpoint(e.ctx, e.user, "web", 1)
+	_, err = e.svc.Parts().Checkpoints.DeleteCheckpoint(e.ctx, e.user, "web", 1)
 	require.NoError(t, err)
 	_, err = e.svc.GetVersion(e.ctx, e.user, "web", 2)
 	assert.ErrorIs(t, err, errdefs.ErrNotFound, "the checkpoint's version went with it")
-	_, err = e.svc.DeleteCheckpoint(e.ctx, e.user, "web", 2)
+	_, err = e.svc.Parts().Checkpoints.DeleteCheckpoint(e.ctx, e.user, "web", 2)
 	require.NoError(t, err)
 	_, err = e.svc.GetVersion(e.ctx, e.user, "web", res2.Checkpoint.Version)
 	assert.NoError(t, err, "a current version stays when its checkpoint goes")
-	_, err = e.svc.DeleteCheckpoint(e.ctx, e.user, "web", 2)
+	_, err = e.svc.Parts().Checkpoints.DeleteCheckpoint(e.ctx, e.user, "web", 2)
 	assert.ErrorIs(t, err, errdefs.ErrNotFound)
 }
 
@@ -154,7 +154,7 @@ func TestCoreCheckpointRetention(t *testing.T) {
 		expired = append(expired, c.ID)
 	}
 	assert.Equal(t, []int{1, 2}, expired, "keep last 1 keeps the newest checkpoint")
-	list, err := e.svc.ListCheckpoints(e.ctx, e.user, "web")
+	list, err := e.svc.Parts().Checkpoints.ListCheckpoints(e.ctx, e.user, "web")
 	require.NoError(t, err)
 	assert.Len(t, list, 3, "a dry run deletes nothing")
 
@@ -169,7 +169,7 @@ func TestCoreCheckpointRetention(t *testing.T) {
 	// newest version: it is not counted among the ordinary ones.
 	assert.ElementsMatch(t, []int{2, 3, 4, 5}, collected)
 	assert.Equal(t, []string{"1:ready", "6:ready:current", "7:ready"}, e.versionsOf("web"))
-	list, err = e.svc.ListCheckpoints(e.ctx, e.user, "web")
+	list, err = e.svc.Parts().Checkpoints.ListCheckpoints(e.ctx, e.user, "web")
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	assert.Equal(t, 3, list[0].ID)

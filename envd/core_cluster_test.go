@@ -29,20 +29,20 @@ func TestCoreNodeCertificateAndJoinRole(t *testing.T) {
 			JoinConfig:     func() (types.JoinConfig, error) { return types.JoinConfig{Database: dsn}, nil }}
 	})
 	dsn = e.store.Pool().Config().ConnString()
-	require.NoError(t, e.svc.RegisterNode(e.ctx, "https://node-a.test:7443"))
-	got, err := e.svc.NodeCertificate(e.ctx, testNode)
+	require.NoError(t, e.svc.Parts().Cluster.RegisterNode(e.ctx, "https://node-a.test:7443"))
+	got, err := e.svc.Parts().Cluster.NodeCertificate(e.ctx, testNode)
 	require.NoError(t, err)
 	assert.Equal(t, first, got, "recorded at join")
 
 	cert.Store(&renewed)
 	require.Eventually(t, func() bool {
-		got, err := e.svc.NodeCertificate(e.ctx, testNode)
+		got, err := e.svc.Parts().Cluster.NodeCertificate(e.ctx, testNode)
 		return err == nil && string(got) == string(renewed)
 	}, 10*time.Second, 50*time.Millisecond, "the renewed certificate is recorded within a renewal")
 
-	jt, err := e.svc.CreateJoinToken(e.ctx, e.admin, types.JoinTokenRequest{})
+	jt, err := e.svc.Parts().Cluster.CreateJoinToken(e.ctx, e.admin, types.JoinTokenRequest{})
 	require.NoError(t, err)
-	jc, err := e.svc.Join(e.ctx, jt.Token, types.JoinRequest{Node: "node-b"})
+	jc, err := e.svc.Parts().Cluster.Join(e.ctx, jt.Token, types.JoinRequest{Node: "node-b"})
 	require.NoError(t, err)
 	assert.NotEqual(t, dsn, jc.Database, "not the admin's credentials")
 	assert.Contains(t, jc.Database, "user="+versions.NodeRole("node-b"))

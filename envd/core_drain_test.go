@@ -42,7 +42,7 @@ func TestCoreDrain(t *testing.T) {
 		}
 		release()
 		require.NoError(t, <-drained)
-		got, err := e.svc.GetOperation(e.ctx, e.user, op.ID)
+		got, err := e.svc.Parts().Operations.GetOperation(e.ctx, e.user, op.ID)
 		require.NoError(t, err)
 		assert.Equal(t, types.OpSucceeded, got.State, "the save finished before Drain returned: %+v", got.Error)
 	})

@@ -109,15 +109,15 @@ func newCoreEnv(t testing.TB, edit func(*envd.Config)) *coreEnv {
 
 	const adminToken = "core-test-admin-token"
 	require.NoError(t, e.store.Access.EnsureAdminToken(ctx, "admin", adminToken))
-	e.admin, err = e.svc.Authenticate(ctx, adminToken)
+	e.admin, err = e.svc.Parts().Tokens.Authenticate(ctx, adminToken)
 	require.NoError(t, err)
-	tok, err := e.svc.CreateToken(ctx, e.admin, testTenant, types.CreateTokenRequest{})
+	tok, err := e.svc.Parts().Tokens.CreateToken(ctx, e.admin, testTenant, types.CreateTokenRequest{})
 	require.NoError(t, err)
-	e.user, err = e.svc.Authenticate(ctx, tok.Token)
+	e.user, err = e.svc.Parts().Tokens.Authenticate(ctx, tok.Token)
 	require.NoError(t, err)
 	require.Equal(t, types.Principal{Tenant: testTenant}, e.user)
 
-	_, err = e.svc.ImportImage(ctx, e.admin, baseImage, bytes.NewReader(baseRootfsTar(t)))
+	_, err = e.svc.Parts().Images.ImportImage(ctx, e.admin, baseImage, bytes.NewReader(baseRootfsTar(t)))
 	require.NoError(t, err)
 	return e
 }
@@ -197,7 +197,7 @@ func (e *coreEnv) wait(p types.Principal, id string) types.Operation {
 	e.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		op, err := e.svc.GetOperation(e.ctx, p, id)
+		op, err := e.svc.Parts().Operations.GetOperation(e.ctx, p, id)
 		require.NoError(e.t, err)
 		if op.Done() {
 			return op
@@ -210,7 +210,7 @@ func (e *coreEnv) wait(p types.Principal, id string) types.Operation {
 // eventTypes are the types of an operation's events, in order.
 func (e *coreEnv) eventTypes(p types.Principal, id string) []string {
 	e.t.Helper()
-	evs, err := e.svc.OperationEvents(e.ctx, p, id, 0)
+	evs, err := e.svc.Parts().Operations.OperationEvents(e.ctx, p, id, 0)
 	require.NoError(e.t, err)
 	var out []string
 	for i, ev := range evs {

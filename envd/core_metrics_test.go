@@ -41,7 +41,7 @@ func newMetricsEnv(t *testing.T) *metricsEnv {
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	tok, err := e.svc.CreateToken(e.ctx, e.admin, testTenant, types.CreateTokenRequest{})
+	tok, err := e.svc.Parts().Tokens.CreateToken(e.ctx, e.admin, testTenant, types.CreateTokenRequest{})
 	require.NoError(t, err)
 	return &metricsEnv{coreEnv: e, url: srv.URL, tenantToken: tok.Token}
 }

@@ -111,7 +111,7 @@ func testIdempotency(t *testing.T, e *coreEnv) {
 func testOperationsSettle(t *testing.T, e *coreEnv) {
 	e = e.with(t)
 	e.project("web")
-	_, err := e.svc.CreateToken(e.ctx, e.admin, "other", types.CreateTokenRequest{})
+	_, err := e.svc.Parts().Tokens.CreateToken(e.ctx, e.admin, "other", types.CreateTokenRequest{})
 	require.NoError(t, err)
 
 	t.Run("restore succeeds with the running instance as its result", func(t *testing.T) {
@@ -128,11 +128,11 @@ func testOperationsSettle(t *testing.T, e *coreEnv) {
 		assert.Equal(t, 1, in.Version)
 		assert.Equal(t, []string{"started", "running", string(types.OpSucceeded)}, e.eventTypes(e.user, op.ID))
 
-		_, err = e.svc.GetOperation(e.ctx, types.Principal{Tenant: "other"}, op.ID)
+		_, err = e.svc.Parts().Operations.GetOperation(e.ctx, types.Principal{Tenant: "other"}, op.ID)
 		assert.ErrorIs(t, err, errdefs.ErrNotFound, "another tenant's operation")
-		_, err = e.svc.OperationEvents(e.ctx, types.Principal{Tenant: "other"}, op.ID, 0)
+		_, err = e.svc.Parts().Operations.OperationEvents(e.ctx, types.Principal{Tenant: "other"}, op.ID, 0)
 		assert.ErrorIs(t, err, errdefs.ErrNotFound)
-		tail, err := e.svc.OperationEvents(e.ctx, e.user, op.ID, 2)
+		tail, err := e.svc.Parts().Operations.OperationEvents(e.ctx, e.user, op.ID, 2)
 		require.NoError(t, err)
 		require.Len(t, tail, 1, "events after a cursor")
 		assert.Equal(t, 3, tail[0].Seq)
@@ -165,14 +165,14 @@ func testOperationsSettle(t *testing.T, e *coreEnv) {
 		op, err := e.svc.Save(e.ctx, e.user, in.ID, types.SaveRequest{}, "")
 		require.NoError(t, err)
 		<-entered
-		_, err = e.svc.CancelOperation(e.ctx, e.user, op.ID)
+		_, err = e.svc.Parts().Operations.CancelOperation(e.ctx, e.user, op.ID)
 		require.NoError(t, err)
 		op = e.wait(e.user, op.ID)
 		assert.Equal(t, types.OpCanceled, op.State)
 		assert.Equal(t, string(types.OpCanceled), lastOf(e.eventTypes(e.user, op.ID)))
 		assert.Equal(t, []string{"1:ready:current"}, e.versionsOf("web"))
 		assert.Equal(t, "running", e.task(in.ID))
-		_, err = e.svc.CancelOperation(e.ctx, types.Principal{Tenant: "other"}, op.ID)
+		_, err = e.svc.Parts().Operations.CancelOperation(e.ctx, types.Principal{Tenant: "other"}, op.ID)
 		assert.ErrorIs(t, err, errdefs.ErrNotFound)
 	})
 }

@@ -65,7 +65,7 @@ func TestPeerNodesDeniedAsTheyJoin(t *testing.T) {
 	})
 	_, err := e.store.Nodes.Join(e.ctx, versions.Registration{Name: "node-b", APIURL: "https://198.18.0.7:7443", Lease: time.Minute})
 	require.NoError(t, err)
-	require.NoError(t, e.svc.RegisterNode(e.ctx, "http://198.18.0.1:7443"))
+	require.NoError(t, e.svc.Parts().Cluster.RegisterNode(e.ctx, "http://198.18.0.1:7443"))
 	rec.mu.Lock()
 	require.NotEmpty(t, rec.lists, "denied at join, before the first sweep")
 	assert.Equal(t, []string{"198.18.0.7"}, rec.lists[0])
@@ -85,7 +85,7 @@ func TestDiskRoomReported(t *testing.T) {
 		c.Cluster.DiskRoom = func() (int64, bool) { return room.Load(), true }
 		c.Cluster.Lease = 600 * time.Millisecond
 	})
-	require.NoError(t, e.svc.RegisterNode(e.ctx, "http://127.0.0.1:1"))
+	require.NoError(t, e.svc.Parts().Cluster.RegisterNode(e.ctx, "http://127.0.0.1:1"))
 	m, err := e.store.Nodes.GetMember(e.ctx, testNode)
 	require.NoError(t, err)
 	require.NotNil(t, m.DiskRoom, "reported at join")

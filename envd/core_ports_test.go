@@ -19,26 +19,26 @@ func TestCorePreviewAccess(t *testing.T) {
 	e.project("web")
 	in := e.instance("web", types.CreateInstanceRequest{})
 
-	tok, err := e.svc.PreviewToken(e.ctx, e.user, in.ID, 3000, types.PreviewTokenRequest{TTL: "1m"})
+	tok, err := e.svc.Parts().Ports.PreviewToken(e.ctx, e.user, in.ID, 3000, types.PreviewTokenRequest{TTL: "1m"})
 	require.NoError(t, err)
 	assert.WithinDuration(t, time.Now().Add(time.Minute), tok.ExpiresAt, 3*time.Second)
-	p, exp, err := e.svc.PreviewAccess(e.ctx, in.ID, 3000, tok.Token)
+	p, exp, err := e.svc.Parts().Ports.PreviewAccess(e.ctx, in.ID, 3000, tok.Token)
 	require.NoError(t, err)
 	assert.Equal(t, types.Principal{Tenant: testTenant}, p)
 	assert.True(t, exp.Equal(tok.ExpiresAt))
 
 	// Another tenant, with an instance of its own.
-	otherTok, err := e.svc.CreateToken(e.ctx, e.admin, "other", types.CreateTokenRequest{})
+	otherTok, err := e.svc.Parts().Tokens.CreateToken(e.ctx, e.admin, "other", types.CreateTokenRequest{})
 	require.NoError(t, err)
-	other, err := e.svc.Authenticate(e.ctx, otherTok.Token)
+	other, err := e.svc.Parts().Tokens.Authenticate(e.ctx, otherTok.Token)
 	require.NoError(t, err)
 	_, err = e.svc.CreateProject(e.ctx, other, types.CreateProjectRequest{Name: "theirs", Base: baseImage}, "")
 	require.NoError(t, err)
 	theirs, err := e.svc.CreateInstance(e.ctx, other, "theirs", types.CreateInstanceRequest{}, "")
 	require.NoError(t, err)
-	theirTok, err := e.svc.PreviewToken(e.ctx, other, theirs.ID, 3000, types.PreviewTokenRequest{})
+	theirTok, err := e.svc.Parts().Ports.PreviewToken(e.ctx, other, theirs.ID, 3000, types.PreviewTokenRequest{})
 	require.NoError(t, err)
-	_, err = e.svc.PreviewToken(e.ctx, other, in.ID, 3000, types.PreviewTokenRequest{})
+	_, err = e.svc.Parts().Ports.PreviewToken(e.ctx, other, in.ID, 3000, types.PreviewTokenRequest{})
 	assert.ErrorIs(t, err, errdefs.ErrNotFound, "a token for another tenant's instance")
 
 	for name, tc := range map[string]struct {
@@ -57,67 +57,67 @@ func TestCorePreviewAccess(t *testing.T) {
 		"the token with a changed byte": {in.ID, 3000, tok.Token[:len(tok.Token)-2] + flipChar(tok.Token[len(tok.Token)-2]) + tok.Token[len(tok.Token)-1:]},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, _, err := e.svc.PreviewAccess(e.ctx, tc.id, tc.port, tc.token)
+			_, _, err := e.svc.Parts().Ports.PreviewAccess(e.ctx, tc.id, tc.port, tc.token)
 			assert.ErrorIs(t, err, errdefs.ErrUnauthenticated)
 		})
 	}
 
 	t.Run("ttl", func(t *testing.T) {
 		for _, ttl := range []string{"0s", "-1m", "169h", "soon"} {
-			_, err := e.svc.PreviewToken(e.ctx, e.user, in.ID, 3000, types.PreviewTokenRequest{TTL: ttl})
+			_, err := e.svc.Parts().Ports.PreviewToken(e.ctx, e.user, in.ID, 3000, types.PreviewTokenRequest{TTL: ttl})
 			assert.ErrorIs(t, err, errdefs.ErrInvalidArgument, ttl)
 		}
-		def, err := e.svc.PreviewToken(e.ctx, e.user, in.ID, 3000, types.PreviewTokenRequest{})
+		def, err := e.svc.Parts().Ports.PreviewToken(e.ctx, e.user, in.ID, 3000, types.PreviewTokenRequest{})
 		require.NoError(t, err)
 		assert.WithinDuration(t, time.Now().Add(time.Hour), def.ExpiresAt, 3*time.Second)
 	})
 
 	t.Run("expired", func(t *testing.T) {
-		short, err := e.svc.PreviewToken(e.ctx, e.user, in.ID, 3000, types.PreviewTokenRequest{TTL: "1s"})
+		short, err := e.svc.Parts().Ports.PreviewToken(e.ctx, e.user, in.ID, 3000, types.PreviewTokenRequest{TTL: "1s"})
 		require.NoError(t, err)
 		time.Sleep(time.Until(short.ExpiresAt) + 50*time.Millisecond)
-		_, _, err = e.svc.PreviewAccess(e.ctx, in.ID, 3000, short.Token)
+		_, _, err = e.svc.Parts().Ports.PreviewAccess(e.ctx, in.ID, 3000, short.Token)
 		assert.ErrorIs(t, err, errdefs.ErrUnauthenticated)
 		assert.ErrorContains(t, err, "expired")
 	})
 
 	t.Run("public ports", func(t *testing.T) {
-		got, err := e.svc.SetProjectPorts(e.ctx, e.user, "web", types.ProjectPorts{Public: []int{3001, 80, 3001}})
+		got, err := e.svc.Parts().Ports.SetProjectPorts(e.ctx, e.user, "web", types.ProjectPorts{Public: []int{3001, 80, 3001}})
 		require.NoError(t, err)
 		assert.Equal(t, []int{80, 3001}, got.Public)
-		read, err := e.svc.GetProjectPorts(e.ctx, e.user, "web")
+		read, err := e.svc.Parts().Ports.GetProjectPorts(e.ctx, e.user, "web")
 		require.NoError(t, err)
 		assert.Equal(t, got, read)
 
-		p, exp, err := e.svc.PreviewAccess(e.ctx, in.ID, 3001, "")
+		p, exp, err := e.svc.Parts().Ports.PreviewAccess(e.ctx, in.ID, 3001, "")
 		require.NoError(t, err)
 		assert.Equal(t, testTenant, p.Tenant)
 		assert.True(t, exp.IsZero())
-		_, _, err = e.svc.PreviewAccess(e.ctx, in.ID, 3002, "")
+		_, _, err = e.svc.Parts().Ports.PreviewAccess(e.ctx, in.ID, 3002, "")
 		assert.ErrorIs(t, err, errdefs.ErrUnauthenticated, "only the listed ports")
-		_, _, err = e.svc.PreviewAccess(e.ctx, theirs.ID, 3001, "")
+		_, _, err = e.svc.Parts().Ports.PreviewAccess(e.ctx, theirs.ID, 3001, "")
 		assert.ErrorIs(t, err, errdefs.ErrUnauthenticated, "only the project's instances")
 
 		for name, ports := range map[string][]int{"zero": {0}, "too high": {65536}, "too many": make([]int, 65)} {
-			_, err := e.svc.SetProjectPorts(e.ctx, e.user, "web", types.ProjectPorts{Public: ports})
+			_, err := e.svc.Parts().Ports.SetProjectPorts(e.ctx, e.user, "web", types.ProjectPorts{Public: ports})
 			assert.ErrorIs(t, err, errdefs.ErrInvalidArgument, name)
 		}
-		_, err = e.svc.SetProjectPorts(e.ctx, other, "web", types.ProjectPorts{Public: []int{80}})
+		_, err = e.svc.Parts().Ports.SetProjectPorts(e.ctx, other, "web", types.ProjectPorts{Public: []int{80}})
 		assert.ErrorIs(t, err, errdefs.ErrNotFound)
 
-		cleared, err := e.svc.SetProjectPorts(e.ctx, e.user, "web", types.ProjectPorts{})
+		cleared, err := e.svc.Parts().Ports.SetProjectPorts(e.ctx, e.user, "web", types.ProjectPorts{})
 		require.NoError(t, err)
 		assert.Equal(t, []int{}, cleared.Public)
-		_, _, err = e.svc.PreviewAccess(e.ctx, in.ID, 3001, "")
+		_, _, err = e.svc.Parts().Ports.PreviewAccess(e.ctx, in.ID, 3001, "")
 		assert.ErrorIs(t, err, errdefs.ErrUnauthenticated)
 	})
 
 	t.Run("dial", func(t *testing.T) {
-		_, err := e.svc.DialInstance(e.ctx, other, in.ID, 3000)
+		_, err := e.svc.Parts().Ports.DialInstance(e.ctx, other, in.ID, 3000)
 		assert.ErrorIs(t, err, errdefs.ErrNotFound)
-		_, err = e.svc.DialInstance(e.ctx, e.user, in.ID, 70000)
+		_, err = e.svc.Parts().Ports.DialInstance(e.ctx, e.user, in.ID, 70000)
 		assert.ErrorIs(t, err, errdefs.ErrInvalidArgument)
-		_, err = e.svc.ListPorts(e.ctx, other, in.ID)
+		_, err = e.svc.Parts().Ports.ListPorts(e.ctx, other, in.ID)
 		assert.ErrorIs(t, err, errdefs.ErrNotFound)
 	})
 }
@@ -146,7 +146,7 @@ func TestCoreThreadGuard(t *testing.T) {
 	assert.Equal(t, map[string]any{"kind": "threads", "limit": 1, "retry_after_seconds": 5}, te.Details())
 	assert.Equal(t, 5*time.Second, te.RetryAfter())
 
-	_, err = e.svc.DialInstance(e.ctx, e.user, in.ID, 3000)
+	_, err = e.svc.Parts().Ports.DialInstance(e.ctx, e.user, in.ID, 3000)
 	assert.ErrorIs(t, err, errdefs.ErrResourceExhausted)
 	_, err = e.svc.Save(e.ctx, e.user, in.ID, types.SaveRequest{}, "")
 	assert.ErrorIs(t, err, errdefs.ErrResourceExhausted)

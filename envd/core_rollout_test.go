@@ -57,7 +57,7 @@ func rolloutEnvWith(t *testing.T, edit func(*envd.Config)) *coreEnv {
 			edit(c)
 		}
 	})
-	_, err := e.svc.ImportImage(e.ctx, e.admin, "v2", bytes.NewReader(newBaseTar(t)))
+	_, err := e.svc.Parts().Images.ImportImage(e.ctx, e.admin, "v2", bytes.NewReader(newBaseTar(t)))
 	require.NoError(t, err)
 	// An exec fails in instances whose id starts with "bad-".
 	e.rt.SetExec(func(ctx context.Context, upper string, spec runtime.ExecSpec) (int, error) {
@@ -86,11 +86,11 @@ func rolloutEnvWith(t *testing.T, edit func(*envd.Config)) *coreEnv {
 // rollout starts a rollout and waits for it to end.
 func (e *coreEnv) rollout(req types.CreateRolloutRequest) types.Rollout {
 	e.t.Helper()
-	ro, err := e.svc.CreateRollout(e.ctx, e.admin, req, "")
+	ro, err := e.svc.Parts().Rollouts.CreateRollout(e.ctx, e.admin, req, "")
 	require.NoError(e.t, err)
 	op := e.wait(e.admin, ro.OperationID)
 	require.Equal(e.t, types.OpSucceeded, op.State, "rollout operation: %+v", op.Error)
-	ro, err = e.svc.GetRollout(e.ctx, e.admin, ro.ID)
+	ro, err = e.svc.Parts().Rollouts.GetRollout(e.ctx, e.admin, ro.ID)
 	require.NoError(e.t, err)
 	return ro
 }
@@ -118,7 +118,7 @@ func TestCoreRollout(t *testing.T) {
 
 	t.Run("refused", func(t *testing.T) {
 		e := e.with(t)
-		_, err := e.svc.CreateRollout(e.ctx, e.user, types.CreateRolloutRequest{From: baseImage, To: "v2"}, "")
+		_, err := e.svc.Parts().Rollouts.CreateRollout(e.ctx, e.user, types.CreateRolloutRequest{From: baseImage, To: "v2"}, "")
 		assert.ErrorIs(t, err, errdefs.ErrPermissionDenied, "admin only")
 		for name, req := range map[string]types.CreateRolloutRequest{
 			"no to":        {From: baseImage},
@@ -127,7 +127,7 @@ func TestCoreRollout(t *testing.T) {
 			"wave too big": {From: baseImage, To: "v2", WaveSize: 1000},
 			"empty cmd":    {From: baseImage, To: "v2", Validate: [][]string{{}}},
 		} {
-			_, err := e.svc.CreateRollout(e.ctx, e.admin, req, "")
+			_, err := e.svc.Parts().Rollouts.CreateRollout(e.ctx, e.admin, req, "")
 			assert.ErrorIs(t, err, errdefs.ErrInvalidArgument, name)
 		}
 	})
@@ -141,7 +141,7 @@ func TestCoreRollout(t *testing.T) {
 			"p-conflict": "conflicts"}, statuses(ro), "on-v2 is not on the from base")
 		assert.Equal(t, []string{"/etc/os-release"}, byProject(ro)["p-conflict"].Conflicts)
 		assert.Equal(t, before, e.versionsOf("p-a"), "a dry run makes no version")
-		_, err := e.svc.RollbackRollout(e.ctx, e.admin, ro.ID)
+		_, err := e.svc.Parts().Rollouts.RollbackRollout(e.ctx, e.admin, ro.ID)
 		assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition, "a dry run has nothing to roll back")
 	})
 
@@ -213,9 +213,9 @@ func TestCoreRollout(t *testing.T) {
 		_, err := e.svc.SetCurrent(e.ctx, e.user, "p-b", types.SetCurrentRequest{Version: 1, ExpectedCurrent: &exp})
 		require.NoError(t, err)
 
-		_, err = e.svc.RollbackRollout(e.ctx, e.user, real.ID)
+		_, err = e.svc.Parts().Rollouts.RollbackRollout(e.ctx, e.user, real.ID)
 		assert.ErrorIs(t, err, errdefs.ErrPermissionDenied, "admin only")
-		op, err := e.svc.RollbackRollout(e.ctx, e.admin, real.ID)
+		op, err := e.svc.Parts().Rollouts.RollbackRollout(e.ctx, e.admin, real.ID)
 		require.NoError(t, err)
 		assert.Equal(t, types.OpKindRollback, op.Kind)
 		assert.Equal(t, real.ID, op.Target)
@@ -224,7 +224,7 @@ func TestCoreRollout(t *testing.T) {
 		var res types.Rollout
 		require.NoError(t, json.Unmarshal(op.Result, &res))
 		assert.Equal(t, types.RolloutRolledBack, res.State, "the result is the rollout")
-		ro, err := e.svc.GetRollout(e.ctx, e.admin, real.ID)
+		ro, err := e.svc.Parts().Rollouts.GetRollout(e.ctx, e.admin, real.ID)
 		require.NoError(t, err)
 		assert.Equal(t, types.RolloutRolledBack, ro.State)
 		assert.Equal(t, op.ID, ro.RollbackOperationID)
@@ -235,7 +235,7 @@ func TestCoreRollout(t *testing.T) {
 		assert.Equal(t, 1, e.current("p-b"), "the owner's switch stays")
 		assert.Contains(t, e.eventTypes(e.admin, op.ID), "rolled_back")
 
-		again, err := e.svc.RollbackRollout(e.ctx, e.admin, real.ID)
+		again, err := e.svc.Parts().Rollouts.RollbackRollout(e.ctx, e.admin, real.ID)
 		require.NoError(t, err, "asking again is not refused")
 		assert.Equal(t, op.ID, again.ID, "it answers the rollback that finished")
 		assert.Equal(t, types.OpSucceeded, again.State)
@@ -244,12 +244,12 @@ func TestCoreRollout(t *testing.T) {
 	t.Run("idempotency key", func(t *testing.T) {
 		e := e.with(t)
 		req := types.CreateRolloutRequest{From: baseImage, To: "v2", DryRun: true, Selector: "p-c"}
-		first, err := e.svc.CreateRollout(e.ctx, e.admin, req, "key-rollout")
+		first, err := e.svc.Parts().Rollouts.CreateRollout(e.ctx, e.admin, req, "key-rollout")
 		require.NoError(t, err)
-		again, err := e.svc.CreateRollout(e.ctx, e.admin, req, "key-rollout")
+		again, err := e.svc.Parts().Rollouts.CreateRollout(e.ctx, e.admin, req, "key-rollout")
 		require.NoError(t, err)
 		assert.Equal(t, first.ID, again.ID, "a retry gets the same rollout")
-		rs, err := e.svc.ListRollouts(e.ctx, e.admin)
+		rs, err := e.svc.Parts().Rollouts.ListRollouts(e.ctx, e.admin)
 		require.NoError(t, err)
 		n := 0
 		for _, r := range rs {
@@ -259,18 +259,18 @@ func TestCoreRollout(t *testing.T) {
 		}
 		assert.Equal(t, 1, n, "one rollout made")
 		req.Selector = "p-b"
-		_, err = e.svc.CreateRollout(e.ctx, e.admin, req, "key-rollout")
+		_, err = e.svc.Parts().Rollouts.CreateRollout(e.ctx, e.admin, req, "key-rollout")
 		assert.ErrorIs(t, err, errdefs.ErrIdempotencyReuse)
 		e.wait(e.admin, first.OperationID)
 	})
 
 	t.Run("list", func(t *testing.T) {
 		e := e.with(t)
-		rs, err := e.svc.ListRollouts(e.ctx, e.admin)
+		rs, err := e.svc.Parts().Rollouts.ListRollouts(e.ctx, e.admin)
 		require.NoError(t, err)
 		require.GreaterOrEqual(t, len(rs), 5)
 		assert.Empty(t, rs[0].Projects, "a listing has totals only")
-		_, err = e.svc.ListRollouts(e.ctx, e.user)
+		_, err = e.svc.Parts().Rollouts.ListRollouts(e.ctx, e.user)
 		assert.ErrorIs(t, err, errdefs.ErrPermissionDenied)
 	})
 }
@@ -289,30 +289,30 @@ func TestCoreRolloutControl(t *testing.T) {
 			return 0, ctx.Err()
 		}
 	})
-	ro, err := e.svc.CreateRollout(e.ctx, e.admin, types.CreateRolloutRequest{From: baseImage, To: "v2", Selector: "p-[abc]",
+	ro, err := e.svc.Parts().Rollouts.CreateRollout(e.ctx, e.admin, types.CreateRolloutRequest{From: baseImage, To: "v2", Selector: "p-[abc]",
 		WaveSize: 1, Validate: [][]string{{"true"}}}, "")
 	require.NoError(t, err)
 	assert.Len(t, ro.Projects, 3, "the selection is made at once")
-	ro, err = e.svc.RolloutAction(e.ctx, e.admin, ro.ID, "pause")
+	ro, err = e.svc.Parts().Rollouts.RolloutAction(e.ctx, e.admin, ro.ID, "pause")
 	require.NoError(t, err)
 	assert.Equal(t, types.RolloutPaused, ro.State)
-	_, err = e.svc.RolloutAction(e.ctx, e.admin, ro.ID, "pause")
+	_, err = e.svc.Parts().Rollouts.RolloutAction(e.ctx, e.admin, ro.ID, "pause")
 	assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition)
 	close(release)
 	time.Sleep(300 * time.Millisecond)
-	ro, err = e.svc.GetRollout(e.ctx, e.admin, ro.ID)
+	ro, err = e.svc.Parts().Rollouts.GetRollout(e.ctx, e.admin, ro.ID)
 	require.NoError(t, err)
 	assert.Equal(t, types.RolloutPaused, ro.State)
 	assert.LessOrEqual(t, ro.Totals["switched"], 1, "at most the project that had started")
 
 	// A restart while paused: the rollout goes on after resume.
 	e.restart()
-	ro, err = e.svc.RolloutAction(e.ctx, e.admin, ro.ID, "resume")
+	ro, err = e.svc.Parts().Rollouts.RolloutAction(e.ctx, e.admin, ro.ID, "resume")
 	require.NoError(t, err)
 	deadline := time.Now().Add(30 * time.Second)
 	for ro.State == types.RolloutRunning && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
-		ro, err = e.svc.GetRollout(e.ctx, e.admin, ro.ID)
+		ro, err = e.svc.Parts().Rollouts.GetRollout(e.ctx, e.admin, ro.ID)
 		require.NoError(t, err)
 	}
 	assert.Equal(t, types.RolloutSucceeded, ro.State)
@@ -328,16 +328,16 @@ func TestCoreRolloutControl(t *testing.T) {
 			return 0, ctx.Err()
 		}
 	})
-	ro, err = e.svc.CreateRollout(e.ctx, e.admin, types.CreateRolloutRequest{From: baseImage, To: "v2", Selector: "bad-*",
+	ro, err = e.svc.Parts().Rollouts.CreateRollout(e.ctx, e.admin, types.CreateRolloutRequest{From: baseImage, To: "v2", Selector: "bad-*",
 		WaveSize: 1, Validate: [][]string{{"true"}}}, "")
 	require.NoError(t, err)
-	ro, err = e.svc.RolloutAction(e.ctx, e.admin, ro.ID, "cancel")
+	ro, err = e.svc.Parts().Rollouts.RolloutAction(e.ctx, e.admin, ro.ID, "cancel")
 	require.NoError(t, err)
 	assert.Equal(t, types.RolloutCanceled, ro.State)
 	close(hold)
 	op := e.wait(e.admin, ro.OperationID)
 	assert.Equal(t, types.OpSucceeded, op.State)
-	ro, err = e.svc.GetRollout(e.ctx, e.admin, ro.ID)
+	ro, err = e.svc.Parts().Rollouts.GetRollout(e.ctx, e.admin, ro.ID)
 	require.NoError(t, err)
 	assert.Equal(t, types.RolloutCanceled, ro.State)
 	assert.GreaterOrEqual(t, ro.Totals["skipped"], 1, "%v", ro.Totals)
@@ -346,14 +346,14 @@ func TestCoreRolloutControl(t *testing.T) {
 	// flight included.
 	hold = make(chan struct{})
 	defer close(hold)
-	ro, err = e.svc.CreateRollout(e.ctx, e.admin, types.CreateRolloutRequest{From: baseImage, To: "v2", Selector: "bad-*",
+	ro, err = e.svc.Parts().Rollouts.CreateRollout(e.ctx, e.admin, types.CreateRolloutRequest{From: baseImage, To: "v2", Selector: "bad-*",
 		WaveSize: 1, Validate: [][]string{{"true"}}}, "")
 	require.NoError(t, err)
-	_, err = e.svc.CancelOperation(e.ctx, e.admin, ro.OperationID)
+	_, err = e.svc.Parts().Operations.CancelOperation(e.ctx, e.admin, ro.OperationID)
 	require.NoError(t, err)
 	op = e.wait(e.admin, ro.OperationID)
 	assert.Equal(t, types.OpCanceled, op.State)
-	ro, err = e.svc.GetRollout(e.ctx, e.admin, ro.ID)
+	ro, err = e.svc.Parts().Rollouts.GetRollout(e.ctx, e.admin, ro.ID)
 	require.NoError(t, err)
 	assert.Equal(t, types.RolloutCanceled, ro.State)
 	require.NotEmpty(t, ro.Projects)
@@ -446,7 +446,7 @@ func TestCoreRolloutResumesAfterRestart(t *testing.T) {
 		<-ctx.Done()
 		return 0, ctx.Err()
 	})
-	ro, err := e.svc.CreateRollout(e.ctx, e.admin, types.CreateRolloutRequest{From: baseImage, To: "v2", Selector: "p-[ab]",
+	ro, err := e.svc.Parts().Rollouts.CreateRollout(e.ctx, e.admin, types.CreateRolloutRequest{From: baseImage, To: "v2", Selector: "p-[ab]",
 		WaveSize: 1, Validate: [][]string{{"true"}}}, "")
 	require.NoError(t, err)
 	select {
@@ -459,7 +459,7 @@ func TestCoreRolloutResumesAfterRestart(t *testing.T) {
 
 	op := e.wait(e.admin, ro.OperationID)
 	require.Equal(t, types.OpSucceeded, op.State, "%+v", op.Error)
-	ro, err = e.svc.GetRollout(e.ctx, e.admin, ro.ID)
+	ro, err = e.svc.Parts().Rollouts.GetRollout(e.ctx, e.admin, ro.ID)
 	require.NoError(t, err)
 	assert.Equal(t, types.RolloutSucceeded, ro.State)
 	assert.Equal(t, map[string]string{"p-a": "switched", "p-b": "switched"}, statuses(ro))
@@ -491,17 +491,17 @@ func TestCoreRolloutYieldsToSaves(t *testing.T) {
 	<-frozen
 	require.Equal(t, 1, e.svc.InteractiveInFlight())
 
-	ro, err := e.svc.CreateRollout(e.ctx, e.admin, types.CreateRolloutRequest{From: baseImage, To: "v2", Selector: "p-b", DryRun: true}, "")
+	ro, err := e.svc.Parts().Rollouts.CreateRollout(e.ctx, e.admin, types.CreateRolloutRequest{From: baseImage, To: "v2", Selector: "p-b", DryRun: true}, "")
 	require.NoError(t, err)
 	time.Sleep(time.Second)
-	ro, err = e.svc.GetRollout(e.ctx, e.admin, ro.ID)
+	ro, err = e.svc.Parts().Rollouts.GetRollout(e.ctx, e.admin, ro.ID)
 	require.NoError(t, err)
 	assert.Equal(t, map[string]int{"pending": 1}, ro.Totals, "the rollout waits for the save")
 
 	close(release)
 	assert.Equal(t, types.OpSucceeded, e.wait(e.user, saveOp.ID).State)
 	assert.Equal(t, types.OpSucceeded, e.wait(e.admin, ro.OperationID).State)
-	ro, err = e.svc.GetRollout(e.ctx, e.admin, ro.ID)
+	ro, err = e.svc.Parts().Rollouts.GetRollout(e.ctx, e.admin, ro.ID)
 	require.NoError(t, err)
 	assert.Equal(t, map[string]int{"clean": 1}, ro.Totals)
 	assert.Equal(t, 0, e.svc.InteractiveInFlight())
@@ -571,7 +571,7 @@ func crashEnv(t *testing.T) (*coreEnv, *crashPoints) {
 // the rollout as its creation answered it.
 func (e *coreEnv) startRolloutABC() types.Rollout {
 	e.t.Helper()
-	ro, err := e.svc.CreateRollout(e.ctx, e.admin, types.CreateRolloutRequest{From: baseImage, To: "v2", Selector: "p-[abc]",
+	ro, err := e.svc.Parts().Rollouts.CreateRollout(e.ctx, e.admin, types.CreateRolloutRequest{From: baseImage, To: "v2", Selector: "p-[abc]",
 		WaveSize: 1, Validate: [][]string{{"true"}}}, "")
 	require.NoError(e.t, err)
 	require.Len(e.t, ro.Projects, 3)
@@ -584,7 +584,7 @@ func (e *coreEnv) rollbackDone(id, opID string) types.Rollout {
 	e.t.Helper()
 	op := e.wait(e.admin, opID)
 	require.Equal(e.t, types.OpSucceeded, op.State, "rollback operation: %+v", op.Error)
-	ro, err := e.svc.GetRollout(e.ctx, e.admin, id)
+	ro, err := e.svc.Parts().Rollouts.GetRollout(e.ctx, e.admin, id)
 	require.NoError(e.t, err)
 	return ro
 }
@@ -625,14 +625,14 @@ func TestCoreRolloutSwitchCrash(t *testing.T) {
 			ro := e.startRolloutABC()
 			awaitHit(t, hit, string(tc.step))
 			if tc.cancel {
-				_, err := e.svc.RolloutAction(e.ctx, e.admin, ro.ID, "cancel")
+				_, err := e.svc.Parts().Rollouts.RolloutAction(e.ctx, e.admin, ro.ID, "cancel")
 				require.NoError(t, err)
 			}
 			e.restart()
 
 			op := e.wait(e.admin, ro.OperationID)
 			require.Equal(t, types.OpSucceeded, op.State, "%+v", op.Error)
-			ro, err := e.svc.GetRollout(e.ctx, e.admin, ro.ID)
+			ro, err := e.svc.Parts().Rollouts.GetRollout(e.ctx, e.admin, ro.ID)
 			require.NoError(t, err)
 			assert.Equal(t, tc.statuses, statuses(ro))
 			pb := byProject(ro)["p-b"]
@@ -648,7 +648,7 @@ func TestCoreRolloutSwitchCrash(t *testing.T) {
 				assert.Contains(t, pb.Message, "the rollout ended during its switch")
 			}
 
-			back, err := e.svc.RollbackRollout(e.ctx, e.admin, ro.ID)
+			back, err := e.svc.Parts().Rollouts.RollbackRollout(e.ctx, e.admin, ro.ID)
 			require.NoError(t, err)
 			want := map[string]string{}
 			for p, st := range tc.statuses {
@@ -683,13 +683,13 @@ func TestCoreRollbackCrash(t *testing.T) {
 			require.Equal(t, types.OpSucceeded, e.wait(e.admin, ro.OperationID).State)
 
 			hit := cp.arm(tc.step, tc.project, crash)
-			op, err := e.svc.RollbackRollout(e.ctx, e.admin, ro.ID)
+			op, err := e.svc.Parts().Rollouts.RollbackRollout(e.ctx, e.admin, ro.ID)
 			require.NoError(t, err)
 			awaitHit(t, hit, string(tc.step))
-			got, err := e.svc.GetRollout(e.ctx, e.admin, ro.ID)
+			got, err := e.svc.Parts().Rollouts.GetRollout(e.ctx, e.admin, ro.ID)
 			require.NoError(t, err)
 			assert.Equal(t, types.RolloutRollingBack, got.State)
-			again, err := e.svc.RollbackRollout(e.ctx, e.admin, ro.ID)
+			again, err := e.svc.Parts().Rollouts.RollbackRollout(e.ctx, e.admin, ro.ID)
 			require.NoError(t, err, "asking again is not refused")
 			assert.Equal(t, op.ID, again.ID, "it answers the rollback running")
 			e.restart()
@@ -713,7 +713,7 @@ func TestCoreRollbackCanceled(t *testing.T) {
 		rctx, cancel := context.WithCancel(e.ctx)
 		defer cancel()
 		hit := cp.arm(rollout.StepRolledBack, "p-a", func(context.Context) { cancel() })
-		op, err := e.svc.RollbackRollout(rctx, e.admin, ro.ID)
+		op, err := e.svc.Parts().Rollouts.RollbackRollout(rctx, e.admin, ro.ID)
 		require.NoError(t, err)
 		awaitHit(t, hit, "p-a's swap back")
 		require.Error(t, rctx.Err())
@@ -725,19 +725,19 @@ func TestCoreRollbackCanceled(t *testing.T) {
 		ro := e.startRolloutABC()
 		require.Equal(t, types.OpSucceeded, e.wait(e.admin, ro.OperationID).State)
 		hit := cp.arm(rollout.StepRollbackIntent, "p-b", stall)
-		op, err := e.svc.RollbackRollout(e.ctx, e.admin, ro.ID)
+		op, err := e.svc.Parts().Rollouts.RollbackRollout(e.ctx, e.admin, ro.ID)
 		require.NoError(t, err)
 		awaitHit(t, hit, "p-b's intent")
-		_, err = e.svc.CancelOperation(e.ctx, e.admin, op.ID)
+		_, err = e.svc.Parts().Operations.CancelOperation(e.ctx, e.admin, op.ID)
 		require.NoError(t, err)
 		assert.Equal(t, types.OpCanceled, e.wait(e.admin, op.ID).State)
-		got, err := e.svc.GetRollout(e.ctx, e.admin, ro.ID)
+		got, err := e.svc.Parts().Rollouts.GetRollout(e.ctx, e.admin, ro.ID)
 		require.NoError(t, err)
 		assert.Equal(t, types.RolloutRollingBack, got.State)
 		assert.Equal(t, "rolled_back", statuses(got)["p-a"])
 		assert.Equal(t, byProject(got)["p-b"].NewVersion, e.current("p-b"), "p-b not switched back yet")
 
-		next, err := e.svc.RollbackRollout(e.ctx, e.admin, ro.ID)
+		next, err := e.svc.Parts().Rollouts.RollbackRollout(e.ctx, e.admin, ro.ID)
 		require.NoError(t, err, "a rollback whose operation was canceled is taken over")
 		assert.NotEqual(t, op.ID, next.ID)
 		e.assertBack(e.rollbackDone(ro.ID, next.ID), map[string]string{"p-a": "rolled_back", "p-b": "rolled_back", "p-c": "rolled_back"})
@@ -748,13 +748,13 @@ func TestCoreRollbackCanceled(t *testing.T) {
 		hold := cp.arm(rollout.StepSwitchIntent, "p-a", stall)
 		ro := e.startRolloutABC()
 		awaitHit(t, hold, "p-a's intent")
-		_, err := e.svc.RollbackRollout(e.ctx, e.admin, ro.ID)
+		_, err := e.svc.Parts().Rollouts.RollbackRollout(e.ctx, e.admin, ro.ID)
 		assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition, "a running rollout is canceled first")
-		_, err = e.svc.RollbackRollout(e.ctx, e.admin, "ro-nonexistent")
+		_, err = e.svc.Parts().Rollouts.RollbackRollout(e.ctx, e.admin, "ro-nonexistent")
 		assert.ErrorIs(t, err, errdefs.ErrNotFound)
-		_, err = e.svc.RollbackRollout(e.ctx, e.admin, "../x")
+		_, err = e.svc.Parts().Rollouts.RollbackRollout(e.ctx, e.admin, "../x")
 		assert.ErrorIs(t, err, errdefs.ErrInvalidArgument)
-		_, err = e.svc.CancelOperation(e.ctx, e.admin, ro.OperationID)
+		_, err = e.svc.Parts().Operations.CancelOperation(e.ctx, e.admin, ro.OperationID)
 		require.NoError(t, err)
 		assert.Equal(t, types.OpCanceled, e.wait(e.admin, ro.OperationID).State)
 	})

@@ -252,7 +252,7 @@ func testSaveRefused(t *testing.T, e *coreEnv) {
 	restarted, err := e.svc.StartInstance(e.ctx, e.user, retained.ID)
 	require.NoError(t, err)
 	require.Equal(t, retained.Generation+1, restarted.Generation, "a start bumps the generation")
-	_, err = e.svc.CreateToken(e.ctx, e.admin, "other", types.CreateTokenRequest{})
+	_, err = e.svc.Parts().Tokens.CreateToken(e.ctx, e.admin, "other", types.CreateTokenRequest{})
 	require.NoError(t, err)
 
 	for _, c := range []struct {

@@ -35,12 +35,12 @@ func (s *Service) Start(ctx context.Context) error {
 		types.OpKindRestore: s.life.SettleRestore,
 		types.OpKindBuild:   s.builds.SettleBuild,
 		types.OpKindMigrate: s.builds.SettleMigrate,
-		types.OpKindFork:    s.settleFork,
+		types.OpKindFork:    s.forks.Settle,
 		types.OpKindRollout: ops.Rerun(s.ops, s.rollouts.Run),
 		// A rollback settles each project by its intent and current.
 		types.OpKindRollback: ops.Rerun(s.ops, s.rollouts.RunRollback),
 
-		types.OpKindCheckpoint: s.settleCheckpoint, // checkpoint.go
+		types.OpKindCheckpoint: s.checkpoints.Settle,
 	}); err != nil {
 		return err
 	}
@@ -52,22 +52,6 @@ func (s *Service) Start(ctx context.Context) error {
 // Reconcile makes the runtime and the instance rows of this node agree
 // (see lifecycle.Manager.Reconcile).
 func (s *Service) Reconcile(ctx context.Context) error { return s.life.Reconcile(ctx) }
-
-// GetOperation returns an operation of the caller's tenant.
-func (s *Service) GetOperation(ctx context.Context, p types.Principal, id string) (types.Operation, error) {
-	return s.ops.Get(ctx, p, id)
-}
-
-// CancelOperation asks an operation to stop. The operation's state says
-// when it actually stopped.
-func (s *Service) CancelOperation(ctx context.Context, p types.Principal, id string) (types.Operation, error) {
-	return s.ops.Cancel(ctx, p, id)
-}
-
-// OperationEvents returns the operation's events after seq after.
-func (s *Service) OperationEvents(ctx context.Context, p types.Principal, id string, after int) ([]types.Event, error) {
-	return s.ops.Events(ctx, p, id, after)
-}
 
 // Save starts a save of the instance's changes as a new version
 // (save.Saver.Save).

@@ -87,7 +87,7 @@ func (s *Service) createProject(ctx context.Context, p types.Principal, req type
 			return types.Project{}, err
 		}
 	}
-	base, err := s.resolveBase(ctx, p.Tenant, req.Base)
+	base, err := s.images.ResolveBase(ctx, p.Tenant, req.Base)
 	if err != nil {
 		return types.Project{}, err
 	}

@@ -41,41 +41,6 @@ func (s *Service) countInteractive(kind types.OpKind, release func()) func() {
 // node now (rollout.Interactive).
 func (s *Service) InteractiveInFlight() int { return int(s.interactive.Load()) }
 
-// CreateRollout starts a rollout (admin only; rollout.Runner.Create).
-func (s *Service) CreateRollout(ctx context.Context, p types.Principal, req types.CreateRolloutRequest, idempotencyKey string) (types.Rollout, error) {
-	return s.rollouts.Create(ctx, p, req, idempotencyKey)
-}
-
-// ListRollouts lists rollouts, newest first (admin only).
-func (s *Service) ListRollouts(ctx context.Context, p types.Principal) ([]types.Rollout, error) {
-	return s.rollouts.List(ctx, p)
-}
-
-// GetRollout returns a rollout and its report (admin only).
-func (s *Service) GetRollout(ctx context.Context, p types.Principal, id string) (types.Rollout, error) {
-	return s.rollouts.Get(ctx, p, id)
-}
-
-// RolloutAction pauses, resumes or cancels a rollout (admin only); action
-// is "pause", "resume" or "cancel".
-func (s *Service) RolloutAction(ctx context.Context, p types.Principal, id, action string) (types.Rollout, error) {
-	switch action {
-	case "pause":
-		return s.rollouts.Pause(ctx, p, id)
-	case "resume":
-		return s.rollouts.Resume(ctx, p, id)
-	case "cancel":
-		return s.rollouts.Cancel(ctx, p, id)
-	}
-	return types.Rollout{}, fmt.Errorf("rollout action %q: want pause, resume or cancel: %w", action, errdefs.ErrNotFound)
-}
-
-// RollbackRollout starts the rollback of a rollout as an operation, or
-// returns the one that stands for it (admin only; rollout.Runner.Rollback).
-func (s *Service) RollbackRollout(ctx context.Context, p types.Principal, id string) (types.Operation, error) {
-	return s.rollouts.Rollback(ctx, p, id)
-}
-
 // SetProjectValidation replaces the commands every migration of the
 // project runs in its trial instance (a rollout's included).
 func (s *Service) SetProjectValidation(ctx context.Context, p types.Principal, project string, req types.ProjectValidation) (types.Project, error) {

@@ -1,7 +1,6 @@
-// Package envd is the service core as the API sees it: one Service whose
-// methods are the API's operations. It is the composition root of the
-// core's parts, each a subpackage with its one job and the small
-// interfaces it declares:
+// Package envd composes the service core of one node from its parts,
+// each a subpackage with its one job and the small interfaces it
+// declares:
 //
 //	ops        operations: start, idempotency, admission, events, resume, settle
 //	save       the save path: capture (spool, freeze, encode), quota, push, commit
@@ -14,11 +13,20 @@
 //	freeze     the freeze gate shared by saves and the user's pause
 //	spec, names  leaf vocabulary: project specs and limits, names and ids
 //
-// What is here is what belongs to no part: projects and versions, images,
-// tokens, quotas and limits as set by an admin, node info and metrics. It
-// composes the store (versions), the registry client (registry), the
-// container runtime (runtime) and the layer capture (snapshotter); api/
-// calls it and nothing else.
+// and the parts that serve API route groups of their own (Parts):
+//
+//	cluster     membership: leases, lost nodes, drains, node routes, join tokens
+//	checkpoint  coordinated and periodic checkpoints, forks
+//	ports       ports, dials and previews of instances
+//	fileapi     the file API's roots and watches
+//	sshkeys, tokens  SSH keys and key logins; API tokens
+//	rollout     fleet upgrades
+//
+// New makes the parts and wires them; the Service serves what belongs to
+// no part yet: projects and versions, images, instances' verbs, quotas and
+// limits as set by an admin, node info. It composes the store (versions),
+// the registry client (registry), the container runtime (runtime) and the
+// layer capture (snapshotter).
 package envd
 
 import (
@@ -27,7 +35,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,15 +45,21 @@ import (
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/envd/build"
 	"github.com/envd-dev/envd/envd/changes"
+	"github.com/envd-dev/envd/envd/checkpoint"
+	"github.com/envd-dev/envd/envd/cluster"
 	"github.com/envd-dev/envd/envd/command"
+	"github.com/envd-dev/envd/envd/fileapi"
 	"github.com/envd-dev/envd/envd/freeze"
 	"github.com/envd-dev/envd/envd/gc"
+	"github.com/envd-dev/envd/envd/images"
 	"github.com/envd-dev/envd/envd/lifecycle"
-	"github.com/envd-dev/envd/envd/names"
 	"github.com/envd-dev/envd/envd/ops"
+	"github.com/envd-dev/envd/envd/ports"
 	"github.com/envd-dev/envd/envd/quota"
 	"github.com/envd-dev/envd/envd/rollout"
 	"github.com/envd-dev/envd/envd/save"
+	"github.com/envd-dev/envd/envd/sshkeys"
+	"github.com/envd-dev/envd/envd/tokens"
 	"github.com/envd-dev/envd/envd/volumes"
 	"github.com/envd-dev/envd/envd/wrap"
 	"github.com/envd-dev/envd/internal/limiter"
@@ -129,7 +142,8 @@ type Config struct {
 	// metrics); nil = nothing is observed.
 	Observer Observer
 
-	// Dials bound connections to instances' ports being opened (dial.go).
+	// Dials bound connections to instances' ports being opened
+	// (envd/ports).
 	Dials DialLimits
 	// ThreadHighWater: while the process has more OS threads than this,
 	// new admitted work (Admit, operations, dials) is refused with
@@ -200,28 +214,30 @@ type Service struct {
 	renews    wrap.Renewer
 	saves     wrap.Saver
 	instances wrap.InstanceGetter
-	builds  *build.Builder
-	gc      *gc.Collector
+	builds    *build.Builder
+	gc        *gc.Collector
 
 	limits     *limiter.Limiter // per-tenant concurrency (admission.go)
 	limitsOnce sync.Once
 
-	dials     *limiter.Limiter // dials to instances' ports (dial.go)
-	dialsOnce sync.Once
-
 	diffs       *changes.Cache                // computed version changes (changes.go)
 	specs       specCache                     // specs derived from versions (specs.go)
-	sshInfo     atomic.Pointer[types.SSHInfo] // the node's SSH endpoint, for Info (sshkeys.go)
-	ports       portState                     // ports.go
-	gate        *freeze.Gate                  // the node's freeze gate (files.go waits out a save's freeze)
-	watches     fileWatches                   // the inotify instance file watches share (files.go)
+	sshInfo     atomic.Pointer[types.SSHInfo] // the node's SSH endpoint, for Info
+	gate        *freeze.Gate                  // the node's freeze gate
 	rollouts    *rollout.Runner
 	interactive atomic.Int64 // saves, restores and builds running on this node (admission.go)
 
-	bases     baseCache      // currentBase's answers (rollouts.go)
-	squashing sync.WaitGroup // the squash loop (squash.go)
-	squashRun func()         // starts it; nil = squash off
-	cluster   clusterState   // nodes.go
+	bases       baseCache      // currentBase's answers (rollouts.go)
+	squashing   sync.WaitGroup // the squash loop (squash.go)
+	squashRun   func()         // starts it; nil = squash off
+	cluster     *cluster.Membership
+	checkpoints *checkpoint.Checkpoints
+	forks       *checkpoint.Forks
+	ports       *ports.Ports
+	files       *fileapi.Files
+	keys        *sshkeys.Keys
+	tokens      *tokens.Tokens
+	images      *images.Images
 }
 
 // New makes the core. Call Start once after, and Close at the end.
@@ -268,7 +284,6 @@ func New(cfg Config, store *versions.Store, reg ImageStore, rt Runtime) (*Servic
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Service{cfg: cfg, store: store, reg: reg, rt: rt, log: cfg.Logger, stop: cancel, diffs: changes.NewCache(64)}
 	s.wire(ctx)
-	s.cluster.ctx = ctx
 	return s, nil
 }
 
@@ -280,6 +295,7 @@ func (s *Service) wire(ctx context.Context) {
 	s.ops = ops.NewRunner(ctx, s.store.Operations, opAdmitter{s}, cfg.Observer, cfg.Node, s.log)
 	s.quota = quota.New(quotaStore{s.store.Tenants, s.store.Projects}, cfg.DefaultTTL, cfg.MaxTTL)
 	s.content = gc.NewContent(s.store.Content, s.reg, s.log)
+	s.images = images.New(cfg.WorkDir, s.store.Content, s.reg, s.content)
 	s.saver = save.New(save.Deps{Node: cfg.Node, WorkDir: cfg.WorkDir, Runtime: s.rt, Store: saveStore{s.store.Instances, s.store.Projects, s.store.Versions, s.store.Operations}, Reg: s.reg,
 		Content: s.content, Quota: s.quota, Ops: s.ops, Gate: gate, Log: s.log, Observer: cfg.Observer})
 	// A nil *workspace.Manager must stay a nil interface: "no volumes".
@@ -306,6 +322,27 @@ func (s *Service) wire(ctx context.Context) {
 	s.gc = gc.NewCollector(gcStore{s.store.Projects, s.store.Versions, s.store.Content}, s.reg, s.ops, cfg.Sweeper, gcVolumes).WithArchives(s.vols)
 	s.wireRollouts(ctx)
 	s.wireSquash(ctx)
+	// A nil *workspace.Manager must stay a nil interface: "no volumes".
+	var freezer checkpoint.Freezer
+	if cfg.Volumes != nil {
+		freezer = cfg.Volumes
+	}
+	cdeps := checkpoint.Deps{Node: cfg.Node, WorkDir: cfg.WorkDir,
+		Store: checkpointStore{s.store.Instances, s.store.Projects, s.store.Versions, s.store.Content}, Saver: s.saver, Ops: s.ops, Instances: s.life,
+		Freezer: freezer, Objects: cfg.Objects, Archives: s.vols, Registry: s.reg, Log: s.log}
+	s.checkpoints, s.forks = checkpoint.New(cdeps), checkpoint.NewForks(cdeps)
+	s.ports = ports.New(ports.Deps{Node: cfg.Node, Store: portStore{s.store.Nodes, s.store.Projects, s.store.Instances}, Runtime: s.rt, Instances: s.life, Dials: cfg.Dials, Threads: s.admitThreads})
+	// A runtime without file access (a test's fake) gives a file API
+	// that answers ErrUnavailable.
+	var frt fileapi.Runtime
+	if r, ok := s.rt.(fileapi.Runtime); ok {
+		frt = r
+	}
+	s.files = fileapi.New(fileapi.Deps{Node: cfg.Node, WorkDir: cfg.WorkDir, MaxBytes: cfg.MaxFileBytes, Runtime: frt, Instances: s, Gate: gate})
+	s.keys, s.tokens = sshkeys.New(s.store.Access), tokens.New(s.store.Access)
+	s.cluster = cluster.New(ctx, cluster.Deps{Node: cfg.Node, DataDir: cfg.DataDir, Version: BuildVersion, Config: cfg.Cluster,
+		Store: clusterStore{s.store.Nodes, s.store.Instances, s.store.Operations}, Instances: s.life, Volumes: s.vols, Ops: s.ops, Observer: cfg.Observer,
+		Checkpoints: s.checkpoints.Due, Log: s.log})
 }
 
 // Close cancels running operations and waits for them to settle.
@@ -314,20 +351,8 @@ func (s *Service) Close() {
 	s.ops.Wait()
 	s.life.Wait()
 	s.squashing.Wait()
-	s.cluster.wg.Wait()
-	s.watches.close()
-}
-
-// Authenticate resolves a bearer token.
-func (s *Service) Authenticate(ctx context.Context, token string) (types.Principal, error) {
-	if token == "" {
-		return types.Principal{}, fmt.Errorf("missing bearer token: %w", errdefs.ErrUnauthenticated)
-	}
-	p, err := s.store.Access.Authenticate(ctx, token)
-	if err != nil {
-		return types.Principal{}, err
-	}
-	return types.Principal{Tenant: p.Tenant, Admin: p.Admin}, nil
+	s.cluster.Wait()
+	s.files.Close()
 }
 
 // Info describes this server.
@@ -336,57 +361,16 @@ func (s *Service) Info(ctx context.Context) (types.Info, error) {
 		Registry: s.reg.Addr(), Components: s.cfg.Components, SSH: s.sshInfo.Load()}, nil
 }
 
+// SetSSHInfo records where the node's SSH endpoint listens, for Info;
+// nil = none.
+func (s *Service) SetSSHInfo(info *types.SSHInfo) { s.sshInfo.Store(info) }
+
 // BuildVersion of envd, set at build time.
 var BuildVersion = "0.1.0-dev"
-
-func toImage(img versions.Image) types.Image {
-	return types.Image{Name: img.Name, Ref: img.Repo + "@" + img.Digest, Digest: img.Digest, Size: img.SizeBytes}
-}
-
-// ListImages lists imported base images.
-func (s *Service) ListImages(ctx context.Context, p types.Principal) ([]types.Image, error) {
-	imgs, err := s.store.Content.ListImages(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]types.Image, 0, len(imgs))
-	for _, img := range imgs {
-		out = append(out, toImage(img))
-	}
-	return out, nil
-}
-
-// resolveBase turns a base given as an image name or repo@digest into a
-// stored image.
-//
-// A repo@digest must be an imported image or one of tenant's own project
-// images: another tenant's private layers are not a base.
-func (s *Service) resolveBase(ctx context.Context, tenant, base string) (registry.Image, error) {
-	if base == "" {
-		return registry.Image{}, fmt.Errorf("base image: required: %w", errdefs.ErrInvalidArgument)
-	}
-	ref := base
-	if ValidateName("image", base) == nil {
-		rec, err := s.store.Content.GetImage(ctx, base)
-		if err != nil {
-			return registry.Image{}, fmt.Errorf("base image: %w", err)
-		}
-		ref = rec.Repo + "@" + rec.Digest
-	}
-	img, err := s.reg.Get(ctx, ref)
-	if err != nil {
-		return registry.Image{}, fmt.Errorf("base image %q: %w", base, err)
-	}
-	// Answered like a missing image, so it tells nothing about the other's.
-	if !strings.HasPrefix(img.Repo, names.ImageRepo("")) && !strings.HasPrefix(img.Repo, names.ProjectRepo(tenant, "")) {
-		return registry.Image{}, fmt.Errorf("base image %q: not an imported image nor one of this tenant's: %w", base, errdefs.ErrNotFound)
-	}
-	return img, nil
-}
 
 // bases resolves base images for builds and migrations (build.Bases).
 type bases struct{ s *Service }
 
 func (b bases) ResolveBase(ctx context.Context, tenant, base string) (registry.Image, error) {
-	return b.s.resolveBase(ctx, tenant, base)
+	return b.s.images.ResolveBase(ctx, tenant, base)
 }

@@ -149,7 +149,7 @@ func (s *Service) configTree(ctx context.Context, img registry.Image, start int,
 // object storage once the operation ended, else (it still runs, or the
 // node keeps no objects) the output lines of its events.
 func (s *Service) OperationLogs(ctx context.Context, p types.Principal, id string, w io.Writer) error {
-	op, err := s.ops.Get(ctx, p, id)
+	op, err := s.ops.GetOperation(ctx, p, id)
 	if err != nil {
 		return err
 	}
@@ -167,7 +167,7 @@ func (s *Service) OperationLogs(ctx context.Context, p types.Principal, id strin
 	var buf bytes.Buffer
 	lines, after := 0, 0
 	for {
-		evs, err := s.ops.Events(ctx, p, id, after)
+		evs, err := s.ops.OperationEvents(ctx, p, id, after)
 		if err != nil {
 			return err
 		}

@@ -56,3 +56,24 @@ type rolloutStore struct {
 	versions.Projects
 	versions.Versions
 }
+
+// The stores of the parts of their own (parts.go).
+
+type clusterStore struct {
+	versions.Nodes
+	versions.Instances
+	versions.Operations
+}
+
+type checkpointStore struct {
+	versions.Instances
+	versions.Projects
+	versions.Versions
+	versions.Content
+}
+
+type portStore struct {
+	versions.Nodes
+	versions.Projects
+	versions.Instances
+}

@@ -1,6 +1,6 @@
 // Package cluster holds the decisions of a cluster of nodes that need no
 // I/O: where a new instance goes (Place). Membership, leases and node loss
-// are kept in PostgreSQL (versions) and driven by envd/nodes.go.
+// are kept in PostgreSQL (versions) and driven by Membership.
 package cluster
 
 import (

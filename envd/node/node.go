@@ -370,10 +370,10 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	// Other nodes forward requests about this node's instances here.
-	if err := n.Service.RegisterNode(ctx, n.URL); err != nil {
+	if err := n.Service.Parts().Cluster.RegisterNode(ctx, n.URL); err != nil {
 		return nil, err
 	}
-	n.onClose(func(ctx context.Context) error { n.Service.LeaveCluster(ctx); return nil })
+	n.onClose(func(ctx context.Context) error { n.Service.Parts().Cluster.LeaveCluster(ctx); return nil })
 	if n.MetricsURL, err = n.serveMetrics(); err != nil {
 		return nil, err
 	}

@@ -28,7 +28,7 @@ func (n *Node) startSSH(_ context.Context) error {
 	if err != nil {
 		return err
 	}
-	srv, err := sshd.New(n.Service, key, sshd.WithLogger(n.cfg.Logger), sshd.WithNode(n.cfg.Node))
+	srv, err := sshd.New(n.Service.Core(), key, sshd.WithLogger(n.cfg.Logger), sshd.WithNode(n.cfg.Node))
 	if err != nil {
 		return err
 	}

@@ -377,12 +377,12 @@ func (n *Node) adminToken(ctx context.Context, db database) (string, error) {
 // Drain and Close stop it.
 func (n *Node) serveAPI(svc *envd.Service) (url string, err error) {
 	kctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	key, err := svc.ClusterKey(kctx)
+	key, err := svc.Parts().Cluster.ClusterKey(kctx)
 	cancel()
 	if err != nil {
 		return "", fmt.Errorf("cluster key: %w", err)
 	}
-	n.peers = newPeerTransports(svc.NodeCertificate)
+	n.peers = newPeerTransports(svc.Parts().Cluster.NodeCertificate)
 	parts := APIParts(svc)
 	h, err := api.New(parts, append(append(n.apiMetrics(), n.apiSSH()...), api.WithLogger(n.cfg.Logger), api.WithReadiness(n.readiness()),
 		api.WithPreviewDomain(n.cfg.PreviewDomain), api.WithForwardKey(key), api.WithPeerTransport(n.peers.transport))...)

@@ -313,8 +313,8 @@ func View(op versions.Operation) types.Operation {
 	return out
 }
 
-// Get returns an operation of the caller's tenant.
-func (r *Runner) Get(ctx context.Context, p types.Principal, id string) (types.Operation, error) {
+// GetOperation returns an operation of the caller's tenant.
+func (r *Runner) GetOperation(ctx context.Context, p types.Principal, id string) (types.Operation, error) {
 	if err := names.ValidateOpID(id); err != nil {
 		return types.Operation{}, err
 	}
@@ -325,9 +325,9 @@ func (r *Runner) Get(ctx context.Context, p types.Principal, id string) (types.O
 	return View(op), nil
 }
 
-// Cancel asks an operation to stop. The operation's state says when it
+// CancelOperation asks an operation to stop. The operation's state says when it
 // actually stopped.
-func (r *Runner) Cancel(ctx context.Context, p types.Principal, id string) (types.Operation, error) {
+func (r *Runner) CancelOperation(ctx context.Context, p types.Principal, id string) (types.Operation, error) {
 	if err := names.ValidateOpID(id); err != nil {
 		return types.Operation{}, err
 	}
@@ -344,9 +344,9 @@ func (r *Runner) Cancel(ctx context.Context, p types.Principal, id string) (type
 	return View(op), nil
 }
 
-// Events returns the operation's events after seq after.
-func (r *Runner) Events(ctx context.Context, p types.Principal, id string, after int) ([]types.Event, error) {
-	if _, err := r.Get(ctx, p, id); err != nil {
+// OperationEvents returns the operation's events after seq after.
+func (r *Runner) OperationEvents(ctx context.Context, p types.Principal, id string, after int) ([]types.Event, error) {
+	if _, err := r.GetOperation(ctx, p, id); err != nil {
 		return nil, err
 	}
 	evs, err := r.store.Events(ctx, id, after, 1000)

@@ -93,7 +93,7 @@ type BaseResolver interface {
 // Operations starts operations (ops.Runner).
 type Operations interface {
 	Start(ctx context.Context, p types.Principal, spec ops.Spec) (types.Operation, error)
-	Cancel(ctx context.Context, p types.Principal, id string) (types.Operation, error)
+	CancelOperation(ctx context.Context, p types.Principal, id string) (types.Operation, error)
 	Record(p types.Principal, spec ops.Spec) (versions.Operation, error)
 	Launch(op versions.Operation, run ops.Func)
 }
@@ -210,10 +210,10 @@ func admin(p types.Principal, what string) error {
 	return nil
 }
 
-// Create selects the projects and starts the rollout's operation. The
+// CreateRollout selects the projects and starts the rollout's operation. The
 // selection is made now: projects (of req.Tenant, or every tenant) whose
 // name matches req.Selector and whose current version sits on req.From.
-func (r *Runner) Create(ctx context.Context, p types.Principal, req types.CreateRolloutRequest, idempotencyKey string) (types.Rollout, error) {
+func (r *Runner) CreateRollout(ctx context.Context, p types.Principal, req types.CreateRolloutRequest, idempotencyKey string) (types.Rollout, error) {
 	if err := admin(p, "a rollout"); err != nil {
 		return types.Rollout{}, err
 	}
@@ -254,12 +254,12 @@ func (r *Runner) Create(ctx context.Context, p types.Principal, req types.Create
 		if err != nil {
 			return types.Rollout{}, err
 		}
-		return r.Get(ctx, p, op.Target)
+		return r.GetRollout(ctx, p, op.Target)
 	}
 	if err := r.d.Store.SetRolloutOperation(ctx, rec.ID, op.ID); err != nil {
 		return types.Rollout{}, err
 	}
-	return r.Get(ctx, p, rec.ID)
+	return r.GetRollout(ctx, p, rec.ID)
 }
 
 func checkRequest(req *types.CreateRolloutRequest) error {
@@ -727,8 +727,8 @@ func conflictMessage(mr types.MigrateResult) string {
 	return msg
 }
 
-// Get returns a rollout with its projects.
-func (r *Runner) Get(ctx context.Context, p types.Principal, id string) (types.Rollout, error) {
+// GetRollout returns a rollout with its projects.
+func (r *Runner) GetRollout(ctx context.Context, p types.Principal, id string) (types.Rollout, error) {
 	if err := admin(p, "a rollout"); err != nil {
 		return types.Rollout{}, err
 	}
@@ -742,8 +742,8 @@ func (r *Runner) Get(ctx context.Context, p types.Principal, id string) (types.R
 	return r.view(ctx, ro, true)
 }
 
-// List returns the rollouts, newest first, with their totals.
-func (r *Runner) List(ctx context.Context, p types.Principal) ([]types.Rollout, error) {
+// ListRollouts returns the rollouts, newest first, with their totals.
+func (r *Runner) ListRollouts(ctx context.Context, p types.Principal) ([]types.Rollout, error) {
 	if err := admin(p, "listing rollouts"); err != nil {
 		return nil, err
 	}
@@ -817,6 +817,20 @@ func (r *Runner) Cancel(ctx context.Context, p types.Principal, id string) (type
 	return r.move(ctx, p, id, []string{types.RolloutRunning, types.RolloutPaused}, types.RolloutCanceled, "canceled")
 }
 
+// RolloutAction pauses, resumes or cancels a rollout; action is "pause",
+// "resume" or "cancel".
+func (r *Runner) RolloutAction(ctx context.Context, p types.Principal, id, action string) (types.Rollout, error) {
+	switch action {
+	case "pause":
+		return r.Pause(ctx, p, id)
+	case "resume":
+		return r.Resume(ctx, p, id)
+	case "cancel":
+		return r.Cancel(ctx, p, id)
+	}
+	return types.Rollout{}, fmt.Errorf("rollout action %q: want pause, resume or cancel: %w", action, errdefs.ErrNotFound)
+}
+
 func (r *Runner) move(ctx context.Context, p types.Principal, id string, from []string, to, what string) (types.Rollout, error) {
 	if err := admin(p, "a rollout"); err != nil {
 		return types.Rollout{}, err
@@ -843,13 +857,13 @@ func (r *Runner) event(ctx context.Context, ro versions.Rollout, typ, msg string
 	}
 }
 
-// Rollback starts the rollback of a rollout that ended (cancel a running
+// RollbackRollout starts the rollback of a rollout that ended (cancel a running
 // or paused one first) as an operation of kind rollback (RunRollback), or
 // returns the one that stands for it: the rollback operation still
 // running, or the one that finished it. A rollback whose operation
 // failed or was canceled is taken over by a new operation, which goes on
 // where it stopped: asking again is always safe.
-func (r *Runner) Rollback(ctx context.Context, p types.Principal, id string) (types.Operation, error) {
+func (r *Runner) RollbackRollout(ctx context.Context, p types.Principal, id string) (types.Operation, error) {
 	if err := admin(p, "a rollback"); err != nil {
 		return types.Operation{}, err
 	}

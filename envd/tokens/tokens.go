@@ -1,4 +1,7 @@
-package envd
+// Package tokens is the API's bearer tokens: who a token is
+// (api.Authenticator) and their management (api.TenantCore's token
+// routes).
+package tokens
 
 import (
 	"context"
@@ -10,6 +13,32 @@ import (
 	"github.com/envd-dev/envd/envd/names"
 	"github.com/envd-dev/envd/versions"
 )
+
+// Store is what tokens need of the store.
+type Store interface {
+	Authenticate(ctx context.Context, token string) (versions.Principal, error)
+	NewToken(ctx context.Context, tenant string, admin bool, ttl time.Duration) (string, versions.TokenInfo, error)
+	ListTokens(ctx context.Context, tenant string) ([]versions.TokenInfo, error)
+	RevokeToken(ctx context.Context, tenant string, id int64) (versions.TokenInfo, error)
+}
+
+// Tokens serves the API's tokens.
+type Tokens struct{ store Store }
+
+// New makes the tokens' part.
+func New(store Store) *Tokens { return &Tokens{store: store} }
+
+// Authenticate resolves a bearer token.
+func (tk *Tokens) Authenticate(ctx context.Context, token string) (types.Principal, error) {
+	if token == "" {
+		return types.Principal{}, fmt.Errorf("missing bearer token: %w", errdefs.ErrUnauthenticated)
+	}
+	p, err := tk.store.Authenticate(ctx, token)
+	if err != nil {
+		return types.Principal{}, err
+	}
+	return types.Principal{Tenant: p.Tenant, Admin: p.Admin}, nil
+}
 
 // maxTokenLifetime bounds ExpiresIn: ten years, which is "never" in
 // practice, and keeps the database's interval arithmetic in range.
@@ -35,7 +64,7 @@ func toTokenInfo(t versions.TokenInfo) types.TokenInfo {
 // ListTokens lists API tokens, never the tokens themselves. An admin lists
 // tenant's tokens, or every tenant's with tenant ""; any other caller lists
 // its own tenant's (tenant "" or its own; another is ErrPermissionDenied).
-func (s *Service) ListTokens(ctx context.Context, p types.Principal, tenant string) ([]types.TokenInfo, error) {
+func (tk *Tokens) ListTokens(ctx context.Context, p types.Principal, tenant string) ([]types.TokenInfo, error) {
 	switch {
 	case tenant == "" && !p.Admin:
 		tenant = p.Tenant
@@ -43,11 +72,11 @@ func (s *Service) ListTokens(ctx context.Context, p types.Principal, tenant stri
 		return nil, fmt.Errorf("another tenant's tokens need an admin token: %w", errdefs.ErrPermissionDenied)
 	}
 	if tenant != "" {
-		if err := ValidateName("tenant", tenant); err != nil {
+		if err := names.Validate("tenant", tenant); err != nil {
 			return nil, err
 		}
 	}
-	ts, err := s.store.Access.ListTokens(ctx, tenant)
+	ts, err := tk.store.ListTokens(ctx, tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -63,14 +92,14 @@ func (s *Service) ListTokens(ctx context.Context, p types.Principal, tenant stri
 // (ErrFailedPrecondition); any other caller revokes its own tenant's
 // non-admin tokens (its own included): another tenant's id is
 // ErrNotFound, an admin token of its tenant ErrPermissionDenied.
-func (s *Service) RevokeToken(ctx context.Context, p types.Principal, id int64) (types.TokenInfo, error) {
+func (tk *Tokens) RevokeToken(ctx context.Context, p types.Principal, id int64) (types.TokenInfo, error) {
 	if id <= 0 {
 		return types.TokenInfo{}, fmt.Errorf("token id %d: must be positive: %w", id, errdefs.ErrInvalidArgument)
 	}
 	tenant := ""
 	if !p.Admin {
 		tenant = p.Tenant
-		ts, err := s.store.Access.ListTokens(ctx, tenant)
+		ts, err := tk.store.ListTokens(ctx, tenant)
 		if err != nil {
 			return types.TokenInfo{}, err
 		}
@@ -80,7 +109,7 @@ func (s *Service) RevokeToken(ctx context.Context, p types.Principal, id int64) 
 			}
 		}
 	}
-	t, err := s.store.Access.RevokeToken(ctx, tenant, id)
+	t, err := tk.store.RevokeToken(ctx, tenant, id)
 	if err != nil {
 		return types.TokenInfo{}, err
 	}
@@ -89,11 +118,11 @@ func (s *Service) RevokeToken(ctx context.Context, p types.Principal, id int64) 
 
 // CreateToken creates an API token of tenant (admin only), creating the
 // tenant if needed. The token is shown once.
-func (s *Service) CreateToken(ctx context.Context, p types.Principal, tenant string, req types.CreateTokenRequest) (types.Token, error) {
+func (tk *Tokens) CreateToken(ctx context.Context, p types.Principal, tenant string, req types.CreateTokenRequest) (types.Token, error) {
 	if !p.Admin {
 		return types.Token{}, fmt.Errorf("creating tokens needs an admin token: %w", errdefs.ErrPermissionDenied)
 	}
-	if err := ValidateName("tenant", tenant); err != nil {
+	if err := names.Validate("tenant", tenant); err != nil {
 		return types.Token{}, err
 	}
 	if names.ImageRepo("") == names.ProjectRepo(tenant, "") {
@@ -103,7 +132,7 @@ func (s *Service) CreateToken(ctx context.Context, p types.Principal, tenant str
 	if err != nil {
 		return types.Token{}, err
 	}
-	tok, info, err := s.store.Access.NewToken(ctx, tenant, req.Admin, ttl)
+	tok, info, err := tk.store.NewToken(ctx, tenant, req.Admin, ttl)
 	if err != nil {
 		return types.Token{}, err
 	}

@@ -1,4 +1,4 @@
-package envd
+package ports
 
 import (
 	"context"
@@ -35,20 +35,20 @@ import (
 // instance is not Running or runs on another node; ErrPortUnreachable when
 // nothing listens on the port, or its listener accepts nothing within the
 // timeout.
-func (s *Service) DialInstance(ctx context.Context, p types.Principal, id string, port int) (net.Conn, error) {
+func (pt *Ports) DialInstance(ctx context.Context, p types.Principal, id string, port int) (net.Conn, error) {
 	if port < 1 || port > 65535 {
 		return nil, fmt.Errorf("port %d: must be from 1 to 65535: %w", port, errdefs.ErrInvalidArgument)
 	}
-	release, err := s.admitDial(p)
+	release, err := pt.admitDial(p)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	_, pid, err := s.instancePid(ctx, p, id)
+	_, pid, err := pt.instancePid(ctx, p, id)
 	if err != nil {
 		return nil, err
 	}
-	timeout := s.dialLimits().Timeout
+	timeout := pt.dialLimits().Timeout
 	dctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	ns := fmt.Sprintf("/proc/%d/ns/net", pid)
@@ -72,7 +72,7 @@ func (s *Service) DialInstance(ctx context.Context, p types.Principal, id string
 		}
 		return nil, fmt.Errorf("connect to port %d of instance %q: %v: %w", port, id, err, errdefs.ErrUnavailable)
 	}
-	s.TouchInstance(id)
+	pt.instances.Touch(id)
 	return conn, nil
 }
 
@@ -95,8 +95,8 @@ var DefaultDialLimits = DialLimits{PerTenant: 32, PerNode: 512, Timeout: 10 * ti
 // being opened (DialLimits).
 const AdmitDials = "dials"
 
-func (s *Service) dialLimits() DialLimits {
-	l, d := s.cfg.Dials, DefaultDialLimits
+func (pt *Ports) dialLimits() DialLimits {
+	l, d := pt.limits, DefaultDialLimits
 	if l.PerTenant == 0 {
 		l.PerTenant = d.PerTenant
 	}
@@ -111,15 +111,15 @@ func (s *Service) dialLimits() DialLimits {
 
 // admitDial takes a dial slot for p's tenant and the node, once the
 // node's thread count allows new work.
-func (s *Service) admitDial(p types.Principal) (release func(), err error) {
-	if err := s.admitThreads(); err != nil {
+func (pt *Ports) admitDial(p types.Principal) (release func(), err error) {
+	if err := pt.threads(); err != nil {
 		return nil, err
 	}
-	s.dialsOnce.Do(func() {
-		l := s.dialLimits()
-		s.dials = limiter.New(map[string]limiter.Limit{AdmitDials: {Max: l.PerTenant, NodeMax: l.PerNode, RetryAfter: time.Second}})
+	pt.dialsOnce.Do(func() {
+		l := pt.dialLimits()
+		pt.dials = limiter.New(map[string]limiter.Limit{AdmitDials: {Max: l.PerTenant, NodeMax: l.PerNode, RetryAfter: time.Second}})
 	})
-	return s.dials.Acquire(p.Tenant, AdmitDials)
+	return pt.dials.Acquire(p.Tenant, AdmitDials)
 }
 
 // refused reports whether a dial failed because nothing listens there
@@ -130,23 +130,23 @@ func refused(err error) bool {
 
 // instancePid returns instance id, which must be Running on this node and
 // belong to p's tenant, and the pid of its task.
-func (s *Service) instancePid(ctx context.Context, p types.Principal, id string) (versions.Instance, uint32, error) {
+func (pt *Ports) instancePid(ctx context.Context, p types.Principal, id string) (versions.Instance, uint32, error) {
 	// The store, not GetInstance: its view asks the runtime for more than
 	// this needs, on every new proxied connection.
 	if err := names.ValidateInstanceID(id); err != nil {
 		return versions.Instance{}, 0, err
 	}
-	in, err := s.store.Instances.GetInstance(ctx, p.Tenant, id)
+	in, err := pt.store.GetInstance(ctx, p.Tenant, id)
 	if err != nil {
 		return versions.Instance{}, 0, err
 	}
 	if in.State != types.StateRunning {
 		return versions.Instance{}, 0, fmt.Errorf("instance %q is %s, not Running: %w", id, in.State, errdefs.ErrFailedPrecondition)
 	}
-	if in.Node != s.cfg.Node {
-		return versions.Instance{}, 0, fmt.Errorf("instance %q runs on node %q, not on %q: %w", id, in.Node, s.cfg.Node, errdefs.ErrFailedPrecondition)
+	if in.Node != pt.node {
+		return versions.Instance{}, 0, fmt.Errorf("instance %q runs on node %q, not on %q: %w", id, in.Node, pt.node, errdefs.ErrFailedPrecondition)
 	}
-	st, err := s.rt.Status(ctx, id)
+	st, err := pt.rt.Status(ctx, id)
 	if err != nil {
 		return versions.Instance{}, 0, err
 	}

@@ -1,4 +1,6 @@
-package envd
+// Package sshkeys is the tenants' SSH public keys (api.SSHKeyCore) and
+// the key logins of the node's SSH endpoint (sshd.Core's SSHLogin).
+package sshkeys
 
 import (
 	"context"
@@ -15,6 +17,22 @@ import (
 	"github.com/envd-dev/envd/envd/names"
 	"github.com/envd-dev/envd/versions"
 )
+
+// Store is what the keys need of the store.
+type Store interface {
+	AddSSHKey(ctx context.Context, k versions.SSHKey) (versions.SSHKey, error)
+	ListSSHKeys(ctx context.Context, tenant string) ([]versions.SSHKey, error)
+	DeleteSSHKey(ctx context.Context, tenant string, id int64) (versions.SSHKey, error)
+	// SSHKeyTenant is the tenant of instance id when that tenant
+	// registered the key of fingerprint; else ErrNotFound.
+	SSHKeyTenant(ctx context.Context, id, fingerprint string) (string, error)
+}
+
+// Keys serves the tenants' SSH keys.
+type Keys struct{ store Store }
+
+// New makes the SSH keys' part.
+func New(store Store) *Keys { return &Keys{store: store} }
 
 // maxSSHKeyName bounds AddSSHKeyRequest.Name.
 const maxSSHKeyName = 128
@@ -55,7 +73,7 @@ func toSSHKey(k versions.SSHKey) types.SSHKey {
 // AddSSHKey registers a public key for the caller's tenant: it then logs
 // in to every instance of the tenant. A key the tenant has already is
 // ErrAlreadyExists; a malformed one ErrInvalidArgument.
-func (s *Service) AddSSHKey(ctx context.Context, p types.Principal, req types.AddSSHKeyRequest) (types.SSHKey, error) {
+func (ks *Keys) AddSSHKey(ctx context.Context, p types.Principal, req types.AddSSHKeyRequest) (types.SSHKey, error) {
 	key, comment, err := ParseSSHKey(req.PublicKey)
 	if err != nil {
 		return types.SSHKey{}, err
@@ -72,7 +90,7 @@ func (s *Service) AddSSHKey(ctx context.Context, p types.Principal, req types.Ad
 		return types.SSHKey{}, fmt.Errorf("name %q: at most %d printable characters: %w", name, maxSSHKeyName, errdefs.ErrInvalidArgument)
 	}
 	pub := strings.TrimSpace(string(ssh.MarshalAuthorizedKey(key)))
-	k, err := s.store.Access.AddSSHKey(ctx, versions.SSHKey{Tenant: p.Tenant, Name: name, Fingerprint: fp, PublicKey: pub})
+	k, err := ks.store.AddSSHKey(ctx, versions.SSHKey{Tenant: p.Tenant, Name: name, Fingerprint: fp, PublicKey: pub})
 	if err != nil {
 		return types.SSHKey{}, err
 	}
@@ -80,13 +98,13 @@ func (s *Service) AddSSHKey(ctx context.Context, p types.Principal, req types.Ad
 }
 
 // ListSSHKeys lists the caller's tenant's keys.
-func (s *Service) ListSSHKeys(ctx context.Context, p types.Principal) ([]types.SSHKey, error) {
-	ks, err := s.store.Access.ListSSHKeys(ctx, p.Tenant)
+func (ks *Keys) ListSSHKeys(ctx context.Context, p types.Principal) ([]types.SSHKey, error) {
+	keys, err := ks.store.ListSSHKeys(ctx, p.Tenant)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]types.SSHKey, 0, len(ks))
-	for _, k := range ks {
+	out := make([]types.SSHKey, 0, len(keys))
+	for _, k := range keys {
 		out = append(out, toSSHKey(k))
 	}
 	return out, nil
@@ -95,11 +113,11 @@ func (s *Service) ListSSHKeys(ctx context.Context, p types.Principal) ([]types.S
 // DeleteSSHKey removes the caller's tenant's key id; sessions it opened
 // go on, new logins with it are refused. Another tenant's id is
 // ErrNotFound.
-func (s *Service) DeleteSSHKey(ctx context.Context, p types.Principal, id int64) (types.SSHKey, error) {
+func (ks *Keys) DeleteSSHKey(ctx context.Context, p types.Principal, id int64) (types.SSHKey, error) {
 	if id <= 0 {
 		return types.SSHKey{}, fmt.Errorf("ssh key id %d: must be positive: %w", id, errdefs.ErrInvalidArgument)
 	}
-	k, err := s.store.Access.DeleteSSHKey(ctx, p.Tenant, id)
+	k, err := ks.store.DeleteSSHKey(ctx, p.Tenant, id)
 	if err != nil {
 		return types.SSHKey{}, err
 	}
@@ -111,12 +129,12 @@ func (s *Service) DeleteSSHKey(ctx context.Context, p types.Principal, id int64)
 // that tenant registered key. Every refusal is the same
 // ErrUnauthenticated, whether the instance does not exist, is another
 // tenant's, or the key is unknown: the answer is no oracle.
-func (s *Service) SSHLogin(ctx context.Context, id string, key ssh.PublicKey) (types.Principal, error) {
+func (ks *Keys) SSHLogin(ctx context.Context, id string, key ssh.PublicKey) (types.Principal, error) {
 	refused := fmt.Errorf("ssh login to %q: %w", id, errdefs.ErrUnauthenticated)
 	if names.ValidateInstanceID(id) != nil {
 		return types.Principal{}, refused
 	}
-	tenant, err := s.store.Access.SSHKeyTenant(ctx, id, ssh.FingerprintSHA256(key))
+	tenant, err := ks.store.SSHKeyTenant(ctx, id, ssh.FingerprintSHA256(key))
 	if err != nil {
 		if errors.Is(err, errdefs.ErrNotFound) {
 			return types.Principal{}, refused
@@ -125,7 +143,3 @@ func (s *Service) SSHLogin(ctx context.Context, id string, key ssh.PublicKey) (t
 	}
 	return types.Principal{Tenant: tenant}, nil
 }
-
-// SetSSHInfo records where the node's SSH endpoint listens, for Info;
-// nil = none.
-func (s *Service) SetSSHInfo(info *types.SSHInfo) { s.sshInfo.Store(info) }

@@ -1,4 +1,11 @@
-package envd
+// Package fileapi is the file API's part of the core (api.FileCore):
+// which root a request gets (envd/files does the rest). A Running (or
+// Paused) instance on this node: its init's root, /proc/<pid>/root,
+// volumes included, read-write. A Stopped instance that is not
+// hibernated: for reads, its retained layer mounted read-only
+// (files.OpenSnapshot) without starting it; for writes, woken first. A
+// hibernated one: woken first. Every request counts as activity.
+package fileapi
 
 import (
 	"bufio"
@@ -18,28 +25,67 @@ import (
 	"github.com/envd-dev/envd/runtime"
 )
 
-// The file API's facade: which root a request gets (envd/files does the
-// rest). A Running (or Paused) instance on this node: its init's root,
-// /proc/<pid>/root, volumes included, read-write. A Stopped instance that
-// is not hibernated: for reads, its retained layer mounted read-only
-// (files.OpenSnapshot) without starting it; for writes, woken first. A
-// hibernated one: woken first. Every request counts as activity.
-
 // DefaultMaxFileBytes is the largest file write or archive upload when
 // the node sets no limit (Config.MaxFileBytes).
 const DefaultMaxFileBytes = 1 << 30
 
-// fileRuntime is what the file API needs of the runtime.
-type fileRuntime interface {
+// Runtime is what the file API needs of the runtime.
+type Runtime interface {
 	Status(ctx context.Context, id string) (runtime.Status, error)
 	Mounts(ctx context.Context, id string) ([]mount.Mount, error)
 	FileView(ctx context.Context, id string) (runtime.FileView, error)
 }
 
+// Instances authorizes an instance for a principal, wakes it and records
+// activity on it: the node's instance verbs (envd.Service).
+type Instances interface {
+	GetInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error)
+	// WakeInstance returns instance id once Running, starting it when
+	// it is stopped or hibernated.
+	WakeInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error)
+	TouchInstance(id string)
+}
+
+// Gate tells when a save's freeze of an instance ends (freeze.Gate).
+type Gate interface {
+	Wait(ctx context.Context, id string) error
+}
+
+// Deps is what New needs. Runtime nil: this node's runtime has no file
+// access, and the file API answers ErrUnavailable.
+type Deps struct {
+	Node      string // this node's name
+	WorkDir   string // where a stopped instance's layer is mounted read-only
+	MaxBytes  int64  // one write's or archive upload's limit; 0 = DefaultMaxFileBytes
+	Runtime   Runtime
+	Instances Instances
+	Gate      Gate
+}
+
+// Files serves the file API (api.FileCore). Close it at the end: it holds
+// the node's inotify instance.
+type Files struct {
+	node      string
+	workDir   string
+	maxBytes  int64
+	rt        Runtime
+	instances Instances
+	gate      Gate
+	watches   fileWatches
+}
+
+// New makes the file API's part.
+func New(d Deps) *Files {
+	return &Files{node: d.Node, workDir: d.WorkDir, maxBytes: d.MaxBytes, rt: d.Runtime, instances: d.Instances, gate: d.Gate}
+}
+
+// Close closes the watches' inotify instance.
+func (f *Files) Close() { f.watches.close() }
+
 // MaxFileBytes is the node's limit on one file write or archive upload.
-func (s *Service) MaxFileBytes() int64 {
-	if s.cfg.MaxFileBytes > 0 {
-		return s.cfg.MaxFileBytes
+func (f *Files) MaxFileBytes() int64 {
+	if f.maxBytes > 0 {
+		return f.maxBytes
 	}
 	return DefaultMaxFileBytes
 }
@@ -52,31 +98,31 @@ func live(st types.InstanceState) bool {
 // as as. With write false a stopped, not hibernated instance is served
 // read-only from its retained layer; otherwise a stopped or hibernated
 // instance is woken first. The Root is the caller's to close.
-func (s *Service) OpenFiles(ctx context.Context, p types.Principal, id string, as types.FileUser, write bool) (*files.Root, error) {
-	root, _, err := s.openFiles(ctx, p, id, as, write)
+func (f *Files) OpenFiles(ctx context.Context, p types.Principal, id string, as types.FileUser, write bool) (*files.Root, error) {
+	root, _, err := f.openFiles(ctx, p, id, as, write)
 	return root, err
 }
 
-func (s *Service) openFiles(ctx context.Context, p types.Principal, id string, as types.FileUser, write bool) (*files.Root, uint32, error) {
+func (f *Files) openFiles(ctx context.Context, p types.Principal, id string, as types.FileUser, write bool) (*files.Root, uint32, error) {
 	if err := names.ValidateInstanceID(id); err != nil {
 		return nil, 0, err
 	}
-	s.TouchInstance(id)
-	fr, ok := s.rt.(fileRuntime)
-	if !ok {
+	f.instances.TouchInstance(id)
+	fr := f.rt
+	if fr == nil {
 		return nil, 0, fmt.Errorf("file API: this node's runtime has no file access: %w", errdefs.ErrUnavailable)
 	}
-	in, err := s.GetInstance(ctx, p, id)
+	in, err := f.instances.GetInstance(ctx, p, id)
 	if err != nil {
 		return nil, 0, err
 	}
 	if !live(in.State) {
-		if !write && in.State == types.StateStopped && in.HibernatedVersion == 0 && in.Node == s.cfg.Node {
-			root, err := s.openStopped(ctx, fr, id, as)
+		if !write && in.State == types.StateStopped && in.HibernatedVersion == 0 && in.Node == f.node {
+			root, err := f.openStopped(ctx, fr, id, as)
 			return root, 0, err
 		}
 		if in.State == types.StateStopped {
-			if in, err = s.WakeInstance(ctx, p, id); err != nil {
+			if in, err = f.instances.WakeInstance(ctx, p, id); err != nil {
 				return nil, 0, err
 			}
 		}
@@ -85,8 +131,8 @@ func (s *Service) openFiles(ctx context.Context, p types.Principal, id string, a
 				id, in.State, errdefs.ErrFailedPrecondition), map[string]any{"state": in.State})
 		}
 	}
-	if in.Node != s.cfg.Node {
-		return nil, 0, fmt.Errorf("instance %q runs on node %q, not on %q: %w", id, in.Node, s.cfg.Node, errdefs.ErrFailedPrecondition)
+	if in.Node != f.node {
+		return nil, 0, fmt.Errorf("instance %q runs on node %q, not on %q: %w", id, in.Node, f.node, errdefs.ErrFailedPrecondition)
 	}
 	st, err := fr.Status(ctx, id)
 	if err != nil {
@@ -109,14 +155,14 @@ func (s *Service) openFiles(ctx context.Context, p types.Principal, id string, a
 		root.Close()
 		return nil, 0, fmt.Errorf("instance %q stopped while its files were opened: %w", id, errdefs.ErrFailedPrecondition)
 	}
-	if err := s.setFileIdentity(ctx, fr, root, id, st.Labels, as); err != nil {
+	if err := f.setFileIdentity(ctx, fr, root, id, st.Labels, as); err != nil {
 		root.Close()
 		return nil, 0, err
 	}
 	if write {
 		// A save reads the upper dir while it holds the task frozen: a
 		// write waits for that window to end, as exec does.
-		if err := s.gate.Wait(ctx, id); err != nil {
+		if err := f.gate.Wait(ctx, id); err != nil {
 			root.Close()
 			return nil, 0, fmt.Errorf("instance %q: waiting for a save's freeze to end: %w", id, err)
 		}
@@ -125,7 +171,7 @@ func (s *Service) openFiles(ctx context.Context, p types.Principal, id string, a
 }
 
 // openStopped serves a stopped instance's retained layer read-only.
-func (s *Service) openStopped(ctx context.Context, fr fileRuntime, id string, as types.FileUser) (*files.Root, error) {
+func (f *Files) openStopped(ctx context.Context, fr Runtime, id string, as types.FileUser) (*files.Root, error) {
 	ms, err := fr.Mounts(ctx, id)
 	if err != nil {
 		return nil, err
@@ -146,14 +192,14 @@ func (s *Service) openStopped(ctx context.Context, fr fileRuntime, id string, as
 		cm := mount.Mount{Type: m.Type, Source: m.Source, Options: m.Options}
 		return cm.Mount(target)
 	}
-	root, err := files.OpenSnapshot(fms, mountAt, binds, s.cfg.WorkDir, files.Identity{},
+	root, err := files.OpenSnapshot(fms, mountAt, binds, f.workDir, files.Identity{},
 		fmt.Sprintf("instance %q is stopped: its files are read-only (start it to write)", id))
 	if err != nil {
 		return nil, fmt.Errorf("instance %q: %w", id, err)
 	}
 	st, err := fr.Status(ctx, id)
 	if err == nil {
-		err = s.setFileIdentity(ctx, fr, root, id, st.Labels, as)
+		err = f.setFileIdentity(ctx, fr, root, id, st.Labels, as)
 	}
 	if err != nil {
 		root.Close()
@@ -165,7 +211,7 @@ func (s *Service) openStopped(ctx context.Context, fr fileRuntime, id string, as
 // setFileIdentity gives root the identity a request acts as: the image's
 // user (as exec runs), or the user, uid and gid it names; ids map to the
 // node's through the instance's user namespace, if any.
-func (s *Service) setFileIdentity(ctx context.Context, fr fileRuntime, root *files.Root, id string, labels map[string]string, as types.FileUser) error {
+func (f *Files) setFileIdentity(ctx context.Context, fr Runtime, root *files.Root, id string, labels map[string]string, as types.FileUser) error {
 	view, err := fr.FileView(ctx, id)
 	if err != nil {
 		return err
@@ -307,17 +353,17 @@ func (w *fileWatches) close() {
 // when stopped) to emit until ctx ends or the instance stops. Its
 // directories count against the tenant's and the node's limits of watched
 // directories (files.Inotify).
-func (s *Service) WatchFiles(ctx context.Context, p types.Principal, id string, as types.FileUser, path string, recursive bool, emit func(types.FileEvent) error) error {
-	in, err := s.watches.get()
+func (f *Files) WatchFiles(ctx context.Context, p types.Principal, id string, as types.FileUser, path string, recursive bool, emit func(types.FileEvent) error) error {
+	in, err := f.watches.get()
 	if err != nil {
 		return err
 	}
-	root, pid, err := s.openFiles(ctx, p, id, as, true)
+	root, pid, err := f.openFiles(ctx, p, id, as, true)
 	if err != nil {
 		return err
 	}
 	defer root.Close()
-	fr := s.rt.(fileRuntime)
+	fr := f.rt
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -336,7 +382,7 @@ func (s *Service) WatchFiles(ctx context.Context, p types.Principal, id string, 
 		}
 	}()
 	return root.Watch(ctx, in, files.WatchOptions{Path: path, Recursive: recursive, Key: p.Tenant}, func(ev types.FileEvent) error {
-		s.TouchInstance(id)
+		f.instances.TouchInstance(id)
 		return emit(ev)
 	})
 }

@@ -1,4 +1,4 @@
-package envd
+package checkpoint
 
 import (
 	"context"
@@ -18,7 +18,7 @@ const MinCheckpointEvery = 10 * time.Second
 // SetProjectCheckpoint sets how often the project's running retained
 // instances are checkpointed (a non-current version of their layer);
 // "" or "0" = never.
-func (s *Service) SetProjectCheckpoint(ctx context.Context, p types.Principal, project string, c types.CheckpointSetting) (types.CheckpointSetting, error) {
+func (pt *Checkpoints) SetProjectCheckpoint(ctx context.Context, p types.Principal, project string, c types.CheckpointSetting) (types.CheckpointSetting, error) {
 	var every time.Duration
 	if c.Every != "" && c.Every != "0" {
 		d, err := time.ParseDuration(c.Every)
@@ -27,15 +27,15 @@ func (s *Service) SetProjectCheckpoint(ctx context.Context, p types.Principal, p
 		}
 		every = d
 	}
-	if err := s.store.Projects.SetCheckpointEvery(ctx, p.Tenant, project, every); err != nil {
+	if err := pt.store.SetCheckpointEvery(ctx, p.Tenant, project, every); err != nil {
 		return types.CheckpointSetting{}, err
 	}
-	return s.GetProjectCheckpoint(ctx, p, project)
+	return pt.GetProjectCheckpoint(ctx, p, project)
 }
 
 // GetProjectCheckpoint is the project's checkpoint setting.
-func (s *Service) GetProjectCheckpoint(ctx context.Context, p types.Principal, project string) (types.CheckpointSetting, error) {
-	every, err := s.store.Projects.CheckpointEvery(ctx, p.Tenant, project)
+func (pt *Checkpoints) GetProjectCheckpoint(ctx context.Context, p types.Principal, project string) (types.CheckpointSetting, error) {
+	every, err := pt.store.CheckpointEvery(ctx, p.Tenant, project)
 	if err != nil {
 		return types.CheckpointSetting{}, err
 	}
@@ -45,44 +45,44 @@ func (s *Service) GetProjectCheckpoint(ctx context.Context, p types.Principal, p
 	return types.CheckpointSetting{Every: every.String()}, nil
 }
 
-// checkpointDue checkpoints this node's instances whose interval passed:
+// Due checkpoints this node's instances whose interval passed:
 // a coordinated checkpoint (its layer and every volume's archive, as `POST
 // /v1/instances/{i}/checkpoint`) when the project has volumes, so that its
 // volumes survive the loss of this node; else the layer alone as a
 // version.
-func (s *Service) checkpointDue(ctx context.Context) {
-	ins, err := s.store.Instances.CheckpointDue(ctx, s.cfg.Node)
+func (pt *Checkpoints) Due(ctx context.Context) {
+	ins, err := pt.store.CheckpointDue(ctx, pt.node)
 	if err != nil {
-		s.log.Warn("instances due for a checkpoint", "err", err)
+		pt.log.Warn("instances due for a checkpoint", "err", err)
 		return
 	}
 	for _, in := range ins {
-		v, number, err := s.checkpointInstance(ctx, in)
+		v, number, err := pt.checkpointInstance(ctx, in)
 		if err != nil {
-			s.log.Warn("checkpoint", "instance", in.ID, "err", err)
+			pt.log.Warn("checkpoint", "instance", in.ID, "err", err)
 			continue
 		}
-		if err := s.store.Instances.SetInstanceCheckpoint(ctx, in.ID, v); err != nil {
-			s.log.Warn("record checkpoint", "instance", in.ID, "err", err)
+		if err := pt.store.SetInstanceCheckpoint(ctx, in.ID, v); err != nil {
+			pt.log.Warn("record checkpoint", "instance", in.ID, "err", err)
 			continue
 		}
-		s.log.Info("instance checkpointed", "instance", in.ID, "version", v, "checkpoint", number)
+		pt.log.Info("instance checkpointed", "instance", in.ID, "version", v, "checkpoint", number)
 	}
 }
 
 // checkpointInstance takes one periodic checkpoint of in and returns its
 // version and, when coordinated, its checkpoint number.
-func (s *Service) checkpointInstance(ctx context.Context, in versions.Instance) (version, number int, err error) {
-	proj, err := s.store.Projects.GetProject(ctx, in.Tenant, in.Project)
+func (pt *Checkpoints) checkpointInstance(ctx context.Context, in versions.Instance) (version, number int, err error) {
+	proj, err := pt.store.GetProject(ctx, in.Tenant, in.Project)
 	if err != nil {
 		return 0, 0, err
 	}
-	if len(projectVolumes(proj)) == 0 || s.cfg.Volumes == nil || s.cfg.Objects == nil {
-		v, err := s.life.Checkpoint(ctx, in)
+	if len(projectVolumes(proj)) == 0 || pt.freezer == nil || pt.objects == nil {
+		v, err := pt.instances.Checkpoint(ctx, in)
 		return v.Number, 0, err
 	}
 	p := types.Principal{Tenant: in.Tenant}
-	op, err := s.Checkpoint(ctx, p, in.ID, types.CheckpointRequest{Message: "periodic checkpoint of instance " + in.ID}, "")
+	op, err := pt.Checkpoint(ctx, p, in.ID, types.CheckpointRequest{Message: "periodic checkpoint of instance " + in.ID}, "")
 	if err != nil {
 		return 0, 0, err
 	}
@@ -92,7 +92,7 @@ func (s *Service) checkpointInstance(ctx context.Context, in versions.Instance) 
 			return 0, 0, ctx.Err()
 		case <-time.After(200 * time.Millisecond):
 		}
-		if op, err = s.ops.Get(ctx, p, op.ID); err != nil {
+		if op, err = pt.ops.GetOperation(ctx, p, op.ID); err != nil {
 			return 0, 0, err
 		}
 	}

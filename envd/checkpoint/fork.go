@@ -1,4 +1,4 @@
-package envd
+package checkpoint
 
 import (
 	"context"
@@ -11,6 +11,21 @@ import (
 	"github.com/envd-dev/envd/versions"
 )
 
+// Forks serves a fork of an instance (api.VersionCore's Fork).
+type Forks struct {
+	node      string
+	store     Store
+	saver     Saver
+	ops       Operations
+	instances Instances
+}
+
+// NewForks makes the forks part; it uses Node, Store, Saver, Ops and
+// Instances of d.
+func NewForks(d Deps) *Forks {
+	return &Forks{node: d.Node, store: d.Store, saver: d.Saver, ops: d.Ops, instances: d.Instances}
+}
+
 // forkJob is what a fork operation does, fixed when it is asked.
 type forkJob struct {
 	InstanceID string            `json:"instance_id"`
@@ -22,8 +37,8 @@ type forkJob struct {
 // version that does not become current (its own saves go on as before),
 // then a second instance starts from that version. One capture of an
 // instance at a time: a fork and a save of it exclude each other.
-func (s *Service) Fork(ctx context.Context, p types.Principal, id string, req types.ForkRequest, idempotencyKey string) (types.Operation, error) {
-	in, err := s.store.Instances.GetInstance(ctx, p.Tenant, id)
+func (pt *Forks) Fork(ctx context.Context, p types.Principal, id string, req types.ForkRequest, idempotencyKey string) (types.Operation, error) {
+	in, err := pt.store.GetInstance(ctx, p.Tenant, id)
 	if err != nil {
 		return types.Operation{}, err
 	}
@@ -31,20 +46,20 @@ func (s *Service) Fork(ctx context.Context, p types.Principal, id string, req ty
 		return types.Operation{}, errdefs.WithDetails(fmt.Errorf("instance %q is %s, fork needs Running: %w", id, in.State, errdefs.ErrFailedPrecondition),
 			map[string]any{"state": in.State})
 	}
-	if in.Node != s.cfg.Node {
-		return types.Operation{}, fmt.Errorf("instance %q runs on node %q, not on %q: %w", id, in.Node, s.cfg.Node, errdefs.ErrFailedPrecondition)
+	if in.Node != pt.node {
+		return types.Operation{}, fmt.Errorf("instance %q runs on node %q, not on %q: %w", id, in.Node, pt.node, errdefs.ErrFailedPrecondition)
 	}
 	if len(req.Message) > 4096 {
 		return types.Operation{}, fmt.Errorf("message: longer than 4096 bytes: %w", errdefs.ErrInvalidArgument)
 	}
 	job := forkJob{InstanceID: id, Generation: in.Generation, Request: req}
-	return s.ops.Start(ctx, p, ops.Spec{Kind: types.OpKindFork, Target: id, Scope: id, IdempotencyKey: idempotencyKey,
+	return pt.ops.Start(ctx, p, ops.Spec{Kind: types.OpKindFork, Target: id, Scope: id, IdempotencyKey: idempotencyKey,
 		Asked: req, Job: job, Exclusive: save.CaptureKinds,
-		Run: func(ctx context.Context, op *ops.Op) (any, error) { return s.runFork(ctx, op, p, job) }})
+		Run: func(ctx context.Context, op *ops.Op) (any, error) { return pt.runFork(ctx, op, p, job) }})
 }
 
-func (s *Service) runFork(ctx context.Context, op *ops.Op, p types.Principal, job forkJob) (types.ForkResult, error) {
-	in, err := s.store.Instances.GetInstance(ctx, p.Tenant, job.InstanceID)
+func (pt *Forks) runFork(ctx context.Context, op *ops.Op, p types.Principal, job forkJob) (types.ForkResult, error) {
+	in, err := pt.store.GetInstance(ctx, p.Tenant, job.InstanceID)
 	if err != nil {
 		return types.ForkResult{}, err
 	}
@@ -54,12 +69,12 @@ func (s *Service) runFork(ctx context.Context, op *ops.Op, p types.Principal, jo
 	if in.State != types.StateRunning {
 		return types.ForkResult{}, fmt.Errorf("instance %q is %s: %w", in.ID, in.State, errdefs.ErrFailedPrecondition)
 	}
-	v, err := s.forkVersion(ctx, op, in, job.Request.Message)
+	v, err := pt.forkVersion(ctx, op, in, job.Request.Message)
 	if err != nil {
 		return types.ForkResult{}, err
 	}
 	op.Event(ctx, "committed", fmt.Sprintf("version %d (not current) holds the fork point", v.Number), map[string]any{"version": v.Number})
-	child, err := s.life.CreateInstance(ctx, p, in.Project, types.CreateInstanceRequest{Version: v.Number, TTL: job.Request.TTL, Retain: job.Request.Retain}, "")
+	child, err := pt.instances.CreateInstance(ctx, p, in.Project, types.CreateInstanceRequest{Version: v.Number, TTL: job.Request.TTL, Retain: job.Request.Retain}, "")
 	if err != nil {
 		return types.ForkResult{}, fmt.Errorf("version %d is saved, the second instance did not start (start it with up --version %d): %w", v.Number, v.Number, err)
 	}
@@ -69,28 +84,29 @@ func (s *Service) runFork(ctx context.Context, op *ops.Op, p types.Principal, jo
 
 // forkVersion saves the instance as a version that does not become current
 // and is not recorded as the instance's own last save.
-func (s *Service) forkVersion(ctx context.Context, op *ops.Op, in versions.Instance, message string) (versions.Version, error) {
-	release, err := s.saver.Guard(ctx, in.ID, op.ID)
+func (pt *Forks) forkVersion(ctx context.Context, op *ops.Op, in versions.Instance, message string) (versions.Version, error) {
+	release, err := pt.saver.Guard(ctx, in.ID, op.ID)
 	if err != nil {
 		return versions.Version{}, err
 	}
 	defer release()
-	c, err := s.saver.Capture(ctx, op, save.Capture{Work: op.ID, Instance: in, Freeze: true, Quota: versions.QuotaEnforced})
+	c, err := pt.saver.Capture(ctx, op, save.Capture{Work: op.ID, Instance: in, Freeze: true, Quota: versions.QuotaEnforced})
 	if err != nil {
 		return versions.Version{}, err
 	}
 	if message == "" {
 		message = "fork of instance " + in.ID
 	}
-	v, _, err := s.saver.Commit(ctx, c, versions.Commit{
+	v, _, err := pt.saver.Commit(ctx, c, versions.Commit{
 		Tenant: in.Tenant, Project: in.Project, InstanceID: in.ID, Generation: in.Generation, NoSwitch: true,
 		Kind: "snapshot", Message: message,
 	})
 	return v, err
 }
 
-// settleFork ends a fork a previous envd left unfinished: its version, if
+// Settle ends a fork a previous envd left unfinished: its version, if
 // committed, stays listed (not current); no second instance is started.
-func (s *Service) settleFork(ctx context.Context, op versions.Operation) {
-	s.ops.Settle(ctx, op, fmt.Errorf("envd restarted during the fork; a version it committed is listed, not current: %w", errdefs.ErrFailedPrecondition))
+// It is the ops.Resumer of kind fork.
+func (pt *Forks) Settle(ctx context.Context, op versions.Operation) {
+	pt.ops.Settle(ctx, op, fmt.Errorf("envd restarted during the fork; a version it committed is listed, not current: %w", errdefs.ErrFailedPrecondition))
 }

@@ -1,4 +1,4 @@
-package envd_test
+package sshkeys_test
 
 import (
 	"crypto/ed25519"
@@ -12,7 +12,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/envd-dev/envd/api/errdefs"
-	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/envd/sshkeys"
 )
 
 func authorized(t *testing.T, key any) string {
@@ -52,7 +52,7 @@ func TestParseSSHKey(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			key, comment, err := envd.ParseSSHKey(tc.text)
+			key, comment, err := sshkeys.ParseSSHKey(tc.text)
 			if tc.wantErr != "" {
 				require.ErrorIs(t, err, errdefs.ErrInvalidArgument)
 				assert.ErrorContains(t, err, tc.wantErr)

@@ -1,4 +1,8 @@
-package envd
+// Package ports is the port proxy's part of the core (api.PortCore): the
+// ports an instance listens on, connections to them (DialInstance),
+// preview tokens (package envd/preview) and the projects' public ports.
+// The proxying itself is the API's (api/ports.go).
+package ports
 
 import (
 	"context"
@@ -13,12 +17,11 @@ import (
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/envd/names"
 	"github.com/envd-dev/envd/envd/preview"
+	"github.com/envd-dev/envd/internal/limiter"
 	"github.com/envd-dev/envd/internal/netns"
+	"github.com/envd-dev/envd/runtime"
+	"github.com/envd-dev/envd/versions"
 )
-
-// The port proxy's core: the ports an instance listens on, preview tokens
-// (package preview) and the projects' public ports. The proxying itself is
-// the API's (api/ports.go), over DialInstance (dial.go).
 
 const (
 	// DefaultPreviewTTL is a preview token's lifetime when its request
@@ -29,30 +32,84 @@ const (
 	maxPublicPorts = 64
 )
 
-// portState is the Service's part for ports: the cluster's preview key,
-// read (or made) once from the store.
-type portState struct {
+// Store is what the port part needs of the store.
+type Store interface {
+	// PreviewKey returns the cluster's preview key, storing candidate
+	// when there is none yet.
+	PreviewKey(ctx context.Context, candidate []byte) ([]byte, error)
+	PublicPorts(ctx context.Context, tenant, project string) ([]int, error)
+	SetPublicPorts(ctx context.Context, tenant, project string, ports []int) error
+	PortIsPublic(ctx context.Context, id string, port int) (tenant string, public bool, err error)
+	GetInstance(ctx context.Context, tenant, id string) (versions.Instance, error)
+}
+
+// Runtime tells the task of an instance (its pid: its network namespace).
+type Runtime interface {
+	Status(ctx context.Context, id string) (runtime.Status, error)
+}
+
+// Instances authorizes an instance for a principal and records activity
+// on it (lifecycle.Manager).
+type Instances interface {
+	// GetInstance returns instance id of p's tenant, or ErrNotFound.
+	GetInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error)
+	// Touch records activity on instance id now.
+	Touch(id string)
+}
+
+// Deps is what New needs. Threads, when set, refuses new work while the
+// process runs too many OS threads (envd's thread high-water mark).
+type Deps struct {
+	Node      string // this node's name
+	Store     Store
+	Runtime   Runtime
+	Instances Instances
+	Dials     DialLimits
+	Threads   func() error
+}
+
+// Ports serves the port proxy's core (api.PortCore, but for the wake,
+// touch and hold of instances, which are lifecycle's).
+type Ports struct {
+	node      string
+	store     Store
+	rt        Runtime
+	instances Instances
+	limits    DialLimits
+	threads   func() error
+
 	mu  sync.Mutex
-	key []byte
+	key []byte // the cluster's preview key, read (or made) once
+
+	dialsOnce sync.Once
+	dials     *limiter.Limiter // dials to instances' ports being opened
+}
+
+// New makes the port part.
+func New(d Deps) *Ports {
+	if d.Threads == nil {
+		d.Threads = func() error { return nil }
+	}
+	return &Ports{node: d.Node, store: d.Store, rt: d.Runtime, instances: d.Instances, limits: d.Dials, threads: d.Threads}
 }
 
 // previewKey returns the cluster's preview key; the first node that needs
 // one stores a random key, every node then reads that one.
-func (s *Service) previewKey(ctx context.Context) ([]byte, error) {
-	s.ports.mu.Lock()
-	defer s.ports.mu.Unlock()
-	if s.ports.key != nil {
-		return s.ports.key, nil
+func (pt *Ports) previewKey(ctx context.Context) ([]byte, error) {
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	if pt.key != nil {
+		return pt.key, nil
 	}
 	candidate := make([]byte, preview.KeySize)
 	if _, err := rand.Read(candidate); err != nil {
 		return nil, err
 	}
-	key, err := s.store.Nodes.PreviewKey(ctx, candidate)
+	key, err := pt.store.PreviewKey(ctx, candidate)
 	if err != nil {
 		return nil, err
 	}
-	s.ports.key = key
+	pt.key = key
 	return key, nil
 }
 
@@ -66,8 +123,8 @@ func checkPort(port int) error {
 // ListPorts returns the TCP ports a running instance listens on, from its
 // network namespace, each address once, ordered by port. Public is set
 // from the project's settings. Errors as DialInstance's, but for the port.
-func (s *Service) ListPorts(ctx context.Context, p types.Principal, id string) ([]types.ListeningPort, error) {
-	in, pid, err := s.instancePid(ctx, p, id)
+func (pt *Ports) ListPorts(ctx context.Context, p types.Principal, id string) ([]types.ListeningPort, error) {
+	in, pid, err := pt.instancePid(ctx, p, id)
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +132,7 @@ func (s *Service) ListPorts(ctx context.Context, p types.Principal, id string) (
 	if err != nil {
 		return nil, fmt.Errorf("ports of instance %q: %w", id, err)
 	}
-	public, err := s.store.Projects.PublicPorts(ctx, p.Tenant, in.Project)
+	public, err := pt.store.PublicPorts(ctx, p.Tenant, in.Project)
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +152,7 @@ func (s *Service) ListPorts(ctx context.Context, p types.Principal, id string) (
 // MaxPreviewTTL). The instance need not be running: the preview wakes it.
 // The URL and Host of the answer are the API's to fill (it knows the
 // preview domain). Errors: ErrInvalidArgument (port, ttl), ErrNotFound.
-func (s *Service) PreviewToken(ctx context.Context, p types.Principal, id string, port int, req types.PreviewTokenRequest) (types.PreviewToken, error) {
+func (pt *Ports) PreviewToken(ctx context.Context, p types.Principal, id string, port int, req types.PreviewTokenRequest) (types.PreviewToken, error) {
 	if err := checkPort(port); err != nil {
 		return types.PreviewToken{}, err
 	}
@@ -107,10 +164,10 @@ func (s *Service) PreviewToken(ctx context.Context, p types.Principal, id string
 		}
 		ttl = d
 	}
-	if _, err := s.GetInstance(ctx, p, id); err != nil {
+	if _, err := pt.instances.GetInstance(ctx, p, id); err != nil {
 		return types.PreviewToken{}, err
 	}
-	key, err := s.previewKey(ctx)
+	key, err := pt.previewKey(ctx)
 	if err != nil {
 		return types.PreviewToken{}, err
 	}
@@ -127,14 +184,14 @@ func (s *Service) PreviewToken(ctx context.Context, p types.Principal, id string
 // the token's expiry (zero for a public port). Every refusal, an unknown
 // instance included, is ErrUnauthenticated, so the answer tells nothing
 // about instances the caller holds no token for.
-func (s *Service) PreviewAccess(ctx context.Context, id string, port int, token string) (types.Principal, time.Time, error) {
+func (pt *Ports) PreviewAccess(ctx context.Context, id string, port int, token string) (types.Principal, time.Time, error) {
 	deny := func(why string) (types.Principal, time.Time, error) {
 		return types.Principal{}, time.Time{}, fmt.Errorf("port %d of instance %q: %s: %w", port, id, why, errdefs.ErrUnauthenticated)
 	}
 	if names.ValidateInstanceID(id) != nil || checkPort(port) != nil {
 		return deny("no such preview")
 	}
-	tenant, public, err := s.store.Instances.PortIsPublic(ctx, id, port)
+	tenant, public, err := pt.store.PortIsPublic(ctx, id, port)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return deny("no valid preview token")
 	}
@@ -143,7 +200,7 @@ func (s *Service) PreviewAccess(ctx context.Context, id string, port int, token 
 	}
 	var verr error
 	if token != "" {
-		key, err := s.previewKey(ctx)
+		key, err := pt.previewKey(ctx)
 		if err != nil {
 			return types.Principal{}, time.Time{}, err
 		}
@@ -163,8 +220,8 @@ func (s *Service) PreviewAccess(ctx context.Context, id string, port int, token 
 }
 
 // GetProjectPorts returns a project's port settings.
-func (s *Service) GetProjectPorts(ctx context.Context, p types.Principal, project string) (types.ProjectPorts, error) {
-	ports, err := s.store.Projects.PublicPorts(ctx, p.Tenant, project)
+func (pt *Ports) GetProjectPorts(ctx context.Context, p types.Principal, project string) (types.ProjectPorts, error) {
+	ports, err := pt.store.PublicPorts(ctx, p.Tenant, project)
 	if err != nil {
 		return types.ProjectPorts{}, err
 	}
@@ -174,7 +231,7 @@ func (s *Service) GetProjectPorts(ctx context.Context, p types.Principal, projec
 // SetProjectPorts replaces a project's port settings; the list of public
 // ports is kept sorted and without duplicates. It applies at once to the
 // project's running instances.
-func (s *Service) SetProjectPorts(ctx context.Context, p types.Principal, project string, req types.ProjectPorts) (types.ProjectPorts, error) {
+func (pt *Ports) SetProjectPorts(ctx context.Context, p types.Principal, project string, req types.ProjectPorts) (types.ProjectPorts, error) {
 	ports := slices.Clone(req.Public)
 	if len(ports) > maxPublicPorts {
 		return types.ProjectPorts{}, fmt.Errorf("public ports: %d given, at most %d: %w", len(ports), maxPublicPorts, errdefs.ErrInvalidArgument)
@@ -189,7 +246,7 @@ func (s *Service) SetProjectPorts(ctx context.Context, p types.Principal, projec
 	if ports == nil {
 		ports = []int{}
 	}
-	if err := s.store.Projects.SetPublicPorts(ctx, p.Tenant, project, ports); err != nil {
+	if err := pt.store.SetPublicPorts(ctx, p.Tenant, project, ports); err != nil {
 		return types.ProjectPorts{}, err
 	}
 	return types.ProjectPorts{Public: ports}, nil

@@ -1,4 +1,4 @@
-package envd
+package cluster
 
 import (
 	"testing"
@@ -7,7 +7,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/envd-dev/envd/api/types"
-	"github.com/envd-dev/envd/envd/cluster"
 )
 
 // A node offers placement its host's memory and disk times their
@@ -18,25 +17,25 @@ import (
 func TestClusterDefaultsOvercommit(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	full := clusterDefaults(ClusterConfig{}, dir)
-	dense := clusterDefaults(ClusterConfig{MemoryOvercommit: 10, DiskOvercommit: 10}, dir)
+	full := withDefaults(Config{}, dir)
+	dense := withDefaults(Config{MemoryOvercommit: 10, DiskOvercommit: 10}, dir)
 	require.Positive(t, full.Capacity.MemoryBytes)
 	require.Positive(t, full.Capacity.DiskBytes)
 	assert.Equal(t, full.Capacity.MemoryBytes*10, dense.Capacity.MemoryBytes)
 	assert.InDelta(t, full.Capacity.DiskBytes*10, dense.Capacity.DiskBytes, float64(full.Capacity.DiskBytes)/100)
 
-	given := clusterDefaults(ClusterConfig{MemoryOvercommit: 10, DiskOvercommit: 10,
+	given := withDefaults(Config{MemoryOvercommit: 10, DiskOvercommit: 10,
 		Capacity: types.NodeCapacity{MemoryBytes: 8 << 30, DiskBytes: 100 << 30}}, dir)
 	assert.Equal(t, int64(8<<30), given.Capacity.MemoryBytes)
 	assert.Equal(t, int64(100<<30), given.Capacity.DiskBytes)
 
 	// What placement makes of it: the instances that fit one node.
-	fits := func(c ClusterConfig) int {
+	fits := func(c Config) int {
 		limits := types.Limits{MemoryBytes: 2 << 30, DiskBytes: 10 << 30}
-		cand := cluster.Candidate{Name: "n", State: "ready", MemoryBytes: c.Capacity.MemoryBytes, DiskBytes: c.Capacity.DiskBytes}
+		cand := Candidate{Name: "n", State: "ready", MemoryBytes: c.Capacity.MemoryBytes, DiskBytes: c.Capacity.DiskBytes}
 		n := 0
 		for ; n < 100000; n++ {
-			if _, err := cluster.Place(cluster.Request{Limits: limits}, []cluster.Candidate{cand}); err != nil {
+			if _, err := Place(Request{Limits: limits}, []Candidate{cand}); err != nil {
 				break
 			}
 			cand.UsedMemory += limits.MemoryBytes
