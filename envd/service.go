@@ -36,7 +36,7 @@ import (
 
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
-	"github.com/envd-dev/envd/envd/build"
+	"github.com/envd-dev/envd/builder"
 	"github.com/envd-dev/envd/envd/changes"
 	"github.com/envd-dev/envd/envd/command"
 	"github.com/envd-dev/envd/envd/freeze"
@@ -193,7 +193,7 @@ type Service struct {
 	vols    *volumes.Manager
 	life    *lifecycle.Manager
 	cmds    *command.Runner
-	builds  *build.Builder
+	builds  *builder.Builder
 	gc      *gc.Collector
 
 	limits     *limiter.Limiter // per-tenant concurrency (admission.go)
@@ -290,7 +290,7 @@ func (s *Service) wire(ctx context.Context) {
 		IdleAfter:        cfg.IdleAfter, IdleAction: cfg.IdleAction, IdleInterval: cfg.IdleInterval, ActivityFlush: cfg.ActivityFlush,
 		Pools: s.store, PoolInterval: cfg.PoolInterval, PoolRefillDelay: cfg.PoolRefillDelay})
 	s.cmds = command.New(cfg.Node, s.store, s.rt, gate).WithActivity(s.life).WithExits(s.life)
-	s.builds = build.New(build.Deps{Store: s.store, Reg: s.reg, Runtime: s.rt, Capturer: s.saver, Instances: s.life,
+	s.builds = builder.New(builder.Deps{Store: s.store, Reg: s.reg, Runtime: s.rt, Capturer: s.saver, Instances: s.life,
 		Quota: s.quota, Content: s.content, Bases: bases{s}, Ops: s.ops, Log: s.log, Objects: cfg.Objects})
 	s.gc = gc.NewCollector(s.store, s.reg, s.ops, cfg.Sweeper, gcVolumes).WithArchives(s.vols)
 	s.wireRollouts(ctx)
@@ -373,7 +373,7 @@ func (s *Service) resolveBase(ctx context.Context, tenant, base string) (registr
 	return img, nil
 }
 
-// bases resolves base images for builds and migrations (build.Bases).
+// bases resolves base images for builds and migrations (builder.Bases).
 type bases struct{ s *Service }
 
 func (b bases) ResolveBase(ctx context.Context, tenant, base string) (registry.Image, error) {
