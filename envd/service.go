@@ -47,7 +47,6 @@ import (
 	"github.com/envd-dev/envd/envd/quota"
 	"github.com/envd-dev/envd/envd/rollout"
 	"github.com/envd-dev/envd/envd/save"
-	"github.com/envd-dev/envd/envd/volumes"
 	"github.com/envd-dev/envd/internal/limiter"
 	"github.com/envd-dev/envd/internal/objstore"
 	"github.com/envd-dev/envd/registry"
@@ -190,7 +189,7 @@ type Service struct {
 	quota   *quota.Checker
 	content *gc.Content
 	saver   *save.Saver
-	vols    *volumes.Manager
+	vols    *workspace.Volumes
 	life    *lifecycle.Manager
 	cmds    *command.Runner
 	builds  *builder.Builder
@@ -276,12 +275,12 @@ func (s *Service) wire(ctx context.Context) {
 	s.saver = save.New(save.Deps{Node: cfg.Node, WorkDir: cfg.WorkDir, Runtime: s.rt, Store: s.store, Reg: s.reg,
 		Content: s.content, Quota: s.quota, Ops: s.ops, Gate: gate, Log: s.log, Observer: cfg.Observer})
 	// A nil *workspace.Manager must stay a nil interface: "no volumes".
-	var storage volumes.Storage
+	var storage workspace.Storage
 	var gcVolumes gc.Volumes
 	if cfg.Volumes != nil {
 		storage, gcVolumes = cfg.Volumes, cfg.Volumes
 	}
-	s.vols = volumes.New(cfg.Node, s.store, storage, cfg.Objects, s.quota, s.log).WithHomes(s.store)
+	s.vols = workspace.NewVolumes(cfg.Node, s.store, storage, cfg.Objects, s.quota, s.log).WithHomes(s.store)
 	s.life = lifecycle.New(ctx, lifecycle.Deps{Node: cfg.Node, Store: s.store, Runtime: s.rt, Registry: s.reg,
 		Volumes: s.vols, Quota: s.quota, Saver: s.saver, Gate: gate, Ops: s.ops, Log: s.log, Observer: cfg.Observer,
 		DefaultLimits: cfg.DefaultLimits, BuildEgress: cfg.BuildEgress, HibernateAfter: cfg.HibernateAfter,
