@@ -17,10 +17,3 @@ func (s *Service) reportDiskRoom(ctx context.Context) {
 		s.log.Warn("report the node's disk room", "err", err)
 	}
 }
-
-func deref(p *int64) int64 {
-	if p == nil {
-		return 0
-	}
-	return *p
-}

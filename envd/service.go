@@ -38,6 +38,7 @@ import (
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/builder"
 	"github.com/envd-dev/envd/envd/changes"
+	"github.com/envd-dev/envd/envd/cluster"
 	"github.com/envd-dev/envd/envd/command"
 	"github.com/envd-dev/envd/envd/freeze"
 	"github.com/envd-dev/envd/envd/gc"
@@ -194,6 +195,7 @@ type Service struct {
 	cmds    *command.Runner
 	builds  *builder.Builder
 	gc      *gc.Collector
+	placer  *cluster.Placer
 
 	limits     *limiter.Limiter // per-tenant concurrency (admission.go)
 	limitsOnce sync.Once
@@ -292,6 +294,7 @@ func (s *Service) wire(ctx context.Context) {
 	s.builds = builder.New(builder.Deps{Store: s.store, Reg: s.reg, Runtime: s.rt, Capturer: s.saver, Instances: s.life,
 		Quota: s.quota, Content: s.content, Bases: bases{s}, Ops: s.ops, Log: s.log, Objects: cfg.Objects})
 	s.gc = gc.NewCollector(s.store, s.reg, s.ops, cfg.Sweeper, gcVolumes).WithArchives(s.vols)
+	s.placer = cluster.NewPlacer(cfg.Node, cfg.Cluster.Placement == PlacementLocal, s.store, s.life, s.vols)
 	s.wireRollouts(ctx)
 	s.wireSquash(ctx)
 }
