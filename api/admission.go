@@ -7,14 +7,11 @@ import (
 	"github.com/envd-dev/envd/api/types"
 
 	"github.com/gin-gonic/gin"
-
-	versionstore "github.com/envd-dev/envd/versions"
 )
 
-// Admitter is implemented by a Core that limits how many exec and event
-// streams one tenant holds at once (*envd.Service does); with a Core
-// without it, streams are not limited. Admit returns
-// errdefs.ErrResourceExhausted past the limit.
+// Admitter limits how many exec and event streams one tenant holds at
+// once (Parts.Admitter; *envd.Service does); without one, streams are not
+// limited. Admit returns errdefs.ErrResourceExhausted past the limit.
 type Admitter interface {
 	Admit(p types.Principal, kind string) (release func(), err error)
 }
@@ -24,9 +21,9 @@ type Admitter interface {
 // disconnects and recovered panics included.
 type admitFunc func(p types.Principal, kind string) (release func(), err error)
 
-// admission is core's Admit, or one that admits everything.
-func admission(core Core) admitFunc {
-	if a, limited := core.(Admitter); limited {
+// admission is a's Admit, or one that admits everything when a is nil.
+func admission(a Admitter) admitFunc {
+	if a != nil {
 		return a.Admit
 	}
 	return func(types.Principal, string) (func(), error) { return func() {}, nil }
@@ -35,7 +32,7 @@ func admission(core Core) admitFunc {
 // checkIdempotencyKey answers 400 for an Idempotency-Key the store cannot
 // hold, on every route, before a handler does any work.
 func checkIdempotencyKey(c *gin.Context) {
-	if err := versionstore.CheckIdempotencyKey(c.GetHeader(IdempotencyKeyHeader)); err != nil {
+	if err := types.CheckIdempotencyKey(c.GetHeader(IdempotencyKeyHeader)); err != nil {
 		writeError(c, err)
 		return
 	}

@@ -17,28 +17,30 @@ import (
 
 	"github.com/envd-dev/envd/api"
 	"github.com/envd-dev/envd/api/apitest"
-	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/internal/limiter"
 )
 
-// limitedCore is the fake core with the real limiter the service uses.
-type limitedCore struct {
-	*apitest.Core
-	lim *limiter.Limiter
+// limited is the fakes with the real limiter the service uses.
+func limited(core *apitest.Fakes, lim *limiter.Limiter) api.Parts {
+	parts := core.Parts()
+	parts.Admitter = admitter{lim}
+	return parts
 }
 
-func (c limitedCore) Admit(p types.Principal, kind string) (func(), error) {
-	return c.lim.Acquire(p.Tenant, kind)
+type admitter struct{ lim *limiter.Limiter }
+
+func (a admitter) Admit(p types.Principal, kind string) (func(), error) {
+	return a.lim.Acquire(p.Tenant, kind)
 }
 
-func newLimitedServer(t *testing.T, max int) (*apitest.Core, *limiter.Limiter, *httptest.Server) {
+func newLimitedServer(t *testing.T, max int) (*apitest.Fakes, *limiter.Limiter, *httptest.Server) {
 	t.Helper()
 	core := apitest.New()
 	lim := limiter.New(map[string]limiter.Limit{
-		envd.AdmitExec:   {Max: max, RetryAfter: 3 * time.Second},
-		envd.AdmitEvents: {Max: max, RetryAfter: 3 * time.Second},
+		types.AdmitExec:   {Max: max, RetryAfter: 3 * time.Second},
+		types.AdmitEvents: {Max: max, RetryAfter: 3 * time.Second},
 	})
-	h, err := api.New(limitedCore{core, lim}, api.WithEventPollInterval(10*time.Millisecond), api.WithErrorLog(io.Discard))
+	h, err := api.New(limited(core, lim), api.WithEventPollInterval(10*time.Millisecond), api.WithErrorLog(io.Discard))
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -64,7 +66,7 @@ func TestExecLimitPerTenant(t *testing.T) {
 	t.Parallel()
 	core, lim, srv := newLimitedServer(t, 1)
 	block := make(chan struct{})
-	core.ExecFunc = func(ctx context.Context, id string, req types.ExecRequest) (types.ExecResult, error) {
+	core.Exec.ExecFunc = func(ctx context.Context, id string, req types.ExecRequest) (types.ExecResult, error) {
 		switch req.Args[0] {
 		case "block":
 			select {
@@ -86,21 +88,21 @@ func TestExecLimitPerTenant(t *testing.T) {
 
 	first := make(chan response)
 	go func() { first <- exec("block") }()
-	eventually(t, lim, envd.AdmitExec, 1)
+	eventually(t, lim, types.AdmitExec, 1)
 	assertExhausted(t, exec("echo"))
 	close(block)
 	assert.Equal(t, http.StatusOK, (<-first).status)
-	eventually(t, lim, envd.AdmitExec, 0)
+	eventually(t, lim, types.AdmitExec, 0)
 
 	t.Run("released after a panic", func(t *testing.T) {
 		r := exec("panic")
 		assert.Equal(t, http.StatusInternalServerError, r.status)
-		eventually(t, lim, envd.AdmitExec, 0)
+		eventually(t, lim, types.AdmitExec, 0)
 	})
 	t.Run("released after an error", func(t *testing.T) {
 		r := do(t, srv, http.MethodPost, "/v1/instances/i-1/exec", strings.NewReader(`{"args":[]}`), nil)
 		assert.Equal(t, http.StatusOK, exec("echo").status, "an invalid request held no slot: %s", r.body)
-		eventually(t, lim, envd.AdmitExec, 0)
+		eventually(t, lim, types.AdmitExec, 0)
 	})
 	t.Run("released when the client goes away", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -114,10 +116,10 @@ func TestExecLimitPerTenant(t *testing.T) {
 				resp.Body.Close()
 			}
 		}()
-		eventually(t, lim, envd.AdmitExec, 1)
+		eventually(t, lim, types.AdmitExec, 1)
 		cancel()
 		<-done
-		eventually(t, lim, envd.AdmitExec, 0)
+		eventually(t, lim, types.AdmitExec, 0)
 	})
 }
 
@@ -127,13 +129,13 @@ func TestExecLimitPerTenant(t *testing.T) {
 func TestExecWebSocketLimitPerTenant(t *testing.T) {
 	t.Parallel()
 	core, lim, srv := newLimitedServer(t, 1)
-	core.ExecStreamFunc = func(ctx context.Context, _ string, _ types.ExecRequest, _ types.Stdio) (int, error) {
+	core.Exec.ExecStreamFunc = func(ctx context.Context, _ string, _ types.ExecRequest, _ types.Stdio) (int, error) {
 		<-ctx.Done()
 		return -1, ctx.Err()
 	}
 	c, _, err := dialExec(t, srv, "cmd=sh", nil)
 	require.NoError(t, err)
-	eventually(t, lim, envd.AdmitExec, 1)
+	eventually(t, lim, types.AdmitExec, 1)
 
 	_, resp, err := dialExec(t, srv, "cmd=sh", nil)
 	require.Error(t, err)
@@ -143,7 +145,7 @@ func TestExecWebSocketLimitPerTenant(t *testing.T) {
 	assertExhausted(t, do(t, srv, http.MethodPost, "/v1/instances/i-1/exec", strings.NewReader(`{"args":["x"]}`), nil))
 
 	require.NoError(t, c.conn.Close(websocket.StatusNormalClosure, ""))
-	eventually(t, lim, envd.AdmitExec, 0)
+	eventually(t, lim, types.AdmitExec, 0)
 	_, _, err = dialExec(t, srv, "cmd=sh", nil)
 	require.NoError(t, err)
 }
@@ -151,10 +153,10 @@ func TestExecWebSocketLimitPerTenant(t *testing.T) {
 func TestEventStreamLimitPerTenant(t *testing.T) {
 	t.Parallel()
 	core, lim, srv := newLimitedServer(t, 1)
-	op := core.NewOperation("save", "i-1")
+	op := core.Operations.NewOperation("save", "i-1")
 	ctx, cancel := context.WithCancel(context.Background())
 	resp := openStream(t, ctx, srv, "/v1/operations/"+op.ID+"/events", nil)
-	eventually(t, lim, envd.AdmitEvents, 1)
+	eventually(t, lim, types.AdmitEvents, 1)
 
 	r := do(t, srv, http.MethodGet, "/v1/operations/"+op.ID+"/events", nil, map[string]string{"Accept": "text/event-stream"})
 	assert.Equal(t, http.StatusTooManyRequests, r.status, "body %s", r.body)
@@ -165,7 +167,7 @@ func TestEventStreamLimitPerTenant(t *testing.T) {
 
 	cancel()
 	resp.Body.Close()
-	eventually(t, lim, envd.AdmitEvents, 0)
+	eventually(t, lim, types.AdmitEvents, 0)
 	openStream(t, context.Background(), srv, "/v1/operations/"+op.ID+"/events", nil)
 }
 

@@ -1,6 +1,6 @@
 // Package api serves envd's HTTP API with gin.
 //
-// Handlers parse the request, authenticate it, call the Core and map its
+// Handlers parse the request, authenticate it, call a part and map its
 // errors; they hold no business logic. Every route under /v1 needs an
 // "Authorization: Bearer <token>" header (a WebSocket upgrade may carry the
 // token as a subprotocol instead, see exec_ws.go). Errors are JSON:
@@ -12,12 +12,15 @@
 // request has an id, logged with it in the access log (observe.go).
 //
 // Routes come in groups, one file each (projects.go, instances.go, ...):
-// the group declares the small interface of the core methods it calls and
-// lists its routes. Nearly every route is one handle call (handle.go):
-// decode the JSON body into the request type, call the core, answer the
-// result with a status or the error. To add a route, add its line to its
-// group's routes and, when the core method is new, the method to the
-// group's interface (and to *envd.Service and the fake in apitest).
+// the group declares the small interface of the methods it calls and lists
+// its routes; New takes one implementation per group (Parts). Nearly every
+// route is one handle call (handle.go): decode the JSON body into the
+// request type, call the part, answer the result with a status or the
+// error. To add a route, add its line to its group's routes and, when the
+// method is new, the method to the group's interface, to the part that
+// implements it (envd/node wires the parts) and to that group's fake in
+// apitest. A new group is a new interface, a field of Parts, a line in New
+// and a small fake.
 package api
 
 import (
@@ -32,35 +35,42 @@ import (
 	"github.com/gin-gonic/gin"
 )
 
-// Core is what the API needs from envd's service core: the union of the
-// small interfaces its route groups declare, each next to its handlers
-// (auth.go, node.go, images.go, projects.go, instances.go (two groups),
-// exec_ws.go, versions.go, volumes.go, operations.go, tenants.go). *envd.Service
-// implements it. Every method but Authenticate and Info acts for the
-// principal the request's token belongs to.
-type Core interface {
-	Authenticator
-	NodeCore
-	ImageCore
-	ProjectCore
-	InstanceCore
-	LifecycleCore
-	ExecCore
-	VersionCore
-	VolumeCore
-	OperationCore
-	TenantCore
-	ForwardCore
-	SSHKeyCore
-	IdleCore
-	PortCore
-	FileCore
-	RolloutCore
-	PoolCore
-	CheckpointCore
-	SpecCore
-	ClusterCore
-	JoinCore
+// Parts are what the API serves: one field per route group, each the
+// small interface that group declares next to its handlers (auth.go,
+// node.go, images.go, projects.go, instances.go (two groups), exec_ws.go,
+// versions.go, volumes.go, operations.go, tenants.go, ...). The composition
+// root (envd/node) fills them with the feature parts that implement them.
+// Every method but Authenticate, Info and Join acts for the principal the
+// request's token belongs to.
+//
+// Auth is required. A nil group is not mounted: its routes answer 404
+// not_found ("no route ..."), as any unknown route does. Forward nil: every
+// instance is this node's; Cluster nil: instances are placed here;
+// Admitter nil: streams are not limited.
+type Parts struct {
+	Auth        Authenticator
+	Node        NodeCore
+	Images      ImageCore
+	Projects    ProjectCore
+	Instances   InstanceCore
+	Lifecycle   LifecycleCore
+	Exec        ExecCore
+	Versions    VersionCore
+	Volumes     VolumeCore
+	Operations  OperationCore
+	Tenants     TenantCore
+	Forward     ForwardCore
+	SSHKeys     SSHKeyCore
+	Idle        IdleCore
+	Ports       PortCore
+	Files       FileCore
+	Rollouts    RolloutCore
+	Pools       PoolCore
+	Checkpoints CheckpointCore
+	Specs       SpecCore
+	Cluster     ClusterCore
+	Join        JoinCore
+	Admitter    Admitter
 }
 
 // MaxJSONBody is the largest JSON request body accepted. Image uploads are
@@ -185,7 +195,7 @@ func WithPreviewDomain(domain string) Option {
 
 // New returns the API's HTTP handler, or the error of the first invalid
 // option.
-func New(core Core, opts ...Option) (http.Handler, error) {
+func New(parts Parts, opts ...Option) (http.Handler, error) {
 	o := options{
 		errorLog:     gin.DefaultErrorWriter,
 		pollInterval: 200 * time.Millisecond,
@@ -196,6 +206,9 @@ func New(core Core, opts ...Option) (http.Handler, error) {
 		if err := opt(&o); err != nil {
 			return nil, fmt.Errorf("api: %w", err)
 		}
+	}
+	if parts.Auth == nil {
+		return nil, errors.New("api: Parts.Auth is nil: every /v1 route authenticates")
 	}
 	gin.SetMode(gin.ReleaseMode)
 	e := gin.New()
@@ -219,41 +232,59 @@ func New(core Core, opts ...Option) (http.Handler, error) {
 		writeError(c, fmt.Errorf("no route %s %s: %w", c.Request.Method, c.Request.URL.Path, errNotFound))
 	})
 
-	auth := authenticate(core)
-	admit := admission(core)
-	node := node{core}
+	auth := authenticate(parts.Auth)
+	admit := admission(parts.Admitter)
 	serveConsole(e)
 	e.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	e.GET("/readyz", readiness{o.checks, o.checkTimeout}.serve)
-	e.GET("/metrics", scrapeAuth(core, o.scrapeToken), serveMetrics(o.metrics))
-	e.POST("/v1/cluster/join", joinTokens{core}.join)
+	e.GET("/metrics", scrapeAuth(parts.Auth, o.scrapeToken), serveMetrics(o.metrics))
+	if parts.Join != nil {
+		e.POST("/v1/cluster/join", joinTokens{parts.Join}.join)
+	}
 	fwd := forwarder{peers: o.forwardTransport, key: o.forwardKey}
 	if fwd.peers == nil {
 		fwd.peers = defaultPeers
 	}
-	v1 := e.Group("/v1", auth, checkIdempotencyKey, forward(core, fwd), placeCreate(core, fwd))
-	for _, group := range [][]route{
-		node.routes(),
-		images{core}.routes(),
-		projects{core}.routes(),
-		instances{core}.routes(),
-		lifecycle{core}.routes(),
-		execs{core, admit}.routes(),
-		versions{core}.routes(),
-		volumes{core}.routes(),
-		operations{core, admit, o.pollInterval, o.keepAlive}.routes(),
-		tenants{core}.routes(),
-		sshRoutes{core, o.ssh}.routes(),
-		idle{core}.routes(),
-		newPorts(core, o.previewDomain).routes(),
-		fileRoutes{core, admit, o.keepAlive}.routes(),
-		rollouts{core}.routes(),
-		pools{core}.routes(),
-		checkpoints{core}.routes(),
-		specRoutes{core}.routes(),
-		nodes{core}.routes(),
-		joinTokens{core}.routes(),
-	} {
+	chain := []gin.HandlerFunc{auth, checkIdempotencyKey}
+	if parts.Forward != nil {
+		chain = append(chain, forward(parts.Forward, fwd))
+	}
+	if parts.Cluster != nil {
+		chain = append(chain, placeCreate(parts.Cluster, fwd))
+	}
+	v1 := e.Group("/v1", chain...)
+	// A group is listed only when its part is there: a route list built
+	// on a nil interface would panic on its first request (or at once,
+	// where routes take method values).
+	var groups [][]route
+	add := func(present bool, routes func() []route) {
+		if present {
+			groups = append(groups, routes())
+		}
+	}
+	add(parts.Node != nil, func() []route { return node{parts.Node}.routes() })
+	add(parts.Images != nil, func() []route { return images{parts.Images}.routes() })
+	add(parts.Projects != nil, func() []route { return projects{parts.Projects}.routes() })
+	add(parts.Instances != nil, func() []route { return instances{parts.Instances}.routes() })
+	add(parts.Lifecycle != nil, func() []route { return lifecycle{parts.Lifecycle}.routes() })
+	add(parts.Exec != nil, func() []route { return execs{parts.Exec, admit}.routes() })
+	add(parts.Versions != nil, func() []route { return versions{parts.Versions}.routes() })
+	add(parts.Volumes != nil, func() []route { return volumes{parts.Volumes}.routes() })
+	add(parts.Operations != nil, func() []route {
+		return operations{parts.Operations, admit, o.pollInterval, o.keepAlive}.routes()
+	})
+	add(parts.Tenants != nil, func() []route { return tenants{parts.Tenants}.routes() })
+	add(parts.SSHKeys != nil, func() []route { return sshRoutes{parts.SSHKeys, o.ssh}.routes() })
+	add(parts.Idle != nil, func() []route { return idle{parts.Idle}.routes() })
+	add(parts.Ports != nil, func() []route { return newPorts(parts.Ports, o.previewDomain).routes() })
+	add(parts.Files != nil, func() []route { return fileRoutes{parts.Files, admit, o.keepAlive}.routes() })
+	add(parts.Rollouts != nil, func() []route { return rollouts{parts.Rollouts}.routes() })
+	add(parts.Pools != nil, func() []route { return pools{parts.Pools}.routes() })
+	add(parts.Checkpoints != nil, func() []route { return checkpoints{parts.Checkpoints}.routes() })
+	add(parts.Specs != nil, func() []route { return specRoutes{parts.Specs}.routes() })
+	add(parts.Cluster != nil, func() []route { return nodes{parts.Cluster}.routes() })
+	add(parts.Join != nil, func() []route { return joinTokens{parts.Join}.routes() })
+	for _, group := range groups {
 		for _, r := range group {
 			v1.Handle(r.method, r.path, r.handler)
 		}

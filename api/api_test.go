@@ -26,10 +26,10 @@ import (
 	"github.com/envd-dev/envd/api/errdefs"
 )
 
-func newServer(t *testing.T) (*apitest.Core, *httptest.Server) {
+func newServer(t *testing.T) (*apitest.Fakes, *httptest.Server) {
 	t.Helper()
 	core := apitest.New()
-	h, err := api.New(core, api.WithEventPollInterval(10*time.Millisecond), api.WithForwardKey(testClusterKey))
+	h, err := api.New(core.Parts(), api.WithEventPollInterval(10*time.Millisecond), api.WithForwardKey(testClusterKey))
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -114,7 +114,7 @@ func TestAuthentication(t *testing.T) {
 func TestPrincipalReachesCore(t *testing.T) {
 	t.Parallel()
 	core, srv := newServer(t)
-	core.Principal = types.Principal{Tenant: "acme"}
+	core.Auth.Principal = types.Principal{Tenant: "acme"}
 	r := do(t, srv, http.MethodGet, "/v1/projects/web", nil, nil)
 	require.Equal(t, http.StatusOK, r.status)
 	call, ok := core.LastCall("GetProject")
@@ -218,7 +218,7 @@ func TestCoreErrorsMapToStatusAndCode(t *testing.T) {
 			t.Parallel()
 			core, srv := newServer(t)
 			err := fmt.Errorf("project %q: %w", "web", tc.kind)
-			core.GetProjectFunc = func(context.Context, string) (types.Project, error) { return types.Project{}, err }
+			core.Projects.GetProjectFunc = func(context.Context, string) (types.Project, error) { return types.Project{}, err }
 			r := do(t, srv, http.MethodGet, "/v1/projects/web", nil, nil)
 			assert.Equal(t, tc.status, r.status)
 			e := errorOf(t, r)
@@ -239,7 +239,7 @@ func (e quotaError) Details() map[string]any {
 func TestErrorDetails(t *testing.T) {
 	t.Parallel()
 	core, srv := newServer(t)
-	core.SaveFunc = func(context.Context, string, types.SaveRequest, string) (types.Operation, error) {
+	core.Versions.SaveFunc = func(context.Context, string, types.SaveRequest, string) (types.Operation, error) {
 		return types.Operation{}, fmt.Errorf("save: %w", quotaError{10, 5})
 	}
 	r := do(t, srv, http.MethodPost, "/v1/instances/i-1/save", nil, map[string]string{"X-Request-Id": "req-1"})
@@ -296,8 +296,8 @@ func TestIllegalTransitionIs409WithState(t *testing.T) {
 				map[string]any{"state": types.StatePaused})
 		}
 	}
-	core.PauseInstanceFunc = illegal("pause")
-	core.StartInstanceFunc = illegal("start")
+	core.Lifecycle.PauseInstanceFunc = illegal("pause")
+	core.Lifecycle.StartInstanceFunc = illegal("start")
 	for _, verb := range []string{"pause", "start"} {
 		r := do(t, srv, http.MethodPost, "/v1/instances/i-1/"+verb, nil, nil)
 		assert.Equal(t, http.StatusConflict, r.status)
@@ -322,7 +322,7 @@ func TestIdempotencyKeyReachesCreates(t *testing.T) {
 	call, _ = core.LastCall("CreateInstance")
 	assert.Equal(t, []any{"web", types.CreateInstanceRequest{TTL: "1h"}, "k-1"}, call.Args)
 
-	core.CreateInstanceFunc = func(context.Context, string, types.CreateInstanceRequest, string) (types.Instance, error) {
+	core.Instances.CreateInstanceFunc = func(context.Context, string, types.CreateInstanceRequest, string) (types.Instance, error) {
 		return types.Instance{}, fmt.Errorf("idempotency key %q: %w", "k-1", errdefs.ErrIdempotencyReuse)
 	}
 	r = do(t, srv, http.MethodPost, "/v1/projects/web/instances", strings.NewReader(`{"ttl":"2h"}`), key)
@@ -367,7 +367,7 @@ func TestRestoreAsync(t *testing.T) {
 	_, ok = core.LastCall("CreateInstance")
 	assert.False(t, ok, "no synchronous create")
 
-	core.RestoreFunc = func(_ context.Context, p string, req types.CreateInstanceRequest, _ string) (types.Operation, error) {
+	core.Instances.RestoreFunc = func(_ context.Context, p string, req types.CreateInstanceRequest, _ string) (types.Operation, error) {
 		return types.Operation{}, fmt.Errorf("version %d of project %q: %w", req.Version, p, errdefs.ErrNotFound)
 	}
 	r = do(t, srv, http.MethodPost, "/v1/projects/web/instances", strings.NewReader(`{"version": 9}`),
@@ -430,7 +430,7 @@ func TestTenantAdminRoutes(t *testing.T) {
 func TestSetCurrentConflict(t *testing.T) {
 	t.Parallel()
 	core, srv := newServer(t)
-	core.SetCurrentFunc = func(_ context.Context, p string, req types.SetCurrentRequest) (types.Project, error) {
+	core.Versions.SetCurrentFunc = func(_ context.Context, p string, req types.SetCurrentRequest) (types.Project, error) {
 		return types.Project{}, fmt.Errorf("project %q: current is 4, not %d: %w", p, *req.ExpectedCurrent, errdefs.ErrConflict)
 	}
 	r := do(t, srv, http.MethodPost, "/v1/projects/web/current", strings.NewReader(`{"version": 2, "expected_current": 3}`), nil)
@@ -555,18 +555,18 @@ func openStream(t *testing.T, ctx context.Context, srv *httptest.Server, path st
 func TestOperationEventStream(t *testing.T) {
 	t.Parallel()
 	core, srv := newServer(t)
-	op := core.NewOperation("save", "i-1")
-	core.AppendEvent(op.ID, "freeze", "froze the instance")
-	core.AppendEvent(op.ID, "spool", "spooled 3 files")
+	op := core.Operations.NewOperation("save", "i-1")
+	core.Operations.AppendEvent(op.ID, "freeze", "froze the instance")
+	core.Operations.AppendEvent(op.ID, "spool", "spooled 3 files")
 
 	resp := openStream(t, context.Background(), srv, "/v1/operations/"+op.ID+"/events", nil)
 	go func() {
 		// Events that arrive while the client is streaming.
 		time.Sleep(50 * time.Millisecond)
-		core.AppendEvent(op.ID, "push", "pushed the layer")
+		core.Operations.AppendEvent(op.ID, "push", "pushed the layer")
 		time.Sleep(50 * time.Millisecond)
-		core.AppendEvent(op.ID, "commit", "version 2 is current")
-		core.Finish(op.ID, types.OpSucceeded, types.SaveResult{Project: "p", Version: 2, Current: true}, nil)
+		core.Operations.AppendEvent(op.ID, "commit", "version 2 is current")
+		core.Operations.Finish(op.ID, types.OpSucceeded, types.SaveResult{Project: "p", Version: 2, Current: true}, nil)
 	}()
 	events := readSSE(t, resp.Body) // returns only when the server ends the stream
 
@@ -597,11 +597,11 @@ func mustField(t *testing.T, raw json.RawMessage, field string) json.RawMessage 
 func TestOperationEventStreamResume(t *testing.T) {
 	t.Parallel()
 	core, srv := newServer(t)
-	op := core.NewOperation("save", "i-1")
+	op := core.Operations.NewOperation("save", "i-1")
 	for i := 1; i <= 5; i++ {
-		core.AppendEvent(op.ID, "step", fmt.Sprintf("step %d", i))
+		core.Operations.AppendEvent(op.ID, "step", fmt.Sprintf("step %d", i))
 	}
-	core.Finish(op.ID, types.OpFailed, nil, &types.OpError{Code: "unavailable", Message: "registry down"})
+	core.Operations.Finish(op.ID, types.OpFailed, nil, &types.OpError{Code: "unavailable", Message: "registry down"})
 
 	for name, header := range map[string]map[string]string{
 		"Last-Event-ID":            {"Last-Event-ID": "3"},
@@ -631,9 +631,9 @@ func TestOperationEventStreamResume(t *testing.T) {
 func TestOperationEventsAsJSON(t *testing.T) {
 	t.Parallel()
 	core, srv := newServer(t)
-	op := core.NewOperation("save", "i-1")
+	op := core.Operations.NewOperation("save", "i-1")
 	for i := 1; i <= 3; i++ {
-		core.AppendEvent(op.ID, "step", fmt.Sprintf("step %d", i))
+		core.Operations.AppendEvent(op.ID, "step", fmt.Sprintf("step %d", i))
 	}
 	for _, tc := range []struct {
 		path   string
@@ -665,7 +665,7 @@ func TestOperationEventStreamErrors(t *testing.T) {
 	assert.Equal(t, http.StatusNotFound, r.status)
 	assert.Equal(t, "not_found", errorOf(t, r).Code)
 
-	op := core.NewOperation("save", "i-1")
+	op := core.Operations.NewOperation("save", "i-1")
 	for _, h := range []map[string]string{{"Last-Event-ID": "x"}, {"Last-Event-ID": "-1"}} {
 		r = do(t, srv, http.MethodGet, "/v1/operations/"+op.ID+"/events", nil, h)
 		assert.Equal(t, http.StatusBadRequest, r.status)
@@ -679,8 +679,8 @@ func TestOperationEventStreamErrors(t *testing.T) {
 func TestOperationEventStreamDisconnectKeepsOperation(t *testing.T) {
 	t.Parallel()
 	core, srv := newServer(t)
-	op := core.NewOperation("save", "i-1")
-	core.AppendEvent(op.ID, "step", "one")
+	op := core.Operations.NewOperation("save", "i-1")
+	core.Operations.AppendEvent(op.ID, "step", "one")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	resp := openStream(t, ctx, srv, "/v1/operations/"+op.ID+"/events", nil)
@@ -705,7 +705,7 @@ func TestOperationEventStreamDisconnectKeepsOperation(t *testing.T) {
 func TestCancelOperation(t *testing.T) {
 	t.Parallel()
 	core, srv := newServer(t)
-	op := core.NewOperation("save", "i-1")
+	op := core.Operations.NewOperation("save", "i-1")
 	r := do(t, srv, http.MethodDelete, "/v1/operations/"+op.ID, nil, nil)
 	require.Equal(t, http.StatusAccepted, r.status)
 	var got types.Operation
@@ -716,7 +716,7 @@ func TestCancelOperation(t *testing.T) {
 func TestAccessLog(t *testing.T) {
 	t.Parallel()
 	var buf syncbuf.Buffer
-	h, err := api.New(apitest.New(), api.WithAccessLog(&buf))
+	h, err := api.New(apitest.New().Parts(), api.WithAccessLog(&buf))
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	defer srv.Close()
@@ -736,7 +736,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		"negative keep-alive": {api.WithKeepAlive(-time.Second), "keep-alive interval -1s: must be positive"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			h, err := api.New(apitest.New(), api.WithErrorLog(io.Discard), tc.opt)
+			h, err := api.New(apitest.New().Parts(), api.WithErrorLog(io.Discard), tc.opt)
 			assert.Nil(t, h)
 			require.Error(t, err)
 			assert.Equal(t, "api: "+tc.want, err.Error())

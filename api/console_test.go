@@ -25,7 +25,7 @@ func TestConsoleServesTheEmbeddedPage(t *testing.T) {
 	require.NoError(t, err)
 	v, err := apispec.NewValidator(doc)
 	require.NoError(t, err)
-	h, err := api.New(apitest.New())
+	h, err := api.New(apitest.New().Parts())
 	require.NoError(t, err)
 	srv := httptest.NewServer(v.Wrap(h))
 	t.Cleanup(srv.Close)

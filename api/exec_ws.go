@@ -18,7 +18,6 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/envd-dev/envd/api/execproto"
-	"github.com/envd-dev/envd/envd"
 )
 
 // Interactive and streaming exec: GET /v1/instances/:i/exec/ws, upgraded
@@ -60,7 +59,7 @@ type execs struct {
 func (g execs) routes() []route {
 	return []route{
 		{http.MethodPost, "/instances/:i/exec", handle(http.StatusOK, func(r in, req types.ExecRequest) (types.ExecResult, error) {
-			release, err := g.admit(r.p, envd.AdmitExec)
+			release, err := g.admit(r.p, types.AdmitExec)
 			if err != nil {
 				return types.ExecResult{}, err
 			}
@@ -117,7 +116,7 @@ func (g execs) webSocket(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
-	if err := envd.CheckExecRequest(req); err != nil {
+	if err := types.CheckExecRequest(req); err != nil {
 		writeError(c, err)
 		return
 	}
@@ -135,7 +134,7 @@ func (g execs) webSocket(c *gin.Context) {
 		}
 	}
 	// Admitted before the upgrade, so a refusal is a plain 429.
-	release, err := g.admit(principal(c), envd.AdmitExec)
+	release, err := g.admit(principal(c), types.AdmitExec)
 	if err != nil {
 		writeError(c, err)
 		return

@@ -82,7 +82,7 @@ func (c *wsClient) readUntilExit() (map[byte]string, types.ExecExit, websocket.S
 func TestExecWebSocketEchoAndExitCode(t *testing.T) {
 	t.Parallel()
 	core, srv := newServer(t)
-	core.ExecStreamFunc = func(_ context.Context, _ string, _ types.ExecRequest, stdio types.Stdio) (int, error) {
+	core.Exec.ExecStreamFunc = func(_ context.Context, _ string, _ types.ExecRequest, stdio types.Stdio) (int, error) {
 		b, err := io.ReadAll(stdio.Stdin)
 		if err != nil {
 			return -1, err
@@ -117,14 +117,14 @@ func TestExecWebSocketTTYResize(t *testing.T) {
 	c.send(execproto.Resize, `{"cols": 100, "rows": 40}`)
 	c.send(execproto.Resize, `not json`) // ignored
 	c.send(execproto.Stdin, "echo hi\r")
-	require.Eventually(t, func() bool { return len(core.Sizes()) == 1 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return len(core.Exec.Sizes()) == 1 }, 5*time.Second, 5*time.Millisecond)
 	c.send(execproto.Resize, `{"cols": 120, "rows": 50}`)
-	require.Eventually(t, func() bool { return len(core.Sizes()) == 2 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return len(core.Exec.Sizes()) == 2 }, 5*time.Second, 5*time.Millisecond)
 	c.send(execproto.EOF, "")
 	out, exit, _ := c.readUntilExit()
 	assert.Equal(t, "echo hi\r", out[execproto.Stdout])
 	assert.Equal(t, 0, exit.ExitCode)
-	assert.Equal(t, []types.TermSize{{Cols: 100, Rows: 40}, {Cols: 120, Rows: 50}}, core.Sizes())
+	assert.Equal(t, []types.TermSize{{Cols: 100, Rows: 40}, {Cols: 120, Rows: 50}}, core.Exec.Sizes())
 	call, _ := core.LastCall("ExecStream")
 	assert.Equal(t, []any{"i-1", types.ExecRequest{Args: []string{"bash", "-l"}}, true}, call.Args)
 }
@@ -134,7 +134,7 @@ func TestExecWebSocketTTYResize(t *testing.T) {
 func TestExecWebSocketInitialSize(t *testing.T) {
 	t.Parallel()
 	core, srv := newServer(t)
-	atStart := core.SizeAtStart()
+	atStart := core.Exec.SizeAtStart()
 	c, _, err := dialExec(t, srv, "cmd=sh&tty=1&cols=100&rows=40", nil)
 	require.NoError(t, err)
 	_, exit, _ := c.readUntilExit()
@@ -145,7 +145,7 @@ func TestExecWebSocketInitialSize(t *testing.T) {
 func TestExecWebSocketCoreError(t *testing.T) {
 	t.Parallel()
 	core, srv := newServer(t)
-	core.ExecStreamFunc = func(_ context.Context, id string, _ types.ExecRequest, _ types.Stdio) (int, error) {
+	core.Exec.ExecStreamFunc = func(_ context.Context, id string, _ types.ExecRequest, _ types.Stdio) (int, error) {
 		return -1, errdefs.WithDetails(fmt.Errorf("instance %q is Stopped, exec needs Running: %w", id, errdefs.ErrFailedPrecondition),
 			map[string]any{"state": "Stopped"})
 	}
@@ -167,7 +167,7 @@ func TestExecWebSocketDisconnectKillsTheProcess(t *testing.T) {
 		ctxErr error
 	)
 	ended := make(chan struct{})
-	core.ExecStreamFunc = func(ctx context.Context, _ string, _ types.ExecRequest, _ types.Stdio) (int, error) {
+	core.Exec.ExecStreamFunc = func(ctx context.Context, _ string, _ types.ExecRequest, _ types.Stdio) (int, error) {
 		defer close(ended)
 		<-ctx.Done()
 		mu.Lock()

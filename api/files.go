@@ -14,7 +14,6 @@ import (
 
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
-	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/envd/files"
 )
 
@@ -37,7 +36,7 @@ const FileTypeHeader = "X-Envd-File-Type"
 
 type fileRoutes struct {
 	core      FileCore
-	admit     admitFunc // a watch counts as an event stream (envd.AdmitEvents), an archive as envd.AdmitArchives
+	admit     admitFunc // a watch counts as an event stream (types.AdmitEvents), an archive as types.AdmitArchives
 	keepAlive time.Duration
 }
 
@@ -218,7 +217,7 @@ func (g fileRoutes) archiveOut(c *gin.Context) {
 		return
 	}
 	p := c.Query("path")
-	release, err := g.admit(r.p, envd.AdmitArchives)
+	release, err := g.admit(r.p, types.AdmitArchives)
 	if err != nil {
 		writeError(c, err)
 		return
@@ -297,7 +296,7 @@ func (g fileRoutes) archiveIn(r in, _ none) (types.FileArchiveResult, error) {
 	if r.c.Request.ContentLength > limit {
 		return types.FileArchiveResult{}, tooLarge(p, limit)
 	}
-	release, err := g.admit(r.p, envd.AdmitArchives)
+	release, err := g.admit(r.p, types.AdmitArchives)
 	if err != nil {
 		return types.FileArchiveResult{}, err
 	}
@@ -334,7 +333,7 @@ func (g fileRoutes) watch(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
-	release, err := g.admit(r.p, envd.AdmitEvents)
+	release, err := g.admit(r.p, types.AdmitEvents)
 	if err != nil {
 		writeError(c, err)
 		return

@@ -16,7 +16,7 @@ import (
 
 	"github.com/envd-dev/envd/api"
 	"github.com/envd-dev/envd/api/apitest"
-	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/internal/limiter"
 )
 
@@ -26,16 +26,16 @@ import (
 func TestArchiveLimitPerTenant(t *testing.T) {
 	t.Parallel()
 	core := apitest.New()
-	t.Cleanup(func() { os.RemoveAll(core.FilesDir()) })
-	lim := limiter.New(map[string]limiter.Limit{envd.AdmitArchives: {Max: 1, NodeMax: 10, RetryAfter: 3 * time.Second}})
-	h, err := api.New(limitedCore{core, lim}, api.WithErrorLog(io.Discard))
+	t.Cleanup(func() { os.RemoveAll(core.Files.Dir()) })
+	lim := limiter.New(map[string]limiter.Limit{types.AdmitArchives: {Max: 1, NodeMax: 10, RetryAfter: 3 * time.Second}})
+	h, err := api.New(limited(core, lim), api.WithErrorLog(io.Discard))
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	// More than the socket buffers hold: a download whose client does not
 	// read stays in progress.
-	require.NoError(t, os.MkdirAll(filepath.Join(core.FilesDir(), "src"), 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(core.FilesDir(), "src", "big"), make([]byte, 64<<20), 0o644))
+	require.NoError(t, os.MkdirAll(filepath.Join(core.Files.Dir(), "src"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(core.Files.Dir(), "src", "big"), make([]byte, 64<<20), 0o644))
 
 	req, err := http.NewRequest("GET", srv.URL+"/v1/instances/i-1/files/archive?path=/src", nil)
 	require.NoError(t, err)
@@ -44,7 +44,7 @@ func TestArchiveLimitPerTenant(t *testing.T) {
 	require.NoError(t, err)
 	defer stalled.Body.Close() // also when the test fails: srv.Close waits for the handler
 	require.Equal(t, 200, stalled.StatusCode)
-	eventually(t, lim, envd.AdmitArchives, 1)
+	eventually(t, lim, types.AdmitArchives, 1)
 
 	exhausted := func(r response) {
 		t.Helper()
@@ -56,14 +56,14 @@ func TestArchiveLimitPerTenant(t *testing.T) {
 	exhausted(do(t, srv, "GET", "/v1/instances/i-1/files/archive?path=/src", nil, nil))
 	upload := tarOf(t, map[string]string{"a": "x"})
 	exhausted(do(t, srv, "POST", "/v1/instances/i-1/files/archive?path=/dst&mkdir=1", upload, nil))
-	_, err = os.Stat(filepath.Join(core.FilesDir(), "dst"))
+	_, err = os.Stat(filepath.Join(core.Files.Dir(), "dst"))
 	assert.True(t, os.IsNotExist(err), "a refused upload made nothing")
 
 	stalled.Body.Close()
-	eventually(t, lim, envd.AdmitArchives, 0)
+	eventually(t, lim, types.AdmitArchives, 0)
 	r := do(t, srv, "POST", "/v1/instances/i-1/files/archive?path=/dst&mkdir=1", tarOf(t, map[string]string{"a": "x"}), nil)
 	assert.Equal(t, 200, r.status, "body %s", r.body)
-	eventually(t, lim, envd.AdmitArchives, 0)
+	eventually(t, lim, types.AdmitArchives, 0)
 }
 
 // tarOf is a tar of files (name -> content).

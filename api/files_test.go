@@ -36,8 +36,8 @@ func TestFileRoutes(t *testing.T) {
 	v, err := apispec.NewValidator(doc)
 	require.NoError(t, err)
 	core := apitest.New()
-	t.Cleanup(func() { os.RemoveAll(core.FilesDir()) })
-	h, err := api.New(core, api.WithKeepAlive(50*time.Millisecond))
+	t.Cleanup(func() { os.RemoveAll(core.Files.Dir()) })
+	h, err := api.New(core.Parts(), api.WithKeepAlive(50*time.Millisecond))
 	require.NoError(t, err)
 	srv := httptest.NewServer(v.Wrap(h))
 	t.Cleanup(srv.Close)
@@ -113,9 +113,9 @@ func TestFileRoutes(t *testing.T) {
 		assert.Equal(t, "/src/notes.txt", l.Entries[1].Path)
 	})
 	t.Run("listing in pages", func(t *testing.T) {
-		require.NoError(t, os.MkdirAll(filepath.Join(core.FilesDir(), "many"), 0o755))
+		require.NoError(t, os.MkdirAll(filepath.Join(core.Files.Dir(), "many"), 0o755))
 		for i := range 25 {
-			require.NoError(t, os.WriteFile(filepath.Join(core.FilesDir(), "many", fmt.Sprintf("f%02d", i)), nil, 0o644))
+			require.NoError(t, os.WriteFile(filepath.Join(core.Files.Dir(), "many", fmt.Sprintf("f%02d", i)), nil, 0o644))
 		}
 		var names []string
 		next := "/v1/instances/i-1/files?path=/many&limit=10"
@@ -150,7 +150,7 @@ func TestFileRoutes(t *testing.T) {
 		resp := do("PUT", "/v1/instances/i-1/files?path=/big", bytes.NewReader(make([]byte, 2<<20)))
 		assert.Equal(t, 413, resp.StatusCode)
 		assert.Equal(t, "too_large", code(resp))
-		_, err := os.Stat(filepath.Join(core.FilesDir(), "big"))
+		_, err := os.Stat(filepath.Join(core.Files.Dir(), "big"))
 		assert.True(t, os.IsNotExist(err))
 	})
 	t.Run("errors", func(t *testing.T) {
@@ -180,7 +180,7 @@ func TestFileRoutes(t *testing.T) {
 		assert.Equal(t, 200, resp.StatusCode, readAll(resp))
 		resp = do("POST", "/v1/instances/i-1/files/move", strings.NewReader(`{"from":"/a/b/src/notes.txt","to":"/a/n.txt"}`), "Content-Type", "application/json")
 		assert.Equal(t, 200, resp.StatusCode, readAll(resp))
-		b, err := os.ReadFile(filepath.Join(core.FilesDir(), "a/n.txt"))
+		b, err := os.ReadFile(filepath.Join(core.Files.Dir(), "a/n.txt"))
 		require.NoError(t, err)
 		assert.Equal(t, content, b)
 		resp = do("DELETE", "/v1/instances/i-1/files?path=/a&recursive=1", nil)
@@ -229,7 +229,7 @@ func TestFileRoutes(t *testing.T) {
 		defer resp.Body.Close()
 		require.Equal(t, 200, resp.StatusCode)
 		assert.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
-		require.NoError(t, os.WriteFile(filepath.Join(core.FilesDir(), "src", "new"), []byte("x"), 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(core.Files.Dir(), "src", "new"), []byte("x"), 0o644))
 		sc := bufio.NewScanner(resp.Body)
 		var lines []string
 		for sc.Scan() && len(lines) < 4 {

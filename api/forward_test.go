@@ -28,7 +28,7 @@ import (
 func TestForwardToTheOwningNode(t *testing.T) {
 	owner, ownerSrv := newServer(t)
 	near, nearSrv := newServer(t)
-	near.InstanceOwnerFunc = func(_ context.Context, id string) (string, string, bool, error) {
+	near.Forward.InstanceOwnerFunc = func(_ context.Context, id string) (string, string, bool, error) {
 		switch id {
 		case "far-1":
 			return "node-b", ownerSrv.URL, false, nil
@@ -101,14 +101,14 @@ func TestForwardToTheOwningNode(t *testing.T) {
 func TestForwardThroughThePeerTransport(t *testing.T) {
 	owner, ownerSrv := newServer(t)
 	near := apitest.New()
-	near.InstanceOwnerFunc = func(_ context.Context, id string) (string, string, bool, error) {
+	near.Forward.InstanceOwnerFunc = func(_ context.Context, id string) (string, string, bool, error) {
 		if id == "refused-1" {
 			return "node-c", ownerSrv.URL, false, nil
 		}
 		return "node-b", ownerSrv.URL, false, nil
 	}
 	var asked []string
-	h, err := api.New(near, api.WithForwardKey(testClusterKey), api.WithPeerTransport(func(_ context.Context, node string) (http.RoundTripper, error) {
+	h, err := api.New(near.Parts(), api.WithForwardKey(testClusterKey), api.WithPeerTransport(func(_ context.Context, node string) (http.RoundTripper, error) {
 		asked = append(asked, node)
 		if node == "node-c" {
 			return nil, fmt.Errorf("node %q recorded a certificate that does not parse: %w", node, errdefs.ErrUnavailable)

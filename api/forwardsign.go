@@ -12,7 +12,7 @@ import (
 
 // Node-to-node authentication of forwarded requests. A node that forwards
 // a request sets ForwardedHeader to "v1.UNIX.MAC": an HMAC-SHA256, with the
-// cluster's key (versions.Store.ClusterKey), of the time, method, path and
+// cluster's key (versions.Nodes.ClusterKey), of the time, method, path and
 // placement decision. Where it arrives, a header that does not verify is
 // removed (with PlacementHeader) before anything reads it, so a client that
 // sets it itself is placed and forwarded like any other request. The MAC

@@ -10,7 +10,6 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/envd-dev/envd/api/types"
-	"github.com/envd-dev/envd/envd"
 )
 
 // IdleCore sets a project's idle stop (docs/api.md, "Idle stop and wake on
@@ -44,7 +43,7 @@ func wakeContext(c *gin.Context) context.Context {
 				continue
 			}
 			if n, err := strconv.Atoi(strings.Trim(strings.TrimSpace(val), `"`)); err == nil && n >= 0 {
-				return envd.WithWakeWait(ctx, time.Duration(n)*time.Second)
+				return types.WithWakeWait(ctx, time.Duration(n)*time.Second)
 			}
 		}
 	}

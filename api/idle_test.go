@@ -13,7 +13,6 @@ import (
 
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
-	"github.com/envd-dev/envd/envd"
 )
 
 func TestSetProjectIdle(t *testing.T) {
@@ -51,8 +50,8 @@ func TestExecWake(t *testing.T) {
 	core, srv := newServer(t)
 	var wait time.Duration
 	var hasWait bool
-	core.ExecFunc = func(ctx context.Context, id string, req types.ExecRequest) (types.ExecResult, error) {
-		wait, hasWait = envd.WakeWait(ctx)
+	core.Exec.ExecFunc = func(ctx context.Context, id string, req types.ExecRequest) (types.ExecResult, error) {
+		wait, hasWait = types.WakeWait(ctx)
 		if req.Wake {
 			return types.ExecResult{}, wakingErr{}
 		}
@@ -71,7 +70,7 @@ func TestExecWake(t *testing.T) {
 	do(t, srv, http.MethodPost, "/v1/instances/p-1/exec", strings.NewReader(`{"args": ["true"]}`), nil)
 	assert.False(t, hasWait, "no Prefer: the node's wake wait")
 
-	core.WakeInstanceFunc = func(ctx context.Context, id string) (types.Instance, error) { return types.Instance{}, wakingErr{} }
+	core.Exec.WakeInstanceFunc = func(ctx context.Context, id string) (types.Instance, error) { return types.Instance{}, wakingErr{} }
 	r = do(t, srv, http.MethodGet, "/v1/instances/p-1/exec/ws?cmd=sh&wake=1", nil,
 		map[string]string{"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="})
 	require.Equal(t, http.StatusServiceUnavailable, r.status, "a plain answer before the upgrade: %s", r.body)

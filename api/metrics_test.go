@@ -32,7 +32,7 @@ func TestRequestObserverAndMetricsHandler(t *testing.T) {
 	obs := &requests{}
 	core := apitest.New()
 	exposition := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("envd_up 1\n")) })
-	h, err := api.New(core, api.WithRequestObserver(obs), api.WithMetrics(exposition, "scrape"))
+	h, err := api.New(core.Parts(), api.WithRequestObserver(obs), api.WithMetrics(exposition, "scrape"))
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)

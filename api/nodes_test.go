@@ -21,7 +21,7 @@ import (
 // placingCore places every new instance on node-b (at url), but those
 // asked with node_selector zone=none, which no node takes.
 type placingCore struct {
-	*apitest.Core
+	*apitest.Cluster
 	url string
 }
 
@@ -38,17 +38,19 @@ func (p *placingCore) PlaceInstance(ctx context.Context, _ types.Principal, proj
 func TestPlacementForwardsTheCreate(t *testing.T) {
 	owner := apitest.New()
 	var seen string
-	owner.CreateInstanceFunc = func(ctx context.Context, project string, req types.CreateInstanceRequest, key string) (types.Instance, error) {
+	owner.Instances.CreateInstanceFunc = func(ctx context.Context, project string, req types.CreateInstanceRequest, key string) (types.Instance, error) {
 		seen = types.PlacementFrom(ctx)
 		return types.Instance{ID: "i-b", Project: project, Node: "node-b", State: types.StateRunning, Placement: seen}, nil
 	}
-	oh, err := api.New(owner, api.WithForwardKey(testClusterKey))
+	oh, err := api.New(owner.Parts(), api.WithForwardKey(testClusterKey))
 	require.NoError(t, err)
 	ownerSrv := httptest.NewServer(oh)
 	t.Cleanup(ownerSrv.Close)
 
-	near := &placingCore{Core: apitest.New(), url: ownerSrv.URL}
-	nh, err := api.New(near, api.WithForwardKey(testClusterKey))
+	near := apitest.New()
+	parts := near.Parts()
+	parts.Cluster = &placingCore{Cluster: near.Cluster, url: ownerSrv.URL}
+	nh, err := api.New(parts, api.WithForwardKey(testClusterKey))
 	require.NoError(t, err)
 	nearSrv := httptest.NewServer(nh)
 	t.Cleanup(nearSrv.Close)
@@ -92,7 +94,7 @@ func TestPlacementForwardsTheCreate(t *testing.T) {
 
 // cancelCore says operation "op-far" runs on the node at url.
 type cancelCore struct {
-	*apitest.Core
+	*apitest.Cluster
 	url string
 }
 
@@ -107,8 +109,10 @@ func (c *cancelCore) OperationOwner(ctx context.Context, _ types.Principal, id s
 // operation's is answered here.
 func TestOperationCancelReachesItsNode(t *testing.T) {
 	owner, ownerSrv := newServer(t)
-	near := &cancelCore{Core: apitest.New(), url: ownerSrv.URL}
-	nh, err := api.New(near, api.WithForwardKey(testClusterKey))
+	near := apitest.New()
+	parts := near.Parts()
+	parts.Cluster = &cancelCore{Cluster: near.Cluster, url: ownerSrv.URL}
+	nh, err := api.New(parts, api.WithForwardKey(testClusterKey))
 	require.NoError(t, err)
 	nearSrv := httptest.NewServer(nh)
 	t.Cleanup(nearSrv.Close)

@@ -34,7 +34,7 @@ var generatedID = regexp.MustCompile(`^[0-9a-f]{24}$`)
 func TestRequestID(t *testing.T) {
 	t.Parallel()
 	core, srv := newServer(t)
-	core.GetProjectFunc = func(_ context.Context, name string) (types.Project, error) {
+	core.Projects.GetProjectFunc = func(_ context.Context, name string) (types.Project, error) {
 		return types.Project{}, fmt.Errorf("project %q: %w", name, errdefs.ErrNotFound)
 	}
 	sane := "Abc.1_2-" + strings.Repeat("x", 120) // 128 characters
@@ -80,7 +80,7 @@ func TestRequestIDInStreamErrors(t *testing.T) {
 	t.Parallel()
 	t.Run("exec exit", func(t *testing.T) {
 		core, srv := newServer(t)
-		core.ExecStreamFunc = func(_ context.Context, id string, _ types.ExecRequest, _ types.Stdio) (int, error) {
+		core.Exec.ExecStreamFunc = func(_ context.Context, id string, _ types.ExecRequest, _ types.Stdio) (int, error) {
 			return -1, fmt.Errorf("instance %q is Stopped: %w", id, errdefs.ErrFailedPrecondition)
 		}
 		c, resp, err := dialExecWithID(t, srv, "ws-7")
@@ -91,12 +91,14 @@ func TestRequestIDInStreamErrors(t *testing.T) {
 		assert.Equal(t, "ws-7", exit.Error.RequestID)
 	})
 	t.Run("event stream", func(t *testing.T) {
-		core := &failingEvents{Core: apitest.New()}
-		h, err := api.New(core, api.WithEventPollInterval(10*time.Millisecond))
+		core := apitest.New()
+		parts := core.Parts()
+		parts.Operations = &failingEvents{Operations: core.Operations}
+		h, err := api.New(parts, api.WithEventPollInterval(10*time.Millisecond))
 		require.NoError(t, err)
 		srv := httptest.NewServer(h)
 		t.Cleanup(srv.Close)
-		op := core.NewOperation("save", "i-1")
+		op := core.Operations.NewOperation("save", "i-1")
 		req, err := http.NewRequest(http.MethodGet, srv.URL+"/v1/operations/"+op.ID+"/events", nil)
 		require.NoError(t, err)
 		req.Header.Set("Authorization", "Bearer "+apitest.Token)
@@ -126,7 +128,7 @@ func TestRequestIDInStreamErrors(t *testing.T) {
 // failingEvents answers an operation's events once, then fails as a
 // database that went away would.
 type failingEvents struct {
-	*apitest.Core
+	*apitest.Operations
 	mu    sync.Mutex
 	calls int
 }
@@ -139,7 +141,7 @@ func (f *failingEvents) OperationEvents(ctx context.Context, p types.Principal, 
 	if n > 1 {
 		return nil, fmt.Errorf("operation %s events: %w", id, errdefs.ErrUnavailable)
 	}
-	return f.Core.OperationEvents(ctx, p, id, after)
+	return f.Operations.OperationEvents(ctx, p, id, after)
 }
 
 func dialExecWithID(t *testing.T, srv *httptest.Server, id string) (*wsClient, *http.Response, error) {
@@ -155,8 +157,8 @@ func TestAccessLogLine(t *testing.T) {
 	t.Parallel()
 	var buf syncbuf.Buffer
 	core := apitest.New()
-	core.Principal = types.Principal{Tenant: "acme"}
-	h, err := api.New(core, api.WithLogger(slog.New(slog.NewJSONHandler(&buf, nil))))
+	core.Auth.Principal = types.Principal{Tenant: "acme"}
+	h, err := api.New(core.Parts(), api.WithLogger(slog.New(slog.NewJSONHandler(&buf, nil))))
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -204,7 +206,7 @@ func TestAccessLogLine(t *testing.T) {
 
 	// At Debug the probes are logged too.
 	var dbg syncbuf.Buffer
-	h, err = api.New(apitest.New(), api.WithLogger(slog.New(slog.NewJSONHandler(&dbg, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	h, err = api.New(apitest.New().Parts(), api.WithLogger(slog.New(slog.NewJSONHandler(&dbg, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	require.NoError(t, err)
 	probe := httptest.NewServer(h)
 	t.Cleanup(probe.Close)
@@ -264,7 +266,7 @@ func TestReadyz(t *testing.T) {
 		{name: "concurrent", checks: map[string]api.Checker{"a": together, "b": together}, status: 200, wantStatus: "ready"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h, err := api.New(apitest.New(), api.WithReadiness(tc.checks), api.WithReadinessTimeout(200*time.Millisecond))
+			h, err := api.New(apitest.New().Parts(), api.WithReadiness(tc.checks), api.WithReadinessTimeout(200*time.Millisecond))
 			require.NoError(t, err)
 			srv := httptest.NewServer(h)
 			t.Cleanup(srv.Close)
@@ -299,7 +301,7 @@ func TestObservabilityOptions(t *testing.T) {
 		"zero check budget": {api.WithReadinessTimeout(0), "readiness timeout 0s: must be positive"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			h, err := api.New(apitest.New(), api.WithErrorLog(io.Discard), tc.opt)
+			h, err := api.New(apitest.New().Parts(), api.WithErrorLog(io.Discard), tc.opt)
 			assert.Nil(t, h)
 			assert.EqualError(t, err, "api: "+tc.want)
 		})
@@ -317,7 +319,7 @@ func BenchmarkAccessLog(b *testing.B) {
 		{"text", []api.Option{api.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			h, err := api.New(apitest.New(), bc.opts...)
+			h, err := api.New(apitest.New().Parts(), bc.opts...)
 			require.NoError(b, err)
 			req := httptest.NewRequest(http.MethodGet, "/v1/projects/web", nil)
 			req.Header.Set("Authorization", "Bearer "+apitest.Token)

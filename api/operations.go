@@ -12,7 +12,6 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/envd-dev/envd/api/types"
-	"github.com/envd-dev/envd/envd"
 )
 
 // OperationCore follows and cancels operations (saves, builds, restores,
@@ -95,7 +94,7 @@ func (g operations) events(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
-	release, err := g.admit(p, envd.AdmitEvents)
+	release, err := g.admit(p, types.AdmitEvents)
 	if err != nil {
 		writeError(c, err)
 		return

@@ -406,10 +406,15 @@ func dropBearerSubprotocol(h http.Header) {
 // Host kept (every node of a cluster serves the same preview domain),
 // signed with key (WithForwardKey), through peers (WithPeerTransport; nil:
 // http.DefaultTransport); a forwarded request that key does not verify is
-// taken as a client's.
-func PreviewHosts(core PreviewCore, domain string, next http.Handler, key []byte, peers PeerTransport) http.Handler {
-	if domain == "" {
+// taken as a client's. It serves parts.Ports (none: next itself) and asks
+// parts.Forward which node runs an instance (none: this one).
+func PreviewHosts(parts Parts, domain string, next http.Handler, key []byte, peers PeerTransport) http.Handler {
+	if domain == "" || parts.Ports == nil {
 		return next
+	}
+	var core PreviewCore = previewParts{parts.Ports, parts.Forward}
+	if parts.Forward == nil {
+		core = previewParts{parts.Ports, localOwner{}}
 	}
 	if peers == nil {
 		peers = defaultPeers
@@ -423,6 +428,18 @@ func PreviewHosts(core PreviewCore, domain string, next http.Handler, key []byte
 type PreviewCore interface {
 	PortCore
 	ForwardCore
+}
+
+type previewParts struct {
+	PortCore
+	ForwardCore
+}
+
+// localOwner runs every instance on this node.
+type localOwner struct{}
+
+func (localOwner) InstanceOwner(context.Context, types.Principal, string) (string, string, bool, error) {
+	return "", "", true, nil
 }
 
 type previewHosts struct {

@@ -62,18 +62,18 @@ func (h *headerRecorder) last(t *testing.T) http.Header {
 
 // hostileServer is the API with the host form (preview.test) and the
 // cluster key, over a fake core whose instances' ports are rec.
-func hostileServer(t *testing.T, rec http.Handler) (*httptest.Server, *apitest.Core) {
+func hostileServer(t *testing.T, rec http.Handler) (*httptest.Server, *apitest.Fakes) {
 	t.Helper()
 	backend := httptest.NewServer(rec)
 	t.Cleanup(backend.Close)
 	core := apitest.New()
-	core.DialInstanceFunc = func(ctx context.Context, id string, port int) (net.Conn, error) {
+	core.Ports.DialInstanceFunc = func(ctx context.Context, id string, port int) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "tcp", backend.Listener.Addr().String())
 	}
-	h, err := api.New(core, api.WithPreviewDomain("preview.test"), api.WithForwardKey(clusterKey))
+	h, err := api.New(core.Parts(), api.WithPreviewDomain("preview.test"), api.WithForwardKey(clusterKey))
 	require.NoError(t, err)
-	srv := httptest.NewServer(api.PreviewHosts(core, "preview.test", h, clusterKey, nil))
+	srv := httptest.NewServer(api.PreviewHosts(core.Parts(), "preview.test", h, clusterKey, nil))
 	t.Cleanup(srv.Close)
 	return srv, core
 }
@@ -219,7 +219,7 @@ func TestPreviewRedirectStaysOnHost(t *testing.T) {
 // API does.
 func TestPreviewHostFormRetryAfter(t *testing.T) {
 	srv, core := hostileServer(t, &headerRecorder{})
-	core.DialInstanceFunc = func(ctx context.Context, id string, port int) (net.Conn, error) {
+	core.Ports.DialInstanceFunc = func(ctx context.Context, id string, port int) (net.Conn, error) {
 		return nil, &limiter.ExhaustedError{Tenant: "t1", Kind: "dials", Limit: 32, Wait: 3 * time.Second}
 	}
 	resp := rawGet(t, srv, "8443-web-1.preview.test", "/")

@@ -31,7 +31,7 @@ type seen struct {
 // portsServer is the API with the host form for domain "preview.test",
 // over a fake core whose instances' ports are all the one httptest server
 // (an HTTP server that answers what it saw, and a WebSocket echo at /ws).
-func portsServer(t *testing.T) (*httptest.Server, *apitest.Core) {
+func portsServer(t *testing.T) (*httptest.Server, *apitest.Fakes) {
 	t.Helper()
 	sawFirst := make(chan struct{})
 	sawFirstOnce = func() { close(sawFirst) }
@@ -75,13 +75,13 @@ func portsServer(t *testing.T) (*httptest.Server, *apitest.Core) {
 	}))
 	t.Cleanup(backend.Close)
 	core := apitest.New()
-	core.DialInstanceFunc = func(ctx context.Context, id string, port int) (net.Conn, error) {
+	core.Ports.DialInstanceFunc = func(ctx context.Context, id string, port int) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "tcp", backend.Listener.Addr().String())
 	}
-	h, err := api.New(core, api.WithPreviewDomain("preview.test"))
+	h, err := api.New(core.Parts(), api.WithPreviewDomain("preview.test"))
 	require.NoError(t, err)
-	srv := httptest.NewServer(api.PreviewHosts(core, "preview.test", h, nil, nil))
+	srv := httptest.NewServer(api.PreviewHosts(core.Parts(), "preview.test", h, nil, nil))
 	t.Cleanup(srv.Close)
 	return srv, core
 }
@@ -187,7 +187,7 @@ func TestPortProxyPathForm(t *testing.T) {
 
 func TestPortProxyPortUnreachable(t *testing.T) {
 	core := apitest.New() // its DialInstance answers port_unreachable
-	h, err := api.New(core)
+	h, err := api.New(core.Parts())
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -326,11 +326,11 @@ func TestPortTunnel(t *testing.T) {
 		}
 	}()
 	core := apitest.New()
-	core.DialInstanceFunc = func(ctx context.Context, id string, port int) (net.Conn, error) {
+	core.Ports.DialInstanceFunc = func(ctx context.Context, id string, port int) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "tcp", ln.Addr().String())
 	}
-	h, err := api.New(core)
+	h, err := api.New(core.Parts())
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)

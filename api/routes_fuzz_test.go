@@ -42,7 +42,7 @@ func FuzzRoutes(f *testing.F) {
 		f.Add(s.method, s.path, s.key, []byte(s.body))
 	}
 	core := apitest.New()
-	h, err := api.New(core, api.WithErrorLog(io.Discard))
+	h, err := api.New(core.Parts(), api.WithErrorLog(io.Discard))
 	require.NoError(f, err)
 	f.Fuzz(func(t *testing.T, method, target, key string, body []byte) {
 		u, err := url.ParseRequestURI(target)

@@ -43,7 +43,7 @@ func TestTokenAndArchiveRoutes(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			core, srv := newServer(t)
-			core.Principal = types.Principal{Tenant: "t1", Admin: tt.admin}
+			core.Auth.Principal = types.Principal{Tenant: "t1", Admin: tt.admin}
 			r := do(t, srv, tt.method, tt.path, nil, nil)
 			require.Equal(t, tt.wantStatus, r.status, "body %s", r.body)
 			if tt.wantCode != "" {
@@ -57,7 +57,7 @@ func TestTokenAndArchiveRoutes(t *testing.T) {
 				}
 				require.True(t, called)
 				assert.Equal(t, tt.wantArgs, call.Args)
-				assert.Equal(t, core.Principal, call.Principal)
+				assert.Equal(t, core.Auth.Principal, call.Principal)
 			}
 		})
 	}

@@ -24,10 +24,10 @@ import (
 )
 
 // newServer serves api.New(fake core), wrapped by wrap when not nil.
-func newServer(t *testing.T, wrap func(http.Handler) http.Handler) (*apitest.Core, *client.Client) {
+func newServer(t *testing.T, wrap func(http.Handler) http.Handler) (*apitest.Fakes, *client.Client) {
 	t.Helper()
 	core := apitest.New()
-	h, err := api.New(core, api.WithEventPollInterval(5*time.Millisecond))
+	h, err := api.New(core.Parts(), api.WithEventPollInterval(5*time.Millisecond))
 	require.NoError(t, err)
 	if wrap != nil {
 		h = wrap(h)
@@ -44,8 +44,8 @@ func TestRoundTrip(t *testing.T) {
 	core, c := newServer(t, nil)
 	ctx := context.Background()
 	two := 2
-	op := core.NewOperation("save", "i-1")
-	core.AppendEvent(op.ID, "step", "one")
+	op := core.Operations.NewOperation("save", "i-1")
+	core.Operations.AppendEvent(op.ID, "step", "one")
 
 	for _, tc := range []struct {
 		name string
@@ -206,10 +206,10 @@ func TestErrors(t *testing.T) {
 	t.Parallel()
 	core, c := newServer(t, nil)
 	ctx := context.Background()
-	core.GetProjectFunc = func(_ context.Context, name string) (types.Project, error) {
+	core.Projects.GetProjectFunc = func(_ context.Context, name string) (types.Project, error) {
 		return types.Project{}, fmt.Errorf("project %q: %w", name, errdefs.ErrNotFound)
 	}
-	core.SetCurrentFunc = func(context.Context, string, types.SetCurrentRequest) (types.Project, error) {
+	core.Versions.SetCurrentFunc = func(context.Context, string, types.SetCurrentRequest) (types.Project, error) {
 		return types.Project{}, fmt.Errorf("current moved: %w", errdefs.ErrConflict)
 	}
 
@@ -226,7 +226,7 @@ func TestErrors(t *testing.T) {
 	_, err = c.SetCurrent(ctx, "web", types.SetCurrentRequest{Version: 2})
 	assert.ErrorIs(t, err, errdefs.ErrConflict)
 
-	core.PauseInstanceFunc = func(_ context.Context, id string) (types.Instance, error) {
+	core.Lifecycle.PauseInstanceFunc = func(_ context.Context, id string) (types.Instance, error) {
 		return types.Instance{}, errdefs.WithDetails(fmt.Errorf("instance %q is Stopped: %w", id, errdefs.ErrFailedPrecondition),
 			map[string]any{"state": "Stopped"})
 	}
@@ -261,12 +261,12 @@ func TestErrorWithoutJSONBody(t *testing.T) {
 
 // runOperation appends events 1..n to op, the last ones while the client is
 // already waiting, then finishes it.
-func runOperation(core *apitest.Core, id string, n int) {
+func runOperation(core *apitest.Fakes, id string, n int) {
 	for i := 1; i <= n; i++ {
-		core.AppendEvent(id, "step", fmt.Sprintf("step %d", i))
+		core.Operations.AppendEvent(id, "step", fmt.Sprintf("step %d", i))
 		time.Sleep(5 * time.Millisecond)
 	}
-	core.Finish(id, types.OpSucceeded, types.SaveResult{Version: 2, Current: true}, nil)
+	core.Operations.Finish(id, types.OpSucceeded, types.SaveResult{Version: 2, Current: true}, nil)
 }
 
 func seqs(evs []types.Event) []int {
@@ -280,7 +280,7 @@ func seqs(evs []types.Event) []int {
 func TestWaitOperation(t *testing.T) {
 	t.Parallel()
 	core, c := newServer(t, nil)
-	op := core.NewOperation("save", "i-1")
+	op := core.Operations.NewOperation("save", "i-1")
 	go runOperation(core, op.ID, 5)
 
 	var got []types.Event
@@ -352,7 +352,7 @@ func TestWaitOperationReconnects(t *testing.T) {
 	t.Parallel()
 	d := &dropper{allow: 2}
 	core, c := newServer(t, func(h http.Handler) http.Handler { d.h = h; return d })
-	op := core.NewOperation("save", "i-1")
+	op := core.Operations.NewOperation("save", "i-1")
 	go runOperation(core, op.ID, 6)
 
 	var got []types.Event
@@ -382,7 +382,7 @@ func TestWaitOperationFallsBackToPolling(t *testing.T) {
 			h.ServeHTTP(w, r)
 		})
 	})
-	op := core.NewOperation("save", "i-1")
+	op := core.Operations.NewOperation("save", "i-1")
 	go runOperation(core, op.ID, 4)
 
 	var got []types.Event
@@ -401,7 +401,7 @@ func TestWaitOperationErrors(t *testing.T) {
 	_, err := c.WaitOperation(context.Background(), "op-missing", nil)
 	assert.ErrorIs(t, err, errdefs.ErrNotFound)
 
-	op := core.NewOperation("save", "i-1")
+	op := core.Operations.NewOperation("save", "i-1")
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	_, err = c.WaitOperation(ctx, op.ID, nil)

@@ -21,7 +21,7 @@ import (
 func TestExecStream(t *testing.T) {
 	t.Parallel()
 	core, c := newServer(t, nil)
-	core.ExecStreamFunc = func(_ context.Context, _ string, req types.ExecRequest, stdio types.Stdio) (int, error) {
+	core.Exec.ExecStreamFunc = func(_ context.Context, _ string, req types.ExecRequest, stdio types.Stdio) (int, error) {
 		b, err := io.ReadAll(stdio.Stdin)
 		if err != nil {
 			return -1, err
@@ -61,16 +61,16 @@ func TestExecStreamTTYResize(t *testing.T) {
 		code, err = c.ExecStream(context.Background(), "i-1", types.ExecRequest{Args: []string{"sh"}},
 			types.Stdio{Stdin: stdinR, Stdout: &out, TTY: true, Resize: sizes})
 	}()
-	require.Eventually(t, func() bool { return len(core.Sizes()) == 1 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return len(core.Exec.Sizes()) == 1 }, 5*time.Second, 5*time.Millisecond)
 	sizes <- types.TermSize{Cols: 132, Rows: 43}
-	require.Eventually(t, func() bool { return len(core.Sizes()) == 2 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return len(core.Exec.Sizes()) == 2 }, 5*time.Second, 5*time.Millisecond)
 	_, _ = stdinW.Write([]byte("ls\r"))
 	require.NoError(t, stdinW.Close())
 	<-done
 	require.NoError(t, err)
 	assert.Equal(t, 0, code)
 	assert.Equal(t, "ls\r", out.String())
-	assert.Equal(t, []types.TermSize{{Cols: 80, Rows: 24}, {Cols: 132, Rows: 43}}, core.Sizes())
+	assert.Equal(t, []types.TermSize{{Cols: 80, Rows: 24}, {Cols: 132, Rows: 43}}, core.Exec.Sizes())
 	call, _ := core.LastCall("ExecStream")
 	assert.Equal(t, true, call.Args[2], "tty")
 }
@@ -80,7 +80,7 @@ func TestExecStreamTTYResize(t *testing.T) {
 func TestExecStreamInitialSize(t *testing.T) {
 	t.Parallel()
 	core, c := newServer(t, nil)
-	atStart := core.SizeAtStart()
+	atStart := core.Exec.SizeAtStart()
 	sizes := make(chan types.TermSize, 1)
 	sizes <- types.TermSize{Cols: 90, Rows: 30}
 	code, err := c.ExecStream(context.Background(), "i-1", types.ExecRequest{Args: []string{"sh"}},
@@ -93,7 +93,7 @@ func TestExecStreamInitialSize(t *testing.T) {
 func TestExecStreamErrors(t *testing.T) {
 	t.Parallel()
 	core, c := newServer(t, nil)
-	core.ExecStreamFunc = func(_ context.Context, id string, _ types.ExecRequest, _ types.Stdio) (int, error) {
+	core.Exec.ExecStreamFunc = func(_ context.Context, id string, _ types.ExecRequest, _ types.Stdio) (int, error) {
 		return -1, errdefs.WithDetails(fmt.Errorf("instance %q is Paused: %w", id, errdefs.ErrFailedPrecondition),
 			map[string]any{"state": "Paused"})
 	}

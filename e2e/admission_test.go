@@ -27,12 +27,12 @@ func TestTenantSaveAndBuildLimits(t *testing.T) {
 	// A second instance: a second save of the first one would be refused
 	// as one-save-at-a-time (409) before the tenant's limit is looked at.
 	other := up(t, p, 0)
-	require.Zero(t, svc.AdmissionInUse("admin", envd.AdmitSaves), "no save runs before the test")
+	require.Zero(t, svc.AdmissionInUse("admin", types.AdmitSaves), "no save runs before the test")
 
 	// A save accepted with a key holds one slot until it ends.
 	first, err := env.c.Save(ctx(t), in.ID, types.SaveRequest{Message: "first"}, "admission-key")
 	require.NoError(t, err)
-	held := holdAll(t, svc, admin, envd.AdmitSaves)
+	held := holdAll(t, svc, admin, types.AdmitSaves)
 
 	_, err = env.c.Save(ctx(t), other.ID, types.SaveRequest{Message: "second"}, "")
 	assertExhausted(t, err, "saves")
@@ -55,13 +55,13 @@ func TestTenantSaveAndBuildLimits(t *testing.T) {
 		release()
 	}
 	waitSave(t, first.ID)
-	require.Eventually(t, func() bool { return svc.AdmissionInUse("admin", envd.AdmitSaves) == 0 },
+	require.Eventually(t, func() bool { return svc.AdmissionInUse("admin", types.AdmitSaves) == 0 },
 		10*time.Second, 50*time.Millisecond, "the finished save freed its slot")
 	_, res := save(t, in.ID, "after the limit")
 	assert.Positive(t, res.Version)
 
 	// Builds: refused before anything starts.
-	held = holdAll(t, svc, admin, envd.AdmitBuilds)
+	held = holdAll(t, svc, admin, types.AdmitBuilds)
 	before := snapshotState(t)
 	_, err = env.c.Build(ctx(t), p, types.BuildRequest{Manager: "apk", Packages: []string{"curl"}})
 	assertExhausted(t, err, "builds")
@@ -69,7 +69,7 @@ func TestTenantSaveAndBuildLimits(t *testing.T) {
 		release()
 	}
 	assert.Equal(t, before, snapshotState(t))
-	assert.Zero(t, svc.AdmissionInUse("admin", envd.AdmitBuilds))
+	assert.Zero(t, svc.AdmissionInUse("admin", types.AdmitBuilds))
 }
 
 // holdAll takes every free slot of kind for p's tenant and returns their

@@ -66,7 +66,7 @@ func TestRootConcurrentSavesQuotaIsAtomic(t *testing.T) {
 	defer store.Close()
 	release, sweeping, swept := make(chan struct{}), make(chan struct{}), make(chan error, 1)
 	go func() {
-		swept <- store.Sweep(c, func(context.Context) error { close(sweeping); <-release; return nil })
+		swept <- store.Content.Sweep(c, func(context.Context) error { close(sweeping); <-release; return nil })
 	}()
 	<-sweeping
 	var ops []types.Operation
@@ -189,9 +189,9 @@ func TestRootFailedVersionCollected(t *testing.T) {
 	store, err := versions.Open(c, env.node.DSN())
 	require.NoError(t, err)
 	defer store.Close()
-	proj, err := store.GetProject(c, adminTenant(t), p)
+	proj, err := store.Projects.GetProject(c, adminTenant(t), p)
 	require.NoError(t, err)
-	require.NoError(t, store.FailVersion(c, proj.Tenant, p, s.Version))
+	require.NoError(t, store.Versions.FailVersion(c, proj.Tenant, p, s.Version))
 	u, err := env.c.Usage(c, "")
 	require.NoError(t, err)
 	assert.Equal(t, 2, u.Versions[p], "the failed version counts")

@@ -101,12 +101,12 @@ func TestRootRestoreSettledAfterItsInstanceRan(t *testing.T) {
 	store, err := versions.Open(c, env.node.DSN())
 	require.NoError(t, err)
 	defer store.Close()
-	row, err := store.GetInstance(c, "", in.ID)
+	row, err := store.Instances.GetInstance(c, "", in.ID)
 	require.NoError(t, err)
 	job, err := json.Marshal(map[string]any{"instance_id": in.ID, "project": p})
 	require.NoError(t, err)
 	opID := fmt.Sprintf("op-lost%d", projectSeq.Add(1))
-	_, _, err = store.CreateOperation(c, versions.Operation{ID: opID, Tenant: row.Tenant, Kind: "restore", Target: in.ID,
+	_, _, err = store.Operations.CreateOperation(c, versions.Operation{ID: opID, Tenant: row.Tenant, Kind: "restore", Target: in.ID,
 		State: types.OpRunning, Node: env.node.Name(), Request: job})
 	require.NoError(t, err)
 

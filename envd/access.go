@@ -2,7 +2,6 @@ package envd
 
 import (
 	"context"
-	"time"
 
 	"github.com/envd-dev/envd/api/types"
 )
@@ -27,40 +26,13 @@ func (s *Service) HoldInstance(id string) (release func()) { return s.life.Hold(
 // waited for until ctx ends.
 //
 // It waits at most the node's Config.WakeWait (60s by default), or less
-// when ctx carries a shorter WithWakeWait; the start goes on after. An
+// when ctx carries a shorter types.WithWakeWait; the start goes on after. An
 // instance not Running by then is an errdefs.ErrWaking (503, code waking,
 // with a Retry-After). Concurrent wakes of one instance start it once.
 func (s *Service) WakeInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
 	wait := s.cfg.WakeWait
-	if d, ok := WakeWait(ctx); ok && d < wait {
+	if d, ok := types.WakeWait(ctx); ok && d < wait {
 		wait = d
 	}
 	return s.life.Wake(ctx, p, id, wait)
-}
-
-type wakeWaitKey struct{}
-
-// WithWakeWait is ctx for a WakeInstance that waits at most d for the
-// instance to run (0: not at all, only start it) when d is shorter than
-// the node's wake wait.
-func WithWakeWait(ctx context.Context, d time.Duration) context.Context {
-	return context.WithValue(ctx, wakeWaitKey{}, max(d, 0))
-}
-
-// wakeFor wakes instance id first when an exec asks it (req.Wake).
-func (s *Service) wakeFor(ctx context.Context, p types.Principal, id string, req types.ExecRequest) error {
-	if !req.Wake {
-		return nil
-	}
-	if err := CheckExecRequest(req); err != nil {
-		return err // refused before anything starts
-	}
-	_, err := s.WakeInstance(ctx, p, id)
-	return err
-}
-
-// WakeWait returns the wait WithWakeWait put in ctx, if any.
-func WakeWait(ctx context.Context) (time.Duration, bool) {
-	d, ok := ctx.Value(wakeWaitKey{}).(time.Duration)
-	return d, ok
 }

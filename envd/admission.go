@@ -7,22 +7,6 @@ import (
 	"github.com/envd-dev/envd/internal/limiter"
 )
 
-// Kinds of concurrent work a tenant is limited in on one node (see
-// TenantLimits and Service.Admit).
-const (
-	AdmitSaves  = "saves"  // running save operations
-	AdmitBuilds = "builds" // running build operations
-	AdmitExec   = "exec"   // exec requests and exec WebSockets in progress
-	AdmitEvents = "events" // open operation event streams
-)
-
-// Kinds of the file transfers, limited per tenant and per node: each holds
-// an open root and a client that may read or write slowly.
-const (
-	AdmitSFTP     = "sftp"     // SFTP sessions open
-	AdmitArchives = "archives" // file API archive downloads and uploads in progress
-)
-
 // TenantLimits bound the concurrent work one tenant may hold on this node;
 // past a limit a request is refused with errdefs.ErrResourceExhausted (HTTP
 // 429 with Retry-After). 0 = the default, negative = unlimited.
@@ -53,17 +37,17 @@ func newLimiter(l TenantLimits) *limiter.Limiter {
 	d := DefaultTenantLimits
 	// Operations take a while, streams come and go quickly.
 	return limiter.New(map[string]limiter.Limit{
-		AdmitSaves:  {Max: pick(l.Saves, d.Saves), RetryAfter: 10 * time.Second},
-		AdmitBuilds: {Max: pick(l.Builds, d.Builds), RetryAfter: 30 * time.Second},
-		AdmitExec:   {Max: pick(l.Exec, d.Exec), RetryAfter: 2 * time.Second},
-		AdmitEvents: {Max: pick(l.Events, d.Events), RetryAfter: 2 * time.Second},
+		types.AdmitSaves:  {Max: pick(l.Saves, d.Saves), RetryAfter: 10 * time.Second},
+		types.AdmitBuilds: {Max: pick(l.Builds, d.Builds), RetryAfter: 30 * time.Second},
+		types.AdmitExec:   {Max: pick(l.Exec, d.Exec), RetryAfter: 2 * time.Second},
+		types.AdmitEvents: {Max: pick(l.Events, d.Events), RetryAfter: 2 * time.Second},
 
-		AdmitSFTP:     {Max: pick(l.SFTP, d.SFTP), NodeMax: pick(l.SFTPPerNode, d.SFTPPerNode), RetryAfter: 5 * time.Second},
-		AdmitArchives: {Max: pick(l.Archives, d.Archives), NodeMax: pick(l.ArchivesPerNode, d.ArchivesPerNode), RetryAfter: 5 * time.Second},
+		types.AdmitSFTP:     {Max: pick(l.SFTP, d.SFTP), NodeMax: pick(l.SFTPPerNode, d.SFTPPerNode), RetryAfter: 5 * time.Second},
+		types.AdmitArchives: {Max: pick(l.Archives, d.Archives), NodeMax: pick(l.ArchivesPerNode, d.ArchivesPerNode), RetryAfter: 5 * time.Second},
 	})
 }
 
-// Admit takes one slot of kind (AdmitExec, AdmitEvents, ...) for p's tenant
+// Admit takes one slot of kind (types.AdmitExec, types.AdmitEvents, ...) for p's tenant
 // and returns its release, which the caller must call when the work ends,
 // on every path. Saves and builds are admitted by Save and Build
 // themselves, for as long as their operation runs.
@@ -82,7 +66,7 @@ func (s *Service) limiter() *limiter.Limiter {
 }
 
 // opAdmission maps an operation kind to the limit it counts against.
-var opAdmission = map[types.OpKind]string{types.OpKindSave: AdmitSaves, types.OpKindBuild: AdmitBuilds, types.OpKindCheckpoint: AdmitSaves}
+var opAdmission = map[types.OpKind]string{types.OpKindSave: types.AdmitSaves, types.OpKindBuild: types.AdmitBuilds, types.OpKindCheckpoint: types.AdmitSaves}
 
 // opAdmitter admits operations against the tenant limits (ops.Admission).
 type opAdmitter struct{ s *Service }

@@ -27,7 +27,7 @@ func (s *Service) SetProjectCheckpoint(ctx context.Context, p types.Principal, p
 		}
 		every = d
 	}
-	if err := s.store.SetCheckpointEvery(ctx, p.Tenant, project, every); err != nil {
+	if err := s.store.Projects.SetCheckpointEvery(ctx, p.Tenant, project, every); err != nil {
 		return types.CheckpointSetting{}, err
 	}
 	return s.GetProjectCheckpoint(ctx, p, project)
@@ -35,7 +35,7 @@ func (s *Service) SetProjectCheckpoint(ctx context.Context, p types.Principal, p
 
 // GetProjectCheckpoint is the project's checkpoint setting.
 func (s *Service) GetProjectCheckpoint(ctx context.Context, p types.Principal, project string) (types.CheckpointSetting, error) {
-	every, err := s.store.CheckpointEvery(ctx, p.Tenant, project)
+	every, err := s.store.Projects.CheckpointEvery(ctx, p.Tenant, project)
 	if err != nil {
 		return types.CheckpointSetting{}, err
 	}
@@ -51,7 +51,7 @@ func (s *Service) GetProjectCheckpoint(ctx context.Context, p types.Principal, p
 // volumes survive the loss of this node; else the layer alone as a
 // version.
 func (s *Service) checkpointDue(ctx context.Context) {
-	ins, err := s.store.CheckpointDue(ctx, s.cfg.Node)
+	ins, err := s.store.Instances.CheckpointDue(ctx, s.cfg.Node)
 	if err != nil {
 		s.log.Warn("instances due for a checkpoint", "err", err)
 		return
@@ -62,7 +62,7 @@ func (s *Service) checkpointDue(ctx context.Context) {
 			s.log.Warn("checkpoint", "instance", in.ID, "err", err)
 			continue
 		}
-		if err := s.store.SetInstanceCheckpoint(ctx, in.ID, v); err != nil {
+		if err := s.store.Instances.SetInstanceCheckpoint(ctx, in.ID, v); err != nil {
 			s.log.Warn("record checkpoint", "instance", in.ID, "err", err)
 			continue
 		}
@@ -73,7 +73,7 @@ func (s *Service) checkpointDue(ctx context.Context) {
 // checkpointInstance takes one periodic checkpoint of in and returns its
 // version and, when coordinated, its checkpoint number.
 func (s *Service) checkpointInstance(ctx context.Context, in versions.Instance) (version, number int, err error) {
-	proj, err := s.store.GetProject(ctx, in.Tenant, in.Project)
+	proj, err := s.store.Projects.GetProject(ctx, in.Tenant, in.Project)
 	if err != nil {
 		return 0, 0, err
 	}

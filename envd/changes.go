@@ -33,7 +33,7 @@ func (s *Service) VersionChanges(ctx context.Context, p types.Principal, project
 	if limit == 0 {
 		limit = changes.DefaultLimit
 	}
-	after, err := s.store.GetVersion(ctx, p.Tenant, project, n)
+	after, err := s.store.Versions.GetVersion(ctx, p.Tenant, project, n)
 	if err != nil {
 		return types.Changes{}, err
 	}
@@ -43,7 +43,7 @@ func (s *Service) VersionChanges(ctx context.Context, p types.Principal, project
 		}
 		against = after.Parent
 	}
-	before, err := s.store.GetVersion(ctx, p.Tenant, project, against)
+	before, err := s.store.Versions.GetVersion(ctx, p.Tenant, project, against)
 	if err != nil {
 		return types.Changes{}, err
 	}
@@ -105,7 +105,7 @@ func (s *Service) InstanceChanges(ctx context.Context, p types.Principal, id str
 	if limit == 0 {
 		limit = changes.DefaultLimit
 	}
-	in, err := s.store.GetInstance(ctx, p.Tenant, id)
+	in, err := s.store.Instances.GetInstance(ctx, p.Tenant, id)
 	if err != nil {
 		return types.Changes{}, err
 	}

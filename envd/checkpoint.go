@@ -53,7 +53,7 @@ func (s *Service) Checkpoint(ctx context.Context, p types.Principal, id string, 
 	if err := names.ValidateInstanceID(id); err != nil {
 		return types.Operation{}, err
 	}
-	in, err := s.store.GetInstance(ctx, p.Tenant, id)
+	in, err := s.store.Instances.GetInstance(ctx, p.Tenant, id)
 	if err != nil {
 		return types.Operation{}, err
 	}
@@ -67,7 +67,7 @@ func (s *Service) Checkpoint(ctx context.Context, p types.Principal, id string, 
 	if len(req.Message) > 4096 {
 		return types.Operation{}, fmt.Errorf("message: longer than 4096 bytes: %w", errdefs.ErrInvalidArgument)
 	}
-	proj, err := s.store.GetProject(ctx, p.Tenant, in.Project)
+	proj, err := s.store.Projects.GetProject(ctx, p.Tenant, in.Project)
 	if err != nil {
 		return types.Operation{}, err
 	}
@@ -101,7 +101,7 @@ type volumeCopy struct {
 
 func (s *Service) runCheckpoint(ctx context.Context, op *ops.Op, job checkpointJob) (types.CheckpointResult, error) {
 	start := time.Now()
-	in, err := s.store.GetInstance(ctx, "", job.InstanceID)
+	in, err := s.store.Instances.GetInstance(ctx, "", job.InstanceID)
 	if err != nil {
 		return types.CheckpointResult{}, err
 	}
@@ -111,7 +111,7 @@ func (s *Service) runCheckpoint(ctx context.Context, op *ops.Op, job checkpointJ
 	if in.State != types.StateRunning {
 		return types.CheckpointResult{}, fmt.Errorf("instance %q is %s: %w", in.ID, in.State, errdefs.ErrFailedPrecondition)
 	}
-	proj, err := s.store.GetProject(ctx, in.Tenant, in.Project)
+	proj, err := s.store.Projects.GetProject(ctx, in.Tenant, in.Project)
 	if err != nil {
 		return types.CheckpointResult{}, err
 	}
@@ -217,7 +217,7 @@ func (s *Service) runCheckpoint(ctx context.Context, op *ops.Op, job checkpointJ
 		dropArchives()
 		return types.CheckpointResult{}, err
 	}
-	cps, err := s.store.ListCheckpoints(ctx, in.Tenant, in.Project)
+	cps, err := s.store.Versions.ListCheckpoints(ctx, in.Tenant, in.Project)
 	if err != nil {
 		return types.CheckpointResult{}, err
 	}
@@ -265,7 +265,7 @@ func (s *Service) ListCheckpoints(ctx context.Context, p types.Principal, projec
 	if err := ValidateName("project", project); err != nil {
 		return nil, err
 	}
-	cs, err := s.store.ListCheckpoints(ctx, p.Tenant, project)
+	cs, err := s.store.Versions.ListCheckpoints(ctx, p.Tenant, project)
 	if err != nil {
 		return nil, err
 	}
@@ -281,7 +281,7 @@ func (s *Service) GetCheckpoint(ctx context.Context, p types.Principal, project 
 	if err := ValidateName("project", project); err != nil {
 		return types.Checkpoint{}, err
 	}
-	c, err := s.store.GetCheckpoint(ctx, p.Tenant, project, id)
+	c, err := s.store.Versions.GetCheckpoint(ctx, p.Tenant, project, id)
 	if err != nil {
 		return types.Checkpoint{}, err
 	}
@@ -297,7 +297,7 @@ func (s *Service) DeleteCheckpoint(ctx context.Context, p types.Principal, proje
 	if err := ValidateName("project", project); err != nil {
 		return types.Checkpoint{}, err
 	}
-	c, released, err := s.store.DeleteCheckpoint(ctx, p.Tenant, project, id)
+	c, released, err := s.store.Versions.DeleteCheckpoint(ctx, p.Tenant, project, id)
 	if err != nil {
 		return types.Checkpoint{}, err
 	}
@@ -313,11 +313,11 @@ func (s *Service) DeleteCheckpoint(ctx context.Context, p types.Principal, proje
 // collectVersion deletes a version marked deleting: its manifest, unless
 // another live version has the same image, then its row.
 func (s *Service) collectVersion(ctx context.Context, tenant, project string, n int) error {
-	v, err := s.store.GetVersion(ctx, tenant, project, n)
+	v, err := s.store.Versions.GetVersion(ctx, tenant, project, n)
 	if err != nil {
 		return err
 	}
-	shared, err := s.store.ImageInUse(ctx, v.Image)
+	shared, err := s.store.Content.ImageInUse(ctx, v.Image)
 	if err != nil {
 		return err
 	}
@@ -330,7 +330,7 @@ func (s *Service) collectVersion(ctx context.Context, tenant, project string, n 
 			return err
 		}
 	}
-	return s.store.DeleteVersion(ctx, tenant, project, n)
+	return s.store.Versions.DeleteVersion(ctx, tenant, project, n)
 }
 
 // restoreVolumeFromCheckpoint restores a volume to its checkpoint's
@@ -342,10 +342,10 @@ func (s *Service) restoreVolumeFromCheckpoint(ctx context.Context, p types.Princ
 	if err := ValidateName("project", project); err != nil {
 		return types.Volume{}, err
 	}
-	if _, err := s.store.GetCheckpoint(ctx, p.Tenant, project, req.Checkpoint); err != nil {
+	if _, err := s.store.Versions.GetCheckpoint(ctx, p.Tenant, project, req.Checkpoint); err != nil {
 		return types.Volume{}, err
 	}
-	ins, err := s.store.ListInstances(ctx, p.Tenant, project)
+	ins, err := s.store.Instances.ListInstances(ctx, p.Tenant, project)
 	if err != nil {
 		return types.Volume{}, err
 	}

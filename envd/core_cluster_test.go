@@ -49,9 +49,9 @@ func TestCoreNodeCertificateAndJoinRole(t *testing.T) {
 	joined, err := versions.Open(e.ctx, jc.Database)
 	require.NoError(t, err)
 	defer joined.Close()
-	admin, err := joined.AdminRole(e.ctx)
+	admin, err := joined.Nodes.AdminRole(e.ctx)
 	require.NoError(t, err)
 	assert.False(t, admin, "the joined node's role may not make tokens")
-	_, _, err = joined.NewToken(e.ctx, "intruder", true, 0)
+	_, _, err = joined.Access.NewToken(e.ctx, "intruder", true, 0)
 	require.Error(t, err)
 }

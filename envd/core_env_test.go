@@ -108,7 +108,7 @@ func newCoreEnv(t testing.TB, edit func(*envd.Config)) *coreEnv {
 	e.start()
 
 	const adminToken = "core-test-admin-token"
-	require.NoError(t, e.store.EnsureAdminToken(ctx, "admin", adminToken))
+	require.NoError(t, e.store.Access.EnsureAdminToken(ctx, "admin", adminToken))
 	e.admin, err = e.svc.Authenticate(ctx, adminToken)
 	require.NoError(t, err)
 	tok, err := e.svc.CreateToken(ctx, e.admin, testTenant, types.CreateTokenRequest{})

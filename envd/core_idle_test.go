@@ -103,13 +103,13 @@ func TestCoreIdle(t *testing.T) {
 		in := e.instance("remote", types.CreateInstanceRequest{})
 		for end := time.Now().Add(2 * idleAfter); time.Now().Before(end); time.Sleep(idleAfter / 4) {
 			// What another node's flush writes after a proxied request.
-			require.NoError(t, e.store.RecordActivity(e.ctx, map[string]time.Time{in.ID: time.Now()}))
+			require.NoError(t, e.store.Instances.RecordActivity(e.ctx, map[string]time.Time{in.ID: time.Now()}))
 		}
 		got := e.getInstance(in.ID)
 		assert.Equal(t, types.StateRunning, got.State)
 		require.NotNil(t, got.IdleSince)
 		assert.WithinDuration(t, time.Now(), *got.IdleSince, idleAfter/2)
-		require.NoError(t, e.store.RecordActivity(e.ctx, map[string]time.Time{in.ID: time.Now().Add(-time.Hour)}))
+		require.NoError(t, e.store.Instances.RecordActivity(e.ctx, map[string]time.Time{in.ID: time.Now().Add(-time.Hour)}))
 		assert.Equal(t, *got.IdleSince, *e.getInstance(in.ID).IdleSince, "an older flush never moves the clock back")
 		e.stoppedByIdle(in.ID)
 	})
@@ -339,7 +339,7 @@ func TestCoreIdleFailuresAndWake(t *testing.T) {
 			return ctx.Err()
 		}
 	})
-	_, err = e.svc.WakeInstance(envd.WithWakeWait(e.ctx, 0), e.user, in.ID)
+	_, err = e.svc.WakeInstance(types.WithWakeWait(e.ctx, 0), e.user, in.ID)
 	require.ErrorIs(t, err, errdefs.ErrWaking)
 	var ra interface{ RetryAfter() time.Duration }
 	require.ErrorAs(t, err, &ra)
@@ -404,4 +404,35 @@ func TestCoreIdleActivityCancelsTheSave(t *testing.T) {
 
 	got = e.stoppedByIdle(in.ID)
 	assert.Equal(t, 2, got.HibernatedVersion)
+}
+
+// A project and its idle setting are created in one transaction: when the
+// setting cannot be written, no project is left behind and the name is
+// free for the next try.
+func TestCoreCreateProjectWithIdleIsOneTransaction(t *testing.T) {
+	t.Parallel()
+	e := newIdleEnv(t)
+	// A real failure of the second write: the database refuses any idle
+	// setting of project "web".
+	_, err := e.store.Pool().Exec(e.ctx, `CREATE FUNCTION refuse_idle() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'idle settings refused' USING ERRCODE = '23514'; END $$;
+		CREATE TRIGGER refuse_idle BEFORE UPDATE OF idle_after_s ON projects
+		FOR EACH ROW WHEN (NEW.name = 'web') EXECUTE FUNCTION refuse_idle()`)
+	require.NoError(t, err)
+
+	req := types.CreateProjectRequest{Name: "web", Base: baseImage, Idle: &types.IdleSetting{After: "30m"}}
+	_, err = e.svc.CreateProject(e.ctx, e.user, req, "")
+	require.ErrorIs(t, err, errdefs.ErrInvalidArgument)
+	assert.ErrorContains(t, err, "idle settings refused")
+	_, err = e.svc.GetProject(e.ctx, e.user, "web")
+	require.ErrorIs(t, err, errdefs.ErrNotFound, "no project without its idle setting")
+	ps, err := e.svc.ListProjects(e.ctx, e.user)
+	require.NoError(t, err)
+	assert.Empty(t, ps)
+
+	_, err = e.store.Pool().Exec(e.ctx, `DROP TRIGGER refuse_idle ON projects`)
+	require.NoError(t, err)
+	p, err := e.svc.CreateProject(e.ctx, e.user, req, "")
+	require.NoError(t, err, "the name is free")
+	assert.Equal(t, &types.IdleSetting{After: "30m0s"}, p.Idle)
 }

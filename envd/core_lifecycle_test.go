@@ -220,7 +220,7 @@ func testReconcile(t *testing.T, e *coreEnv) {
 	vanished := e.instance("rec", types.CreateInstanceRequest{})
 	require.NoError(t, e.rt.Remove(e.ctx, vanished.ID))
 	fenced := e.instance("rec", types.CreateInstanceRequest{})
-	_, err := e.store.BumpGeneration(e.ctx, fenced.ID) // another start took it over
+	_, err := e.store.Instances.BumpGeneration(e.ctx, fenced.ID) // another start took it over
 	require.NoError(t, err)
 	healthy := e.instance("rec", types.CreateInstanceRequest{})
 	orphan := runtime.InstanceSpec{ID: "rec-0rphan00", Image: "x", Labels: map[string]string{envd.LabelNode: testNode}}

@@ -22,7 +22,7 @@ import (
 //	go test -run '^$' -bench BenchmarkMetricsScrape -benchtime 2000x ./envd/
 func BenchmarkMetricsScrape(b *testing.B) {
 	e := newCoreEnv(b, nil)
-	m := metrics.New(testNode, e.store, e.cfg.DataDir)
+	m := metrics.New(testNode, e.store.Instances, e.cfg.DataDir)
 	e.cfg.Observer = m
 	e.restart()
 	e.project("p")
@@ -78,7 +78,7 @@ func BenchmarkMetricsScrape(b *testing.B) {
 // handWrittenMetrics is the /metrics text before client_golang (the save
 // totals were kept in memory; they cost nothing to read and are zero here).
 func handWrittenMetrics(ctx context.Context, store *versions.Store, node string) (string, error) {
-	counts, err := store.CountInstances(ctx, node)
+	counts, err := store.Instances.CountInstances(ctx, node)
 	if err != nil {
 		return "", err
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/envd/metrics"
+	"github.com/envd-dev/envd/envd/node"
 )
 
 const scrapeToken = "core-test-scrape-token"
@@ -33,10 +34,10 @@ type metricsEnv struct {
 
 func newMetricsEnv(t *testing.T) *metricsEnv {
 	e := newCoreEnv(t, nil)
-	m := metrics.New(testNode, e.store, e.cfg.DataDir)
+	m := metrics.New(testNode, e.store.Instances, e.cfg.DataDir)
 	e.cfg.Observer = m
 	e.restart()
-	h, err := api.New(e.svc, api.WithMetrics(m.Handler(), scrapeToken), api.WithRequestObserver(m))
+	h, err := api.New(node.APIParts(e.svc), api.WithMetrics(m.Handler(), scrapeToken), api.WithRequestObserver(m))
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)

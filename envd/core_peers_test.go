@@ -63,7 +63,7 @@ func TestPeerNodesDeniedAsTheyJoin(t *testing.T) {
 		c.Cluster.Peers = rec
 		c.Cluster.SweepInterval = 100 * time.Millisecond
 	})
-	_, err := e.store.Join(e.ctx, versions.Registration{Name: "node-b", APIURL: "https://198.18.0.7:7443", Lease: time.Minute})
+	_, err := e.store.Nodes.Join(e.ctx, versions.Registration{Name: "node-b", APIURL: "https://198.18.0.7:7443", Lease: time.Minute})
 	require.NoError(t, err)
 	require.NoError(t, e.svc.RegisterNode(e.ctx, "http://198.18.0.1:7443"))
 	rec.mu.Lock()
@@ -71,7 +71,7 @@ func TestPeerNodesDeniedAsTheyJoin(t *testing.T) {
 	assert.Equal(t, []string{"198.18.0.7"}, rec.lists[0])
 	rec.mu.Unlock()
 
-	_, err = e.store.Join(e.ctx, versions.Registration{Name: "node-c", APIURL: "https://peer-c.example.test:7443", Lease: time.Minute})
+	_, err = e.store.Nodes.Join(e.ctx, versions.Registration{Name: "node-c", APIURL: "https://peer-c.example.test:7443", Lease: time.Minute})
 	require.NoError(t, err)
 	rec.waitFor(t, []string{"198.18.0.7", "peer-c.example.test"})
 }
@@ -86,14 +86,14 @@ func TestDiskRoomReported(t *testing.T) {
 		c.Cluster.Lease = 600 * time.Millisecond
 	})
 	require.NoError(t, e.svc.RegisterNode(e.ctx, "http://127.0.0.1:1"))
-	m, err := e.store.GetMember(e.ctx, testNode)
+	m, err := e.store.Nodes.GetMember(e.ctx, testNode)
 	require.NoError(t, err)
 	require.NotNil(t, m.DiskRoom, "reported at join")
 	assert.Equal(t, int64(7<<30), *m.DiskRoom)
 
 	room.Store(1 << 30)
 	require.Eventually(t, func() bool {
-		m, err := e.store.GetMember(e.ctx, testNode)
+		m, err := e.store.Nodes.GetMember(e.ctx, testNode)
 		return err == nil && m.DiskRoom != nil && *m.DiskRoom == 1<<30
 	}, 30*time.Second, 50*time.Millisecond, "refreshed with the lease")
 }

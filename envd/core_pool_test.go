@@ -24,7 +24,7 @@ func TestCorePool(t *testing.T) {
 	e.project("warm")
 	pooled := func() versions.PoolState {
 		t.Helper()
-		sts, err := e.store.PoolStates(e.ctx, testNode)
+		sts, err := e.store.Instances.PoolStates(e.ctx, testNode)
 		require.NoError(t, err)
 		for _, st := range sts {
 			if st.Project == "warm" {

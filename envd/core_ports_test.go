@@ -137,7 +137,7 @@ func TestCoreThreadGuard(t *testing.T) {
 	e.project("web")
 	in := e.instance("web", types.CreateInstanceRequest{})
 
-	_, err := e.svc.Admit(e.user, envd.AdmitExec)
+	_, err := e.svc.Admit(e.user, types.AdmitExec)
 	require.ErrorIs(t, err, errdefs.ErrResourceExhausted)
 	assert.Equal(t, 429, errdefs.HTTPStatus(err))
 	assert.Contains(t, err.Error(), "past its high-water mark of 1")
@@ -152,7 +152,7 @@ func TestCoreThreadGuard(t *testing.T) {
 	assert.ErrorIs(t, err, errdefs.ErrResourceExhausted)
 
 	ok := newCoreEnv(t, func(c *envd.Config) { c.ThreadHighWater = 100_000 })
-	release, err := ok.svc.Admit(ok.user, envd.AdmitExec)
+	release, err := ok.svc.Admit(ok.user, types.AdmitExec)
 	require.NoError(t, err)
 	release()
 }

@@ -311,7 +311,7 @@ func TestCoreSaveFailures(t *testing.T) {
 		e.reg.setAfterPush(func(img registry.Image) {
 			pushed = img
 			// Another start (or node) took the instance over meanwhile.
-			_, err := e.store.BumpGeneration(context.Background(), in.ID)
+			_, err := e.store.Instances.BumpGeneration(context.Background(), in.ID)
 			assert.NoError(t, err)
 		})
 		op := e.save(in.ID, types.SaveRequest{})

@@ -135,7 +135,7 @@ func (s *Service) instancePid(ctx context.Context, p types.Principal, id string)
 	if err := names.ValidateInstanceID(id); err != nil {
 		return versions.Instance{}, 0, err
 	}
-	in, err := s.store.GetInstance(ctx, p.Tenant, id)
+	in, err := s.store.Instances.GetInstance(ctx, p.Tenant, id)
 	if err != nil {
 		return versions.Instance{}, 0, err
 	}

@@ -13,7 +13,7 @@ func (s *Service) reportDiskRoom(ctx context.Context) {
 	if !ok {
 		return
 	}
-	if err := s.store.SetNodeDiskRoom(ctx, s.cfg.Node, room); err != nil {
+	if err := s.store.Nodes.SetNodeDiskRoom(ctx, s.cfg.Node, room); err != nil {
 		s.log.Warn("report the node's disk room", "err", err)
 	}
 }

@@ -133,7 +133,15 @@ func (s *Service) openStopped(ctx context.Context, fr fileRuntime, id string, as
 	for _, b := range view.Binds {
 		binds = append(binds, files.Bind{Source: b.Source, Destination: b.Destination})
 	}
-	root, err := files.OpenSnapshot(ms, binds, s.cfg.WorkDir, files.Identity{},
+	fms := make([]files.Mount, 0, len(ms))
+	for _, m := range ms {
+		fms = append(fms, files.Mount{Type: m.Type, Source: m.Source, Options: m.Options})
+	}
+	mountAt := func(m files.Mount, target string) error {
+		cm := mount.Mount{Type: m.Type, Source: m.Source, Options: m.Options}
+		return cm.Mount(target)
+	}
+	root, err := files.OpenSnapshot(fms, mountAt, binds, s.cfg.WorkDir, files.Identity{},
 		fmt.Sprintf("instance %q is stopped: its files are read-only (start it to write)", id))
 	if err != nil {
 		return nil, fmt.Errorf("instance %q: %w", id, err)

@@ -23,7 +23,7 @@ type forkJob struct {
 // then a second instance starts from that version. One capture of an
 // instance at a time: a fork and a save of it exclude each other.
 func (s *Service) Fork(ctx context.Context, p types.Principal, id string, req types.ForkRequest, idempotencyKey string) (types.Operation, error) {
-	in, err := s.store.GetInstance(ctx, p.Tenant, id)
+	in, err := s.store.Instances.GetInstance(ctx, p.Tenant, id)
 	if err != nil {
 		return types.Operation{}, err
 	}
@@ -44,7 +44,7 @@ func (s *Service) Fork(ctx context.Context, p types.Principal, id string, req ty
 }
 
 func (s *Service) runFork(ctx context.Context, op *ops.Op, p types.Principal, job forkJob) (types.ForkResult, error) {
-	in, err := s.store.GetInstance(ctx, p.Tenant, job.InstanceID)
+	in, err := s.store.Instances.GetInstance(ctx, p.Tenant, job.InstanceID)
 	if err != nil {
 		return types.ForkResult{}, err
 	}

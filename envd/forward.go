@@ -13,7 +13,7 @@ import (
 // unknown, ended, hibernated and so startable anywhere, or its node never
 // registered an address), else that node's name and API URL.
 func (s *Service) InstanceOwner(ctx context.Context, p types.Principal, id string) (node, apiURL string, local bool, err error) {
-	in, err := s.store.GetInstance(ctx, p.Tenant, id)
+	in, err := s.store.Instances.GetInstance(ctx, p.Tenant, id)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return "", "", true, nil // the local handler answers 404
 	}
@@ -28,7 +28,7 @@ func (s *Service) InstanceOwner(ctx context.Context, p types.Principal, id strin
 	case in.State == types.StateStopped && in.HibernatedVersion > 0:
 		return in.Node, "", true, nil // its layer is a version: it wakes on any node
 	}
-	u, err := s.store.NodeURL(ctx, in.Node)
+	u, err := s.store.Nodes.NodeURL(ctx, in.Node)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return in.Node, "", true, nil // the local handler names the node
 	}

@@ -54,7 +54,7 @@ func (s *Service) parseIdle(ctx context.Context, tenant string, req types.IdleSe
 			return out, fmt.Errorf("idle after %q: a Go duration of at least %s (such as 30m), or 0 for never: %w", req.After, MinIdleAfter, errdefs.ErrInvalidArgument)
 		}
 	}
-	maxIdle, err := s.store.MaxIdleAfter(ctx, tenant)
+	maxIdle, err := s.store.Tenants.MaxIdleAfter(ctx, tenant)
 	if err != nil {
 		return out, err
 	}
@@ -82,7 +82,7 @@ func (s *Service) SetProjectIdle(ctx context.Context, p types.Principal, project
 	if err != nil {
 		return types.Project{}, err
 	}
-	if _, err := s.store.SetProjectIdle(ctx, p.Tenant, project, idle); err != nil {
+	if _, err := s.store.Projects.SetProjectIdle(ctx, p.Tenant, project, idle); err != nil {
 		return types.Project{}, err
 	}
 	return s.GetProject(ctx, p, project)
@@ -90,7 +90,7 @@ func (s *Service) SetProjectIdle(ctx context.Context, p types.Principal, project
 
 // withProjectIdle fills the project's own idle setting.
 func (s *Service) withProjectIdle(ctx context.Context, tenant string, proj types.Project) (types.Project, error) {
-	idle, err := s.store.ProjectIdle(ctx, tenant, proj.Name)
+	idle, err := s.store.Projects.ProjectIdle(ctx, tenant, proj.Name)
 	if err != nil {
 		return types.Project{}, err
 	}
@@ -121,10 +121,10 @@ func (s *Service) setIdleMax(ctx context.Context, tenant string, q types.Quota) 
 			return 0, fmt.Errorf("max_idle_after %q: a Go duration of at least %s: %w", q.MaxIdleAfter, MinIdleAfter, errdefs.ErrInvalidArgument)
 		}
 	}
-	if err := s.store.SetMaxIdleAfter(ctx, tenant, d); err != nil {
+	if err := s.store.Tenants.SetMaxIdleAfter(ctx, tenant, d); err != nil {
 		return 0, err
 	}
-	return s.store.MaxIdleAfter(ctx, tenant)
+	return s.store.Tenants.MaxIdleAfter(ctx, tenant)
 }
 
 func withIdleMax(q types.Quota, d time.Duration) types.Quota {

@@ -100,7 +100,7 @@ func (s *Service) ExportVersion(ctx context.Context, p types.Principal, project 
 	if err := ValidateName("project", project); err != nil {
 		return err
 	}
-	v, err := s.store.GetVersion(ctx, p.Tenant, project, n)
+	v, err := s.store.Versions.GetVersion(ctx, p.Tenant, project, n)
 	if err != nil {
 		return err
 	}

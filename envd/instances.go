@@ -21,11 +21,7 @@ func (s *Service) ListInstances(ctx context.Context, p types.Principal, project 
 
 // GetInstance returns one instance.
 func (s *Service) GetInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
-	in, err := s.life.GetInstance(ctx, p, id)
-	if err == nil {
-		in.NewerCurrent = s.newerCurrent(ctx, p.Tenant, in)
-	}
-	return in, err
+	return s.instances.GetInstance(ctx, p, id)
 }
 
 // DeleteInstance terminates an instance; saved versions and volumes stay.
@@ -55,11 +51,7 @@ func (s *Service) StartInstance(ctx context.Context, p types.Principal, id strin
 
 // RenewInstance sets the instance's expiry to now + ttl.
 func (s *Service) RenewInstance(ctx context.Context, p types.Principal, id, ttl string) (types.Instance, error) {
-	in, err := s.life.RenewInstance(ctx, p, id, ttl)
-	if err == nil {
-		s.TouchInstance(id) // asking for more time is use
-	}
-	return in, err
+	return s.renews.RenewInstance(ctx, p, id, ttl)
 }
 
 // HibernateInstance hibernates a stopped retained instance now.
@@ -69,17 +61,11 @@ func (s *Service) HibernateInstance(ctx context.Context, p types.Principal, id s
 
 // Exec runs a command in a running instance and returns its output.
 func (s *Service) Exec(ctx context.Context, p types.Principal, id string, req types.ExecRequest) (types.ExecResult, error) {
-	if err := s.wakeFor(ctx, p, id, req); err != nil {
-		return types.ExecResult{}, err
-	}
-	return s.cmds.Exec(ctx, p, id, req)
+	return s.execs.Exec(ctx, p, id, req)
 }
 
 // ExecStream runs a command in a running instance with its streams
 // connected to stdio and returns its exit code.
 func (s *Service) ExecStream(ctx context.Context, p types.Principal, id string, req types.ExecRequest, stdio types.Stdio) (int, error) {
-	if err := s.wakeFor(ctx, p, id, req); err != nil {
-		return -1, err
-	}
-	return s.cmds.Stream(ctx, p, id, req, stdio)
+	return s.execs.Stream(ctx, p, id, req, stdio)
 }

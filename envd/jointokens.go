@@ -49,14 +49,14 @@ func (s *Service) CreateJoinToken(ctx context.Context, p types.Principal, req ty
 	if s.cfg.Cluster.JoinConfig == nil {
 		return types.JoinToken{}, fmt.Errorf("this node cannot tell how to join it (its database or registry is private to it): %w", errdefs.ErrFailedPrecondition)
 	}
-	self, err := s.store.GetMember(ctx, s.cfg.Node)
+	self, err := s.store.Nodes.GetMember(ctx, s.cfg.Node)
 	if err != nil {
 		return types.JoinToken{}, fmt.Errorf("this node's URL: %w", err)
 	}
 	var b [24]byte
 	_, _ = rand.Read(b[:])
 	token := JoinTokenPrefix + base64.RawURLEncoding.EncodeToString(b[:])
-	t, err := s.store.CreateJoinToken(ctx, token, p.Tenant, ttl)
+	t, err := s.store.Nodes.CreateJoinToken(ctx, token, p.Tenant, ttl)
 	if err != nil {
 		return types.JoinToken{}, err
 	}
@@ -80,13 +80,13 @@ func (s *Service) Join(ctx context.Context, token string, req types.JoinRequest)
 	if err != nil {
 		return types.JoinConfig{}, err
 	}
-	if _, err := s.store.UseJoinToken(ctx, token, req.Node); err != nil {
+	if _, err := s.store.Nodes.UseJoinToken(ctx, token, req.Node); err != nil {
 		return types.JoinConfig{}, err
 	}
 	s.log.Info("join token used", "node", req.Node)
 	// The new node logs in as a role of its own (envd_node's rights:
 	// migrations/0028_node_role.sql), not as this node's role.
-	role, password, err := s.store.CreateNodeRole(ctx, req.Node)
+	role, password, err := s.store.Nodes.CreateNodeRole(ctx, req.Node)
 	switch {
 	case errors.Is(err, errdefs.ErrFailedPrecondition):
 		s.log.Warn("the joining node gets this node's database role: no node role can be made", "node", req.Node, "err", err)

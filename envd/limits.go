@@ -21,7 +21,7 @@ func (s *Service) checkProjectLimits(ctx context.Context, tenant string, l *type
 	if err := ValidateLimits(*l); err != nil {
 		return err
 	}
-	m, err := s.store.LimitMaxima(ctx, tenant)
+	m, err := s.store.Tenants.LimitMaxima(ctx, tenant)
 	if err != nil {
 		return err
 	}
@@ -50,7 +50,7 @@ func (s *Service) SetProjectLimits(ctx context.Context, p types.Principal, proje
 	if err != nil {
 		return types.Project{}, err
 	}
-	proj, err := s.store.SetProjectSpec(ctx, p.Tenant, project, raw)
+	proj, err := s.store.Projects.SetProjectSpec(ctx, p.Tenant, project, raw)
 	if err != nil {
 		return types.Project{}, err
 	}
@@ -60,10 +60,10 @@ func (s *Service) SetProjectLimits(ctx context.Context, p types.Principal, proje
 // setLimitMaxima stores the limit maxima of a quota.
 func (s *Service) setLimitMaxima(ctx context.Context, tenant string, q types.Quota) (versions.LimitMaxima, error) {
 	m := versions.LimitMaxima{MemoryBytes: q.MaxMemoryBytes, Pids: q.MaxPids, CPUs: q.MaxCPUs, DiskBytes: q.MaxDiskBytes}
-	if err := s.store.SetLimitMaxima(ctx, tenant, m); err != nil {
+	if err := s.store.Tenants.SetLimitMaxima(ctx, tenant, m); err != nil {
 		return versions.LimitMaxima{}, err
 	}
-	return s.store.LimitMaxima(ctx, tenant)
+	return s.store.Tenants.LimitMaxima(ctx, tenant)
 }
 
 func withMaxima(q types.Quota, m versions.LimitMaxima) types.Quota {

@@ -28,7 +28,7 @@ func (s *Service) SetProjectNetwork(ctx context.Context, p types.Principal, proj
 	if err != nil {
 		return types.Project{}, err
 	}
-	proj, err := s.store.SetProjectNetwork(ctx, p.Tenant, project, egress, req.IsolateInstances)
+	proj, err := s.store.Projects.SetProjectNetwork(ctx, p.Tenant, project, egress, req.IsolateInstances)
 	if err != nil {
 		return types.Project{}, err
 	}

@@ -178,7 +178,7 @@ func (s *Service) RegisterNode(ctx context.Context, apiURL string) error {
 func (s *Service) join(ctx context.Context, apiURL string) (versions.Member, error) {
 	c := s.cfg.Cluster
 	cert := s.tlsCertificate()
-	m, err := s.store.Join(ctx, versions.Registration{Name: s.cfg.Node, APIURL: apiURL, Version: BuildVersion, Labels: c.Labels,
+	m, err := s.store.Nodes.Join(ctx, versions.Registration{Name: s.cfg.Node, APIURL: apiURL, Version: BuildVersion, Labels: c.Labels,
 		CPUs: c.Capacity.CPUs, MemoryBytes: c.Capacity.MemoryBytes, DiskBytes: c.Capacity.DiskBytes,
 		InstanceSlots: c.Capacity.InstanceSlots, Lease: c.Lease, TLSCert: cert})
 	if err == nil {
@@ -202,7 +202,7 @@ func (s *Service) recordCertificate(ctx context.Context) {
 	if bytes.Equal(cert, s.cluster.recordedCert) {
 		return
 	}
-	if err := s.store.SetNodeCertificate(ctx, s.cfg.Node, cert); err != nil {
+	if err := s.store.Nodes.SetNodeCertificate(ctx, s.cfg.Node, cert); err != nil {
 		s.log.Warn("record the API's new TLS certificate", "err", err)
 		return
 	}
@@ -214,13 +214,13 @@ func (s *Service) recordCertificate(ctx context.Context) {
 // the one certificate this node trusts for it (envd/node's peer
 // transport); nil when it recorded none.
 func (s *Service) NodeCertificate(ctx context.Context, node string) ([]byte, error) {
-	return s.store.NodeCertificate(ctx, node)
+	return s.store.Nodes.NodeCertificate(ctx, node)
 }
 
 // LeaveCluster records a graceful shutdown: no placements come here until
 // the node joins again.
 func (s *Service) LeaveCluster(ctx context.Context) {
-	if err := s.store.LeaveNode(ctx, s.cfg.Node); err != nil {
+	if err := s.store.Nodes.LeaveNode(ctx, s.cfg.Node); err != nil {
 		s.log.Warn("leave the cluster", "err", err)
 	}
 }
@@ -267,7 +267,7 @@ func (s *Service) membershipLoop(ctx context.Context, apiURL string) {
 func (s *Service) renew(ctx context.Context, apiURL string) {
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.Cluster.Lease/3)
 	defer cancel()
-	state, err := s.store.RenewLease(rctx, s.cfg.Node)
+	state, err := s.store.Nodes.RenewLease(rctx, s.cfg.Node)
 	if err == nil {
 		s.cluster.renewed = time.Now()
 		if s.cluster.healthySince.IsZero() {
@@ -307,7 +307,7 @@ func (s *Service) renew(ctx context.Context, apiURL string) {
 // sweepLost marks lapsed nodes lost, fails their instances and settles
 // their operations.
 func (s *Service) sweepLost(ctx context.Context) {
-	nodes, ins, err := s.store.MarkLost(ctx, s.cfg.Node, lostMessage)
+	nodes, ins, err := s.store.Nodes.MarkLost(ctx, s.cfg.Node, lostMessage)
 	if err != nil {
 		s.log.Warn("look for lost nodes", "err", err)
 		return
@@ -319,7 +319,7 @@ func (s *Service) sweepLost(ctx context.Context) {
 		s.cfg.Observer.InstanceFailed(types.ReasonNodeLost)
 		s.log.Info("instance failed: its node was lost", "instance", in.ID, "node", in.Node)
 	}
-	ops, err := s.store.LostNodeOperations(ctx)
+	ops, err := s.store.Operations.LostNodeOperations(ctx)
 	if err != nil {
 		s.log.Warn("operations of lost nodes", "err", err)
 		return
@@ -362,7 +362,7 @@ func lostMessage(in versions.Instance, n versions.Member, cp *versions.InstanceC
 // marks it drained. A round that leaves work runs again at the next
 // renewal.
 func (s *Service) drainRound(ctx context.Context) {
-	ins, err := s.store.ListNodeInstances(ctx, s.cfg.Node)
+	ins, err := s.store.Instances.ListNodeInstances(ctx, s.cfg.Node)
 	if err != nil {
 		s.log.Warn("drain: list instances", "err", err)
 		return
@@ -380,7 +380,7 @@ func (s *Service) drainRound(ctx context.Context) {
 	if left > 0 {
 		return
 	}
-	ops, err := s.store.UnfinishedOperations(ctx, s.cfg.Node)
+	ops, err := s.store.Operations.UnfinishedOperations(ctx, s.cfg.Node)
 	if err != nil || len(ops) > 0 {
 		return
 	}
@@ -393,7 +393,7 @@ func (s *Service) drainRound(ctx context.Context) {
 			s.vols.Handoff(ctx, in.Tenant, in.Project)
 		}
 	}
-	if _, err := s.store.SetNodeState(ctx, s.cfg.Node, []string{versions.NodeDraining}, versions.NodeDrained); err != nil {
+	if _, err := s.store.Nodes.SetNodeState(ctx, s.cfg.Node, []string{versions.NodeDraining}, versions.NodeDrained); err != nil {
 		s.log.Warn("drain: mark drained", "err", err)
 		return
 	}
@@ -420,7 +420,7 @@ func (s *Service) ListNodes(ctx context.Context, p types.Principal) ([]types.Nod
 	if err := needAdmin(p, "listing nodes"); err != nil {
 		return nil, err
 	}
-	ms, err := s.store.ListMembers(ctx)
+	ms, err := s.store.Nodes.ListMembers(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -436,7 +436,7 @@ func (s *Service) GetNode(ctx context.Context, p types.Principal, name string) (
 	if err := needAdmin(p, "reading a node"); err != nil {
 		return types.Node{}, err
 	}
-	m, err := s.store.GetMember(ctx, name)
+	m, err := s.store.Nodes.GetMember(ctx, name)
 	if err != nil {
 		return types.Node{}, err
 	}
@@ -447,7 +447,7 @@ func (s *Service) setNodeState(ctx context.Context, p types.Principal, name stri
 	if err := needAdmin(p, "changing a node's state"); err != nil {
 		return types.Node{}, err
 	}
-	m, err := s.store.SetNodeState(ctx, name, from, to)
+	m, err := s.store.Nodes.SetNodeState(ctx, name, from, to)
 	if err != nil {
 		return types.Node{}, err
 	}
@@ -497,11 +497,11 @@ func (s *Service) PlaceInstance(ctx context.Context, p types.Principal, project 
 // (unknown, finished, or run by a node that is gone: the local handler
 // records the request).
 func (s *Service) OperationOwner(ctx context.Context, p types.Principal, id string) (node, apiURL string, local bool, err error) {
-	op, err := s.store.GetOperation(ctx, p.Tenant, id)
+	op, err := s.store.Operations.GetOperation(ctx, p.Tenant, id)
 	if err != nil || op.Node == "" || op.Node == s.cfg.Node || (op.State != types.OpPending && op.State != types.OpRunning) {
 		return op.Node, "", true, nil
 	}
-	m, err := s.store.GetMember(ctx, op.Node)
+	m, err := s.store.Nodes.GetMember(ctx, op.Node)
 	if err != nil || m.State == versions.NodeLost || m.Expired || m.Stopped {
 		return op.Node, "", true, nil
 	}
@@ -511,5 +511,5 @@ func (s *Service) OperationOwner(ctx context.Context, p types.Principal, id stri
 // ClusterKey is the key the nodes of this database sign forwarded requests
 // with (api.WithForwardKey).
 func (s *Service) ClusterKey(ctx context.Context) ([]byte, error) {
-	return s.store.ClusterKey(ctx)
+	return s.store.Nodes.ClusterKey(ctx)
 }

@@ -72,11 +72,7 @@ func (s *Service) OperationEvents(ctx context.Context, p types.Principal, id str
 // Save starts a save of the instance's changes as a new version
 // (save.Saver.Save).
 func (s *Service) Save(ctx context.Context, p types.Principal, id string, req types.SaveRequest, idempotencyKey string) (types.Operation, error) {
-	op, err := s.saver.Save(ctx, p, id, req, idempotencyKey)
-	if err == nil {
-		s.TouchInstance(id) // a user's save is use
-	}
-	return op, err
+	return s.saves.Save(ctx, p, id, req, idempotencyKey)
 }
 
 // Build starts a build operation (builder.Builder.Build).

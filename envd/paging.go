@@ -72,7 +72,7 @@ func (s *Service) ListVersionsPage(ctx context.Context, p types.Principal, proje
 			return nil, "", badToken(page.Token)
 		}
 	}
-	vs, err := s.store.ListVersionsAfter(ctx, p.Tenant, project, after, limit+1)
+	vs, err := s.store.Versions.ListVersionsAfter(ctx, p.Tenant, project, after, limit+1)
 	if err != nil {
 		return nil, "", err
 	}

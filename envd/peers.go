@@ -23,7 +23,7 @@ func (s *Service) denyPeers(ctx context.Context) {
 	if fw == nil {
 		return
 	}
-	members, err := s.store.ListMembers(ctx)
+	members, err := s.store.Nodes.ListMembers(ctx)
 	if err != nil {
 		s.log.Warn("list the cluster's nodes for the instance firewall", "err", err)
 		return

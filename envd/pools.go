@@ -12,7 +12,7 @@ func (s *Service) SetProjectPool(ctx context.Context, p types.Principal, project
 	if err := ValidateName("project", project); err != nil {
 		return types.Project{}, err
 	}
-	if err := s.store.SetPoolSize(ctx, p.Tenant, project, req.Size); err != nil {
+	if err := s.store.Projects.SetPoolSize(ctx, p.Tenant, project, req.Size); err != nil {
 		return types.Project{}, err
 	}
 	s.life.PokePools()
@@ -21,7 +21,7 @@ func (s *Service) SetProjectPool(ctx context.Context, p types.Principal, project
 
 // withPool adds the project's pool setting to out.
 func (s *Service) withPool(ctx context.Context, tenant string, out types.Project) types.Project {
-	if n, err := s.store.PoolSize(ctx, tenant, out.Name); err == nil && n > 0 {
+	if n, err := s.store.Projects.PoolSize(ctx, tenant, out.Name); err == nil && n > 0 {
 		out.Pool = &types.PoolSetting{Size: n}
 	}
 	return out

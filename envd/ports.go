@@ -48,7 +48,7 @@ func (s *Service) previewKey(ctx context.Context) ([]byte, error) {
 	if _, err := rand.Read(candidate); err != nil {
 		return nil, err
 	}
-	key, err := s.store.PreviewKey(ctx, candidate)
+	key, err := s.store.Nodes.PreviewKey(ctx, candidate)
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +75,7 @@ func (s *Service) ListPorts(ctx context.Context, p types.Principal, id string) (
 	if err != nil {
 		return nil, fmt.Errorf("ports of instance %q: %w", id, err)
 	}
-	public, err := s.store.PublicPorts(ctx, p.Tenant, in.Project)
+	public, err := s.store.Projects.PublicPorts(ctx, p.Tenant, in.Project)
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +134,7 @@ func (s *Service) PreviewAccess(ctx context.Context, id string, port int, token 
 	if names.ValidateInstanceID(id) != nil || checkPort(port) != nil {
 		return deny("no such preview")
 	}
-	tenant, public, err := s.store.PortIsPublic(ctx, id, port)
+	tenant, public, err := s.store.Instances.PortIsPublic(ctx, id, port)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return deny("no valid preview token")
 	}
@@ -164,7 +164,7 @@ func (s *Service) PreviewAccess(ctx context.Context, id string, port int, token 
 
 // GetProjectPorts returns a project's port settings.
 func (s *Service) GetProjectPorts(ctx context.Context, p types.Principal, project string) (types.ProjectPorts, error) {
-	ports, err := s.store.PublicPorts(ctx, p.Tenant, project)
+	ports, err := s.store.Projects.PublicPorts(ctx, p.Tenant, project)
 	if err != nil {
 		return types.ProjectPorts{}, err
 	}
@@ -189,7 +189,7 @@ func (s *Service) SetProjectPorts(ctx context.Context, p types.Principal, projec
 	if ports == nil {
 		ports = []int{}
 	}
-	if err := s.store.SetPublicPorts(ctx, p.Tenant, project, ports); err != nil {
+	if err := s.store.Projects.SetPublicPorts(ctx, p.Tenant, project, ports); err != nil {
 		return types.ProjectPorts{}, err
 	}
 	return types.ProjectPorts{Public: ports}, nil

@@ -42,7 +42,7 @@ func (s *Service) CreateProject(ctx context.Context, p types.Principal, req type
 	}
 	// The answer is what GET answers, so that a retry with the key (which
 	// reads the project) answers the same.
-	if rec, err := s.store.GetProject(ctx, p.Tenant, proj.Name); err == nil {
+	if rec, err := s.store.Projects.GetProject(ctx, p.Tenant, proj.Name); err == nil {
 		proj.CurrentBase = s.currentBase(ctx, rec)
 	}
 	return proj, nil
@@ -91,19 +91,29 @@ func (s *Service) createProject(ctx context.Context, p types.Principal, req type
 	if err != nil {
 		return types.Project{}, err
 	}
-	proj, _, err := s.store.CreateProject(ctx, versions.Project{
-		Tenant: p.Tenant, Name: req.Name, BaseImage: base.Ref(), Spec: rawSpec,
-		Excludes: excludes, Compression: req.Compression,
-		Egress: egress, IsolateInstances: req.IsolateInstances,
-	}, versions.Version{Kind: "base", State: "ready", Image: base.Ref(), SizeBytes: base.Size,
-		Layers: len(base.Layers), Message: "base image " + req.Base})
-	if err != nil {
-		return types.Project{}, fmt.Errorf("create project %q: %w", req.Name, err)
-	}
-	if idle.After != nil || idle.Action != "" {
-		if _, err := s.store.SetProjectIdle(ctx, p.Tenant, req.Name, idle); err != nil {
-			return types.Project{}, fmt.Errorf("create project %q: idle setting: %w", req.Name, err)
+	// The project and its idle setting commit together: a failed setting
+	// leaves no project behind.
+	var proj versions.Project
+	err = s.store.InTx(ctx, func(tx versions.Tx) error {
+		var err error
+		proj, _, err = tx.Projects.CreateProject(ctx, versions.Project{
+			Tenant: p.Tenant, Name: req.Name, BaseImage: base.Ref(), Spec: rawSpec,
+			Excludes: excludes, Compression: req.Compression,
+			Egress: egress, IsolateInstances: req.IsolateInstances,
+		}, versions.Version{Kind: "base", State: "ready", Image: base.Ref(), SizeBytes: base.Size,
+			Layers: len(base.Layers), Message: "base image " + req.Base})
+		if err != nil {
+			return fmt.Errorf("create project %q: %w", req.Name, err)
 		}
+		if idle.After != nil || idle.Action != "" {
+			if _, err := tx.Projects.SetProjectIdle(ctx, p.Tenant, req.Name, idle); err != nil {
+				return fmt.Errorf("create project %q: idle setting: %w", req.Name, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return types.Project{}, err
 	}
 	return s.withProjectIdle(ctx, p.Tenant, toProject(proj))
 }
@@ -139,7 +149,7 @@ func (s *Service) SetRetention(ctx context.Context, p types.Principal, project s
 			return types.Project{}, fmt.Errorf("keep_newer_than %q: a positive Go duration such as 720h: %w", r.KeepNewerThan, errdefs.ErrInvalidArgument)
 		}
 	}
-	proj, err := s.store.SetRetention(ctx, p.Tenant, project, versions.Retention{KeepLast: r.KeepLast, KeepNewerThan: d})
+	proj, err := s.store.Projects.SetRetention(ctx, p.Tenant, project, versions.Retention{KeepLast: r.KeepLast, KeepNewerThan: d})
 	if err != nil {
 		return types.Project{}, err
 	}
@@ -154,11 +164,11 @@ func toVersion(v versions.Version) types.Version {
 
 // ListProjects lists the tenant's projects.
 func (s *Service) ListProjects(ctx context.Context, p types.Principal) ([]types.Project, error) {
-	ps, err := s.store.ListProjects(ctx, p.Tenant)
+	ps, err := s.store.Projects.ListProjects(ctx, p.Tenant)
 	if err != nil {
 		return nil, err
 	}
-	idles, err := s.store.ProjectIdles(ctx, p.Tenant)
+	idles, err := s.store.Projects.ProjectIdles(ctx, p.Tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -176,7 +186,7 @@ func (s *Service) GetProject(ctx context.Context, p types.Principal, name string
 	if err := ValidateName("project", name); err != nil {
 		return types.Project{}, err
 	}
-	proj, err := s.store.GetProject(ctx, p.Tenant, name)
+	proj, err := s.store.Projects.GetProject(ctx, p.Tenant, name)
 	if err != nil {
 		return types.Project{}, err
 	}
@@ -199,7 +209,7 @@ func (s *Service) DeleteProject(ctx context.Context, p types.Principal, name str
 	if err := ValidateName("project", name); err != nil {
 		return err
 	}
-	images, err := s.store.DeleteProject(ctx, p.Tenant, name)
+	images, err := s.store.Projects.DeleteProject(ctx, p.Tenant, name)
 	if err != nil {
 		return err
 	}
@@ -220,7 +230,7 @@ func (s *Service) ListVersions(ctx context.Context, p types.Principal, project s
 	if err := ValidateName("project", project); err != nil {
 		return nil, err
 	}
-	vs, err := s.store.ListVersions(ctx, p.Tenant, project)
+	vs, err := s.store.Versions.ListVersions(ctx, p.Tenant, project)
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +246,7 @@ func (s *Service) GetVersion(ctx context.Context, p types.Principal, project str
 	if err := ValidateName("project", project); err != nil {
 		return types.Version{}, err
 	}
-	v, err := s.store.GetVersion(ctx, p.Tenant, project, n)
+	v, err := s.store.Versions.GetVersion(ctx, p.Tenant, project, n)
 	if err != nil {
 		return types.Version{}, err
 	}
@@ -258,7 +268,7 @@ func (s *Service) SetCurrent(ctx context.Context, p types.Principal, project str
 	if *req.ExpectedCurrent < 0 {
 		return types.Project{}, fmt.Errorf("expected_current %d: %w", *req.ExpectedCurrent, errdefs.ErrInvalidArgument)
 	}
-	proj, err := s.store.SetCurrent(ctx, p.Tenant, project, req.Version, *req.ExpectedCurrent)
+	proj, err := s.store.Versions.SetCurrent(ctx, p.Tenant, project, req.Version, *req.ExpectedCurrent)
 	if err != nil {
 		return types.Project{}, err
 	}
@@ -270,7 +280,7 @@ func (s *Service) PinVersion(ctx context.Context, p types.Principal, project str
 	if err := ValidateName("project", project); err != nil {
 		return types.Version{}, err
 	}
-	v, err := s.store.Pin(ctx, p.Tenant, project, n, pinned)
+	v, err := s.store.Versions.Pin(ctx, p.Tenant, project, n, pinned)
 	if err != nil {
 		return types.Version{}, err
 	}
@@ -279,7 +289,7 @@ func (s *Service) PinVersion(ctx context.Context, p types.Principal, project str
 
 // projectSpec loads a project and its declared spec.
 func (s *Service) projectSpec(ctx context.Context, tenant, project string) (versions.Project, spec.Project, error) {
-	proj, err := s.store.GetProject(ctx, tenant, project)
+	proj, err := s.store.Projects.GetProject(ctx, tenant, project)
 	if err != nil {
 		return proj, spec.Project{}, err
 	}

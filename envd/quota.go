@@ -28,7 +28,7 @@ func (s *Service) SetQuota(ctx context.Context, p types.Principal, tenant string
 			return types.Quota{}, fmt.Errorf("max_ttl %q: a positive Go duration: %w", q.MaxTTL, errdefs.ErrInvalidArgument)
 		}
 	}
-	stored, err := s.store.SetQuota(ctx, tenant, versions.Quota{MaxInstances: q.MaxInstances, MaxVersions: q.MaxVersions,
+	stored, err := s.store.Tenants.SetQuota(ctx, tenant, versions.Quota{MaxInstances: q.MaxInstances, MaxVersions: q.MaxVersions,
 		MaxStoredBytes: q.MaxStoredBytes, MaxTTL: ttl})
 	if err != nil {
 		return types.Quota{}, err
@@ -68,15 +68,15 @@ func (s *Service) Usage(ctx context.Context, p types.Principal, tenant string) (
 	if err != nil {
 		return types.Usage{}, err
 	}
-	q, err := s.store.Quota(ctx, tenant)
+	q, err := s.store.Tenants.Quota(ctx, tenant)
 	if err != nil {
 		return types.Usage{}, err
 	}
-	maxima, err := s.store.LimitMaxima(ctx, tenant)
+	maxima, err := s.store.Tenants.LimitMaxima(ctx, tenant)
 	if err != nil {
 		return types.Usage{}, err
 	}
-	idleMax, err := s.store.MaxIdleAfter(ctx, tenant)
+	idleMax, err := s.store.Tenants.MaxIdleAfter(ctx, tenant)
 	if err != nil {
 		return types.Usage{}, err
 	}

@@ -16,7 +16,7 @@ import (
 
 // wireRollouts makes the rollout runner (envd/rollout).
 func (s *Service) wireRollouts(ctx context.Context) {
-	s.rollouts = rollout.New(rollout.Deps{Store: s.store, Migrator: s.builds, Reg: s.reg, Bases: bases{s}, Ops: s.ops,
+	s.rollouts = rollout.New(rollout.Deps{Store: rolloutStore{s.store.Rollouts, s.store.Operations, s.store.Projects, s.store.Versions}, Migrator: s.builds, Reg: s.reg, Bases: bases{s}, Ops: s.ops,
 		Trials: s.life, Interactive: s, Log: s.log, Stopping: ctx, Concurrency: s.cfg.RolloutConcurrency,
 		CrashPoint: s.cfg.RolloutCrashPoint})
 }
@@ -87,7 +87,7 @@ func (s *Service) SetProjectValidation(ctx context.Context, p types.Principal, p
 			return types.Project{}, fmt.Errorf("validate: an empty command: %w", errdefs.ErrInvalidArgument)
 		}
 	}
-	proj, err := s.store.SetProjectValidation(ctx, p.Tenant, project, req.Validate)
+	proj, err := s.store.Projects.SetProjectValidation(ctx, p.Tenant, project, req.Validate)
 	if err != nil {
 		return types.Project{}, err
 	}
@@ -110,11 +110,11 @@ func rolloutFields(out *types.Project, p versions.Project) {
 // currentBase names the imported base the project's current version sits
 // on ("" when none is found: the answer is informative, never an error).
 func (s *Service) currentBase(ctx context.Context, p versions.Project) string {
-	v, err := s.store.GetVersion(ctx, p.Tenant, p.Name, p.Current)
+	v, err := s.store.Versions.GetVersion(ctx, p.Tenant, p.Name, p.Current)
 	if err != nil {
 		return ""
 	}
-	imgs, err := s.store.ListImages(ctx)
+	imgs, err := s.store.Content.ListImages(ctx)
 	if err != nil {
 		return ""
 	}
@@ -171,11 +171,11 @@ func (c *baseCache) put(k, v string) {
 // newerCurrent is the project's current version when it is a migration
 // the instance neither runs nor saved (0 otherwise).
 func (s *Service) newerCurrent(ctx context.Context, tenant string, in types.Instance) int {
-	p, err := s.store.GetProject(ctx, tenant, in.Project)
+	p, err := s.store.Projects.GetProject(ctx, tenant, in.Project)
 	if err != nil || p.Current == in.Version || p.Current == in.LastSavedVersion || p.Current == 0 {
 		return 0
 	}
-	v, err := s.store.GetVersion(ctx, tenant, in.Project, p.Current)
+	v, err := s.store.Versions.GetVersion(ctx, tenant, in.Project, p.Current)
 	if err != nil || v.Kind != "migration" {
 		return 0
 	}

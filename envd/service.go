@@ -48,6 +48,7 @@ import (
 	"github.com/envd-dev/envd/envd/quota"
 	"github.com/envd-dev/envd/envd/rollout"
 	"github.com/envd-dev/envd/envd/save"
+	"github.com/envd-dev/envd/envd/wrap"
 	"github.com/envd-dev/envd/internal/limiter"
 	"github.com/envd-dev/envd/internal/objstore"
 	"github.com/envd-dev/envd/registry"
@@ -193,9 +194,15 @@ type Service struct {
 	vols    *workspace.Volumes
 	life    *lifecycle.Manager
 	cmds    *command.Runner
-	builds  *builder.Builder
-	gc      *gc.Collector
-	placer  *cluster.Placer
+	// The features as the API reaches them, with the cross-cutting
+	// behaviour applied once (package wrap; set in wire).
+	execs     wrap.Execer
+	renews    wrap.Renewer
+	saves     wrap.Saver
+	instances wrap.InstanceGetter
+	builds    *builder.Builder
+	gc        *gc.Collector
+	placer    *cluster.Placer
 
 	limits     *limiter.Limiter // per-tenant concurrency (admission.go)
 	limitsOnce sync.Once
@@ -271,10 +278,10 @@ func (s *Service) wire(ctx context.Context) {
 	cfg := s.cfg
 	gate := &freeze.Gate{}
 	s.gate = gate
-	s.ops = ops.NewRunner(ctx, s.store, opAdmitter{s}, cfg.Observer, cfg.Node, s.log)
-	s.quota = quota.New(s.store, cfg.DefaultTTL, cfg.MaxTTL)
-	s.content = gc.NewContent(s.store, s.reg, s.log)
-	s.saver = save.New(save.Deps{Node: cfg.Node, WorkDir: cfg.WorkDir, Runtime: s.rt, Store: s.store, Reg: s.reg,
+	s.ops = ops.NewRunner(ctx, s.store.Operations, opAdmitter{s}, cfg.Observer, cfg.Node, s.log)
+	s.quota = quota.New(quotaStore{s.store.Tenants, s.store.Projects}, cfg.DefaultTTL, cfg.MaxTTL)
+	s.content = gc.NewContent(s.store.Content, s.reg, s.log)
+	s.saver = save.New(save.Deps{Node: cfg.Node, WorkDir: cfg.WorkDir, Runtime: s.rt, Store: saveStore{s.store.Instances, s.store.Projects, s.store.Versions, s.store.Operations}, Reg: s.reg,
 		Content: s.content, Quota: s.quota, Ops: s.ops, Gate: gate, Log: s.log, Observer: cfg.Observer})
 	// A nil *workspace.Manager must stay a nil interface: "no volumes".
 	var storage workspace.Storage
@@ -282,19 +289,23 @@ func (s *Service) wire(ctx context.Context) {
 	if cfg.Volumes != nil {
 		storage, gcVolumes = cfg.Volumes, cfg.Volumes
 	}
-	s.vols = workspace.NewVolumes(cfg.Node, s.store, storage, cfg.Objects, s.quota, s.log).WithHomes(s.store)
-	s.life = lifecycle.New(ctx, lifecycle.Deps{Node: cfg.Node, Store: s.store, Runtime: s.rt, Registry: s.reg,
+	s.vols = workspace.NewVolumes(cfg.Node, volumeStore{s.store.Projects, s.store.Instances, s.store.Volumes, s.store.Versions}, storage, cfg.Objects, s.quota, s.log).WithHomes(homeStore{s.store.Volumes, s.store.Versions})
+	s.life = lifecycle.New(ctx, lifecycle.Deps{Node: cfg.Node, Store: lifecycleStore{s.store.Instances, s.store.Projects, s.store.Versions, s.store.Tenants, s.store.Nodes}, Runtime: s.rt, Registry: s.reg,
 		Volumes: s.vols, Quota: s.quota, Saver: s.saver, Gate: gate, Ops: s.ops, Log: s.log, Observer: cfg.Observer,
 		DefaultLimits: cfg.DefaultLimits, BuildEgress: cfg.BuildEgress, HibernateAfter: cfg.HibernateAfter,
 		PrefetchWindow: cfg.PrefetchWindow, ReapInterval: cfg.ReapInterval, ReconcileInterval: cfg.ReconcileInterval,
 		ProvisionTimeout: cfg.ProvisionTimeout,
 		IdleAfter:        cfg.IdleAfter, IdleAction: cfg.IdleAction, IdleInterval: cfg.IdleInterval, ActivityFlush: cfg.ActivityFlush,
-		Pools: s.store, PoolInterval: cfg.PoolInterval, PoolRefillDelay: cfg.PoolRefillDelay})
-	s.cmds = command.New(cfg.Node, s.store, s.rt, gate).WithActivity(s.life).WithExits(s.life)
-	s.builds = builder.New(builder.Deps{Store: s.store, Reg: s.reg, Runtime: s.rt, Capturer: s.saver, Instances: s.life,
+		Pools: s.store.Instances, PoolInterval: cfg.PoolInterval, PoolRefillDelay: cfg.PoolRefillDelay})
+	s.cmds = command.New(cfg.Node, s.store.Instances, s.rt, gate).WithActivity(s.life).WithExits(s.life)
+	s.execs = wrap.WakeOnExec(s.cmds, s)
+	s.renews = wrap.TouchOnRenew(s.life, s)
+	s.saves = wrap.TouchOnSave(s.saver, s)
+	s.instances = wrap.WithNewerCurrent(s.life, s.newerCurrent)
+	s.builds = builder.New(builder.Deps{Store: buildStore{s.store.Projects, s.store.Versions, s.store.Content}, Reg: s.reg, Runtime: s.rt, Capturer: s.saver, Instances: s.life,
 		Quota: s.quota, Content: s.content, Bases: bases{s}, Ops: s.ops, Log: s.log, Objects: cfg.Objects})
-	s.gc = gc.NewCollector(s.store, s.reg, s.ops, cfg.Sweeper, gcVolumes).WithArchives(s.vols)
-	s.placer = cluster.NewPlacer(cfg.Node, cfg.Cluster.Placement == PlacementLocal, s.store, s.life, s.vols)
+	s.gc = gc.NewCollector(gcStore{s.store.Projects, s.store.Versions, s.store.Content}, s.reg, s.ops, cfg.Sweeper, gcVolumes).WithArchives(s.vols)
+	s.placer = cluster.NewPlacer(cfg.Node, cfg.Cluster.Placement == PlacementLocal, placerStore{s.store.Projects, s.store.Versions, s.store.Nodes, s.store.Volumes}, s.life, s.vols)
 	s.wireRollouts(ctx)
 	s.wireSquash(ctx)
 }
@@ -314,7 +325,7 @@ func (s *Service) Authenticate(ctx context.Context, token string) (types.Princip
 	if token == "" {
 		return types.Principal{}, fmt.Errorf("missing bearer token: %w", errdefs.ErrUnauthenticated)
 	}
-	p, err := s.store.Authenticate(ctx, token)
+	p, err := s.store.Access.Authenticate(ctx, token)
 	if err != nil {
 		return types.Principal{}, err
 	}
@@ -336,7 +347,7 @@ func toImage(img versions.Image) types.Image {
 
 // ListImages lists imported base images.
 func (s *Service) ListImages(ctx context.Context, p types.Principal) ([]types.Image, error) {
-	imgs, err := s.store.ListImages(ctx)
+	imgs, err := s.store.Content.ListImages(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -358,7 +369,7 @@ func (s *Service) resolveBase(ctx context.Context, tenant, base string) (registr
 	}
 	ref := base
 	if ValidateName("image", base) == nil {
-		rec, err := s.store.GetImage(ctx, base)
+		rec, err := s.store.Content.GetImage(ctx, base)
 		if err != nil {
 			return registry.Image{}, fmt.Errorf("base image: %w", err)
 		}

@@ -25,7 +25,7 @@ func (s *Service) VersionSpec(ctx context.Context, p types.Principal, project st
 	if err := ValidateName("project", project); err != nil {
 		return types.VersionSpec{}, err
 	}
-	v, err := s.store.GetVersion(ctx, p.Tenant, project, n)
+	v, err := s.store.Versions.GetVersion(ctx, p.Tenant, project, n)
 	if err != nil {
 		return types.VersionSpec{}, err
 	}
@@ -39,7 +39,7 @@ func (s *Service) VersionSpec(ctx context.Context, p types.Principal, project st
 		return out, fmt.Errorf("version %d of %q: %w", n, project, err)
 	}
 	out.Base = base.Ref()
-	vs, err := s.store.ListVersions(ctx, p.Tenant, project)
+	vs, err := s.store.Versions.ListVersions(ctx, p.Tenant, project)
 	if err != nil {
 		return out, err
 	}
@@ -49,7 +49,7 @@ func (s *Service) VersionSpec(ctx context.Context, p types.Principal, project st
 			break
 		}
 	}
-	raw, err := s.store.VersionSpec(ctx, p.Tenant, project, n)
+	raw, err := s.store.Versions.VersionSpec(ctx, p.Tenant, project, n)
 	switch {
 	case err == nil:
 		if err := json.Unmarshal(raw, &out.Spec); err != nil {

@@ -23,7 +23,7 @@ func (s *Service) wireSquash(ctx context.Context) {
 	if interval <= 0 {
 		interval = 30 * time.Second
 	}
-	sq := &squash.Squasher{Store: s.store, Reg: s.reg, Bases: s.builds, Content: s.content,
+	sq := &squash.Squasher{Store: s.store.Versions, Reg: s.reg, Bases: s.builds, Content: s.content,
 		WorkDir: filepath.Join(s.cfg.WorkDir, "squash"), MaxDepth: s.cfg.SquashAfter, Stale: squashStale, Log: s.log}
 	s.squashRun = func() { s.squashing.Go(func() { sq.Run(ctx, interval) }) }
 }

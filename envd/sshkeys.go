@@ -72,7 +72,7 @@ func (s *Service) AddSSHKey(ctx context.Context, p types.Principal, req types.Ad
 		return types.SSHKey{}, fmt.Errorf("name %q: at most %d printable characters: %w", name, maxSSHKeyName, errdefs.ErrInvalidArgument)
 	}
 	pub := strings.TrimSpace(string(ssh.MarshalAuthorizedKey(key)))
-	k, err := s.store.AddSSHKey(ctx, versions.SSHKey{Tenant: p.Tenant, Name: name, Fingerprint: fp, PublicKey: pub})
+	k, err := s.store.Access.AddSSHKey(ctx, versions.SSHKey{Tenant: p.Tenant, Name: name, Fingerprint: fp, PublicKey: pub})
 	if err != nil {
 		return types.SSHKey{}, err
 	}
@@ -81,7 +81,7 @@ func (s *Service) AddSSHKey(ctx context.Context, p types.Principal, req types.Ad
 
 // ListSSHKeys lists the caller's tenant's keys.
 func (s *Service) ListSSHKeys(ctx context.Context, p types.Principal) ([]types.SSHKey, error) {
-	ks, err := s.store.ListSSHKeys(ctx, p.Tenant)
+	ks, err := s.store.Access.ListSSHKeys(ctx, p.Tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +99,7 @@ func (s *Service) DeleteSSHKey(ctx context.Context, p types.Principal, id int64)
 	if id <= 0 {
 		return types.SSHKey{}, fmt.Errorf("ssh key id %d: must be positive: %w", id, errdefs.ErrInvalidArgument)
 	}
-	k, err := s.store.DeleteSSHKey(ctx, p.Tenant, id)
+	k, err := s.store.Access.DeleteSSHKey(ctx, p.Tenant, id)
 	if err != nil {
 		return types.SSHKey{}, err
 	}
@@ -116,7 +116,7 @@ func (s *Service) SSHLogin(ctx context.Context, id string, key ssh.PublicKey) (t
 	if names.ValidateInstanceID(id) != nil {
 		return types.Principal{}, refused
 	}
-	tenant, err := s.store.SSHKeyTenant(ctx, id, ssh.FingerprintSHA256(key))
+	tenant, err := s.store.Access.SSHKeyTenant(ctx, id, ssh.FingerprintSHA256(key))
 	if err != nil {
 		if errors.Is(err, errdefs.ErrNotFound) {
 			return types.Principal{}, refused

@@ -47,7 +47,7 @@ func (s *Service) ListTokens(ctx context.Context, p types.Principal, tenant stri
 			return nil, err
 		}
 	}
-	ts, err := s.store.ListTokens(ctx, tenant)
+	ts, err := s.store.Access.ListTokens(ctx, tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +70,7 @@ func (s *Service) RevokeToken(ctx context.Context, p types.Principal, id int64) 
 	tenant := ""
 	if !p.Admin {
 		tenant = p.Tenant
-		ts, err := s.store.ListTokens(ctx, tenant)
+		ts, err := s.store.Access.ListTokens(ctx, tenant)
 		if err != nil {
 			return types.TokenInfo{}, err
 		}
@@ -80,7 +80,7 @@ func (s *Service) RevokeToken(ctx context.Context, p types.Principal, id int64) 
 			}
 		}
 	}
-	t, err := s.store.RevokeToken(ctx, tenant, id)
+	t, err := s.store.Access.RevokeToken(ctx, tenant, id)
 	if err != nil {
 		return types.TokenInfo{}, err
 	}
@@ -103,7 +103,7 @@ func (s *Service) CreateToken(ctx context.Context, p types.Principal, tenant str
 	if err != nil {
 		return types.Token{}, err
 	}
-	tok, info, err := s.store.NewToken(ctx, tenant, req.Admin, ttl)
+	tok, info, err := s.store.Access.NewToken(ctx, tenant, req.Admin, ttl)
 	if err != nil {
 		return types.Token{}, err
 	}

@@ -24,6 +24,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/internal/proc"
 	"github.com/envd-dev/envd/runtime/agent"
 )
@@ -729,7 +730,7 @@ func (r *Runtime) execAgent(ctx context.Context, id string, spec ExecSpec) (code
 	if cwd == "" {
 		cwd = s.cwd
 	}
-	if err := CheckCwd(cwd); err != nil {
+	if err := types.CheckCwd(cwd); err != nil {
 		return -1, fmt.Errorf("exec in %q: %w", id, err), true
 	}
 	stdout, stderr := spec.Stdout, spec.Stderr

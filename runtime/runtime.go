@@ -54,6 +54,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/types"
 )
 
 // snapshotter is the containerd snapshotter instances' writable layers use.
@@ -746,7 +747,7 @@ func (r *Runtime) exec(ctx context.Context, id string, spec ExecSpec) (int, erro
 	if pspec.Cwd == "" {
 		pspec.Cwd = "/"
 	}
-	if err := CheckCwd(pspec.Cwd); err != nil {
+	if err := types.CheckCwd(pspec.Cwd); err != nil {
 		return -1, fmt.Errorf("exec in %q: %w", id, err)
 	}
 

@@ -58,8 +58,8 @@ type Core interface {
 	// does, acting as as (the zero FileUser: the image's user); SFTP is
 	// served with it.
 	OpenFiles(ctx context.Context, p types.Principal, id string, as types.FileUser, write bool) (*files.Root, error)
-	// Admit takes one of the tenant's slots of kind (envd.AdmitExec for
-	// a session's command, as for the exec routes; envd.AdmitSFTP for an
+	// Admit takes one of the tenant's slots of kind (types.AdmitExec for
+	// a session's command, as for the exec routes; types.AdmitSFTP for an
 	// SFTP session) or refuses with ErrResourceExhausted; release gives
 	// it back.
 	Admit(p types.Principal, kind string) (release func(), err error)

@@ -11,7 +11,6 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/envd-dev/envd/api/types"
-	"github.com/envd-dev/envd/envd"
 )
 
 // loginScript runs a session's command the way sshd does: in the login
@@ -158,7 +157,7 @@ func (c *conn) session(ctx context.Context, nch ssh.NewChannel) {
 				// A session holds one of the tenant's (and the node's)
 				// SFTP slots; past them it is refused before it starts,
 				// with the reason on stderr.
-				release, err := c.s.core.Admit(c.p, envd.AdmitSFTP)
+				release, err := c.s.core.Admit(c.p, types.AdmitSFTP)
 				if err != nil {
 					fmt.Fprintf(ch.Stderr(), "envd: sftp: %v\r\n", err)
 					if req.WantReply {
@@ -243,7 +242,7 @@ func (c *conn) session(ctx context.Context, nch ssh.NewChannel) {
 // client's stderr and the exit status is 255, as OpenSSH's for a failure
 // of its own.
 func (c *conn) run(ctx context.Context, req types.ExecRequest, stdio types.Stdio, ch ssh.Channel) int {
-	release, err := c.s.core.Admit(c.p, envd.AdmitExec)
+	release, err := c.s.core.Admit(c.p, types.AdmitExec)
 	if err != nil {
 		fmt.Fprintf(ch.Stderr(), "envd: %v\r\n", err)
 		return 255

@@ -20,7 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/ssh"
 
-	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/envd/files"
 	"github.com/envd-dev/envd/internal/limiter"
 )
@@ -282,7 +282,7 @@ func TestRootSFTPSessionLimit(t *testing.T) {
 	_, pid := sleeper(t, 65534, 65534)
 	f := newFixture(t)
 	f.core.filesPID, f.core.filesID = pid, files.Identity{UID: 65534, GID: 65534}
-	f.core.limits = limiter.New(map[string]limiter.Limit{envd.AdmitSFTP: {Max: 1}})
+	f.core.limits = limiter.New(map[string]limiter.Limit{types.AdmitSFTP: {Max: 1}})
 
 	conn, err := ssh.Dial("tcp", f.addr, f.clientConfig(f.instA, ssh.PublicKeys(f.keyA)))
 	require.NoError(t, err)
@@ -303,7 +303,7 @@ func TestRootSFTPSessionLimit(t *testing.T) {
 	s.Close()
 
 	require.NoError(t, first.Close())
-	require.Eventually(t, func() bool { return f.core.limits.InUse("a", envd.AdmitSFTP) == 0 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return f.core.limits.InUse("a", types.AdmitSFTP) == 0 }, 5*time.Second, 10*time.Millisecond)
 	second, err := sftp.NewClient(conn)
 	require.NoError(t, err, "the slot is free again")
 	defer second.Close()

@@ -53,7 +53,7 @@ func collectArchives(rows pgx.Rows, err error) ([]Archive, error) {
 // one is recorded and the others fail with ErrAlreadyExists, replace or
 // not. ErrNotFound when the project does not exist (also when it was
 // deleted while the archive was written).
-func (s *Store) PutArchive(ctx context.Context, a Archive, replace bool) (stored Archive, replaced string, err error) {
+func (s Volumes) PutArchive(ctx context.Context, a Archive, replace bool) (stored Archive, replaced string, err error) {
 	what := fmt.Sprintf("archive %q of volume %q of project %q", a.Name, a.Volume, a.Project)
 	err = WithTx(ctx, s.db, func(tx pgx.Tx) error {
 		var projectID int64
@@ -93,7 +93,7 @@ func (s *Store) PutArchive(ctx context.Context, a Archive, replace bool) (stored
 
 // GetArchive returns the archive name of the project's volume;
 // ErrNotFound when the tenant's project has none.
-func (s *Store) GetArchive(ctx context.Context, tenant, project, volume, name string) (Archive, error) {
+func (s Volumes) GetArchive(ctx context.Context, tenant, project, volume, name string) (Archive, error) {
 	a, err := scanArchive(s.db.QueryRow(ctx, `SELECT `+archiveCols+` FROM volume_archives a
 		JOIN projects p ON p.id = a.project_id
 		WHERE p.tenant_id = $1 AND p.name = $2 AND a.volume = $3 AND a.name = $4`, tenant, project, volume, name))
@@ -102,7 +102,7 @@ func (s *Store) GetArchive(ctx context.Context, tenant, project, volume, name st
 
 // GetArchiveByKey returns the archive of the tenant's project stored under
 // key (of any of its volumes); ErrNotFound for any other key.
-func (s *Store) GetArchiveByKey(ctx context.Context, tenant, project, key string) (Archive, error) {
+func (s Volumes) GetArchiveByKey(ctx context.Context, tenant, project, key string) (Archive, error) {
 	a, err := scanArchive(s.db.QueryRow(ctx, `SELECT `+archiveCols+` FROM volume_archives a
 		JOIN projects p ON p.id = a.project_id
 		WHERE p.tenant_id = $1 AND p.name = $2 AND a.key = $3`, tenant, project, key))
@@ -112,7 +112,7 @@ func (s *Store) GetArchiveByKey(ctx context.Context, tenant, project, key string
 // ListArchives lists the archives of the tenant's project, of one volume
 // or of all ("" ), by volume, then newest first. ErrNotFound when the
 // project does not exist.
-func (s *Store) ListArchives(ctx context.Context, tenant, project, volume string) ([]Archive, error) {
+func (s Volumes) ListArchives(ctx context.Context, tenant, project, volume string) ([]Archive, error) {
 	what := fmt.Sprintf("archives of project %q", project)
 	return WithTxV(ctx, s.db, func(tx pgx.Tx) ([]Archive, error) {
 		var id int64
@@ -128,7 +128,7 @@ func (s *Store) ListArchives(ctx context.Context, tenant, project, volume string
 
 // DeleteArchive deletes the record of archive name of the project's volume
 // and returns it, for the caller to delete its object after.
-func (s *Store) DeleteArchive(ctx context.Context, tenant, project, volume, name string) (Archive, error) {
+func (s Volumes) DeleteArchive(ctx context.Context, tenant, project, volume, name string) (Archive, error) {
 	a, err := scanArchive(s.db.QueryRow(ctx, `DELETE FROM volume_archives a USING projects p
 		WHERE p.id = a.project_id AND p.tenant_id = $1 AND p.name = $2 AND a.volume = $3 AND a.name = $4
 		  AND a.checkpoint_id IS NULL
@@ -138,7 +138,7 @@ func (s *Store) DeleteArchive(ctx context.Context, tenant, project, volume, name
 
 // OrphanArchives returns up to limit archives whose project was deleted:
 // their objects are to be deleted, then their records (ForgetArchive).
-func (s *Store) OrphanArchives(ctx context.Context, limit int) ([]Archive, error) {
+func (s Volumes) OrphanArchives(ctx context.Context, limit int) ([]Archive, error) {
 	out, err := collectArchives(s.db.Query(ctx, `SELECT `+archiveCols+` FROM volume_archives a
 		WHERE a.project_id IS NULL ORDER BY a.id LIMIT $1`, limit))
 	return out, translate(err, "orphan archives")
@@ -147,7 +147,7 @@ func (s *Store) OrphanArchives(ctx context.Context, limit int) ([]Archive, error
 // ForgetArchive deletes the record of an orphan archive (its project
 // deleted) once its object is gone. Records of live projects are not
 // touched; a missing record is not an error.
-func (s *Store) ForgetArchive(ctx context.Context, id int64) error {
+func (s Volumes) ForgetArchive(ctx context.Context, id int64) error {
 	_, err := s.db.Exec(ctx, "DELETE FROM volume_archives WHERE id = $1 AND project_id IS NULL", id)
 	return translate(err, fmt.Sprintf("archive record %d", id))
 }

@@ -21,13 +21,13 @@ func TestArchiveRecords(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t)
 	newProject(t, s)
-	_, _, err := s.CreateProject(ctx, versions.Project{Tenant: "other", Name: "p", BaseImage: "reg/base@sha256:aaa"},
+	_, _, err := s.Projects.CreateProject(ctx, versions.Project{Tenant: "other", Name: "p", BaseImage: "reg/base@sha256:aaa"},
 		versions.Version{})
 	require.NoError(t, err)
 
 	a1 := versions.Archive{Tenant: tenant, Project: "p", Volume: "work", Name: "n1", Key: "volumes/acme/p/work/n1/1.tar.zst",
 		SizeBytes: 10, Files: 2, Node: "node-a"}
-	got, replaced, err := s.PutArchive(ctx, a1, false)
+	got, replaced, err := s.Volumes.PutArchive(ctx, a1, false)
 	require.NoError(t, err)
 	assert.Empty(t, replaced)
 	assert.NotZero(t, got.ID)
@@ -38,9 +38,9 @@ func TestArchiveRecords(t *testing.T) {
 	// Same name: refused without replace; with it, the old key comes back.
 	a2 := a1
 	a2.Key, a2.SizeBytes = "volumes/acme/p/work/n1/2.tar.zst", 20
-	_, _, err = s.PutArchive(ctx, a2, false)
+	_, _, err = s.Volumes.PutArchive(ctx, a2, false)
 	assert.ErrorIs(t, err, errdefs.ErrAlreadyExists)
-	got, replaced, err = s.PutArchive(ctx, a2, true)
+	got, replaced, err = s.Volumes.PutArchive(ctx, a2, true)
 	require.NoError(t, err)
 	assert.Equal(t, a1.Key, replaced)
 	assert.Equal(t, a2.Key, got.Key)
@@ -48,10 +48,10 @@ func TestArchiveRecords(t *testing.T) {
 
 	// The other tenant's project of the same name records its own.
 	b := versions.Archive{Tenant: "other", Project: "p", Volume: "work", Name: "n1", Key: "volumes/other/p/work/n1/3.tar.zst", SizeBytes: 5}
-	_, _, err = s.PutArchive(ctx, b, false)
+	_, _, err = s.Volumes.PutArchive(ctx, b, false)
 	require.NoError(t, err)
 	// A key the tenant does not own, even one it has seen, is not found.
-	_, _, err = s.PutArchive(ctx, versions.Archive{Tenant: tenant, Project: "nope", Volume: "work", Name: "x", Key: "k"}, false)
+	_, _, err = s.Volumes.PutArchive(ctx, versions.Archive{Tenant: tenant, Project: "nope", Volume: "work", Name: "x", Key: "k"}, false)
 	assert.ErrorIs(t, err, errdefs.ErrNotFound)
 
 	tests := []struct {
@@ -68,7 +68,7 @@ func TestArchiveRecords(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := s.GetArchiveByKey(ctx, tt.tenant, tt.project, tt.key)
+			got, err := s.Volumes.GetArchiveByKey(ctx, tt.tenant, tt.project, tt.key)
 			if tt.want == "" {
 				assert.ErrorIs(t, err, errdefs.ErrNotFound)
 				return
@@ -77,55 +77,55 @@ func TestArchiveRecords(t *testing.T) {
 			assert.Equal(t, tt.want, got.Key)
 		})
 	}
-	got, err = s.GetArchive(ctx, tenant, "p", "work", "n1")
+	got, err = s.Volumes.GetArchive(ctx, tenant, "p", "work", "n1")
 	require.NoError(t, err)
 	assert.Equal(t, a2.Key, got.Key)
-	got, err = s.GetArchive(ctx, "other", "p", "work", "n1")
+	got, err = s.Volumes.GetArchive(ctx, "other", "p", "work", "n1")
 	require.NoError(t, err)
 	assert.Equal(t, b.Key, got.Key, "names are per tenant's project")
 
-	_, _, err = s.PutArchive(ctx, versions.Archive{Tenant: tenant, Project: "p", Volume: "home", Name: "h", Key: "volumes/acme/p/home/h/4.tar.zst"}, false)
+	_, _, err = s.Volumes.PutArchive(ctx, versions.Archive{Tenant: tenant, Project: "p", Volume: "home", Name: "h", Key: "volumes/acme/p/home/h/4.tar.zst"}, false)
 	require.NoError(t, err)
-	list, err := s.ListArchives(ctx, tenant, "p", "")
+	list, err := s.Volumes.ListArchives(ctx, tenant, "p", "")
 	require.NoError(t, err)
 	require.Len(t, list, 2)
 	assert.Equal(t, []string{"home", "work"}, []string{list[0].Volume, list[1].Volume})
-	list, err = s.ListArchives(ctx, tenant, "p", "work")
+	list, err = s.Volumes.ListArchives(ctx, tenant, "p", "work")
 	require.NoError(t, err)
 	require.Len(t, list, 1)
-	_, err = s.ListArchives(ctx, tenant, "nope", "")
+	_, err = s.Volumes.ListArchives(ctx, tenant, "nope", "")
 	assert.ErrorIs(t, err, errdefs.ErrNotFound)
 
-	del, err := s.DeleteArchive(ctx, tenant, "p", "home", "h")
+	del, err := s.Volumes.DeleteArchive(ctx, tenant, "p", "home", "h")
 	require.NoError(t, err)
 	assert.Equal(t, "volumes/acme/p/home/h/4.tar.zst", del.Key)
-	_, err = s.DeleteArchive(ctx, "other", "p", "work", "n1")
+	_, err = s.Volumes.DeleteArchive(ctx, "other", "p", "work", "n1")
 	require.NoError(t, err)
-	_, err = s.DeleteArchive(ctx, tenant, "p", "home", "h")
+	_, err = s.Volumes.DeleteArchive(ctx, tenant, "p", "home", "h")
 	assert.ErrorIs(t, err, errdefs.ErrNotFound)
 
 	// Deleting the project orphans its records: no longer found, listed
 	// for collection, forgotten once collected.
-	orphans, err := s.OrphanArchives(ctx, 10)
+	orphans, err := s.Volumes.OrphanArchives(ctx, 10)
 	require.NoError(t, err)
 	assert.Empty(t, orphans)
-	_, err = s.DeleteProject(ctx, tenant, "p")
+	_, err = s.Projects.DeleteProject(ctx, tenant, "p")
 	require.NoError(t, err)
-	_, err = s.GetArchiveByKey(ctx, tenant, "p", a2.Key)
+	_, err = s.Volumes.GetArchiveByKey(ctx, tenant, "p", a2.Key)
 	assert.ErrorIs(t, err, errdefs.ErrNotFound)
-	orphans, err = s.OrphanArchives(ctx, 10)
+	orphans, err = s.Volumes.OrphanArchives(ctx, 10)
 	require.NoError(t, err)
 	require.Len(t, orphans, 1)
 	assert.Equal(t, a2.Key, orphans[0].Key)
 	assert.Equal(t, "p", orphans[0].Project)
-	require.NoError(t, s.ForgetArchive(ctx, orphans[0].ID))
-	orphans, err = s.OrphanArchives(ctx, 10)
+	require.NoError(t, s.Volumes.ForgetArchive(ctx, orphans[0].ID))
+	orphans, err = s.Volumes.OrphanArchives(ctx, 10)
 	require.NoError(t, err)
 	assert.Empty(t, orphans)
 
 	// A project of the same name made again starts without archives.
 	newProject(t, s)
-	list, err = s.ListArchives(ctx, tenant, "p", "")
+	list, err = s.Volumes.ListArchives(ctx, tenant, "p", "")
 	require.NoError(t, err)
 	assert.Empty(t, list)
 }
@@ -142,7 +142,7 @@ func TestPutArchiveConcurrentSameName(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			_, _, errs[i] = s.PutArchive(ctx, versions.Archive{Tenant: tenant, Project: "p", Volume: "work", Name: "same",
+			_, _, errs[i] = s.Volumes.PutArchive(ctx, versions.Archive{Tenant: tenant, Project: "p", Volume: "work", Name: "same",
 				Key: fmt.Sprintf("volumes/acme/p/work/same/%d.tar.zst", i), SizeBytes: 1}, false)
 		})
 	}
@@ -156,7 +156,7 @@ func TestPutArchiveConcurrentSameName(t *testing.T) {
 		assert.ErrorIs(t, err, errdefs.ErrAlreadyExists)
 	}
 	assert.Equal(t, 1, ok)
-	list, err := s.ListArchives(ctx, tenant, "p", "work")
+	list, err := s.Volumes.ListArchives(ctx, tenant, "p", "work")
 	require.NoError(t, err)
 	assert.Len(t, list, 1)
 }

@@ -13,7 +13,7 @@ import (
 
 // SetCheckpointEvery sets how often tenant's project checkpoints its
 // retained instances; 0 = never.
-func (s *Store) SetCheckpointEvery(ctx context.Context, tenant, project string, every time.Duration) error {
+func (s Projects) SetCheckpointEvery(ctx context.Context, tenant, project string, every time.Duration) error {
 	var secs *int64
 	if every > 0 {
 		v := int64((every + time.Second - 1) / time.Second)
@@ -30,7 +30,7 @@ func (s *Store) SetCheckpointEvery(ctx context.Context, tenant, project string, 
 }
 
 // CheckpointEvery is the project's checkpoint interval, 0 = never.
-func (s *Store) CheckpointEvery(ctx context.Context, tenant, project string) (time.Duration, error) {
+func (s Projects) CheckpointEvery(ctx context.Context, tenant, project string) (time.Duration, error) {
 	var secs *int64
 	err := s.db.QueryRow(ctx, `SELECT checkpoint_every_s FROM projects WHERE tenant_id = $1 AND name = $2`, tenant, project).Scan(&secs)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -45,7 +45,7 @@ func (s *Store) CheckpointEvery(ctx context.Context, tenant, project string) (ti
 // CheckpointDue lists node's Running retained instances whose project
 // checkpoints them and whose last checkpoint (or start) is older than the
 // project's interval, by the database's clock.
-func (s *Store) CheckpointDue(ctx context.Context, node string) ([]Instance, error) {
+func (s Instances) CheckpointDue(ctx context.Context, node string) ([]Instance, error) {
 	return collectInstances(s.db.Query(ctx, "SELECT "+instanceCols+instanceFrom+
 		`WHERE i.node = $1 AND i.state = 'Running' AND i.retain AND p.checkpoint_every_s IS NOT NULL
 		   AND COALESCE(i.checkpoint_at, i.last_transition_at) < now() - p.checkpoint_every_s * interval '1 second'
@@ -64,13 +64,13 @@ type InstanceCheckpoint struct {
 }
 
 // SetInstanceCheckpoint records that instance id was checkpointed as version v now.
-func (s *Store) SetInstanceCheckpoint(ctx context.Context, id string, v int) error {
+func (s Instances) SetInstanceCheckpoint(ctx context.Context, id string, v int) error {
 	_, err := s.db.Exec(ctx, `UPDATE instances SET checkpoint_version = $2, checkpoint_at = now() WHERE id = $1`, id, v)
 	return translate(err, fmt.Sprintf("instance %q", id))
 }
 
 // InstanceCheckpoint is instance id's latest checkpoint; ok false when none.
-func (s *Store) InstanceCheckpoint(ctx context.Context, id string) (InstanceCheckpoint, bool, error) {
+func (s Instances) InstanceCheckpoint(ctx context.Context, id string) (InstanceCheckpoint, bool, error) {
 	var v *int
 	var at *time.Time
 	err := s.db.QueryRow(ctx, `SELECT checkpoint_version, checkpoint_at FROM instances WHERE id = $1`, id).Scan(&v, &at)

@@ -13,7 +13,7 @@ import (
 // FindBuild returns the newest ready build version of project whose
 // message starts with "build KEY" (a build records its key there), and
 // ErrNotFound when there is none: a build with the same key can reuse it.
-func (s *Store) FindBuild(ctx context.Context, tenant, project, key string) (Version, error) {
+func (s Versions) FindBuild(ctx context.Context, tenant, project, key string) (Version, error) {
 	v, err := scanVersion(s.db.QueryRow(ctx, "SELECT "+versionCols+` FROM versions v JOIN projects p ON p.id = v.project_id
 		WHERE p.tenant_id = $1 AND p.name = $2 AND v.kind = 'build' AND v.state = 'ready' AND v.validated
 		  AND starts_with(v.message, 'build ' || $3 || ' ')
@@ -29,7 +29,7 @@ func (s *Store) FindBuild(ctx context.Context, tenant, project, key string) (Ver
 
 // FailVersion marks a ready version that is not current as failed (its
 // validation failed): it can no longer be started or made current.
-func (s *Store) FailVersion(ctx context.Context, tenant, project string, n int) error {
+func (s Versions) FailVersion(ctx context.Context, tenant, project string, n int) error {
 	tag, err := s.db.Exec(ctx, `UPDATE versions v SET state = 'failed' FROM projects p
 		WHERE p.id = v.project_id AND p.tenant_id = $1 AND p.name = $2 AND v.number = $3
 		  AND v.state = 'ready' AND v.number IS DISTINCT FROM p.current_version`, tenant, project, n)
@@ -43,7 +43,7 @@ func (s *Store) FailVersion(ctx context.Context, tenant, project string, n int) 
 }
 
 // MarkValidated records that version n passed its validation.
-func (s *Store) MarkValidated(ctx context.Context, tenant, project string, n int) error {
+func (s Versions) MarkValidated(ctx context.Context, tenant, project string, n int) error {
 	tag, err := s.db.Exec(ctx, `UPDATE versions v SET validated = true FROM projects p
 		WHERE p.id = v.project_id AND p.tenant_id = $1 AND p.name = $2 AND v.number = $3 AND v.state = 'ready'`, tenant, project, n)
 	if err != nil {
@@ -57,7 +57,7 @@ func (s *Store) MarkValidated(ctx context.Context, tenant, project string, n int
 
 // FailUnvalidatedBuilds marks failed the ready, unvalidated, non-current
 // builds of key (an interrupted build's): they are not reused or started.
-func (s *Store) FailUnvalidatedBuilds(ctx context.Context, tenant, project, key string) error {
+func (s Versions) FailUnvalidatedBuilds(ctx context.Context, tenant, project, key string) error {
 	_, err := s.db.Exec(ctx, `UPDATE versions v SET state = 'failed' FROM projects p
 		WHERE p.id = v.project_id AND p.tenant_id = $1 AND p.name = $2 AND v.kind = 'build' AND v.state = 'ready'
 		  AND NOT v.validated AND v.number IS DISTINCT FROM p.current_version

@@ -140,7 +140,7 @@ type rowsQuerier interface {
 
 // ListCheckpoints lists the tenant's project's checkpoints, newest first.
 // ErrNotFound when the project does not exist.
-func (s *Store) ListCheckpoints(ctx context.Context, tenant, project string) ([]Checkpoint, error) {
+func (s Versions) ListCheckpoints(ctx context.Context, tenant, project string) ([]Checkpoint, error) {
 	what := fmt.Sprintf("checkpoints of project %q", project)
 	return WithTxV(ctx, s.db, func(tx pgx.Tx) ([]Checkpoint, error) {
 		var id int64
@@ -164,7 +164,7 @@ func (s *Store) ListCheckpoints(ctx context.Context, tenant, project string) ([]
 
 // GetCheckpoint returns checkpoint number of the tenant's project;
 // ErrNotFound when there is none.
-func (s *Store) GetCheckpoint(ctx context.Context, tenant, project string, number int) (Checkpoint, error) {
+func (s Versions) GetCheckpoint(ctx context.Context, tenant, project string, number int) (Checkpoint, error) {
 	what := fmt.Sprintf("checkpoint %d of project %q", number, project)
 	c, err := scanCheckpoint(s.db.QueryRow(ctx, `SELECT `+checkpointCols+` FROM checkpoints c JOIN projects p ON p.id = c.project_id
 		WHERE p.tenant_id = $1 AND p.name = $2 AND c.number = $3`, tenant, project, number))
@@ -187,7 +187,7 @@ func (s *Store) GetCheckpoint(ctx context.Context, tenant, project string, numbe
 // Terminated, moved by a migration, or held by another checkpoint). A
 // version marked deleting is the caller's to collect (its manifest, then
 // DeleteVersion), as a GC does; the returned bool says so.
-func (s *Store) DeleteCheckpoint(ctx context.Context, tenant, project string, number int) (Checkpoint, bool, error) {
+func (s Versions) DeleteCheckpoint(ctx context.Context, tenant, project string, number int) (Checkpoint, bool, error) {
 	r, err := WithTxV(ctx, s.db, func(tx pgx.Tx) (deletedCheckpoint, error) {
 		var pid int64
 		err := tx.QueryRow(ctx, "SELECT id FROM projects WHERE tenant_id = $1 AND name = $2 FOR UPDATE", tenant, project).Scan(&pid)
@@ -249,7 +249,7 @@ func deleteCheckpointTx(ctx context.Context, tx pgx.Tx, pid int64, project strin
 // DeleteCheckpoint does (with dryRun: only returned). A project without a
 // policy keeps every checkpoint. The versions they release are left
 // deleting for the caller's collection (MarkCollectable returns them).
-func (s *Store) ExpireCheckpoints(ctx context.Context, tenant, project string, now time.Time, dryRun bool) ([]Checkpoint, error) {
+func (s Versions) ExpireCheckpoints(ctx context.Context, tenant, project string, now time.Time, dryRun bool) ([]Checkpoint, error) {
 	return WithTxV(ctx, s.db, func(tx pgx.Tx) ([]Checkpoint, error) {
 		var pid int64
 		err := tx.QueryRow(ctx, "SELECT id FROM projects WHERE tenant_id = $1 AND name = $2 FOR UPDATE", tenant, project).Scan(&pid)
@@ -299,7 +299,7 @@ func (s *Store) ExpireCheckpoints(ctx context.Context, tenant, project string, n
 
 // CheckpointArchiveBytes is what the tenant's checkpoints' archives store
 // (part of its stored bytes).
-func (s *Store) CheckpointArchiveBytes(ctx context.Context, tenant string) (int64, error) {
+func (s Versions) CheckpointArchiveBytes(ctx context.Context, tenant string) (int64, error) {
 	var n int64
 	err := s.db.QueryRow(ctx, checkpointArchiveBytes, tenant).Scan(&n)
 	return n, translate(err, fmt.Sprintf("checkpoint archives of %q", tenant))
@@ -318,7 +318,7 @@ func errNoCheckpointArchive(project, volume string, number int) error {
 // CheckpointArchive returns the archive of volume of checkpoint number of
 // the tenant's project; ErrNotFound when the checkpoint or the archive
 // does not exist.
-func (s *Store) CheckpointArchive(ctx context.Context, tenant, project string, number int, volume string) (Archive, error) {
+func (s Versions) CheckpointArchive(ctx context.Context, tenant, project string, number int, volume string) (Archive, error) {
 	c, err := s.GetCheckpoint(ctx, tenant, project, number)
 	if err != nil {
 		return Archive{}, err

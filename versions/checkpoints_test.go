@@ -24,7 +24,7 @@ func TestCheckpointRecords(t *testing.T) {
 
 	commit := func(t *testing.T, rec *versions.CheckpointRecord, layer int64) (versions.Version, error) {
 		t.Helper()
-		v, _, err := s.CommitVersion(ctx, versions.Commit{Tenant: tenant, Project: "p", Expected: 1, Image: "reg/p@sha256:" + time.Now().Format("150405.000000000"),
+		v, _, err := s.Versions.CommitVersion(ctx, versions.Commit{Tenant: tenant, Project: "p", Expected: 1, Image: "reg/p@sha256:" + time.Now().Format("150405.000000000"),
 			Parent: 1, LayerBytes: layer, NoSwitch: true, Checkpoint: rec})
 		return v, err
 	}
@@ -35,7 +35,7 @@ func TestCheckpointRecords(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, v.Current, "a checkpoint's version is not current unless asked")
 
-	cs, err := s.ListCheckpoints(ctx, tenant, "p")
+	cs, err := s.Versions.ListCheckpoints(ctx, tenant, "p")
 	require.NoError(t, err)
 	require.Len(t, cs, 1)
 	c := cs[0]
@@ -48,70 +48,70 @@ func TestCheckpointRecords(t *testing.T) {
 	assert.Equal(t, versions.CheckpointArchiveName(1), c.Archives[0].Name)
 	assert.Equal(t, int64(1150), c.Bytes(), "the version's layer and both archives")
 
-	u, err := s.Usage(ctx, tenant)
+	u, err := s.Tenants.Usage(ctx, tenant)
 	require.NoError(t, err)
 	assert.Equal(t, int64(150), u.CheckpointBytes)
 
-	as, err := s.ListArchives(ctx, tenant, "p", "")
+	as, err := s.Volumes.ListArchives(ctx, tenant, "p", "")
 	require.NoError(t, err)
 	assert.Empty(t, as, "a checkpoint's archives are not user archives")
-	_, err = s.DeleteArchive(ctx, tenant, "p", "work", versions.CheckpointArchiveName(1))
+	_, err = s.Volumes.DeleteArchive(ctx, tenant, "p", "work", versions.CheckpointArchiveName(1))
 	assert.ErrorIs(t, err, errdefs.ErrNotFound, "nor deleted apart from their checkpoint")
-	a, err := s.GetArchiveByKey(ctx, tenant, "p", "checkpoints/acme/p/work/1.tar.zst")
+	a, err := s.Volumes.GetArchiveByKey(ctx, tenant, "p", "checkpoints/acme/p/work/1.tar.zst")
 	require.NoError(t, err, "restorable by key")
 	assert.Equal(t, "work", a.Volume)
 
 	// The quota counts the archives already kept and those a commit adds.
-	_, err = s.SetQuota(ctx, tenant, versions.Quota{MaxStoredBytes: 1000 + 150 + 10 + 20})
+	_, err = s.Tenants.SetQuota(ctx, tenant, versions.Quota{MaxStoredBytes: 1000 + 150 + 10 + 20})
 	require.NoError(t, err)
 	_, err = commit(t, &versions.CheckpointRecord{Archives: []versions.Archive{{Volume: "work", Key: "checkpoints/acme/p/work/2.tar.zst", SizeBytes: 21}}}, 10)
 	assert.ErrorIs(t, err, errdefs.ErrQuotaExceeded)
 	v2, err := commit(t, &versions.CheckpointRecord{Archives: []versions.Archive{{Volume: "work", Key: "checkpoints/acme/p/work/2.tar.zst", SizeBytes: 20}}}, 10)
 	require.NoError(t, err)
-	_, err = s.SetQuota(ctx, tenant, versions.Quota{})
+	_, err = s.Tenants.SetQuota(ctx, tenant, versions.Quota{})
 	require.NoError(t, err)
 
 	// The version a checkpoint holds cannot be deleted under it.
-	_, err = s.MarkCollectable(ctx, tenant, "p", time.Now(), false)
+	_, err = s.Versions.MarkCollectable(ctx, tenant, "p", time.Now(), false)
 	require.NoError(t, err)
-	got, err := s.GetVersion(ctx, tenant, "p", v.Number)
+	got, err := s.Versions.GetVersion(ctx, tenant, "p", v.Number)
 	require.NoError(t, err)
 	assert.Equal(t, versions.StateReady, got.State)
 
-	deleted, released, err := s.DeleteCheckpoint(ctx, tenant, "p", 1)
+	deleted, released, err := s.Versions.DeleteCheckpoint(ctx, tenant, "p", 1)
 	require.NoError(t, err)
 	assert.True(t, released, "nothing else keeps the version")
 	assert.Len(t, deleted.Archives, 2)
-	got, err = s.GetVersion(ctx, tenant, "p", v.Number)
+	got, err = s.Versions.GetVersion(ctx, tenant, "p", v.Number)
 	require.NoError(t, err)
 	assert.Equal(t, versions.StateDeleting, got.State)
-	orphans, err := s.OrphanArchives(ctx, 10)
+	orphans, err := s.Volumes.OrphanArchives(ctx, 10)
 	require.NoError(t, err)
 	var keys []string
 	for _, o := range orphans {
 		keys = append(keys, o.Key)
 	}
 	assert.ElementsMatch(t, []string{"checkpoints/acme/p/work/1.tar.zst", "checkpoints/acme/p/home/1.tar.zst"}, keys)
-	u, err = s.Usage(ctx, tenant)
+	u, err = s.Tenants.Usage(ctx, tenant)
 	require.NoError(t, err)
 	assert.Equal(t, int64(20), u.CheckpointBytes, "the deleted checkpoint's archives no longer count")
-	_, _, err = s.DeleteCheckpoint(ctx, tenant, "p", 1)
+	_, _, err = s.Versions.DeleteCheckpoint(ctx, tenant, "p", 1)
 	assert.ErrorIs(t, err, errdefs.ErrNotFound)
 
 	// A checkpoint whose version is current releases only its archives.
-	_, err = s.SetCurrent(ctx, tenant, "p", v2.Number, 1)
+	_, err = s.Versions.SetCurrent(ctx, tenant, "p", v2.Number, 1)
 	require.NoError(t, err)
-	_, released, err = s.DeleteCheckpoint(ctx, tenant, "p", 2)
+	_, released, err = s.Versions.DeleteCheckpoint(ctx, tenant, "p", 2)
 	require.NoError(t, err)
 	assert.False(t, released)
-	got, err = s.GetVersion(ctx, tenant, "p", v2.Number)
+	got, err = s.Versions.GetVersion(ctx, tenant, "p", v2.Number)
 	require.NoError(t, err)
 	assert.Equal(t, versions.StateReady, got.State)
 
 	// Numbers are never reused.
 	_, err = commit(t, &versions.CheckpointRecord{}, 1)
 	require.NoError(t, err)
-	cs, err = s.ListCheckpoints(ctx, tenant, "p")
+	cs, err = s.Versions.ListCheckpoints(ctx, tenant, "p")
 	require.NoError(t, err)
 	require.Len(t, cs, 1)
 	assert.Equal(t, 3, cs[0].Number)
@@ -120,9 +120,9 @@ func TestCheckpointRecords(t *testing.T) {
 	// orphans, for the cleanup to delete.
 	_, err = commit(t, &versions.CheckpointRecord{Archives: []versions.Archive{{Volume: "work", Key: "checkpoints/acme/p/work/4.tar.zst", SizeBytes: 1}}}, 1)
 	require.NoError(t, err)
-	_, err = s.DeleteProject(ctx, tenant, "p")
+	_, err = s.Projects.DeleteProject(ctx, tenant, "p")
 	require.NoError(t, err)
-	orphans, err = s.OrphanArchives(ctx, 10)
+	orphans, err = s.Volumes.OrphanArchives(ctx, 10)
 	require.NoError(t, err)
 	keys = keys[:0]
 	for _, o := range orphans {

@@ -7,7 +7,7 @@ import (
 
 // ClusterKey is the key nodes sign forwarded requests with: made once, by
 // whichever node asks first, and the same for every node of the database.
-func (s *Store) ClusterKey(ctx context.Context) ([]byte, error) {
+func (s Nodes) ClusterKey(ctx context.Context) ([]byte, error) {
 	fresh := make([]byte, 32)
 	if _, err := rand.Read(fresh); err != nil {
 		return nil, err

@@ -22,9 +22,19 @@
 //     (ErrStaleGeneration, nothing written) a save made under an older one.
 //   - instance states: Pending, Running, Pausing, Paused, Resuming, Stopping,
 //     Stopped, Terminated, Failed. The store treats them as opaque strings:
-//     Transition changes state only from the states the caller names.
+//     Instances.Transition changes state only from the states the caller names.
 //   - operation: a long-running job; state pending -> running -> succeeded,
 //     failed or canceled (terminal). Its events are numbered 1..N without gaps.
+//
+// Aggregates: Store keeps only opening, closing and InTx; the data lives in
+// its aggregates (Aggregates), one per group of tables that change
+// together: Projects (a project and its settings), Versions (versions and
+// the current pointer, builds, checkpoints, squashes), Instances,
+// Operations, Volumes, Access (tokens, SSH keys), Tenants (quotas, maxima),
+// Nodes (membership), Rollouts, Content (images, upload leases, sweeps).
+// Each runs on an executor (DB) that both the pool and a transaction
+// satisfy: Store's aggregates commit each call on its own; InTx gives a Tx
+// whose aggregates all write in one transaction, committed together.
 //
 // Errors carry the kinds of api/errdefs (ErrNotFound, ErrAlreadyExists,
 // ErrConflict, ErrStaleGeneration, ErrFailedPrecondition, ErrUnavailable...);

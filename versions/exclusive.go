@@ -23,7 +23,7 @@ import (
 // marker: it ends with the operation, and a node that restarts runs its own
 // unfinished operations again (so they end), so no marker outlives its work.
 // ErrNotFound if the instance does not exist.
-func (s *Store) CreateExclusiveOperation(ctx context.Context, op Operation, kinds []types.OpKind) (Operation, bool, error) {
+func (s Operations) CreateExclusiveOperation(ctx context.Context, op Operation, kinds []types.OpKind) (Operation, bool, error) {
 	if op.ID == "" {
 		return Operation{}, false, fmt.Errorf("empty operation id: %w", errdefs.ErrInvalidArgument)
 	}
@@ -80,7 +80,7 @@ func (s *Store) CreateExclusiveOperation(ctx context.Context, op Operation, kind
 
 // UnfinishedOperationOn returns the oldest unfinished operation of one of
 // kinds on target, or ErrNotFound.
-func (s *Store) UnfinishedOperationOn(ctx context.Context, target string, kinds []types.OpKind) (Operation, error) {
+func (s Operations) UnfinishedOperationOn(ctx context.Context, target string, kinds []types.OpKind) (Operation, error) {
 	op, err := scanOperation(s.db.QueryRow(ctx, "SELECT "+operationCols+` FROM operations o
 		WHERE o.target = $1 AND o.kind = ANY($2) AND o.state IN ('pending', 'running') ORDER BY o.created_at LIMIT 1`, target, kindNames(kinds)))
 	if err != nil {

@@ -37,7 +37,7 @@ func TestCreateExclusiveOperation(t *testing.T) {
 	)
 	for i := range n {
 		wg.Go(func() {
-			ops[i], created[i], errs[i] = s.CreateExclusiveOperation(ctx, saveOp(fmt.Sprintf("op-x%d-%s", i, p.Tenant), fmt.Sprint("k", i)), []types.OpKind{"save"})
+			ops[i], created[i], errs[i] = s.Operations.CreateExclusiveOperation(ctx, saveOp(fmt.Sprintf("op-x%d-%s", i, p.Tenant), fmt.Sprint("k", i)), []types.OpKind{"save"})
 		})
 	}
 	wg.Wait()
@@ -60,25 +60,25 @@ func TestCreateExclusiveOperation(t *testing.T) {
 	}
 
 	// A retry of the running save's key is that save.
-	again, c, err := s.CreateExclusiveOperation(ctx, saveOp("op-retry-"+p.Tenant, fmt.Sprint("k", winner)), []types.OpKind{"save"})
+	again, c, err := s.Operations.CreateExclusiveOperation(ctx, saveOp("op-retry-"+p.Tenant, fmt.Sprint("k", winner)), []types.OpKind{"save"})
 	require.NoError(t, err)
 	assert.False(t, c)
 	assert.Equal(t, ops[winner].ID, again.ID)
 
 	// Other kinds are not held back; an unknown instance is not found.
-	_, c, err = s.CreateExclusiveOperation(ctx, versions.Operation{ID: "op-other-" + p.Tenant, Tenant: p.Tenant, Kind: "restore", Target: in.ID}, []types.OpKind{"restore"})
+	_, c, err = s.Operations.CreateExclusiveOperation(ctx, versions.Operation{ID: "op-other-" + p.Tenant, Tenant: p.Tenant, Kind: "restore", Target: in.ID}, []types.OpKind{"restore"})
 	require.NoError(t, err)
 	assert.True(t, c)
-	_, _, err = s.CreateExclusiveOperation(ctx, versions.Operation{ID: "op-nope-" + p.Tenant, Tenant: p.Tenant, Kind: "save", Target: "nope"}, []types.OpKind{"save"})
+	_, _, err = s.Operations.CreateExclusiveOperation(ctx, versions.Operation{ID: "op-nope-" + p.Tenant, Tenant: p.Tenant, Kind: "save", Target: "nope"}, []types.OpKind{"save"})
 	require.ErrorIs(t, err, errdefs.ErrNotFound)
 
-	got, err := s.UnfinishedOperationOn(ctx, in.ID, []types.OpKind{"save"})
+	got, err := s.Operations.UnfinishedOperationOn(ctx, in.ID, []types.OpKind{"save"})
 	require.NoError(t, err)
 	assert.Equal(t, ops[winner].ID, got.ID)
-	require.NoError(t, s.FinishOperation(ctx, ops[winner].ID, versions.OpSucceeded, nil, nil))
-	_, err = s.UnfinishedOperationOn(ctx, in.ID, []types.OpKind{"save"})
+	require.NoError(t, s.Operations.FinishOperation(ctx, ops[winner].ID, versions.OpSucceeded, nil, nil))
+	_, err = s.Operations.UnfinishedOperationOn(ctx, in.ID, []types.OpKind{"save"})
 	require.ErrorIs(t, err, errdefs.ErrNotFound)
-	next, c, err := s.CreateExclusiveOperation(ctx, saveOp("op-next-"+p.Tenant, "k-next"), []types.OpKind{"save"})
+	next, c, err := s.Operations.CreateExclusiveOperation(ctx, saveOp("op-next-"+p.Tenant, "k-next"), []types.OpKind{"save"})
 	require.NoError(t, err)
 	assert.True(t, c)
 	assert.Equal(t, "op-next-"+p.Tenant, next.ID)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/api/types"
 )
 
 // Claim is the outcome of claiming an idempotency key.
@@ -17,8 +18,8 @@ type Claim struct {
 // pointing at objectID. If the key was claimed before with the same kind and
 // hash, it returns that claim's object (Claimed false); with a different
 // request it fails with ErrIdempotencyReuse.
-func (s *Store) ClaimIdempotencyKey(ctx context.Context, tenant, key, kind, requestHash, objectID string) (Claim, error) {
-	if err := CheckIdempotencyKey(key); err != nil {
+func (s Operations) ClaimIdempotencyKey(ctx context.Context, tenant, key, kind, requestHash, objectID string) (Claim, error) {
+	if err := types.CheckIdempotencyKey(key); err != nil {
 		return Claim{}, err
 	}
 	tag, err := s.db.Exec(ctx, `INSERT INTO idempotency_keys (tenant_id, key, kind, request_hash, object_id)
@@ -44,14 +45,14 @@ func (s *Store) ClaimIdempotencyKey(ctx context.Context, tenant, key, kind, requ
 // RepointIdempotencyKey makes a claimed key name objectID: the request
 // was answered with another object than the one it claimed the key for (a
 // create served from a warm pool), and a retry must get that one.
-func (s *Store) RepointIdempotencyKey(ctx context.Context, tenant, key, objectID string) error {
+func (s Operations) RepointIdempotencyKey(ctx context.Context, tenant, key, objectID string) error {
 	_, err := s.db.Exec(ctx, `UPDATE idempotency_keys SET object_id = $3 WHERE tenant_id = $1 AND key = $2`, tenant, key, objectID)
 	return translate(err, fmt.Sprintf("idempotency key %q", key))
 }
 
 // ReleaseIdempotencyKey forgets a claim whose object could not be made, so
 // a retry with the same key tries again.
-func (s *Store) ReleaseIdempotencyKey(ctx context.Context, tenant, key string) error {
+func (s Operations) ReleaseIdempotencyKey(ctx context.Context, tenant, key string) error {
 	_, err := s.db.Exec(ctx, `DELETE FROM idempotency_keys WHERE tenant_id = $1 AND key = $2`, tenant, key)
 	return translate(err, fmt.Sprintf("idempotency key %q", key))
 }

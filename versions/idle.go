@@ -26,7 +26,7 @@ type Idle struct {
 
 // SetProjectIdle sets a project's idle setting and returns it as stored.
 // The caller validates it. Fails with ErrNotFound for an unknown project.
-func (s *Store) SetProjectIdle(ctx context.Context, tenant, project string, idle Idle) (Idle, error) {
+func (s Projects) SetProjectIdle(ctx context.Context, tenant, project string, idle Idle) (Idle, error) {
 	var after *int64
 	if idle.After != nil {
 		secs := int64((*idle.After + time.Second - 1) / time.Second)
@@ -45,7 +45,7 @@ func (s *Store) SetProjectIdle(ctx context.Context, tenant, project string, idle
 }
 
 // ProjectIdle returns a project's idle setting.
-func (s *Store) ProjectIdle(ctx context.Context, tenant, project string) (Idle, error) {
+func (s Projects) ProjectIdle(ctx context.Context, tenant, project string) (Idle, error) {
 	out, err := scanIdle(s.db.QueryRow(ctx, `SELECT idle_after_s, idle_action FROM projects WHERE tenant_id = $1 AND name = $2`, tenant, project))
 	if err != nil {
 		return Idle{}, translate(err, fmt.Sprintf("idle setting of project %q", project))
@@ -55,7 +55,7 @@ func (s *Store) ProjectIdle(ctx context.Context, tenant, project string) (Idle, 
 
 // ProjectIdles returns the idle settings of tenant's projects that have
 // one, by project name.
-func (s *Store) ProjectIdles(ctx context.Context, tenant string) (map[string]Idle, error) {
+func (s Projects) ProjectIdles(ctx context.Context, tenant string) (map[string]Idle, error) {
 	rows, err := s.db.Query(ctx, `SELECT name, idle_after_s, idle_action FROM projects
 		WHERE tenant_id = $1 AND (idle_after_s IS NOT NULL OR idle_action IS NOT NULL)`, tenant)
 	if err != nil {
@@ -102,7 +102,7 @@ func idleOf(after *int64, action *string) Idle {
 
 // SetMaxIdleAfter sets the longest idle setting of tenant's projects (0 =
 // no maximum), creating the tenant if needed.
-func (s *Store) SetMaxIdleAfter(ctx context.Context, tenant string, d time.Duration) error {
+func (s Tenants) SetMaxIdleAfter(ctx context.Context, tenant string, d time.Duration) error {
 	if d < 0 {
 		return fmt.Errorf("max idle of %q: negative: %w", tenant, errdefs.ErrInvalidArgument)
 	}
@@ -120,7 +120,7 @@ func (s *Store) SetMaxIdleAfter(ctx context.Context, tenant string, d time.Durat
 }
 
 // MaxIdleAfter returns tenant's longest idle setting; 0 = no maximum.
-func (s *Store) MaxIdleAfter(ctx context.Context, tenant string) (time.Duration, error) {
+func (s Tenants) MaxIdleAfter(ctx context.Context, tenant string) (time.Duration, error) {
 	var secs *int64
 	err := s.db.QueryRow(ctx, "SELECT max_idle_after_s FROM tenants WHERE id = $1", tenant).Scan(&secs)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && secs == nil) {
@@ -135,7 +135,7 @@ func (s *Store) MaxIdleAfter(ctx context.Context, tenant string) (time.Duration,
 // RecordActivity raises the last activity of each instance in at to the
 // time given, never lowering it (nodes flush in any order). Unknown ids
 // are ignored.
-func (s *Store) RecordActivity(ctx context.Context, at map[string]time.Time) error {
+func (s Instances) RecordActivity(ctx context.Context, at map[string]time.Time) error {
 	if len(at) == 0 {
 		return nil
 	}
@@ -187,12 +187,12 @@ func collectIdle(rows pgx.Rows, err error) ([]IdleState, error) {
 
 // IdleCandidates lists node's Running instances with what decides their
 // idle action.
-func (s *Store) IdleCandidates(ctx context.Context, node string) ([]IdleState, error) {
+func (s Instances) IdleCandidates(ctx context.Context, node string) ([]IdleState, error) {
 	return collectIdle(s.db.Query(ctx, idleCols+"WHERE i.node = $1 AND i.state = 'Running' AND "+notPooled+" ORDER BY i.id", node))
 }
 
 // IdleStates returns what decides the idle action of each of ids, by id.
-func (s *Store) IdleStates(ctx context.Context, ids []string) (map[string]IdleState, error) {
+func (s Instances) IdleStates(ctx context.Context, ids []string) (map[string]IdleState, error) {
 	sts, err := collectIdle(s.db.Query(ctx, idleCols+"WHERE i.id = ANY($1)", ids))
 	if err != nil {
 		return nil, err

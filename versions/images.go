@@ -18,22 +18,29 @@ type Image struct {
 	UpdatedAt time.Time
 }
 
-const imageCols = `name, repo, digest, size_bytes, created_at, updated_at`
+var imageColumns = columns[Image]{
+	{"name", func(i *Image) any { return &i.Name }},
+	{"repo", func(i *Image) any { return &i.Repo }},
+	{"digest", func(i *Image) any { return &i.Digest }},
+	{"size_bytes", func(i *Image) any { return &i.SizeBytes }},
+	{"created_at", func(i *Image) any { return &i.CreatedAt }},
+	{"updated_at", func(i *Image) any { return &i.UpdatedAt }},
+}
+
+var imageCols = imageColumns.list()
 
 // PutImage records (or re-points) the name of an imported image.
-func (s *Store) PutImage(ctx context.Context, img Image) (Image, error) {
+func (s Content) PutImage(ctx context.Context, img Image) (Image, error) {
 	return putImage(ctx, s.db, img)
 }
 
 func putImage(ctx context.Context, db interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }, img Image) (Image, error) {
-	var out Image
-	err := db.QueryRow(ctx, `INSERT INTO images (name, repo, digest, size_bytes) VALUES ($1, $2, $3, $4)
+	out, err := imageColumns.scan(db.QueryRow(ctx, `INSERT INTO images (name, repo, digest, size_bytes) VALUES ($1, $2, $3, $4)
 		ON CONFLICT (name) DO UPDATE SET repo = EXCLUDED.repo, digest = EXCLUDED.digest,
 			size_bytes = EXCLUDED.size_bytes, updated_at = now()
-		RETURNING `+imageCols, img.Name, img.Repo, img.Digest, img.SizeBytes).
-		Scan(&out.Name, &out.Repo, &out.Digest, &out.SizeBytes, &out.CreatedAt, &out.UpdatedAt)
+		RETURNING `+imageCols, img.Name, img.Repo, img.Digest, img.SizeBytes))
 	if err != nil {
 		return Image{}, translate(err, fmt.Sprintf("image %q", img.Name))
 	}
@@ -41,10 +48,8 @@ func putImage(ctx context.Context, db interface {
 }
 
 // GetImage returns the image named name.
-func (s *Store) GetImage(ctx context.Context, name string) (Image, error) {
-	var out Image
-	err := s.db.QueryRow(ctx, `SELECT `+imageCols+` FROM images WHERE name = $1`, name).
-		Scan(&out.Name, &out.Repo, &out.Digest, &out.SizeBytes, &out.CreatedAt, &out.UpdatedAt)
+func (s Content) GetImage(ctx context.Context, name string) (Image, error) {
+	out, err := imageColumns.scan(s.db.QueryRow(ctx, `SELECT `+imageCols+` FROM images WHERE name = $1`, name))
 	if err != nil {
 		return Image{}, translate(err, fmt.Sprintf("image %q", name))
 	}
@@ -52,19 +57,11 @@ func (s *Store) GetImage(ctx context.Context, name string) (Image, error) {
 }
 
 // ListImages lists imported images by name.
-func (s *Store) ListImages(ctx context.Context) ([]Image, error) {
+func (s Content) ListImages(ctx context.Context) ([]Image, error) {
 	rows, err := s.db.Query(ctx, `SELECT `+imageCols+` FROM images ORDER BY name`)
 	if err != nil {
 		return nil, translate(err, "images")
 	}
-	defer rows.Close()
-	var out []Image
-	for rows.Next() {
-		var img Image
-		if err := rows.Scan(&img.Name, &img.Repo, &img.Digest, &img.SizeBytes, &img.CreatedAt, &img.UpdatedAt); err != nil {
-			return nil, translate(err, "images")
-		}
-		out = append(out, img)
-	}
-	return out, translate(rows.Err(), "images")
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Image, error) { return imageColumns.scan(r) })
+	return out, translate(err, "images")
 }

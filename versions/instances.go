@@ -70,7 +70,7 @@ func collectInstances(rows pgx.Rows, err error) ([]Instance, error) {
 // CreateInstance records a new instance of in.Project (of in.Tenant) with
 // generation 1; State defaults to "Pending". Fails with ErrNotFound if the
 // project does not exist, ErrAlreadyExists if the id is taken.
-func (s *Store) CreateInstance(ctx context.Context, in Instance) (Instance, error) {
+func (s Instances) CreateInstance(ctx context.Context, in Instance) (Instance, error) {
 	if in.ID == "" {
 		return Instance{}, fmt.Errorf("empty instance id: %w", errdefs.ErrInvalidArgument)
 	}
@@ -118,7 +118,7 @@ func (s *Store) CreateInstance(ctx context.Context, in Instance) (Instance, erro
 
 // GetInstance returns instance id of tenant; tenant "" matches any tenant
 // (internal callers: reconciler, reaper).
-func (s *Store) GetInstance(ctx context.Context, tenant, id string) (Instance, error) {
+func (s Instances) GetInstance(ctx context.Context, tenant, id string) (Instance, error) {
 	in, err := scanInstance(s.db.QueryRow(ctx, "SELECT "+instanceCols+instanceFrom+
 		"WHERE i.id = $1 AND ($2 = '' OR (i.tenant_id = $2 AND "+notPooled+"))", id, tenant))
 	if err != nil {
@@ -129,7 +129,7 @@ func (s *Store) GetInstance(ctx context.Context, tenant, id string) (Instance, e
 
 // ListInstances returns tenant's instances, of one project or of all
 // (project ""), oldest first. ErrNotFound if a named project does not exist.
-func (s *Store) ListInstances(ctx context.Context, tenant, project string) ([]Instance, error) {
+func (s Instances) ListInstances(ctx context.Context, tenant, project string) ([]Instance, error) {
 	return s.ListInstancesAfter(ctx, tenant, project, InstanceCursor{}, 0)
 }
 
@@ -142,7 +142,7 @@ type InstanceCursor struct {
 
 // ListInstancesAfter is a page of ListInstances: at most limit instances
 // (0 = all) after the cursor, in order.
-func (s *Store) ListInstancesAfter(ctx context.Context, tenant, project string, after InstanceCursor, limit int) ([]Instance, error) {
+func (s Instances) ListInstancesAfter(ctx context.Context, tenant, project string, after InstanceCursor, limit int) ([]Instance, error) {
 	var at *time.Time
 	if !after.CreatedAt.IsZero() {
 		at = &after.CreatedAt
@@ -154,14 +154,14 @@ func (s *Store) ListInstancesAfter(ctx context.Context, tenant, project string, 
 	if err != nil || len(ins) > 0 || project == "" {
 		return ins, err
 	}
-	if _, err := s.GetProject(ctx, tenant, project); err != nil {
+	if _, err := (Projects{db: s.db}).GetProject(ctx, tenant, project); err != nil {
 		return nil, err
 	}
 	return ins, nil
 }
 
 // ListNodeInstances returns every instance placed on node, oldest first.
-func (s *Store) ListNodeInstances(ctx context.Context, node string) ([]Instance, error) {
+func (s Instances) ListNodeInstances(ctx context.Context, node string) ([]Instance, error) {
 	return collectInstances(s.db.Query(ctx, "SELECT "+instanceCols+instanceFrom+
 		"WHERE i.node = $1 ORDER BY i.created_at, i.id", node))
 }
@@ -176,14 +176,14 @@ func (s *Store) ListNodeInstances(ctx context.Context, node string) ([]Instance,
 // MaxInstances in the same transaction, under the tenant's row lock as
 // CreateInstance does, so concurrent starts cannot both take the last
 // place: ErrQuotaExceeded, nothing changed.
-func (s *Store) Transition(ctx context.Context, id string, from []types.InstanceState, to types.InstanceState, reason, message string) (Instance, error) {
+func (s Instances) Transition(ctx context.Context, id string, from []types.InstanceState, to types.InstanceState, reason, message string) (Instance, error) {
 	return s.transition(ctx, id, from, to, reason, message, 0)
 }
 
 // Hibernated records, in the same update as the transition to Stopped with
 // reason and message, that a Stopped instance now lives as version v (its
 // local layer is to be freed): no reader sees one without the other.
-func (s *Store) Hibernated(ctx context.Context, id string, v int, reason, message string) (Instance, error) {
+func (s Instances) Hibernated(ctx context.Context, id string, v int, reason, message string) (Instance, error) {
 	if v <= 0 {
 		return Instance{}, fmt.Errorf("hibernation version %d: %w", v, errdefs.ErrInvalidArgument)
 	}
@@ -193,7 +193,7 @@ func (s *Store) Hibernated(ctx context.Context, id string, v int, reason, messag
 // StopHibernated is Hibernated for an instance still Stopping: the stop
 // and the hibernation are one update, so no reader sees it Stopped with
 // its layer about to go and no version to wake from.
-func (s *Store) StopHibernated(ctx context.Context, id string, v int, reason, message string) (Instance, error) {
+func (s Instances) StopHibernated(ctx context.Context, id string, v int, reason, message string) (Instance, error) {
 	if v <= 0 {
 		return Instance{}, fmt.Errorf("hibernation version %d: %w", v, errdefs.ErrInvalidArgument)
 	}
@@ -202,7 +202,7 @@ func (s *Store) StopHibernated(ctx context.Context, id string, v int, reason, me
 
 // transition is Transition that also sets hibernated_version when
 // hibernated > 0.
-func (s *Store) transition(ctx context.Context, id string, from []types.InstanceState, to types.InstanceState, reason, message string, hibernated int) (Instance, error) {
+func (s Instances) transition(ctx context.Context, id string, from []types.InstanceState, to types.InstanceState, reason, message string, hibernated int) (Instance, error) {
 	if from == nil {
 		from = []types.InstanceState{}
 	}
@@ -275,7 +275,7 @@ func stateNames(states []types.InstanceState) []string {
 // BumpGeneration increments an instance's generation (on every start or
 // ownership move) and returns the new one. Saves made under older
 // generations are then refused by CommitVersion.
-func (s *Store) BumpGeneration(ctx context.Context, id string) (int64, error) {
+func (s Instances) BumpGeneration(ctx context.Context, id string) (int64, error) {
 	var gen int64
 	err := s.db.QueryRow(ctx, "UPDATE instances SET generation = generation + 1 WHERE id = $1 RETURNING generation", id).Scan(&gen)
 	if err != nil {
@@ -286,16 +286,16 @@ func (s *Store) BumpGeneration(ctx context.Context, id string) (int64, error) {
 
 // SetNode records the node an instance is placed on (use with
 // BumpGeneration when ownership moves).
-func (s *Store) SetNode(ctx context.Context, id, node string) (Instance, error) {
+func (s Instances) SetNode(ctx context.Context, id, node string) (Instance, error) {
 	return s.updateInstance(ctx, id, "node = $2", node)
 }
 
 // SetExpiry sets an instance's absolute expiry; nil removes it.
-func (s *Store) SetExpiry(ctx context.Context, id string, at *time.Time) (Instance, error) {
+func (s Instances) SetExpiry(ctx context.Context, id string, at *time.Time) (Instance, error) {
 	return s.updateInstance(ctx, id, "expires_at = $2", at)
 }
 
-func (s *Store) updateInstance(ctx context.Context, id, set string, arg any) (Instance, error) {
+func (s Instances) updateInstance(ctx context.Context, id, set string, arg any) (Instance, error) {
 	in, err := scanInstance(s.db.QueryRow(ctx, "UPDATE instances i SET "+set+
 		" FROM projects p WHERE p.id = i.project_id AND i.id = $1 RETURNING "+instanceCols, id, arg))
 	if err != nil {
@@ -306,7 +306,7 @@ func (s *Store) updateInstance(ctx context.Context, id, set string, arg any) (In
 
 // ExpiredInstances lists the instances of node whose expiry has passed and
 // that are not yet Terminated or Failed.
-func (s *Store) ExpiredInstances(ctx context.Context, node string, now time.Time) ([]Instance, error) {
+func (s Instances) ExpiredInstances(ctx context.Context, node string, now time.Time) ([]Instance, error) {
 	rows, err := s.db.Query(ctx, "SELECT "+instanceCols+instanceFrom+
 		`WHERE i.node = $1 AND i.expires_at IS NOT NULL AND i.expires_at <= $2
 		   AND i.state NOT IN ('Terminated', 'Failed') AND NOT (i.retain AND i.state = 'Stopped')
@@ -316,7 +316,7 @@ func (s *Store) ExpiredInstances(ctx context.Context, node string, now time.Time
 
 // NextExpiry returns the earliest expiry among node's live instances, nil
 // when none expires.
-func (s *Store) NextExpiry(ctx context.Context, node string) (*time.Time, error) {
+func (s Instances) NextExpiry(ctx context.Context, node string) (*time.Time, error) {
 	var at *time.Time
 	err := s.db.QueryRow(ctx, `SELECT min(expires_at) FROM instances
 		WHERE node = $1 AND state NOT IN ('Terminated', 'Failed') AND NOT (retain AND state = 'Stopped')`, node).Scan(&at)
@@ -330,7 +330,7 @@ func (s *Store) NextExpiry(ctx context.Context, node string) (*time.Time, error)
 // with a new generation, and clears the hibernation: the caller then
 // provisions it there. It fails with ErrFailedPrecondition unless the
 // instance is hibernated and in state from.
-func (s *Store) Rehome(ctx context.Context, id string, from types.InstanceState, node string, layerVersion int) (Instance, error) {
+func (s Instances) Rehome(ctx context.Context, id string, from types.InstanceState, node string, layerVersion int) (Instance, error) {
 	in, err := scanInstance(s.db.QueryRow(ctx, `UPDATE instances i
 		SET node = $2, layer_version = $3, hibernated_version = NULL, generation = i.generation + 1
 		FROM projects p WHERE p.id = i.project_id AND i.id = $1 AND i.state = $4 AND i.hibernated_version IS NOT NULL
@@ -346,7 +346,7 @@ func (s *Store) Rehome(ctx context.Context, id string, from types.InstanceState,
 
 // IdleRetained lists node's stopped, retained, not hibernated instances
 // whose last transition is older than before.
-func (s *Store) IdleRetained(ctx context.Context, node string, before time.Time) ([]Instance, error) {
+func (s Instances) IdleRetained(ctx context.Context, node string, before time.Time) ([]Instance, error) {
 	rows, err := s.db.Query(ctx, "SELECT "+instanceCols+instanceFrom+
 		`WHERE i.node = $1 AND i.retain AND i.state = 'Stopped' AND i.hibernated_version IS NULL
 		   AND i.last_transition_at < $2 ORDER BY i.last_transition_at`, node, before)
@@ -362,7 +362,7 @@ type InstanceCount struct {
 }
 
 // CountInstances counts node's instances by state.
-func (s *Store) CountInstances(ctx context.Context, node string) ([]InstanceCount, error) {
+func (s Instances) CountInstances(ctx context.Context, node string) ([]InstanceCount, error) {
 	rows, err := s.db.Query(ctx, `SELECT state, count(*), count(*) FILTER (WHERE expires_at IS NULL)
 		FROM instances WHERE node = $1 GROUP BY state ORDER BY state`, node)
 	if err != nil {

@@ -41,7 +41,7 @@ func joinTokenHash(token string) []byte {
 
 // CreateJoinToken records token, valid for ttl from now by the database's
 // clock.
-func (s *Store) CreateJoinToken(ctx context.Context, token, createdBy string, ttl time.Duration) (JoinToken, error) {
+func (s Nodes) CreateJoinToken(ctx context.Context, token, createdBy string, ttl time.Duration) (JoinToken, error) {
 	t := JoinToken{CreatedBy: createdBy}
 	err := s.db.QueryRow(ctx, `INSERT INTO join_tokens (hash, created_by, expires_at)
 		VALUES ($1, $2, now() + $3 * interval '1 microsecond') RETURNING id, created_at, expires_at`,
@@ -51,7 +51,7 @@ func (s *Store) CreateJoinToken(ctx context.Context, token, createdBy string, tt
 
 // UseJoinToken marks token used by node, once: an unknown, expired or
 // used token is errdefs.ErrJoinToken with details {"reason": ...}.
-func (s *Store) UseJoinToken(ctx context.Context, token, node string) (JoinToken, error) {
+func (s Nodes) UseJoinToken(ctx context.Context, token, node string) (JoinToken, error) {
 	return WithTxV(ctx, s.db, func(tx pgx.Tx) (JoinToken, error) {
 		var t JoinToken
 		var expired bool

@@ -26,15 +26,15 @@ func TestJoinTokens(t *testing.T) {
 		return d.Details()["reason"]
 	}
 
-	made, err := s.CreateJoinToken(ctx, "envdjoin_good", "admin", time.Hour)
+	made, err := s.Nodes.CreateJoinToken(ctx, "envdjoin_good", "admin", time.Hour)
 	require.NoError(t, err)
 	assert.WithinDuration(t, made.CreatedAt.Add(time.Hour), made.ExpiresAt, time.Second)
-	used, err := s.UseJoinToken(ctx, "envdjoin_good", "node-b")
+	used, err := s.Nodes.UseJoinToken(ctx, "envdjoin_good", "node-b")
 	require.NoError(t, err)
 	assert.Equal(t, "node-b", used.UsedBy)
 	require.NotNil(t, used.UsedAt)
 
-	_, err = s.CreateJoinToken(ctx, "envdjoin_short", "admin", time.Millisecond)
+	_, err = s.Nodes.CreateJoinToken(ctx, "envdjoin_short", "admin", time.Millisecond)
 	require.NoError(t, err)
 	time.Sleep(20 * time.Millisecond)
 
@@ -47,7 +47,7 @@ func TestJoinTokens(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := s.UseJoinToken(ctx, tt.token, "node-c")
+			_, err := s.Nodes.UseJoinToken(ctx, tt.token, "node-c")
 			require.ErrorIs(t, err, errdefs.ErrJoinToken)
 			assert.Equal(t, tt.reason, reason(err))
 			assert.ErrorContains(t, err, tt.says)

@@ -20,7 +20,7 @@ type LimitMaxima struct {
 }
 
 // SetLimitMaxima sets tenant's maxima, creating the tenant if needed.
-func (s *Store) SetLimitMaxima(ctx context.Context, tenant string, m LimitMaxima) error {
+func (s Tenants) SetLimitMaxima(ctx context.Context, tenant string, m LimitMaxima) error {
 	if m.MemoryBytes < 0 || m.Pids < 0 || m.CPUs < 0 || m.DiskBytes < 0 {
 		return fmt.Errorf("limit maxima of %q: negative maximum: %w", tenant, errdefs.ErrInvalidArgument)
 	}
@@ -36,7 +36,7 @@ func (s *Store) SetLimitMaxima(ctx context.Context, tenant string, m LimitMaxima
 }
 
 // LimitMaxima returns tenant's maxima; a tenant without a row has none.
-func (s *Store) LimitMaxima(ctx context.Context, tenant string) (LimitMaxima, error) {
+func (s Tenants) LimitMaxima(ctx context.Context, tenant string) (LimitMaxima, error) {
 	var (
 		mem, pids, disk *int64
 		cpus            *float64
@@ -68,7 +68,7 @@ func (s *Store) LimitMaxima(ctx context.Context, tenant string) (LimitMaxima, er
 // WritableLayerBytes is the sum of the writable-layer limits (instance
 // spec key limits.disk_bytes) of tenant's instances that hold a writable
 // layer on a node: all but terminated and hibernated ones.
-func (s *Store) WritableLayerBytes(ctx context.Context, tenant string) (int64, error) {
+func (s Tenants) WritableLayerBytes(ctx context.Context, tenant string) (int64, error) {
 	var n int64
 	err := s.db.QueryRow(ctx, `SELECT COALESCE(sum((spec->'limits'->>'disk_bytes')::bigint), 0)::bigint FROM instances
 		WHERE tenant_id = $1 AND state <> 'Terminated' AND hibernated_version IS NULL`, tenant).Scan(&n)

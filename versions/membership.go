@@ -75,7 +75,7 @@ type Registration struct {
 // ready (it has just cleaned up: its instances were failed and fenced);
 // cordoned, draining and drained stay as they were, so a node restarted
 // during a rolling upgrade takes no placement until uncordoned.
-func (s *Store) Join(ctx context.Context, r Registration) (Member, error) {
+func (s Nodes) Join(ctx context.Context, r Registration) (Member, error) {
 	labels, err := json.Marshal(nonNil(r.Labels))
 	if err != nil {
 		return Member{}, err
@@ -99,7 +99,7 @@ func (s *Store) Join(ctx context.Context, r Registration) (Member, error) {
 
 // SetNodeDiskRoom records how many bytes of new writable-layer limits node
 // takes now (Member.DiskRoom).
-func (s *Store) SetNodeDiskRoom(ctx context.Context, node string, room int64) error {
+func (s Nodes) SetNodeDiskRoom(ctx context.Context, node string, room int64) error {
 	_, err := s.db.Exec(ctx, `UPDATE nodes SET disk_room_bytes = $2 WHERE name = $1`, node, room)
 	return translate(err, fmt.Sprintf("disk room of node %q", node))
 }
@@ -107,7 +107,7 @@ func (s *Store) SetNodeDiskRoom(ctx context.Context, node string, room int64) er
 // LeaveNode records that node shut down gracefully: no placements go
 // there until it joins again. Its lease is left to run out: a node back
 // within it keeps its instances.
-func (s *Store) LeaveNode(ctx context.Context, node string) error {
+func (s Nodes) LeaveNode(ctx context.Context, node string) error {
 	_, err := s.db.Exec(ctx, `UPDATE nodes SET stopped = true WHERE name = $1`, node)
 	return translate(err, fmt.Sprintf("node %q leaves", node))
 }
@@ -115,7 +115,7 @@ func (s *Store) LeaveNode(ctx context.Context, node string) error {
 // SetNodeCertificate records the certificate (DER) node's API serves now
 // (an operator's certificate renewed on disk); ErrNotFound when the node
 // never joined.
-func (s *Store) SetNodeCertificate(ctx context.Context, node string, der []byte) error {
+func (s Nodes) SetNodeCertificate(ctx context.Context, node string, der []byte) error {
 	tag, err := s.db.Exec(ctx, `UPDATE nodes SET tls_cert = $2 WHERE name = $1`, node, der)
 	if err != nil {
 		return translate(err, fmt.Sprintf("record the certificate of node %q", node))
@@ -128,7 +128,7 @@ func (s *Store) SetNodeCertificate(ctx context.Context, node string, der []byte)
 
 // NodeCertificate is the certificate (DER) node recorded for its API, nil
 // when none; ErrNotFound when the node never joined.
-func (s *Store) NodeCertificate(ctx context.Context, node string) ([]byte, error) {
+func (s Nodes) NodeCertificate(ctx context.Context, node string) ([]byte, error) {
 	var der []byte
 	err := s.db.QueryRow(ctx, `SELECT tls_cert FROM nodes WHERE name = $1`, node).Scan(&der)
 	if err != nil {
@@ -145,7 +145,7 @@ var ErrFenced = errors.New("this node was marked lost")
 // RenewLease extends node's lease by its lease length from the database's
 // clock and returns its state (a drain asked on any node reaches it here).
 // ErrFenced when the node was marked lost; ErrNotFound when it never joined.
-func (s *Store) RenewLease(ctx context.Context, node string) (string, error) {
+func (s Nodes) RenewLease(ctx context.Context, node string) (string, error) {
 	var state string
 	err := s.db.QueryRow(ctx, `UPDATE nodes SET lease_expires_at = now() + lease_seconds * interval '1 second', renewed_at = now()
 		WHERE name = $1 AND state <> 'lost' RETURNING state`, node).Scan(&state)
@@ -161,39 +161,48 @@ func (s *Store) RenewLease(ctx context.Context, node string) (string, error) {
 	return state, nil
 }
 
-// memberCols needs nodes as n; the instance columns count live instances
-// and add up their limits (instances.spec's "limits").
-const memberCols = `n.name, n.api_url, n.state, n.labels, n.cpus, n.memory_bytes, n.disk_bytes, n.instance_slots,
-	n.lease_seconds, n.lease_expires_at, n.renewed_at, n.started_at, n.state_changed_at, n.version, n.stopped, n.tls_cert,
-	n.disk_room_bytes, (n.state <> 'lost' AND n.lease_expires_at < now()),
-	count(i.id), COALESCE(sum((i.spec->'limits'->>'cpus')::float8), 0),
-	COALESCE(sum((i.spec->'limits'->>'memory_bytes')::bigint), 0)::bigint,
-	COALESCE(sum((i.spec->'limits'->>'disk_bytes')::bigint), 0)::bigint
-	FROM nodes n LEFT JOIN instances i ON i.node = n.name
+// memberColumns are a node's columns and, from its live instances, their
+// count and their limits added up (instances.spec's "limits").
+var memberColumns = columns[Member]{
+	{"n.name", func(m *Member) any { return &m.Name }},
+	{"n.api_url", func(m *Member) any { return &m.APIURL }},
+	{"n.state", func(m *Member) any { return &m.State }},
+	{"n.labels", func(m *Member) any { return &m.Labels }},
+	{"n.cpus", func(m *Member) any { return &m.CPUs }},
+	{"n.memory_bytes", func(m *Member) any { return &m.MemoryBytes }},
+	{"n.disk_bytes", func(m *Member) any { return &m.DiskBytes }},
+	{"n.instance_slots", func(m *Member) any { return &m.InstanceSlots }},
+	{"n.lease_seconds", func(m *Member) any { return fractionalSeconds{&m.Lease} }},
+	{"n.lease_expires_at", func(m *Member) any { return &m.LeaseExpiresAt }},
+	{"n.renewed_at", func(m *Member) any { return &m.RenewedAt }},
+	{"n.started_at", func(m *Member) any { return &m.StartedAt }},
+	{"n.state_changed_at", func(m *Member) any { return &m.StateChangedAt }},
+	{"n.version", func(m *Member) any { return &m.Version }},
+	{"n.stopped", func(m *Member) any { return &m.Stopped }},
+	{"n.tls_cert", func(m *Member) any { return &m.TLSCert }},
+	{"n.disk_room_bytes", func(m *Member) any { return &m.DiskRoom }},
+	{"(n.state <> 'lost' AND n.lease_expires_at < now())", func(m *Member) any { return &m.Expired }},
+	{"count(i.id)", func(m *Member) any { return &m.Instances }},
+	{"COALESCE(sum((i.spec->'limits'->>'cpus')::float8), 0)", func(m *Member) any { return &m.UsedCPUs }},
+	{"COALESCE(sum((i.spec->'limits'->>'memory_bytes')::bigint), 0)::bigint", func(m *Member) any { return &m.UsedMemory }},
+	{"COALESCE(sum((i.spec->'limits'->>'disk_bytes')::bigint), 0)::bigint", func(m *Member) any { return &m.UsedDisk }},
+}
+
+// memberCols selects memberColumns from nodes as n with their live
+// instances (not Terminated, Failed or hibernated); add GROUP BY n.name.
+var memberCols = memberColumns.list() + ` FROM nodes n LEFT JOIN instances i ON i.node = n.name
 		AND i.state NOT IN ('Terminated', 'Failed') AND i.hibernated_version IS NULL `
 
 func scanMember(row pgx.Row) (Member, error) {
-	var m Member
-	var labels []byte
-	var lease float64
-	err := row.Scan(&m.Name, &m.APIURL, &m.State, &labels, &m.CPUs, &m.MemoryBytes, &m.DiskBytes, &m.InstanceSlots,
-		&lease, &m.LeaseExpiresAt, &m.RenewedAt, &m.StartedAt, &m.StateChangedAt, &m.Version, &m.Stopped, &m.TLSCert, &m.DiskRoom, &m.Expired,
-		&m.Instances, &m.UsedCPUs, &m.UsedMemory, &m.UsedDisk)
-	if err != nil {
-		return m, err
+	m, err := memberColumns.scan(row)
+	if err == nil && m.Labels == nil {
+		m.Labels = map[string]string{}
 	}
-	m.Lease = time.Duration(lease * float64(time.Second))
-	m.Labels = map[string]string{}
-	if len(labels) > 0 {
-		if err := json.Unmarshal(labels, &m.Labels); err != nil {
-			return m, fmt.Errorf("labels of node %q: %w", m.Name, err)
-		}
-	}
-	return m, nil
+	return m, err
 }
 
 // ListMembers lists every node that ever joined, by name.
-func (s *Store) ListMembers(ctx context.Context) ([]Member, error) {
+func (s Nodes) ListMembers(ctx context.Context) ([]Member, error) {
 	rows, err := s.db.Query(ctx, "SELECT "+memberCols+" GROUP BY n.name ORDER BY n.name")
 	if err != nil {
 		return nil, translate(err, "list nodes")
@@ -203,7 +212,7 @@ func (s *Store) ListMembers(ctx context.Context) ([]Member, error) {
 }
 
 // GetMember returns node name; ErrNotFound when it never joined.
-func (s *Store) GetMember(ctx context.Context, name string) (Member, error) {
+func (s Nodes) GetMember(ctx context.Context, name string) (Member, error) {
 	m, err := scanMember(s.db.QueryRow(ctx, "SELECT "+memberCols+" WHERE n.name = $1 GROUP BY n.name", name))
 	if err != nil {
 		return Member{}, translate(err, fmt.Sprintf("node %q", name))
@@ -213,7 +222,7 @@ func (s *Store) GetMember(ctx context.Context, name string) (Member, error) {
 
 // SetNodeState moves node name to state `to` if it is in one of from
 // (empty: any but lost); ErrFailedPrecondition naming its state otherwise.
-func (s *Store) SetNodeState(ctx context.Context, name string, from []string, to string) (Member, error) {
+func (s Nodes) SetNodeState(ctx context.Context, name string, from []string, to string) (Member, error) {
 	var state string
 	err := s.db.QueryRow(ctx, `UPDATE nodes SET state = $2, state_changed_at = now()
 		WHERE name = $1 AND (cardinality($3::text[]) = 0 AND state <> 'lost' OR state = ANY($3)) RETURNING state`,
@@ -247,7 +256,7 @@ type LostInstance struct {
 // never marks itself (self): after a pause of its own it renews first.
 //
 // msg gets the instance's latest checkpoint (nil when none).
-func (s *Store) MarkLost(ctx context.Context, self string, msg func(in Instance, node Member, cp *InstanceCheckpoint) string) ([]Member, []LostInstance, error) {
+func (s Nodes) MarkLost(ctx context.Context, self string, msg func(in Instance, node Member, cp *InstanceCheckpoint) string) ([]Member, []LostInstance, error) {
 	type result struct {
 		nodes []Member
 		ins   []LostInstance
@@ -321,7 +330,7 @@ func lostCheckpoint(ctx context.Context, tx pgx.Tx, id string) (*InstanceCheckpo
 
 // LostNodeOperations are the unfinished operations of lost nodes: nothing
 // will run them again, so they are settled as interrupted.
-func (s *Store) LostNodeOperations(ctx context.Context) ([]Operation, error) {
+func (s Operations) LostNodeOperations(ctx context.Context) ([]Operation, error) {
 	rows, err := s.db.Query(ctx, "SELECT "+operationCols+` FROM operations o JOIN nodes n ON n.name = o.node
 		WHERE o.state IN ('pending', 'running') AND n.state = 'lost' ORDER BY o.created_at, o.id`)
 	if err != nil {
@@ -333,14 +342,14 @@ func (s *Store) LostNodeOperations(ctx context.Context) ([]Operation, error) {
 
 // RecordImage records that node has image (repo@digest) pulled: placement
 // prefers it for instances of that image.
-func (s *Store) RecordImage(ctx context.Context, node, image string) error {
+func (s Nodes) RecordImage(ctx context.Context, node, image string) error {
 	_, err := s.db.Exec(ctx, `INSERT INTO node_images (node, image) VALUES ($1, $2)
 		ON CONFLICT (node, image) DO UPDATE SET pulled_at = now()`, node, image)
 	return translate(err, fmt.Sprintf("record image %q on node %q", image, node))
 }
 
 // NodesWithImage are the nodes that pulled image.
-func (s *Store) NodesWithImage(ctx context.Context, image string) (map[string]bool, error) {
+func (s Nodes) NodesWithImage(ctx context.Context, image string) (map[string]bool, error) {
 	rows, err := s.db.Query(ctx, `SELECT node FROM node_images WHERE image = $1`, image)
 	if err != nil {
 		return nil, translate(err, "nodes with image")
@@ -357,7 +366,7 @@ func (s *Store) NodesWithImage(ctx context.Context, image string) (map[string]bo
 }
 
 // TenantSpread counts tenant's live instances per node.
-func (s *Store) TenantSpread(ctx context.Context, tenant string) (map[string]int, error) {
+func (s Nodes) TenantSpread(ctx context.Context, tenant string) (map[string]int, error) {
 	rows, err := s.db.Query(ctx, `SELECT node, count(*) FROM instances
 		WHERE tenant_id = $1 AND state NOT IN ('Terminated', 'Failed') AND hibernated_version IS NULL GROUP BY node`, tenant)
 	if err != nil {
@@ -385,7 +394,7 @@ type VolumeHome struct {
 
 // GetVolumeHome is the home of the volumes of tenant's project; ok false
 // when no node has held them yet.
-func (s *Store) GetVolumeHome(ctx context.Context, tenant, project string) (VolumeHome, bool, error) {
+func (s Volumes) GetVolumeHome(ctx context.Context, tenant, project string) (VolumeHome, bool, error) {
 	var h VolumeHome
 	err := s.db.QueryRow(ctx, `SELECT h.node, h.archive_key, h.updated_at FROM volume_homes h
 		JOIN projects p ON p.id = h.project_id WHERE p.tenant_id = $1 AND p.name = $2`, tenant, project).
@@ -402,7 +411,7 @@ func (s *Store) GetVolumeHome(ctx context.Context, tenant, project string) (Volu
 // SetVolumeHome records that node now holds the project's volume data;
 // archiveKey is the archive that holds a copy of it ("" = none: the data
 // is on node only).
-func (s *Store) SetVolumeHome(ctx context.Context, tenant, project, node, archiveKey string) error {
+func (s Volumes) SetVolumeHome(ctx context.Context, tenant, project, node, archiveKey string) error {
 	_, err := s.db.Exec(ctx, `INSERT INTO volume_homes (project_id, node, archive_key)
 		SELECT id, $3, $4 FROM projects WHERE tenant_id = $1 AND name = $2
 		ON CONFLICT (project_id) DO UPDATE SET node = EXCLUDED.node, archive_key = EXCLUDED.archive_key, updated_at = now()`,
@@ -411,13 +420,13 @@ func (s *Store) SetVolumeHome(ctx context.Context, tenant, project, node, archiv
 }
 
 // SetPlacement records why instance id runs where it does.
-func (s *Store) SetPlacement(ctx context.Context, id, placement string) error {
+func (s Instances) SetPlacement(ctx context.Context, id, placement string) error {
 	_, err := s.db.Exec(ctx, `UPDATE instances SET placement = $2 WHERE id = $1`, id, placement)
 	return translate(err, fmt.Sprintf("instance %q", id))
 }
 
 // Placement is why instance id runs where it does ("" = not recorded).
-func (s *Store) Placement(ctx context.Context, id string) (string, error) {
+func (s Instances) Placement(ctx context.Context, id string) (string, error) {
 	var p string
 	err := s.db.QueryRow(ctx, `SELECT placement FROM instances WHERE id = $1`, id).Scan(&p)
 	return p, translate(err, fmt.Sprintf("instance %q", id))

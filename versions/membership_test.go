@@ -23,7 +23,7 @@ func TestMembershipLeaseAndLoss(t *testing.T) {
 	ctx := context.Background()
 	p := newProject(t, s)
 	join := func(name string, lease time.Duration) versions.Member {
-		m, err := s.Join(ctx, versions.Registration{Name: name, APIURL: "http://" + name, Lease: lease,
+		m, err := s.Nodes.Join(ctx, versions.Registration{Name: name, APIURL: "http://" + name, Lease: lease,
 			Labels: map[string]string{"zone": name}, CPUs: 2, MemoryBytes: 1 << 30, InstanceSlots: 3})
 		require.NoError(t, err)
 		return m
@@ -35,16 +35,16 @@ func TestMembershipLeaseAndLoss(t *testing.T) {
 	join("b", 200*time.Millisecond)
 
 	mk := func(id string, state types.InstanceState) {
-		_, err := s.CreateInstance(ctx, versions.Instance{ID: id, Tenant: tenant, Project: p.Name, Node: "b", Version: 1, State: state,
+		_, err := s.Instances.CreateInstance(ctx, versions.Instance{ID: id, Tenant: tenant, Project: p.Name, Node: "b", Version: 1, State: state,
 			Spec: []byte(`{"limits":{"cpus":1.5,"memory_bytes":1024}}`)})
 		require.NoError(t, err)
 	}
 	mk("run", types.StateRunning)
 	mk("gone", types.StateTerminated)
 	mk("hib", types.StateStopped)
-	_, err := s.Hibernated(ctx, "hib", 1, "hibernated", "")
+	_, err := s.Instances.Hibernated(ctx, "hib", 1, "hibernated", "")
 	require.NoError(t, err)
-	b, err := s.GetMember(ctx, "b")
+	b, err := s.Nodes.GetMember(ctx, "b")
 	require.NoError(t, err)
 	assert.Equal(t, 1, b.Instances, "only the running one is live there")
 	assert.InDelta(t, 1.5, b.UsedCPUs, 0.001)
@@ -59,7 +59,7 @@ func TestMembershipLeaseAndLoss(t *testing.T) {
 	)
 	for range 3 {
 		wg.Go(func() {
-			nodes, ins, err := s.MarkLost(ctx, "a", func(in versions.Instance, n versions.Member, _ *versions.InstanceCheckpoint) string {
+			nodes, ins, err := s.Nodes.MarkLost(ctx, "a", func(in versions.Instance, n versions.Member, _ *versions.InstanceCheckpoint) string {
 				return "lost with " + n.Name
 			})
 			assert.NoError(t, err)
@@ -75,50 +75,50 @@ func TestMembershipLeaseAndLoss(t *testing.T) {
 	assert.Equal(t, []string{"b"}, marks)
 	require.Len(t, lost, 1)
 	assert.Equal(t, "run", lost[0].ID)
-	in, err := s.GetInstance(ctx, "", "run")
+	in, err := s.Instances.GetInstance(ctx, "", "run")
 	require.NoError(t, err)
 	assert.Equal(t, types.StateFailed, in.State)
 	assert.Equal(t, types.ReasonNodeLost, in.Reason)
 	assert.Equal(t, "lost with b", in.Message)
 	assert.Equal(t, int64(2), in.Generation, "fenced: the lost node's generation is older")
-	hib, err := s.GetInstance(ctx, "", "hib")
+	hib, err := s.Instances.GetInstance(ctx, "", "hib")
 	require.NoError(t, err)
 	assert.Equal(t, types.StateStopped, hib.State, "a hibernated instance lives as a version: kept")
 
-	_, err = s.RenewLease(ctx, "b")
+	_, err = s.Nodes.RenewLease(ctx, "b")
 	assert.ErrorIs(t, err, versions.ErrFenced)
-	state, err := s.RenewLease(ctx, "a")
+	state, err := s.Nodes.RenewLease(ctx, "a")
 	require.NoError(t, err)
 	assert.Equal(t, versions.NodeReady, state)
 	assert.Equal(t, versions.NodeReady, join("b", time.Minute).State, "back after cleaning up")
-	_, err = s.RenewLease(ctx, "nobody")
+	_, err = s.Nodes.RenewLease(ctx, "nobody")
 	assert.ErrorIs(t, err, errdefs.ErrNotFound)
 }
 
 func TestMembershipStates(t *testing.T) {
 	s := newStore(t)
 	ctx := context.Background()
-	_, err := s.Join(ctx, versions.Registration{Name: "a", APIURL: "http://a", Lease: time.Minute})
+	_, err := s.Nodes.Join(ctx, versions.Registration{Name: "a", APIURL: "http://a", Lease: time.Minute})
 	require.NoError(t, err)
-	m, err := s.SetNodeState(ctx, "a", []string{versions.NodeReady}, versions.NodeCordoned)
+	m, err := s.Nodes.SetNodeState(ctx, "a", []string{versions.NodeReady}, versions.NodeCordoned)
 	require.NoError(t, err)
 	assert.Equal(t, versions.NodeCordoned, m.State)
-	_, err = s.SetNodeState(ctx, "a", []string{versions.NodeReady}, versions.NodeCordoned)
+	_, err = s.Nodes.SetNodeState(ctx, "a", []string{versions.NodeReady}, versions.NodeCordoned)
 	assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition)
-	state, err := s.RenewLease(ctx, "a")
+	state, err := s.Nodes.RenewLease(ctx, "a")
 	require.NoError(t, err)
 	assert.Equal(t, versions.NodeCordoned, state)
-	m, err = s.Join(ctx, versions.Registration{Name: "a", APIURL: "http://a2", Lease: time.Minute})
+	m, err = s.Nodes.Join(ctx, versions.Registration{Name: "a", APIURL: "http://a2", Lease: time.Minute})
 	require.NoError(t, err)
 	assert.Equal(t, versions.NodeCordoned, m.State, "a restart keeps a cordon (rolling upgrades)")
 	assert.Equal(t, "http://a2", m.APIURL)
-	require.NoError(t, s.LeaveNode(ctx, "a"))
-	m, err = s.GetMember(ctx, "a")
+	require.NoError(t, s.Nodes.LeaveNode(ctx, "a"))
+	m, err = s.Nodes.GetMember(ctx, "a")
 	require.NoError(t, err)
 	assert.True(t, m.Stopped)
-	_, err = s.SetNodeState(ctx, "x", nil, versions.NodeReady)
+	_, err = s.Nodes.SetNodeState(ctx, "x", nil, versions.NodeReady)
 	assert.ErrorIs(t, err, errdefs.ErrNotFound)
-	ms, err := s.ListMembers(ctx)
+	ms, err := s.Nodes.ListMembers(ctx)
 	require.NoError(t, err)
 	require.Len(t, ms, 1)
 }
@@ -129,27 +129,27 @@ func TestNodeCertificate(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
 	ctx := context.Background()
-	_, err := s.Join(ctx, versions.Registration{Name: "a", APIURL: "https://a", Lease: time.Minute, TLSCert: []byte("cert-1")})
+	_, err := s.Nodes.Join(ctx, versions.Registration{Name: "a", APIURL: "https://a", Lease: time.Minute, TLSCert: []byte("cert-1")})
 	require.NoError(t, err)
-	m, err := s.GetMember(ctx, "a")
+	m, err := s.Nodes.GetMember(ctx, "a")
 	require.NoError(t, err)
 	assert.Equal(t, []byte("cert-1"), m.TLSCert)
-	got, err := s.NodeCertificate(ctx, "a")
+	got, err := s.Nodes.NodeCertificate(ctx, "a")
 	require.NoError(t, err)
 	assert.Equal(t, []byte("cert-1"), got)
 
-	require.NoError(t, s.SetNodeCertificate(ctx, "a", []byte("cert-2")))
-	got, err = s.NodeCertificate(ctx, "a")
+	require.NoError(t, s.Nodes.SetNodeCertificate(ctx, "a", []byte("cert-2")))
+	got, err = s.Nodes.NodeCertificate(ctx, "a")
 	require.NoError(t, err)
 	assert.Equal(t, []byte("cert-2"), got, "a renewed certificate replaces the recorded one")
 
-	_, err = s.Join(ctx, versions.Registration{Name: "a", APIURL: "http://a", Lease: time.Minute})
+	_, err = s.Nodes.Join(ctx, versions.Registration{Name: "a", APIURL: "http://a", Lease: time.Minute})
 	require.NoError(t, err)
-	got, err = s.NodeCertificate(ctx, "a")
+	got, err = s.Nodes.NodeCertificate(ctx, "a")
 	require.NoError(t, err)
 	assert.Nil(t, got, "a node back on plain HTTP records none")
 
-	_, err = s.NodeCertificate(ctx, "nobody")
+	_, err = s.Nodes.NodeCertificate(ctx, "nobody")
 	require.ErrorIs(t, err, errdefs.ErrNotFound)
-	require.ErrorIs(t, s.SetNodeCertificate(ctx, "nobody", []byte("x")), errdefs.ErrNotFound)
+	require.ErrorIs(t, s.Nodes.SetNodeCertificate(ctx, "nobody", []byte("x")), errdefs.ErrNotFound)
 }

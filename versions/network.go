@@ -9,7 +9,7 @@ import (
 // egress in runtime.ParseEgress's normalized text form ("" = open), and
 // whether its instances are kept from each other. The caller validates
 // egress. Fails with ErrNotFound for an unknown project.
-func (s *Store) SetProjectNetwork(ctx context.Context, tenant, project, egress string, isolate bool) (Project, error) {
+func (s Projects) SetProjectNetwork(ctx context.Context, tenant, project, egress string, isolate bool) (Project, error) {
 	if egress == "" {
 		egress = "open"
 	}

@@ -18,20 +18,20 @@ func TestProjectNetwork(t *testing.T) {
 	assert.Equal(t, "open", p.Egress, "default")
 	assert.False(t, p.IsolateInstances)
 
-	got, err := s.SetProjectNetwork(ctx, tenant, "p", "allow:10.0.0.0/8,example.org", true)
+	got, err := s.Projects.SetProjectNetwork(ctx, tenant, "p", "allow:10.0.0.0/8,example.org", true)
 	require.NoError(t, err)
 	assert.Equal(t, "allow:10.0.0.0/8,example.org", got.Egress)
 	assert.True(t, got.IsolateInstances)
-	again, err := s.GetProject(ctx, tenant, "p")
+	again, err := s.Projects.GetProject(ctx, tenant, "p")
 	require.NoError(t, err)
 	assert.Equal(t, got.Egress, again.Egress)
 	assert.True(t, again.IsolateInstances)
 
-	created, _, err := s.CreateProject(ctx, versions.Project{Tenant: tenant, Name: "q", BaseImage: "reg/base@sha256:aaa", Egress: "none"},
+	created, _, err := s.Projects.CreateProject(ctx, versions.Project{Tenant: tenant, Name: "q", BaseImage: "reg/base@sha256:aaa", Egress: "none"},
 		versions.Version{Message: "base"})
 	require.NoError(t, err)
 	assert.Equal(t, "none", created.Egress)
 
-	_, err = s.SetProjectNetwork(ctx, tenant, "missing", "open", false)
+	_, err = s.Projects.SetProjectNetwork(ctx, tenant, "missing", "open", false)
 	assert.ErrorIs(t, err, errdefs.ErrNotFound)
 }

@@ -31,7 +31,7 @@ func NodeRole(node string) string {
 // password stops working), and returns its name and password.
 // ErrFailedPrecondition when there is no envd_node role (the admin's role
 // could not create roles) or this role may not create roles.
-func (s *Store) CreateNodeRole(ctx context.Context, node string) (role, password string, err error) {
+func (s Nodes) CreateNodeRole(ctx context.Context, node string) (role, password string, err error) {
 	var ok bool
 	if err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'envd_node')`).Scan(&ok); err != nil {
 		return "", "", translate(err, "look for the envd_node role")
@@ -63,7 +63,7 @@ func (s *Store) CreateNodeRole(ctx context.Context, node string) (role, password
 
 // AdminRole reports whether the store's database role is the admin's: it
 // may create API tokens (a node's role, envd_node, may not).
-func (s *Store) AdminRole(ctx context.Context) (bool, error) {
+func (s Nodes) AdminRole(ctx context.Context) (bool, error) {
 	var ok bool
 	err := s.db.QueryRow(ctx, `SELECT has_table_privilege('tokens', 'INSERT')`).Scan(&ok)
 	return ok, translate(err, "the database role's rights")

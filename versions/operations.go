@@ -88,14 +88,14 @@ func scanOperation(row pgx.Row) (Operation, error) {
 // that operation is returned (created = false, a retry); with a different
 // one it fails with ErrIdempotencyReuse. Concurrent creations with one key
 // create exactly one operation.
-func (s *Store) CreateOperation(ctx context.Context, op Operation) (Operation, bool, error) {
+func (s Operations) CreateOperation(ctx context.Context, op Operation) (Operation, bool, error) {
 	if op.ID == "" {
 		return Operation{}, false, fmt.Errorf("empty operation id: %w", errdefs.ErrInvalidArgument)
 	}
 	if op.State == "" {
 		op.State = OpPending
 	}
-	if err := CheckIdempotencyKey(op.IdempotencyKey); err != nil {
+	if err := types.CheckIdempotencyKey(op.IdempotencyKey); err != nil {
 		return Operation{}, false, err
 	}
 	// ON CONFLICT waits for a concurrent insert of the same key to commit,
@@ -128,7 +128,7 @@ func (s *Store) CreateOperation(ctx context.Context, op Operation) (Operation, b
 }
 
 // GetOperation returns operation id of tenant; tenant "" matches any.
-func (s *Store) GetOperation(ctx context.Context, tenant, id string) (Operation, error) {
+func (s Operations) GetOperation(ctx context.Context, tenant, id string) (Operation, error) {
 	op, err := scanOperation(s.db.QueryRow(ctx, "SELECT "+operationCols+
 		" FROM operations o WHERE o.id = $1 AND ($2 = '' OR o.tenant_id = $2)", id, tenant))
 	if err != nil {
@@ -138,7 +138,7 @@ func (s *Store) GetOperation(ctx context.Context, tenant, id string) (Operation,
 }
 
 // notTerminal explains why an update of operation id matched no row.
-func (s *Store) notTerminal(ctx context.Context, id string) error {
+func (s Operations) notTerminal(ctx context.Context, id string) error {
 	var state string
 	if err := s.db.QueryRow(ctx, "SELECT state FROM operations WHERE id = $1", id).Scan(&state); err != nil {
 		return translate(err, fmt.Sprintf("operation %q", id))
@@ -149,7 +149,7 @@ func (s *Store) notTerminal(ctx context.Context, id string) error {
 // SetOperationState moves an unfinished operation to pending or running.
 // Terminal states are set by FinishOperation. ErrFailedPrecondition if the
 // operation is already finished.
-func (s *Store) SetOperationState(ctx context.Context, id string, state types.OpState) error {
+func (s Operations) SetOperationState(ctx context.Context, id string, state types.OpState) error {
 	if state != OpPending && state != OpRunning {
 		return fmt.Errorf("operation state %q (use FinishOperation for terminal states): %w", state, errdefs.ErrInvalidArgument)
 	}
@@ -168,7 +168,7 @@ func (s *Store) SetOperationState(ctx context.Context, id string, state types.Op
 // result (JSON-encoded; nil = none) or error, and appends the final event
 // (type = the state, data = {"error": opErr} if any), in one transaction.
 // ErrFailedPrecondition if it is already finished.
-func (s *Store) FinishOperation(ctx context.Context, id string, state types.OpState, result any, opErr *OpError) error {
+func (s Operations) FinishOperation(ctx context.Context, id string, state types.OpState, result any, opErr *OpError) error {
 	if !Terminal(state) {
 		return fmt.Errorf("operation state %q is not terminal: %w", state, errdefs.ErrInvalidArgument)
 	}
@@ -205,7 +205,7 @@ func (s *Store) FinishOperation(ctx context.Context, id string, state types.OpSt
 // RequestCancel records that the tenant asked to cancel operation id; the
 // node running it observes CancelRequested and finishes it as canceled. A
 // finished operation is returned unchanged.
-func (s *Store) RequestCancel(ctx context.Context, tenant, id string) (Operation, error) {
+func (s Operations) RequestCancel(ctx context.Context, tenant, id string) (Operation, error) {
 	op, err := scanOperation(s.db.QueryRow(ctx, `UPDATE operations o SET cancel_requested = true, updated_at = now()
 		WHERE o.id = $1 AND ($2 = '' OR o.tenant_id = $2) AND o.state IN ('pending', 'running')
 		RETURNING `+operationCols, id, tenant))
@@ -221,7 +221,7 @@ func (s *Store) RequestCancel(ctx context.Context, tenant, id string) (Operation
 // UnfinishedOperations returns the pending and running operations of node
 // (node "" = every node), oldest first: what a restarting envd resumes or
 // settles.
-func (s *Store) UnfinishedOperations(ctx context.Context, node string) ([]Operation, error) {
+func (s Operations) UnfinishedOperations(ctx context.Context, node string) ([]Operation, error) {
 	rows, err := s.db.Query(ctx, "SELECT "+operationCols+` FROM operations o
 		WHERE o.state IN ('pending', 'running') AND ($1 = '' OR o.node = $1) ORDER BY o.created_at, o.id`, node)
 	if err != nil {
@@ -235,7 +235,7 @@ func (s *Store) UnfinishedOperations(ctx context.Context, node string) ([]Operat
 // unfinished operation's log and returns it with its seq, the previous seq
 // + 1. ErrFailedPrecondition once the operation is finished: the final event
 // (FinishOperation's) is the last.
-func (s *Store) AppendEvent(ctx context.Context, opID, typ, message string, data any) (Event, error) {
+func (s Operations) AppendEvent(ctx context.Context, opID, typ, message string, data any) (Event, error) {
 	return appendEvent(ctx, s.db, opID, typ, message, data, false)
 }
 
@@ -278,7 +278,7 @@ func appendEvent(ctx context.Context, q querier, opID, typ, message string, data
 // Events returns up to limit events (limit <= 0: all) of an operation with
 // seq > afterSeq, in order: a client resumes its stream from the last seq it
 // saw. ErrNotFound if the operation does not exist.
-func (s *Store) Events(ctx context.Context, opID string, afterSeq, limit int) ([]Event, error) {
+func (s Operations) Events(ctx context.Context, opID string, afterSeq, limit int) ([]Event, error) {
 	var lim *int
 	if limit > 0 {
 		lim = &limit

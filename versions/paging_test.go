@@ -39,7 +39,7 @@ func TestListPages(t *testing.T) {
 
 	var nums []int
 	for after := 0; ; {
-		page, err := s.ListVersionsAfter(ctx, tenant, "p", after, 100)
+		page, err := s.Versions.ListVersionsAfter(ctx, tenant, "p", after, 100)
 		require.NoError(t, err)
 		if len(page) == 0 {
 			break
@@ -55,13 +55,13 @@ func TestListPages(t *testing.T) {
 		assert.Equal(t, i+1, n)
 	}
 
-	whole, err := s.ListInstances(ctx, tenant, "p")
+	whole, err := s.Instances.ListInstances(ctx, tenant, "p")
 	require.NoError(t, err)
 	require.Len(t, whole, 250)
 	var ids []string
 	var cur versions.InstanceCursor
 	for {
-		page, err := s.ListInstancesAfter(ctx, tenant, "", cur, 7)
+		page, err := s.Instances.ListInstancesAfter(ctx, tenant, "", cur, 7)
 		require.NoError(t, err)
 		if len(page) == 0 {
 			break
@@ -86,7 +86,7 @@ func BenchmarkList(b *testing.B) {
 	s, err := versions.Open(ctx, pgtestDSN(b))
 	require.NoError(b, err)
 	defer s.Close()
-	_, _, err = s.CreateProject(ctx, versions.Project{Tenant: tenant, Name: "p", BaseImage: "reg/base@sha256:aaa"}, versions.Version{Message: "base"})
+	_, _, err = s.Projects.CreateProject(ctx, versions.Project{Tenant: tenant, Name: "p", BaseImage: "reg/base@sha256:aaa"}, versions.Version{Message: "base"})
 	require.NoError(b, err)
 	fillVersions(b, s, 10000)
 	fillInstances(b, s, 1000)
@@ -96,12 +96,18 @@ func BenchmarkList(b *testing.B) {
 		name string
 		list func() (int, error)
 	}{
-		{"versions/whole 10000", func() (int, error) { v, err := s.ListVersions(ctx, tenant, "p"); return len(v), err }},
-		{"versions/first page of 100", func() (int, error) { v, err := s.ListVersionsAfter(ctx, tenant, "p", 0, 100); return len(v), err }},
-		{"versions/last page of 100", func() (int, error) { v, err := s.ListVersionsAfter(ctx, tenant, "p", 9900, 100); return len(v), err }},
-		{"instances/whole 1000", func() (int, error) { v, err := s.ListInstances(ctx, tenant, ""); return len(v), err }},
+		{"versions/whole 10000", func() (int, error) { v, err := s.Versions.ListVersions(ctx, tenant, "p"); return len(v), err }},
+		{"versions/first page of 100", func() (int, error) {
+			v, err := s.Versions.ListVersionsAfter(ctx, tenant, "p", 0, 100)
+			return len(v), err
+		}},
+		{"versions/last page of 100", func() (int, error) {
+			v, err := s.Versions.ListVersionsAfter(ctx, tenant, "p", 9900, 100)
+			return len(v), err
+		}},
+		{"instances/whole 1000", func() (int, error) { v, err := s.Instances.ListInstances(ctx, tenant, ""); return len(v), err }},
 		{"instances/page of 100", func() (int, error) {
-			v, err := s.ListInstancesAfter(ctx, tenant, "", versions.InstanceCursor{}, 100)
+			v, err := s.Instances.ListInstancesAfter(ctx, tenant, "", versions.InstanceCursor{}, 100)
 			return len(v), err
 		}},
 	} {

@@ -24,7 +24,7 @@ import (
 const notPooled = `NOT EXISTS (SELECT 1 FROM pool_instances pi WHERE pi.instance_id = i.id)`
 
 // SetPoolSize sets a project's pool size.
-func (s *Store) SetPoolSize(ctx context.Context, tenant, project string, size int) error {
+func (s Projects) SetPoolSize(ctx context.Context, tenant, project string, size int) error {
 	if size < 0 || size > MaxPoolSize {
 		return fmt.Errorf("pool size %d: must be 0 to %d: %w", size, MaxPoolSize, errdefs.ErrInvalidArgument)
 	}
@@ -42,7 +42,7 @@ func (s *Store) SetPoolSize(ctx context.Context, tenant, project string, size in
 const MaxPoolSize = 20
 
 // PoolSize returns a project's pool size.
-func (s *Store) PoolSize(ctx context.Context, tenant, project string) (int, error) {
+func (s Projects) PoolSize(ctx context.Context, tenant, project string) (int, error) {
 	var n int
 	err := s.db.QueryRow(ctx, `SELECT pool_size FROM projects WHERE tenant_id = $1 AND name = $2`, tenant, project).Scan(&n)
 	return n, translate(err, fmt.Sprintf("project %q", project))
@@ -62,7 +62,7 @@ type PoolState struct {
 }
 
 // PoolStates lists the projects that have a pool or pooled instances.
-func (s *Store) PoolStates(ctx context.Context, node string) ([]PoolState, error) {
+func (s Instances) PoolStates(ctx context.Context, node string) ([]PoolState, error) {
 	rows, err := s.db.Query(ctx, `SELECT p.tenant_id, p.name, p.pool_size, COALESCE(p.current_version, 0),
 			(SELECT count(*) FROM pool_instances pi JOIN instances i ON i.id = pi.instance_id
 			  WHERE pi.project_id = p.id AND pi.version = p.current_version AND i.state NOT IN ('Terminated', 'Failed')),
@@ -84,7 +84,7 @@ func (s *Store) PoolStates(ctx context.Context, node string) ([]PoolState, error
 
 // AddToPool records that instance id (about to be created on node) is a
 // pooled instance of project's version.
-func (s *Store) AddToPool(ctx context.Context, tenant, project, id, node string, version int) error {
+func (s Instances) AddToPool(ctx context.Context, tenant, project, id, node string, version int) error {
 	_, err := s.db.Exec(ctx, `INSERT INTO pool_instances (instance_id, project_id, version, node)
 		SELECT $3, p.id, $5, $4 FROM projects p WHERE p.tenant_id = $1 AND p.name = $2`, tenant, project, id, node, version)
 	return translate(err, fmt.Sprintf("pool instance %q", id))
@@ -92,7 +92,7 @@ func (s *Store) AddToPool(ctx context.Context, tenant, project, id, node string,
 
 // RemoveFromPool forgets a pooled instance (after it was removed, or when
 // its creation failed).
-func (s *Store) RemoveFromPool(ctx context.Context, id string) error {
+func (s Instances) RemoveFromPool(ctx context.Context, id string) error {
 	_, err := s.db.Exec(ctx, `DELETE FROM pool_instances WHERE instance_id = $1`, id)
 	return translate(err, fmt.Sprintf("pool instance %q", id))
 }
@@ -103,7 +103,7 @@ func (s *Store) RemoveFromPool(ctx context.Context, id string) error {
 // about each candidate while its pool row is locked: one it rejects (its
 // task is gone, though its row still says Running) is passed over and
 // stays in the pool for its node to settle.
-func (s *Store) ClaimPooled(ctx context.Context, tenant, project string, version int, node string, expires *time.Time, alive func(id string) bool) (Instance, error) {
+func (s Instances) ClaimPooled(ctx context.Context, tenant, project string, version int, node string, expires *time.Time, alive func(id string) bool) (Instance, error) {
 	return WithTxV(ctx, s.db, func(tx pgx.Tx) (Instance, error) {
 		passed := []string{}
 		for {

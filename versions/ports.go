@@ -10,7 +10,7 @@ import (
 // PreviewKey returns the cluster's preview token key, storing candidate as
 // the key when there is none yet: concurrent first calls on several nodes
 // all return the one key that was stored.
-func (s *Store) PreviewKey(ctx context.Context, candidate []byte) ([]byte, error) {
+func (s Nodes) PreviewKey(ctx context.Context, candidate []byte) ([]byte, error) {
 	if _, err := s.db.Exec(ctx, `INSERT INTO preview_key (id, key) VALUES (true, $1) ON CONFLICT (id) DO NOTHING`, candidate); err != nil {
 		return nil, translate(err, "preview key")
 	}
@@ -23,7 +23,7 @@ func (s *Store) PreviewKey(ctx context.Context, candidate []byte) ([]byte, error
 
 // PublicPorts returns the public ports of tenant's project, ascending.
 // ErrNotFound for an unknown project.
-func (s *Store) PublicPorts(ctx context.Context, tenant, project string) ([]int, error) {
+func (s Projects) PublicPorts(ctx context.Context, tenant, project string) ([]int, error) {
 	if _, err := s.GetProject(ctx, tenant, project); err != nil {
 		return nil, err
 	}
@@ -47,7 +47,7 @@ func (s *Store) PublicPorts(ctx context.Context, tenant, project string) ([]int,
 // SetPublicPorts replaces the public ports of tenant's project with ports
 // (validated by the caller), in one transaction. ErrNotFound for an
 // unknown project.
-func (s *Store) SetPublicPorts(ctx context.Context, tenant, project string, ports []int) error {
+func (s Projects) SetPublicPorts(ctx context.Context, tenant, project string, ports []int) error {
 	return WithTx(ctx, s.db, func(tx pgx.Tx) error {
 		var id int64
 		if err := tx.QueryRow(ctx, `SELECT id FROM projects WHERE tenant_id = $1 AND name = $2 FOR UPDATE`, tenant, project).Scan(&id); err != nil {
@@ -66,7 +66,7 @@ func (s *Store) SetPublicPorts(ctx context.Context, tenant, project string, port
 // PortIsPublic reports whether port is public in the project of instance
 // id, whatever its tenant (the host form checks it before it knows one),
 // and returns the instance's tenant. ErrNotFound for an unknown instance.
-func (s *Store) PortIsPublic(ctx context.Context, id string, port int) (tenant string, public bool, err error) {
+func (s Instances) PortIsPublic(ctx context.Context, id string, port int) (tenant string, public bool, err error) {
 	err = s.db.QueryRow(ctx, `SELECT i.tenant_id, EXISTS (SELECT 1 FROM project_ports pp
 			WHERE pp.project_id = i.project_id AND pp.port = $2 AND pp.public)
 		FROM instances i WHERE i.id = $1`, id, port).Scan(&tenant, &public)

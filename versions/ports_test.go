@@ -23,7 +23,7 @@ func TestPreviewKeyIsShared(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			k, err := s.PreviewKey(ctx, bytes.Repeat([]byte{byte(i + 1)}, 32))
+			k, err := s.Nodes.PreviewKey(ctx, bytes.Repeat([]byte{byte(i + 1)}, 32))
 			assert.NoError(t, err)
 			keys[i] = k
 		}()
@@ -33,7 +33,7 @@ func TestPreviewKeyIsShared(t *testing.T) {
 	for _, k := range keys {
 		assert.Equal(t, keys[0], k)
 	}
-	again, err := s.PreviewKey(ctx, bytes.Repeat([]byte{0xff}, 32))
+	again, err := s.Nodes.PreviewKey(ctx, bytes.Repeat([]byte{0xff}, 32))
 	require.NoError(t, err)
 	assert.Equal(t, keys[0], again)
 }
@@ -44,36 +44,36 @@ func TestPublicPorts(t *testing.T) {
 	newProject(t, s)
 	newInstance(t, s, "p-1")
 
-	ports, err := s.PublicPorts(ctx, tenant, "p")
+	ports, err := s.Projects.PublicPorts(ctx, tenant, "p")
 	require.NoError(t, err)
 	assert.Empty(t, ports)
-	tn, public, err := s.PortIsPublic(ctx, "p-1", 3000)
+	tn, public, err := s.Instances.PortIsPublic(ctx, "p-1", 3000)
 	require.NoError(t, err)
 	assert.Equal(t, tenant, tn)
 	assert.False(t, public)
 
-	require.NoError(t, s.SetPublicPorts(ctx, tenant, "p", []int{8080, 3000}))
-	ports, err = s.PublicPorts(ctx, tenant, "p")
+	require.NoError(t, s.Projects.SetPublicPorts(ctx, tenant, "p", []int{8080, 3000}))
+	ports, err = s.Projects.PublicPorts(ctx, tenant, "p")
 	require.NoError(t, err)
 	assert.Equal(t, []int{3000, 8080}, ports)
-	_, public, err = s.PortIsPublic(ctx, "p-1", 3000)
+	_, public, err = s.Instances.PortIsPublic(ctx, "p-1", 3000)
 	require.NoError(t, err)
 	assert.True(t, public)
 
-	require.NoError(t, s.SetPublicPorts(ctx, tenant, "p", []int{}))
-	ports, err = s.PublicPorts(ctx, tenant, "p")
+	require.NoError(t, s.Projects.SetPublicPorts(ctx, tenant, "p", []int{}))
+	ports, err = s.Projects.PublicPorts(ctx, tenant, "p")
 	require.NoError(t, err)
 	assert.Empty(t, ports)
 
 	for name, err := range map[string]error{
-		"set, other tenant": s.SetPublicPorts(ctx, "other", "p", []int{1}),
-		"set, no project":   s.SetPublicPorts(ctx, tenant, "missing", []int{1}),
+		"set, other tenant": s.Projects.SetPublicPorts(ctx, "other", "p", []int{1}),
+		"set, no project":   s.Projects.SetPublicPorts(ctx, tenant, "missing", []int{1}),
 	} {
 		assert.ErrorIs(t, err, errdefs.ErrNotFound, name)
 	}
-	_, err = s.PublicPorts(ctx, "other", "p")
+	_, err = s.Projects.PublicPorts(ctx, "other", "p")
 	assert.ErrorIs(t, err, errdefs.ErrNotFound)
-	_, _, err = s.PortIsPublic(ctx, "nope", 3000)
+	_, _, err = s.Instances.PortIsPublic(ctx, "nope", 3000)
 	assert.ErrorIs(t, err, errdefs.ErrNotFound)
-	assert.Error(t, s.SetPublicPorts(ctx, tenant, "p", []int{70000}), "the table refuses a port out of range")
+	assert.Error(t, s.Projects.SetPublicPorts(ctx, tenant, "p", []int{70000}), "the table refuses a port out of range")
 }

@@ -81,32 +81,52 @@ type Version struct {
 	Current    bool // computed: the project's current version
 }
 
-const projectCols = `p.id, p.tenant_id, p.name, p.base_image, p.spec, p.excludes, p.compression,
-	COALESCE(p.current_version, 0), p.created_at, p.updated_at, p.prefetch, p.prefetch_head,
-	COALESCE(p.keep_last, 0), COALESCE(p.keep_newer_than_s, 0),
-	p.egress, p.isolate_instances, p.validate, p.rollout_failure`
-
-func scanProject(row pgx.Row) (Project, error) {
-	var p Project
-	var keepSeconds int64
-	err := row.Scan(&p.ID, &p.Tenant, &p.Name, &p.BaseImage, &p.Spec, &p.Excludes, &p.Compression,
-		&p.Current, &p.CreatedAt, &p.UpdatedAt, &p.Prefetch, &p.PrefetchHead, &p.Retention.KeepLast, &keepSeconds,
-		&p.Egress, &p.IsolateInstances, &p.Validate, &p.RolloutFailure)
-	p.Retention.KeepNewerThan = secondsDuration(keepSeconds)
-	return p, err
+var projectColumns = columns[Project]{
+	{"p.id", func(p *Project) any { return &p.ID }},
+	{"p.tenant_id", func(p *Project) any { return &p.Tenant }},
+	{"p.name", func(p *Project) any { return &p.Name }},
+	{"p.base_image", func(p *Project) any { return &p.BaseImage }},
+	{"p.spec", func(p *Project) any { return &p.Spec }},
+	{"p.excludes", func(p *Project) any { return &p.Excludes }},
+	{"p.compression", func(p *Project) any { return &p.Compression }},
+	{"COALESCE(p.current_version, 0)", func(p *Project) any { return &p.Current }},
+	{"p.created_at", func(p *Project) any { return &p.CreatedAt }},
+	{"p.updated_at", func(p *Project) any { return &p.UpdatedAt }},
+	{"p.prefetch", func(p *Project) any { return &p.Prefetch }},
+	{"p.prefetch_head", func(p *Project) any { return &p.PrefetchHead }},
+	{"COALESCE(p.keep_last, 0)", func(p *Project) any { return &p.Retention.KeepLast }},
+	{"COALESCE(p.keep_newer_than_s, 0)", func(p *Project) any { return seconds{&p.Retention.KeepNewerThan} }},
+	{"p.egress", func(p *Project) any { return &p.Egress }},
+	{"p.isolate_instances", func(p *Project) any { return &p.IsolateInstances }},
+	{"p.validate", func(p *Project) any { return &p.Validate }},
+	{"p.rollout_failure", func(p *Project) any { return &p.RolloutFailure }},
 }
 
-// versionCols needs versions as v joined with projects as p.
-const versionCols = `p.name, v.number, v.kind, v.state, v.image, COALESCE(v.parent, 0), v.message,
-	v.size_bytes, v.layers, v.pinned, COALESCE(v.instance_id, ''), v.created_at,
-	COALESCE(v.number = p.current_version, false)`
+// projectCols needs projects as p.
+var projectCols = projectColumns.list()
 
-func scanVersion(row pgx.Row) (Version, error) {
-	var v Version
-	err := row.Scan(&v.Project, &v.Number, &v.Kind, &v.State, &v.Image, &v.Parent, &v.Message,
-		&v.SizeBytes, &v.Layers, &v.Pinned, &v.InstanceID, &v.CreatedAt, &v.Current)
-	return v, err
+func scanProject(row pgx.Row) (Project, error) { return projectColumns.scan(row) }
+
+// versionColumns needs versions as v joined with projects as p.
+var versionColumns = columns[Version]{
+	{"p.name", func(v *Version) any { return &v.Project }},
+	{"v.number", func(v *Version) any { return &v.Number }},
+	{"v.kind", func(v *Version) any { return &v.Kind }},
+	{"v.state", func(v *Version) any { return &v.State }},
+	{"v.image", func(v *Version) any { return &v.Image }},
+	{"COALESCE(v.parent, 0)", func(v *Version) any { return &v.Parent }},
+	{"v.message", func(v *Version) any { return &v.Message }},
+	{"v.size_bytes", func(v *Version) any { return &v.SizeBytes }},
+	{"v.layers", func(v *Version) any { return &v.Layers }},
+	{"v.pinned", func(v *Version) any { return &v.Pinned }},
+	{"COALESCE(v.instance_id, '')", func(v *Version) any { return &v.InstanceID }},
+	{"v.created_at", func(v *Version) any { return &v.CreatedAt }},
+	{"COALESCE(v.number = p.current_version, false)", func(v *Version) any { return &v.Current }},
 }
+
+var versionCols = versionColumns.list()
+
+func scanVersion(row pgx.Row) (Version, error) { return versionColumns.scan(row) }
 
 func nullInt(n int) *int {
 	if n == 0 {
@@ -127,7 +147,7 @@ func nullString(s string) *string {
 // 1 is base (ready): its Kind defaults to KindBase and its Image to
 // p.BaseImage; its Message, SizeBytes, Layers and Pinned are taken from base.
 // Fails with ErrAlreadyExists if the tenant has a project of that name.
-func (s *Store) CreateProject(ctx context.Context, p Project, base Version) (Project, Version, error) {
+func (s Projects) CreateProject(ctx context.Context, p Project, base Version) (Project, Version, error) {
 	if base.Kind == "" {
 		base.Kind = KindBase
 	}
@@ -169,7 +189,7 @@ func (s *Store) CreateProject(ctx context.Context, p Project, base Version) (Pro
 }
 
 // GetProject returns project name of tenant; ErrNotFound if there is none.
-func (s *Store) GetProject(ctx context.Context, tenant, name string) (Project, error) {
+func (s Projects) GetProject(ctx context.Context, tenant, name string) (Project, error) {
 	p, err := scanProject(s.db.QueryRow(ctx, "SELECT "+projectCols+" FROM projects p WHERE p.tenant_id = $1 AND p.name = $2",
 		tenant, name))
 	if err != nil {
@@ -179,7 +199,7 @@ func (s *Store) GetProject(ctx context.Context, tenant, name string) (Project, e
 }
 
 // ListProjects returns tenant's projects ordered by name.
-func (s *Store) ListProjects(ctx context.Context, tenant string) ([]Project, error) {
+func (s Projects) ListProjects(ctx context.Context, tenant string) ([]Project, error) {
 	rows, err := s.db.Query(ctx, "SELECT "+projectCols+" FROM projects p WHERE p.tenant_id = $1 ORDER BY p.name", tenant)
 	if err != nil {
 		return nil, translate(err, "list projects")
@@ -193,7 +213,7 @@ func (s *Store) ListProjects(ctx context.Context, tenant string) ([]Project, err
 // delete those no other row owns (ImageOwned). It fails with
 // ErrFailedPrecondition while any of its instances is not Terminated (the
 // message names one).
-func (s *Store) DeleteProject(ctx context.Context, tenant, name string) ([]string, error) {
+func (s Projects) DeleteProject(ctx context.Context, tenant, name string) ([]string, error) {
 	var images []string
 	err := WithTx(ctx, s.db, func(tx pgx.Tx) error {
 		var id int64
@@ -234,7 +254,7 @@ func (s *Store) DeleteProject(ctx context.Context, tenant, name string) ([]strin
 
 // GetVersion returns version n of a project; ErrNotFound if the project or
 // the version does not exist.
-func (s *Store) GetVersion(ctx context.Context, tenant, project string, n int) (Version, error) {
+func (s Versions) GetVersion(ctx context.Context, tenant, project string, n int) (Version, error) {
 	v, err := scanVersion(s.db.QueryRow(ctx, "SELECT "+versionCols+` FROM versions v JOIN projects p ON p.id = v.project_id
 		WHERE p.tenant_id = $1 AND p.name = $2 AND v.number = $3`, tenant, project, n))
 	if err != nil {
@@ -245,14 +265,14 @@ func (s *Store) GetVersion(ctx context.Context, tenant, project string, n int) (
 
 // ListVersions returns a project's versions by number; ErrNotFound if the
 // project does not exist.
-func (s *Store) ListVersions(ctx context.Context, tenant, project string) ([]Version, error) {
+func (s Versions) ListVersions(ctx context.Context, tenant, project string) ([]Version, error) {
 	return s.ListVersionsAfter(ctx, tenant, project, 0, 0)
 }
 
 // ListVersionsAfter is a page of ListVersions: at most limit versions (0 =
 // all) numbered above after, in order. It reads by the versions' primary
 // key, so a page costs the same at version 10 and at version 10,000.
-func (s *Store) ListVersionsAfter(ctx context.Context, tenant, project string, after, limit int) ([]Version, error) {
+func (s Versions) ListVersionsAfter(ctx context.Context, tenant, project string, after, limit int) ([]Version, error) {
 	return WithTxV(ctx, s.db, func(tx pgx.Tx) ([]Version, error) {
 		var id int64
 		if err := tx.QueryRow(ctx, "SELECT id FROM projects WHERE tenant_id = $1 AND name = $2", tenant, project).Scan(&id); err != nil {
@@ -326,13 +346,13 @@ type Commit struct {
 // for the project, or whose LayerBytes would take the tenant's stored bytes
 // past MaxStoredBytes, is refused with ErrQuotaExceeded and nothing is
 // written.
-func (s *Store) CommitVersion(ctx context.Context, c Commit) (v Version, switched bool, err error) {
+func (s Versions) CommitVersion(ctx context.Context, c Commit) (v Version, switched bool, err error) {
 	return s.commitVersion(ctx, c, nil)
 }
 
 // commitVersion is CommitVersion; check, if set, runs first in the
 // transaction and refuses the commit by failing.
-func (s *Store) commitVersion(ctx context.Context, c Commit, check func(ctx context.Context, tx pgx.Tx) error) (v Version, switched bool, err error) {
+func (s Versions) commitVersion(ctx context.Context, c Commit, check func(ctx context.Context, tx pgx.Tx) error) (v Version, switched bool, err error) {
 	if c.Kind == "" {
 		c.Kind = KindSnapshot
 	}
@@ -422,7 +442,7 @@ func (s *Store) commitVersion(ctx context.Context, c Commit, check func(ctx cont
 // if the project or version does not exist, ErrFailedPrecondition if the
 // version is not ready, ErrConflict if current is not expected (nothing
 // changed). Setting the version that is already current is a no-op.
-func (s *Store) SetCurrent(ctx context.Context, tenant, project string, n, expected int) (Project, error) {
+func (s Versions) SetCurrent(ctx context.Context, tenant, project string, n, expected int) (Project, error) {
 	if expected < 0 {
 		return Project{}, fmt.Errorf("expected current %d of project %q: %w", expected, project, errdefs.ErrInvalidArgument)
 	}
@@ -454,8 +474,8 @@ func (s *Store) SetCurrent(ctx context.Context, tenant, project string, n, expec
 // whyNotSwitched explains a switch that changed nothing: the error, or the
 // project when n is already current as expected (a no-op); neither when
 // nothing stands in the way any more.
-func (s *Store) whyNotSwitched(ctx context.Context, tenant, project string, n, expected int) (Project, error) {
-	p, err := s.GetProject(ctx, tenant, project)
+func (s Versions) whyNotSwitched(ctx context.Context, tenant, project string, n, expected int) (Project, error) {
+	p, err := Projects{db: s.db}.GetProject(ctx, tenant, project)
 	if err != nil {
 		return Project{}, err
 	}
@@ -478,7 +498,7 @@ func (s *Store) whyNotSwitched(ctx context.Context, tenant, project string, n, e
 
 // Pin sets whether version n is pinned (kept by retention whatever its age).
 // It fails with ErrFailedPrecondition for a version GC is deleting.
-func (s *Store) Pin(ctx context.Context, tenant, project string, n int, pinned bool) (Version, error) {
+func (s Versions) Pin(ctx context.Context, tenant, project string, n int, pinned bool) (Version, error) {
 	// The state test is in the UPDATE so that it is checked again after
 	// waiting for a MarkCollectable that holds the row.
 	v, err := scanVersion(s.db.QueryRow(ctx, `UPDATE versions v SET pinned = $4 FROM projects p
@@ -519,7 +539,7 @@ func marshalJSON(v any) (*string, error) {
 }
 
 // SetProjectSpec replaces a project's declared spec (volumes, packages).
-func (s *Store) SetProjectSpec(ctx context.Context, tenant, name string, spec json.RawMessage) (Project, error) {
+func (s Projects) SetProjectSpec(ctx context.Context, tenant, name string, spec json.RawMessage) (Project, error) {
 	p, err := scanProject(s.db.QueryRow(ctx, `UPDATE projects p SET spec = $3, updated_at = now()
 		WHERE p.tenant_id = $1 AND p.name = $2 RETURNING `+projectCols, tenant, name, rawJSON(spec)))
 	if err != nil {
@@ -533,7 +553,7 @@ func (s *Store) SetProjectSpec(ctx context.Context, tenant, name string, spec js
 // 0: not known). Unless replace is set, a list shorter than the project's
 // is not recorded (no error): a recording cut short does not replace a
 // longer one.
-func (s *Store) SetProjectPrefetch(ctx context.Context, tenant, name string, files []string, head int, replace bool) error {
+func (s Projects) SetProjectPrefetch(ctx context.Context, tenant, name string, files []string, head int, replace bool) error {
 	head = min(max(head, 0), len(files))
 	tag, err := s.db.Exec(ctx, `UPDATE projects SET prefetch = $3, prefetch_head = $4, updated_at = now()
 		WHERE tenant_id = $1 AND name = $2 AND ($5 OR cardinality(prefetch) <= $6)`,

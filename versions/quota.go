@@ -22,7 +22,7 @@ type Quota struct {
 
 // SetQuota sets tenant's quota, creating the tenant if needed, and returns
 // it as stored.
-func (s *Store) SetQuota(ctx context.Context, tenant string, q Quota) (Quota, error) {
+func (s Tenants) SetQuota(ctx context.Context, tenant string, q Quota) (Quota, error) {
 	if q.MaxInstances < 0 || q.MaxVersions < 0 || q.MaxStoredBytes < 0 || q.MaxTTL < 0 {
 		return Quota{}, fmt.Errorf("quota of %q: negative limit: %w", tenant, errdefs.ErrInvalidArgument)
 	}
@@ -46,7 +46,7 @@ func (s *Store) SetQuota(ctx context.Context, tenant string, q Quota) (Quota, er
 }
 
 // Quota returns tenant's quota; a tenant without a row has no limits.
-func (s *Store) Quota(ctx context.Context, tenant string) (Quota, error) {
+func (s Tenants) Quota(ctx context.Context, tenant string) (Quota, error) {
 	var (
 		inst, vers *int32
 		bytes, ttl *int64
@@ -91,7 +91,7 @@ type Usage struct {
 }
 
 // Usage returns tenant's usage.
-func (s *Store) Usage(ctx context.Context, tenant string) (Usage, error) {
+func (s Tenants) Usage(ctx context.Context, tenant string) (Usage, error) {
 	u := Usage{Versions: map[string]int{}}
 	err := s.db.QueryRow(ctx, "SELECT count(*) FROM instances WHERE tenant_id = $1 AND state = ANY($2)", tenant, stateNames(computeStates)).Scan(&u.Instances)
 	if err != nil {

@@ -40,7 +40,7 @@ func TestCommitQuotaIsAtomic(t *testing.T) {
 			ctx := context.Background()
 			s := newStore(t)
 			newProject(t, s)
-			_, err := s.SetQuota(ctx, tenant, c.quota)
+			_, err := s.Tenants.SetQuota(ctx, tenant, c.quota)
 			require.NoError(t, err)
 
 			var wg sync.WaitGroup
@@ -50,7 +50,7 @@ func TestCommitQuotaIsAtomic(t *testing.T) {
 					commit := c.commit
 					commit.Tenant, commit.Project, commit.NoSwitch = tenant, "p", true
 					commit.Image = fmt.Sprintf("reg/p@sha256:%064d", i)
-					_, _, errs[i] = s.CommitVersion(ctx, commit)
+					_, _, errs[i] = s.Versions.CommitVersion(ctx, commit)
 				})
 			}
 			wg.Wait()
@@ -64,7 +64,7 @@ func TestCommitQuotaIsAtomic(t *testing.T) {
 				assert.Equal(t, c.what, errdefs.Details(err)["quota"])
 			}
 			assert.Equal(t, c.want, ok, "commits that succeeded")
-			vs, err := s.ListVersions(ctx, tenant, "p")
+			vs, err := s.Versions.ListVersions(ctx, tenant, "p")
 			require.NoError(t, err)
 			assert.Len(t, vs, 1+c.want, "refused commits wrote nothing")
 		})
@@ -77,29 +77,29 @@ func TestFailedVersionCountsUntilCollected(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t)
 	newProject(t, s)
-	_, err := s.SetQuota(ctx, tenant, versions.Quota{MaxVersions: 2, MaxStoredBytes: 1000})
+	_, err := s.Tenants.SetQuota(ctx, tenant, versions.Quota{MaxVersions: 2, MaxStoredBytes: 1000})
 	require.NoError(t, err)
 	commit := versions.Commit{Tenant: tenant, Project: "p", NoSwitch: true, Image: "reg/p@sha256:2", LayerBytes: 600}
-	v, _, err := s.CommitVersion(ctx, commit)
+	v, _, err := s.Versions.CommitVersion(ctx, commit)
 	require.NoError(t, err)
-	require.NoError(t, s.FailVersion(ctx, tenant, "p", v.Number))
+	require.NoError(t, s.Versions.FailVersion(ctx, tenant, "p", v.Number))
 
-	u, err := s.Usage(ctx, tenant)
+	u, err := s.Tenants.Usage(ctx, tenant)
 	require.NoError(t, err)
 	assert.Equal(t, 2, u.Versions["p"])
 	assert.Equal(t, int64(600), u.LayerBytes)
 	commit.Image, commit.LayerBytes = "reg/p@sha256:3", 100
-	_, _, err = s.CommitVersion(ctx, commit)
+	_, _, err = s.Versions.CommitVersion(ctx, commit)
 	require.ErrorIs(t, err, errdefs.ErrQuotaExceeded, "the failed version still counts")
 
-	marked, err := s.MarkCollectable(ctx, tenant, "p", time.Now(), false)
+	marked, err := s.Versions.MarkCollectable(ctx, tenant, "p", time.Now(), false)
 	require.NoError(t, err)
 	assert.Equal(t, []int{v.Number}, numbers(marked), "GC collects a failed version without a retention policy")
-	require.NoError(t, s.DeleteVersion(ctx, tenant, "p", v.Number))
-	_, _, err = s.CommitVersion(ctx, commit)
+	require.NoError(t, s.Versions.DeleteVersion(ctx, tenant, "p", v.Number))
+	_, _, err = s.Versions.CommitVersion(ctx, commit)
 	require.NoError(t, err, "room again once collected")
 
-	ps, err := s.GCProjects(ctx)
+	ps, err := s.Projects.GCProjects(ctx)
 	require.NoError(t, err)
 	assert.Empty(t, ps, "nothing left to collect and no policy")
 }
@@ -117,14 +117,14 @@ func TestStartQuotaIsAtomic(t *testing.T) {
 	for i := range stopped {
 		instanceAt(t, s, fmt.Sprintf("s%d", i), "Stopped", 1)
 	}
-	_, err := s.SetQuota(ctx, tenant, versions.Quota{MaxInstances: 3})
+	_, err := s.Tenants.SetQuota(ctx, tenant, versions.Quota{MaxInstances: 3})
 	require.NoError(t, err)
 
 	var wg sync.WaitGroup
 	errs := make([]error, stopped)
 	for i := range errs {
 		wg.Go(func() {
-			_, errs[i] = s.Transition(ctx, fmt.Sprintf("s%d", i), []types.InstanceState{"Stopped"}, "Pending", "started", "")
+			_, errs[i] = s.Instances.Transition(ctx, fmt.Sprintf("s%d", i), []types.InstanceState{"Stopped"}, "Pending", "started", "")
 		})
 	}
 	wg.Wait()
@@ -138,12 +138,12 @@ func TestStartQuotaIsAtomic(t *testing.T) {
 		assert.Equal(t, map[string]any{"quota": "instances", "limit": int64(3), "used": int64(3), "requested": int64(1)}, errdefs.Details(err))
 	}
 	assert.Equal(t, 2, ok, "one place was taken by the running instance")
-	u, err := s.Usage(ctx, tenant)
+	u, err := s.Tenants.Usage(ctx, tenant)
 	require.NoError(t, err)
 	assert.Equal(t, 3, u.Instances)
 
-	_, err = s.Transition(ctx, running.ID, []types.InstanceState{"Running"}, "Pausing", "user_pause", "")
+	_, err = s.Instances.Transition(ctx, running.ID, []types.InstanceState{"Running"}, "Pausing", "user_pause", "")
 	assert.NoError(t, err, "a live instance changing state takes no new place")
-	_, err = s.Transition(ctx, "s0", []types.InstanceState{"Running"}, "Pending", "started", "")
+	_, err = s.Instances.Transition(ctx, "s0", []types.InstanceState{"Running"}, "Pending", "started", "")
 	assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition, "the from states are still checked")
 }

@@ -74,7 +74,7 @@ const collectableFailed = `SELECT f.number FROM versions f
 // KeepNewerThan is stored in whole seconds, rounded up (so a policy never
 // keeps less than asked). Fails with ErrNotFound for an unknown project,
 // ErrInvalidArgument for negative values.
-func (s *Store) SetRetention(ctx context.Context, tenant, project string, r Retention) (Project, error) {
+func (s Projects) SetRetention(ctx context.Context, tenant, project string, r Retention) (Project, error) {
 	if r.KeepLast < 0 || r.KeepNewerThan < 0 {
 		return Project{}, fmt.Errorf("retention of project %q: keep last %d, newer than %s: negative: %w",
 			project, r.KeepLast, r.KeepNewerThan, errdefs.ErrInvalidArgument)
@@ -110,7 +110,7 @@ func secondsDuration(s int64) time.Duration {
 
 // RetainedProjects returns every project, of all tenants, that has a
 // retention policy, ordered by id.
-func (s *Store) RetainedProjects(ctx context.Context) ([]Project, error) {
+func (s Projects) RetainedProjects(ctx context.Context) ([]Project, error) {
 	rows, err := s.db.Query(ctx, "SELECT "+projectCols+" FROM projects p WHERE "+hasPolicy+" ORDER BY p.id")
 	if err != nil {
 		return nil, translate(err, "list retained projects")
@@ -122,7 +122,7 @@ func (s *Store) RetainedProjects(ctx context.Context) ([]Project, error) {
 // GCProjects returns every project, of all tenants, that a GC may collect
 // from: those with a retention policy, with failed versions, or with
 // versions left deleting by an interrupted GC; ordered by id.
-func (s *Store) GCProjects(ctx context.Context) ([]Project, error) {
+func (s Projects) GCProjects(ctx context.Context) ([]Project, error) {
 	rows, err := s.db.Query(ctx, "SELECT "+projectCols+" FROM projects p WHERE "+hasPolicy+`
 		OR EXISTS (SELECT 1 FROM versions v WHERE v.project_id = p.id AND v.state IN ('failed', 'deleting'))
 		ORDER BY p.id`)
@@ -141,7 +141,7 @@ func (s *Store) GCProjects(ctx context.Context) ([]Project, error) {
 //
 // In a dry run the versions it would mark are returned as they are, ready.
 // now is the time the age rule measures from.
-func (s *Store) MarkCollectable(ctx context.Context, tenant, project string, now time.Time, dryRun bool) ([]Version, error) {
+func (s Versions) MarkCollectable(ctx context.Context, tenant, project string, now time.Time, dryRun bool) ([]Version, error) {
 	return WithTxV(ctx, s.db, func(tx pgx.Tx) ([]Version, error) {
 		var id int64
 		// FOR UPDATE, not NO KEY UPDATE: it also blocks instance inserts
@@ -176,7 +176,7 @@ func (s *Store) MarkCollectable(ctx context.Context, tenant, project string, now
 
 // DeleteVersion deletes a version row that is in state 'deleting' (ErrFailedPrecondition
 // otherwise, ErrNotFound if absent). Its number is never reused.
-func (s *Store) DeleteVersion(ctx context.Context, tenant, project string, number int) error {
+func (s Versions) DeleteVersion(ctx context.Context, tenant, project string, number int) error {
 	tag, err := s.db.Exec(ctx, `DELETE FROM versions v USING projects p
 		WHERE p.id = v.project_id AND p.tenant_id = $1 AND p.name = $2 AND v.number = $3 AND v.state = 'deleting'`,
 		tenant, project, number)
@@ -196,7 +196,7 @@ func (s *Store) DeleteVersion(ctx context.Context, tenant, project string, numbe
 
 // whyNotPinned is the error of a Pin that changed no row: the version is
 // missing or being deleted.
-func (s *Store) whyNotPinned(ctx context.Context, tenant, project string, n int) error {
+func (s Versions) whyNotPinned(ctx context.Context, tenant, project string, n int) error {
 	v, err := s.GetVersion(ctx, tenant, project, n)
 	if err != nil {
 		return err

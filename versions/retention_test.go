@@ -20,7 +20,7 @@ func sixVersions(t *testing.T, s *versions.Store) {
 	t.Helper()
 	newProject(t, s)
 	for n := 2; n <= 6; n++ {
-		_, switched, err := s.CommitVersion(context.Background(), versions.Commit{Tenant: tenant, Project: "p",
+		_, switched, err := s.Versions.CommitVersion(context.Background(), versions.Commit{Tenant: tenant, Project: "p",
 			Expected: n - 1, Image: fmt.Sprintf("reg/p@sha256:%d", n), Parent: n - 1})
 		require.NoError(t, err)
 		require.True(t, switched)
@@ -37,7 +37,7 @@ func sql(t *testing.T, s *versions.Store, stmt string, args ...any) {
 // instanceAt creates instance id of "p" in state, started from version v.
 func instanceAt(t *testing.T, s *versions.Store, id, state string, v int) {
 	t.Helper()
-	_, err := s.CreateInstance(context.Background(), versions.Instance{
+	_, err := s.Instances.CreateInstance(context.Background(), versions.Instance{
 		ID: id, Tenant: tenant, Project: "p", Node: "n1", Version: v, State: types.InstanceState(state),
 	})
 	require.NoError(t, err)
@@ -45,7 +45,7 @@ func instanceAt(t *testing.T, s *versions.Store, id, state string, v int) {
 
 func setRetention(t *testing.T, s *versions.Store, r versions.Retention) {
 	t.Helper()
-	_, err := s.SetRetention(context.Background(), tenant, "p", r)
+	_, err := s.Projects.SetRetention(context.Background(), tenant, "p", r)
 	require.NoError(t, err)
 }
 
@@ -59,7 +59,7 @@ func numbers(vs []versions.Version) []int {
 
 func states(t *testing.T, s *versions.Store) map[int]string {
 	t.Helper()
-	vs, err := s.ListVersions(context.Background(), tenant, "p")
+	vs, err := s.Versions.ListVersions(context.Background(), tenant, "p")
 	require.NoError(t, err)
 	m := map[int]string{}
 	for _, v := range vs {
@@ -83,11 +83,11 @@ func TestMarkCollectable(t *testing.T) {
 		{name: "no policy keeps all", want: []int{}},
 		{name: "keep last 2: the base and the newest two stay", policy: keep2, want: []int{2, 3, 4}},
 		{name: "pinned kept", policy: keep2, want: []int{2, 4}, setup: func(t *testing.T, s *versions.Store) {
-			_, err := s.Pin(context.Background(), tenant, "p", 3, true)
+			_, err := s.Versions.Pin(context.Background(), tenant, "p", 3, true)
 			require.NoError(t, err)
 		}},
 		{name: "current kept", policy: keep2, want: []int{2, 4}, setup: func(t *testing.T, s *versions.Store) {
-			_, err := s.SetCurrent(context.Background(), tenant, "p", 3, 6)
+			_, err := s.Versions.SetCurrent(context.Background(), tenant, "p", 3, 6)
 			require.NoError(t, err)
 		}},
 		{name: "version of a running instance kept", policy: keep2, want: []int{2, 4}, setup: func(t *testing.T, s *versions.Store) {
@@ -102,14 +102,14 @@ func TestMarkCollectable(t *testing.T) {
 		}},
 		{name: "hibernated version kept", policy: keep2, want: []int{2, 4}, setup: func(t *testing.T, s *versions.Store) {
 			instanceAt(t, s, "i1", "Stopped", 6)
-			_, err := s.Hibernated(context.Background(), "i1", 3, "Idle", "")
+			_, err := s.Instances.Hibernated(context.Background(), "i1", 3, "Idle", "")
 			require.NoError(t, err)
 		}},
 		{name: "layer version kept", policy: keep2, want: []int{2, 4}, setup: func(t *testing.T, s *versions.Store) {
 			instanceAt(t, s, "i1", "Stopped", 6)
-			_, err := s.Hibernated(context.Background(), "i1", 3, "Idle", "")
+			_, err := s.Instances.Hibernated(context.Background(), "i1", 3, "Idle", "")
 			require.NoError(t, err)
-			_, err = s.Rehome(context.Background(), "i1", "Stopped", "n2", 3)
+			_, err = s.Instances.Rehome(context.Background(), "i1", "Stopped", "n2", 3)
 			require.NoError(t, err)
 		}},
 		{name: "base kind kept", policy: keep2, want: []int{2, 4}, setup: func(t *testing.T, s *versions.Store) {
@@ -146,7 +146,7 @@ func TestMarkCollectable(t *testing.T) {
 				c.setup(t, s)
 			}
 
-			vs, err := s.MarkCollectable(ctx, tenant, "p", time.Now().Add(c.now), false)
+			vs, err := s.Versions.MarkCollectable(ctx, tenant, "p", time.Now().Add(c.now), false)
 			require.NoError(t, err)
 			assert.Equal(t, c.want, numbers(vs))
 			for _, v := range vs {
@@ -169,24 +169,24 @@ func TestMarkCollectableDryRunAndIdempotent(t *testing.T) {
 	sixVersions(t, s)
 	setRetention(t, s, versions.Retention{KeepLast: 2})
 
-	vs, err := s.MarkCollectable(ctx, tenant, "p", time.Now(), true)
+	vs, err := s.Versions.MarkCollectable(ctx, tenant, "p", time.Now(), true)
 	require.NoError(t, err)
 	assert.Equal(t, []int{2, 3, 4}, numbers(vs))
 	for n, st := range states(t, s) {
 		assert.Equal(t, versions.StateReady, st, "dry run marked version %d", n)
 	}
 
-	first, err := s.MarkCollectable(ctx, tenant, "p", time.Now(), false)
+	first, err := s.Versions.MarkCollectable(ctx, tenant, "p", time.Now(), false)
 	require.NoError(t, err)
 	assert.Equal(t, []int{2, 3, 4}, numbers(first))
-	again, err := s.MarkCollectable(ctx, tenant, "p", time.Now(), false)
+	again, err := s.Versions.MarkCollectable(ctx, tenant, "p", time.Now(), false)
 	require.NoError(t, err)
 	assert.Equal(t, first, again)
-	dry, err := s.MarkCollectable(ctx, tenant, "p", time.Now(), true)
+	dry, err := s.Versions.MarkCollectable(ctx, tenant, "p", time.Now(), true)
 	require.NoError(t, err)
 	assert.Equal(t, first, dry)
 
-	_, err = s.MarkCollectable(ctx, tenant, "nope", time.Now(), false)
+	_, err = s.Versions.MarkCollectable(ctx, tenant, "nope", time.Now(), false)
 	assert.ErrorIs(t, err, errdefs.ErrNotFound)
 }
 
@@ -198,12 +198,12 @@ func TestMarkCollectableReturnsLeftovers(t *testing.T) {
 	s := newStore(t)
 	sixVersions(t, s)
 	setRetention(t, s, versions.Retention{KeepLast: 2})
-	_, err := s.MarkCollectable(ctx, tenant, "p", time.Now(), false)
+	_, err := s.Versions.MarkCollectable(ctx, tenant, "p", time.Now(), false)
 	require.NoError(t, err)
-	require.NoError(t, s.DeleteVersion(ctx, tenant, "p", 2))
+	require.NoError(t, s.Versions.DeleteVersion(ctx, tenant, "p", 2))
 	setRetention(t, s, versions.Retention{})
 
-	vs, err := s.MarkCollectable(ctx, tenant, "p", time.Now(), false)
+	vs, err := s.Versions.MarkCollectable(ctx, tenant, "p", time.Now(), false)
 	require.NoError(t, err)
 	assert.Equal(t, []int{3, 4}, numbers(vs))
 }
@@ -214,25 +214,25 @@ func TestDeleteVersion(t *testing.T) {
 	s := newStore(t)
 	sixVersions(t, s)
 
-	err := s.DeleteVersion(ctx, tenant, "p", 2)
+	err := s.Versions.DeleteVersion(ctx, tenant, "p", 2)
 	assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition, "a ready version")
-	assert.ErrorIs(t, s.DeleteVersion(ctx, tenant, "p", 99), errdefs.ErrNotFound)
-	assert.ErrorIs(t, s.DeleteVersion(ctx, tenant, "nope", 2), errdefs.ErrNotFound)
+	assert.ErrorIs(t, s.Versions.DeleteVersion(ctx, tenant, "p", 99), errdefs.ErrNotFound)
+	assert.ErrorIs(t, s.Versions.DeleteVersion(ctx, tenant, "nope", 2), errdefs.ErrNotFound)
 
 	setRetention(t, s, versions.Retention{KeepLast: 2})
-	vs, err := s.MarkCollectable(ctx, tenant, "p", time.Now(), false)
+	vs, err := s.Versions.MarkCollectable(ctx, tenant, "p", time.Now(), false)
 	require.NoError(t, err)
 	for _, v := range vs {
-		require.NoError(t, s.DeleteVersion(ctx, tenant, "p", v.Number))
+		require.NoError(t, s.Versions.DeleteVersion(ctx, tenant, "p", v.Number))
 	}
-	all, err := s.ListVersions(ctx, tenant, "p")
+	all, err := s.Versions.ListVersions(ctx, tenant, "p")
 	require.NoError(t, err)
 	assert.Equal(t, []int{1, 5, 6}, numbers(all))
-	_, err = s.GetVersion(ctx, tenant, "p", 2)
+	_, err = s.Versions.GetVersion(ctx, tenant, "p", 2)
 	assert.ErrorIs(t, err, errdefs.ErrNotFound)
-	assert.ErrorIs(t, s.DeleteVersion(ctx, tenant, "p", 2), errdefs.ErrNotFound, "deleted already")
+	assert.ErrorIs(t, s.Versions.DeleteVersion(ctx, tenant, "p", 2), errdefs.ErrNotFound, "deleted already")
 
-	v, _, err := s.CommitVersion(ctx, versions.Commit{Tenant: tenant, Project: "p", Expected: 6, Image: "reg/p@sha256:7"})
+	v, _, err := s.Versions.CommitVersion(ctx, versions.Commit{Tenant: tenant, Project: "p", Expected: 6, Image: "reg/p@sha256:7"})
 	require.NoError(t, err)
 	assert.Equal(t, 7, v.Number, "numbers are not reused")
 }
@@ -244,23 +244,23 @@ func TestDeletingVersionRefused(t *testing.T) {
 	s := newStore(t)
 	sixVersions(t, s)
 	setRetention(t, s, versions.Retention{KeepLast: 2})
-	_, err := s.MarkCollectable(ctx, tenant, "p", time.Now(), false)
+	_, err := s.Versions.MarkCollectable(ctx, tenant, "p", time.Now(), false)
 	require.NoError(t, err)
 
-	_, err = s.SetCurrent(ctx, tenant, "p", 3, 6)
+	_, err = s.Versions.SetCurrent(ctx, tenant, "p", 3, 6)
 	assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition)
-	_, err = s.Pin(ctx, tenant, "p", 3, true)
+	_, err = s.Versions.Pin(ctx, tenant, "p", 3, true)
 	assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition)
-	_, err = s.Pin(ctx, tenant, "p", 99, true)
+	_, err = s.Versions.Pin(ctx, tenant, "p", 99, true)
 	assert.ErrorIs(t, err, errdefs.ErrNotFound)
-	_, err = s.CreateInstance(ctx, versions.Instance{ID: "late", Tenant: tenant, Project: "p", Version: 3})
+	_, err = s.Instances.CreateInstance(ctx, versions.Instance{ID: "late", Tenant: tenant, Project: "p", Version: 3})
 	assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition, "no instance starts from a version being deleted")
 
-	v, err := s.GetVersion(ctx, tenant, "p", 3)
+	v, err := s.Versions.GetVersion(ctx, tenant, "p", 3)
 	require.NoError(t, err)
 	assert.Equal(t, versions.StateDeleting, v.State)
 	assert.False(t, v.Pinned)
-	p, err := s.GetProject(ctx, tenant, "p")
+	p, err := s.Projects.GetProject(ctx, tenant, "p")
 	require.NoError(t, err)
 	assert.Equal(t, 6, p.Current)
 }
@@ -272,25 +272,25 @@ func TestSetRetention(t *testing.T) {
 	newProject(t, s)
 
 	for _, r := range []versions.Retention{{KeepLast: -1}, {KeepNewerThan: -time.Second}} {
-		_, err := s.SetRetention(ctx, tenant, "p", r)
+		_, err := s.Projects.SetRetention(ctx, tenant, "p", r)
 		assert.ErrorIs(t, err, errdefs.ErrInvalidArgument, "%+v", r)
 	}
-	_, err := s.SetRetention(ctx, tenant, "nope", versions.Retention{KeepLast: 1})
+	_, err := s.Projects.SetRetention(ctx, tenant, "nope", versions.Retention{KeepLast: 1})
 	assert.ErrorIs(t, err, errdefs.ErrNotFound)
 
 	want := versions.Retention{KeepLast: 3, KeepNewerThan: 90 * time.Minute}
-	p, err := s.SetRetention(ctx, tenant, "p", want)
+	p, err := s.Projects.SetRetention(ctx, tenant, "p", want)
 	require.NoError(t, err)
 	assert.Equal(t, want, p.Retention)
-	p, err = s.GetProject(ctx, tenant, "p")
+	p, err = s.Projects.GetProject(ctx, tenant, "p")
 	require.NoError(t, err)
 	assert.Equal(t, want, p.Retention)
 
-	p, err = s.SetRetention(ctx, tenant, "p", versions.Retention{KeepNewerThan: 1500 * time.Millisecond})
+	p, err = s.Projects.SetRetention(ctx, tenant, "p", versions.Retention{KeepNewerThan: 1500 * time.Millisecond})
 	require.NoError(t, err)
 	assert.Equal(t, versions.Retention{KeepNewerThan: 2 * time.Second}, p.Retention, "whole seconds, rounded up")
 
-	p, err = s.SetRetention(ctx, tenant, "p", versions.Retention{})
+	p, err = s.Projects.SetRetention(ctx, tenant, "p", versions.Retention{})
 	require.NoError(t, err)
 	assert.Zero(t, p.Retention)
 }
@@ -300,18 +300,18 @@ func TestRetainedProjects(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t)
 	for _, p := range []struct{ tenant, name string }{{"t2", "b"}, {"t1", "none"}, {"t1", "a"}} {
-		_, _, err := s.CreateProject(ctx, versions.Project{Tenant: p.tenant, Name: p.name, BaseImage: "reg/base@sha256:aaa"},
+		_, _, err := s.Projects.CreateProject(ctx, versions.Project{Tenant: p.tenant, Name: p.name, BaseImage: "reg/base@sha256:aaa"},
 			versions.Version{})
 		require.NoError(t, err)
 	}
-	_, err := s.SetRetention(ctx, "t1", "a", versions.Retention{KeepNewerThan: time.Hour})
+	_, err := s.Projects.SetRetention(ctx, "t1", "a", versions.Retention{KeepNewerThan: time.Hour})
 	require.NoError(t, err)
-	_, err = s.SetRetention(ctx, "t2", "b", versions.Retention{KeepLast: 2})
+	_, err = s.Projects.SetRetention(ctx, "t2", "b", versions.Retention{KeepLast: 2})
 	require.NoError(t, err)
-	_, err = s.SetRetention(ctx, "t1", "none", versions.Retention{})
+	_, err = s.Projects.SetRetention(ctx, "t1", "none", versions.Retention{})
 	require.NoError(t, err)
 
-	ps, err := s.RetainedProjects(ctx)
+	ps, err := s.Projects.RetainedProjects(ctx)
 	require.NoError(t, err)
 	var got []string
 	for _, p := range ps {
@@ -329,26 +329,26 @@ func TestMigrationParentKeptAndFailedCounted(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t)
 	sixVersions(t, s)
-	v7, _, err := s.CommitVersion(ctx, versions.Commit{Tenant: tenant, Project: "p", NoSwitch: true, Kind: "migration",
+	v7, _, err := s.Versions.CommitVersion(ctx, versions.Commit{Tenant: tenant, Project: "p", NoSwitch: true, Kind: "migration",
 		Image: "reg/p@sha256:7", Parent: 3})
 	require.NoError(t, err)
-	v8, _, err := s.CommitVersion(ctx, versions.Commit{Tenant: tenant, Project: "p", NoSwitch: true, Kind: "build",
+	v8, _, err := s.Versions.CommitVersion(ctx, versions.Commit{Tenant: tenant, Project: "p", NoSwitch: true, Kind: "build",
 		Image: "reg/p@sha256:8", Message: "build sha256:k apt: tree"})
 	require.NoError(t, err)
-	_, err = s.FindBuild(ctx, tenant, "p", "sha256:k")
+	_, err = s.Versions.FindBuild(ctx, tenant, "p", "sha256:k")
 	assert.ErrorIs(t, err, errdefs.ErrNotFound, "not validated yet: not reused")
-	require.NoError(t, s.MarkValidated(ctx, tenant, "p", v8.Number))
-	found, err := s.FindBuild(ctx, tenant, "p", "sha256:k")
+	require.NoError(t, s.Versions.MarkValidated(ctx, tenant, "p", v8.Number))
+	found, err := s.Versions.FindBuild(ctx, tenant, "p", "sha256:k")
 	require.NoError(t, err)
 	assert.Equal(t, v8.Number, found.Number)
 
-	require.NoError(t, s.FailVersion(ctx, tenant, "p", v7.Number))
-	u, err := s.Usage(ctx, tenant)
+	require.NoError(t, s.Versions.FailVersion(ctx, tenant, "p", v7.Number))
+	u, err := s.Tenants.Usage(ctx, tenant)
 	require.NoError(t, err)
 	assert.Equal(t, 8, u.Versions["p"], "the failed version 7 counts until collected")
 
 	setRetention(t, s, versions.Retention{KeepLast: 1})
-	marked, err := s.MarkCollectable(ctx, tenant, "p", time.Now(), true)
+	marked, err := s.Versions.MarkCollectable(ctx, tenant, "p", time.Now(), true)
 	require.NoError(t, err)
 	assert.NotContains(t, numbers(marked), 3, "migrated from (version 7 is failed but still names it)")
 	assert.Contains(t, numbers(marked), 2)

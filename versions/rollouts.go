@@ -92,7 +92,7 @@ func finalRollout(state string) bool {
 // CreateRollout records a rollout in state running with its selected
 // projects (status pending, in the order given). Fails with
 // ErrAlreadyExists for a used id.
-func (s *Store) CreateRollout(ctx context.Context, r Rollout, projects []RolloutProject) (Rollout, error) {
+func (s Rollouts) CreateRollout(ctx context.Context, r Rollout, projects []RolloutProject) (Rollout, error) {
 	validate, err := json.Marshal(r.Validate)
 	if err != nil {
 		return Rollout{}, fmt.Errorf("rollout %s: validate: %v: %w", r.ID, err, errdefs.ErrInvalidArgument)
@@ -120,7 +120,7 @@ func (s *Store) CreateRollout(ctx context.Context, r Rollout, projects []Rollout
 }
 
 // GetRollout returns a rollout; ErrNotFound if there is none.
-func (s *Store) GetRollout(ctx context.Context, id string) (Rollout, error) {
+func (s Rollouts) GetRollout(ctx context.Context, id string) (Rollout, error) {
 	r, err := scanRollout(s.db.QueryRow(ctx, "SELECT "+rolloutCols+" FROM rollouts WHERE id = $1", id))
 	if err != nil {
 		return Rollout{}, translate(err, fmt.Sprintf("rollout %s", id))
@@ -129,7 +129,7 @@ func (s *Store) GetRollout(ctx context.Context, id string) (Rollout, error) {
 }
 
 // ListRollouts returns the rollouts, newest first.
-func (s *Store) ListRollouts(ctx context.Context) ([]Rollout, error) {
+func (s Rollouts) ListRollouts(ctx context.Context) ([]Rollout, error) {
 	rows, err := s.db.Query(ctx, "SELECT "+rolloutCols+" FROM rollouts ORDER BY created_at DESC, id")
 	if err != nil {
 		return nil, translate(err, "list rollouts")
@@ -139,7 +139,7 @@ func (s *Store) ListRollouts(ctx context.Context) ([]Rollout, error) {
 }
 
 // RolloutProjects returns a rollout's projects in selection order.
-func (s *Store) RolloutProjects(ctx context.Context, id string) ([]RolloutProject, error) {
+func (s Rollouts) RolloutProjects(ctx context.Context, id string) ([]RolloutProject, error) {
 	rows, err := s.db.Query(ctx, "SELECT "+rolloutProjectCols+" FROM rollout_projects WHERE rollout_id = $1 ORDER BY seq", id)
 	if err != nil {
 		return nil, translate(err, fmt.Sprintf("projects of rollout %s", id))
@@ -149,7 +149,7 @@ func (s *Store) RolloutProjects(ctx context.Context, id string) ([]RolloutProjec
 }
 
 // RolloutTotals counts each rollout's projects by status.
-func (s *Store) RolloutTotals(ctx context.Context, ids []string) (map[string]map[string]int, error) {
+func (s Rollouts) RolloutTotals(ctx context.Context, ids []string) (map[string]map[string]int, error) {
 	rows, err := s.db.Query(ctx, `SELECT rollout_id, status, count(*) FROM rollout_projects
 		WHERE rollout_id = ANY($1) GROUP BY rollout_id, status`, ids)
 	if err != nil {
@@ -175,7 +175,7 @@ func (s *Store) RolloutTotals(ctx context.Context, ids []string) (map[string]map
 // (with message; "" keeps the old one). Fails with ErrNotFound for an
 // unknown rollout and ErrFailedPrecondition when its state is not in from
 // (the message names it).
-func (s *Store) SetRolloutState(ctx context.Context, id string, from []string, state, message string) (Rollout, error) {
+func (s Rollouts) SetRolloutState(ctx context.Context, id string, from []string, state, message string) (Rollout, error) {
 	r, err := scanRollout(s.db.QueryRow(ctx, `UPDATE rollouts SET state = $3,
 			message = CASE WHEN $4 = '' THEN message ELSE $4 END, updated_at = now(),
 			finished_at = CASE WHEN $5 THEN COALESCE(finished_at, now()) ELSE NULL END
@@ -195,7 +195,7 @@ func (s *Store) SetRolloutState(ctx context.Context, id string, from []string, s
 
 // StartRolloutProject marks a project running with the id of its trial
 // instance (a resumed rollout may start one that was running again).
-func (s *Store) StartRolloutProject(ctx context.Context, id, tenant, project, trial string) error {
+func (s Rollouts) StartRolloutProject(ctx context.Context, id, tenant, project, trial string) error {
 	// Only a project not yet settled: a cancel's skip must not be undone
 	// by a start whose statement landed after it (a canceled context
 	// returns before the server has finished the statement).
@@ -214,7 +214,7 @@ func (s *Store) StartRolloutProject(ctx context.Context, id, tenant, project, tr
 // A failure status (validation_failed, conflicts, failed) of a real run
 // also marks the project (Project.RolloutFailure), in the same
 // transaction.
-func (s *Store) FinishRolloutProject(ctx context.Context, id string, p RolloutProject, markFailure bool) error {
+func (s Rollouts) FinishRolloutProject(ctx context.Context, id string, p RolloutProject, markFailure bool) error {
 	if p.Conflicts == nil {
 		p.Conflicts = []string{}
 	}
@@ -242,7 +242,7 @@ func (s *Store) FinishRolloutProject(ctx context.Context, id string, p RolloutPr
 // rollback, a canceled or stopped rollout's pending projects), if its
 // status is fromStatus (else nothing changes), and ends its switch in
 // flight (SwitchingTo 0): the status records that switch's outcome.
-func (s *Store) SetRolloutProjectStatus(ctx context.Context, id, tenant, project, fromStatus, status, message string) error {
+func (s Rollouts) SetRolloutProjectStatus(ctx context.Context, id, tenant, project, fromStatus, status, message string) error {
 	_, err := s.db.Exec(ctx, `UPDATE rollout_projects SET status = $5, message = $6, switching_to = 0
 		WHERE rollout_id = $1 AND tenant_id = $2 AND project = $3 AND status = $4`, id, tenant, project, fromStatus, status, message)
 	return translate(err, fmt.Sprintf("rollout %s: project %s/%s", id, tenant, project))
@@ -253,7 +253,7 @@ func (s *Store) SetRolloutProjectStatus(ctx context.Context, id, tenant, project
 // new_version and conflicts (what its record will say), before the
 // compare-and-swap, if its status is status. Fails with
 // ErrFailedPrecondition when the status is another (nothing written).
-func (s *Store) SetRolloutSwitching(ctx context.Context, id string, p RolloutProject, status string, to int) error {
+func (s Rollouts) SetRolloutSwitching(ctx context.Context, id string, p RolloutProject, status string, to int) error {
 	if p.Conflicts == nil {
 		p.Conflicts = []string{}
 	}
@@ -278,7 +278,7 @@ func (s *Store) SetRolloutSwitching(ctx context.Context, id string, p RolloutPro
 // was never recorded is taken over by op. Fails with ErrNotFound for an
 // unknown rollout and ErrFailedPrecondition for a dry run or a rollout
 // still running or paused.
-func (s *Store) StartRollback(ctx context.Context, id string, op Operation) (Rollout, Operation, bool, error) {
+func (s Rollouts) StartRollback(ctx context.Context, id string, op Operation) (Rollout, Operation, bool, error) {
 	type started struct {
 		ro      Rollout
 		op      Operation
@@ -324,20 +324,20 @@ func (s *Store) StartRollback(ctx context.Context, id string, op Operation) (Rol
 }
 
 // SetRolloutOperation records the operation that runs a rollout.
-func (s *Store) SetRolloutOperation(ctx context.Context, id, opID string) error {
+func (s Rollouts) SetRolloutOperation(ctx context.Context, id, opID string) error {
 	_, err := s.db.Exec(ctx, `UPDATE rollouts SET operation_id = $2 WHERE id = $1`, id, opID)
 	return translate(err, fmt.Sprintf("rollout %s", id))
 }
 
 // DeleteRollout deletes a rollout and its projects' rows.
-func (s *Store) DeleteRollout(ctx context.Context, id string) error {
+func (s Rollouts) DeleteRollout(ctx context.Context, id string) error {
 	_, err := s.db.Exec(ctx, `DELETE FROM rollouts WHERE id = $1`, id)
 	return translate(err, fmt.Sprintf("rollout %s", id))
 }
 
 // ListAllProjects returns the projects of tenant ("" = every tenant),
 // ordered by tenant and name.
-func (s *Store) ListAllProjects(ctx context.Context, tenant string) ([]Project, error) {
+func (s Projects) ListAllProjects(ctx context.Context, tenant string) ([]Project, error) {
 	rows, err := s.db.Query(ctx, "SELECT "+projectCols+" FROM projects p WHERE $1 = '' OR p.tenant_id = $1 ORDER BY p.tenant_id, p.name", tenant)
 	if err != nil {
 		return nil, translate(err, "list projects")
@@ -348,7 +348,7 @@ func (s *Store) ListAllProjects(ctx context.Context, tenant string) ([]Project, 
 
 // SetProjectValidation replaces the commands every migration of the
 // project runs in its trial instance.
-func (s *Store) SetProjectValidation(ctx context.Context, tenant, name string, validate [][]string) (Project, error) {
+func (s Projects) SetProjectValidation(ctx context.Context, tenant, name string, validate [][]string) (Project, error) {
 	if validate == nil {
 		validate = [][]string{}
 	}

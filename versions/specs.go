@@ -20,7 +20,7 @@ func putVersionSpec(ctx context.Context, tx pgx.Tx, projectID int64, n int, spec
 
 // VersionSpec returns the declared spec version n of project was built
 // from; ErrNotFound when the version does not exist or kept none.
-func (s *Store) VersionSpec(ctx context.Context, tenant, project string, n int) (json.RawMessage, error) {
+func (s Versions) VersionSpec(ctx context.Context, tenant, project string, n int) (json.RawMessage, error) {
 	var spec []byte
 	err := s.db.QueryRow(ctx, `SELECT vs.spec FROM version_specs vs JOIN projects p ON p.id = vs.project_id
 		WHERE p.tenant_id = $1 AND p.name = $2 AND vs.number = $3`, tenant, project, n).Scan(&spec)

@@ -27,7 +27,7 @@ type SquashClaim struct {
 // over), for the caller to squash. None is errdefs.ErrNotFound. Claims
 // never block each other: a version another node is claiming right now is
 // skipped.
-func (s *Store) ClaimSquash(ctx context.Context, minLayers int, stale time.Duration) (SquashClaim, error) {
+func (s Versions) ClaimSquash(ctx context.Context, minLayers int, stale time.Duration) (SquashClaim, error) {
 	var c SquashClaim
 	err := s.db.QueryRow(ctx, `UPDATE versions v SET squash_started_at = now()
 		FROM projects p
@@ -57,7 +57,7 @@ func (s *Store) ClaimSquash(ctx context.Context, minLayers int, stale time.Durat
 // errdefs.ErrConflict and nothing changes; a sweep during the upload is
 // ErrUnavailable, as for CommitVersion.
 func (u *Upload) FinishSquash(ctx context.Context, c SquashClaim, image string, layers int) error {
-	return WithTx(ctx, u.s.db, func(tx pgx.Tx) error {
+	return WithTx(ctx, u.db, func(tx pgx.Tx) error {
 		if err := u.check(ctx, tx); err != nil {
 			return err
 		}
@@ -79,7 +79,7 @@ func (u *Upload) FinishSquash(ctx context.Context, c SquashClaim, image string, 
 // taken again at once. A failed squash does not call it: its claim stays
 // until it is stale, so a version that cannot be squashed is not retried
 // in a loop.
-func (s *Store) ReleaseSquash(ctx context.Context, c SquashClaim) error {
+func (s Versions) ReleaseSquash(ctx context.Context, c SquashClaim) error {
 	_, err := s.db.Exec(ctx, `UPDATE versions v SET squash_started_at = NULL FROM projects p
 		WHERE p.id = v.project_id AND p.tenant_id = $1 AND p.name = $2 AND v.number = $3`, c.Tenant, c.Project, c.Number)
 	return translate(err, fmt.Sprintf("version %d of %q", c.Number, c.Project))

@@ -23,18 +23,23 @@ type SSHKey struct {
 	CreatedAt   time.Time
 }
 
-const sshKeyCols = "id, tenant_id, name, fingerprint, public_key, created_at"
-
-func scanSSHKey(row pgx.Row) (SSHKey, error) {
-	var k SSHKey
-	err := row.Scan(&k.ID, &k.Tenant, &k.Name, &k.Fingerprint, &k.PublicKey, &k.CreatedAt)
-	return k, err
+var sshKeyColumns = columns[SSHKey]{
+	{"id", func(k *SSHKey) any { return &k.ID }},
+	{"tenant_id", func(k *SSHKey) any { return &k.Tenant }},
+	{"name", func(k *SSHKey) any { return &k.Name }},
+	{"fingerprint", func(k *SSHKey) any { return &k.Fingerprint }},
+	{"public_key", func(k *SSHKey) any { return &k.PublicKey }},
+	{"created_at", func(k *SSHKey) any { return &k.CreatedAt }},
 }
+
+var sshKeyCols = sshKeyColumns.list()
+
+func scanSSHKey(row pgx.Row) (SSHKey, error) { return sshKeyColumns.scan(row) }
 
 // AddSSHKey registers k (Tenant, Name, Fingerprint, PublicKey) and returns
 // it with its id and creation time. A key the tenant has registered
 // already is ErrAlreadyExists; the tenant is created if needed.
-func (s *Store) AddSSHKey(ctx context.Context, k SSHKey) (SSHKey, error) {
+func (s Access) AddSSHKey(ctx context.Context, k SSHKey) (SSHKey, error) {
 	return WithTxV(ctx, s.db, func(tx pgx.Tx) (SSHKey, error) {
 		if err := ensureTenant(ctx, tx, k.Tenant); err != nil {
 			return SSHKey{}, err
@@ -49,7 +54,7 @@ func (s *Store) AddSSHKey(ctx context.Context, k SSHKey) (SSHKey, error) {
 }
 
 // ListSSHKeys lists tenant's keys, oldest first.
-func (s *Store) ListSSHKeys(ctx context.Context, tenant string) ([]SSHKey, error) {
+func (s Access) ListSSHKeys(ctx context.Context, tenant string) ([]SSHKey, error) {
 	rows, err := s.db.Query(ctx, "SELECT "+sshKeyCols+" FROM ssh_keys WHERE tenant_id = $1 ORDER BY id", tenant)
 	if err != nil {
 		return nil, translate(err, "ssh keys")
@@ -60,7 +65,7 @@ func (s *Store) ListSSHKeys(ctx context.Context, tenant string) ([]SSHKey, error
 
 // DeleteSSHKey removes tenant's key id and returns it; another tenant's
 // id is ErrNotFound.
-func (s *Store) DeleteSSHKey(ctx context.Context, tenant string, id int64) (SSHKey, error) {
+func (s Access) DeleteSSHKey(ctx context.Context, tenant string, id int64) (SSHKey, error) {
 	k, err := scanSSHKey(s.db.QueryRow(ctx, "DELETE FROM ssh_keys WHERE tenant_id = $1 AND id = $2 RETURNING "+sshKeyCols, tenant, id))
 	return k, translate(err, fmt.Sprintf("ssh key %d", id))
 }
@@ -69,7 +74,7 @@ func (s *Store) DeleteSSHKey(ctx context.Context, tenant string, id int64) (SSHK
 // registered the key of fingerprint. Every other case (no such instance,
 // no such key, the key of another tenant) is the same ErrNotFound, so the
 // answer tells a client nothing about what exists.
-func (s *Store) SSHKeyTenant(ctx context.Context, instance, fingerprint string) (string, error) {
+func (s Access) SSHKeyTenant(ctx context.Context, instance, fingerprint string) (string, error) {
 	var tenant string
 	err := s.db.QueryRow(ctx, `SELECT i.tenant_id FROM instances i
 		JOIN ssh_keys k ON k.tenant_id = i.tenant_id AND k.fingerprint = $2

@@ -24,21 +24,21 @@ func TestSSHKeys(t *testing.T) {
 	newInstance(t, s, "i1")
 
 	k := versions.SSHKey{Tenant: tenant, Name: "laptop", Fingerprint: "SHA256:aaa", PublicKey: "ssh-ed25519 AAAA"}
-	added, err := s.AddSSHKey(ctx, k)
+	added, err := s.Access.AddSSHKey(ctx, k)
 	require.NoError(t, err)
 	assert.Positive(t, added.ID)
 	assert.False(t, added.CreatedAt.IsZero())
-	_, err = s.AddSSHKey(ctx, k)
+	_, err = s.Access.AddSSHKey(ctx, k)
 	assert.ErrorIs(t, err, errdefs.ErrAlreadyExists, "the same key twice")
 	other := k
 	other.Tenant, other.Name = "other", "theirs"
-	theirs, err := s.AddSSHKey(ctx, other)
+	theirs, err := s.Access.AddSSHKey(ctx, other)
 	require.NoError(t, err, "another tenant may register the same key")
 	otherOnly := versions.SSHKey{Tenant: "other", Name: "b", Fingerprint: "SHA256:bbb", PublicKey: "ssh-ed25519 BBBB"}
-	_, err = s.AddSSHKey(ctx, otherOnly)
+	_, err = s.Access.AddSSHKey(ctx, otherOnly)
 	require.NoError(t, err)
 
-	keys, err := s.ListSSHKeys(ctx, tenant)
+	keys, err := s.Access.ListSSHKeys(ctx, tenant)
 	require.NoError(t, err)
 	require.Len(t, keys, 1)
 	assert.Equal(t, "laptop", keys[0].Name)
@@ -54,7 +54,7 @@ func TestSSHKeys(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := s.SSHKeyTenant(ctx, tc.instance, tc.fingerprint)
+			got, err := s.Access.SSHKeyTenant(ctx, tc.instance, tc.fingerprint)
 			if tc.want == "" {
 				assert.ErrorIs(t, err, errdefs.ErrNotFound)
 				assert.Empty(t, got)
@@ -65,14 +65,14 @@ func TestSSHKeys(t *testing.T) {
 		})
 	}
 
-	_, err = s.DeleteSSHKey(ctx, tenant, theirs.ID)
+	_, err = s.Access.DeleteSSHKey(ctx, tenant, theirs.ID)
 	assert.ErrorIs(t, err, errdefs.ErrNotFound, "another tenant's key id")
-	gone, err := s.DeleteSSHKey(ctx, tenant, added.ID)
+	gone, err := s.Access.DeleteSSHKey(ctx, tenant, added.ID)
 	require.NoError(t, err)
 	assert.Equal(t, "SHA256:aaa", gone.Fingerprint)
-	_, err = s.SSHKeyTenant(ctx, "i1", "SHA256:aaa")
+	_, err = s.Access.SSHKeyTenant(ctx, "i1", "SHA256:aaa")
 	assert.ErrorIs(t, err, errdefs.ErrNotFound, "a removed key logs in no more")
-	keys, err = s.ListSSHKeys(ctx, "other")
+	keys, err = s.Access.ListSSHKeys(ctx, "other")
 	require.NoError(t, err)
 	assert.Len(t, keys, 2, "the other tenant's keys are untouched")
 }

@@ -17,14 +17,63 @@ import (
 	"github.com/envd-dev/envd/migrations"
 )
 
-// Store is the PostgreSQL metadata store. It is safe for concurrent use.
+// DB is an executor: what both the pool and a transaction offer
+// (*pgxpool.Pool and pgx.Tx satisfy it, as River's driver executor does).
+// Every aggregate runs its statements on one; Begin on a transaction opens
+// a savepoint, so an aggregate's own multi-statement writes nest inside a
+// caller's transaction.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Aggregates are the store's parts, one per group of tables that change
+// together (doc.go lists them), all on one executor: the pool for a Store,
+// one transaction for a Tx.
+type Aggregates struct {
+	Projects   Projects   // projects and their settings
+	Versions   Versions   // versions, the current pointer, checkpoints, builds, squashes
+	Instances  Instances  // instances, generations, activity, warm pools, placement
+	Operations Operations // operations, events, idempotency keys
+	Volumes    Volumes    // volume archives and homes
+	Access     Access     // API tokens and SSH keys
+	Tenants    Tenants    // quotas, usage, limit maxima, idle maxima
+	Nodes      Nodes      // nodes, membership, join tokens, cluster keys, image caches
+	Rollouts   Rollouts   // base-image rollouts and their projects
+	Content    Content    // imported images, upload leases, sweeps, ownership of registry content
+}
+
+func aggregates(db DB, pool *pgxpool.Pool, conns *lockConnPool) Aggregates {
+	return Aggregates{
+		Projects: Projects{db: db}, Versions: Versions{db: db}, Instances: Instances{db: db},
+		Operations: Operations{db: db}, Volumes: Volumes{db: db}, Access: Access{db: db},
+		Tenants: Tenants{db: db}, Nodes: Nodes{db: db}, Rollouts: Rollouts{db: db},
+		Content: Content{db: db, pool: pool, conns: conns},
+	}
+}
+
+// Store is the PostgreSQL metadata store: its aggregates on the pool, and
+// InTx to run several aggregates' writes in one transaction. It is safe for
+// concurrent use.
 type Store struct {
+	Aggregates
 	db        *pgxpool.Pool
-	lockConns lockConnPool // upload leases' connections (uploads.go)
+	lockConns *lockConnPool // upload leases' connections (uploads.go)
+}
+
+// Tx is the aggregates on one transaction (Store.InTx). It is valid only
+// during the function InTx runs.
+type Tx struct {
+	Aggregates
 }
 
 // New returns a store on db. The schema must be current (migrations.Apply).
-func New(db *pgxpool.Pool) *Store { return &Store{db: db} }
+func New(db *pgxpool.Pool) *Store {
+	conns := &lockConnPool{}
+	return &Store{Aggregates: aggregates(db, db, conns), db: db, lockConns: conns}
+}
 
 // Open connects to dsn (keyword/value or URL form), checks the connection
 // and applies pending migrations.
@@ -58,16 +107,41 @@ func (s *Store) Close() {
 	s.db.Close()
 }
 
+// InTx runs fn with the aggregates on one transaction: everything fn
+// writes commits together, or nothing does (fn failed or panicked). An
+// error of fn's own is returned as it is; driver errors are translated as
+// every aggregate's are. Upload leases and sweeps (Content.BeginUpload,
+// Content.Sweep) hold connections of their own and are not part of the
+// transaction.
+func (s *Store) InTx(ctx context.Context, fn func(tx Tx) error) error {
+	var own error
+	err := WithTx(ctx, s.db, func(tx pgx.Tx) error {
+		own = fn(Tx{aggregates(tx, s.db, s.lockConns)})
+		return own
+	})
+	if own != nil && !isDriverError(own) {
+		return own
+	}
+	return err
+}
+
+// isDriverError reports whether err comes from pgx or PostgreSQL
+// untranslated.
+func isDriverError(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) || errors.Is(err, pgx.ErrNoRows) || isConnectionError(err)
+}
+
 // WithTx runs fn in a transaction on db: begin, fn, commit; rolled back if fn
-// fails or panics. Errors fn returns are passed through translate, so a pgx
-// error does not escape.
-func WithTx(ctx context.Context, db *pgxpool.Pool, fn func(tx pgx.Tx) error) error {
+// fails or panics. On a transaction, db.Begin opens a savepoint. Errors fn
+// returns are passed through translate, so a pgx error does not escape.
+func WithTx(ctx context.Context, db DB, fn func(tx pgx.Tx) error) error {
 	_, err := WithTxV(ctx, db, func(tx pgx.Tx) (struct{}, error) { return struct{}{}, fn(tx) })
 	return err
 }
 
 // WithTxV is WithTx for a function returning a value (River's dbutil.WithTxV).
-func WithTxV[T any](ctx context.Context, db *pgxpool.Pool, fn func(tx pgx.Tx) (T, error)) (T, error) {
+func WithTxV[T any](ctx context.Context, db DB, fn func(tx pgx.Tx) (T, error)) (T, error) {
 	var zero T
 	tx, err := db.Begin(ctx)
 	if err != nil {

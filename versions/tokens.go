@@ -40,7 +40,7 @@ func ensureTenant(ctx context.Context, tx pgx.Tx, tenant string) error {
 // EnsureAdminToken makes token an admin token of tenant, creating the tenant
 // if needed (envd up writes its admin token this way at every start).
 // Idempotent; fails with ErrAlreadyExists if token belongs to another tenant.
-func (s *Store) EnsureAdminToken(ctx context.Context, tenant, token string) error {
+func (s Access) EnsureAdminToken(ctx context.Context, tenant, token string) error {
 	if token == "" {
 		return fmt.Errorf("empty admin token: %w", errdefs.ErrInvalidArgument)
 	}
@@ -61,7 +61,7 @@ func (s *Store) EnsureAdminToken(ctx context.Context, tenant, token string) erro
 
 // CreateToken creates a new random token for tenant that never expires
 // (NewToken with no TTL), returning only the token.
-func (s *Store) CreateToken(ctx context.Context, tenant string, admin bool) (string, error) {
+func (s Access) CreateToken(ctx context.Context, tenant string, admin bool) (string, error) {
 	tok, _, err := s.NewToken(ctx, tenant, admin, 0)
 	return tok, err
 }
@@ -77,19 +77,25 @@ type TokenInfo struct {
 	LastUsedAt *time.Time // nil = never used; updated at most once a minute
 }
 
-const tokenCols = "id, tenant_id, admin, created_at, expires_at, revoked_at, last_used_at"
-
-func scanTokenInfo(row pgx.Row) (TokenInfo, error) {
-	var t TokenInfo
-	err := row.Scan(&t.ID, &t.Tenant, &t.Admin, &t.CreatedAt, &t.ExpiresAt, &t.RevokedAt, &t.LastUsedAt)
-	return t, err
+var tokenColumns = columns[TokenInfo]{
+	{"id", func(t *TokenInfo) any { return &t.ID }},
+	{"tenant_id", func(t *TokenInfo) any { return &t.Tenant }},
+	{"admin", func(t *TokenInfo) any { return &t.Admin }},
+	{"created_at", func(t *TokenInfo) any { return &t.CreatedAt }},
+	{"expires_at", func(t *TokenInfo) any { return &t.ExpiresAt }},
+	{"revoked_at", func(t *TokenInfo) any { return &t.RevokedAt }},
+	{"last_used_at", func(t *TokenInfo) any { return &t.LastUsedAt }},
 }
+
+var tokenCols = tokenColumns.list()
+
+func scanTokenInfo(row pgx.Row) (TokenInfo, error) { return tokenColumns.scan(row) }
 
 // NewToken creates a new random token (32 bytes, hex) for tenant, creating
 // the tenant if needed. ttl > 0 makes it expire ttl after now (the
 // database's clock); 0 = never. Only its hash is stored: the returned token
 // cannot be recovered later.
-func (s *Store) NewToken(ctx context.Context, tenant string, admin bool, ttl time.Duration) (string, TokenInfo, error) {
+func (s Access) NewToken(ctx context.Context, tenant string, admin bool, ttl time.Duration) (string, TokenInfo, error) {
 	if ttl < 0 {
 		return "", TokenInfo{}, fmt.Errorf("token lifetime %v: must be positive: %w", ttl, errdefs.ErrInvalidArgument)
 	}
@@ -120,7 +126,7 @@ func (s *Store) NewToken(ctx context.Context, tenant string, admin bool, ttl tim
 
 // ListTokens lists the tokens of tenant ("" = of every tenant), revoked and
 // expired ones included, by id.
-func (s *Store) ListTokens(ctx context.Context, tenant string) ([]TokenInfo, error) {
+func (s Access) ListTokens(ctx context.Context, tenant string) ([]TokenInfo, error) {
 	rows, err := s.db.Query(ctx, `SELECT `+tokenCols+` FROM tokens
 		WHERE $1 = '' OR tenant_id = $1 ORDER BY id`, tenant)
 	if err != nil {
@@ -135,7 +141,7 @@ func (s *Store) ListTokens(ctx context.Context, tenant string) ([]TokenInfo, err
 // tenant); ErrFailedPrecondition when it is the last live admin token (the
 // node would have no admin left). Revoking a revoked token answers it as it
 // is.
-func (s *Store) RevokeToken(ctx context.Context, tenant string, id int64) (TokenInfo, error) {
+func (s Access) RevokeToken(ctx context.Context, tenant string, id int64) (TokenInfo, error) {
 	what := fmt.Sprintf("token %d", id)
 	return WithTxV(ctx, s.db, func(tx pgx.Tx) (TokenInfo, error) {
 		t, err := scanTokenInfo(tx.QueryRow(ctx, `SELECT `+tokenCols+` FROM tokens
@@ -177,7 +183,7 @@ const adminTokensLock int64 = 0x656e7664746f6b6e
 // is looked up by its hash, so no secret is compared here. A use is
 // recorded in last_used_at at most once a minute, by a second statement
 // only then.
-func (s *Store) Authenticate(ctx context.Context, token string) (Principal, error) {
+func (s Access) Authenticate(ctx context.Context, token string) (Principal, error) {
 	if token == "" {
 		return Principal{}, fmt.Errorf("no token: %w", errdefs.ErrUnauthenticated)
 	}

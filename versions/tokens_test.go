@@ -23,46 +23,46 @@ func TestTokenExpiryAndRevocation(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t)
 
-	live, liveInfo, err := s.NewToken(ctx, tenant, false, 0)
+	live, liveInfo, err := s.Access.NewToken(ctx, tenant, false, 0)
 	require.NoError(t, err)
 	assert.Nil(t, liveInfo.ExpiresAt, "no lifetime: never expires")
-	short, shortInfo, err := s.NewToken(ctx, tenant, false, 300*time.Millisecond)
+	short, shortInfo, err := s.Access.NewToken(ctx, tenant, false, 300*time.Millisecond)
 	require.NoError(t, err)
 	require.NotNil(t, shortInfo.ExpiresAt)
 	assert.WithinDuration(t, shortInfo.CreatedAt.Add(300*time.Millisecond), *shortInfo.ExpiresAt, time.Millisecond)
-	other, otherInfo, err := s.NewToken(ctx, "other", false, 0)
+	other, otherInfo, err := s.Access.NewToken(ctx, "other", false, 0)
 	require.NoError(t, err)
 
-	p, err := s.Authenticate(ctx, short)
+	p, err := s.Access.Authenticate(ctx, short)
 	require.NoError(t, err, "not yet expired")
 	assert.Equal(t, versions.Principal{Tenant: tenant}, p)
 	require.Eventually(t, func() bool {
-		_, err := s.Authenticate(ctx, short)
+		_, err := s.Access.Authenticate(ctx, short)
 		return err != nil
 	}, 10*time.Second, 50*time.Millisecond)
-	_, err = s.Authenticate(ctx, short)
+	_, err = s.Access.Authenticate(ctx, short)
 	assert.ErrorIs(t, err, errdefs.ErrUnauthenticated)
 	assert.ErrorContains(t, err, "expired")
 
-	_, err = s.Authenticate(ctx, live)
+	_, err = s.Access.Authenticate(ctx, live)
 	require.NoError(t, err)
-	revoked, err := s.RevokeToken(ctx, tenant, liveInfo.ID)
+	revoked, err := s.Access.RevokeToken(ctx, tenant, liveInfo.ID)
 	require.NoError(t, err)
 	require.NotNil(t, revoked.RevokedAt)
-	_, err = s.Authenticate(ctx, live)
+	_, err = s.Access.Authenticate(ctx, live)
 	assert.ErrorIs(t, err, errdefs.ErrUnauthenticated)
 	assert.ErrorContains(t, err, "revoked")
-	again, err := s.RevokeToken(ctx, tenant, liveInfo.ID)
+	again, err := s.Access.RevokeToken(ctx, tenant, liveInfo.ID)
 	require.NoError(t, err, "revoking twice answers the token as it is")
 	assert.Equal(t, revoked.RevokedAt.UnixMicro(), again.RevokedAt.UnixMicro())
 
 	// Tenant scoping: another tenant's id is not found and stays live.
-	_, err = s.RevokeToken(ctx, tenant, otherInfo.ID)
+	_, err = s.Access.RevokeToken(ctx, tenant, otherInfo.ID)
 	assert.ErrorIs(t, err, errdefs.ErrNotFound)
-	_, err = s.Authenticate(ctx, other)
+	_, err = s.Access.Authenticate(ctx, other)
 	require.NoError(t, err)
 
-	ts, err := s.ListTokens(ctx, tenant)
+	ts, err := s.Access.ListTokens(ctx, tenant)
 	require.NoError(t, err)
 	require.Len(t, ts, 2)
 	assert.Equal(t, liveInfo.ID, ts[0].ID)
@@ -70,13 +70,13 @@ func TestTokenExpiryAndRevocation(t *testing.T) {
 	require.NotNil(t, ts[0].LastUsedAt, "the use was recorded")
 	assert.Equal(t, shortInfo.ID, ts[1].ID)
 	assert.NotNil(t, ts[1].ExpiresAt)
-	all, err := s.ListTokens(ctx, "")
+	all, err := s.Access.ListTokens(ctx, "")
 	require.NoError(t, err)
 	assert.Len(t, all, 3)
 
-	_, err = s.RevokeToken(ctx, "", 1<<40)
+	_, err = s.Access.RevokeToken(ctx, "", 1<<40)
 	assert.ErrorIs(t, err, errdefs.ErrNotFound)
-	_, _, err = s.NewToken(ctx, tenant, false, -time.Second)
+	_, _, err = s.Access.NewToken(ctx, tenant, false, -time.Second)
 	assert.ErrorIs(t, err, errdefs.ErrInvalidArgument)
 }
 
@@ -87,22 +87,22 @@ func TestRevokeLastAdminToken(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t)
 
-	require.NoError(t, s.EnsureAdminToken(ctx, "admin", "node-secret"))
-	ts, err := s.ListTokens(ctx, "admin")
+	require.NoError(t, s.Access.EnsureAdminToken(ctx, "admin", "node-secret"))
+	ts, err := s.Access.ListTokens(ctx, "admin")
 	require.NoError(t, err)
 	require.Len(t, ts, 1)
-	_, err = s.RevokeToken(ctx, "", ts[0].ID)
+	_, err = s.Access.RevokeToken(ctx, "", ts[0].ID)
 	assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition)
-	_, err = s.Authenticate(ctx, "node-secret")
+	_, err = s.Access.Authenticate(ctx, "node-secret")
 	require.NoError(t, err, "still live")
 
-	second, _, err := s.NewToken(ctx, "admin", true, 0)
+	second, _, err := s.Access.NewToken(ctx, "admin", true, 0)
 	require.NoError(t, err)
-	_, err = s.RevokeToken(ctx, "", ts[0].ID)
+	_, err = s.Access.RevokeToken(ctx, "", ts[0].ID)
 	require.NoError(t, err)
-	_, err = s.Authenticate(ctx, "node-secret")
+	_, err = s.Access.Authenticate(ctx, "node-secret")
 	assert.ErrorIs(t, err, errdefs.ErrUnauthenticated)
-	p, err := s.Authenticate(ctx, second)
+	p, err := s.Access.Authenticate(ctx, second)
 	require.NoError(t, err)
 	assert.True(t, p.Admin)
 }
@@ -115,11 +115,11 @@ func BenchmarkAuthenticate(b *testing.B) {
 	s, err := versions.Open(ctx, pgtest.DSN(b))
 	require.NoError(b, err)
 	defer s.Close()
-	tok, _, err := s.NewToken(ctx, tenant, false, time.Hour)
+	tok, _, err := s.Access.NewToken(ctx, tenant, false, time.Hour)
 	require.NoError(b, err)
 	b.Run("authenticate", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := s.Authenticate(ctx, tok); err != nil {
+			if _, err := s.Access.Authenticate(ctx, tok); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -36,12 +36,12 @@ func TestStoppedDatabaseIsUnavailable(t *testing.T) {
 
 	require.NoError(t, srv.Stop(ctx))
 
-	_, err = s.GetProject(ctx, tenant, "p")
+	_, err = s.Projects.GetProject(ctx, tenant, "p")
 	assert.ErrorIs(t, err, errdefs.ErrUnavailable, "pooled connection: %v", err)
 	t.Logf("pooled connection to a stopped database: %v", err)
-	_, _, err = s.CommitVersion(ctx, versions.Commit{Tenant: tenant, Project: "p", Expected: 1, Image: "x"})
+	_, _, err = s.Versions.CommitVersion(ctx, versions.Commit{Tenant: tenant, Project: "p", Expected: 1, Image: "x"})
 	assert.ErrorIs(t, err, errdefs.ErrUnavailable, "transaction: %v", err)
-	_, err = s.Authenticate(ctx, "tok")
+	_, err = s.Access.Authenticate(ctx, "tok")
 	assert.ErrorIs(t, err, errdefs.ErrUnavailable, "fresh connection: %v", err)
 
 	_, err = versions.Open(ctx, srv.DSN())
@@ -61,7 +61,7 @@ func TestOpenTwice(t *testing.T) {
 	s2, err := versions.Open(ctx, dsn)
 	require.NoError(t, err)
 	defer s2.Close()
-	p, err := s2.GetProject(ctx, tenant, "p")
+	p, err := s2.Projects.GetProject(ctx, tenant, "p")
 	require.NoError(t, err)
 	assert.Equal(t, 1, p.Current)
 

@@ -45,7 +45,8 @@ const sweepLockKey int64 = 0x656e766467630001
 // Upload is a lease that keeps sweeps away from an upload; see the terms
 // above. End it once the content is committed or abandoned.
 type Upload struct {
-	s     *Store
+	db    DB // the executor the lease's commits run on
+	conns *lockConnPool
 	conn  *pgx.Conn
 	epoch int64
 
@@ -55,13 +56,13 @@ type Upload struct {
 
 // BeginUpload takes an upload lease. It waits while a sweep runs (any
 // node's); ctx bounds the wait.
-func (s *Store) BeginUpload(ctx context.Context) (*Upload, error) {
+func (s Content) BeginUpload(ctx context.Context) (*Upload, error) {
 	for {
-		conn, kept, err := s.lockConns.get(ctx, s)
+		conn, kept, err := s.conns.get(ctx, s)
 		if err != nil {
 			return nil, err
 		}
-		u := &Upload{s: s, conn: conn}
+		u := &Upload{db: s.db, conns: s.conns, conn: conn}
 		_, err = conn.Exec(ctx, "SELECT pg_advisory_lock_shared($1)", sweepLockKey)
 		if err == nil {
 			err = conn.QueryRow(ctx, "SELECT epoch FROM gc_epoch").Scan(&u.epoch)
@@ -85,7 +86,7 @@ func (u *Upload) End() {
 		return
 	}
 	u.ended = true
-	u.s.lockConns.put(u.conn)
+	u.conns.put(u.conn)
 }
 
 // check refuses, in tx, a commit whose lease ended or saw a sweep: tx
@@ -109,16 +110,16 @@ func (u *Upload) check(ctx context.Context, tx pgx.Tx) error {
 	return nil
 }
 
-// CommitVersion is Store.CommitVersion for an image pushed under this
+// CommitVersion is Versions.CommitVersion for an image pushed under this
 // lease: it fails with ErrUnavailable, recording nothing, if a sweep may
 // have deleted part of it.
 func (u *Upload) CommitVersion(ctx context.Context, c Commit) (Version, bool, error) {
-	return u.s.commitVersion(ctx, c, u.check)
+	return Versions{db: u.db}.commitVersion(ctx, c, u.check)
 }
 
-// PutImage is Store.PutImage for an image pushed under this lease.
+// PutImage is Content.PutImage for an image pushed under this lease.
 func (u *Upload) PutImage(ctx context.Context, img Image) (Image, error) {
-	return WithTxV(ctx, u.s.db, func(tx pgx.Tx) (Image, error) {
+	return WithTxV(ctx, u.db, func(tx pgx.Tx) (Image, error) {
 		if err := u.check(ctx, tx); err != nil {
 			return Image{}, err
 		}
@@ -131,7 +132,7 @@ func (u *Upload) PutImage(ctx context.Context, img Image) (Image, error) {
 // (ctx bounds the wait). The epoch is incremented before fn and again
 // after it, the second time on the pool, so that if the lock's connection
 // broke during fn, an upload that began meanwhile is refused at commit.
-func (s *Store) Sweep(ctx context.Context, fn func(ctx context.Context) error) error {
+func (s Content) Sweep(ctx context.Context, fn func(ctx context.Context) error) error {
 	conn, err := s.lockConn(ctx)
 	if err != nil {
 		return err
@@ -150,7 +151,7 @@ func (s *Store) Sweep(ctx context.Context, fn func(ctx context.Context) error) e
 	ferr := fn(ctx)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if _, err := s.db.Exec(cctx, "UPDATE gc_epoch SET epoch = epoch + 1"); err != nil && ferr == nil {
+	if _, err := s.pool.Exec(cctx, "UPDATE gc_epoch SET epoch = epoch + 1"); err != nil && ferr == nil {
 		return translate(err, "sweep epoch")
 	}
 	return ferr
@@ -170,7 +171,7 @@ type lockConnPool struct {
 const maxIdleLockConns = 4
 
 // get returns a kept connection (kept true) or a new one.
-func (p *lockConnPool) get(ctx context.Context, s *Store) (c *pgx.Conn, kept bool, err error) {
+func (p *lockConnPool) get(ctx context.Context, s Content) (c *pgx.Conn, kept bool, err error) {
 	p.mu.Lock()
 	for len(p.idle) > 0 {
 		c = p.idle[len(p.idle)-1]
@@ -219,8 +220,8 @@ func (p *lockConnPool) close() {
 const lockConnName = "envd sweep lock"
 
 // lockConn opens a connection outside the pool, with the pool's settings.
-func (s *Store) lockConn(ctx context.Context) (*pgx.Conn, error) {
-	cfg := s.db.Config().ConnConfig.Copy()
+func (s Content) lockConn(ctx context.Context) (*pgx.Conn, error) {
+	cfg := s.pool.Config().ConnConfig.Copy()
 	cfg.RuntimeParams["application_name"] = lockConnName
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
@@ -242,7 +243,7 @@ const squashedInUse = `v.squashed_from IS NOT NULL AND EXISTS (SELECT 1 FROM ins
 // the image a squashed version had while an instance may read it. A sweep reads
 // them once it holds the lock; what it finds under the prefix and not
 // here is an orphan.
-func (s *Store) OwnedImages(ctx context.Context, repoPrefix string) (map[string]bool, error) {
+func (s Content) OwnedImages(ctx context.Context, repoPrefix string) (map[string]bool, error) {
 	rows, err := s.db.Query(ctx, `SELECT image FROM versions WHERE starts_with(image, $1)
 		UNION SELECT repo || '@' || digest FROM images WHERE starts_with(repo, $1)
 		UNION SELECT v.squashed_from FROM versions v WHERE starts_with(v.squashed_from, $1) AND `+squashedInUse, repoPrefix)
@@ -262,7 +263,7 @@ func (s *Store) OwnedImages(ctx context.Context, repoPrefix string) (map[string]
 
 // ImageOwned reports whether a version that is not being deleted, or an
 // imported image, has image ("repo@digest"): its manifest must then stay.
-func (s *Store) ImageOwned(ctx context.Context, image string) (bool, error) {
+func (s Content) ImageOwned(ctx context.Context, image string) (bool, error) {
 	repo, digest, ok := strings.Cut(image, "@")
 	if !ok {
 		return false, fmt.Errorf("image %q is not repo@digest: %w", image, errdefs.ErrInvalidArgument)

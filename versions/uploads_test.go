@@ -37,18 +37,18 @@ func TestSweepWaitsForUploads(t *testing.T) {
 	other := newStoreOn(t, s) // a second node on the same database
 	newProject(t, s)
 
-	a, err := s.BeginUpload(ctx)
+	a, err := s.Content.BeginUpload(ctx)
 	require.NoError(t, err)
-	b, err := other.BeginUpload(ctx)
+	b, err := other.Content.BeginUpload(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, 2, lockCount(t, s, "ShareLock", true))
 
 	var owned map[string]bool
 	swept := make(chan error, 1)
 	go func() {
-		swept <- other.Sweep(ctx, func(ctx context.Context) error {
+		swept <- other.Content.Sweep(ctx, func(ctx context.Context) error {
 			var err error
-			owned, err = other.OwnedImages(ctx, "reg/")
+			owned, err = other.Content.OwnedImages(ctx, "reg/")
 			return err
 		})
 	}()
@@ -83,7 +83,7 @@ func TestUploadWaitsForSweep(t *testing.T) {
 	sweeping := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		done <- s.Sweep(ctx, func(context.Context) error {
+		done <- s.Content.Sweep(ctx, func(context.Context) error {
 			close(sweeping)
 			<-release
 			return nil
@@ -94,7 +94,7 @@ func TestUploadWaitsForSweep(t *testing.T) {
 	var up *versions.Upload
 	began := make(chan error, 1)
 	go func() {
-		u, err := s.BeginUpload(ctx)
+		u, err := s.Content.BeginUpload(ctx)
 		mu.Lock()
 		up = u
 		mu.Unlock()
@@ -117,26 +117,26 @@ func TestUploadThatLostItsLockIsRefused(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t)
 	newProject(t, s)
-	u, err := s.BeginUpload(ctx)
+	u, err := s.Content.BeginUpload(ctx)
 	require.NoError(t, err)
 	defer u.End()
-	img, err := s.BeginUpload(ctx)
+	img, err := s.Content.BeginUpload(ctx)
 	require.NoError(t, err)
 	defer img.End()
 	_, err = s.Pool().Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE "+sweepLock+" AND mode = 'ShareLock'")
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return lockCount(t, s, "ShareLock", true) == 0 }, 30*time.Second, 20*time.Millisecond)
 
-	require.NoError(t, s.Sweep(ctx, func(context.Context) error { return nil }), "nothing holds the lock any more")
+	require.NoError(t, s.Content.Sweep(ctx, func(context.Context) error { return nil }), "nothing holds the lock any more")
 	_, _, err = u.CommitVersion(ctx, versions.Commit{Tenant: tenant, Project: "p", Image: "reg/p@sha256:lost", Expected: 1})
 	assert.ErrorIs(t, err, errdefs.ErrUnavailable)
 	_, err = img.PutImage(ctx, versions.Image{Name: "lost", Repo: "reg/images/lost", Digest: "sha256:lost"})
 	assert.ErrorIs(t, err, errdefs.ErrUnavailable)
 
-	vs, err := s.ListVersions(ctx, tenant, "p")
+	vs, err := s.Versions.ListVersions(ctx, tenant, "p")
 	require.NoError(t, err)
 	assert.Len(t, vs, 1, "nothing recorded")
-	_, err = s.GetImage(ctx, "lost")
+	_, err = s.Content.GetImage(ctx, "lost")
 	assert.ErrorIs(t, err, errdefs.ErrNotFound)
 }
 
@@ -146,7 +146,7 @@ func TestUploadReplacesADeadKeptConnection(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := newStore(t)
-	u, err := s.BeginUpload(ctx)
+	u, err := s.Content.BeginUpload(ctx)
 	require.NoError(t, err)
 	u.End() // its connection is kept, unlocked
 	var killed int
@@ -154,7 +154,7 @@ func TestUploadReplacesADeadKeptConnection(t *testing.T) {
 		WHERE datname = current_database() AND application_name = 'envd sweep lock'`).Scan(&killed))
 	require.Equal(t, 1, killed)
 
-	u, err = s.BeginUpload(ctx)
+	u, err = s.Content.BeginUpload(ctx)
 	require.NoError(t, err)
 	defer u.End()
 	assert.Equal(t, 1, lockCount(t, s, "ShareLock", true))
@@ -177,7 +177,7 @@ func BenchmarkUploadLease(b *testing.B) {
 	defer s.Close()
 	ctx := context.Background()
 	for b.Loop() {
-		u, err := s.BeginUpload(ctx)
+		u, err := s.Content.BeginUpload(ctx)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -11,15 +11,16 @@ import (
 	"github.com/envd-dev/envd/envd/files"
 )
 
-// FileCore: the fake serves every instance's files from one directory of
-// the node (FilesDir), acting as the test process; "i-missing" is not
-// found.
+var filesDirs sync.Map // *Files -> string
 
-var filesDirs sync.Map // *Core -> string
+// Files is the fake FileCore: it serves every instance's files from one
+// directory of the node (Dir), acting as the test process; "i-missing" is
+// not found.
+type Files struct{ *Recorder }
 
-// FilesDir is the directory the fake's file API serves, made on first use
+// Dir is the directory the fake's file API serves, made on first use
 // and left for the test's process to remove (os.TempDir).
-func (c *Core) FilesDir() string {
+func (c *Files) Dir() string {
 	if d, ok := filesDirs.Load(c); ok {
 		return d.(string)
 	}
@@ -31,15 +32,15 @@ func (c *Core) FilesDir() string {
 	return actual.(string)
 }
 
-func (c *Core) OpenFiles(ctx context.Context, p types.Principal, id string, as types.FileUser, write bool) (*files.Root, error) {
+func (c *Files) OpenFiles(ctx context.Context, p types.Principal, id string, as types.FileUser, write bool) (*files.Root, error) {
 	c.record("OpenFiles", p, id, as, write)
 	if id == "i-missing" {
 		return nil, fmt.Errorf("instance %q: %w", id, errdefs.ErrNotFound)
 	}
-	return files.Open(c.FilesDir(), files.Identity{UID: uint32(os.Getuid()), GID: uint32(os.Getgid())})
+	return files.Open(c.Dir(), files.Identity{UID: uint32(os.Getuid()), GID: uint32(os.Getgid())})
 }
 
-func (c *Core) WatchFiles(ctx context.Context, p types.Principal, id string, as types.FileUser, path string, recursive bool, emit func(types.FileEvent) error) error {
+func (c *Files) WatchFiles(ctx context.Context, p types.Principal, id string, as types.FileUser, path string, recursive bool, emit func(types.FileEvent) error) error {
 	root, err := c.OpenFiles(ctx, p, id, as, true)
 	if err != nil {
 		return err
@@ -54,4 +55,4 @@ func (c *Core) WatchFiles(ctx context.Context, p types.Principal, id string, as 
 }
 
 // MaxFileBytes is 1 MiB in the fake.
-func (c *Core) MaxFileBytes() int64 { return 1 << 20 }
+func (c *Files) MaxFileBytes() int64 { return 1 << 20 }

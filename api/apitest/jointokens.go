@@ -3,6 +3,7 @@ package apitest
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
@@ -11,8 +12,15 @@ import (
 // JoinToken is the join token the fake makes; the fake accepts it once.
 const JoinToken = "envdjoin_fake"
 
+// Join is the fake JoinCore.
+type Join struct {
+	*Recorder
+	mu     sync.Mutex
+	joined bool // a join with JoinToken was answered
+}
+
 // CreateJoinToken answers JoinToken, expiring an hour after Epoch.
-func (c *Core) CreateJoinToken(ctx context.Context, p types.Principal, req types.JoinTokenRequest) (types.JoinToken, error) {
+func (c *Join) CreateJoinToken(ctx context.Context, p types.Principal, req types.JoinTokenRequest) (types.JoinToken, error) {
 	c.record("CreateJoinToken", p, req)
 	if !p.Admin {
 		return types.JoinToken{}, fmt.Errorf("join token: %w", errdefs.ErrPermissionDenied)
@@ -23,7 +31,7 @@ func (c *Core) CreateJoinToken(ctx context.Context, p types.Principal, req types
 
 // Join answers a fixed configuration for JoinToken, once; another token
 // is unknown, a second use is used.
-func (c *Core) Join(ctx context.Context, token string, req types.JoinRequest) (types.JoinConfig, error) {
+func (c *Join) Join(ctx context.Context, token string, req types.JoinRequest) (types.JoinConfig, error) {
 	c.record("Join", types.Principal{}, req)
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -1,5 +1,10 @@
 package types
 
+import (
+	"context"
+	"time"
+)
+
 // Idle actions of IdleSetting.
 const (
 	IdleActionStop      = "stop"
@@ -16,4 +21,19 @@ const (
 type IdleSetting struct {
 	After  string `json:"after,omitempty"`
 	Action string `json:"action,omitempty"`
+}
+
+type wakeWaitKey struct{}
+
+// WithWakeWait is ctx for a WakeInstance that waits at most d for the
+// instance to run (0: not at all, only start it) when d is shorter than
+// the node's wake wait (the API sets it from a request's ?wait=).
+func WithWakeWait(ctx context.Context, d time.Duration) context.Context {
+	return context.WithValue(ctx, wakeWaitKey{}, max(d, 0))
+}
+
+// WakeWait returns the wait WithWakeWait put in ctx, if any.
+func WakeWait(ctx context.Context) (time.Duration, bool) {
+	d, ok := ctx.Value(wakeWaitKey{}).(time.Duration)
+	return d, ok
 }

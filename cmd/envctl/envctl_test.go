@@ -76,13 +76,13 @@ func envctl(t *testing.T, env []string, stdin io.Reader, args ...string) result 
 
 // server starts the API on a fake core, configured by setup first, and
 // returns the environment that points envctl at it.
-func server(t *testing.T, setup ...func(*apitest.Core)) (*apitest.Core, []string) {
+func server(t *testing.T, setup ...func(*apitest.Fakes)) (*apitest.Fakes, []string) {
 	t.Helper()
 	core := apitest.New()
 	for _, f := range setup {
 		f(core)
 	}
-	h, err := api.New(core, api.WithEventPollInterval(5*time.Millisecond))
+	h, err := api.New(core.Parts(), api.WithEventPollInterval(5*time.Millisecond))
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -112,8 +112,8 @@ func TestUp(t *testing.T) {
 
 func TestExecPassesExitCodeThrough(t *testing.T) {
 	t.Parallel()
-	core, env := server(t, func(core *apitest.Core) {
-		core.ExecFunc = func(_ context.Context, id string, req types.ExecRequest) (types.ExecResult, error) {
+	core, env := server(t, func(core *apitest.Fakes) {
+		core.Exec.ExecFunc = func(_ context.Context, id string, req types.ExecRequest) (types.ExecResult, error) {
 			if req.Args[0] == "true" {
 				return types.ExecResult{}, nil
 			}
@@ -133,21 +133,21 @@ func TestExecPassesExitCodeThrough(t *testing.T) {
 
 // finishedSave makes Save return an operation that has events and
 // finishes shortly.
-func finishedSave(state types.OpState, res types.SaveResult, opErr *types.OpError) func(*apitest.Core) {
-	return func(core *apitest.Core) { saveFunc(core, state, res, opErr) }
+func finishedSave(state types.OpState, res types.SaveResult, opErr *types.OpError) func(*apitest.Fakes) {
+	return func(core *apitest.Fakes) { saveFunc(core, state, res, opErr) }
 }
 
-func saveFunc(core *apitest.Core, state types.OpState, res types.SaveResult, opErr *types.OpError) {
-	core.SaveFunc = func(_ context.Context, id string, _ types.SaveRequest, _ string) (types.Operation, error) {
-		op := core.NewOperation("save", id)
-		core.AppendEvent(op.ID, "freeze", "froze the instance")
-		core.AppendEvent(op.ID, "push", "pushed the layer")
+func saveFunc(core *apitest.Fakes, state types.OpState, res types.SaveResult, opErr *types.OpError) {
+	core.Versions.SaveFunc = func(_ context.Context, id string, _ types.SaveRequest, _ string) (types.Operation, error) {
+		op := core.Operations.NewOperation("save", id)
+		core.Operations.AppendEvent(op.ID, "freeze", "froze the instance")
+		core.Operations.AppendEvent(op.ID, "push", "pushed the layer")
 		go func() {
 			time.Sleep(20 * time.Millisecond)
 			if state == types.OpSucceeded {
-				core.Finish(op.ID, state, res, nil)
+				core.Operations.Finish(op.ID, state, res, nil)
 			} else {
-				core.Finish(op.ID, state, nil, opErr)
+				core.Operations.Finish(op.ID, state, nil, opErr)
 			}
 		}()
 		return op, nil
@@ -182,8 +182,8 @@ func TestSave(t *testing.T) {
 func TestSaveConflictExitsThree(t *testing.T) {
 	t.Parallel()
 	_, env := server(t, finishedSave(types.OpSucceeded, types.SaveResult{Project: "web", Version: 4, Conflict: true, Expected: 2}, nil),
-		func(core *apitest.Core) {
-			core.GetProjectFunc = func(_ context.Context, name string) (types.Project, error) {
+		func(core *apitest.Fakes) {
+			core.Projects.GetProjectFunc = func(_ context.Context, name string) (types.Project, error) {
 				return types.Project{Name: name, Current: 5}, nil
 			}
 		})
@@ -238,11 +238,11 @@ func TestRetentionAndGC(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, []any{"web", types.Retention{KeepLast: 3, KeepNewerThan: "720h"}}, call.Args)
 
-	core.GCFunc = func(_ context.Context, req types.GCRequest, _ string) (types.Operation, error) {
-		op := core.NewOperation("gc", "registry")
+	core.Node.GCFunc = func(_ context.Context, req types.GCRequest, _ string) (types.Operation, error) {
+		op := core.Operations.NewOperation("gc", "registry")
 		go func() {
 			time.Sleep(20 * time.Millisecond)
-			core.Finish(op.ID, types.OpSucceeded, types.GCResult{DryRun: req.DryRun,
+			core.Operations.Finish(op.ID, types.OpSucceeded, types.GCResult{DryRun: req.DryRun,
 				Versions: []types.GCVersion{{Tenant: "t1", Project: "web", Version: 2, SizeBytes: 2 << 20}},
 				Swept:    true, BlobsBefore: 9, BlobsAfter: 4, BytesBefore: 10 << 20, BytesAfter: 8 << 20}, nil)
 		}()
@@ -323,8 +323,8 @@ func TestMigrateRequest(t *testing.T) {
 
 func TestNotFoundPrintsCode(t *testing.T) {
 	t.Parallel()
-	_, env := server(t, func(core *apitest.Core) {
-		core.GetInstanceFunc = func(_ context.Context, id string) (types.Instance, error) {
+	_, env := server(t, func(core *apitest.Fakes) {
+		core.Instances.GetInstanceFunc = func(_ context.Context, id string) (types.Instance, error) {
 			return types.Instance{}, fmt.Errorf("instance %q: %w", id, errdefs.ErrNotFound)
 		}
 	})
@@ -411,8 +411,8 @@ func TestImageImportDirectory(t *testing.T) {
 
 func TestVersionsTable(t *testing.T) {
 	t.Parallel()
-	core, env := server(t, func(core *apitest.Core) {
-		core.ListVersionsFunc = func(_ context.Context, p string) ([]types.Version, error) {
+	core, env := server(t, func(core *apitest.Fakes) {
+		core.Versions.ListVersionsFunc = func(_ context.Context, p string) ([]types.Version, error) {
 			return []types.Version{
 				{Project: p, Number: 1, Kind: "base", State: "ready", SizeBytes: 2 << 20, CreatedAt: apitest.Epoch},
 				{Project: p, Number: 2, Kind: "snapshot", State: "ready", Current: true, Pinned: true, Message: "graphviz", CreatedAt: apitest.Epoch},
@@ -449,11 +449,11 @@ func TestVersionsTable(t *testing.T) {
 func TestOpWatch(t *testing.T) {
 	t.Parallel()
 	core, env := server(t)
-	op := core.NewOperation("save", "i-1")
-	core.AppendEvent(op.ID, "spool", "spooled")
+	op := core.Operations.NewOperation("save", "i-1")
+	core.Operations.AppendEvent(op.ID, "spool", "spooled")
 	go func() {
 		time.Sleep(30 * time.Millisecond)
-		core.Finish(op.ID, types.OpCanceled, nil, &types.OpError{Code: "canceled", Message: "canceled by request"})
+		core.Operations.Finish(op.ID, types.OpCanceled, nil, &types.OpError{Code: "canceled", Message: "canceled by request"})
 	}()
 	r := envctl(t, env, nil, "op", "watch", op.ID)
 	assert.Equal(t, 1, r.code)

@@ -88,7 +88,7 @@ func (sh *miniShell) Sizes() []types.TermSize {
 func TestExecInteractiveTTY(t *testing.T) {
 	t.Parallel()
 	sh := &miniShell{}
-	core, env := server(t, func(core *apitest.Core) { core.ExecStreamFunc = sh.run })
+	core, env := server(t, func(core *apitest.Fakes) { core.Exec.ExecStreamFunc = sh.run })
 	master, tty := openPTY(t)
 	require.NoError(t, unix.IoctlSetWinsize(int(tty.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: 30, Col: 90}))
 	before, err := unix.IoctlGetTermios(int(tty.Fd()), unix.TCGETS)
@@ -143,8 +143,8 @@ func TestExecInteractiveTTY(t *testing.T) {
 
 func TestExecInteractiveStreamsStdin(t *testing.T) {
 	t.Parallel()
-	core, env := server(t, func(core *apitest.Core) {
-		core.ExecStreamFunc = func(_ context.Context, _ string, _ types.ExecRequest, stdio types.Stdio) (int, error) {
+	core, env := server(t, func(core *apitest.Fakes) {
+		core.Exec.ExecStreamFunc = func(_ context.Context, _ string, _ types.ExecRequest, stdio types.Stdio) (int, error) {
 			b, err := io.ReadAll(stdio.Stdin)
 			if err != nil {
 				return -1, err

@@ -24,39 +24,55 @@ import (
 	"github.com/envd-dev/envd/api/errdefs"
 )
 
-// listingCore is the fake core with listings to complete from and events
-// that carry data (the fake's own lists are empty and its events bare).
+// listingCore is the fakes with listings to complete from and events
+// that carry data (the fakes' own lists are empty and their events bare):
+// its Projects, Instances and Operations groups wrap the fakes'.
 type listingCore struct {
-	*apitest.Core
+	*apitest.Fakes
 	projects  []types.Project
 	instances []types.Instance
 	eventData map[string]json.RawMessage // by event type
 }
 
-func (c *listingCore) ListProjects(ctx context.Context, p types.Principal) ([]types.Project, error) {
-	_, _ = c.Core.ListProjects(ctx, p) // recorded
-	return c.projects, nil
+type listedProjects struct {
+	*apitest.Projects
+	c *listingCore
 }
 
-func (c *listingCore) ListInstances(ctx context.Context, p types.Principal, project string) ([]types.Instance, error) {
-	_, _ = c.Core.ListInstances(ctx, p, project)
-	return c.instances, nil
+func (g listedProjects) ListProjects(ctx context.Context, p types.Principal) ([]types.Project, error) {
+	_, _ = g.Projects.ListProjects(ctx, p) // recorded
+	return g.c.projects, nil
 }
 
-func (c *listingCore) OperationEvents(ctx context.Context, p types.Principal, id string, after int) ([]types.Event, error) {
-	evs, err := c.Core.OperationEvents(ctx, p, id, after)
+type listedInstances struct {
+	*apitest.Instances
+	c *listingCore
+}
+
+func (g listedInstances) ListInstances(ctx context.Context, p types.Principal, project string) ([]types.Instance, error) {
+	_, _ = g.Instances.ListInstances(ctx, p, project)
+	return g.c.instances, nil
+}
+
+type dataEvents struct {
+	*apitest.Operations
+	c *listingCore
+}
+
+func (g dataEvents) OperationEvents(ctx context.Context, p types.Principal, id string, after int) ([]types.Event, error) {
+	evs, err := g.Operations.OperationEvents(ctx, p, id, after)
 	for i := range evs {
-		evs[i].Data = c.eventData[evs[i].Type]
+		evs[i].Data = g.c.eventData[evs[i].Type]
 	}
 	return evs, err
 }
 
 // listingServer serves a listingCore with two projects, two instances and
 // two versions of every project.
-func listingServer(t *testing.T, setup ...func(*apitest.Core)) (*listingCore, []string) {
+func listingServer(t *testing.T, setup ...func(*apitest.Fakes)) (*listingCore, []string) {
 	t.Helper()
 	core := &listingCore{
-		Core: apitest.New(),
+		Fakes: apitest.New(),
 		projects: []types.Project{
 			{Name: "web", BaseImage: "debian", Current: 2, Compression: "estargz", CreatedAt: apitest.Epoch},
 			{Name: "api", BaseImage: "alpine", Current: 1, Compression: "zstd", CreatedAt: apitest.Epoch,
@@ -67,16 +83,20 @@ func listingServer(t *testing.T, setup ...func(*apitest.Core)) (*listingCore, []
 			{ID: "api-3c4d", Project: "api", State: types.StateStopped, Version: 1, CreatedAt: apitest.Epoch},
 		},
 	}
-	core.ListVersionsFunc = func(_ context.Context, p string) ([]types.Version, error) {
+	core.Versions.ListVersionsFunc = func(_ context.Context, p string) ([]types.Version, error) {
 		return []types.Version{
 			{Project: p, Number: 1, Kind: "base", State: "ready", CreatedAt: apitest.Epoch},
 			{Project: p, Number: 2, Kind: "snapshot", State: "ready", Current: true, Message: "graphviz: yes\n# 2", CreatedAt: apitest.Epoch},
 		}, nil
 	}
 	for _, f := range setup {
-		f(core.Core)
+		f(core.Fakes)
 	}
-	h, err := api.New(core, api.WithEventPollInterval(5*time.Millisecond))
+	parts := core.Parts()
+	parts.Projects = listedProjects{core.Projects, core}
+	parts.Instances = listedInstances{core.Instances, core}
+	parts.Operations = dataEvents{core.Operations, core}
+	h, err := api.New(parts, api.WithEventPollInterval(5*time.Millisecond))
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -274,8 +294,8 @@ func TestExitCodesByKind(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, env := server(t, func(core *apitest.Core) {
-				core.GetInstanceFunc = func(_ context.Context, id string) (types.Instance, error) {
+			_, env := server(t, func(core *apitest.Fakes) {
+				core.Instances.GetInstanceFunc = func(_ context.Context, id string) (types.Instance, error) {
 					return types.Instance{}, fmt.Errorf("instance %q: %w", id, tt.kind)
 				}
 			})
@@ -291,8 +311,8 @@ func TestExitCodesByKind(t *testing.T) {
 	})
 	t.Run("lost switch", func(t *testing.T) {
 		t.Parallel()
-		_, env := server(t, func(core *apitest.Core) {
-			core.SetCurrentFunc = func(_ context.Context, p string, _ types.SetCurrentRequest) (types.Project, error) {
+		_, env := server(t, func(core *apitest.Fakes) {
+			core.Versions.SetCurrentFunc = func(_ context.Context, p string, _ types.SetCurrentRequest) (types.Project, error) {
 				return types.Project{}, fmt.Errorf("project %q: current is 3, not 1: %w", p, errdefs.ErrConflict)
 			}
 		})
@@ -321,8 +341,8 @@ func jsonError(t *testing.T, stderr string) errorDetail {
 
 func TestErrorsAsJSON(t *testing.T) {
 	t.Parallel()
-	_, env := server(t, func(core *apitest.Core) {
-		core.GetInstanceFunc = func(_ context.Context, id string) (types.Instance, error) {
+	_, env := server(t, func(core *apitest.Fakes) {
+		core.Instances.GetInstanceFunc = func(_ context.Context, id string) (types.Instance, error) {
 			return types.Instance{}, errdefs.WithDetails(fmt.Errorf("instance %q: %w", id, errdefs.ErrNotFound), map[string]any{"instance": id})
 		}
 	}, finishedSave(types.OpFailed, types.SaveResult{}, &types.OpError{Code: "unavailable", Message: "registry down"}))
@@ -458,15 +478,15 @@ func TestHelpListsExitCodes(t *testing.T) {
 
 func TestProgressOnAPipe(t *testing.T) {
 	t.Parallel()
-	core, env := listingServer(t, func(core *apitest.Core) {
-		core.SaveFunc = func(_ context.Context, id string, _ types.SaveRequest, _ string) (types.Operation, error) {
-			op := core.NewOperation("save", id)
-			core.AppendEvent(op.ID, "spooled", "read 3 entries (2048 bytes) while frozen for 2ms")
-			core.AppendEvent(op.ID, "encoded", "estargz layer of 1536 bytes in 1ms")
-			core.AppendEvent(op.ID, "pushed", "pushed and verified x in 1ms")
+	core, env := listingServer(t, func(core *apitest.Fakes) {
+		core.Versions.SaveFunc = func(_ context.Context, id string, _ types.SaveRequest, _ string) (types.Operation, error) {
+			op := core.Operations.NewOperation("save", id)
+			core.Operations.AppendEvent(op.ID, "spooled", "read 3 entries (2048 bytes) while frozen for 2ms")
+			core.Operations.AppendEvent(op.ID, "encoded", "estargz layer of 1536 bytes in 1ms")
+			core.Operations.AppendEvent(op.ID, "pushed", "pushed and verified x in 1ms")
 			go func() {
 				time.Sleep(20 * time.Millisecond)
-				core.Finish(op.ID, types.OpSucceeded, types.SaveResult{Project: "web", Version: 4, Current: true}, nil)
+				core.Operations.Finish(op.ID, types.OpSucceeded, types.SaveResult{Project: "web", Version: 4, Current: true}, nil)
 			}()
 			return op, nil
 		}

@@ -51,7 +51,7 @@ func TestShowIdle(t *testing.T) {
 	core, env := server(t)
 	since := time.Now().Add(-90 * time.Second)
 	at := since.Add(30 * time.Minute)
-	core.GetInstanceFunc = func(ctx context.Context, id string) (types.Instance, error) {
+	core.Instances.GetInstanceFunc = func(ctx context.Context, id string) (types.Instance, error) {
 		return types.Instance{ID: id, Project: "web", State: types.StateRunning, IdleAfter: "30m0s", IdleAction: "hibernate",
 			IdleSince: &since, IdleActionAt: &at}, nil
 	}

@@ -55,8 +55,8 @@ func TestLifecycleVerbs(t *testing.T) {
 
 func TestIllegalTransitionShowsState(t *testing.T) {
 	t.Parallel()
-	_, env := server(t, func(core *apitest.Core) {
-		core.ResumeInstanceFunc = func(_ context.Context, id string) (types.Instance, error) {
+	_, env := server(t, func(core *apitest.Fakes) {
+		core.Lifecycle.ResumeInstanceFunc = func(_ context.Context, id string) (types.Instance, error) {
 			return types.Instance{}, errdefs.WithDetails(fmt.Errorf("instance %q is Running, resume needs Paused: %w", id, errdefs.ErrFailedPrecondition),
 				map[string]any{"state": "Running"})
 		}
@@ -83,8 +83,8 @@ func TestIdempotencyKeyFlags(t *testing.T) {
 func TestShowPrintsAddressAndExpiry(t *testing.T) {
 	t.Parallel()
 	expires := time.Now().Add(2 * time.Hour)
-	_, env := server(t, func(core *apitest.Core) {
-		core.GetInstanceFunc = func(_ context.Context, id string) (types.Instance, error) {
+	_, env := server(t, func(core *apitest.Fakes) {
+		core.Instances.GetInstanceFunc = func(_ context.Context, id string) (types.Instance, error) {
 			return types.Instance{ID: id, Project: "web", State: "Running", Address: "10.88.0.7", ExpiresAt: &expires}, nil
 		}
 	})

@@ -42,16 +42,16 @@ func TestValidateIsSplitAsShellWords(t *testing.T) {
 func TestMigrateFailurePrintsJSON(t *testing.T) {
 	t.Parallel()
 	failed := types.MigrateResult{Project: "web", Version: 5, From: 4, OldBase: "a", NewBase: "b", Conflicts: []string{"/etc/motd"}}
-	core, env := server(t, func(core *apitest.Core) {
-		core.MigrateFunc = func(_ context.Context, project string, req types.MigrateRequest, _ string) (types.Operation, error) {
-			op := core.NewOperation("migrate", project)
+	core, env := server(t, func(core *apitest.Fakes) {
+		core.Versions.MigrateFunc = func(_ context.Context, project string, req types.MigrateRequest, _ string) (types.Operation, error) {
+			op := core.Operations.NewOperation("migrate", project)
 			go func() {
 				time.Sleep(20 * time.Millisecond)
 				if req.Base == "bad" {
-					core.Finish(op.ID, types.OpFailed, failed, &types.OpError{Code: "failed_precondition",
+					core.Operations.Finish(op.ID, types.OpFailed, failed, &types.OpError{Code: "failed_precondition",
 						Message: "validation of version 5 (marked failed): sh -c 'test -e /x' exited 1"})
 				} else {
-					core.Finish(op.ID, types.OpSucceeded, types.MigrateResult{Project: "web", Version: 5, From: 4, Conflicts: []string{}}, nil)
+					core.Operations.Finish(op.ID, types.OpSucceeded, types.MigrateResult{Project: "web", Version: 5, From: 4, Conflicts: []string{}}, nil)
 				}
 			}()
 			return op, nil
@@ -137,13 +137,13 @@ func TestAdminRollout(t *testing.T) {
 // rollout failed; show says a newer base is current.
 func TestShowsBasesAndRolloutFailure(t *testing.T) {
 	t.Parallel()
-	_, env := server(t, func(core *apitest.Core) {
-		core.GetProjectFunc = func(_ context.Context, name string) (types.Project, error) {
+	_, env := server(t, func(core *apitest.Fakes) {
+		core.Projects.GetProjectFunc = func(_ context.Context, name string) (types.Project, error) {
 			return types.Project{Name: name, BaseImage: "envd/images/v1@sha256:1", Current: 3, CurrentBase: "v2 (envd/images/v2@sha256:2)",
 				RolloutFailure: &types.RolloutFailure{Rollout: "ro-9", Status: "validation_failed", Message: "dot -V exited 1", At: apitest.Epoch},
 				CreatedAt:      apitest.Epoch}, nil
 		}
-		core.GetInstanceFunc = func(_ context.Context, id string) (types.Instance, error) {
+		core.Instances.GetInstanceFunc = func(_ context.Context, id string) (types.Instance, error) {
 			return types.Instance{ID: id, Project: "web", Version: 2, NewerCurrent: 3, State: types.StateRunning, CreatedAt: apitest.Epoch}, nil
 		}
 	})

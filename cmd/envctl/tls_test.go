@@ -20,7 +20,7 @@ import (
 // without any, envctl fails with a certificate error.
 func TestServerOverTLS(t *testing.T) {
 	t.Parallel()
-	h, err := api.New(apitest.New(), api.WithEventPollInterval(5*time.Millisecond))
+	h, err := api.New(apitest.New().Parts(), api.WithEventPollInterval(5*time.Millisecond))
 	require.NoError(t, err)
 	srv := httptest.NewTLSServer(h)
 	t.Cleanup(srv.Close)

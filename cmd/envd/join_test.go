@@ -21,7 +21,7 @@ func TestServeJoin(t *testing.T) {
 	for _, name := range []string{"ENVD_JOIN", "ENVD_JOIN_TOKEN", "ENVD_JOIN_CA", "ENVD_DATABASE_URL", "ENVD_REGISTRY", "ENVD_LEASE"} {
 		t.Setenv(name, "")
 	}
-	h, err := api.New(apitest.New())
+	h, err := api.New(apitest.New().Parts())
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)

@@ -128,7 +128,7 @@ func (f *flags) register(cmd *cobra.Command, external bool) {
 	fl.DurationVar(&f.cfg.HibernateAfter, "hibernate-after", f.envDuration("ENVD_HIBERNATE_AFTER", d.HibernateAfter), "save and free the layer of a retained instance stopped this long, 0 = never (ENVD_HIBERNATE_AFTER)")
 	f.limits.register(fl, d.DefaultLimits)
 	f.limits.registerDensity(fl, d)
-	fl.BoolVar(&f.cfg.UserNS, "userns", envBool("ENVD_USERNS", d.UserNS), "run instances in a user namespace (root inside is an unprivileged host id); costs: images are pulled in full (no lazy restore) and chowned once per image on the node; see docs/NOTES.md (ENVD_USERNS=1)")
+	fl.BoolVar(&f.cfg.UserNS, "userns", envBool("ENVD_USERNS", d.UserNS), "run instances in a user namespace (root inside is an unprivileged host id); costs: images are pulled in full (no lazy restore) and chowned once per image on the node; see docs/notes/isolation.md (ENVD_USERNS=1)")
 	fl.BoolVar(&f.cfg.AllowVulnerableRunc, "allow-vulnerable-runc", envBool("ENVD_ALLOW_VULNERABLE_RUNC", d.AllowVulnerableRunc), "start even when runc lacks the fix of CVE-2024-21626 (older than 1.1.12 and no distribution backport in its changelog), with an error in the log; never on a node tenants use (ENVD_ALLOW_VULNERABLE_RUNC=1)")
 	fl.BoolVar(&f.cfg.DisableDiskLimit, "no-disk-limit", envBool("ENVD_NO_DISK_LIMIT", d.DisableDiskLimit), "ignore writable-layer limits: layers are bounded only by the node's disk (ENVD_NO_DISK_LIMIT=1)")
 	fl.IntVar(&f.cfg.Limits.Saves, "max-saves-per-tenant", f.envInt("ENVD_MAX_SAVES_PER_TENANT", d.Limits.Saves), "concurrent save operations per tenant on this node, past them 429; negative = unlimited (ENVD_MAX_SAVES_PER_TENANT)")

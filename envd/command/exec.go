@@ -62,7 +62,7 @@ func (r *Runner) Exec(ctx context.Context, p types.Principal, id string, req typ
 	if len(req.Args) == 0 || req.Args[0] == "" {
 		return types.ExecResult{}, fmt.Errorf("exec: args: at least the command is required: %w", errdefs.ErrInvalidArgument)
 	}
-	if err := CheckExecRequest(req); err != nil {
+	if err := types.CheckExecRequest(req); err != nil {
 		return types.ExecResult{}, err
 	}
 	timeout := 10 * time.Minute

@@ -26,7 +26,7 @@ func (r *Runner) Stream(ctx context.Context, p types.Principal, id string, req t
 	if len(req.Args) == 0 || req.Args[0] == "" {
 		return -1, fmt.Errorf("exec: args: at least the command is required: %w", errdefs.ErrInvalidArgument)
 	}
-	if err := CheckExecRequest(req); err != nil {
+	if err := types.CheckExecRequest(req); err != nil {
 		return -1, err
 	}
 	in, err := r.instance(ctx, p, id)

@@ -6,11 +6,24 @@ import (
 	"os"
 	"strings"
 
-	"github.com/containerd/containerd/v2/core/mount"
 	"golang.org/x/sys/unix"
 
 	"github.com/envd-dev/envd/api/errdefs"
 )
+
+// Mount is one mount of a snapshot as the runtime describes it (the shape
+// of containerd's mount.Mount, which this package does not import so that
+// the API, which serves *Root, builds without containerd).
+type Mount struct {
+	Type    string
+	Source  string
+	Options []string
+}
+
+// MountFunc mounts m at target; the runtime's own mount code (for
+// containerd's, mount.Mount.Mount: it knows how to pass long overlay
+// options) is given to OpenSnapshot by its caller.
+type MountFunc func(m Mount, target string) error
 
 // Bind is a bind mount of the instance (a volume): Source on the node at
 // Destination in the instance.
@@ -20,7 +33,7 @@ type Bind struct {
 
 // OpenSnapshot opens the retained layer of a stopped instance read-only,
 // without starting it: the active snapshot's mounts ms (one overlay mount,
-// or a bind of a single directory) are mounted read-only with the upper
+// or a bind of a single directory) are mounted by mountAt read-only with the upper
 // dir as the topmost lower layer (so its whiteouts and opaque directories
 // still hide the image's entries, and nothing can be written to it), the
 // binds (volumes) are bound read-only at their destinations, and a clone
@@ -29,7 +42,7 @@ type Bind struct {
 // else. tmpParent is a node
 // directory for the short-lived mount point. The Root is read-only with
 // reason.
-func OpenSnapshot(ms []mount.Mount, binds []Bind, tmpParent string, id Identity, reason string) (*Root, error) {
+func OpenSnapshot(ms []Mount, mountAt MountFunc, binds []Bind, tmpParent string, id Identity, reason string) (*Root, error) {
 	if len(ms) != 1 {
 		return nil, fmt.Errorf("snapshot has %d mounts, one expected: %w", len(ms), errdefs.ErrFailedPrecondition)
 	}
@@ -42,7 +55,7 @@ func OpenSnapshot(ms []mount.Mount, binds []Bind, tmpParent string, id Identity,
 		return nil, err
 	}
 	defer os.Remove(dir)
-	if err := m.Mount(dir); err != nil {
+	if err := mountAt(m, dir); err != nil {
 		return nil, fmt.Errorf("mount the retained layer read-only: %w", err)
 	}
 	defer func() { _ = unix.Unmount(dir, unix.MNT_DETACH) }()
@@ -72,13 +85,13 @@ func OpenSnapshot(ms []mount.Mount, binds []Bind, tmpParent string, id Identity,
 
 // readOnly turns an active snapshot's mount into a read-only one of the
 // same tree.
-func readOnly(m mount.Mount) (mount.Mount, error) {
+func readOnly(m Mount) (Mount, error) {
 	switch m.Type {
 	case "bind", "rbind":
-		return mount.Mount{Type: "bind", Source: m.Source, Options: []string{"rbind", "ro"}}, nil
+		return Mount{Type: "bind", Source: m.Source, Options: []string{"rbind", "ro"}}, nil
 	case "overlay":
 	default:
-		return mount.Mount{}, fmt.Errorf("snapshot mount of type %q: %w", m.Type, errdefs.ErrFailedPrecondition)
+		return Mount{}, fmt.Errorf("snapshot mount of type %q: %w", m.Type, errdefs.ErrFailedPrecondition)
 	}
 	var upper, lower string
 	opts := []string{"ro"}
@@ -95,13 +108,13 @@ func readOnly(m mount.Mount) (mount.Mount, error) {
 	}
 	if upper == "" {
 		// A view already: read-only as it is.
-		return mount.Mount{Type: "overlay", Source: "overlay", Options: append(opts, "lowerdir="+lower)}, nil
+		return Mount{Type: "overlay", Source: "overlay", Options: append(opts, "lowerdir="+lower)}, nil
 	}
 	layers := upper
 	if lower != "" {
 		layers += ":" + lower
 	}
-	return mount.Mount{Type: "overlay", Source: "overlay", Options: append(opts, "lowerdir="+layers)}, nil
+	return Mount{Type: "overlay", Source: "overlay", Options: append(opts, "lowerdir="+layers)}, nil
 }
 
 // bindReadOnly binds b.Source read-only at b.Destination resolved in the

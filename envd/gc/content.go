@@ -36,7 +36,7 @@ func NewContent(store ContentStore, reg ManifestDeleter, log *slog.Logger) *Cont
 	return &Content{store: store, reg: reg, log: log}
 }
 
-// Upload runs push under an upload lease (versions.Store.BeginUpload): no
+// Upload runs push under an upload lease (versions.Content.BeginUpload): no
 // sweep on any node deletes what it pushes until the lease ends. The caller
 // commits with the lease and then ends it.
 func (c *Content) Upload(ctx context.Context, push func() error) (*versions.Upload, error) {

@@ -94,7 +94,7 @@ type Job struct {
 // deleting, their manifests deleted from the registry, then their rows;
 // last, the registry's blobs that no manifest references any more are
 // swept (when this node runs the registry). Current, pinned and referenced
-// versions are never collected (see versions.Store.MarkCollectable).
+// versions are never collected (see versions.Versions.MarkCollectable).
 func (c *Collector) Start(ctx context.Context, p types.Principal, req types.GCRequest, idempotencyKey string) (types.Operation, error) {
 	if !p.Admin {
 		return types.Operation{}, fmt.Errorf("gc needs an admin token: %w", errdefs.ErrPermissionDenied)
@@ -192,7 +192,7 @@ func (c *Collector) collectVersion(ctx context.Context, proj versions.Project, v
 
 // sweep deletes the manifests of project repositories that no row owns,
 // then the registry's blobs no manifest references. It runs under the
-// cluster-wide sweep lock (versions.Store.Sweep): no upload lease of any
+// cluster-wide sweep lock (versions.Content.Sweep): no upload lease of any
 // node is held, so no content pushed but not yet committed is in the
 // registry, and the owned images read here are all there will be until the
 // sweep ends.

@@ -11,7 +11,7 @@
 // freeze gate, and operations (Operations).
 //
 // Every change of state is a compare-and-swap on the instance's row
-// (versions.Store.Transition): a verb names the states it may start from,
+// (versions.Instances.Transition): a verb names the states it may start from,
 // moves to a transitional state (Pausing, Resuming, Stopping, Pending)
 // while the runtime works, then to the final one. Two verbs racing on one
 // instance cannot both pass the first step; the loser gets 409

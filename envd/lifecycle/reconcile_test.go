@@ -60,17 +60,26 @@ func newInstance(t *testing.T, state types.InstanceState) (*versions.Store, vers
 	store, err := versions.Open(ctx, pgtest.DSN(t))
 	require.NoError(t, err)
 	t.Cleanup(store.Close)
-	_, _, err = store.CreateProject(ctx, versions.Project{Tenant: "acme", Name: "p", BaseImage: "reg/base@sha256:aaa"},
+	_, _, err = store.Projects.CreateProject(ctx, versions.Project{Tenant: "acme", Name: "p", BaseImage: "reg/base@sha256:aaa"},
 		versions.Version{Message: "base"})
 	require.NoError(t, err)
-	in, err := store.CreateInstance(ctx, versions.Instance{ID: "p-00000001", Tenant: "acme", Project: "p", Node: "n1",
+	in, err := store.Instances.CreateInstance(ctx, versions.Instance{ID: "p-00000001", Tenant: "acme", Project: "p", Node: "n1",
 		Version: 1, State: state, Retain: true})
 	require.NoError(t, err)
 	return store, in
 }
 
-func newManager(store Store, rt Runtime) *Manager {
-	return New(context.Background(), Deps{Node: "n1", Store: store, Runtime: rt,
+// testStore is the aggregates the manager uses.
+type testStore struct {
+	versions.Instances
+	versions.Projects
+	versions.Versions
+	versions.Tenants
+	versions.Nodes
+}
+
+func newManager(store *versions.Store, rt Runtime) *Manager {
+	return New(context.Background(), Deps{Node: "n1", Store: testStore{store.Instances, store.Projects, store.Versions, store.Tenants, store.Nodes}, Runtime: rt,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), ProvisionTimeout: time.Hour})
 }
 
@@ -95,7 +104,7 @@ func TestReconcileLeavesAVerbInFlightAlone(t *testing.T) {
 	}()
 	<-rt.stopping
 	require.NoError(t, m.Reconcile(ctx))
-	row, err := store.GetInstance(ctx, "", in.ID)
+	row, err := store.Instances.GetInstance(ctx, "", in.ID)
 	require.NoError(t, err)
 	assert.Equal(t, types.StateStopping, row.State, "the reconciler does not touch a row a verb is moving")
 	close(rt.finish)
@@ -112,13 +121,13 @@ func TestReconcileRecoversATransitionalRowLeftByACrash(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	store, in := newInstance(t, types.StateRunning)
-	_, err := store.Transition(ctx, in.ID, []types.InstanceState{types.StateRunning}, types.StateStopping, types.ReasonUserStop, "")
+	_, err := store.Instances.Transition(ctx, in.ID, []types.InstanceState{types.StateRunning}, types.StateStopping, types.ReasonUserStop, "")
 	require.NoError(t, err)
 	rt := &slowStopRuntime{node: "n1", task: "running"}
 	m := newManager(store, rt)
 
 	require.NoError(t, m.Reconcile(ctx))
-	row, err := store.GetInstance(ctx, "", in.ID)
+	row, err := store.Instances.GetInstance(ctx, "", in.ID)
 	require.NoError(t, err)
 	assert.Equal(t, types.StateRunning, row.State)
 	assert.Equal(t, "recovered", row.Reason)

@@ -132,7 +132,7 @@ func (m *Manager) StartInstance(ctx context.Context, p types.Principal, id strin
 		return types.Instance{}, err
 	}
 	// The tenant's instance quota is checked by the store, atomically, as
-	// the instance leaves Stopped (versions.Store.Transition).
+	// the instance leaves Stopped (versions.Instances.Transition).
 	if in.HibernatedVersion > 0 && in.State == types.StateStopped {
 		return m.wake(ctx, p, in)
 	}

@@ -28,7 +28,7 @@ func (n *Node) newMetrics(db database) (*metrics.Metrics, string, error) {
 	if err := os.Chmod(tokenFile, 0o600); err != nil {
 		return nil, "", err
 	}
-	return metrics.New(n.cfg.Node, db.store, n.cfg.DataDir), token, nil
+	return metrics.New(n.cfg.Node, db.store.Instances, n.cfg.DataDir), token, nil
 }
 
 // apiMetrics are the API's options that serve and feed the metrics.

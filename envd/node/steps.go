@@ -345,7 +345,7 @@ func (n *Node) newService(db database, reg registryPart, rt *runtime.Runtime, v 
 // with a node's database role (it joined with a join token) may not make
 // tokens: it has none, and "" is its token.
 func (n *Node) adminToken(ctx context.Context, db database) (string, error) {
-	if admin, err := db.store.AdminRole(ctx); err != nil {
+	if admin, err := db.store.Nodes.AdminRole(ctx); err != nil {
 		return "", fmt.Errorf("admin token: %w", err)
 	} else if !admin {
 		n.cfg.Logger.Info("this node uses a node's database role: it makes no admin token; use a token made on a node with the admin's role")
@@ -359,7 +359,7 @@ func (n *Node) adminToken(ctx context.Context, db database) (string, error) {
 	if err := os.Chmod(tokenFile, 0o600); err != nil {
 		return "", err
 	}
-	if err := db.store.EnsureAdminToken(ctx, "admin", token); err != nil {
+	if err := db.store.Access.EnsureAdminToken(ctx, "admin", token); err != nil {
 		return "", fmt.Errorf("admin token: %w", err)
 	}
 	return token, nil
@@ -376,7 +376,8 @@ func (n *Node) serveAPI(svc *envd.Service) (url string, err error) {
 		return "", fmt.Errorf("cluster key: %w", err)
 	}
 	n.peers = newPeerTransports(svc.NodeCertificate)
-	h, err := api.New(svc, append(append(n.apiMetrics(), n.apiSSH()...), api.WithLogger(n.cfg.Logger), api.WithReadiness(n.readiness()),
+	parts := APIParts(svc)
+	h, err := api.New(parts, append(append(n.apiMetrics(), n.apiSSH()...), api.WithLogger(n.cfg.Logger), api.WithReadiness(n.readiness()),
 		api.WithPreviewDomain(n.cfg.PreviewDomain), api.WithForwardKey(key), api.WithPeerTransport(n.peers.transport))...)
 	if err != nil {
 		return "", err
@@ -384,7 +385,7 @@ func (n *Node) serveAPI(svc *envd.Service) (url string, err error) {
 	if n.cfg.WrapAPI != nil {
 		h = n.cfg.WrapAPI(h)
 	}
-	h = api.PreviewHosts(svc, n.cfg.PreviewDomain, h, key, n.peers.transport) // preview hosts are the instances', not the API's
+	h = api.PreviewHosts(parts, n.cfg.PreviewDomain, h, key, n.peers.transport) // preview hosts are the instances', not the API's
 	ln, err := net.Listen("tcp", n.cfg.Listen)
 	if err != nil {
 		return "", fmt.Errorf("listen %s: %w", n.cfg.Listen, err)

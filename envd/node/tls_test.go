@@ -32,7 +32,7 @@ func serveTLSAPI(t *testing.T, cfg Config) (*Node, string) {
 	var err error
 	n.tls, err = n.setupTLS()
 	require.NoError(t, err)
-	h, err := api.New(apitest.New())
+	h, err := api.New(apitest.New().Parts())
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

@@ -138,7 +138,7 @@ func (r *Runner) Start(ctx context.Context, p types.Principal, spec Spec) (types
 	if err != nil {
 		return types.Operation{}, err
 	}
-	if err := versions.CheckIdempotencyKey(spec.IdempotencyKey); err != nil {
+	if err := types.CheckIdempotencyKey(spec.IdempotencyKey); err != nil {
 		return types.Operation{}, err
 	}
 	release, existing, err := r.admitOp(ctx, p, spec.Kind, spec.IdempotencyKey, rec.RequestHash)

@@ -11,7 +11,7 @@ import (
 )
 
 // CaptureKinds are the operations that capture an instance's layer: one at
-// a time per instance (see versions.Store.CreateExclusiveOperation).
+// a time per instance (see versions.Operations.CreateExclusiveOperation).
 var CaptureKinds = []types.OpKind{types.OpKindSave, types.OpKindFork, types.OpKindCheckpoint}
 
 // Guard claims the instance's capture on this node for what, after

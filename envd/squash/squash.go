@@ -11,7 +11,7 @@
 // squashed image with containerd's applier and comparing the trees; the
 // version row then points at the new image (compare-and-swap on the old
 // one), and the old image stays owned while an instance may still read its
-// layers (versions.Store.OwnedImages).
+// layers (versions.Content.OwnedImages).
 package squash
 
 import (
