@@ -1,7 +1,22 @@
-// Package builder turns a declared package list into the commands that
-// install it in a build container, after checking every name and version
-// against its package manager's grammar: nothing from a spec reaches a
-// shell, and nothing can be read as an option.
+// Package builder is the build feature: it makes versions by running work
+// in isolated containers. Builds install a declared spec (packages,
+// sources, files, run steps) on a version, save the change as a version of
+// kind build and validate it in a trial instance; migrations rebase a
+// version's own layers onto a new base image (conflicts found by replaying
+// both bases' layers, Conflicts) and validate the same way. Both run as
+// operations; an interrupted one is settled at the next start, not run
+// again. A spec export (Derive) goes the other way, from what a version
+// changed to the spec that rebuilds it.
+//
+// Nothing from a spec reaches a shell: every package name and version is
+// checked against its package manager's grammar (Check, CheckSpec) and
+// nothing can be read as an option.
+//
+// Builder needs the store's version records (Store), the registry's Get,
+// Rebase and OpenLayer (Registry), the runtime's Exec, the save path's
+// Capture and Commit (Capturer), isolated instances (Instances), the early
+// quota check, the upload lease, and the resolution of base image names
+// (Bases); envd wires them (Deps).
 package builder
 
 import (

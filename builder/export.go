@@ -36,6 +36,9 @@ const (
 	apkInstalled = "/lib/apk/db/installed"
 )
 
+// treeRoots are what an export records, whose parents a replay follows.
+var treeRoots = append([]string{dpkgStatus, apkInstalled}, configRoots...)
+
 // ConfigFile is an entry of a configuration tree.
 type ConfigFile struct {
 	Type    byte // tar typeflag
@@ -72,41 +75,46 @@ func wanted(p string) bool {
 	return false
 }
 
-// Apply applies one uncompressed layer tar to t (whiteouts decoded).
+// IsDir: the replay removes what was below a directory.
+func (f ConfigFile) IsDir() bool { return f.Type == tar.TypeDir }
+
+// want records the configuration trees and the package databases; their
+// parents (/, /usr, /var/lib/dpkg, ...) only matter when removed or
+// replaced.
+func want(p string) tarfs.Want {
+	if wanted(p) {
+		return tarfs.Record
+	}
+	if p == "/" {
+		return tarfs.Below
+	}
+	for _, r := range treeRoots {
+		if strings.HasPrefix(r, p+"/") {
+			return tarfs.Below
+		}
+	}
+	return tarfs.Skip
+}
+
+// Apply applies one uncompressed layer tar to t (tarfs.Replay). A hard
+// link is its target's file.
 func (t ConfigTree) Apply(layer io.Reader) error {
-	return tarfs.ReadLayer(layer, func(e tarfs.LayerEntry) error {
-		p := path.Join("/", e.Path)
-		switch e.Kind {
-		case tarfs.Whiteout:
-			t.removeUnder(p, true)
-			return nil
-		case tarfs.Opaque:
-			t.removeUnder(p, false)
-			return nil
-		}
-		if !wanted(p) && !wanted(p+"/") {
-			return nil
-		}
+	return tarfs.Replay[ConfigFile]{Want: want, Value: func(e tarfs.LayerEntry, target ConfigFile, hasTarget bool) (ConfigFile, error) {
 		h := e.Header
-		if h.Typeflag != tar.TypeDir {
-			t.removeUnder(p, false) // a directory replaced by something else
+		if h.Typeflag == tar.TypeLink && hasTarget {
+			return target, nil
 		}
 		f := ConfigFile{Type: h.Typeflag, Mode: h.Mode & 0o7777, Size: h.Size, Link: h.Linkname}
-		if h.Typeflag == tar.TypeLink {
-			if src, ok := t[path.Join("/", h.Linkname)]; ok {
-				f = src
-			}
-		}
 		if h.Typeflag == tar.TypeReg {
 			s1, m5 := sha1.New(), md5.New()
 			var buf bytes.Buffer
 			w := io.MultiWriter(s1, m5)
-			keep := p == dpkgStatus || p == apkInstalled || h.Size <= MaxExportFileBytes
+			keep := e.Path == dpkgStatus || e.Path == apkInstalled || h.Size <= MaxExportFileBytes
 			if keep {
 				w = io.MultiWriter(s1, m5, &buf)
 			}
 			if _, err := io.Copy(w, e.Body); err != nil {
-				return err
+				return ConfigFile{}, err
 			}
 			copy(f.Sum[:], s1.Sum(nil))
 			copy(f.MD5[:], m5.Sum(nil))
@@ -114,24 +122,8 @@ func (t ConfigTree) Apply(layer io.Reader) error {
 				f.Content = buf.Bytes()
 			}
 		}
-		if !wanted(p) {
-			return nil // a parent of the trees: only its removal mattered
-		}
-		t[p] = f
-		return nil
-	})
-}
-
-func (t ConfigTree) removeUnder(p string, self bool) {
-	if self {
-		delete(t, p)
-	}
-	prefix := strings.TrimSuffix(p, "/") + "/"
-	for k := range t {
-		if strings.HasPrefix(k, prefix) {
-			delete(t, k)
-		}
-	}
+		return f, nil
+	}}.Apply(t, layer)
 }
 
 // owned are the files the packages' own installs make with the content

@@ -6,17 +6,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"path"
 	"sort"
 	"strings"
 
 	"github.com/envd-dev/envd/internal/tarfs"
 )
-
-// Entries of an eStargz layer's tar that are not part of the file system.
-var estargzMeta = map[string]bool{
-	"stargz.index.json": true, ".prefetch.landmark": true, ".no.prefetch.landmark": true,
-}
 
 // DatabasePaths are the package databases: a rebase whose base update and
 // user changes both touch one has merged two package sets by file, and the
@@ -25,64 +19,35 @@ var DatabasePaths = []string{"/var/lib/dpkg/status", "/lib/apk/db/installed"}
 
 // Tree is a flattened file system: path -> a signature of the entry (type,
 // mode, owner, size, link target, content digest).
-type Tree map[string]string
+type Tree map[string]Signature
 
-// Apply adds one layer (an uncompressed OCI layer tar) to t: whiteouts
-// delete, opaque markers empty their directory, other entries replace.
+// Signature is what a conflict compares of an entry: two equal signatures
+// are the same entry.
+type Signature string
+
+// IsDir: the replay removes what was below a directory.
+func (s Signature) IsDir() bool { return len(s) > 0 && s[0] == tar.TypeDir }
+
+// Apply adds one layer (an uncompressed OCI layer tar) to t (tarfs.Replay):
+// whiteouts delete, opaque markers empty their directory, other entries
+// replace. A hard link's signature holds its target's, so a base update
+// that changes a file's content changes every name of it.
 func (t Tree) Apply(layer io.Reader) error {
-	return walkLayer(layer, func(e tarfs.LayerEntry) error {
-		switch e.Kind {
-		case tarfs.Opaque:
-			t.removeUnder(e.Path, false)
-		case tarfs.Whiteout:
-			t.removeUnder(e.Path, true)
-		default:
-			sig, err := signature(e.Header, e.Body)
-			if err != nil {
-				return fmt.Errorf("read %s: %w", e.Path, err)
+	return tarfs.Replay[Signature]{Value: func(e tarfs.LayerEntry, target Signature, _ bool) (Signature, error) {
+		h := e.Header
+		sig := fmt.Sprintf("%c %o %d:%d %d %s", h.Typeflag, h.Mode&0o7777, h.Uid, h.Gid, h.Size, h.Linkname)
+		switch h.Typeflag {
+		case tar.TypeReg:
+			d := sha256.New()
+			if _, err := io.Copy(d, e.Body); err != nil {
+				return "", fmt.Errorf("read %s: %w", e.Path, err)
 			}
-			t[e.Path] = sig
+			sig += " " + hex.EncodeToString(d.Sum(nil))
+		case tar.TypeLink:
+			sig += " = " + string(target)
 		}
-		return nil
-	})
-}
-
-// walkLayer calls f for each entry of a layer (uncompressed tar), whiteouts
-// decoded and Path made absolute ("/usr/bin"), leaving out the root and the
-// eStargz metadata entries.
-func walkLayer(layer io.Reader, f func(tarfs.LayerEntry) error) error {
-	return tarfs.ReadLayer(layer, func(e tarfs.LayerEntry) error {
-		if e.Kind == tarfs.Added && (e.Path == "." || estargzMeta[e.Path]) {
-			return nil
-		}
-		e.Path = path.Join("/", e.Path)
-		return f(e)
-	})
-}
-
-// removeUnder deletes everything below p, and p itself when self is set.
-func (t Tree) removeUnder(p string, self bool) {
-	if self {
-		delete(t, p)
-	}
-	prefix := strings.TrimSuffix(p, "/") + "/"
-	for k := range t {
-		if strings.HasPrefix(k, prefix) {
-			delete(t, k)
-		}
-	}
-}
-
-func signature(h *tar.Header, r io.Reader) (string, error) {
-	sig := fmt.Sprintf("%c %o %d:%d %d %s", h.Typeflag, h.Mode&0o7777, h.Uid, h.Gid, h.Size, h.Linkname)
-	if h.Typeflag == tar.TypeReg {
-		d := sha256.New()
-		if _, err := io.Copy(d, r); err != nil {
-			return "", err
-		}
-		sig += " " + hex.EncodeToString(d.Sum(nil))
-	}
-	return sig, nil
+		return Signature(sig), nil
+	}}.Apply(t, layer)
 }
 
 // Changed is what a layer changes: Paths it adds, modifies or deletes, and
@@ -95,7 +60,7 @@ type Changed struct {
 
 // Changes reads a layer (uncompressed tar) and adds what it changes to c.
 func (c *Changed) Changes(layer io.Reader) error {
-	return walkLayer(layer, func(e tarfs.LayerEntry) error {
+	return tarfs.WalkLayer(layer, func(e tarfs.LayerEntry) error {
 		switch e.Kind {
 		case tarfs.Opaque:
 			c.Hidden = append(c.Hidden, e.Path)

@@ -12,6 +12,7 @@ import (
 type entry struct {
 	name, body string
 	dir        bool
+	link       string // a hard link to this name
 }
 
 func layer(t *testing.T, entries ...entry) *bytes.Buffer {
@@ -22,6 +23,9 @@ func layer(t *testing.T, entries ...entry) *bytes.Buffer {
 		h := &tar.Header{Name: e.name, Mode: 0o644, Size: int64(len(e.body)), Typeflag: tar.TypeReg}
 		if e.dir {
 			h = &tar.Header{Name: e.name, Mode: 0o755, Typeflag: tar.TypeDir}
+		}
+		if e.link != "" {
+			h = &tar.Header{Name: e.name, Mode: 0o644, Typeflag: tar.TypeLink, Linkname: e.link}
 		}
 		require.NoError(t, tw.WriteHeader(h))
 		_, err := tw.Write([]byte(e.body))
@@ -78,4 +82,27 @@ func TestConflictsBelowOpaqueDirectory(t *testing.T) {
 	require.NoError(t, user.Changes(layer(t, entry{name: "etc/foo/", dir: true}, entry{name: "etc/foo/.wh..wh..opq"}, entry{name: "etc/foo/mine", body: "m"})))
 	assert.Equal(t, []string{"/etc/foo/bar", "/etc/foo/new"}, Conflicts(oldBase, newBase, user),
 		"not /etc/other, which the user did not touch")
+}
+
+// A file where a directory was replaces it and what was below it.
+func TestTreeFileReplacesDirectory(t *testing.T) {
+	t.Parallel()
+	tr := Tree{}
+	require.NoError(t, tr.Apply(layer(t, entry{name: "lib/", dir: true}, entry{name: "lib/x", body: "1"})))
+	require.NoError(t, tr.Apply(layer(t, entry{name: "lib", body: "a file now"})))
+	assert.Contains(t, tr, "/lib")
+	assert.NotContains(t, tr, "/lib/x")
+	assert.False(t, tr["/lib"].IsDir())
+}
+
+// A base update that rewrites a file rewrites every hard link to it: a
+// user's change of the other name conflicts.
+func TestConflictsThroughHardLink(t *testing.T) {
+	t.Parallel()
+	oldBase, newBase := Tree{}, Tree{}
+	require.NoError(t, oldBase.Apply(layer(t, entry{name: "usr/bin/", dir: true}, entry{name: "usr/bin/vi", body: "v1"}, entry{name: "usr/bin/ex", link: "usr/bin/vi"})))
+	require.NoError(t, newBase.Apply(layer(t, entry{name: "usr/bin/", dir: true}, entry{name: "usr/bin/vi", body: "v2"}, entry{name: "usr/bin/ex", link: "usr/bin/vi"})))
+	var user Changed
+	require.NoError(t, user.Changes(layer(t, entry{name: "usr/bin/ex", body: "mine"})))
+	assert.Equal(t, []string{"/usr/bin/ex"}, Conflicts(oldBase, newBase, user))
 }

@@ -281,3 +281,15 @@ func TestPackageChangesReadsTheDatabases(t *testing.T) {
 	require.NotNil(t, PackageChanges(ConfigTree{}, apk, cmp))
 	assert.Equal(t, [3]string{"apk", "", "P:jq\n"}, got)
 }
+
+// A parent of the configuration trees replaced by a symlink (a merged
+// /usr) takes the files below it out of the tree.
+func TestConfigTreeParentReplaced(t *testing.T) {
+	t.Parallel()
+	tr := ConfigTree{}
+	require.NoError(t, tr.Apply(cfgLayer(t, [][2]any{{"usr/share/keyrings/k.gpg", "key"}, {"etc/motd", "hi"}})))
+	require.Contains(t, tr, "/usr/share/keyrings/k.gpg")
+	require.NoError(t, tr.Apply(cfgLayer(t, [][2]any{{"usr/share", "->/opt/share"}})))
+	assert.NotContains(t, tr, "/usr/share/keyrings/k.gpg")
+	assert.Contains(t, tr, "/etc/motd")
+}

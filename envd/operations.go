@@ -59,12 +59,12 @@ func (s *Service) Save(ctx context.Context, p types.Principal, id string, req ty
 	return s.saves.Save(ctx, p, id, req, idempotencyKey)
 }
 
-// Build starts a build operation (build.Builder.Build).
+// Build starts a build operation (builder.Builder.Build).
 func (s *Service) Build(ctx context.Context, p types.Principal, project string, req types.BuildRequest, idempotencyKey string) (types.Operation, error) {
 	return s.builds.Build(ctx, p, project, req, idempotencyKey)
 }
 
-// Migrate starts a migration onto a new base (build.Builder.Migrate).
+// Migrate starts a migration onto a new base (builder.Builder.Migrate).
 func (s *Service) Migrate(ctx context.Context, p types.Principal, project string, req types.MigrateRequest, idempotencyKey string) (types.Operation, error) {
 	return s.builds.Migrate(ctx, p, project, req, idempotencyKey)
 }

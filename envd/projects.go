@@ -12,10 +12,10 @@ import (
 	"github.com/envd-dev/envd/envd/names"
 	"github.com/envd-dev/envd/envd/ops"
 	"github.com/envd-dev/envd/envd/spec"
-	"github.com/envd-dev/envd/envd/volumes"
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/snapshotter"
 	"github.com/envd-dev/envd/versions"
+	"github.com/envd-dev/envd/workspace"
 )
 
 var compressions = map[string]bool{
@@ -61,11 +61,11 @@ func (s *Service) createProject(ctx context.Context, p types.Principal, req type
 	}
 	var ps spec.Project
 	for _, text := range req.Volumes {
-		v, err := volumes.Parse(text, nil)
+		v, err := workspace.ParseVolume(text, nil)
 		if err != nil {
 			return types.Project{}, err
 		}
-		if ps.Volumes, err = volumes.Append(ps.Volumes, v); err != nil {
+		if ps.Volumes, err = workspace.AppendVolume(ps.Volumes, v); err != nil {
 			return types.Project{}, err
 		}
 	}
@@ -203,7 +203,7 @@ func (s *Service) GetProject(ctx context.Context, p types.Principal, name string
 // tenant may use one as its base); their blobs go at the next sweep. A
 // manifest left by a failure here is found by the sweep's orphan scan. Its
 // volume archives are deleted after the project (the objects, then the
-// records; volumes.Manager.DeleteOrphanArchives): a failure there is
+// records; workspace.Volumes.DeleteOrphanArchives): a failure there is
 // logged, not answered, as the project is gone.
 func (s *Service) DeleteProject(ctx context.Context, p types.Principal, name string) error {
 	if err := ValidateName("project", name); err != nil {

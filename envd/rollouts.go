@@ -9,7 +9,7 @@ import (
 
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
-	"github.com/envd-dev/envd/envd/build"
+	"github.com/envd-dev/envd/builder"
 	"github.com/envd-dev/envd/envd/rollout"
 	"github.com/envd-dev/envd/versions"
 )
@@ -103,7 +103,7 @@ func (s *Service) currentBase(ctx context.Context, p versions.Project) string {
 		return ""
 	}
 	out := ""
-	if b, ok := build.PickBase(bases, img); ok {
+	if b, ok := builder.PickBase(bases, img); ok {
 		out = b.Name + " (" + b.Ref() + ")"
 	}
 	s.bases.put(key.String(), out)

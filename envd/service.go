@@ -43,7 +43,7 @@ import (
 
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
-	"github.com/envd-dev/envd/envd/build"
+	"github.com/envd-dev/envd/builder"
 	"github.com/envd-dev/envd/envd/changes"
 	"github.com/envd-dev/envd/envd/checkpoint"
 	"github.com/envd-dev/envd/envd/cluster"
@@ -60,7 +60,6 @@ import (
 	"github.com/envd-dev/envd/envd/save"
 	"github.com/envd-dev/envd/envd/sshkeys"
 	"github.com/envd-dev/envd/envd/tokens"
-	"github.com/envd-dev/envd/envd/volumes"
 	"github.com/envd-dev/envd/envd/wrap"
 	"github.com/envd-dev/envd/internal/limiter"
 	"github.com/envd-dev/envd/internal/objstore"
@@ -205,7 +204,7 @@ type Service struct {
 	quota   *quota.Checker
 	content *gc.Content
 	saver   *save.Saver
-	vols    *volumes.Manager
+	vols    *workspace.Volumes
 	life    *lifecycle.Manager
 	cmds    *command.Runner
 	// The features as the API reaches them, with the cross-cutting
@@ -214,8 +213,9 @@ type Service struct {
 	renews    wrap.Renewer
 	saves     wrap.Saver
 	instances wrap.InstanceGetter
-	builds    *build.Builder
+	builds    *builder.Builder
 	gc        *gc.Collector
+	placer    *cluster.Placer
 
 	limits     *limiter.Limiter // per-tenant concurrency (admission.go)
 	limitsOnce sync.Once
@@ -299,12 +299,12 @@ func (s *Service) wire(ctx context.Context) {
 	s.saver = save.New(save.Deps{Node: cfg.Node, WorkDir: cfg.WorkDir, Runtime: s.rt, Store: saveStore{s.store.Instances, s.store.Projects, s.store.Versions, s.store.Operations}, Reg: s.reg,
 		Content: s.content, Quota: s.quota, Ops: s.ops, Gate: gate, Log: s.log, Observer: cfg.Observer})
 	// A nil *workspace.Manager must stay a nil interface: "no volumes".
-	var storage volumes.Storage
+	var storage workspace.Storage
 	var gcVolumes gc.Volumes
 	if cfg.Volumes != nil {
 		storage, gcVolumes = cfg.Volumes, cfg.Volumes
 	}
-	s.vols = volumes.New(cfg.Node, volumeStore{s.store.Projects, s.store.Instances, s.store.Volumes, s.store.Versions}, storage, cfg.Objects, s.quota, s.log).WithHomes(homeStore{s.store.Volumes, s.store.Versions})
+	s.vols = workspace.NewVolumes(cfg.Node, volumeStore{s.store.Projects, s.store.Instances, s.store.Volumes, s.store.Versions}, storage, cfg.Objects, s.quota, s.log).WithHomes(homeStore{s.store.Volumes, s.store.Versions})
 	s.life = lifecycle.New(ctx, lifecycle.Deps{Node: cfg.Node, Store: lifecycleStore{s.store.Instances, s.store.Projects, s.store.Versions, s.store.Tenants, s.store.Nodes}, Runtime: s.rt, Registry: s.reg,
 		Volumes: s.vols, Quota: s.quota, Saver: s.saver, Gate: gate, Ops: s.ops, Log: s.log, Observer: cfg.Observer,
 		DefaultLimits: cfg.DefaultLimits, BuildEgress: cfg.BuildEgress, HibernateAfter: cfg.HibernateAfter,
@@ -317,9 +317,10 @@ func (s *Service) wire(ctx context.Context) {
 	s.renews = wrap.TouchOnRenew(s.life, s)
 	s.saves = wrap.TouchOnSave(s.saver, s)
 	s.instances = wrap.WithNewerCurrent(s.life, s.newerCurrent)
-	s.builds = build.New(build.Deps{Store: buildStore{s.store.Projects, s.store.Versions, s.store.Content}, Reg: s.reg, Runtime: s.rt, Capturer: s.saver, Instances: s.life,
+	s.builds = builder.New(builder.Deps{Store: buildStore{s.store.Projects, s.store.Versions, s.store.Content}, Reg: s.reg, Runtime: s.rt, Capturer: s.saver, Instances: s.life,
 		Quota: s.quota, Content: s.content, Bases: bases{s}, Ops: s.ops, Log: s.log, Objects: cfg.Objects})
 	s.gc = gc.NewCollector(gcStore{s.store.Projects, s.store.Versions, s.store.Content}, s.reg, s.ops, cfg.Sweeper, gcVolumes).WithArchives(s.vols)
+	s.placer = cluster.NewPlacer(cfg.Node, cfg.Cluster.Placement == PlacementLocal, placerStore{s.store.Projects, s.store.Versions, s.store.Nodes, s.store.Volumes}, s.life, s.vols)
 	s.wireRollouts(ctx)
 	s.wireSquash(ctx)
 	// A nil *workspace.Manager must stay a nil interface: "no volumes".
@@ -368,7 +369,7 @@ func (s *Service) SetSSHInfo(info *types.SSHInfo) { s.sshInfo.Store(info) }
 // BuildVersion of envd, set at build time.
 var BuildVersion = "0.1.0-dev"
 
-// bases resolves base images for builds and migrations (build.Bases).
+// bases resolves base images for builds and migrations (builder.Bases).
 type bases struct{ s *Service }
 
 func (b bases) ResolveBase(ctx context.Context, tenant, base string) (registry.Image, error) {

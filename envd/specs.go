@@ -13,7 +13,6 @@ import (
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/builder"
-	"github.com/envd-dev/envd/envd/build"
 	"github.com/envd-dev/envd/envd/changes"
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/versions"
@@ -154,7 +153,7 @@ func (s *Service) OperationLogs(ctx context.Context, p types.Principal, id strin
 		return err
 	}
 	if s.cfg.Objects != nil {
-		rc, err := s.cfg.Objects.Get(ctx, build.LogKey(p.Tenant, op.ID))
+		rc, err := s.cfg.Objects.Get(ctx, builder.LogKey(p.Tenant, op.ID))
 		if err == nil {
 			defer rc.Close()
 			_, err = io.Copy(w, rc)
@@ -176,7 +175,7 @@ func (s *Service) OperationLogs(ctx context.Context, p types.Principal, id strin
 		}
 		for _, e := range evs {
 			after = e.Seq
-			if e.Type == build.EventLog {
+			if e.Type == builder.EventLog {
 				buf.WriteString(e.Message)
 				buf.WriteByte('\n')
 				lines++

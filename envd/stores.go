@@ -77,3 +77,10 @@ type portStore struct {
 	versions.Projects
 	versions.Instances
 }
+
+type placerStore struct {
+	versions.Projects
+	versions.Versions
+	versions.Nodes
+	versions.Volumes
+}

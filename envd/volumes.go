@@ -6,7 +6,7 @@ import (
 	"github.com/envd-dev/envd/api/types"
 )
 
-// The volume methods are volumes.Manager's; see there for each contract.
+// The volume methods are workspace.Volumes's; see there for each contract.
 
 // AddVolume declares a new volume on a project.
 func (s *Service) AddVolume(ctx context.Context, p types.Principal, project string, req types.AddVolumeRequest) (types.Project, error) {

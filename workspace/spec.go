@@ -1,6 +1,15 @@
-// Package workspace manages persistent volumes (strategy 1 of DESIGN.md):
+// Package workspace is the volume feature (strategy 1 of DESIGN.md):
 // named, size-limited directories that are bind-mounted into every instance
 // of a project at fixed paths and outlive the instances.
+//
+// Two layers, one package. Volumes is the feature a project sees: a
+// volume's declaration in the project's spec (add, remove, list), its
+// mounts into instances, its archives in object storage (archive, restore,
+// checkpoints) and its home node (follow, handoff). It needs the store's
+// project, instance and archive records (Store, HomeStore), the node's
+// volume storage (Storage, which Manager is) and object storage, and the
+// quota check of stored bytes (Quota). Manager is the node's side: the
+// volumes' directories, their mounts, ownership and archive IO.
 //
 // Terms:
 //

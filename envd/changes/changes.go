@@ -46,7 +46,7 @@ func Compute(ctx context.Context, src Layers, before, after registry.Image, limi
 	for _, side := range []registry.Image{before, after} {
 		for i := common; i < len(side.Layers); i++ {
 			if err := readLayer(ctx, src, side, i, func(r io.Reader) error {
-				return walk(r, func(e tarfs.LayerEntry) error { in.note(e); return nil })
+				return tarfs.WalkLayer(r, func(e tarfs.LayerEntry) error { in.note(e); return nil })
 			}); err != nil {
 				return types.Changes{}, err
 			}

@@ -233,3 +233,54 @@ func TestCacheDropsTheLeastRecentlyUsed(t *testing.T) {
 	_, ok = c.Get("a", "b", 5)
 	assert.False(t, ok, "another limit is another entry")
 }
+
+// rawLayer writes tar headers as given (hard links, no parent entries).
+func rawLayer(t *testing.T, entries ...tar.Header) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, h := range entries {
+		body := ""
+		if h.Typeflag == tar.TypeReg {
+			body = h.Uname // the content, carried in a field a layer leaves empty here
+			h.Uname, h.Size = "", int64(len(body))
+		}
+		require.NoError(t, tw.WriteHeader(&h))
+		_, err := tw.Write([]byte(body))
+		require.NoError(t, err)
+	}
+	require.NoError(t, tw.Close())
+	return buf.Bytes()
+}
+
+// A file's content rewritten under one name of a hard link changed it
+// under both: the link is modified too.
+func TestComputeHardLinkFollowsItsTarget(t *testing.T) {
+	src := layers{
+		"base": rawLayer(t, tar.Header{Name: "bin/", Typeflag: tar.TypeDir, Mode: 0o755},
+			tar.Header{Name: "bin/a", Typeflag: tar.TypeReg, Mode: 0o755, Uname: "one"},
+			tar.Header{Name: "bin/b", Typeflag: tar.TypeLink, Mode: 0o755, Linkname: "bin/a"}),
+		"rewrite": rawLayer(t, tar.Header{Name: "bin/", Typeflag: tar.TypeDir, Mode: 0o755},
+			tar.Header{Name: "bin/a", Typeflag: tar.TypeReg, Mode: 0o755, Uname: "two!"},
+			tar.Header{Name: "bin/b", Typeflag: tar.TypeLink, Mode: 0o755, Linkname: "bin/a"}),
+	}
+	got, err := Compute(context.Background(), src, image("base"), image("base", "rewrite"), 0)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"/bin/a", "/bin/b"}, paths(got.Modified))
+}
+
+// A whiteout in the shared layers deletes a directory whose entries a
+// newer layer names without their parents: what that layer brings back is
+// added, not "unchanged" against what the whiteout deleted.
+func TestComputeWhiteoutAboveWhatALayerNames(t *testing.T) {
+	src := layers{
+		"base": rawLayer(t, tar.Header{Name: "a/", Typeflag: tar.TypeDir, Mode: 0o755}, tar.Header{Name: "a/b/", Typeflag: tar.TypeDir, Mode: 0o755},
+			tar.Header{Name: "a/b/c", Typeflag: tar.TypeReg, Mode: 0o644, Uname: "c"}),
+		"gone": rawLayer(t, tar.Header{Name: ".wh.a", Typeflag: tar.TypeReg}),
+		"back": rawLayer(t, tar.Header{Name: "a/b/c", Typeflag: tar.TypeReg, Mode: 0o644, Uname: "c"}),
+	}
+	got, err := Compute(context.Background(), src, image("base", "gone"), image("base", "gone", "back"), 0)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"/a/b/c"}, paths(got.Added))
+	assert.Empty(t, got.Modified)
+}

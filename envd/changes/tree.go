@@ -26,6 +26,9 @@ type entry struct {
 
 func (e entry) same(o entry) bool { return e == o }
 
+// IsDir: the replay removes what was below a directory.
+func (e entry) IsDir() bool { return e.typ == tar.TypeDir }
+
 // state is a flattened file system, or the part of one a diff looks at.
 type state map[string]entry
 
@@ -37,54 +40,18 @@ func (s state) clone() state {
 	return out
 }
 
-// removeUnder deletes p's descendants, and p itself when self. Only a
-// directory has descendants: for anything else it is one map operation.
-func (s state) removeUnder(p string, self bool) {
-	old, ok := s[p]
-	if self {
-		delete(s, p)
-	}
-	if ok && old.typ != tar.TypeDir {
-		return
-	}
-	prefix := p + "/"
-	if p == "/" {
-		prefix = "/"
-	}
-	for k := range s {
-		if strings.HasPrefix(k, prefix) {
-			delete(s, k)
-		}
-	}
-}
-
-// Entries of an eStargz layer's tar that are not part of the file system.
-var estargzMeta = map[string]bool{
-	"stargz.index.json": true, ".prefetch.landmark": true, ".no.prefetch.landmark": true,
-}
-
-// walk calls f for each entry of an uncompressed layer tar, whiteouts
-// decoded and paths absolute, without the root and eStargz's own entries.
-func walk(layer io.Reader, f func(tarfs.LayerEntry) error) error {
-	return tarfs.ReadLayer(layer, func(e tarfs.LayerEntry) error {
-		if e.Kind == tarfs.Added && (e.Path == "." || estargzMeta[e.Path]) {
-			return nil
-		}
-		e.Path = path.Join("/", e.Path)
-		return f(e)
-	})
-}
-
 // interest is the part of a file system a diff needs: the paths the
 // compared layers touch, and everything under the paths they may replace
-// or delete.
+// or delete. parents are the directories above them: a removal there
+// reaches them.
 type interest struct {
 	paths   map[string]bool
 	subtree map[string]bool
+	parents map[string]bool
 }
 
 func newInterest() *interest {
-	return &interest{paths: map[string]bool{}, subtree: map[string]bool{}}
+	return &interest{paths: map[string]bool{}, subtree: map[string]bool{}, parents: map[string]bool{}}
 }
 
 // note records what one layer entry touches.
@@ -94,6 +61,13 @@ func (in *interest) note(e tarfs.LayerEntry) {
 	// entry that is not a directory replaces one that was.
 	if e.Kind != tarfs.Added || e.Header.Typeflag != tar.TypeDir {
 		in.subtree[e.Path] = true
+	}
+	for d := e.Path; d != "/" && d != "."; {
+		d = path.Dir(d)
+		if in.parents[d] {
+			break
+		}
+		in.parents[d] = true
 	}
 }
 
@@ -110,28 +84,28 @@ func (in *interest) wants(p string) bool {
 	return false
 }
 
-// apply applies one layer to s. With in set, only wanted paths are kept
-// (and hashed). content receives the bytes of the files named in it.
+// want is in as the replay's Want: nil wants everything.
+func (in *interest) want(p string) tarfs.Want {
+	switch {
+	case in == nil || in.wants(p):
+		return tarfs.Record
+	case in.parents[p]:
+		return tarfs.Below
+	}
+	return tarfs.Skip
+}
+
+// apply applies one layer to s (tarfs.Replay). With in set, only wanted
+// paths are kept (and hashed). content receives the bytes of the files
+// named in it. A hard link carries its target's size and digest.
 func (s state) apply(layer io.Reader, in *interest, content map[string][]byte) error {
-	return walk(layer, func(e tarfs.LayerEntry) error {
-		if in != nil && !in.wants(e.Path) {
-			return nil
-		}
-		switch e.Kind {
-		case tarfs.Opaque:
-			s.removeUnder(e.Path, false)
-			return nil
-		case tarfs.Whiteout:
-			s.removeUnder(e.Path, true)
-			return nil
-		}
+	return tarfs.Replay[entry]{Want: in.want, Value: func(e tarfs.LayerEntry, target entry, hasTarget bool) (entry, error) {
 		h := e.Header
-		if old, ok := s[e.Path]; ok && old.typ == tar.TypeDir && h.Typeflag != tar.TypeDir {
-			s.removeUnder(e.Path, false) // a file replacing a directory
-		}
 		en := entry{typ: h.Typeflag, mode: h.Mode & 0o7777, uid: h.Uid, gid: h.Gid, link: h.Linkname}
-		if h.Typeflag == tar.TypeReg || h.Typeflag == tar.TypeRegA {
-			en.typ = tar.TypeReg
+		if h.Typeflag == tar.TypeLink && hasTarget {
+			en.size, en.digest = target.size, target.digest
+		}
+		if h.Typeflag == tar.TypeReg {
 			hash := sha256.New()
 			var w io.Writer = hash
 			var buf *strings.Builder
@@ -141,16 +115,15 @@ func (s state) apply(layer io.Reader, in *interest, content map[string][]byte) e
 			}
 			n, err := io.Copy(w, e.Body)
 			if err != nil {
-				return fmt.Errorf("read %s: %w", e.Path, err)
+				return entry{}, fmt.Errorf("read %s: %w", e.Path, err)
 			}
 			en.size, en.digest = n, hex.EncodeToString(hash.Sum(nil))
 			if buf != nil {
 				content[e.Path] = []byte(buf.String())
 			}
 		}
-		s[e.Path] = en
-		return nil
-	})
+		return en, nil
+	}}.Apply(s, layer)
 }
 
 // typeName is the wire name of a tar typeflag.

@@ -1,6 +1,8 @@
-// Package cluster holds the decisions of a cluster of nodes that need no
-// I/O: where a new instance goes (Place). Membership, leases and node loss
-// are kept in PostgreSQL (versions) and driven by Membership.
+// Package cluster is the cluster of nodes: where a new instance goes.
+// Place is the decision, without I/O (fit, disk room, volumes, cache
+// affinity, spread, labels); Placer reads what it needs of the members and
+// the project from the store and asks Place. Membership, leases and node
+// loss are kept in PostgreSQL (versions) and driven by Membership (membership.go).
 package cluster
 
 import (

@@ -66,7 +66,7 @@ type Collector struct {
 }
 
 // Archives deletes the objects of archives no project holds any more
-// (volumes.Manager.DeleteOrphanArchives).
+// (workspace.Volumes.DeleteOrphanArchives).
 type Archives interface {
 	DeleteOrphanArchives(ctx context.Context)
 }

@@ -201,7 +201,7 @@ func (m *Manager) startPlanned(ctx context.Context, p types.Principal, id string
 	}
 	if !plan.isolated && plan.checkpoint == 0 {
 		// Refused before the instance is recorded when its volumes cannot
-		// come to this node (volumes.Manager.Follow). A start from a
+		// come to this node (workspace.Volumes.Follow). A start from a
 		// checkpoint brings them from its archives instead (a project
 		// whose volume home was lost starts again this way).
 		if err := m.Volumes.Follow(ctx, plan.proj); err != nil {

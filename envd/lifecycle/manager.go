@@ -93,7 +93,7 @@ type Registry interface {
 	Addr() string
 }
 
-// Volumes are a project's volumes on this node (volumes.Manager).
+// Volumes are a project's volumes on this node (workspace.Volumes).
 type Volumes interface {
 	Mounts(ctx context.Context, proj versions.Project) ([]runtime.Mount, []string, error)
 	Paths(ctx context.Context, tenant, project string) []string
@@ -101,7 +101,7 @@ type Volumes interface {
 	// checkpoint number before instance except (being started) mounts them.
 	RestoreCheckpoint(ctx context.Context, proj versions.Project, number int, except string) error
 	// Follow brings the project's volume data to this node before an
-	// instance starts here (volumes.Manager.Follow); Handoff archives it
+	// instance starts here (workspace.Volumes.Follow); Handoff archives it
 	// when nothing of the project runs here any more.
 	Follow(ctx context.Context, proj versions.Project) error
 	Handoff(ctx context.Context, tenant, project string)

@@ -43,7 +43,7 @@ import (
 
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
-	"github.com/envd-dev/envd/envd/build"
+	"github.com/envd-dev/envd/builder"
 	"github.com/envd-dev/envd/envd/names"
 	"github.com/envd-dev/envd/envd/ops"
 	"github.com/envd-dev/envd/registry"
@@ -74,10 +74,10 @@ type Store interface {
 }
 
 // Migrator migrates one project and knows the imported bases
-// (build.Builder).
+// (builder.Builder).
 type Migrator interface {
-	MigrateProject(ctx context.Context, ev build.Events, s build.MigrateSpec) (types.MigrateResult, error)
-	Bases(ctx context.Context) ([]build.Base, error)
+	MigrateProject(ctx context.Context, ev builder.Events, s builder.MigrateSpec) (types.MigrateResult, error)
+	Bases(ctx context.Context) ([]builder.Base, error)
 }
 
 // Registry reads image manifests.
@@ -322,7 +322,7 @@ func (r *Runner) Select(ctx context.Context, tenant, selector string, from regis
 			r.d.Log.Warn("rollout selection: read a current version", "tenant", p.Tenant, "project", p.Name, "err", err)
 			continue
 		}
-		if base, ok := build.PickBase(bases, img); ok && base.Digest == from.Digest {
+		if base, ok := builder.PickBase(bases, img); ok && base.Digest == from.Digest {
 			out = append(out, versions.RolloutProject{Tenant: p.Tenant, Project: p.Name, OldVersion: p.Current})
 		}
 	}
@@ -603,7 +603,7 @@ func (r *Runner) migrate(ctx context.Context, op *ops.Op, ro versions.Rollout, p
 	default:
 		// The switch is this package's (switchForward), not the
 		// migration's, so that it is written down before it is made.
-		mr, merr := r.d.Migrator.MigrateProject(ctx, op, build.MigrateSpec{
+		mr, merr := r.d.Migrator.MigrateProject(ctx, op, builder.MigrateSpec{
 			Tenant: p.Tenant, Project: p.Project, From: p.OldVersion, NewBase: ro.To, Trial: trial,
 			Validate: ro.Validate, ConflictsOnly: ro.DryRun, StopOnConflicts: !ro.AllowConflicts,
 		})

@@ -44,7 +44,7 @@ type Registry interface {
 	Squash(ctx context.Context, img, base registry.Image, layer registry.LayerFile, targetRepo string, annotations map[string]string) (registry.Image, error)
 }
 
-// Bases finds the imported base image an image sits on (*build.Builder).
+// Bases finds the imported base image an image sits on (*builder.Builder).
 type Bases interface {
 	BaseOf(ctx context.Context, image string) (registry.Image, error)
 }

@@ -1,8 +1,9 @@
 // Package tarfs is envd's one way between directories and tar: the save
 // path's upper dir into a layer (snapshotter), a rootfs directory into an
 // image layer (registry), a volume into its archive and back (workspace), a
-// layer's entries for migrations (builder), and an uploaded rootfs tar into
-// a layer (CopyRootfs). One place for a tar bug in the code that decides
+// layer's entries for migrations (builder), an uploaded rootfs tar into
+// a layer (CopyRootfs), and the one replay of image layers into a flattened
+// tree (Replay: migrations' conflicts, spec export, version changes). One place for a tar bug in the code that decides
 // whether a save is faithful.
 //
 // Terms:

@@ -1,4 +1,4 @@
-package volumes
+package workspace
 
 import (
 	"context"
@@ -17,7 +17,7 @@ func btoi(b bool) int {
 }
 
 // checkpointArchive is the archive of volume of checkpoint number.
-func (m *Manager) checkpointArchive(ctx context.Context, tenant, project string, number int, volume string) (versions.Archive, error) {
+func (m *Volumes) checkpointArchive(ctx context.Context, tenant, project string, number int, volume string) (versions.Archive, error) {
 	if number < 0 {
 		return versions.Archive{}, fmt.Errorf("checkpoint %d: %w", number, errdefs.ErrInvalidArgument)
 	}
@@ -38,7 +38,7 @@ func (m *Manager) checkpointArchive(ctx context.Context, tenant, project string,
 // instance (except, being started) mounts them. A volume declared after
 // the checkpoint keeps its content. Refused while another live instance of
 // the project runs on this node (it has the volumes mounted).
-func (m *Manager) RestoreCheckpoint(ctx context.Context, proj versions.Project, number int, except string) error {
+func (m *Volumes) RestoreCheckpoint(ctx context.Context, proj versions.Project, number int, except string) error {
 	c, err := m.store.GetCheckpoint(ctx, proj.Tenant, proj.Name, number)
 	if err != nil {
 		return err
@@ -92,8 +92,8 @@ func (m *Manager) RestoreCheckpoint(ctx context.Context, proj versions.Project, 
 // RestoreFromCheckpoint restores the volume name from its archive of
 // checkpoint req.Checkpoint on this node, in place while instances have it
 // mounted: the caller has frozen this node's running instances of the
-// project (see workspace.Manager.RestoreInPlace).
-func (m *Manager) RestoreFromCheckpoint(ctx context.Context, p types.Principal, project, name string, req types.VolumeArchiveRequest) (types.Volume, error) {
+// project (see Manager.RestoreInPlace).
+func (m *Volumes) RestoreFromCheckpoint(ctx context.Context, p types.Principal, project, name string, req types.VolumeArchiveRequest) (types.Volume, error) {
 	if req.Checkpoint <= 0 || req.Key != "" || req.Name != "" || req.Replace {
 		return types.Volume{}, fmt.Errorf("a restore from a checkpoint takes the checkpoint alone: %w", errdefs.ErrInvalidArgument)
 	}

@@ -1,4 +1,4 @@
-package volumes
+package workspace
 
 import (
 	"context"
@@ -35,7 +35,7 @@ const handoffArchive = "handoff"
 
 // WithHomes enables following: without it (a node with no shared store)
 // volumes stay node-local as before.
-func (m *Manager) WithHomes(h HomeStore) *Manager {
+func (m *Volumes) WithHomes(h HomeStore) *Volumes {
 	m.homes = h
 	return m
 }
@@ -45,7 +45,7 @@ func (m *Manager) WithHomes(h HomeStore) *Manager {
 // them yet; the handoff archives are restored when another node handed
 // them off; ErrVolumeElsewhere when another node holds them and no
 // archive carries them.
-func (m *Manager) Follow(ctx context.Context, proj versions.Project) error {
+func (m *Volumes) Follow(ctx context.Context, proj versions.Project) error {
 	ps, err := spec.Parse(proj.Spec)
 	if err != nil || len(ps.Volumes) == 0 || m.homes == nil || m.storage == nil {
 		return err
@@ -96,7 +96,7 @@ func (m *Manager) Follow(ctx context.Context, proj versions.Project) error {
 // records the archives on the home, so that the next instance may start
 // on any node. A failure is logged: the data stays here and a start
 // elsewhere is refused, never given an empty volume.
-func (m *Manager) Handoff(ctx context.Context, tenant, project string) {
+func (m *Volumes) Handoff(ctx context.Context, tenant, project string) {
 	if m.homes == nil || m.storage == nil || m.objects == nil {
 		return
 	}
@@ -107,7 +107,7 @@ func (m *Manager) Handoff(ctx context.Context, tenant, project string) {
 	}
 }
 
-func (m *Manager) handoff(ctx context.Context, tenant, project string) error {
+func (m *Volumes) handoff(ctx context.Context, tenant, project string) error {
 	_, ps, err := m.projectSpec(ctx, tenant, project)
 	if err != nil || len(ps.Volumes) == 0 {
 		return err
@@ -145,7 +145,7 @@ func (m *Manager) handoff(ctx context.Context, tenant, project string) error {
 // newestCheckpoint is the project's newest coordinated checkpoint that
 // archived all its volumes, made on the volumes' home or elsewhere; ok
 // false when none (or the lookup failed: the refusal stands without it).
-func (m *Manager) newestCheckpoint(ctx context.Context, proj versions.Project, volumes int) (versions.Checkpoint, bool) {
+func (m *Volumes) newestCheckpoint(ctx context.Context, proj versions.Project, volumes int) (versions.Checkpoint, bool) {
 	cps, err := m.homes.ListCheckpoints(ctx, proj.Tenant, proj.Name)
 	if err != nil {
 		m.log.Warn("checkpoints of a project whose volumes are elsewhere", "project", proj.Name, "err", err)

@@ -1,4 +1,4 @@
-package build
+package builder
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
-	"github.com/envd-dev/envd/builder"
 	"github.com/envd-dev/envd/envd/ops"
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/versions"
@@ -68,7 +67,7 @@ func (b *Builder) rebuild(ctx context.Context, ev Events, s MigrateSpec, proj ve
 	}
 	req.From = base.Number
 	p := types.Principal{Tenant: s.Tenant}
-	key := builder.SpecKey(base.Image, req)
+	key := SpecKey(base.Image, req)
 	v, err := b.d.Store.FindBuild(ctx, s.Tenant, s.Project, key)
 	switch {
 	case err == nil:

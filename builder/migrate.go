@@ -1,4 +1,4 @@
-package build
+package builder
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
-	"github.com/envd-dev/envd/builder"
 	"github.com/envd-dev/envd/envd/names"
 	"github.com/envd-dev/envd/envd/ops"
 	"github.com/envd-dev/envd/registry"
@@ -154,7 +153,7 @@ func (b *Builder) MigrateProject(ctx context.Context, ev Events, s MigrateSpec) 
 	if err != nil {
 		return res, err
 	}
-	res.DatabaseConflict = slices.ContainsFunc(conflicts, func(c string) bool { return slices.Contains(builder.DatabasePaths, c) })
+	res.DatabaseConflict = slices.ContainsFunc(conflicts, func(c string) bool { return slices.Contains(DatabasePaths, c) })
 	res.Conflicts = append(res.Conflicts, conflicts[:min(len(conflicts), maxConflicts)]...)
 	ev.Event(ctx, "conflicts", fmt.Sprintf("%s: %d paths changed by both the base update and the project", s.Project, len(conflicts)),
 		map[string]any{"project": s.Project, "conflicts": res.Conflicts})
@@ -275,7 +274,7 @@ func (b *Builder) rebaseConflicts(ctx context.Context, img, oldBase, newBase reg
 	if err != nil {
 		return nil, err
 	}
-	var changes builder.Changed
+	var changes Changed
 	for i := len(oldBase.Layers); i < len(img.Layers); i++ {
 		rc, err := b.d.Reg.OpenLayer(ctx, img, i)
 		if err != nil {
@@ -287,12 +286,12 @@ func (b *Builder) rebaseConflicts(ctx context.Context, img, oldBase, newBase reg
 			return nil, fmt.Errorf("layer %d of %s: %w", i, img.Ref(), err)
 		}
 	}
-	return builder.Conflicts(oldTree, newTree, changes), nil
+	return Conflicts(oldTree, newTree, changes), nil
 }
 
 // tree flattens an image's layers.
-func (b *Builder) tree(ctx context.Context, img registry.Image) (builder.Tree, error) {
-	t := builder.Tree{}
+func (b *Builder) tree(ctx context.Context, img registry.Image) (Tree, error) {
+	t := Tree{}
 	for i := range img.Layers {
 		rc, err := b.d.Reg.OpenLayer(ctx, img, i)
 		if err != nil {

@@ -1,14 +1,4 @@
-// Package build makes versions by running work in isolated containers:
-// builds (packages installed on a version, the change saved as a version
-// of kind build, validated in a trial instance) and migrations (a
-// version's own layers rebased onto a new base image, validated the same
-// way). Both run as operations; an interrupted one is settled at the next
-// start, not run again. It needs the store's version records (Store), the
-// registry's Get, Rebase and OpenLayer (Registry), the runtime's Exec, the
-// save path's Capture and Commit (Capturer), isolated instances
-// (Instances), the early quota check, the upload lease, and the
-// resolution of base image names (Bases).
-package build
+package builder
 
 import (
 	"bytes"
@@ -24,7 +14,6 @@ import (
 
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
-	"github.com/envd-dev/envd/builder"
 	"github.com/envd-dev/envd/envd/names"
 	"github.com/envd-dev/envd/envd/ops"
 	"github.com/envd-dev/envd/envd/save"
@@ -160,7 +149,7 @@ func (b *Builder) Build(ctx context.Context, p types.Principal, project string, 
 	if err := names.Validate("project", project); err != nil {
 		return types.Operation{}, err
 	}
-	if err := builder.CheckSpec(req); err != nil {
+	if err := CheckSpec(req); err != nil {
 		return types.Operation{}, err
 	}
 	if err := checkCommands(req.Validate); err != nil {
@@ -198,7 +187,7 @@ func (b *Builder) RunBuild(ctx context.Context, op *ops.Op, p types.Principal, j
 	}
 	blog := b.newLog(ctx, op, p.Tenant, op.ID)
 	defer blog.close()
-	res.Key = builder.SpecKey(from.Image, req)
+	res.Key = SpecKey(from.Image, req)
 	v, err := b.d.Store.FindBuild(ctx, p.Tenant, job.Project, res.Key)
 	switch {
 	case err == nil:
@@ -233,11 +222,11 @@ func (b *Builder) RunBuild(ctx context.Context, op *ops.Op, p types.Principal, j
 	return res, nil
 }
 
-// buildVersion runs the build's steps (builder.Plan: sources, packages,
+// buildVersion runs the build's steps (Plan: sources, packages,
 // files, run) in a build container (id) on from and saves the change as a
 // version of kind build (not current) that keeps req as its declared spec.
 func (b *Builder) buildVersion(ctx context.Context, op Events, blog *buildLog, p types.Principal, project, id string, from versions.Version, req types.BuildRequest, key string) (versions.Version, error) {
-	steps, err := builder.Plan(req, b.contextReader(ctx, p.Tenant, project, req.Context))
+	steps, err := Plan(req, b.contextReader(ctx, p.Tenant, project, req.Context))
 	if err != nil {
 		return versions.Version{}, err
 	}
@@ -283,7 +272,7 @@ func (b *Builder) buildVersion(ctx context.Context, op Events, blog *buildLog, p
 func buildMessage(key string, req types.BuildRequest) string {
 	what := []string{}
 	if len(req.Packages) > 0 {
-		what = append(what, req.Manager+": "+strings.Join(builder.Normalize(req.Packages), " "))
+		what = append(what, req.Manager+": "+strings.Join(Normalize(req.Packages), " "))
 	}
 	if n := len(req.Files); n > 0 {
 		what = append(what, fmt.Sprintf("%d files", n))
@@ -335,7 +324,7 @@ func (b *Builder) runValidation(ctx context.Context, op Events, blog *buildLog, 
 	}
 	defer b.d.Instances.RemoveIsolated(id)
 	for i, args := range commands {
-		if err := b.runStep(ctx, op, blog, in.ID, builder.Step{Args: args}); err != nil {
+		if err := b.runStep(ctx, op, blog, in.ID, Step{Args: args}); err != nil {
 			return i, err
 		}
 	}
@@ -345,7 +334,7 @@ func (b *Builder) runValidation(ctx context.Context, op Events, blog *buildLog, 
 // runStep runs one command in a build or trial container; its output goes
 // to the build log (blog, nil = none) unless the step is quiet. A non-zero
 // exit is an error carrying the end of its output.
-func (b *Builder) runStep(ctx context.Context, op Events, blog *buildLog, id string, step builder.Step) error {
+func (b *Builder) runStep(ctx context.Context, op Events, blog *buildLog, id string, step Step) error {
 	sctx, cancel := context.WithTimeout(ctx, buildTimeout)
 	defer cancel()
 	out := &tailBuffer{max: 2000}
@@ -422,7 +411,7 @@ func (b *Builder) SettleBuild(ctx context.Context, op versions.Operation) {
 		b.d.Instances.RemoveIsolated(job.Trial)
 		// A version it committed but did not validate must not be reused.
 		if from, err := b.d.Store.GetVersion(ctx, op.Tenant, job.Project, job.Request.From); err == nil {
-			key := builder.SpecKey(from.Image, job.Request)
+			key := SpecKey(from.Image, job.Request)
 			if err := b.d.Store.FailUnvalidatedBuilds(ctx, op.Tenant, job.Project, key); err != nil {
 				b.d.Log.Warn("fail interrupted build", "op", op.ID, "err", err)
 			}

@@ -1,4 +1,4 @@
-package volumes
+package workspace
 
 import (
 	"context"
@@ -57,7 +57,7 @@ func viewArchive(a versions.Archive) types.VolumeArchive {
 
 // ListArchives lists the archives of a project, of one volume or of all
 // (volume ""), newest first per volume.
-func (m *Manager) ListArchives(ctx context.Context, p types.Principal, project, volume string) ([]types.VolumeArchive, error) {
+func (m *Volumes) ListArchives(ctx context.Context, p types.Principal, project, volume string) ([]types.VolumeArchive, error) {
 	if err := names.Validate("project", project); err != nil {
 		return nil, err
 	}
@@ -75,7 +75,7 @@ func (m *Manager) ListArchives(ctx context.Context, p types.Principal, project, 
 // DeleteArchive deletes archive name of a project's volume: the record
 // first, then the object (a failure there is logged and leaves only an
 // unreachable object).
-func (m *Manager) DeleteArchive(ctx context.Context, p types.Principal, project, volume, name string) (types.VolumeArchive, error) {
+func (m *Volumes) DeleteArchive(ctx context.Context, p types.Principal, project, volume, name string) (types.VolumeArchive, error) {
 	if err := names.Validate("project", project); err != nil {
 		return types.VolumeArchive{}, err
 	}
@@ -89,7 +89,7 @@ func (m *Manager) DeleteArchive(ctx context.Context, p types.Principal, project,
 
 // deleteArchiveObject deletes an object no record points to any more,
 // also after ctx is canceled; a failure is logged.
-func (m *Manager) deleteArchiveObject(ctx context.Context, key string) {
+func (m *Volumes) deleteArchiveObject(ctx context.Context, key string) {
 	if m.objects == nil {
 		m.log.Warn("archive object left: this node has no object storage", "key", key)
 		return
@@ -104,7 +104,7 @@ func (m *Manager) deleteArchiveObject(ctx context.Context, key string) {
 // DeleteOrphanArchives deletes the objects of archives whose project was
 // deleted, then their records. A record whose object could not be deleted
 // stays, so a later pass (the next project deletion) tries again.
-func (m *Manager) DeleteOrphanArchives(ctx context.Context) {
+func (m *Volumes) DeleteOrphanArchives(ctx context.Context) {
 	if m.objects == nil {
 		return
 	}
@@ -130,7 +130,7 @@ func (m *Manager) DeleteOrphanArchives(ctx context.Context) {
 // chosen here (see the top of this file) and records it, so that it can be restored
 // on another node. The object is written first and recorded last: a
 // failure leaves no record, and the new object is deleted.
-func (m *Manager) Archive(ctx context.Context, p types.Principal, project, name string, req types.VolumeArchiveRequest) (types.VolumeArchive, error) {
+func (m *Volumes) Archive(ctx context.Context, p types.Principal, project, name string, req types.VolumeArchiveRequest) (types.VolumeArchive, error) {
 	if req.Key != "" {
 		return types.VolumeArchive{}, fmt.Errorf("key %q: archive keys are chosen by the server; name the archive with name: %w", req.Key, errdefs.ErrInvalidArgument)
 	}
@@ -178,7 +178,7 @@ func (m *Manager) Archive(ctx context.Context, p types.Principal, project, name 
 // resolved through the archive records only: any other key, another
 // tenant's included, is ErrNotFound. Refused while the project has live
 // instances on this node.
-func (m *Manager) Restore(ctx context.Context, p types.Principal, project, name string, req types.VolumeArchiveRequest) (types.Volume, error) {
+func (m *Volumes) Restore(ctx context.Context, p types.Principal, project, name string, req types.VolumeArchiveRequest) (types.Volume, error) {
 	if given := btoi(req.Key != "") + btoi(req.Name != "") + btoi(req.Checkpoint != 0); given != 1 {
 		return types.Volume{}, fmt.Errorf("give the archive's name, its key or a checkpoint, one of them: %w", errdefs.ErrInvalidArgument)
 	}

@@ -1,4 +1,4 @@
-package build
+package builder
 
 import (
 	"archive/tar"
@@ -16,7 +16,6 @@ import (
 
 	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
-	"github.com/envd-dev/envd/builder"
 	"github.com/envd-dev/envd/envd/names"
 )
 
@@ -305,8 +304,8 @@ func (b *Builder) contextReader(ctx context.Context, tenant, project, digest str
 			if hdr.Typeflag != tar.TypeReg {
 				return nil, fmt.Errorf("%q of build context %s is not a regular file: %w", name, digest, errdefs.ErrInvalidArgument)
 			}
-			if hdr.Size > builder.MaxContextFileBytes {
-				return nil, fmt.Errorf("%q of build context %s: larger than %d bytes: %w", name, digest, builder.MaxContextFileBytes, errdefs.ErrInvalidArgument)
+			if hdr.Size > MaxContextFileBytes {
+				return nil, fmt.Errorf("%q of build context %s: larger than %d bytes: %w", name, digest, MaxContextFileBytes, errdefs.ErrInvalidArgument)
 			}
 			return io.ReadAll(tr)
 		}

@@ -1,10 +1,4 @@
-// Package volumes owns a project's volumes: their declaration in the
-// project's spec, their directories on this node (mounted into instances),
-// and their archives in object storage (archives.go). It needs the
-// store's project, instance and archive records (Store), the node's volume
-// storage (Storage, a workspace.Manager) and object storage, and the quota
-// check of stored bytes (Quota).
-package volumes
+package workspace
 
 import (
 	"context"
@@ -21,7 +15,6 @@ import (
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/runtime"
 	"github.com/envd-dev/envd/versions"
-	"github.com/envd-dev/envd/workspace"
 )
 
 // Store is what volumes need of the store.
@@ -39,14 +32,14 @@ type Store interface {
 	GetCheckpoint(ctx context.Context, tenant, project string, number int) (versions.Checkpoint, error)
 }
 
-// Storage is the node's volume directories (workspace.Manager).
+// Storage is the node's volume directories (Manager).
 type Storage interface {
-	Ensure(ctx context.Context, owner string, s workspace.Spec) (string, error)
-	Usage(ctx context.Context, owner string, s workspace.Spec) (workspace.Usage, error)
+	Ensure(ctx context.Context, owner string, s Spec) (string, error)
+	Usage(ctx context.Context, owner string, s Spec) (Usage, error)
 	Remove(ctx context.Context, owner, name string) error
-	Archive(ctx context.Context, owner string, s workspace.Spec, store objstore.Store, key string) (workspace.ArchiveInfo, error)
-	Restore(ctx context.Context, owner string, s workspace.Spec, store objstore.Store, key string) error
-	RestoreInPlace(ctx context.Context, owner string, s workspace.Spec, store objstore.Store, key string) error
+	Archive(ctx context.Context, owner string, s Spec, store objstore.Store, key string) (ArchiveInfo, error)
+	Restore(ctx context.Context, owner string, s Spec, store objstore.Store, key string) error
+	RestoreInPlace(ctx context.Context, owner string, s Spec, store objstore.Store, key string) error
 }
 
 // Quota is the check of stored bytes a new volume adds (quota.Checker.Volume).
@@ -54,8 +47,8 @@ type Quota interface {
 	Volume(ctx context.Context, tenant string, addBytes int64) error
 }
 
-// Manager manages the volumes of projects on this node.
-type Manager struct {
+// Volumes manages the volumes of projects on this node.
+type Volumes struct {
 	node    string
 	store   Store
 	storage Storage        // nil: this node offers no volumes
@@ -65,29 +58,29 @@ type Manager struct {
 	homes   HomeStore // follow.go; nil = volumes stay on their node
 }
 
-// New makes a Manager; storage and objects may be nil (the node offers no
+// NewVolumes makes a Volumes; storage and objects may be nil (the node offers no
 // volumes or no archives).
-func New(node string, store Store, storage Storage, objects objstore.Store, quota Quota, log *slog.Logger) *Manager {
-	return &Manager{node: node, store: store, storage: storage, objects: objects, quota: quota, log: log}
+func NewVolumes(node string, store Store, storage Storage, objects objstore.Store, quota Quota, log *slog.Logger) *Volumes {
+	return &Volumes{node: node, store: store, storage: storage, objects: objects, quota: quota, log: log}
 }
 
-func toSpec(v types.Volume) workspace.Spec {
-	return workspace.Spec{Name: v.Name, Path: v.Path, UID: v.UID, GID: v.GID, SizeBytes: v.SizeBytes, PathAdd: v.PathAdd}
+func toSpec(v types.Volume) Spec {
+	return Spec{Name: v.Name, Path: v.Path, UID: v.UID, GID: v.GID, SizeBytes: v.SizeBytes, PathAdd: v.PathAdd}
 }
 
-func fromSpec(s workspace.Spec) types.Volume {
+func fromSpec(s Spec) types.Volume {
 	return types.Volume{Name: s.Name, Path: s.Path, UID: s.UID, GID: s.GID, SizeBytes: s.SizeBytes, PathAdd: s.PathAdd}
 }
 
-// Parse parses and checks "NAME:PATH[:UID:GID][:SIZE]".
-func Parse(text string, pathAdd []string) (types.Volume, error) {
-	s, err := workspace.ParseSpec(text)
+// ParseVolume parses and checks "NAME:PATH[:UID:GID][:SIZE]".
+func ParseVolume(text string, pathAdd []string) (types.Volume, error) {
+	s, err := ParseSpec(text)
 	if err != nil {
 		return types.Volume{}, err
 	}
 	s.PathAdd = pathAdd
 	if s.SizeBytes == 0 {
-		s.SizeBytes = workspace.DefaultSize
+		s.SizeBytes = DefaultSize
 	}
 	if err := s.Validate(); err != nil {
 		return types.Volume{}, err
@@ -95,9 +88,9 @@ func Parse(text string, pathAdd []string) (types.Volume, error) {
 	return fromSpec(s), nil
 }
 
-// Append appends v to vols, refusing a name or a mount path that is taken,
+// AppendVolume appends v to vols, refusing a name or a mount path that is taken,
 // or a path nested in another volume's.
-func Append(vols []types.Volume, v types.Volume) ([]types.Volume, error) {
+func AppendVolume(vols []types.Volume, v types.Volume) ([]types.Volume, error) {
 	for _, o := range vols {
 		if o.Name == v.Name {
 			return nil, fmt.Errorf("volume %q: %w", v.Name, errdefs.ErrAlreadyExists)
@@ -112,7 +105,7 @@ func Append(vols []types.Volume, v types.Volume) ([]types.Volume, error) {
 func owner(tenant, project string) string { return tenant + "/" + project }
 
 // projectSpec loads a project and its declared spec.
-func (m *Manager) projectSpec(ctx context.Context, tenant, project string) (versions.Project, spec.Project, error) {
+func (m *Volumes) projectSpec(ctx context.Context, tenant, project string) (versions.Project, spec.Project, error) {
 	proj, err := m.store.GetProject(ctx, tenant, project)
 	if err != nil {
 		return proj, spec.Project{}, err
@@ -123,7 +116,7 @@ func (m *Manager) projectSpec(ctx context.Context, tenant, project string) (vers
 
 // Paths are the mount paths of a project's volumes (none if the project
 // cannot be read: an instance's view is still worth answering).
-func (m *Manager) Paths(ctx context.Context, tenant, project string) []string {
+func (m *Volumes) Paths(ctx context.Context, tenant, project string) []string {
 	_, ps, err := m.projectSpec(ctx, tenant, project)
 	if err != nil {
 		return nil
@@ -137,7 +130,7 @@ func (m *Manager) Paths(ctx context.Context, tenant, project string) []string {
 
 // Mounts makes sure the project's volumes exist and are mounted on this
 // node, and returns their bind mounts and the instance's PATH.
-func (m *Manager) Mounts(ctx context.Context, proj versions.Project) ([]runtime.Mount, []string, error) {
+func (m *Volumes) Mounts(ctx context.Context, proj versions.Project) ([]runtime.Mount, []string, error) {
 	ps, err := spec.Parse(proj.Spec)
 	if err != nil || len(ps.Volumes) == 0 {
 		return nil, nil, err
@@ -146,7 +139,7 @@ func (m *Manager) Mounts(ctx context.Context, proj versions.Project) ([]runtime.
 		return nil, nil, fmt.Errorf("project %q has volumes, but this node has no volume storage: %w", proj.Name, errdefs.ErrFailedPrecondition)
 	}
 	var mounts []runtime.Mount
-	var specs []workspace.Spec
+	var specs []Spec
 	for _, v := range ps.Volumes {
 		dir, err := m.storage.Ensure(ctx, owner(proj.Tenant, proj.Name), toSpec(v))
 		if err != nil {
@@ -156,7 +149,7 @@ func (m *Manager) Mounts(ctx context.Context, proj versions.Project) ([]runtime.
 		specs = append(specs, toSpec(v))
 	}
 	var env []string
-	path := workspace.PathWith(strings.TrimPrefix(registry.DefaultPath, "PATH="), specs...)
+	path := PathWith(strings.TrimPrefix(registry.DefaultPath, "PATH="), specs...)
 	if "PATH="+path != registry.DefaultPath {
 		env = append(env, "PATH="+path)
 	}
@@ -165,7 +158,7 @@ func (m *Manager) Mounts(ctx context.Context, proj versions.Project) ([]runtime.
 
 // liveInstances returns the project's instances that hold a node's
 // resources.
-func (m *Manager) liveInstances(ctx context.Context, tenant, project string) ([]versions.Instance, error) {
+func (m *Volumes) liveInstances(ctx context.Context, tenant, project string) ([]versions.Instance, error) {
 	ins, err := m.store.ListInstances(ctx, tenant, project)
 	if err != nil {
 		return nil, err
@@ -181,8 +174,8 @@ func (m *Manager) liveInstances(ctx context.Context, tenant, project string) ([]
 
 // Add declares a new volume on a project; instances started from now on
 // mount it.
-func (m *Manager) Add(ctx context.Context, p types.Principal, project string, req types.AddVolumeRequest) (versions.Project, error) {
-	v, err := Parse(req.Spec, req.PathAdd)
+func (m *Volumes) Add(ctx context.Context, p types.Principal, project string, req types.AddVolumeRequest) (versions.Project, error) {
+	v, err := ParseVolume(req.Spec, req.PathAdd)
 	if err != nil {
 		return versions.Project{}, err
 	}
@@ -190,7 +183,7 @@ func (m *Manager) Add(ctx context.Context, p types.Principal, project string, re
 	if err != nil {
 		return versions.Project{}, err
 	}
-	if ps.Volumes, err = Append(ps.Volumes, v); err != nil {
+	if ps.Volumes, err = AppendVolume(ps.Volumes, v); err != nil {
 		return versions.Project{}, err
 	}
 	if err := m.quota.Volume(ctx, p.Tenant, v.SizeBytes); err != nil {
@@ -206,7 +199,7 @@ func (m *Manager) Add(ctx context.Context, p types.Principal, project string, re
 
 // Remove removes a volume and deletes its data on this node. It is refused
 // while the project has live instances (they may have it mounted).
-func (m *Manager) Remove(ctx context.Context, p types.Principal, project, name string) (versions.Project, error) {
+func (m *Volumes) Remove(ctx context.Context, p types.Principal, project, name string) (versions.Project, error) {
 	proj, ps, err := m.projectSpec(ctx, p.Tenant, project)
 	if err != nil {
 		return versions.Project{}, err
@@ -240,7 +233,7 @@ func (m *Manager) Remove(ctx context.Context, p types.Principal, project, name s
 }
 
 // List lists a project's volumes with their usage on this node.
-func (m *Manager) List(ctx context.Context, p types.Principal, project string) ([]types.Volume, error) {
+func (m *Volumes) List(ctx context.Context, p types.Principal, project string) ([]types.Volume, error) {
 	_, ps, err := m.projectSpec(ctx, p.Tenant, project)
 	if err != nil {
 		return nil, err
@@ -259,7 +252,7 @@ func (m *Manager) List(ctx context.Context, p types.Principal, project string) (
 }
 
 // volume returns a declared volume that this node can archive and restore.
-func (m *Manager) volume(ctx context.Context, p types.Principal, project, name string) (types.Volume, error) {
+func (m *Volumes) volume(ctx context.Context, p types.Principal, project, name string) (types.Volume, error) {
 	_, ps, err := m.projectSpec(ctx, p.Tenant, project)
 	if err != nil {
 		return types.Volume{}, err
