@@ -23,7 +23,7 @@ import (
 
 	"github.com/envd-dev/envd/api"
 	"github.com/envd-dev/envd/api/apitest"
-	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 func newServer(t *testing.T) (*apitest.Fakes, *httptest.Server) {

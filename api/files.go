@@ -12,9 +12,9 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/envd/files"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // FileCore serves the file API (docs/api.md, "Files"): the root of an

@@ -16,9 +16,9 @@ import (
 
 	"github.com/envd-dev/envd/api"
 	"github.com/envd-dev/envd/api/apitest"
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/client"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // A request about an instance another node runs is answered by that node

@@ -22,8 +22,8 @@ import (
 
 	"github.com/envd-dev/envd/api"
 	"github.com/envd-dev/envd/api/apitest"
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/errdefs"
 	"github.com/envd-dev/envd/internal/syncbuf"
 )
 

@@ -19,9 +19,9 @@ import (
 	"github.com/coder/websocket"
 	"github.com/gin-gonic/gin"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/execproto"
 	"github.com/envd-dev/envd/envd/preview"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // The port proxy (docs/api.md, "Ports and preview URLs"): HTTP and

@@ -20,11 +20,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	envdclient "github.com/envd-dev/envd/client"
 	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/envd/node"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // capacityClients is how many clients the API part of the capacity scenario

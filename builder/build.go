@@ -12,11 +12,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/envd/names"
 	"github.com/envd-dev/envd/envd/ops"
 	"github.com/envd-dev/envd/envd/save"
+	"github.com/envd-dev/envd/errdefs"
 	"github.com/envd-dev/envd/internal/objstore"
 	"github.com/envd-dev/envd/internal/shellwords"
 	"github.com/envd-dev/envd/registry"

@@ -27,7 +27,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // Package managers.

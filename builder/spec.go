@@ -12,8 +12,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // Bounds of a spec's parts.

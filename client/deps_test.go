@@ -9,7 +9,7 @@ import (
 )
 
 // The client and the CLI are what users and SDKs build against: they depend
-// on the wire contract (api/types, api/errdefs, api/execproto) and a few small
+// on the wire contract (api/types, errdefs, api/execproto) and a few small
 // modules, never on the server's (containerd, distribution, pgx, minio, AWS).
 // The wire packages themselves depend on the standard library only.
 func TestDependenciesStayLight(t *testing.T) {
@@ -19,12 +19,12 @@ func TestDependenciesStayLight(t *testing.T) {
 		allowed []string // import path prefixes of non-standard packages
 	}{
 		{
-			pkgs:    []string{mod + "api/types", mod + "api/errdefs", mod + "api/execproto"},
-			allowed: []string{mod + "api/types", mod + "api/errdefs", mod + "api/execproto"},
+			pkgs:    []string{mod + "api/types", mod + "errdefs", mod + "api/execproto"},
+			allowed: []string{mod + "api/types", mod + "errdefs", mod + "api/execproto"},
 		},
 		{
 			pkgs: []string{mod + "client", mod + "cmd/envctl"},
-			allowed: []string{mod + "api/types", mod + "api/errdefs", mod + "api/execproto", mod + "client", mod + "cmd/envctl",
+			allowed: []string{mod + "api/types", mod + "errdefs", mod + "api/execproto", mod + "client", mod + "cmd/envctl",
 				"github.com/coder/websocket", "github.com/spf13/cobra", "github.com/spf13/pflag",
 				"golang.org/x/sys/", "golang.org/x/term",
 				// envctl cp reads and extracts directories with the project's

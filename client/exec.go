@@ -14,8 +14,8 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/execproto"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // ExecStream runs a command in the instance with its streams connected to

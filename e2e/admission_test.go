@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // The node's per-tenant save and build limits. The test holds the slots

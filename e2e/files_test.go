@@ -19,10 +19,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/client"
 	"github.com/envd-dev/envd/envd/node"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // readAll reads a file of the instance through the file API.

@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/client"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // newTenant makes a tenant with a token of its own and returns its client.

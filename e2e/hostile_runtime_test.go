@@ -19,8 +19,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/client"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // probeBase is a busybox image with /usr/local/bin/probe (e2e/testdata/probe),

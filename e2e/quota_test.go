@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/client"
 	"github.com/envd-dev/envd/envd/node"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // A tenant's quota refuses, before anything is made, what would exceed it:

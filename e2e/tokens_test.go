@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/client"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // Tokens against a full node: an expired token and a revoked one get 401

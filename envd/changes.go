@@ -6,9 +6,9 @@ import (
 	"io"
 	"slices"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/envd/changes"
+	"github.com/envd-dev/envd/errdefs"
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/versions"
 )

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // restoreVolumeFromCheckpoint restores a volume to its checkpoint's

@@ -6,9 +6,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // A node whose runtime gives no file access (the core tests' fake has no

@@ -9,9 +9,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // Hibernation saves a stopped retained instance's layer as a version that

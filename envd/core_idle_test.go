@@ -14,9 +14,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/errdefs"
 	"github.com/envd-dev/envd/internal/fakeruntime"
 )
 

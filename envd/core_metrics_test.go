@@ -16,10 +16,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/envd-dev/envd/api"
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/envd/metrics"
 	"github.com/envd-dev/envd/envd/node"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 const scrapeToken = "core-test-scrape-token"

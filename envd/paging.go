@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/errdefs"
 	"github.com/envd-dev/envd/versions"
 )
 

@@ -7,10 +7,10 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/builder"
 	"github.com/envd-dev/envd/envd/rollout"
+	"github.com/envd-dev/envd/errdefs"
 	"github.com/envd-dev/envd/versions"
 )
 

@@ -41,7 +41,6 @@ import (
 
 	"github.com/containerd/containerd/v2/core/mount"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/builder"
 	"github.com/envd-dev/envd/envd/changes"
@@ -61,6 +60,7 @@ import (
 	"github.com/envd-dev/envd/envd/sshkeys"
 	"github.com/envd-dev/envd/envd/tokens"
 	"github.com/envd-dev/envd/envd/wrap"
+	"github.com/envd-dev/envd/errdefs"
 	"github.com/envd-dev/envd/internal/limiter"
 	"github.com/envd-dev/envd/internal/objstore"
 	"github.com/envd-dev/envd/registry"

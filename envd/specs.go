@@ -10,10 +10,10 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/builder"
 	"github.com/envd-dev/envd/envd/changes"
+	"github.com/envd-dev/envd/errdefs"
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/versions"
 )

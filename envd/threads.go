@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/errdefs"
 	"github.com/envd-dev/envd/internal/proc"
 )
 

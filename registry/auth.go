@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"path"
 
-	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // Access says who may use the embedded registry. Every request needs one of

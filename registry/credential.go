@@ -8,7 +8,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/errdefs"
 	"github.com/envd-dev/envd/internal/atomicfile"
 )
 

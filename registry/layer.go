@@ -11,7 +11,7 @@ import (
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 
-	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // LayerInfo describes one layer of a stored image, as its manifest

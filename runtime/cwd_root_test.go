@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // A working directory under /proc (the runc CVE-2024-21626 vector, cwd

@@ -15,7 +15,7 @@ import (
 
 	"github.com/containerd/containerd/v2/client"
 
-	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/errdefs"
 	"github.com/envd-dev/envd/internal/proc"
 )
 

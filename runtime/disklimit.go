@@ -14,7 +14,7 @@ import (
 	"github.com/containerd/containerd/v2/core/mount"
 	"golang.org/x/sys/unix"
 
-	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // Writable-layer size limit.

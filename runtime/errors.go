@@ -7,7 +7,7 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 
-	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // kindError carries one of envd's error kinds next to the containerd error it

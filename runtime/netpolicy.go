@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // NetworkPolicy is what an instance may connect to. Terms:

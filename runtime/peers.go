@@ -8,7 +8,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // SetPeerNodes makes every port of hosts, the addresses of the cluster's

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // MinRuncVersion is the first upstream runc release without the leaked

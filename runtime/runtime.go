@@ -15,7 +15,7 @@
 //     Create and kept (class.go).
 //
 // Callers serialize operations on one instance ID; operations on different IDs
-// may run concurrently. Errors carry envd's kinds (api/errdefs):
+// may run concurrently. Errors carry envd's kinds (errdefs):
 // ErrNotFound for an unknown instance or image, ErrAlreadyExists for a taken
 // ID, ErrFailedPrecondition for an instance in the wrong state,
 // ErrInvalidArgument for a bad spec, ErrUnavailable when containerd is down.
@@ -53,8 +53,8 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // snapshotter is the containerd snapshotter instances' writable layers use.

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // IDShift maps the host ids of a user namespace instance's upper dir back to

@@ -26,7 +26,7 @@ import (
 
 	"github.com/containerd/containerd/v2/core/mount"
 
-	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // UpperDir returns the overlay upper directory from an active snapshot's

@@ -31,9 +31,9 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/envd/files"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // Core is what the SSH endpoint needs of envd's core.

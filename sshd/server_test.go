@@ -18,9 +18,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/ssh"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/envd/files"
+	"github.com/envd-dev/envd/errdefs"
 	"github.com/envd-dev/envd/internal/limiter"
 	"github.com/envd-dev/envd/sshd"
 )

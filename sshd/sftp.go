@@ -15,9 +15,9 @@ import (
 	"github.com/pkg/sftp"
 	"golang.org/x/crypto/ssh"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/envd/files"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // SFTP is served by envd, not by an sftp-server inside the instance: most

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // FindBuild returns the newest ready build version of project whose

@@ -36,7 +36,7 @@
 // satisfy: Store's aggregates commit each call on its own; InTx gives a Tx
 // whose aggregates all write in one transaction, committed together.
 //
-// Errors carry the kinds of api/errdefs (ErrNotFound, ErrAlreadyExists,
+// Errors carry the kinds of errdefs (ErrNotFound, ErrAlreadyExists,
 // ErrConflict, ErrStaleGeneration, ErrFailedPrecondition, ErrUnavailable...);
 // pgx and PostgreSQL errors are translated here and go no further (their text
 // is kept in the message, never in the chain).

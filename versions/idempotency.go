@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // Claim is the outcome of claiming an idempotency key.

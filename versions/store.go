@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/errdefs"
 	"github.com/envd-dev/envd/migrations"
 )
 

@@ -37,7 +37,7 @@ import (
 
 	"github.com/envd-dev/envd/api/types"
 
-	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 const (

@@ -23,7 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/errdefs"
 	"github.com/envd-dev/envd/internal/mountinfo"
 	"github.com/envd-dev/envd/internal/objstore"
 	"github.com/envd-dev/envd/internal/s3test"

@@ -8,9 +8,9 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/envd/spec"
+	"github.com/envd-dev/envd/errdefs"
 	"github.com/envd-dev/envd/internal/objstore"
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/runtime"

@@ -6,8 +6,8 @@ import (
 	"io"
 	"sync"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // Exec is the fake ExecCore.

@@ -6,9 +6,9 @@ import (
 	"os"
 	"sync"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/envd/files"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 var filesDirs sync.Map // *Files -> string

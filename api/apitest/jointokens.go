@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // JoinToken is the join token the fake makes; the fake accepts it once.

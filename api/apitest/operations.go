@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // Operations is the fake OperationCore: an in-memory log per operation,

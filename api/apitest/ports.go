@@ -6,8 +6,8 @@ import (
 	"net"
 	"time"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // Ports is the fake PortCore. The preview token is

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/client"
+	"github.com/envd-dev/envd/errdefs"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )

@@ -5,7 +5,7 @@ import (
 	"path"
 	"strings"
 
-	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // The checks here are pure functions of a request, shared by the API (which

@@ -3,7 +3,7 @@ package types
 import (
 	"fmt"
 
-	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // ErrorBody is the JSON body of every error response.

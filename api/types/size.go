@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // ParseSize parses a byte count with an optional binary suffix: "1073741824",

@@ -1,6 +1,6 @@
 // Package types is envd's wire contract: the request and response bodies of
 // the HTTP API, instance and operation states, and the error body. It
-// depends on the standard library only (and on api/errdefs, also a leaf), so
+// depends on the standard library only (and on errdefs, also a leaf), so
 // clients and SDKs import it without the server's dependencies.
 package types
 

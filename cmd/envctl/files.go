@@ -14,9 +14,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/client"
+	"github.com/envd-dev/envd/errdefs"
 	"github.com/envd-dev/envd/internal/tarfs"
 )
 

@@ -21,7 +21,7 @@ import (
 
 	"github.com/envd-dev/envd/api"
 	"github.com/envd-dev/envd/api/apitest"
-	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // listingCore is the fakes with listings to complete from and events

@@ -20,8 +20,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/client"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // Exit codes. A kind of API error has its own code so scripts can branch

@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/envd/ops"
 	"github.com/envd-dev/envd/envd/save"
+	"github.com/envd-dev/envd/errdefs"
 	"github.com/envd-dev/envd/versions"
 )
 

@@ -13,11 +13,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/envd/freeze"
 	"github.com/envd-dev/envd/envd/names"
 	"github.com/envd-dev/envd/envd/save"
+	"github.com/envd-dev/envd/errdefs"
 	"github.com/envd-dev/envd/runtime"
 	"github.com/envd-dev/envd/versions"
 )

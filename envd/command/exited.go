@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // Exits settles an instance whose task is found ended (lifecycle.Manager):

@@ -18,10 +18,10 @@ import (
 
 	"github.com/containerd/containerd/v2/core/mount"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/envd/files"
 	"github.com/envd-dev/envd/envd/names"
+	"github.com/envd-dev/envd/errdefs"
 	"github.com/envd-dev/envd/runtime"
 )
 

@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/errdefs"
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/versions"
 )

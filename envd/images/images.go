@@ -11,9 +11,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/envd/names"
+	"github.com/envd-dev/envd/errdefs"
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/snapshotter"
 	"github.com/envd-dev/envd/versions"

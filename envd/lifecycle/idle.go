@@ -7,9 +7,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/envd/save"
+	"github.com/envd-dev/envd/errdefs"
 	"github.com/envd-dev/envd/versions"
 )
 

@@ -7,11 +7,11 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/envd/names"
 	"github.com/envd-dev/envd/envd/ops"
 	"github.com/envd-dev/envd/envd/spec"
+	"github.com/envd-dev/envd/errdefs"
 	"github.com/envd-dev/envd/runtime"
 	"github.com/envd-dev/envd/versions"
 )

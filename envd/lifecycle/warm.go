@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/errdefs"
 	"github.com/envd-dev/envd/snapshotter"
 	"github.com/envd-dev/envd/snapshotter/prefetch"
 	"github.com/envd-dev/envd/versions"

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // Names of projects and images become registry repository components and

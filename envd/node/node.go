@@ -20,8 +20,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/errdefs"
 
 	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/envd/metrics"

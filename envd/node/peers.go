@@ -10,7 +10,7 @@ import (
 	"net/http"
 	"sync"
 
-	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // How a node reaches the other nodes' APIs when it forwards a request

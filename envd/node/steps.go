@@ -19,9 +19,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/envd-dev/envd/api"
-	"github.com/envd-dev/envd/api/errdefs"
 	apimcp "github.com/envd-dev/envd/api/mcp"
 	"github.com/envd-dev/envd/envd"
+	"github.com/envd-dev/envd/errdefs"
 	"github.com/envd-dev/envd/internal/objstore"
 	"github.com/envd-dev/envd/internal/pgserver"
 	"github.com/envd-dev/envd/registry"
@@ -392,7 +392,7 @@ func (n *Node) serveAPI(svc *envd.Service) (url string, err error) {
 	if n.cfg.WrapAPI != nil {
 		h = n.cfg.WrapAPI(h)
 	}
-	h = apimcp.Mount(h, n.mcpClients(&url), envd.BuildVersion) // /mcp: MCP tools, a client of this API with the caller's token
+	h = apimcp.Mount(h, n.mcpClients(&url), envd.BuildVersion)                  // /mcp: MCP tools, a client of this API with the caller's token
 	h = api.PreviewHosts(parts, n.cfg.PreviewDomain, h, key, n.peers.transport) // preview hosts are the instances', not the API's
 	ln, err := net.Listen("tcp", n.cfg.Listen)
 	if err != nil {

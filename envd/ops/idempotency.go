@@ -9,8 +9,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // Claim makes a creating request that is not an operation idempotent: with

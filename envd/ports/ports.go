@@ -13,10 +13,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/envd/names"
 	"github.com/envd-dev/envd/envd/preview"
+	"github.com/envd-dev/envd/errdefs"
 	"github.com/envd-dev/envd/internal/limiter"
 	"github.com/envd-dev/envd/internal/netns"
 	"github.com/envd-dev/envd/runtime"

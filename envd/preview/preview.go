@@ -23,7 +23,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // KeySize is the size of a preview key in bytes.

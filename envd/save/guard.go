@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/errdefs"
 	"github.com/envd-dev/envd/versions"
 )
 

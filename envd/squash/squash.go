@@ -24,8 +24,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/envd/names"
+	"github.com/envd-dev/envd/errdefs"
 	"github.com/envd-dev/envd/registry"
 	"github.com/envd-dev/envd/snapshotter"
 	"github.com/envd-dev/envd/versions"

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/ssh"
 
-	"github.com/envd-dev/envd/api/errdefs"
 	"github.com/envd-dev/envd/envd/sshkeys"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 func authorized(t *testing.T, key any) string {

@@ -33,7 +33,7 @@ import (
 
 	"github.com/containerd/containerd/v2/core/mount"
 
-	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/errdefs"
 	"github.com/envd-dev/envd/runtime"
 )
 

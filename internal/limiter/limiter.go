@@ -19,7 +19,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // Limit of one kind.

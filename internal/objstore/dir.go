@@ -14,7 +14,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // dirTemp is the directory under a Dir's root that holds objects being

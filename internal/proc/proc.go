@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // Terminate sends SIGTERM to pid and waits up to grace (or until ctx is

@@ -5,7 +5,7 @@ import (
 	"path"
 	"strings"
 
-	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // Clean is the one sanitiser of tar entry names (and hard link targets):

@@ -10,7 +10,7 @@ import (
 
 	"github.com/klauspost/compress/gzip"
 
-	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // CopyRootfs copies the tar stream r (plain or gzip), an uploaded root file

@@ -13,7 +13,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 
-	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // Pull writes a's files into dir, which must not exist yet: they are

@@ -11,7 +11,7 @@ import (
 
 	"github.com/containerd/containerd/v2/pkg/reference"
 
-	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/errdefs"
 	"github.com/envd-dev/envd/registry"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	rhttp "github.com/hashicorp/go-retryablehttp"
 
-	"github.com/envd-dev/envd/api/errdefs"
+	"github.com/envd-dev/envd/errdefs"
 )
 
 // How a read of data that is not cached yet behaves while the registry is
