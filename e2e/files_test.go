@@ -213,7 +213,10 @@ func TestRootFilesWatch(t *testing.T) {
 	// The stream is open once a probe file's change comes through it; the
 	// probe's own events are left out of what is compared.
 	for open := time.After(time.Minute); ; {
-		mustSh(t, in.ID, "touch /w/probe")
+		// An append, not a touch: a touch of an existing file changes only
+		// its times, which the watch does not report, so a stream that opened
+		// after the first touch would never see one.
+		mustSh(t, in.ID, "echo x >> /w/probe")
 		select {
 		case <-first:
 		case <-time.After(200 * time.Millisecond):

@@ -19,7 +19,9 @@ import (
 // instance: a save of it records exactly what a save of an untouched cold
 // instance does.
 func TestRootPoolClaim(t *testing.T) {
-	t.Parallel()
+	// Not parallel: nodes that parallel tests join to the shared database
+	// refill every project's pool too, and a pooled instance may then live
+	// (and die) on another test's node (CI, 2026-12-02).
 	c := ctx(t)
 	p := newProject(t, "pool")
 
@@ -72,7 +74,9 @@ func waitPooled(t *testing.T, project string, version int) {
 // create starts a fresh instance that answers, and the dead one is marked
 // Failed and replaced in the pool.
 func TestRootPoolClaimSkipsDeadInstance(t *testing.T) {
-	t.Parallel()
+	// Not parallel: nodes that parallel tests join to the shared database
+	// refill every project's pool too, and a pooled instance may then live
+	// (and die) on another test's node (CI, 2026-12-02).
 	c := ctx(t)
 	p := newProject(t, "pooldead")
 	_, err := env.c.SetProjectPool(c, p, types.PoolSetting{Size: 1})
