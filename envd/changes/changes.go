@@ -120,7 +120,7 @@ func packages(sides [2]state, dbs [2]map[string][]byte) *types.PackageChanges {
 		present := false
 		for s := range sides {
 			sets[s] = packageDB{}
-			if e, ok := sides[s][db.path]; ok && typeName(e.typ) == "file" {
+			if e, ok := sides[s][db.path]; ok && typeName(e.typ) == types.FileTypeFile {
 				sets[s], present = db.parse(dbs[s][db.path]), true
 			}
 		}
@@ -164,13 +164,13 @@ func compare(before, after state, limit int) types.Changes {
 			kind = "deleted"
 		case a.same(b):
 			continue
-		case a.typ == b.typ && typeName(a.typ) == "dir" && a.mode == b.mode && a.uid == b.uid && a.gid == b.gid:
+		case a.typ == b.typ && typeName(a.typ) == types.FileTypeDir && a.mode == b.mode && a.uid == b.uid && a.gid == b.gid:
 			continue
 		default:
 			kind = "modified"
 		}
 		var bytes int64
-		if kind != "deleted" && typeName(a.typ) == "file" {
+		if kind != "deleted" && typeName(a.typ) == types.FileTypeFile {
 			bytes = a.size
 			out.Totals.AddedBytes += bytes
 			d := topDir(p)

@@ -9,6 +9,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/internal/tarfs"
 )
 
@@ -130,19 +131,19 @@ func (s state) apply(layer io.Reader, in *interest, content map[string][]byte) e
 func typeName(t byte) string {
 	switch t {
 	case tar.TypeReg, tar.TypeRegA:
-		return "file"
+		return types.FileTypeFile
 	case tar.TypeDir:
-		return "dir"
+		return types.FileTypeDir
 	case tar.TypeSymlink:
-		return "symlink"
+		return types.FileTypeSymlink
 	case tar.TypeLink:
 		return "hardlink"
 	case tar.TypeChar:
-		return "char"
+		return types.FileTypeChar
 	case tar.TypeBlock:
-		return "block"
+		return types.FileTypeBlock
 	case tar.TypeFifo:
-		return "fifo"
+		return types.FileTypeFIFO
 	}
 	return fmt.Sprintf("type-%c", t)
 }
