@@ -446,6 +446,23 @@ type runtimeParts struct {
 	ref    string
 }
 
+// runtimeConfig is a runtime on these parts' containerd, in namespace ns
+// with its state in stateDir, pulling from their registry with the node's
+// credentials: what every runtime benchmark starts from.
+func (p runtimeParts) runtimeConfig(ns, stateDir string, network runtime.NetworkConfig) runtime.Config {
+	return runtime.Config{
+		Address:             p.daemon.Address(),
+		Namespace:           ns,
+		StateDir:            stateDir,
+		Network:             network,
+		PlainHTTPRegistries: []string{p.reg.Addr()},
+		RegistryCredentials: func(string) (string, string, error) {
+			return p.reg.Access().Node.User, p.reg.Access().Node.Password, nil
+		},
+		StopGrace: 3 * time.Second,
+	}
+}
+
 // startRuntimeParts resets the work dir and starts the runtimeParts; stop
 // undoes both.
 func startRuntimeParts(ctx context.Context, cfg config) (p runtimeParts, stop func() error, err error) {

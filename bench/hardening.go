@@ -30,7 +30,7 @@ func runHardening(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 		return err
 	}
 	defer func() { rErr = errors.Join(rErr, stop()) }()
-	reg, daemon, ref := parts.reg, parts.daemon, parts.ref
+	ref := parts.ref
 
 	type variant struct {
 		name string
@@ -38,18 +38,9 @@ func runHardening(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 		runs []time.Duration
 	}
 	mk := func(name, ns, bridge, subnet string, unrestricted bool) (*variant, error) {
-		rt, err := runtime.New(ctx, runtime.Config{
-			Address:             daemon.Address(),
-			Namespace:           ns,
-			StateDir:            filepath.Join(cfg.work, "state-"+ns),
-			Network:             runtime.NetworkConfig{Bridge: bridge, Subnet: subnet},
-			PlainHTTPRegistries: []string{reg.Addr()},
-			RegistryCredentials: func(string) (string, string, error) {
-				return reg.Access().Node.User, reg.Access().Node.Password, nil
-			},
-			StopGrace:    3 * time.Second,
-			Unrestricted: unrestricted,
-		})
+		rcfg := parts.runtimeConfig(ns, filepath.Join(cfg.work, "state-"+ns), runtime.NetworkConfig{Bridge: bridge, Subnet: subnet})
+		rcfg.Unrestricted = unrestricted
+		rt, err := runtime.New(ctx, rcfg)
 		if err != nil {
 			return nil, err
 		}

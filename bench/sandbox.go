@@ -40,18 +40,9 @@ func runSandbox(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 		return err
 	}
 	defer func() { rErr = errors.Join(rErr, stop()) }()
-	reg, daemon, ref := parts.reg, parts.daemon, parts.ref
-	rt, err := runtime.New(ctx, runtime.Config{
-		Address:             daemon.Address(),
-		Namespace:           "envdbench-s",
-		StateDir:            filepath.Join(cfg.work, "state"),
-		Network:             runtime.NetworkConfig{Bridge: cfg.bridge, Subnet: cfg.subnet},
-		PlainHTTPRegistries: []string{reg.Addr()},
-		RegistryCredentials: func(string) (string, string, error) {
-			return reg.Access().Node.User, reg.Access().Node.Password, nil
-		},
-		StopGrace: 3 * time.Second,
-	})
+	ref := parts.ref
+	rt, err := runtime.New(ctx, parts.runtimeConfig("envdbench-s", filepath.Join(cfg.work, "state"),
+		runtime.NetworkConfig{Bridge: cfg.bridge, Subnet: cfg.subnet}))
 	if err != nil {
 		return err
 	}

@@ -22,19 +22,11 @@ func runUserNS(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 		return err
 	}
 	defer func() { rErr = errors.Join(rErr, stop()) }()
-	reg, daemon, ref := parts.reg, parts.daemon, parts.ref
-	rt, err := runtime.New(ctx, runtime.Config{
-		Address:             daemon.Address(),
-		Namespace:           "envdbench-u",
-		StateDir:            filepath.Join(cfg.work, "state"),
-		Network:             runtime.NetworkConfig{Bridge: cfg.bridge, Subnet: cfg.subnet},
-		PlainHTTPRegistries: []string{reg.Addr()},
-		RegistryCredentials: func(string) (string, string, error) {
-			return reg.Access().Node.User, reg.Access().Node.Password, nil
-		},
-		StopGrace: 3 * time.Second,
-		UserNS:    true,
-	})
+	ref := parts.ref
+	rcfg := parts.runtimeConfig("envdbench-u", filepath.Join(cfg.work, "state"),
+		runtime.NetworkConfig{Bridge: cfg.bridge, Subnet: cfg.subnet})
+	rcfg.UserNS = true
+	rt, err := runtime.New(ctx, rcfg)
 	if err != nil {
 		return err
 	}
