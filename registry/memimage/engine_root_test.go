@@ -21,8 +21,6 @@ import (
 	runcoptions "github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/cio"
-	"github.com/containerd/containerd/v2/pkg/oci"
-	"github.com/containerd/containerd/v2/plugins"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -30,9 +28,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 
-	envdruntime "github.com/envd-dev/envd/runtime"
+	"github.com/envd-dev/envd/internal/gvisortest"
 )
 
 // The root tests here check the package against the engine it is for:
@@ -41,26 +38,9 @@ import (
 // without root or runsc: CI runs as root after scripts/setup.sh.
 
 const (
-	defaultGVisorDir = "/usr/local/lib/envd/gvisor"
-	imageName        = "docker.io/envd/memimage-test:latest"
-	ctrdNamespace    = "memimage-test"
+	imageName     = "docker.io/envd/memimage-test:latest"
+	ctrdNamespace = "memimage-test"
 )
-
-func requireRunsc(t *testing.T) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("this test needs root (containerd, runsc, overlayfs)")
-	}
-	dir := os.Getenv("ENVD_GVISOR_DIR")
-	if dir == "" {
-		dir = defaultGVisorDir
-	}
-	runsc := filepath.Join(dir, "runsc")
-	if _, err := os.Stat(runsc); err != nil {
-		t.Fatalf("runsc is not installed (scripts/setup.sh installs it; see docs/gvisor.md): %v", err)
-	}
-	return runsc
-}
 
 // memhogSource holds MiB mebibytes of random bytes and a counter, both in
 // its memory only. It prints the counter every 100 ms; on SIGUSR1 it
@@ -119,44 +99,6 @@ func buildMemhog(t *testing.T) []byte {
 	return b
 }
 
-// node is a private containerd with the test image unpacked and a runsc
-// state root of its own.
-type node struct {
-	c         *client.Client
-	image     client.Image
-	runsc     string
-	runscRoot string
-}
-
-func startNode(t *testing.T, runsc string, archive []byte) *node {
-	t.Helper()
-	ctx := context.Background()
-	// Not t.TempDir(): the test's long name would make containerd's
-	// socket path longer than a unix socket path may be.
-	dir, err := os.MkdirTemp("", "memimage-")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	runscRoot := filepath.Join(dir, "runsc")
-	// runsc leaves an empty network namespace bind-mounted at
-	// ROOT/NAMESPACE/null-netns (docs/gvisor.md).
-	t.Cleanup(func() {
-		for unix.Unmount(filepath.Join(runscRoot, ctrdNamespace, "null-netns"), unix.MNT_DETACH) == nil {
-		}
-	})
-	d, err := envdruntime.StartDaemon(ctx, filepath.Join(dir, "containerd"))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = d.Stop(context.Background()) })
-	c, err := client.New(d.Address(), client.WithDefaultNamespace(ctrdNamespace))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
-	imgs, err := c.Import(ctx, bytes.NewReader(archive))
-	require.NoError(t, err)
-	require.Len(t, imgs, 1)
-	image := client.NewImage(c, imgs[0])
-	require.NoError(t, image.Unpack(ctx, "overlayfs"))
-	return &node{c: c, image: image, runsc: runsc, runscRoot: runscRoot}
-}
-
 // imageArchive is a docker-archive tar of a one-layer image holding
 // /bin/memhog.
 func imageArchive(t *testing.T, memhog []byte) []byte {
@@ -193,23 +135,10 @@ func imageArchive(t *testing.T, memhog []byte) []byte {
 // run makes a container of args on a fresh snapshot, runsc as its OCI
 // runtime through runc's shim, and a task writing to a lines follower; with
 // restoreFrom set the task restores that image directory.
-func (n *node) run(t *testing.T, id, restoreFrom string, args ...string) (client.Task, *lines) {
+func run(t *testing.T, n *gvisortest.Node, id, restoreFrom string, args ...string) (client.Task, *lines) {
 	t.Helper()
 	ctx := context.Background()
-	ctr, err := n.c.NewContainer(ctx, id,
-		client.WithSnapshotter("overlayfs"),
-		client.WithNewSnapshot(id, n.image),
-		client.WithNewSpec(oci.WithImageConfig(n.image), oci.WithProcessArgs(args...)),
-		client.WithRuntime(plugins.RuntimeRuncV2, &runcoptions.Options{BinaryName: n.runsc, Root: n.runscRoot}),
-	)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		ctx := context.Background()
-		if task, err := ctr.Task(ctx, nil); err == nil {
-			_, _ = task.Delete(ctx, client.WithProcessKill)
-		}
-		_ = ctr.Delete(ctx, client.WithSnapshotCleanup)
-	})
+	ctr := n.NewContainer(t, id, args...)
 	out, w := newLines(t)
 	var topts []client.NewTaskOpts
 	if restoreFrom != "" {
@@ -329,13 +258,13 @@ func dirBytes(t *testing.T, dir string) int64 {
 // registry and restored on a second private containerd: the counter goes
 // on, and the memory is the same.
 func TestRootCheckpointThroughRegistryRestoresOnAnotherNode(t *testing.T) {
-	runsc := requireRunsc(t)
+	runsc := gvisortest.RequireRunsc(t)
 	ctx := context.Background()
 	archive := imageArchive(t, buildMemhog(t))
 	s, _ := startStore(t)
 
-	a := startNode(t, runsc, archive)
-	task, out := a.run(t, "hog", "", "/bin/memhog", "64")
+	a := gvisortest.StartNode(t, runsc, ctrdNamespace, archive)
+	task, out := run(t, a, "hog", "", "/bin/memhog", "64")
 	exitCh, err := task.Wait(ctx)
 	require.NoError(t, err)
 	seen := 0
@@ -370,9 +299,9 @@ func TestRootCheckpointThroughRegistryRestoresOnAnotherNode(t *testing.T) {
 	require.NoError(t, s.Pull(ctx, got, pulled))
 	t.Logf("pull: %v", time.Since(start))
 
-	b := startNode(t, runsc, archive)
+	b := gvisortest.StartNode(t, runsc, ctrdNamespace, archive)
 	start = time.Now()
-	task2, out2 := b.run(t, "hog-restored", pulled, "/bin/memhog", "64")
+	task2, out2 := run(t, b, "hog-restored", pulled, "/bin/memhog", "64")
 	first := out2.next(t)
 	t.Logf("restore to first line: %v", time.Since(start))
 	assert.Equal(t, stopped+1, first, "the restored program goes on from %d", stopped)
@@ -386,13 +315,13 @@ func TestRootCheckpointThroughRegistryRestoresOnAnotherNode(t *testing.T) {
 // test also prints what other chunk sizes would have stored, the
 // measurement behind DefaultChunkSize.
 func TestRootSecondCheckpointStoresOnlyWhatChanged(t *testing.T) {
-	runsc := requireRunsc(t)
+	runsc := gvisortest.RequireRunsc(t)
 	ctx := context.Background()
 	archive := imageArchive(t, buildMemhog(t))
 	s, _ := startStore(t)
-	n := startNode(t, runsc, archive)
+	n := gvisortest.StartNode(t, runsc, ctrdNamespace, archive)
 
-	task, out := n.run(t, "hog", "", "/bin/memhog", "128")
+	task, out := run(t, n, "hog", "", "/bin/memhog", "128")
 	for seen := 0; seen < 3; {
 		seen = out.next(t)
 	}

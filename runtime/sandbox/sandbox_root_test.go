@@ -17,8 +17,6 @@ import (
 	"github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/cio"
-	"github.com/containerd/containerd/v2/pkg/oci"
-	"github.com/containerd/containerd/v2/plugins"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -28,71 +26,14 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	envdruntime "github.com/envd-dev/envd/runtime"
+	"github.com/envd-dev/envd/internal/gvisortest"
 )
-
-// defaultGVisorDir is where scripts/setup.sh installs runsc and
-// containerd-shim-runsc-v1; $ENVD_GVISOR_DIR overrides it.
-const defaultGVisorDir = "/usr/local/lib/envd/gvisor"
 
 const imageName = "docker.io/envd/sandbox-busybox:latest"
 
 // Tests named TestRoot* need root (containerd, runsc, overlayfs). They fail
 // rather than skip without it or without runsc: CI runs as root after
 // scripts/setup.sh.
-func requireRunsc(t *testing.T) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("this test needs root (containerd, runsc, overlayfs)")
-	}
-	dir := os.Getenv("ENVD_GVISOR_DIR")
-	if dir == "" {
-		dir = defaultGVisorDir
-	}
-	runsc := filepath.Join(dir, "runsc")
-	if _, err := os.Stat(runsc); err != nil {
-		t.Fatalf("runsc is not installed (scripts/setup.sh installs it; see docs/gvisor.md): %v", err)
-	}
-	return runsc
-}
-
-// node is a private containerd with the busybox image unpacked into its
-// overlayfs snapshotter, and a runsc state root of its own.
-type node struct {
-	c         *client.Client
-	image     client.Image
-	runsc     string
-	runscRoot string
-}
-
-func startNode(t *testing.T, runsc string) *node {
-	t.Helper()
-	ctx := context.Background()
-	dir := t.TempDir()
-	runscRoot := filepath.Join(dir, "runsc")
-	// runsc bind-mounts an empty network namespace for its gofers at
-	// ROOT/NAMESPACE/null-netns and leaves it there for the next sandbox;
-	// concurrent creations can stack several.
-	t.Cleanup(func() {
-		nullNetNS := filepath.Join(runscRoot, "sandbox-test", "null-netns")
-		for unix.Unmount(nullNetNS, unix.MNT_DETACH) == nil {
-		}
-	})
-	d, err := envdruntime.StartDaemon(ctx, filepath.Join(dir, "containerd"))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = d.Stop(context.Background()) })
-	c, err := client.New(d.Address(), client.WithDefaultNamespace("sandbox-test"))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
-
-	imgs, err := c.Import(ctx, bytes.NewReader(busyboxArchive(t)))
-	require.NoError(t, err)
-	require.Len(t, imgs, 1)
-	image := client.NewImage(c, imgs[0])
-	require.NoError(t, image.Unpack(ctx, "overlayfs"))
-	return &node{c: c, image: image, runsc: runsc, runscRoot: runscRoot}
-}
-
 // busyboxArchive is a docker-archive tar (what `docker save` writes and
 // containerd imports) of a one-layer image: the static /bin/busybox with a
 // symlink per applet.
@@ -133,32 +74,12 @@ func busyboxArchive(t *testing.T) []byte {
 // newContainer makes a container running args on a fresh overlayfs snapshot
 // of the image, whose tasks containerd's runc shim runs with runsc as the OCI
 // runtime binary.
-func (n *node) newContainer(t *testing.T, id string, args ...string) client.Container {
-	t.Helper()
-	ctx := context.Background()
-	ctr, err := n.c.NewContainer(ctx, id,
-		client.WithSnapshotter("overlayfs"),
-		client.WithNewSnapshot(id, n.image),
-		client.WithNewSpec(oci.WithImageConfig(n.image), oci.WithProcessArgs(args...)),
-		client.WithRuntime(plugins.RuntimeRuncV2, &options.Options{BinaryName: n.runsc, Root: n.runscRoot}),
-	)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		ctx := context.Background()
-		if task, err := ctr.Task(ctx, nil); err == nil {
-			_, _ = task.Delete(ctx, client.WithProcessKill)
-		}
-		_ = ctr.Delete(ctx, client.WithSnapshotCleanup)
-	})
-	return ctr
-}
-
 func TestRootSandboxKernelIsNotTheNodes(t *testing.T) {
-	runsc := requireRunsc(t)
-	n := startNode(t, runsc)
+	runsc := gvisortest.RequireRunsc(t)
+	n := gvisortest.StartNode(t, runsc, "sandbox-test", busyboxArchive(t))
 	ctx := context.Background()
 
-	ctr := n.newContainer(t, "kernel", "sh", "-c", "uname -r; cat /proc/version")
+	ctr := n.NewContainer(t, "kernel", "sh", "-c", "uname -r; cat /proc/version")
 	var out, errOut bytes.Buffer
 	task, err := ctr.NewTask(ctx, cio.NewCreator(cio.WithStreams(nil, &out, &errOut)))
 	require.NoError(t, err)
@@ -248,12 +169,12 @@ func withExit(r *client.CheckpointTaskInfo) error {
 // its image files copied, and restored on a second containerd: it goes on
 // counting from where it stopped instead of starting again at 1.
 func TestRootSandboxCheckpointRestoresOnAnotherNode(t *testing.T) {
-	runsc := requireRunsc(t)
+	runsc := gvisortest.RequireRunsc(t)
 	ctx := context.Background()
 	const loop = `i=0; while true; do i=$((i+1)); echo $i; sleep 0.1; done`
 
-	a := startNode(t, runsc)
-	ctr := a.newContainer(t, "count", "sh", "-c", loop)
+	a := gvisortest.StartNode(t, runsc, "sandbox-test", busyboxArchive(t))
+	ctr := a.NewContainer(t, "count", "sh", "-c", loop)
 	before, w := newCounter(t)
 	task, err := ctr.NewTask(ctx, cio.NewCreator(cio.WithStreams(nil, w, io.Discard)))
 	require.NoError(t, err)
@@ -291,8 +212,8 @@ func TestRootSandboxCheckpointRestoresOnAnotherNode(t *testing.T) {
 		t.Logf("image file %s: %d bytes", e.Name(), len(b))
 	}
 
-	b := startNode(t, runsc)
-	restored := b.newContainer(t, "count-restored", "sh", "-c", loop)
+	b := gvisortest.StartNode(t, runsc, "sandbox-test", busyboxArchive(t))
+	restored := b.NewContainer(t, "count-restored", "sh", "-c", loop)
 	after, w2 := newCounter(t)
 	start = time.Now()
 	task2, err := restored.NewTask(ctx, cio.NewCreator(cio.WithStreams(nil, w2, io.Discard)),
