@@ -67,9 +67,11 @@ type Parts struct {
 	Rollouts    RolloutCore
 	Pools       PoolCore
 	Checkpoints CheckpointCore
+	Egress      EgressCore
 	Specs       SpecCore
 	Cluster     ClusterCore
 	Join        JoinCore
+	Webhooks    WebhookCore
 	Admitter    Admitter
 }
 
@@ -281,9 +283,11 @@ func New(parts Parts, opts ...Option) (http.Handler, error) {
 	add(parts.Rollouts != nil, func() []route { return rollouts{parts.Rollouts}.routes() })
 	add(parts.Pools != nil, func() []route { return pools{parts.Pools}.routes() })
 	add(parts.Checkpoints != nil, func() []route { return checkpoints{parts.Checkpoints}.routes() })
+	add(parts.Egress != nil, func() []route { return egressRoutes{parts.Egress}.routes() })
 	add(parts.Specs != nil, func() []route { return specRoutes{parts.Specs}.routes() })
 	add(parts.Cluster != nil, func() []route { return nodes{parts.Cluster}.routes() })
 	add(parts.Join != nil, func() []route { return joinTokens{parts.Join}.routes() })
+	add(parts.Webhooks != nil, func() []route { return webhooks{parts.Webhooks}.routes() })
 	for _, group := range groups {
 		for _, r := range group {
 			v1.Handle(r.method, r.path, r.handler)

@@ -81,3 +81,28 @@ func TestExecWake(t *testing.T) {
 	r = do(t, srv, http.MethodGet, "/v1/instances/p-1/exec/ws?cmd=sh&wake=maybe", nil, map[string]string{"Upgrade": "websocket"})
 	assert.Equal(t, http.StatusBadRequest, r.status)
 }
+
+// POST /v1/instances/{i}/hibernate takes an optional body: none (or {})
+// is the disk hibernation of a stopped retained instance, {"memory": true}
+// keeps its processes; an unknown field is 400.
+func TestHibernateWithMemoryOption(t *testing.T) {
+	t.Parallel()
+	core, srv := newServer(t)
+	r := do(t, srv, http.MethodPost, "/v1/instances/p-1/hibernate", nil, nil)
+	require.Equal(t, http.StatusOK, r.status, "body %s", r.body)
+	call, ok := core.LastCall("HibernateInstance")
+	require.True(t, ok)
+	assert.Equal(t, []any{"p-1"}, call.Args)
+
+	r = do(t, srv, http.MethodPost, "/v1/instances/p-1/hibernate", strings.NewReader(`{"memory": true}`), nil)
+	require.Equal(t, http.StatusOK, r.status, "body %s", r.body)
+	call, ok = core.LastCall("HibernateInstance")
+	require.True(t, ok)
+	assert.Equal(t, []any{"p-1", types.HibernateRequest{Memory: true}}, call.Args)
+	var in types.Instance
+	require.NoError(t, json.Unmarshal(r.body, &in))
+	assert.Equal(t, 3, in.HibernatedCheckpoint)
+
+	r = do(t, srv, http.MethodPost, "/v1/instances/p-1/hibernate", strings.NewReader(`{"memroy": true}`), nil)
+	assert.Equal(t, http.StatusBadRequest, r.status, "body %s", r.body)
+}

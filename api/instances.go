@@ -38,8 +38,10 @@ type LifecycleCore interface {
 	PauseInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error)
 	ResumeInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error)
 	// HibernateInstance saves a stopped retained instance as a version and
-	// frees its layer on the node.
-	HibernateInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error)
+	// frees its layer on the node; with req.Memory, a Running instance with
+	// its processes (errdefs.ErrMemoryUnsupported where they cannot be
+	// kept, before anything changes).
+	HibernateInstance(ctx context.Context, p types.Principal, id string, req types.HibernateRequest) (types.Instance, error)
 	// RenewInstance sets the instance's expiry to now + ttl ("none": never).
 	RenewInstance(ctx context.Context, p types.Principal, id, ttl string) (types.Instance, error)
 }
@@ -76,7 +78,9 @@ func (g lifecycle) routes() []route {
 		{http.MethodPost, "/instances/:i/start", onInstance(g.core.StartInstance)},
 		{http.MethodPost, "/instances/:i/pause", onInstance(g.core.PauseInstance)},
 		{http.MethodPost, "/instances/:i/resume", onInstance(g.core.ResumeInstance)},
-		{http.MethodPost, "/instances/:i/hibernate", onInstance(g.core.HibernateInstance)},
+		{http.MethodPost, "/instances/:i/hibernate", handle(http.StatusOK, func(r in, req types.HibernateRequest) (types.Instance, error) {
+			return g.core.HibernateInstance(r.ctx, r.p, r.param("i"), req)
+		})},
 		{http.MethodPost, "/instances/:i/renew", handle(http.StatusOK, func(r in, req types.RenewRequest) (types.Instance, error) {
 			return g.core.RenewInstance(r.ctx, r.p, r.param("i"), req.TTL)
 		})},

@@ -22,6 +22,10 @@ type ProjectCore interface {
 	SetProjectLimits(ctx context.Context, p types.Principal, project string, l types.Limits) (types.Project, error)
 	// SetProjectNetwork sets a project's network policy (egress, isolation).
 	SetProjectNetwork(ctx context.Context, p types.Principal, project string, n types.ProjectNetwork) (types.Project, error)
+	// SetProjectRuntimeClass sets the runtime class of a project's instances.
+	SetProjectRuntimeClass(ctx context.Context, p types.Principal, project string, c types.ProjectRuntimeClass) (types.Project, error)
+	// SetProjectDocker sets whether a project's instances may run dockerd.
+	SetProjectDocker(ctx context.Context, p types.Principal, project string, d types.ProjectDocker) (types.Project, error)
 }
 
 type projects struct{ core ProjectCore }
@@ -48,6 +52,12 @@ func (g projects) routes() []route {
 		})},
 		{http.MethodPut, "/projects/:p/network", handle(http.StatusOK, func(r in, req types.ProjectNetwork) (types.Project, error) {
 			return g.core.SetProjectNetwork(r.ctx, r.p, r.param("p"), req)
+		})},
+		{http.MethodPut, "/projects/:p/runtime-class", handle(http.StatusOK, func(r in, req types.ProjectRuntimeClass) (types.Project, error) {
+			return g.core.SetProjectRuntimeClass(r.ctx, r.p, r.param("p"), req)
+		})},
+		{http.MethodPut, "/projects/:p/docker", handle(http.StatusOK, func(r in, req types.ProjectDocker) (types.Project, error) {
+			return g.core.SetProjectDocker(r.ctx, r.p, r.param("p"), req)
 		})},
 	}
 }

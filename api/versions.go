@@ -132,8 +132,17 @@ func (g versions) export(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
-	w := &startedWriter{c: c, name: fmt.Sprintf("%s-%d.oci.tar", r.param("p"), n)}
-	if err := g.core.ExportVersion(r.ctx, r.p, r.param("p"), n, w); err != nil {
+	streamTar(c, fmt.Sprintf("%s-%d.oci.tar", r.param("p"), n), func(w io.Writer) error {
+		return g.core.ExportVersion(r.ctx, r.p, r.param("p"), n, w)
+	})
+}
+
+// streamTar answers with the tar write writes, as an attachment named
+// name. An error before the first byte is the answer; after it, the
+// connection is aborted.
+func streamTar(c *gin.Context, name string, write func(io.Writer) error) {
+	w := &startedWriter{c: c, name: name}
+	if err := write(w); err != nil {
 		if !w.started {
 			writeError(c, err)
 			return

@@ -44,7 +44,22 @@ const capacityRounds = 10
 // With cfg.capacityNodes > 1 the same runs through that many nodes on this
 // machine: the instances are created through the primary's API, envd
 // places them, and memory and disk are summed over every node's parts.
-func runCapacity(ctx context.Context, cfg config, out io.Writer) (rErr error) {
+func runCapacity(ctx context.Context, cfg config, out io.Writer) error {
+	return capacity(ctx, cfg, out, nil)
+}
+
+// capacityResult is one instance group's figures of a capacity run.
+type capacityResult struct {
+	group                    string
+	n, shims                 int
+	shimsPer, sumPer         float64 // bytes per instance
+	startAll, rmAll          time.Duration
+	listP99, getP99, execP99 time.Duration
+}
+
+// capacity runs the capacity scenario and gives each instance group's
+// figures to report, if not nil.
+func capacity(ctx context.Context, cfg config, out io.Writer, report func(capacityResult)) (rErr error) {
 	started := time.Now()
 	load0 := loadAvg()
 	debianRootfs := cfg.rootfs
@@ -204,6 +219,12 @@ func runCapacity(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 		rmAll := time.Since(t)
 
 		n := float64(g.count)
+		if report != nil {
+			report(capacityResult{group: g.name, n: g.count, shims: after.nShims,
+				shimsPer: float64(after.shims-before.shims) / n, sumPer: float64(after.sum()-before.sum()) / n,
+				startAll: startAll, rmAll: rmAll,
+				listP99: percentile(lat.lat["list"], 0.99), getP99: percentile(lat.lat["get"], 0.99), execP99: percentile(lat.lat["exec"], 0.99)})
+		}
 		fmt.Fprintf(&w, "#### %d idle %s instances\n\n", g.count, g.name)
 		fmt.Fprintf(&w, "Started 4 at a time through the API (version already pulled): %s in all; removed 4 at a time: %s. Load average after the starts: %s.\n\n",
 			seconds(startAll), seconds(rmAll), load)
@@ -529,7 +550,7 @@ func startCapacityJoins(ctx context.Context, b *bed, n int) ([]*node.Node, error
 		t := time.Now()
 		jn, err := node.Start(ctx, node.Config{DataDir: filepath.Join(b.dir, fmt.Sprintf("cap-node-%d", i)), DSN: b.primary.DSN(),
 			Registry: b.primary.RegistryAddr(), RegistryCredentialFile: nodeCred, DefaultTTL: 2 * time.Hour, Logger: b.log,
-			SquashAfter: b.cfg.squashAfter, DefaultLimits: d.DefaultLimits, Placement: envd.PlacementSpread})
+			SquashAfter: b.cfg.squashAfter, DefaultLimits: d.DefaultLimits, Placement: envd.PlacementSpread, ShimGroupSize: b.cfg.shimGroupSize})
 		if err != nil {
 			return joins, fmt.Errorf("start joining node %d: %w", i, err)
 		}

@@ -51,6 +51,27 @@
 //     -capacity-nodes N > 1, through N nodes on this machine (the primary
 //     and N-1 joining nodes), placed by envd from the primary's API.
 //
+//   - dockerfile: a ten-step Dockerfile built by the node's BuildKit, built
+//     again unchanged and with its last line changed, against envd's own
+//     spec of the same steps (-runs rounds).
+//
+//   - fork-memory: a running gVisor instance forked with its memory into
+//     4, request to all 4 answering an exec, against 4 cold starts from the
+//     fork's version (-runs rounds), with each copy's start steps.
+//
+//   - checkpoint-memory: -runs memory checkpoints of a gVisor instance
+//     holding 256 MiB resident, the freeze divided into its steps.
+//
+//   - resume-memory: a gVisor instance running a dev server is
+//     checkpointed with its memory; resumes on the same node (from the
+//     node's local copy, and pulled from the registry) against a cold
+//     start plus the server's start, to the first answer (-runs rounds).
+//
+//   - resume-lazy: a gVisor instance holding 16, 64 and 256 MiB
+//     (-resume-lazy-mib) checkpointed with its memory and resumed on
+//     two joining nodes, memory restore lazy against full pull, request
+//     to first answer (-runs rounds).
+//
 //   - all: every scenario, in this order.
 //
 //     go run ./bench [-scenario save|restore|workloads|scaling|disklimit|hardening|userns|all] [-runs 3] [-rootfs DIR] [-work DIR]
@@ -70,6 +91,7 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -104,6 +126,9 @@ type config struct {
 	nodeDefaults bool
 	// deepSaves is the long history of the deep scenario.
 	deepSaves int
+	// resumeMiB are the resume-lazy scenario's sizes (MiB a process
+	// in the instance holds: sandbox memory).
+	resumeMiB []int
 	// registryRTT: the joining nodes reach the registry through a proxy
 	// that holds each request this long (rtt.go); 0 = directly.
 	registryRTT time.Duration
@@ -112,6 +137,11 @@ type config struct {
 	// capacity and capacityDebian are the capacity scenario's instance
 	// counts (busybox, Debian).
 	capacity, capacityDebian int
+	// densityN and densityDebian are the density scenario's instance
+	// counts (busybox, Debian).
+	densityN, densityDebian int
+	// shimGroupSize is the nodes' ShimGroupSize; 0 = the node default.
+	shimGroupSize int
 	// capacityNodes is how many nodes the capacity scenario runs: the
 	// primary and capacityNodes-1 joining nodes (1 = the primary alone).
 	capacityNodes int
@@ -124,7 +154,7 @@ type config struct {
 }
 
 // scenarios in the order -scenario all runs them.
-var scenarios = []string{"save", "restore", "workloads", "scaling", "disklimit", "hardening", "userns", "sandbox", "deep", "cas", "pool", "latency", "capacity"}
+var scenarios = []string{"save", "restore", "workloads", "scaling", "disklimit", "hardening", "userns", "sandbox", "deep", "cas", "pool", "latency", "capacity", "density", "dockerfile", "fork-memory", "checkpoint-memory", "resume-memory", "resume-lazy"}
 
 func main() {
 	var cfg config
@@ -136,6 +166,8 @@ func main() {
 	flag.IntVar(&cfg.latencyRuns, "latency-runs", 50, "latency scenario: rounds")
 	flag.IntVar(&cfg.capacity, "capacity", 100, "capacity scenario: busybox instances")
 	flag.IntVar(&cfg.capacityDebian, "capacity-debian", 20, "capacity scenario: Debian instances (0: none)")
+	flag.IntVar(&cfg.densityN, "n", 100, "density scenario: busybox instances")
+	flag.IntVar(&cfg.densityDebian, "debian", 0, "density scenario: Debian instances (0: none)")
 	flag.IntVar(&cfg.capacityNodes, "capacity-nodes", 1, "capacity scenario: nodes on this machine, the primary and N-1 joining nodes, each with envd up's default limits; instances are placed by envd through the primary's API")
 	pprofAddr := flag.String("pprof", "", "serve net/http/pprof of this process (the node runs in it) on this loopback address, e.g. 127.0.0.1:6061")
 	flag.StringVar(&cfg.bridge, "bridge", "envdbench0", "bridge interface of the instance network")
@@ -144,8 +176,17 @@ func main() {
 	flag.StringVar(&cfg.cpuProfile, "cpuprofile", "", "save scenario: write a CPU profile of every envd save run to PREFIX.VARIANT.RUN.pprof")
 	flag.StringVar(&cfg.copyUpper, "copy-upper", "", "save scenario: copy the upper dir after the install to this new directory (ENVD_BENCH_UPPER of snapshotter's BenchmarkEncodeEstargzTree)")
 	flag.StringVar(&cfg.scenario, "scenario", "save", "scenario: "+strings.Join(scenarios, ", ")+", or all")
+	resumeMiB := flag.String("resume-lazy-mib", "16,64,256", "resume-lazy scenario: MiB of random bytes a process in the instance holds, one checkpoint per size")
 	variantsFlag := flag.String("variants", strings.Join(variantKeys, ","), "variants to run, in this order (round-robin)")
 	flag.Parse()
+	for _, f := range strings.Split(*resumeMiB, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "bench: -resume-lazy-mib: %q is not a positive number\n", f)
+			os.Exit(2)
+		}
+		cfg.resumeMiB = append(cfg.resumeMiB, n)
+	}
 	for _, k := range strings.Split(*variantsFlag, ",") {
 		if k = strings.TrimSpace(k); k == "" {
 			continue
@@ -224,7 +265,12 @@ func runScenarios(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 		run         func(context.Context, config, io.Writer) error
 	}{
 		{"capacity", "Capacity of one node", runCapacity},
+		{"density", "Idle density of one node, shims grouped and not", runDensity},
 		{"latency", "Start and exec latency", runLatency},
+		{"fork-memory", "Fork of a running gVisor instance with its memory into 4, against a cold start of 4", runForkMemory},
+		{"checkpoint-memory", "Freeze of a memory checkpoint of a gVisor instance with 256 MiB resident", runCheckpointMemory},
+		{"resume-memory", "Resume of a memory checkpoint on the same node to a dev server's first answer, against a cold start", runResumeMemory},
+		{"resume-lazy", "Resume with memory on another node: lazy memory restore vs full pull", runResumeLazy},
 	} {
 		defer func() {
 			if rErr != nil || !slices.Contains(want, sc.name) {
@@ -239,6 +285,19 @@ func runScenarios(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 			}
 		}()
 	}
+	defer func() {
+		if rErr != nil || !slices.Contains(want, "dockerfile") {
+			return
+		}
+		if len(want) > 1 {
+			fmt.Fprintln(out, "\n### Dockerfile builds through BuildKit against envd's spec (`-scenario dockerfile`)")
+			fmt.Fprintln(out)
+		}
+		logf("scenario dockerfile")
+		if err := runDockerfileBench(ctx, cfg, out); err != nil {
+			rErr = fmt.Errorf("dockerfile: %w", err)
+		}
+	}()
 	defer func() {
 		if rErr != nil || !slices.Contains(want, "pool") {
 			return

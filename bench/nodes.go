@@ -78,7 +78,7 @@ func startBed(ctx context.Context, cfg config) (*bed, error) {
 		}
 	}
 	b := &bed{cfg: cfg, dir: filepath.Join(cfg.work, "nodes"),
-		log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))}
+		log: slog.New(stepHandler{slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})})}
 	if err := resetWork(b.dir); err != nil {
 		return b, err
 	}
@@ -88,7 +88,7 @@ func startBed(ctx context.Context, cfg config) (*bed, error) {
 	}
 	start := time.Now()
 	pcfg := node.Config{DataDir: filepath.Join(b.dir, "primary"), DefaultTTL: 2 * time.Hour, Logger: b.log,
-		SquashAfter: cfg.squashAfter}
+		SquashAfter: cfg.squashAfter, ShimGroupSize: cfg.shimGroupSize}
 	if cfg.nodeDefaults {
 		pcfg.DefaultLimits = node.DefaultConfig().DefaultLimits
 	}

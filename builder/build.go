@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/builder/buildkit"
 	"github.com/envd-dev/envd/envd/names"
 	"github.com/envd-dev/envd/envd/ops"
 	"github.com/envd-dev/envd/envd/save"
@@ -116,6 +117,14 @@ type Deps struct {
 	// Objects keeps build logs and build contexts; nil = logs are kept
 	// only as the operation's events, and contexts cannot be used.
 	Objects objstore.Store
+	// BuildKit runs Dockerfile builds; nil = the node has none, and they
+	// are refused.
+	BuildKit BuildKit
+}
+
+// BuildKit runs a Dockerfile build and pushes its image (*buildkit.BuildKit).
+type BuildKit interface {
+	Build(ctx context.Context, s buildkit.Spec, log io.Writer) (string, error)
 }
 
 // Builder runs builds and migrations.
@@ -132,6 +141,10 @@ type buildJob struct {
 	Expected int                `json:"expected_current"`
 	Builder  string             `json:"builder_instance"`
 	Trial    string             `json:"trial_instance"`
+	// Key and Bases of a Dockerfile build: the images it names, resolved
+	// when it was asked for (name -> repo@digest).
+	Key   string            `json:"key,omitempty"`
+	Bases map[string]string `json:"bases,omitempty"`
 }
 
 // buildTimeout bounds each step of a build (a package install, a
@@ -158,6 +171,9 @@ func (b *Builder) Build(ctx context.Context, p types.Principal, project string, 
 	if err := b.checkContext(ctx, p.Tenant, project, req.Context); err != nil {
 		return types.Operation{}, err
 	}
+	if req.Dockerfile != nil {
+		return b.buildDockerfile(ctx, p, project, req, idempotencyKey)
+	}
 	if req.From < 0 {
 		return types.Operation{}, fmt.Errorf("from %d: %w", req.From, errdefs.ErrInvalidArgument)
 	}
@@ -178,6 +194,9 @@ func (b *Builder) Build(ctx context.Context, p types.Principal, project string, 
 
 // RunBuild does a build.
 func (b *Builder) RunBuild(ctx context.Context, op *ops.Op, p types.Principal, job buildJob) (types.BuildResult, error) {
+	if job.Request.Dockerfile != nil {
+		return b.runDockerfile(ctx, op, p, job)
+	}
 	start := time.Now()
 	req := job.Request
 	res := types.BuildResult{Project: job.Project, From: req.From}
@@ -203,12 +222,18 @@ func (b *Builder) RunBuild(ctx context.Context, op *ops.Op, p types.Principal, j
 	default:
 		return res, err
 	}
+	return b.switchBuilt(ctx, op, p, job, v, res, start)
+}
+
+// switchBuilt ends a build that made (or reused) v: with Switch, v becomes
+// current if current is still what it was when the build was asked for.
+func (b *Builder) switchBuilt(ctx context.Context, op *ops.Op, p types.Principal, job buildJob, v versions.Version, res types.BuildResult, start time.Time) (types.BuildResult, error) {
 	res.Version = v.Number
 	res.BuildMS = time.Since(start).Milliseconds()
-	if !req.Switch {
+	if !job.Request.Switch {
 		return res, nil
 	}
-	_, err = b.d.Store.SetCurrent(ctx, p.Tenant, job.Project, v.Number, job.Expected)
+	_, err := b.d.Store.SetCurrent(ctx, p.Tenant, job.Project, v.Number, job.Expected)
 	switch {
 	case err == nil:
 		res.Current = true
@@ -407,10 +432,16 @@ func (b *tailBuffer) String() string {
 func (b *Builder) SettleBuild(ctx context.Context, op versions.Operation) {
 	var job buildJob
 	if err := json.Unmarshal(op.Request, &job); err == nil {
-		b.d.Instances.RemoveIsolated(job.Builder)
+		if job.Builder != "" { // a Dockerfile build has no build container
+			b.d.Instances.RemoveIsolated(job.Builder)
+		}
 		b.d.Instances.RemoveIsolated(job.Trial)
 		// A version it committed but did not validate must not be reused.
-		if from, err := b.d.Store.GetVersion(ctx, op.Tenant, job.Project, job.Request.From); err == nil {
+		if job.Request.Dockerfile != nil {
+			if err := b.d.Store.FailUnvalidatedBuilds(ctx, op.Tenant, job.Project, job.Key); err != nil {
+				b.d.Log.Warn("fail interrupted build", "op", op.ID, "err", err)
+			}
+		} else if from, err := b.d.Store.GetVersion(ctx, op.Tenant, job.Project, job.Request.From); err == nil {
 			key := SpecKey(from.Image, job.Request)
 			if err := b.d.Store.FailUnvalidatedBuilds(ctx, op.Tenant, job.Project, key); err != nil {
 				b.d.Log.Warn("fail interrupted build", "op", op.ID, "err", err)

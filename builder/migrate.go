@@ -61,8 +61,14 @@ func (b *Builder) Migrate(ctx context.Context, p types.Principal, project string
 		}
 	}
 	if req.Mode == types.MigrateRebuild {
-		if _, err := b.declaredSpec(ctx, p.Tenant, project, proj.Current); err != nil {
+		spec, err := b.declaredSpec(ctx, p.Tenant, project, proj.Current)
+		if err != nil {
 			return types.Operation{}, err
+		}
+		if df := spec.Dockerfile; df != nil {
+			if _, err := ReplaceFinalBase(df.Content, df.Args, df.Target, req.Base); err != nil {
+				return types.Operation{}, fmt.Errorf("version %d of project %q: %w", proj.Current, project, err)
+			}
 		}
 	}
 	job := migrateJob{Project: project, Request: req, From: proj.Current, NewBase: newBase.Ref(), Trial: names.NewID(project)}
@@ -85,6 +91,7 @@ func (b *Builder) RunMigrate(ctx context.Context, op *ops.Op, p types.Principal,
 	return b.MigrateProject(ctx, op, MigrateSpec{
 		Tenant: p.Tenant, Project: job.Project, From: job.From, NewBase: job.NewBase, Trial: job.Trial,
 		Validate: job.Request.Validate, Switch: job.Request.Switch, Mode: job.Request.Mode, Builder: job.Builder,
+		BaseName: job.Request.Base,
 	})
 }
 
@@ -110,6 +117,9 @@ type MigrateSpec struct {
 	// rebuild runs in build container Builder.
 	Mode    string
 	Builder string
+	// BaseName is the new base as the request named it: a rebuild of a
+	// Dockerfile version writes it in the final stage's FROM.
+	BaseName string
 }
 
 // MigrateProject migrates one project, reporting to ev: the conflicts are
@@ -136,6 +146,20 @@ func (b *Builder) MigrateProject(ctx context.Context, ev Events, s MigrateSpec) 
 	newBase, err := b.d.Reg.Get(ctx, s.NewBase)
 	if err != nil {
 		return res, err
+	}
+	if s.Mode == types.MigrateRebuild {
+		// A Dockerfile version's layers need not start with its base's
+		// (BuildKit recompresses them): it is rebuilt from its Dockerfile.
+		req, err := b.declaredSpec(ctx, s.Tenant, s.Project, from.Number)
+		if err != nil {
+			return res, err
+		}
+		if req.Dockerfile != nil {
+			if old, err := b.BaseOf(ctx, from.Image); err == nil {
+				res.OldBase = old.Ref()
+			}
+			return b.rebuildDockerfile(ctx, ev, s, proj, req, newBase, res)
+		}
 	}
 	oldBase, err := b.BaseOf(ctx, from.Image)
 	if err != nil {

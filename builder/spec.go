@@ -44,6 +44,9 @@ func invalid(format string, a ...any) error {
 // there are any, the sources, files, environment and run steps. Every
 // error is errdefs.ErrInvalidArgument naming the offending entry.
 func CheckSpec(req types.BuildRequest) error {
+	if req.Dockerfile != nil {
+		return checkDockerfile(req)
+	}
 	if len(req.Packages) == 0 && len(req.Files) == 0 && len(req.Run) == 0 {
 		return invalid("nothing to build: give packages, files or run steps")
 	}

@@ -516,6 +516,14 @@ func (c *Client) HibernateInstance(ctx context.Context, id string) (types.Instan
 	return c.instanceAction(ctx, id, "hibernate", nil)
 }
 
+// HibernateInstanceWith is HibernateInstance with options: with
+// req.Memory a Running instance is hibernated with its processes, which
+// any access resumes (memory_checkpoint_unsupported where they cannot be
+// kept): POST /v1/instances/{i}/hibernate.
+func (c *Client) HibernateInstanceWith(ctx context.Context, id string, req types.HibernateRequest) (types.Instance, error) {
+	return c.instanceAction(ctx, id, "hibernate", req)
+}
+
 // ListVolumes lists a project's volumes with their usage:
 // GET /v1/projects/{p}/volumes.
 func (c *Client) ListVolumes(ctx context.Context, project string) ([]types.Volume, error) {

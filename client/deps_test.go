@@ -31,7 +31,10 @@ func TestDependenciesStayLight(t *testing.T) {
 				// one tar walker (confined, no device nodes), and its gzip.
 				mod + "internal/tarfs", "github.com/klauspost/compress",
 				mod + "internal/shellwords", // standard library only
-				"go.yaml.in/yaml/v3"},       // build -f reads YAML specs (pure Go, no dependencies)
+				// build --devcontainer translates on the client's side and
+				// pulls features with net/http (no registry library).
+				mod + "builder/devcontainer",
+				"go.yaml.in/yaml/v3"}, // build -f reads YAML specs (pure Go, no dependencies)
 		},
 	} {
 		args := append([]string{"list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}"}, tc.pkgs...)

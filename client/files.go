@@ -208,10 +208,20 @@ func (c *Client) UploadArchive(ctx context.Context, id, path string, tarball io.
 // instance stopped or the directory went away: nil), or fn fails (its
 // error): GET /v1/instances/{i}/files/watch.
 func (c *Client) WatchFiles(ctx context.Context, id, path string, fn func(types.FileEvent) error, opts ...FileOption) error {
+	return c.WatchFilesStarted(ctx, id, path, nil, fn, opts...)
+}
+
+// WatchFilesStarted is WatchFiles that calls started (when not nil) once
+// the server has accepted the watch: it is set up then, so a change made
+// after started returns is reported.
+func (c *Client) WatchFilesStarted(ctx context.Context, id, path string, started func(), fn func(types.FileEvent) error, opts ...FileOption) error {
 	resp, err := c.send(ctx, request{method: http.MethodGet, path: filesPath(id, "/watch"), query: fileQuery(path, opts),
 		header: http.Header{"Accept": {"text/event-stream"}}})
 	if err != nil {
 		return err
+	}
+	if started != nil {
+		started()
 	}
 	defer resp.Body.Close()
 	br := bufio.NewReader(resp.Body)

@@ -192,12 +192,73 @@ func TestRootConsole(t *testing.T) {
 	b.waitText("#changes-totals", "v1 → v2")
 	b.waitText("#changes-out", "/console-note.txt")
 
+	// A Dockerfile build from the page: its events as they come, then
+	// BuildKit's log, the new version in the history (not current: not
+	// asked), and the file its RUN step wrote in an instance of it.
+	b.eval(`document.querySelector("#build-kind").value = "dockerfile"`)
+	b.eval(`document.querySelector("#build-dockerfile").value = ` + jsString("FROM "+fixtureBase+"\nRUN echo built-in-the-console > /etc/console-built\n"))
+	b.do(chromedp.Click(chromedp.CSS("#build-submit")))
+	b.waitText("#build-message", "Built v3")
+	b.waitText("#build-events", "buildkit")
+	b.waitText("#build-events", "built")
+	b.waitText("#build-log", "RUN echo built-in-the-console")
+	b.waitVisible("#version-3")
+	b.waitText("#version-3", "Dockerfile")
+	b.waitText("#current-version", "v1")
+	built, err := tc.GetVersion(ctx(t), project, 3)
+	require.NoError(t, err)
+	assert.Equal(t, "build", built.Kind)
+	assert.False(t, built.Current)
+	bin, err := tc.CreateInstance(ctx(t), project, types.CreateInstanceRequest{Version: 3})
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = tc.DeleteInstance(context.Background(), bin.ID) })
+	res, err := tc.Exec(ctx(t), bin.ID, types.ExecRequest{Args: []string{"cat", "/etc/console-built"}})
+	require.NoError(t, err)
+	assert.Equal(t, "built-in-the-console\n", res.Stdout)
+	_, err = tc.DeleteInstance(ctx(t), bin.ID)
+	require.NoError(t, err)
+	b.shoot("06b-build")
+
 	// The projects list: current version, instances running, stored bytes.
 	b.do(chromedp.Click(chromedp.CSS("#nav-projects")))
 	b.waitText("#projects-table", project)
 	row := b.eval(`Array.from(document.querySelectorAll("#projects-table tbody tr")).map(r => r.innerText).find(r => r.startsWith(` + jsString(project) + `)) || ""`)
 	assert.Regexp(t, `^`+regexp.QuoteMeta(project)+`\s+v1\s+1\s+\d`, row)
 	b.shoot("02-projects")
+
+	// Checkpoints: one with memory (a gvisor project's counter, checkpointed
+	// through the API) is listed as holding memory, with its sizes and
+	// freeze window; "Resume with memory" starts an instance that continues
+	// its processes: the counter goes on from where it was.
+	mp := fmt.Sprintf("mem-%d", projectSeq.Add(1))
+	_, err = tc.CreateProject(ctx(t), types.CreateProjectRequest{Name: mp, Base: fixtureBase, RuntimeClass: "gvisor"})
+	require.NoError(t, err)
+	mi, err := tc.CreateInstance(ctx(t), mp, types.CreateInstanceRequest{})
+	require.NoError(t, err)
+	_, err = tc.Exec(ctx(t), mi.ID, types.ExecRequest{Args: []string{"/bin/sh", "-c", memCounter}})
+	require.NoError(t, err)
+	counted := countPast(t, tc, mi.ID, 5)
+	mc := memCheckpoint(t, tc, mi.ID).Checkpoint
+	require.NotNil(t, mc.Memory)
+	_, err = tc.DeleteInstance(ctx(t), mi.ID)
+	require.NoError(t, err)
+	b.do(chromedp.Navigate(env.node.URL + "/console/#/projects/" + mp))
+	b.waitVisible(`#checkpoints-table [data-memory="yes"]`)
+	cprow := b.text("#checkpoints-table tbody tr")
+	assert.Contains(t, cprow, fmt.Sprintf("%d ms (engine %d ms)", mc.FreezeMS, mc.Memory.FreezeMS), "the freeze window, the engine's part named")
+	assert.Contains(t, cprow, "new)", "the memory image's stored and new bytes")
+	b.shoot("09-checkpoints")
+	b.do(chromedp.Click(chromedp.CSS(fmt.Sprintf(`button.resume[data-checkpoint="%d"]`, mc.ID))))
+	b.waitText("#page-title", "Instance "+mp+"-")
+	b.waitText("#instance-state", "Running")
+	rid := strings.TrimPrefix(b.text("#page-title"), "Instance ")
+	t.Cleanup(func() { _, _ = tc.DeleteInstance(context.Background(), rid) })
+	resumedAt := countIn(t, tc, rid)
+	assert.GreaterOrEqual(t, resumedAt, counted, "resumed from the checkpoint's counter, not from 1")
+	countPast(t, tc, rid, resumedAt) // only the resumed process counts
+	got, err := tc.GetCheckpoint(ctx(t), mp, mc.ID)
+	require.NoError(t, err)
+	assert.Equal(t, rid, got.Memory.ResumedBy)
 
 	// Ports: a preview link opens what the instance serves.
 	tenantSh(t, tc, id, "mkdir -p /www && echo hello-preview > /www/index.html && touch /www/favicon.ico && busybox httpd -p 127.0.0.1:8080 -h /www && sleep 0.5")

@@ -356,7 +356,7 @@ func volumeProject(t *testing.T, prefix string) string {
 	t.Helper()
 	name := prefix + "-" + strings.ReplaceAll(time.Now().Format("150405.000000"), ".", "")
 	_, err := env.c.CreateProject(ctx(t), types.CreateProjectRequest{Name: name, Base: fixtureBase,
-		Volumes: []string{name + "-work:/workspace"}})
+		Volumes: []string{name + "-work:/workspace"}, RuntimeClass: projectClass(t)})
 	require.NoError(t, err)
 	return name
 }

@@ -25,6 +25,9 @@ func TestRootFork(t *testing.T) {
 	res := succeeded[types.ForkResult](t, op, err)
 	b := res.Instance
 	t.Cleanup(func() { _, _ = env.c.DeleteInstance(c, b.ID) })
+	require.Len(t, res.Instances, 1, "one new instance by default")
+	assert.Equal(t, b.ID, res.Instances[0].ID)
+	assert.Zero(t, res.Checkpoint, "a fork without memory makes no checkpoint")
 	assert.Equal(t, types.StateRunning, b.State)
 	assert.Equal(t, res.Version, b.Version)
 	assert.NotEqual(t, a.ID, b.ID)

@@ -26,7 +26,8 @@ var projectSeq atomic.Int64
 func newProject(t *testing.T, prefix string, excludes ...string) string {
 	t.Helper()
 	name := fmt.Sprintf("%s-%d", prefix, projectSeq.Add(1))
-	_, err := env.c.CreateProject(ctx(t), types.CreateProjectRequest{Name: name, Base: fixtureBase, Excludes: excludes})
+	_, err := env.c.CreateProject(ctx(t), types.CreateProjectRequest{Name: name, Base: fixtureBase, Excludes: excludes,
+		RuntimeClass: projectClass(t)})
 	require.NoError(t, err)
 	return name
 }

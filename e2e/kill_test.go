@@ -64,12 +64,22 @@ func buildEnvctl(t testing.TB) string { return envctlBinary.build(t, "envctl") }
 
 func startEnvd(t *testing.T, bin, dataDir string) (*envdProcess, *client.Client) {
 	t.Helper()
+	return startEnvdEnv(t, bin, dataDir, nil)
+}
+
+// startEnvdEnv is startEnvd with extraEnv (KEY=VALUE) added to envd's
+// environment, e.g. ENVD_RUNTIME_CLASS=gvisor.
+func startEnvdEnv(t *testing.T, bin, dataDir string, extraEnv []string) (*envdProcess, *client.Client) {
+	t.Helper()
 	_ = os.Remove(filepath.Join(dataDir, "envd.url"))
 	log, err := os.OpenFile(filepath.Join(dataDir, "envd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	require.NoError(t, err)
 	defer log.Close()
 	cmd := exec.Command(bin, "up", "--data-dir", dataDir)
 	cmd.Stdout, cmd.Stderr = log, log
+	if extraEnv != nil {
+		cmd.Env = append(os.Environ(), extraEnv...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	require.NoError(t, cmd.Start())
 	p := &envdProcess{cmd: cmd, done: make(chan struct{})}

@@ -21,6 +21,7 @@ import (
 	"github.com/envd-dev/envd/client"
 	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/envd/node"
+	"github.com/envd-dev/envd/internal/dnstest"
 )
 
 // env is the node shared by the tests of this package; each test uses its
@@ -34,6 +35,13 @@ var env struct {
 	// spec checks every request and answer of the package's node (and of
 	// its restarts) against docs/openapi.yaml; run fails on a violation.
 	spec *apispec.Validator
+	// dns is the egress gateway's upstream resolver of the shared node
+	// (egress by name): names the tests set, on loopback.
+	dns *dnstest.Server
+	// upstreamCA is the test's own CA, which signs the HTTPS servers the
+	// instances reach; the shared node trusts it upstream
+	// (EgressUpstreamCAFile = upstreamCA.file), the instances do not.
+	upstreamCA *testCA
 }
 
 func TestMain(m *testing.M) {
@@ -43,6 +51,10 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) int {
 	flag.Parse()
 	setDefaultParallel(defaultParallel)
+	if err := selectGroup(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 2
+	}
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "e2e: these tests need root (containerd, overlayfs, network namespaces); run scripts/test.sh as root")
 		return 1
@@ -66,6 +78,15 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
+	if env.dns, err = dnstest.Listen(nil); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: resolver:", err)
+		return 1
+	}
+	defer env.dns.Close()
+	if env.upstreamCA, err = newTestCA("envd e2e upstream CA", filepath.Join(dir, "upstream-ca.pem")); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: upstream CA:", err)
+		return 1
+	}
 	n, err := node.Start(ctx, sharedNodeConfig())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: start node:", err)
@@ -75,6 +96,11 @@ func run(m *testing.M) int {
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
+		// A node restartNode started holds parts of its own (its API,
+		// its buildkitd): close it too, or its buildkitd outlives the run.
+		if env.node != n {
+			env.node.Close(sctx)
+		}
 		n.Shutdown(sctx)
 	}()
 	if env.c, err = client.New(n.URL, n.Token); err != nil {
@@ -126,7 +152,12 @@ func sharedNodeConfig() node.Config {
 		WrapAPI: env.spec.Wrap, MetricsListen: "127.0.0.1:0", SSHListen: "127.0.0.1:0", PreviewDomain: previewDomain,
 		Placement: envd.PlacementLocal, // the tests ask the node they mean
 		Limits:    sharedNodeLimits, Lease: testLease, Capacity: sharedNodeCapacity,
-		RuntimeClass: os.Getenv("ENVD_E2E_RUNTIME_CLASS")}
+		RuntimeClass: os.Getenv("ENVD_E2E_RUNTIME_CLASS"), EgressResolvers: []string{env.dns.Addr},
+		EgressUpstreamCAFile: env.upstreamCA.file,
+		// Receivers of the webhook tests listen on loopback; retries
+		// come soon so that a test waits seconds, not minutes, and are not
+		// given up while a loaded machine takes long to stop an instance.
+		Webhooks: envd.WebhookConfig{AllowLoopback: true, Poll: 100 * time.Millisecond, BackoffBase: 300 * time.Millisecond, BackoffCap: 2 * time.Second, MaxAttempts: 300}}
 }
 
 // sharedNodeCapacity is what the shared node offers placement: more than

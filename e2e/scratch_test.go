@@ -14,11 +14,13 @@ import (
 // anything else in the work dir is left alone.
 func TestRootRestartRemovesLeftoverScratch(t *testing.T) {
 	leftovers := []string{
-		"op-0badc0de/layer.tar",          // a save's spool
-		"op-0badc0de/sha256-1234",        // its encoded layer
-		"hibernate-i-0badc0de/layer.tar", // a hibernation's
-		"import-123456.tar",              // an import's received tar
-		"import-987654/rootfs.tar",       // and its encode dir
+		"op-0badc0de/layer.tar",                // a save's spool
+		"op-0badc0de/sha256-1234",              // its encoded layer
+		"hibernate-i-0badc0de/layer.tar",       // a hibernation's
+		"import-123456.tar",                    // an import's received tar
+		"import-987654/rootfs.tar",             // and its encode dir
+		"op-0badc0de-memory/pages.img",         // a checkpoint's memory image
+		"resume-i-0badc0de-42/image/pages.img", // a resume's pulled memory image
 	}
 	for _, l := range leftovers {
 		p := filepath.Join(workDir(), l)

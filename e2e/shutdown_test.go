@@ -31,7 +31,11 @@ func servingNode(t *testing.T, dataDir string) (*node.Node, *client.Client) {
 	n, err := node.Start(ctx(t), node.Config{DataDir: dataDir, Node: "node-serving", DSN: env.node.DSN(),
 		Registry: env.node.RegistryAddr(), RegistryCredentialFile: cred, Listen: "0.0.0.0:0",
 		DefaultTTL: time.Hour, PrefetchWindow: -1, ShutdownGrace: 2 * time.Minute,
-		Placement: envd.PlacementLocal}) // its instances and their saves are its own, for the drain to wait for
+		Placement: envd.PlacementLocal, // its instances and their saves are its own, for the drain to wait for
+		// It joins the shared node's cluster: at the default 15 s lease, its
+		// restart at load average 40 outlasted the lease, another node
+		// marked it lost and its instance failed.
+		Lease: testLease})
 	require.NoError(t, err)
 	ca, err := os.ReadFile(n.SelfSignedCert())
 	require.NoError(t, err)

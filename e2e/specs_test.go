@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -125,22 +124,8 @@ func TestRootSpecBuildWithFilesEnvRunAndLogs(t *testing.T) {
 		},
 		Validate: [][]string{{"test", "-x", "/usr/local/bin/hello"}},
 	}
-	op, err := env.c.Build(c, p, req)
-	require.NoError(t, err)
-	var mu sync.Mutex
-	var streamed []string
-	done, err := env.c.WaitOperation(c, op.ID, func(ev types.Event) {
-		if ev.Type == "log" {
-			mu.Lock()
-			streamed = append(streamed, strings.Split(ev.Message, "\n")...)
-			mu.Unlock()
-		}
-	})
-	require.NoError(t, err)
+	done, log := buildWithLog(t, p, req)
 	require.Equalf(t, types.OpSucceeded, done.State, "%+v", done.Error)
-	mu.Lock()
-	log := strings.Join(streamed, "\n")
-	mu.Unlock()
 	assert.Contains(t, log, "plain; $(not run) `x` > nowhere", "argv: no shell read it")
 	assert.Contains(t, log, "wrote greeting")
 	assert.Contains(t, log, "from the context")
@@ -148,7 +133,7 @@ func TestRootSpecBuildWithFilesEnvRunAndLogs(t *testing.T) {
 	assert.Contains(t, log, "+ file /etc/app/config", "each step has a header line")
 
 	var kept bytes.Buffer
-	_, err = env.c.OperationLogs(c, op.ID, &kept)
+	_, err = env.c.OperationLogs(c, done.ID, &kept)
 	require.NoError(t, err)
 	assert.Contains(t, kept.String(), "plain; $(not run) `x` > nowhere", "the log is kept after the build")
 	assert.Contains(t, kept.String(), "from the context")

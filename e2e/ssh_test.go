@@ -53,7 +53,7 @@ func newSSHTenant(t testing.TB, name string) *sshTenant {
 	tc, err := client.New(env.node.URL, tok.Token)
 	require.NoError(t, err)
 	project := fmt.Sprintf("ssh-%d", projectSeq.Add(1))
-	_, err = tc.CreateProject(c, types.CreateProjectRequest{Name: project, Base: fixtureBase})
+	_, err = tc.CreateProject(c, types.CreateProjectRequest{Name: project, Base: fixtureBase, RuntimeClass: projectClass(t)})
 	require.NoError(t, err)
 	in, err := tc.CreateInstance(c, project, types.CreateInstanceRequest{})
 	require.NoError(t, err)

@@ -66,7 +66,7 @@ func TestCoreCheckpoint(t *testing.T) {
 		{"no such checkpoint", types.CreateInstanceRequest{Checkpoint: 9}, errdefs.ErrNotFound},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := e.svc.CreateInstance(e.ctx, e.user, "web", c.req, "")
+			_, err := e.svc.Parts().Instances.CreateInstance(e.ctx, e.user, "web", c.req, "")
 			assert.ErrorIs(t, err, c.kind)
 		})
 	}
@@ -96,14 +96,14 @@ func TestCoreCheckpoint(t *testing.T) {
 
 	// A checkpoint and a save of one instance exclude each other: a
 	// checkpoint of an instance that is not Running is refused at once.
-	_, err = e.svc.DeleteInstance(e.ctx, e.user, in.ID)
+	_, err = e.svc.Parts().Instances.DeleteInstance(e.ctx, e.user, in.ID)
 	require.NoError(t, err)
 	_, err = e.svc.Parts().Checkpoints.Checkpoint(e.ctx, e.user, in.ID, types.CheckpointRequest{}, "")
 	assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition)
 
 	// Deleting checkpoint 1 deletes its version (nothing else keeps it
 	// once its instance is gone); deleting 2 keeps its version: current.
-	_, err = e.svc.DeleteInstance(e.ctx, e.user, from.ID)
+	_, err = e.svc.Parts().Instances.DeleteInstance(e.ctx, e.user, from.ID)
 	require.NoError(t, err)
 	_, err = e.svc.Parts().Checkpoints.DeleteCheckpoint(e.ctx, e.user, "web", 1)
 	require.NoError(t, err)
@@ -133,7 +133,7 @@ func TestCoreCheckpointRetention(t *testing.T) {
 		cps = append(cps, e.checkpointed(in.ID, types.CheckpointRequest{}))
 	}
 	require.Equal(t, []int{3, 5, 7}, []int{cps[0].Checkpoint.Version, cps[1].Checkpoint.Version, cps[2].Checkpoint.Version})
-	_, err := e.svc.DeleteInstance(e.ctx, e.user, in.ID)
+	_, err := e.svc.Parts().Instances.DeleteInstance(e.ctx, e.user, in.ID)
 	require.NoError(t, err)
 	_, err = e.svc.SetRetention(e.ctx, e.user, "web", types.Retention{KeepLast: 1})
 	require.NoError(t, err)

@@ -61,6 +61,7 @@ type coreState struct {
 	regRoot string
 	reg     *faultyRegistry
 	rt      *fakeruntime.Runtime
+	engine  envd.Runtime // what the service is given: rt, or rt with a memory engine
 	cfg     envd.Config
 	svc     *envd.Service
 	admin   types.Principal
@@ -71,7 +72,17 @@ type coreState struct {
 // edit, if set, changes the config before New.
 func newCoreEnv(t testing.TB, edit func(*envd.Config)) *coreEnv {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	return newCoreEnvOn(t, edit, false)
+}
+
+// newCoreEnvOn is newCoreEnv; with memory the runtime has a memory
+// checkpoint engine (fakeruntime.Memory).
+func newCoreEnvOn(t testing.TB, edit func(*envd.Config), memory bool) *coreEnv {
+	t.Helper()
+	// The env's whole life, the background loops of its service included:
+	// long enough for a test's own waits (a squash waits two minutes) at
+	// CI's load; the test binary's -timeout bounds a hang.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	t.Cleanup(cancel)
 	e := &coreEnv{t: t, coreState: &coreState{root: t, ctx: ctx}}
 
@@ -96,6 +107,10 @@ func newCoreEnv(t testing.TB, edit func(*envd.Config)) *coreEnv {
 	rtRoot := filepath.Join(t.TempDir(), "runtime")
 	require.NoError(t, os.MkdirAll(rtRoot, 0o755))
 	e.rt = fakeruntime.New(rtRoot)
+	e.engine = e.rt
+	if memory {
+		e.engine = fakeruntime.Memory{Runtime: e.rt}
+	}
 
 	e.cfg = envd.Config{
 		Node: testNode, WorkDir: filepath.Join(t.TempDir(), "work"), DataDir: t.TempDir(),
@@ -125,7 +140,7 @@ func newCoreEnv(t testing.TB, edit func(*envd.Config)) *coreEnv {
 // start makes and starts a service on the env's store, registry and runtime.
 func (e *coreEnv) start() {
 	e.t.Helper()
-	svc, err := envd.New(e.cfg, e.store, e.reg, e.rt)
+	svc, err := envd.New(e.cfg, e.store, e.reg, e.engine)
 	require.NoError(e.t, err)
 	require.NoError(e.t, svc.Start(e.ctx))
 	e.svc = svc
@@ -156,7 +171,7 @@ func (e *coreEnv) project(name string) types.Project {
 // instance starts an instance of project and checks it runs.
 func (e *coreEnv) instance(project string, req types.CreateInstanceRequest) types.Instance {
 	e.t.Helper()
-	in, err := e.svc.CreateInstance(e.ctx, e.user, project, req, "")
+	in, err := e.svc.Parts().Instances.CreateInstance(e.ctx, e.user, project, req, "")
 	require.NoError(e.t, err)
 	require.Equal(e.t, types.StateRunning, in.State)
 	return in
@@ -254,13 +269,13 @@ func (e *coreEnv) task(id string) string {
 // instanceNow is the instance as the service answers now, the zero value
 // on an error: for conditions polled outside the test's goroutine.
 func (e *coreEnv) instanceNow(id string) types.Instance {
-	in, _ := e.svc.GetInstance(e.ctx, e.user, id)
+	in, _ := e.svc.Parts().Instances.GetInstance(e.ctx, e.user, id)
 	return in
 }
 
 func (e *coreEnv) getInstance(id string) types.Instance {
 	e.t.Helper()
-	in, err := e.svc.GetInstance(e.ctx, e.user, id)
+	in, err := e.svc.Parts().Instances.GetInstance(e.ctx, e.user, id)
 	require.NoError(e.t, err)
 	return in
 }
@@ -314,13 +329,17 @@ func (e *coreEnv) registryBlobs() []string {
 	return out
 }
 
-// workDirEntries lists what saves left in the service's work dir.
+// workDirEntries lists what saves left in the service's work dir (but
+// the node's kept memory images, which stay on purpose).
 func (e *coreEnv) workDirEntries() []string {
 	e.t.Helper()
 	ents, err := os.ReadDir(e.cfg.WorkDir)
 	require.NoError(e.t, err)
 	var out []string
 	for _, d := range ents {
+		if d.Name() == "memory-cache" {
+			continue
+		}
 		out = append(out, d.Name())
 	}
 	return out

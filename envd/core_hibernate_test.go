@@ -25,10 +25,10 @@ func TestCoreHibernate(t *testing.T) {
 		e := e.with(t)
 		in := e.instance("web", types.CreateInstanceRequest{Retain: true})
 		e.write(in.ID, "home/dev/work.txt", "unsaved work")
-		_, err := e.svc.StopInstance(e.ctx, e.user, in.ID)
+		_, err := e.svc.Parts().Instances.StopInstance(e.ctx, e.user, in.ID)
 		require.NoError(t, err)
 
-		hib, err := e.svc.HibernateInstance(e.ctx, e.user, in.ID)
+		hib, err := e.svc.Parts().Instances.HibernateInstance(e.ctx, e.user, in.ID, types.HibernateRequest{})
 		require.NoError(t, err)
 		assert.Equal(t, types.StateStopped, hib.State)
 		assert.Equal(t, envd.ReasonHibernated, hib.Reason)
@@ -38,10 +38,10 @@ func TestCoreHibernate(t *testing.T) {
 		assert.Empty(t, e.rt.UpperDir(in.ID), "the layer on the node is freed")
 		assert.Empty(t, e.workDirEntries())
 
-		_, err = e.svc.HibernateInstance(e.ctx, e.user, in.ID)
+		_, err = e.svc.Parts().Instances.HibernateInstance(e.ctx, e.user, in.ID, types.HibernateRequest{})
 		assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition, "a hibernated instance cannot hibernate again")
 
-		woken, err := e.svc.StartInstance(e.ctx, e.user, in.ID)
+		woken, err := e.svc.Parts().Instances.StartInstance(e.ctx, e.user, in.ID)
 		require.NoError(t, err)
 		assert.Equal(t, types.StateRunning, woken.State)
 		assert.Zero(t, woken.HibernatedVersion)
@@ -57,11 +57,11 @@ func TestCoreHibernate(t *testing.T) {
 		e := e.with(t)
 		in := e.instance("web", types.CreateInstanceRequest{Retain: true})
 		e.write(in.ID, "home/dev/work.txt", "unsaved work")
-		_, err := e.svc.StopInstance(e.ctx, e.user, in.ID)
+		_, err := e.svc.Parts().Instances.StopInstance(e.ctx, e.user, in.ID)
 		require.NoError(t, err)
-		hib, err := e.svc.HibernateInstance(e.ctx, e.user, in.ID)
+		hib, err := e.svc.Parts().Instances.HibernateInstance(e.ctx, e.user, in.ID, types.HibernateRequest{})
 		require.NoError(t, err)
-		_, err = e.svc.StartInstance(e.ctx, e.user, in.ID)
+		_, err = e.svc.Parts().Instances.StartInstance(e.ctx, e.user, in.ID)
 		require.NoError(t, err)
 
 		res := e.saved(in.ID, types.SaveRequest{Message: "after the wake"})
@@ -74,7 +74,7 @@ func TestCoreHibernate(t *testing.T) {
 	t.Run("only a stopped retained instance hibernates", func(t *testing.T) {
 		e := e.with(t)
 		running := e.instance("web", types.CreateInstanceRequest{Retain: true})
-		_, err := e.svc.HibernateInstance(e.ctx, e.user, running.ID)
+		_, err := e.svc.Parts().Instances.HibernateInstance(e.ctx, e.user, running.ID, types.HibernateRequest{})
 		assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition)
 		assert.Equal(t, "running", e.task(running.ID))
 	})
@@ -98,10 +98,10 @@ func TestCoreHibernateQuota(t *testing.T) {
 	e.write(asked.ID, "home/dev/a", "a")
 	idle := e.instance("web", types.CreateInstanceRequest{Retain: true})
 	e.write(idle.ID, "home/dev/b", "b")
-	_, err = e.svc.StopInstance(e.ctx, e.user, asked.ID)
+	_, err = e.svc.Parts().Instances.StopInstance(e.ctx, e.user, asked.ID)
 	require.NoError(t, err)
 	blobs := e.registryBlobs()
-	_, err = e.svc.HibernateInstance(e.ctx, e.user, asked.ID)
+	_, err = e.svc.Parts().Instances.HibernateInstance(e.ctx, e.user, asked.ID, types.HibernateRequest{})
 	require.ErrorIs(t, err, errdefs.ErrQuotaExceeded)
 	assert.Equal(t, map[string]any{"quota": "versions", "limit": int64(1), "used": int64(1), "requested": int64(1)}, errdefs.Details(err))
 	got := e.getInstance(asked.ID)
@@ -112,7 +112,7 @@ func TestCoreHibernateQuota(t *testing.T) {
 	require.NoError(t, err, "the layer is kept")
 	assert.Equal(t, "a", string(b))
 
-	_, err = e.svc.StopInstance(e.ctx, e.user, idle.ID)
+	_, err = e.svc.Parts().Instances.StopInstance(e.ctx, e.user, idle.ID)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		return e.instanceNow(idle.ID).HibernatedVersion > 0 && e.instanceNow(asked.ID).HibernatedVersion > 0
@@ -120,4 +120,75 @@ func TestCoreHibernateQuota(t *testing.T) {
 	assert.Equal(t, []string{"1:ready:current", "2:ready", "3:ready"}, e.versionsOf("web"))
 	assert.Empty(t, e.rt.UpperDir(idle.ID))
 	assert.Empty(t, e.rt.UpperDir(asked.ID))
+}
+
+// Hibernation with memory where memory cannot be kept (the fake runtime
+// has no memory engine, as a runc node): the user's verb is refused with
+// memory_checkpoint_unsupported before anything changes; the idle action
+// hibernate-memory hibernates the disk alone and says why on the instance.
+func TestCoreHibernateMemoryRefusedAndFallsBack(t *testing.T) {
+	t.Parallel()
+	e := newIdleEnv(t)
+
+	t.Run("hibernate --memory is refused before anything changes", func(t *testing.T) {
+		t.Parallel()
+		e := e.with(t)
+		e.project("memverb")
+		in := e.instance("memverb", types.CreateInstanceRequest{Retain: true})
+		e.write(in.ID, "home/dev/work.txt", "unsaved work")
+		blobs := e.registryBlobs()
+		_, err := e.svc.Parts().Instances.HibernateInstance(e.ctx, e.user, in.ID, types.HibernateRequest{Memory: true})
+		require.ErrorIs(t, err, errdefs.ErrMemoryUnsupported)
+		assert.Equal(t, "class", errdefs.Details(err)["reason"])
+		got := e.getInstance(in.ID)
+		assert.Equal(t, types.StateRunning, got.State)
+		assert.Equal(t, in.Generation, got.Generation)
+		assert.Zero(t, got.HibernatedVersion)
+		assert.Equal(t, "running", e.task(in.ID), "the task runs on")
+		assert.Equal(t, []string{"1:ready:current"}, e.versionsOf("memverb"), "no version made")
+		cs, err := e.svc.Parts().Checkpoints.ListCheckpoints(e.ctx, e.user, "memverb")
+		require.NoError(t, err)
+		assert.Empty(t, cs, "no checkpoint made")
+		assert.Equal(t, blobs, e.registryBlobs(), "nothing uploaded")
+
+		_, err = e.svc.Parts().Instances.StopInstance(e.ctx, e.user, in.ID)
+		require.NoError(t, err)
+		_, err = e.svc.Parts().Instances.HibernateInstance(e.ctx, e.user, in.ID, types.HibernateRequest{Memory: true})
+		require.ErrorIs(t, err, errdefs.ErrMemoryUnsupported, "a stopped instance has no processes to keep")
+		assert.Equal(t, "state", errdefs.Details(err)["reason"])
+		assert.Zero(t, e.getInstance(in.ID).HibernatedVersion)
+	})
+
+	t.Run("the idle action hibernate-memory falls back to the disk and says why", func(t *testing.T) {
+		t.Parallel()
+		e := e.with(t)
+		e.idleProject("memidle", types.IdleActionHibernateMemory)
+		in := e.instance("memidle", types.CreateInstanceRequest{})
+		assert.Equal(t, types.IdleActionHibernateMemory, e.getInstance(in.ID).IdleAction, "kept for an instance that is not retained")
+		e.write(in.ID, "home/dev/work.txt", "unsaved work")
+		got := e.stoppedByIdle(in.ID)
+		assert.Equal(t, 2, got.HibernatedVersion, "hibernated on a version")
+		assert.Zero(t, got.HibernatedCheckpoint, "without its processes")
+		assert.Equal(t, "class", got.MemoryNotKept)
+		assert.Contains(t, got.Message, "memory not kept (class")
+		assert.Equal(t, map[string]string{"home/": "", "home/dev/": "", "home/dev/work.txt": "unsaved work"}, e.layerFiles("memidle", 2))
+		cs, err := e.svc.Parts().Checkpoints.ListCheckpoints(e.ctx, e.user, "memidle")
+		require.NoError(t, err)
+		assert.Empty(t, cs)
+
+		woken, err := e.svc.Parts().Instances.WakeInstance(e.ctx, e.user, in.ID)
+		require.NoError(t, err)
+		assert.Equal(t, types.StateRunning, woken.State)
+		assert.Empty(t, woken.MemoryNotKept, "cleared once it runs")
+		assert.Equal(t, in.Generation+1, woken.Generation)
+	})
+
+	t.Run("hibernate-memory is an idle action and a node default", func(t *testing.T) {
+		t.Parallel()
+		e := e.with(t)
+		e.project("memset")
+		_, err := e.svc.SetProjectIdle(e.ctx, e.user, "memset", types.IdleSetting{After: "1m", Action: "hibernate-mem"})
+		require.ErrorIs(t, err, errdefs.ErrInvalidArgument)
+		assert.Contains(t, err.Error(), "hibernate-memory")
+	})
 }

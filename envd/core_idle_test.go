@@ -70,7 +70,7 @@ func TestCoreIdle(t *testing.T) {
 		require.NotNil(t, got.IdleActionAt)
 		assert.Equal(t, got.IdleSince.Add(idleAfter), *got.IdleActionAt)
 		for end := time.Now().Add(2 * idleAfter); time.Now().Before(end); time.Sleep(idleAfter / 4) {
-			_, err := e.svc.Exec(e.ctx, e.user, in.ID, types.ExecRequest{Args: []string{"true"}})
+			_, err := e.svc.Parts().Instances.Exec(e.ctx, e.user, in.ID, types.ExecRequest{Args: []string{"true"}})
 			require.NoError(t, err)
 		}
 		got = e.getInstance(in.ID)
@@ -85,7 +85,7 @@ func TestCoreIdle(t *testing.T) {
 		e := e.with(t)
 		e.idleProject("held", "")
 		in := e.instance("held", types.CreateInstanceRequest{})
-		release := e.svc.HoldInstance(in.ID)
+		release := e.svc.Parts().Instances.HoldInstance(in.ID)
 		time.Sleep(2 * idleAfter)
 		got := e.getInstance(in.ID)
 		assert.Equal(t, types.StateRunning, got.State)
@@ -124,7 +124,7 @@ func TestCoreIdle(t *testing.T) {
 		go func() {
 			// The fake's process reads stdin to its end: a terminal left
 			// open with nothing typed.
-			_, err := e.svc.ExecStream(e.ctx, e.user, in.ID, types.ExecRequest{Args: []string{"top"}},
+			_, err := e.svc.Parts().Instances.ExecStream(e.ctx, e.user, in.ID, types.ExecRequest{Args: []string{"top"}},
 				types.Stdio{Stdin: stdinR, Stdout: io.Discard, Stderr: io.Discard})
 			done <- err
 		}()
@@ -164,7 +164,7 @@ func TestCoreIdle(t *testing.T) {
 		assert.Empty(t, e.rt.UpperDir(in.ID), "the layer on the node is freed")
 		assert.Empty(t, e.workDirEntries())
 
-		woke, err := e.svc.WakeInstance(e.ctx, e.user, in.ID)
+		woke, err := e.svc.Parts().Instances.WakeInstance(e.ctx, e.user, in.ID)
 		require.NoError(t, err)
 		assert.Equal(t, types.StateRunning, woke.State)
 		assert.Zero(t, woke.HibernatedVersion)
@@ -188,7 +188,7 @@ func TestCoreIdle(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, "kept", string(b))
 
-		res, err := e.svc.Exec(e.ctx, e.user, in.ID, types.ExecRequest{Args: []string{"true"}, Wake: true})
+		res, err := e.svc.Parts().Instances.Exec(e.ctx, e.user, in.ID, types.ExecRequest{Args: []string{"true"}, Wake: true})
 		require.NoError(t, err)
 		assert.Zero(t, res.ExitCode)
 		assert.Equal(t, types.StateRunning, e.getInstance(in.ID).State, "exec with wake started it")
@@ -212,13 +212,13 @@ func TestCoreIdle(t *testing.T) {
 		e := e.with(t)
 		e.idleProject("frozen", "")
 		in := e.instance("frozen", types.CreateInstanceRequest{})
-		_, err := e.svc.PauseInstance(e.ctx, e.user, in.ID)
+		_, err := e.svc.Parts().Instances.PauseInstance(e.ctx, e.user, in.ID)
 		require.NoError(t, err)
 		time.Sleep(2 * idleAfter)
 		got := e.getInstance(in.ID)
 		assert.Equal(t, types.StatePaused, got.State)
 		assert.Nil(t, got.IdleActionAt)
-		_, err = e.svc.WakeInstance(e.ctx, e.user, in.ID)
+		_, err = e.svc.Parts().Instances.WakeInstance(e.ctx, e.user, in.ID)
 		assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition, "a wake does not resume what its user paused")
 	})
 }
@@ -243,7 +243,7 @@ func TestCoreIdleSettings(t *testing.T) {
 		{"never under a maximum", types.IdleSetting{After: "0"}, "above the tenant's maximum"},
 		{"not a duration", types.IdleSetting{After: "soon"}, "a Go duration"},
 		{"too short", types.IdleSetting{After: "10ms"}, "at least 1s"},
-		{"an unknown action", types.IdleSetting{After: "30m", Action: "delete"}, "must be stop or hibernate"},
+		{"an unknown action", types.IdleSetting{After: "30m", Action: "delete"}, "must be stop, hibernate or hibernate-memory"},
 		{"within the maximum", types.IdleSetting{After: "30m0s", Action: "hibernate"}, ""},
 		{"the node's default", types.IdleSetting{}, ""},
 	} {
@@ -339,7 +339,7 @@ func TestCoreIdleFailuresAndWake(t *testing.T) {
 			return ctx.Err()
 		}
 	})
-	_, err = e.svc.WakeInstance(types.WithWakeWait(e.ctx, 0), e.user, in.ID)
+	_, err = e.svc.Parts().Instances.WakeInstance(types.WithWakeWait(e.ctx, 0), e.user, in.ID)
 	require.ErrorIs(t, err, errdefs.ErrWaking)
 	var ra interface{ RetryAfter() time.Duration }
 	require.ErrorAs(t, err, &ra)
@@ -354,7 +354,7 @@ func TestCoreIdleFailuresAndWake(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			woken[i], errs[i] = e.svc.WakeInstance(e.ctx, e.user, in.ID)
+			woken[i], errs[i] = e.svc.Parts().Instances.WakeInstance(e.ctx, e.user, in.ID)
 		}()
 	}
 	time.Sleep(200 * time.Millisecond)
@@ -392,7 +392,7 @@ func TestCoreIdleActivityCancelsTheSave(t *testing.T) {
 		t.Fatal("the idle save did not start")
 	}
 	assert.Equal(t, "paused", e.task(in.ID), "frozen for the read")
-	res, err := e.svc.Exec(e.ctx, e.user, in.ID, types.ExecRequest{Args: []string{"true"}})
+	res, err := e.svc.Parts().Instances.Exec(e.ctx, e.user, in.ID, types.ExecRequest{Args: []string{"true"}})
 	require.NoError(t, err, "the exec waits out the freeze, whose save it cancels")
 	assert.Zero(t, res.ExitCode)
 	e.rt.SetFault(fakeruntime.Mounts, nil)

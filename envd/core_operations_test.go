@@ -58,15 +58,15 @@ func testIdempotency(t *testing.T, e *coreEnv) {
 	t.Run("instance", func(t *testing.T) {
 		e := e.with(t)
 		req := types.CreateInstanceRequest{TTL: "1h"}
-		first, err := e.svc.CreateInstance(e.ctx, e.user, "idem", req, "key-instance")
+		first, err := e.svc.Parts().Instances.CreateInstance(e.ctx, e.user, "idem", req, "key-instance")
 		require.NoError(t, err)
-		again, err := e.svc.CreateInstance(e.ctx, e.user, "idem", req, "key-instance")
+		again, err := e.svc.Parts().Instances.CreateInstance(e.ctx, e.user, "idem", req, "key-instance")
 		require.NoError(t, err)
 		assert.Equal(t, first.ID, again.ID)
-		ins, err := e.svc.ListInstances(e.ctx, e.user, "idem")
+		ins, err := e.svc.Parts().Instances.ListInstances(e.ctx, e.user, "idem")
 		require.NoError(t, err)
 		assert.Len(t, ins, 1, "one instance made")
-		_, err = e.svc.CreateInstance(e.ctx, e.user, "idem", types.CreateInstanceRequest{TTL: "2h"}, "key-instance")
+		_, err = e.svc.Parts().Instances.CreateInstance(e.ctx, e.user, "idem", types.CreateInstanceRequest{TTL: "2h"}, "key-instance")
 		assert.ErrorIs(t, err, errdefs.ErrIdempotencyReuse)
 	})
 
@@ -94,7 +94,7 @@ func testIdempotency(t *testing.T, e *coreEnv) {
 				return err
 			},
 			"another kind": func() error {
-				_, err := e.svc.Restore(e.ctx, e.user, "idem", types.CreateInstanceRequest{}, "key-save")
+				_, err := e.svc.Parts().Instances.Restore(e.ctx, e.user, "idem", types.CreateInstanceRequest{}, "key-save")
 				return err
 			},
 		} {
@@ -116,7 +116,7 @@ func testOperationsSettle(t *testing.T, e *coreEnv) {
 
 	t.Run("restore succeeds with the running instance as its result", func(t *testing.T) {
 		e := e.with(t)
-		op, err := e.svc.Restore(e.ctx, e.user, "web", types.CreateInstanceRequest{Version: 1}, "")
+		op, err := e.svc.Parts().Instances.Restore(e.ctx, e.user, "web", types.CreateInstanceRequest{Version: 1}, "")
 		require.NoError(t, err)
 		assert.Equal(t, types.OpKindRestore, op.Kind)
 		op = e.wait(e.user, op.ID)
@@ -140,14 +140,14 @@ func testOperationsSettle(t *testing.T, e *coreEnv) {
 
 	t.Run("restore of a version that cannot start is refused before any operation", func(t *testing.T) {
 		e := e.with(t)
-		_, err := e.svc.Restore(e.ctx, e.user, "web", types.CreateInstanceRequest{Version: 9}, "")
+		_, err := e.svc.Parts().Instances.Restore(e.ctx, e.user, "web", types.CreateInstanceRequest{Version: 9}, "")
 		assert.ErrorIs(t, err, errdefs.ErrNotFound)
 	})
 
 	t.Run("restore whose pull fails fails, its instance Failed", func(t *testing.T) {
 		e := e.with(t)
 		e.rt.FailNext(fakeruntime.Pull, errdefs.ErrUnavailable)
-		op, err := e.svc.Restore(e.ctx, e.user, "web", types.CreateInstanceRequest{}, "")
+		op, err := e.svc.Parts().Instances.Restore(e.ctx, e.user, "web", types.CreateInstanceRequest{}, "")
 		require.NoError(t, err)
 		op = e.wait(e.user, op.ID)
 		assert.ErrorIs(t, opErr(t, op), errdefs.ErrUnavailable)
@@ -191,7 +191,7 @@ func TestCoreOperationsAfterRestart(t *testing.T) {
 	require.NoError(t, err)
 	<-savePaused
 	pullHangs := blockUntilCanceled(e.rt, fakeruntime.Pull)
-	restore, err := e.svc.Restore(e.ctx, e.user, "web", types.CreateInstanceRequest{}, "")
+	restore, err := e.svc.Parts().Instances.Restore(e.ctx, e.user, "web", types.CreateInstanceRequest{}, "")
 	require.NoError(t, err)
 	<-pullHangs
 

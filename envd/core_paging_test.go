@@ -36,11 +36,11 @@ func TestCorePaging(t *testing.T) {
 
 	a := e.instance("paged", types.CreateInstanceRequest{})
 	b := e.instance("paged", types.CreateInstanceRequest{})
-	first, next, err := e.svc.ListInstancesPage(e.ctx, e.user, "", types.Page{Limit: 1})
+	first, next, err := e.svc.Parts().Instances.ListInstancesPage(e.ctx, e.user, "", types.Page{Limit: 1})
 	require.NoError(t, err)
 	require.Len(t, first, 1)
 	require.NotEmpty(t, next)
-	second, last, err := e.svc.ListInstancesPage(e.ctx, e.user, "paged", types.Page{Limit: 1, Token: next})
+	second, last, err := e.svc.Parts().Instances.ListInstancesPage(e.ctx, e.user, "paged", types.Page{Limit: 1, Token: next})
 	require.NoError(t, err)
 	require.Len(t, second, 1)
 	assert.Equal(t, []string{a.ID, b.ID}, []string{first[0].ID, second[0].ID})
@@ -50,7 +50,7 @@ func TestCorePaging(t *testing.T) {
 		_, _, err := e.svc.ListVersionsPage(e.ctx, e.user, "paged", types.Page{Token: bad})
 		assert.ErrorIs(t, err, errdefs.ErrInvalidArgument, "versions with token %q", bad)
 	}
-	_, _, err = e.svc.ListInstancesPage(e.ctx, e.user, "", types.Page{Token: tok})
+	_, _, err = e.svc.Parts().Instances.ListInstancesPage(e.ctx, e.user, "", types.Page{Token: tok})
 	assert.ErrorIs(t, err, errdefs.ErrInvalidArgument, "a versions token for instances")
 	_, _, err = e.svc.ListVersionsPage(e.ctx, e.user, "paged", types.Page{Limit: 1001})
 	assert.ErrorIs(t, err, errdefs.ErrInvalidArgument)

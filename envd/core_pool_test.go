@@ -59,12 +59,12 @@ func TestCorePool(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, &types.PoolSetting{Size: 2}, p.Pool)
 	eventually("two pooled instances", func() bool { return pooled().Ready == 2 })
-	ins, err := e.svc.ListInstances(e.ctx, e.user, "warm")
+	ins, err := e.svc.Parts().Instances.ListInstances(e.ctx, e.user, "warm")
 	require.NoError(t, err)
 	assert.Empty(t, ins, "pooled instances are not the tenant's to see")
 	before := poolIDs()
 	require.Len(t, before, 2)
-	_, err = e.svc.GetInstance(e.ctx, e.user, before[0])
+	_, err = e.svc.Parts().Instances.GetInstance(e.ctx, e.user, before[0])
 	assert.ErrorIs(t, err, errdefs.ErrNotFound, "nor to reach, so nothing runs in them before a claim")
 
 	in := e.instance("warm", types.CreateInstanceRequest{TTL: "1h"})
@@ -76,10 +76,10 @@ func TestCorePool(t *testing.T) {
 	// A client's retry with the same idempotency key gets the instance the
 	// pool handed out, not a second one.
 	inPool := poolIDs()
-	keyed, err := e.svc.CreateInstance(e.ctx, e.user, "warm", types.CreateInstanceRequest{}, "pool-key-1")
+	keyed, err := e.svc.Parts().Instances.CreateInstance(e.ctx, e.user, "warm", types.CreateInstanceRequest{}, "pool-key-1")
 	require.NoError(t, err)
 	assert.Contains(t, inPool, keyed.ID, "a keyed create is served from the pool too")
-	again, err := e.svc.CreateInstance(e.ctx, e.user, "warm", types.CreateInstanceRequest{}, "pool-key-1")
+	again, err := e.svc.Parts().Instances.CreateInstance(e.ctx, e.user, "warm", types.CreateInstanceRequest{}, "pool-key-1")
 	require.NoError(t, err)
 	assert.Equal(t, keyed.ID, again.ID)
 	eventually("the pool refilled again", func() bool { return pooled().Ready == 2 })
@@ -133,7 +133,7 @@ func TestCorePoolRefillWaitsAfterClaim(t *testing.T) {
 	claimed := time.Now()
 	in := e.instance("warm", types.CreateInstanceRequest{})
 	require.Equal(t, "claimed from the pool", in.Message)
-	res, err := e.svc.Exec(e.ctx, e.user, in.ID, types.ExecRequest{Args: []string{"true"}})
+	res, err := e.svc.Parts().Instances.Exec(e.ctx, e.user, in.ID, types.ExecRequest{Args: []string{"true"}})
 	require.NoError(t, err)
 	assert.Equal(t, 0, res.ExitCode)
 	for time.Since(claimed) < delay-time.Second {
@@ -153,37 +153,47 @@ func TestCorePoolRefillWaitsAfterClaim(t *testing.T) {
 // the pool throughout, where the pool alone would run dry.
 func TestCorePoolRefillNotStarvedByClaims(t *testing.T) {
 	t.Parallel()
+	// Claims come every 300 ms, faster than the refill delay (400 ms): a
+	// delay that each claim put back would never let a refill start while
+	// they go on. The pool holds as many instances as there are claims, so
+	// every up is served from it however slow the refills are on a loaded
+	// machine; what the test asks is that refills ran during the claims.
 	const (
-		delay = 400 * time.Millisecond // refills held back at most 2 s
-		size  = 10                     // 3 s of claims
+		delay  = 400 * time.Millisecond // refills held back at most 2 s
+		claims = 20                     // one every 300 ms, 6 s in all
 	)
 	e := newCoreEnv(t, func(c *envd.Config) {
 		c.PoolInterval = 50 * time.Millisecond
 		c.PoolRefillDelay = delay
 	})
 	e.project("warm")
-	_, err := e.svc.SetProjectPool(e.ctx, e.user, "warm", types.PoolSetting{Size: size})
+	_, err := e.svc.SetProjectPool(e.ctx, e.user, "warm", types.PoolSetting{Size: claims})
 	require.NoError(t, err)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		var n int
+	pooled := func() (n int) {
 		require.NoError(t, e.store.Pool().QueryRow(e.ctx, `SELECT count(*) FROM pool_instances`).Scan(&n))
-		if n == size {
-			break
-		}
+		return n
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for pooled() != claims {
 		require.True(t, time.Now().Before(deadline), "waited 60s for the pool to fill")
 		time.Sleep(20 * time.Millisecond)
 	}
 
 	var cold []int
-	for i := range 20 { // one `up` every 300 ms, 6 s in all
+	for i := range claims {
 		in := e.instance("warm", types.CreateInstanceRequest{})
 		if in.Message != "claimed from the pool" {
 			cold = append(cold, i)
 		}
-		_, err := e.svc.DeleteInstance(e.ctx, e.user, in.ID)
+		_, err := e.svc.Parts().Instances.DeleteInstance(e.ctx, e.user, in.ID)
 		require.NoError(t, err)
+		if i == claims-1 {
+			break
+		}
 		time.Sleep(300 * time.Millisecond)
 	}
+	// Without refills the pool would be empty now, and the last claim was
+	// just made: what it holds was refilled while the claims went on.
+	assert.Positive(t, pooled(), "refills ran while claims went on")
 	assert.Empty(t, cold, "every up was served from the pool (these were not)")
 }

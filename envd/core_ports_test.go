@@ -34,7 +34,7 @@ func TestCorePreviewAccess(t *testing.T) {
 	require.NoError(t, err)
 	_, err = e.svc.CreateProject(e.ctx, other, types.CreateProjectRequest{Name: "theirs", Base: baseImage}, "")
 	require.NoError(t, err)
-	theirs, err := e.svc.CreateInstance(e.ctx, other, "theirs", types.CreateInstanceRequest{}, "")
+	theirs, err := e.svc.Parts().Instances.CreateInstance(e.ctx, other, "theirs", types.CreateInstanceRequest{}, "")
 	require.NoError(t, err)
 	theirTok, err := e.svc.Parts().Ports.PreviewToken(e.ctx, other, theirs.ID, 3000, types.PreviewTokenRequest{})
 	require.NoError(t, err)
@@ -110,6 +110,29 @@ func TestCorePreviewAccess(t *testing.T) {
 		assert.Equal(t, []int{}, cleared.Public)
 		_, _, err = e.svc.Parts().Ports.PreviewAccess(e.ctx, in.ID, 3001, "")
 		assert.ErrorIs(t, err, errdefs.ErrUnauthenticated)
+	})
+
+	t.Run("forwarded ports", func(t *testing.T) {
+		fwd := []types.ForwardedPort{{Port: 5173, Label: "vite", Scheme: "https"}, {Port: 3001}}
+		got, err := e.svc.Parts().Ports.SetProjectPorts(e.ctx, e.user, "web", types.ProjectPorts{Public: []int{80}, Forwarded: fwd})
+		require.NoError(t, err)
+		assert.Equal(t, []types.ForwardedPort{{Port: 3001}, {Port: 5173, Label: "vite", Scheme: "https"}}, got.Forwarded)
+		// A PUT without forwarded (envctl public-ports) keeps them.
+		got, err = e.svc.Parts().Ports.SetProjectPorts(e.ctx, e.user, "web", types.ProjectPorts{Public: []int{}})
+		require.NoError(t, err)
+		assert.Len(t, got.Forwarded, 2)
+		_, _, err = e.svc.Parts().Ports.PreviewAccess(e.ctx, in.ID, 5173, "")
+		assert.ErrorIs(t, err, errdefs.ErrUnauthenticated, "forwarding grants no access")
+		for name, f := range map[string][]types.ForwardedPort{
+			"port twice": {{Port: 1}, {Port: 1}}, "bad port": {{Port: 0}}, "bad scheme": {{Port: 1, Scheme: "ftp"}},
+			"label with a line break": {{Port: 1, Label: "a\nb"}},
+		} {
+			_, err := e.svc.Parts().Ports.SetProjectPorts(e.ctx, e.user, "web", types.ProjectPorts{Forwarded: f})
+			assert.ErrorIs(t, err, errdefs.ErrInvalidArgument, name)
+		}
+		got, err = e.svc.Parts().Ports.SetProjectPorts(e.ctx, e.user, "web", types.ProjectPorts{Forwarded: []types.ForwardedPort{}})
+		require.NoError(t, err)
+		assert.Empty(t, got.Forwarded)
 	})
 
 	t.Run("dial", func(t *testing.T) {

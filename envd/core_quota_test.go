@@ -59,7 +59,7 @@ func testSaveQuota(t *testing.T, e *coreEnv) {
 			assert.Empty(t, e.workDirEntries())
 			assert.Equal(t, types.StateRunning, e.getInstance(in.ID).State)
 			assert.Equal(t, "running", e.task(in.ID))
-			_, err = e.svc.DeleteInstance(e.ctx, e.user, in.ID)
+			_, err = e.svc.Parts().Instances.DeleteInstance(e.ctx, e.user, in.ID)
 			require.NoError(t, err)
 		})
 	}
@@ -82,7 +82,7 @@ func testInstanceQuota(t *testing.T, e *coreEnv) {
 			{"2h", errdefs.ErrQuotaExceeded},
 			{"soon", errdefs.ErrInvalidArgument},
 		} {
-			_, err := e.svc.CreateInstance(e.ctx, e.user, "web", types.CreateInstanceRequest{TTL: c.ttl}, "")
+			_, err := e.svc.Parts().Instances.CreateInstance(e.ctx, e.user, "web", types.CreateInstanceRequest{TTL: c.ttl}, "")
 			assert.ErrorIs(t, err, c.want, c.ttl)
 		}
 		assert.Empty(t, listIDs(t, e, "web"), "nothing made")
@@ -96,24 +96,24 @@ func testInstanceQuota(t *testing.T, e *coreEnv) {
 
 	t.Run("instances", func(t *testing.T) {
 		e := e.with(t)
-		_, err := e.svc.CreateInstance(e.ctx, e.user, "web", types.CreateInstanceRequest{}, "")
+		_, err := e.svc.Parts().Instances.CreateInstance(e.ctx, e.user, "web", types.CreateInstanceRequest{}, "")
 		require.ErrorIs(t, err, errdefs.ErrQuotaExceeded)
 		assert.Equal(t, map[string]any{"quota": "instances", "limit": int64(1), "used": int64(1), "requested": int64(1)}, errdefs.Details(err))
-		_, err = e.svc.Restore(e.ctx, e.user, "web", types.CreateInstanceRequest{}, "")
+		_, err = e.svc.Parts().Instances.Restore(e.ctx, e.user, "web", types.CreateInstanceRequest{}, "")
 		assert.ErrorIs(t, err, errdefs.ErrQuotaExceeded, "refused before an operation exists")
 		assert.Equal(t, []string{first.ID}, listIDs(t, e, "web"))
 
 		// A stopped instance holds no compute: another may run, and then the
 		// stopped one cannot start.
-		_, err = e.svc.StopInstance(e.ctx, e.user, first.ID)
+		_, err = e.svc.Parts().Instances.StopInstance(e.ctx, e.user, first.ID)
 		require.NoError(t, err)
 		second := e.instance("web", types.CreateInstanceRequest{})
-		_, err = e.svc.StartInstance(e.ctx, e.user, first.ID)
+		_, err = e.svc.Parts().Instances.StartInstance(e.ctx, e.user, first.ID)
 		assert.ErrorIs(t, err, errdefs.ErrQuotaExceeded)
 		assert.Equal(t, types.StateStopped, e.getInstance(first.ID).State)
-		_, err = e.svc.DeleteInstance(e.ctx, e.user, second.ID)
+		_, err = e.svc.Parts().Instances.DeleteInstance(e.ctx, e.user, second.ID)
 		require.NoError(t, err)
-		started, err := e.svc.StartInstance(e.ctx, e.user, first.ID)
+		started, err := e.svc.Parts().Instances.StartInstance(e.ctx, e.user, first.ID)
 		require.NoError(t, err)
 		assert.Equal(t, types.StateRunning, started.State)
 
@@ -130,7 +130,7 @@ func testInstanceQuota(t *testing.T, e *coreEnv) {
 
 func listIDs(t *testing.T, e *coreEnv, project string) []string {
 	t.Helper()
-	ins, err := e.svc.ListInstances(e.ctx, e.user, project)
+	ins, err := e.svc.Parts().Instances.ListInstances(e.ctx, e.user, project)
 	require.NoError(t, err)
 	var out []string
 	for _, in := range ins {

@@ -25,7 +25,7 @@ func TestCoreRetention(t *testing.T) {
 		e.write(saver.ID, "home/dev/n", itoa(i))
 		require.Equal(t, 2+i, e.saved(saver.ID, types.SaveRequest{}).Version)
 	}
-	_, err := e.svc.DeleteInstance(e.ctx, e.user, saver.ID) // a Terminated instance keeps nothing
+	_, err := e.svc.Parts().Instances.DeleteInstance(e.ctx, e.user, saver.ID) // a Terminated instance keeps nothing
 	require.NoError(t, err)
 	_, err = e.svc.PinVersion(e.ctx, e.user, "web", 3, true)
 	require.NoError(t, err)
@@ -103,7 +103,7 @@ func TestCoreRetention(t *testing.T) {
 		assert.ErrorIs(t, err, errdefs.ErrNotFound, "a collected version is gone")
 
 		// Once nothing uses version 2, the policy collects it too.
-		_, err = e.svc.DeleteInstance(e.ctx, e.user, user.ID)
+		_, err = e.svc.Parts().Instances.DeleteInstance(e.ctx, e.user, user.ID)
 		require.NoError(t, err)
 		assert.Equal(t, []int{2}, collected(t, gc(t, true)))
 	})
@@ -120,7 +120,7 @@ func TestCoreRetention(t *testing.T) {
 		require.NoError(t, err)
 		live := e.instance("web", types.CreateInstanceRequest{})
 		assert.ErrorIs(t, e.svc.DeleteProject(e.ctx, e.user, "web"), errdefs.ErrFailedPrecondition, "it has a live instance")
-		_, err = e.svc.DeleteInstance(e.ctx, e.user, live.ID)
+		_, err = e.svc.Parts().Instances.DeleteInstance(e.ctx, e.user, live.ID)
 		require.NoError(t, err)
 		require.NoError(t, e.svc.DeleteProject(e.ctx, e.user, "web"))
 		_, err = e.svc.GetProject(e.ctx, e.user, "web")

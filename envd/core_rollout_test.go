@@ -75,7 +75,7 @@ func rolloutEnvWith(t *testing.T, edit func(*envd.Config)) *coreEnv {
 			e.write(in.ID, "etc/os-release", "ID=mine\n")
 		}
 		e.saved(in.ID, types.SaveRequest{})
-		_, err := e.svc.DeleteInstance(e.ctx, e.user, in.ID)
+		_, err := e.svc.Parts().Instances.DeleteInstance(e.ctx, e.user, in.ID)
 		require.NoError(t, err)
 	}
 	_, err = e.svc.CreateProject(e.ctx, e.user, types.CreateProjectRequest{Name: "on-v2", Base: "v2"}, "")

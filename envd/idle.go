@@ -13,7 +13,7 @@ import (
 
 // Idle stop, as projects and admins set it. The idle reaper and the wake
 // are lifecycle's (envd/lifecycle/idle.go); TouchInstance and WakeInstance
-// are in access.go.
+// are the instances part's (lifecycle.Instances).
 
 // Reasons of idle stop: the instance's idle action ran (ReasonIdle), or
 // failed and the instance runs on (ReasonIdleFailed, the error as its
@@ -33,16 +33,16 @@ const MinIdleAfter = time.Second
 
 // parseIdle checks an idle setting against the tenant's maximum: After ""
 // = the node's default, "0" (or "never") = never idle, else a Go duration
-// of at least MinIdleAfter; Action "", stop or hibernate. A setting above
+// of at least MinIdleAfter; Action "", stop, hibernate or hibernate-memory. A setting above
 // the maximum, or "never" under one, is refused (400, with the maximum in
 // the details).
 func (s *Service) parseIdle(ctx context.Context, tenant string, req types.IdleSetting) (versions.Idle, error) {
 	var out versions.Idle
 	switch req.Action {
-	case "", types.IdleActionStop, types.IdleActionHibernate:
+	case "", types.IdleActionStop, types.IdleActionHibernate, types.IdleActionHibernateMemory:
 		out.Action = req.Action
 	default:
-		return out, fmt.Errorf("idle action %q: must be stop or hibernate: %w", req.Action, errdefs.ErrInvalidArgument)
+		return out, fmt.Errorf("idle action %q: must be stop, hibernate or hibernate-memory: %w", req.Action, errdefs.ErrInvalidArgument)
 	}
 	if req.After == "" {
 		return out, nil
@@ -142,9 +142,9 @@ func idleDefaults(cfg *Config) error {
 	switch cfg.IdleAction {
 	case "":
 		cfg.IdleAction = types.IdleActionStop
-	case types.IdleActionStop, types.IdleActionHibernate:
+	case types.IdleActionStop, types.IdleActionHibernate, types.IdleActionHibernateMemory:
 	default:
-		return fmt.Errorf("idle action %q: stop or hibernate: %w", cfg.IdleAction, errdefs.ErrInvalidArgument)
+		return fmt.Errorf("idle action %q: stop, hibernate or hibernate-memory: %w", cfg.IdleAction, errdefs.ErrInvalidArgument)
 	}
 	if cfg.IdleInterval <= 0 {
 		cfg.IdleInterval = 10 * time.Second

@@ -6,6 +6,7 @@ import (
 
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/envd/spec"
+	"github.com/envd-dev/envd/envd/views"
 	"github.com/envd-dev/envd/versions"
 )
 
@@ -54,12 +55,13 @@ func (s *Service) SetProjectLimits(ctx context.Context, p types.Principal, proje
 	if err != nil {
 		return types.Project{}, err
 	}
-	return toProject(proj), nil
+	return views.Project(proj), nil
 }
 
 // setLimitMaxima stores the limit maxima of a quota.
 func (s *Service) setLimitMaxima(ctx context.Context, tenant string, q types.Quota) (versions.LimitMaxima, error) {
-	m := versions.LimitMaxima{MemoryBytes: q.MaxMemoryBytes, Pids: q.MaxPids, CPUs: q.MaxCPUs, DiskBytes: q.MaxDiskBytes}
+	m := versions.LimitMaxima{MemoryBytes: q.MaxMemoryBytes, Pids: q.MaxPids, CPUs: q.MaxCPUs, DiskBytes: q.MaxDiskBytes,
+		RuntimeClasses: q.RuntimeClasses} // checked by SetQuota
 	if err := s.store.Tenants.SetLimitMaxima(ctx, tenant, m); err != nil {
 		return versions.LimitMaxima{}, err
 	}
@@ -68,5 +70,6 @@ func (s *Service) setLimitMaxima(ctx context.Context, tenant string, q types.Quo
 
 func withMaxima(q types.Quota, m versions.LimitMaxima) types.Quota {
 	q.MaxMemoryBytes, q.MaxPids, q.MaxCPUs, q.MaxDiskBytes = m.MemoryBytes, m.Pids, m.CPUs, m.DiskBytes
+	q.RuntimeClasses = m.RuntimeClasses
 	return q
 }

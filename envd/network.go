@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/envd/views"
 	"github.com/envd-dev/envd/runtime"
 )
 
@@ -35,5 +36,5 @@ func (s *Service) SetProjectNetwork(ctx context.Context, p types.Principal, proj
 	if err := s.life.ApplyNetwork(ctx, proj); err != nil {
 		return types.Project{}, err
 	}
-	return toProject(proj), nil
+	return views.Project(proj), nil
 }

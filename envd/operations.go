@@ -46,6 +46,7 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.life.Run()
 	s.runSquash()
+	s.hooksRun()
 	return nil
 }
 
@@ -72,12 +73,6 @@ func (s *Service) Migrate(ctx context.Context, p types.Principal, project string
 // GC starts a GC operation, admin only (gc.Collector.Start).
 func (s *Service) GC(ctx context.Context, p types.Principal, req types.GCRequest, idempotencyKey string) (types.Operation, error) {
 	return s.gc.Start(ctx, p, req, idempotencyKey)
-}
-
-// Restore starts an instance of project as an operation
-// (lifecycle.Manager.Restore).
-func (s *Service) Restore(ctx context.Context, p types.Principal, project string, req types.CreateInstanceRequest, idempotencyKey string) (types.Operation, error) {
-	return s.life.Restore(ctx, p, project, req, idempotencyKey)
 }
 
 // Labels envd puts on containers, so the reconciler can tell its own.

@@ -4,18 +4,27 @@ import (
 	"github.com/envd-dev/envd/envd/checkpoint"
 	"github.com/envd-dev/envd/envd/cluster"
 	"github.com/envd-dev/envd/envd/fileapi"
+	"github.com/envd-dev/envd/envd/gateway"
 	"github.com/envd-dev/envd/envd/images"
+	"github.com/envd-dev/envd/envd/lifecycle"
 	"github.com/envd-dev/envd/envd/ops"
 	"github.com/envd-dev/envd/envd/ports"
 	"github.com/envd-dev/envd/envd/rollout"
 	"github.com/envd-dev/envd/envd/sshkeys"
 	"github.com/envd-dev/envd/envd/tokens"
+	"github.com/envd-dev/envd/envd/webhooks"
+	"github.com/envd-dev/envd/workspace"
 )
 
 // Parts are the node's feature parts that serve API route groups of their
 // own; the composition root (envd/node) hands each to the API. The
 // Service serves the rest.
 type Parts struct {
+	// Instances: instances, their verbs and exec, wake, touch and hold
+	// on access (with the cross-cutting wrappers applied).
+	Instances *lifecycle.Instances
+	// Volumes: the projects' volumes and their archives.
+	Volumes *workspace.Feature
 	// Cluster is the node's membership: the node routes, join tokens,
 	// and which node answers for an instance or an operation.
 	Cluster *cluster.Membership
@@ -37,12 +46,16 @@ type Parts struct {
 	Operations *ops.Runner
 	// Images: the base images.
 	Images *images.Images
+	// Egress: the egress gateway's denial log and brokered secrets.
+	Egress *gateway.Gateway
+	// Webhooks: the tenants' webhooks and their delivery log.
+	Webhooks *webhooks.Hooks
 }
 
 // Parts returns the node's feature parts.
 func (s *Service) Parts() Parts {
-	return Parts{Cluster: s.cluster, Checkpoints: s.checkpoints, Forks: s.forks, Ports: s.ports, Files: s.files, Keys: s.keys, Tokens: s.tokens, Rollouts: s.rollouts,
-		Operations: s.ops, Images: s.images}
+	return Parts{Instances: s.inst, Volumes: s.volumes, Cluster: s.cluster, Checkpoints: s.checkpoints, Forks: s.forks, Ports: s.ports, Files: s.files, Keys: s.keys, Tokens: s.tokens, Rollouts: s.rollouts,
+		Operations: s.ops, Images: s.images, Webhooks: s.hooks, Egress: s.gateway}
 }
 
 // Core is the Service with its parts, for a server that takes one value
@@ -50,6 +63,8 @@ func (s *Service) Parts() Parts {
 // distinct, so each is promoted from the one part that has it.
 type Core struct {
 	*Service
+	*lifecycle.Instances
+	*workspace.Feature
 	*cluster.Membership
 	*checkpoint.Checkpoints
 	*checkpoint.Forks
@@ -70,7 +85,7 @@ type (
 
 // Core returns the Service with its parts.
 func (s *Service) Core() Core {
-	return Core{Service: s, Membership: s.cluster, Checkpoints: s.checkpoints, Forks: s.forks, Ports: s.ports, Files: s.files, Keys: s.keys, Tokens: s.tokens,
+	return Core{Service: s, Instances: s.inst, Feature: s.volumes, Membership: s.cluster, Checkpoints: s.checkpoints, Forks: s.forks, Ports: s.ports, Files: s.files, Keys: s.keys, Tokens: s.tokens,
 		rollouts: s.rollouts, operations: s.ops, Images: s.images}
 }
 
@@ -80,6 +95,7 @@ type (
 	ClusterConfig = cluster.Config
 	PeerFirewall  = cluster.PeerFirewall
 	DialLimits    = ports.DialLimits
+	WebhookConfig = webhooks.Config
 )
 
 // The placement settings of a node, the membership defaults, and the
@@ -94,6 +110,9 @@ const (
 
 // DefaultDialLimits are ports.DefaultDialLimits.
 var DefaultDialLimits = ports.DefaultDialLimits
+
+// SecretKeySize is the size of the node's secret key (gateway.SecretKeySize).
+const SecretKeySize = gateway.SecretKeySize
 
 // DefaultMaxFileBytes is fileapi.DefaultMaxFileBytes.
 const DefaultMaxFileBytes = fileapi.DefaultMaxFileBytes

@@ -11,8 +11,10 @@ import (
 	"github.com/envd-dev/envd/envd/names"
 	"github.com/envd-dev/envd/envd/ops"
 	"github.com/envd-dev/envd/envd/spec"
+	"github.com/envd-dev/envd/envd/views"
 	"github.com/envd-dev/envd/errdefs"
 	"github.com/envd-dev/envd/registry"
+	"github.com/envd-dev/envd/runtime"
 	"github.com/envd-dev/envd/snapshotter"
 	"github.com/envd-dev/envd/versions"
 	"github.com/envd-dev/envd/workspace"
@@ -81,6 +83,15 @@ func (s *Service) createProject(ctx context.Context, p types.Principal, req type
 	if err != nil {
 		return types.Project{}, err
 	}
+	class, err := s.checkProjectClass(ctx, p.Tenant, req.RuntimeClass)
+	if err != nil {
+		return types.Project{}, err
+	}
+	if req.Docker {
+		if err := runtime.CheckDocker(runtime.Class(class)); err != nil {
+			return types.Project{}, fmt.Errorf("project %q: docker: %w", req.Name, err)
+		}
+	}
 	var idle versions.Idle
 	if req.Idle != nil {
 		if idle, err = s.parseIdle(ctx, p.Tenant, *req.Idle); err != nil {
@@ -99,7 +110,7 @@ func (s *Service) createProject(ctx context.Context, p types.Principal, req type
 		proj, _, err = tx.Projects.CreateProject(ctx, versions.Project{
 			Tenant: p.Tenant, Name: req.Name, BaseImage: base.Ref(), Spec: rawSpec,
 			Excludes: excludes, Compression: req.Compression,
-			Egress: egress, IsolateInstances: req.IsolateInstances,
+			Egress: egress, IsolateInstances: req.IsolateInstances, RuntimeClass: class, Docker: req.Docker,
 		}, versions.Version{Kind: "base", State: "ready", Image: base.Ref(), SizeBytes: base.Size,
 			Layers: len(base.Layers), Message: "base image " + req.Base})
 		if err != nil {
@@ -115,22 +126,7 @@ func (s *Service) createProject(ctx context.Context, p types.Principal, req type
 	if err != nil {
 		return types.Project{}, err
 	}
-	return s.withProjectIdle(ctx, p.Tenant, toProject(proj))
-}
-
-func toProject(p versions.Project) types.Project {
-	ps, _ := spec.Parse(p.Spec)
-	out := types.Project{Name: p.Name, BaseImage: p.BaseImage, Current: p.Current, Excludes: p.Excludes,
-		Compression: p.Compression, Volumes: ps.Volumes, Prefetch: p.Prefetch, PrefetchHead: p.PrefetchHead, CreatedAt: p.CreatedAt,
-		Limits: ps.Limits, Egress: p.Egress, IsolateInstances: p.IsolateInstances}
-	rolloutFields(&out, p)
-	if r := p.Retention; r.KeepLast > 0 || r.KeepNewerThan > 0 {
-		out.Retention = &types.Retention{KeepLast: r.KeepLast}
-		if r.KeepNewerThan > 0 {
-			out.Retention.KeepNewerThan = r.KeepNewerThan.String()
-		}
-	}
-	return out
+	return s.withProjectIdle(ctx, p.Tenant, views.Project(proj))
 }
 
 // SetRetention sets a project's version retention policy; an empty one
@@ -153,13 +149,7 @@ func (s *Service) SetRetention(ctx context.Context, p types.Principal, project s
 	if err != nil {
 		return types.Project{}, err
 	}
-	return toProject(proj), nil
-}
-
-func toVersion(v versions.Version) types.Version {
-	return types.Version{Project: v.Project, Number: v.Number, Kind: v.Kind, State: v.State, Image: v.Image,
-		Parent: v.Parent, Message: v.Message, SizeBytes: v.SizeBytes, Layers: v.Layers, Pinned: v.Pinned,
-		Current: v.Current, InstanceID: v.InstanceID, CreatedAt: v.CreatedAt}
+	return views.Project(proj), nil
 }
 
 // ListProjects lists the tenant's projects.
@@ -174,7 +164,7 @@ func (s *Service) ListProjects(ctx context.Context, p types.Principal) ([]types.
 	}
 	out := make([]types.Project, 0, len(ps))
 	for _, x := range ps {
-		proj := toProject(x)
+		proj := views.Project(x)
 		proj.Idle = idleSetting(idles[x.Name])
 		out = append(out, proj)
 	}
@@ -190,7 +180,7 @@ func (s *Service) GetProject(ctx context.Context, p types.Principal, name string
 	if err != nil {
 		return types.Project{}, err
 	}
-	out, err := s.withProjectIdle(ctx, p.Tenant, toProject(proj))
+	out, err := s.withProjectIdle(ctx, p.Tenant, views.Project(proj))
 	if err != nil {
 		return types.Project{}, err
 	}
@@ -236,7 +226,7 @@ func (s *Service) ListVersions(ctx context.Context, p types.Principal, project s
 	}
 	out := make([]types.Version, 0, len(vs))
 	for _, v := range vs {
-		out = append(out, toVersion(v))
+		out = append(out, views.Version(v))
 	}
 	return out, nil
 }
@@ -250,7 +240,7 @@ func (s *Service) GetVersion(ctx context.Context, p types.Principal, project str
 	if err != nil {
 		return types.Version{}, err
 	}
-	return toVersion(v), nil
+	return views.Version(v), nil
 }
 
 // SetCurrent switches the project's current version by compare-and-swap.
@@ -272,7 +262,7 @@ func (s *Service) SetCurrent(ctx context.Context, p types.Principal, project str
 	if err != nil {
 		return types.Project{}, err
 	}
-	return toProject(proj), nil
+	return views.Project(proj), nil
 }
 
 // PinVersion pins or unpins a version; pinned versions are kept by retention.
@@ -284,7 +274,7 @@ func (s *Service) PinVersion(ctx context.Context, p types.Principal, project str
 	if err != nil {
 		return types.Version{}, err
 	}
-	return toVersion(v), nil
+	return views.Version(v), nil
 }
 
 // projectSpec loads a project and its declared spec.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/envd-dev/envd/api/types"
+	"github.com/envd-dev/envd/envd/spec"
 	"github.com/envd-dev/envd/errdefs"
 	"github.com/envd-dev/envd/versions"
 )
@@ -21,6 +22,12 @@ func (s *Service) SetQuota(ctx context.Context, p types.Principal, tenant string
 	if err := ValidateName("tenant", tenant); err != nil {
 		return types.Quota{}, err
 	}
+	// Before anything is written: a refused quota changes nothing.
+	classes, err := spec.ParseClasses(q.RuntimeClasses)
+	if err != nil {
+		return types.Quota{}, err
+	}
+	q.RuntimeClasses = classes
 	var ttl time.Duration
 	if q.MaxTTL != "" {
 		var err error

@@ -2,7 +2,6 @@ package envd
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -10,6 +9,7 @@ import (
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/builder"
 	"github.com/envd-dev/envd/envd/rollout"
+	"github.com/envd-dev/envd/envd/views"
 	"github.com/envd-dev/envd/errdefs"
 	"github.com/envd-dev/envd/versions"
 )
@@ -56,20 +56,7 @@ func (s *Service) SetProjectValidation(ctx context.Context, p types.Principal, p
 	if err != nil {
 		return types.Project{}, err
 	}
-	return toProject(proj), nil
-}
-
-// rolloutFields fills the project fields migration 0016 added.
-func rolloutFields(out *types.Project, p versions.Project) {
-	if len(p.Validate) > 0 {
-		out.Validate = p.Validate
-	}
-	if len(p.RolloutFailure) > 0 {
-		var f types.RolloutFailure
-		if json.Unmarshal(p.RolloutFailure, &f) == nil {
-			out.RolloutFailure = &f
-		}
-	}
+	return views.Project(proj), nil
 }
 
 // currentBase names the imported base the project's current version sits

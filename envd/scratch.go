@@ -4,14 +4,17 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/envd-dev/envd/registry/memimage/lazyfs"
 )
 
 // scratchPrefixes name what saves, hibernations and image imports write in
 // Config.WorkDir while they run: a save's spool dir is its operation id
 // ("op-..."), a hibernation's "hibernate-<instance>", an import's
-// "import-..." (the received tar and the encode dir). Nothing else there
-// is touched.
-var scratchPrefixes = []string{"op-", "hibernate-", "import-"}
+// "import-..." (the received tar and the encode dir), a checkpoint's
+// memory image "op-...-memory", a resume's pulled memory image
+// "resume-<instance>-...". Nothing else there is touched.
+var scratchPrefixes = []string{"op-", "hibernate-", "import-", "resume-"}
 
 // removeScratch removes the scratch left in the work dir by a process that
 // died during a save, hibernation or import, except that of operations
@@ -20,6 +23,12 @@ var scratchPrefixes = []string{"op-", "hibernate-", "import-"}
 // start everything it finds is left over. Failures are logged: leftovers
 // take disk space, not correctness.
 func (s *Service) removeScratch() {
+	// A resume's lazy memory image (registry/memimage/lazyfs) served by
+	// the dead process is a mount whose every access fails: out of the
+	// mount table first, or its directory cannot be removed.
+	if err := lazyfs.CleanMounts(s.cfg.WorkDir); err != nil {
+		s.log.Warn("unmount leftover memory image mounts", "dir", s.cfg.WorkDir, "err", err)
+	}
 	entries, err := os.ReadDir(s.cfg.WorkDir)
 	if err != nil {
 		s.log.Warn("list work dir", "dir", s.cfg.WorkDir, "err", err)

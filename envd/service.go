@@ -22,9 +22,16 @@
 //	sshkeys, tokens  SSH keys and key logins; API tokens
 //	rollout     fleet upgrades
 //
-// New makes the parts and wires them; the Service serves what belongs to
-// no part yet: projects and versions, images, instances' verbs, quotas and
-// limits as set by an admin, node info. It composes the store (versions),
+// New makes the parts and wires them; Parts hands them to the composition
+// root (envd/node), which gives each to the API:
+//
+//	lifecycle.Instances  instances, their verbs and exec, with the wrappers
+//	workspace.Feature    the projects' volumes and their archives
+//	cluster.Membership   nodes, placement, join tokens, owners
+//
+// The Service serves what belongs to no part yet: projects and versions,
+// specs and changes, quotas and limits as set by an admin, idle, pool and
+// network settings, secrets, node info. It composes the store (versions),
 // the registry client (registry), the container runtime (runtime) and the
 // layer capture (snapshotter).
 package envd
@@ -35,6 +42,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,6 +57,7 @@ import (
 	"github.com/envd-dev/envd/envd/command"
 	"github.com/envd-dev/envd/envd/fileapi"
 	"github.com/envd-dev/envd/envd/freeze"
+	"github.com/envd-dev/envd/envd/gateway"
 	"github.com/envd-dev/envd/envd/gc"
 	"github.com/envd-dev/envd/envd/images"
 	"github.com/envd-dev/envd/envd/lifecycle"
@@ -59,6 +68,7 @@ import (
 	"github.com/envd-dev/envd/envd/save"
 	"github.com/envd-dev/envd/envd/sshkeys"
 	"github.com/envd-dev/envd/envd/tokens"
+	"github.com/envd-dev/envd/envd/webhooks"
 	"github.com/envd-dev/envd/envd/wrap"
 	"github.com/envd-dev/envd/errdefs"
 	"github.com/envd-dev/envd/internal/limiter"
@@ -110,6 +120,8 @@ type Config struct {
 	// nil = this node offers none.
 	Volumes *workspace.Manager
 	Objects objstore.Store
+	// BuildKit runs Dockerfile builds; nil = the node refuses them.
+	BuildKit builder.BuildKit
 	// HibernateAfter is how long a stopped retained instance stays on the
 	// node before it is saved as a version and its layer freed; 0 = never.
 	HibernateAfter time.Duration
@@ -134,6 +146,10 @@ type Config struct {
 	// text), whatever their project's: they must reach the package sources.
 	// Default: open.
 	BuildEgress string
+	// SecretKey is the AES-256 key (SecretKeySize bytes) that seals the
+	// tenants' brokered secrets (egress.go); nil: the secret store refuses
+	// with ErrFailedPrecondition.
+	SecretKey []byte
 	// Limits bound one tenant's concurrent saves, builds, exec and event
 	// streams on this node (admission.go).
 	Limits TenantLimits
@@ -163,9 +179,18 @@ type Config struct {
 	IdleInterval  time.Duration
 	ActivityFlush time.Duration
 	WakeWait      time.Duration
+	// MemoryRestore is how a resume gets its checkpoint's memory image:
+	// MemoryRestoreFull (default, "") pulls it whole before the restore,
+	// MemoryRestoreLazy mounts it so the restore starts at once and the
+	// sandbox runs while its pages are fetched (memory.go).
+	MemoryRestore string
 	// MaxFileBytes bounds one file write or archive upload of the file
 	// API; 0 = DefaultMaxFileBytes.
 	MaxFileBytes int64
+	// MemoryCacheBytes bounds the memory images this node keeps after
+	// their push (WorkDir/memory-cache) so that a resume or wake here
+	// needs no pull: 0 = DefaultMemoryCacheBytes, negative = none kept.
+	MemoryCacheBytes int64
 	// RolloutConcurrency is the most rollout migrations this node runs at
 	// once; 0 = rollout.DefaultConcurrency.
 	RolloutConcurrency int
@@ -184,6 +209,10 @@ type Config struct {
 	// PoolRefillDelay: after a claim, warm pools wait this long before
 	// starting replacements (default 1s; negative: no wait).
 	PoolRefillDelay time.Duration
+
+	// Webhooks: which addresses hooks may reach, how deliveries are
+	// retried (webhooks.Config; zero fields take its defaults).
+	Webhooks WebhookConfig
 }
 
 // DefaultTTL is an instance's lifetime when neither its client nor the
@@ -205,17 +234,15 @@ type Service struct {
 	content *gc.Content
 	saver   *save.Saver
 	vols    *workspace.Volumes
+	volumes *workspace.Feature // the volumes feature the API reaches
 	life    *lifecycle.Manager
 	cmds    *command.Runner
 	// The features as the API reaches them, with the cross-cutting
 	// behaviour applied once (package wrap; set in wire).
-	execs     wrap.Execer
-	renews    wrap.Renewer
-	saves     wrap.Saver
-	instances wrap.InstanceGetter
-	builds    *builder.Builder
-	gc        *gc.Collector
-	placer    *cluster.Placer
+	inst   *lifecycle.Instances // the instances feature, with its wrappers
+	saves  wrap.Saver
+	builds *builder.Builder
+	gc     *gc.Collector
 
 	limits     *limiter.Limiter // per-tenant concurrency (admission.go)
 	limitsOnce sync.Once
@@ -238,6 +265,13 @@ type Service struct {
 	keys        *sshkeys.Keys
 	tokens      *tokens.Tokens
 	images      *images.Images
+	hooks       *webhooks.Hooks
+	gateway     *gateway.Gateway
+	hooksRun    func() // starts the webhook senders (Start)
+	// secretCache: the egress proxy's secret lookups (secretcache.go),
+	// fed by its listener.
+	secretCache *secretCache
+	listening   sync.WaitGroup
 }
 
 // New makes the core. Call Start once after, and Close at the end.
@@ -249,11 +283,17 @@ func New(cfg Config, store *versions.Store, reg ImageStore, rt Runtime) (*Servic
 	if cfg.WorkDir == "" {
 		return nil, fmt.Errorf("work dir: %w", errdefs.ErrInvalidArgument)
 	}
+	if _, err := lazyMemoryOf(cfg.MemoryRestore, nil); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(cfg.WorkDir, 0o700); err != nil {
 		return nil, err
 	}
 	if cfg.DefaultTTL == 0 {
 		cfg.DefaultTTL = DefaultTTL
+	}
+	if cfg.MemoryCacheBytes == 0 {
+		cfg.MemoryCacheBytes = DefaultMemoryCacheBytes
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -305,22 +345,27 @@ func (s *Service) wire(ctx context.Context) {
 		storage, gcVolumes = cfg.Volumes, cfg.Volumes
 	}
 	s.vols = workspace.NewVolumes(cfg.Node, volumeStore{s.store.Projects, s.store.Instances, s.store.Volumes, s.store.Versions}, storage, cfg.Objects, s.quota, s.log).WithHomes(homeStore{s.store.Volumes, s.store.Versions})
+	s.volumes = workspace.NewFeature(s.vols, gate, s.rt, s.log)
+	// One cache of the node's memory images for the checkpoints that
+	// write them and the resumes and wakes that read them.
+	localMem := newLocalMemory(filepath.Join(cfg.WorkDir, "memory-cache"), cfg.MemoryCacheBytes, s.log)
+	lifeMemory, lifeEngine := lifecycleMemory(s.reg, s.rt, localMem)
+	lazyMemory, _ := lazyMemoryOf(cfg.MemoryRestore, lifeMemory) // checked in New
 	s.life = lifecycle.New(ctx, lifecycle.Deps{Node: cfg.Node, Store: lifecycleStore{s.store.Instances, s.store.Projects, s.store.Versions, s.store.Tenants, s.store.Nodes}, Runtime: s.rt, Registry: s.reg,
 		Volumes: s.vols, Quota: s.quota, Saver: s.saver, Gate: gate, Ops: s.ops, Log: s.log, Observer: cfg.Observer,
 		DefaultLimits: cfg.DefaultLimits, BuildEgress: cfg.BuildEgress, HibernateAfter: cfg.HibernateAfter,
 		PrefetchWindow: cfg.PrefetchWindow, ReapInterval: cfg.ReapInterval, ReconcileInterval: cfg.ReconcileInterval,
 		ProvisionTimeout: cfg.ProvisionTimeout,
 		IdleAfter:        cfg.IdleAfter, IdleAction: cfg.IdleAction, IdleInterval: cfg.IdleInterval, ActivityFlush: cfg.ActivityFlush,
-		Pools: s.store.Instances, PoolInterval: cfg.PoolInterval, PoolRefillDelay: cfg.PoolRefillDelay})
+		Pools: s.store.Instances, PoolInterval: cfg.PoolInterval, PoolRefillDelay: cfg.PoolRefillDelay,
+		Memory: lifeMemory, Engine: lifeEngine, WorkDir: cfg.WorkDir, LazyMemory: lazyMemory})
 	s.cmds = command.New(cfg.Node, s.store.Instances, s.rt, gate).WithActivity(s.life).WithExits(s.life)
-	s.execs = wrap.WakeOnExec(s.cmds, s)
-	s.renews = wrap.TouchOnRenew(s.life, s)
-	s.saves = wrap.TouchOnSave(s.saver, s)
-	s.instances = wrap.WithNewerCurrent(s.life, s.newerCurrent)
+	s.inst = lifecycle.NewInstances(s.life, lifecycle.InstancesDeps{WakeWait: cfg.WakeWait, Exec: s.cmds, NewerCurrent: s.newerCurrent})
+	s.saves = wrap.TouchOnSave(s.saver, s.inst)
 	s.builds = builder.New(builder.Deps{Store: buildStore{s.store.Projects, s.store.Versions, s.store.Content}, Reg: s.reg, Runtime: s.rt, Capturer: s.saver, Instances: s.life,
-		Quota: s.quota, Content: s.content, Bases: bases{s}, Ops: s.ops, Log: s.log, Objects: cfg.Objects})
+		Quota: s.quota, Content: s.content, Bases: bases{s}, Ops: s.ops, Log: s.log, Objects: cfg.Objects, BuildKit: cfg.BuildKit})
 	s.gc = gc.NewCollector(gcStore{s.store.Projects, s.store.Versions, s.store.Content}, s.reg, s.ops, cfg.Sweeper, gcVolumes).WithArchives(s.vols)
-	s.placer = cluster.NewPlacer(cfg.Node, cfg.Cluster.Placement == PlacementLocal, placerStore{s.store.Projects, s.store.Versions, s.store.Nodes, s.store.Volumes}, s.life, s.vols)
+	placer := cluster.NewPlacer(cfg.Node, cfg.Cluster.Placement == PlacementLocal, placerStore{s.store.Projects, s.store.Versions, s.store.Nodes, s.store.Volumes}, s.life, s.vols)
 	s.wireRollouts(ctx)
 	s.wireSquash(ctx)
 	// A nil *workspace.Manager must stay a nil interface: "no volumes".
@@ -329,9 +374,21 @@ func (s *Service) wire(ctx context.Context) {
 		freezer = cfg.Volumes
 	}
 	cdeps := checkpoint.Deps{Node: cfg.Node, WorkDir: cfg.WorkDir,
-		Store: checkpointStore{s.store.Instances, s.store.Projects, s.store.Versions, s.store.Content}, Saver: s.saver, Ops: s.ops, Instances: s.life,
+		Store: checkpointStore{s.store.Instances, s.store.Projects, s.store.Versions, s.store.Content}, Saver: s.saver, Ops: s.ops, Instances: s.life, Quota: s.quota,
 		Freezer: freezer, Objects: cfg.Objects, Archives: s.vols, Registry: s.reg, Log: s.log}
+	// A nil *memImages must stay a nil interface: "no memory checkpoints".
+	if mem, engine := newMemImages(s.reg, s.rt, localMem); mem != nil {
+		cdeps.Memory, cdeps.MemImages = engine, mem
+	}
+	// Nil interfaces, not typed nils, when reg cannot: "no export".
+	if p, ok := s.reg.(checkpoint.Portable); ok {
+		cdeps.Portable, cdeps.Content = p, s.content
+	}
+	if st := memoryArtifacts(s.reg); st != nil {
+		cdeps.Artifacts = st
+	}
 	s.checkpoints, s.forks = checkpoint.New(cdeps), checkpoint.NewForks(cdeps)
+	s.gc.WithMemoryRecount(s.checkpoints)
 	s.ports = ports.New(ports.Deps{Node: cfg.Node, Store: portStore{s.store.Nodes, s.store.Projects, s.store.Instances}, Runtime: s.rt, Instances: s.life, Dials: cfg.Dials, Threads: s.admitThreads})
 	// A runtime without file access (a test's fake) gives a file API
 	// that answers ErrUnavailable.
@@ -339,11 +396,20 @@ func (s *Service) wire(ctx context.Context) {
 	if r, ok := s.rt.(fileapi.Runtime); ok {
 		frt = r
 	}
-	s.files = fileapi.New(fileapi.Deps{Node: cfg.Node, WorkDir: cfg.WorkDir, MaxBytes: cfg.MaxFileBytes, Runtime: frt, Instances: s, Gate: gate})
+	s.files = fileapi.New(fileapi.Deps{Node: cfg.Node, WorkDir: cfg.WorkDir, MaxBytes: cfg.MaxFileBytes, Runtime: frt, Instances: s.inst, Gate: gate})
 	s.keys, s.tokens = sshkeys.New(s.store.Access), tokens.New(s.store.Access)
+	s.secretCache = newSecretCache()
+	s.gateway = gateway.New(gatewayStore{s.store.Projects, s.store.Tenants, s.secretCache}, cfg.SecretKey, s.log)
+	s.hooks = webhooks.New(s.store.Webhooks, cfg.Webhooks, s.log)
+	s.hooksRun = func() { s.hooks.Run(ctx) }
+	s.listening.Add(1)
+	go func() {
+		defer s.listening.Done()
+		s.secretCache.listen(ctx, s.store.Pool(), 2*time.Second, s.log)
+	}()
 	s.cluster = cluster.New(ctx, cluster.Deps{Node: cfg.Node, DataDir: cfg.DataDir, Version: BuildVersion, Config: cfg.Cluster,
 		Store: clusterStore{s.store.Nodes, s.store.Instances, s.store.Operations}, Instances: s.life, Volumes: s.vols, Ops: s.ops, Observer: cfg.Observer,
-		Checkpoints: s.checkpoints.Due, Log: s.log})
+		Checkpoints: s.checkpoints.Due, Placer: placer, Log: s.log})
 }
 
 // Close cancels running operations and waits for them to settle.
@@ -353,7 +419,9 @@ func (s *Service) Close() {
 	s.life.Wait()
 	s.squashing.Wait()
 	s.cluster.Wait()
+	s.hooks.Wait()
 	s.files.Close()
+	s.listening.Wait()
 }
 
 // Info describes this server.

@@ -51,6 +51,11 @@ var (
 	// no archive carries it here; the instance is not started with an
 	// empty volume.
 	ErrVolumeElsewhere = errors.New("volume elsewhere")
+	// ErrMemoryUnsupported: a memory checkpoint (or its resume) of an
+	// instance whose runtime class or state cannot give one (a runc
+	// instance, a stopped one, an established external connection);
+	// refused before anything is made. The message says why and how.
+	ErrMemoryUnsupported = errors.New("memory checkpoint unsupported")
 	// ErrInsufficientCapacity: the node (or, in a cluster, every node)
 	// has no room for the instance now: its disk's real free space, less
 	// what the instances' writable layers may still fill (overcommitted),
@@ -74,6 +79,7 @@ var kinds = []kind{
 	{ErrAlreadyExists, "already_exists", http.StatusConflict},
 	{ErrStaleGeneration, "stale_generation", http.StatusConflict},
 	{ErrConflict, "conflict", http.StatusConflict},
+	{ErrMemoryUnsupported, "memory_checkpoint_unsupported", http.StatusConflict},
 	{ErrFailedPrecondition, "failed_precondition", http.StatusConflict},
 	{ErrUnauthenticated, "unauthenticated", http.StatusUnauthorized},
 	{ErrPermissionDenied, "permission_denied", http.StatusForbidden},

@@ -5,7 +5,6 @@ import (
 	"bufio"
 	"compress/gzip"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -306,87 +305,6 @@ func plainTar(src, work string) (string, error) {
 // org.opencontainers.image.ref.name) and the manifest, config and layer
 // blobs as stored, so eStargz layers stay eStargz.
 func (c *Client) ExportLayout(ctx context.Context, img Image, refName string, w io.Writer) error {
-	ref, err := c.digestRef(img.Repo, img.Digest)
-	if err != nil {
-		return err
-	}
-	rimg, err := remote.Image(ref, c.options(ctx)...)
-	if err != nil {
-		return translate(err, fmt.Sprintf("image %q", img.Ref()))
-	}
-	raw, err := rimg.RawManifest()
-	if err != nil {
-		return translate(err, fmt.Sprintf("manifest of %q", img.Ref()))
-	}
-	m, err := rimg.Manifest()
-	if err != nil {
-		return translate(err, fmt.Sprintf("manifest of %q", img.Ref()))
-	}
-	rawCfg, err := rimg.RawConfigFile()
-	if err != nil {
-		return translate(err, fmt.Sprintf("config of %q", img.Ref()))
-	}
-	mt, err := rimg.MediaType()
-	if err != nil {
-		return err
-	}
-	d, err := rimg.Digest()
-	if err != nil {
-		return err
-	}
-	index := v1.IndexManifest{SchemaVersion: 2, MediaType: types.OCIImageIndex, Manifests: []v1.Descriptor{{
-		MediaType: mt, Digest: d, Size: int64(len(raw)),
-		Annotations: map[string]string{"org.opencontainers.image.ref.name": refName},
-		Platform:    &v1.Platform{OS: "linux", Architecture: runtime.GOARCH},
-	}}}
-	indexJSON, err := json.Marshal(index)
-	if err != nil {
-		return err
-	}
-	tw := tar.NewWriter(w)
-	file := func(name string, size int64, body io.Reader) error {
-		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: size, Typeflag: tar.TypeReg}); err != nil {
-			return err
-		}
-		n, err := io.Copy(tw, body)
-		if err == nil && n != size {
-			err = fmt.Errorf("%s: %d bytes, want %d", name, n, size)
-		}
-		return err
-	}
-	blob := func(h v1.Hash) string { return "blobs/" + h.Algorithm + "/" + h.Hex }
-	for _, dir := range []string{"blobs/", "blobs/sha256/"} {
-		if err := tw.WriteHeader(&tar.Header{Name: dir, Mode: 0o755, Typeflag: tar.TypeDir}); err != nil {
-			return err
-		}
-	}
-	const layoutFile = `{"imageLayoutVersion": "1.0.0"}`
-	if err := file("oci-layout", int64(len(layoutFile)), strings.NewReader(layoutFile)); err != nil {
-		return err
-	}
-	if err := file("index.json", int64(len(indexJSON)), strings.NewReader(string(indexJSON))); err != nil {
-		return err
-	}
-	if err := file(blob(d), int64(len(raw)), strings.NewReader(string(raw))); err != nil {
-		return err
-	}
-	if err := file(blob(m.Config.Digest), int64(len(rawCfg)), strings.NewReader(string(rawCfg))); err != nil {
-		return err
-	}
-	for _, l := range m.Layers {
-		rl, err := rimg.LayerByDigest(l.Digest)
-		if err != nil {
-			return translate(err, fmt.Sprintf("layer %s of %q", l.Digest, img.Ref()))
-		}
-		rc, err := rl.Compressed()
-		if err != nil {
-			return translate(err, fmt.Sprintf("layer %s of %q", l.Digest, img.Ref()))
-		}
-		err = file(blob(l.Digest), l.Size, rc)
-		rc.Close()
-		if err != nil {
-			return fmt.Errorf("layer %s of %q: %w", l.Digest, img.Ref(), err)
-		}
-	}
-	return tw.Close()
+	return c.ExportManifests(ctx, []LayoutManifest{{Image: img, Platform: true,
+		Annotations: map[string]string{"org.opencontainers.image.ref.name": refName}}}, w)
 }

@@ -65,6 +65,10 @@ import (
 //   - Instances created before the init started agents get theirs from
 //     a runc exec, as then (initStartsAgent tells them apart).
 
+// AgentPath is where the exec agent's binary is inside an instance: its
+// helper commands (runtime/agent/relay.go) are run from there.
+const AgentPath = agentBinDest
+
 const (
 	agentBinDest  = "/dev/.envd-agent"
 	agentDirDest  = "/dev/.envd"

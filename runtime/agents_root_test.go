@@ -2,12 +2,14 @@ package runtime
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,15 +21,31 @@ import (
 	"github.com/envd-dev/envd/runtime/agent"
 )
 
-// buildAgent builds cmd/envd-agent, static, into a temp dir.
+// agentBuild is cmd/envd-agent built once for the test process: every
+// runtime copies the binary under its own StateDir (installAgent), so the
+// tests can share the source.
+var agentBuild struct {
+	once sync.Once
+	bin  string
+	err  error
+}
+
+// buildAgent builds cmd/envd-agent, static, once per test process, into
+// the package's temporary dir (removed by TestMain).
 func buildAgent(t testing.TB) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "envd-agent")
-	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "../cmd/envd-agent")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "build envd-agent: %s", out)
-	return bin
+	agentBuild.once.Do(func() {
+		bin := filepath.Join(testTmpDir, "envd-agent")
+		cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "../cmd/envd-agent")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			agentBuild.err = fmt.Errorf("build envd-agent: %w: %s", err, out)
+			return
+		}
+		agentBuild.bin = bin
+	})
+	require.NoError(t, agentBuild.err)
+	return agentBuild.bin
 }
 
 // newAgentEnv is newTestEnv with exec agents on.

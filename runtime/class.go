@@ -16,6 +16,8 @@ import (
 
 	"github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/containerd/containerd/v2/plugins"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -102,6 +104,28 @@ func ParseClass(s string) (Class, error) {
 // rules apply as for runc.
 var gvisorFlags = []string{"--overlay2=none", "--file-access=shared", "--host-uds=open", "--oci-seccomp"}
 
+// gvisorCheckpointFlags are extra flags of runsc's checkpoint subcommand
+// (the runc shim passes only its own: --image-path, --leave-running).
+// None by default. Tried: --exclude-committed-zero-pages (runsc also scans
+// committed pages and leaves the zero ones out of pages.img): on a 256 MiB
+// resident instance the image was as large with it as without (301-375 MB
+// over three checkpoints either way: what grows is not zero pages) and the
+// freeze no shorter (busy machine; docs/notes/running-state.md). gVisor's
+// own note: it usually makes the save slower unless the program has many
+// committed zero pages. Compression is already off at this pin (runsc's
+// default --compression=none).
+//
+// ENVD_GVISOR_CHECKPOINT_FLAGS, if set, replaces them (space-separated),
+// for comparing them with the bench's checkpoint-memory scenario.
+var gvisorCheckpointFlags []string
+
+func checkpointFlags() []string {
+	if v, ok := os.LookupEnv("ENVD_GVISOR_CHECKPOINT_FLAGS"); ok {
+		return strings.Fields(v)
+	}
+	return gvisorCheckpointFlags
+}
+
 // gvisor is the node's gVisor class.
 type gvisor struct {
 	runsc   string // the installed binary
@@ -142,7 +166,7 @@ func (r *Runtime) setupClasses() error {
 			return fmt.Errorf("gvisor state dir: %w", err)
 		}
 	}
-	script := "#!/bin/sh\nexec " + shellQuote(g.runsc) + " " + strings.Join(gvisorFlags, " ") + ` "$@"` + "\n"
+	script := GVisorWrapper(g.runsc, checkpointFlags())
 	tmp := g.wrapper + ".tmp"
 	if err := os.WriteFile(tmp, []byte(script), 0o700); err != nil {
 		return fmt.Errorf("runsc wrapper: %w", err)
@@ -151,6 +175,52 @@ func (r *Runtime) setupClasses() error {
 		return fmt.Errorf("runsc wrapper: %w", err)
 	}
 	return nil
+}
+
+// RestoreInBackground is the name of a file that, present in an image
+// directory a gVisor task restores from, makes the restore return once the
+// kernel state and page metadata are loaded: the sandbox runs while its
+// memory pages are still read (runsc restore --background; reads of pages
+// not yet loaded wait for them). A lazy image directory
+// (registry/memimage/lazyfs) holds it; a page that cannot be read then
+// kills the sandbox after the start instead of failing it.
+const RestoreInBackground = ".envd-restore-background"
+
+// GVisorWrapper is the script instances run runsc through (the runc
+// shim's options have no argument list): runsc with gvisorFlags and the
+// shim's arguments unchanged, but for two additions right after the
+// subcommand, each only there and only once:
+//   - --background after "restore" when the restore's --image-path holds
+//     RestoreInBackground (go-runc passes "--image-path DIR" as two
+//     arguments);
+//   - the checkpoint flags after "checkpoint" (the shim's global flags
+//     before the subcommand are --root, --log, --log-format and their
+//     values, none of which is that word here: envd chooses the paths).
+func GVisorWrapper(runsc string, checkpoint []string) string {
+	quoted := make([]string, len(checkpoint))
+	for i, f := range checkpoint {
+		quoted[i] = shellQuote(f)
+	}
+	var b strings.Builder
+	b.WriteString(`#!/bin/sh
+bg=
+prev=
+for a do
+	if [ "$prev" = --image-path ] && [ -e "$a/` + RestoreInBackground + `" ]; then bg=1; fi
+	prev=$a
+done
+seen=
+for a do
+	shift
+	set -- "$@" "$a"
+	if [ -z "$seen" ]; then
+		if [ -n "$bg" ] && [ "$a" = restore ]; then seen=1; set -- "$@" --background; fi
+`)
+	if len(quoted) > 0 {
+		b.WriteString("\t\tif [ \"$a\" = checkpoint ]; then seen=1; set -- \"$@\" " + strings.Join(quoted, " ") + "; fi\n")
+	}
+	b.WriteString("\tfi\ndone\nexec " + shellQuote(runsc) + " " + strings.Join(gvisorFlags, " ") + ` "$@"` + "\n")
+	return b.String()
 }
 
 // probe runs a sandbox once with the instances' flags: a runsc that is
@@ -240,6 +310,11 @@ func (r *Runtime) resolveClass(ctx context.Context, spec InstanceSpec) (Class, e
 		// already not the node's root. runsc's support for the spec's
 		// id mappings with a pre-made network namespace is not tried.
 		return "", fmt.Errorf("instance %q: user namespaces (the node's --userns): %w: %w", spec.ID, ErrNotOnClass, errdefs.ErrFailedPrecondition)
+	}
+	if spec.Docker {
+		if err := CheckDocker(class); err != nil {
+			return "", fmt.Errorf("instance %q: %w", spec.ID, err)
+		}
 	}
 	return class, nil
 }
@@ -369,4 +444,26 @@ func (r *Runtime) gvisorTmpAnchor(id string) (specs.Mount, error) {
 		return specs.Mount{}, fmt.Errorf("instance %q: %w", id, err)
 	}
 	return bindMount(dir, gvisorTmpAnchorPath, true), nil
+}
+
+// withGVisorClone3 lets a gVisor instance call clone3. containerd's default
+// profile answers clone3 with ENOSYS (errnoRet), so that glibc (2.34 and
+// later) falls back to clone, whose flags the profile can check. runsc's
+// --oci-seccomp ignores errnoRet and answers EPERM, on which glibc does not
+// fall back: every pthread_create failed inside (dpkg-deb's xz decoder:
+// "lzma error: Cannot allocate memory", Python: "can't start new
+// thread"). On gVisor clone3 is served by the sandbox's own kernel, and
+// the namespaces it could make are that kernel's, never the node's.
+func withGVisorClone3() oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *specs.Spec) error {
+		if s.Linux == nil || s.Linux.Seccomp == nil {
+			return nil
+		}
+		for i, sc := range s.Linux.Seccomp.Syscalls {
+			if sc.Action == specs.ActErrno && slices.Contains(sc.Names, "clone3") {
+				s.Linux.Seccomp.Syscalls[i].Action, s.Linux.Seccomp.Syscalls[i].ErrnoRet = specs.ActAllow, nil
+			}
+		}
+		return nil
+	}
 }

@@ -407,3 +407,37 @@ func TestRootGVisorWall(t *testing.T) {
 	})
 	_ = ctx
 }
+
+// FIFOs made inside a gVisor instance live in the sandbox's memory (the
+// gofer refuses mknod of a FIFO on the node): SandboxFIFOs names them,
+// but not the instance's other mounts' or a FIFO the node sees too; a runc
+// instance's FIFOs are files of its layer and are not named.
+func TestRootGVisorSandboxFIFOs(t *testing.T) {
+	env := newGVisorEnv(t, nil)
+	ctx := context.Background()
+	vol := t.TempDir()
+	require.NoError(t, unix.Mkfifo(filepath.Join(vol, "node-fifo"), 0o644))
+	env.create(t, InstanceSpec{ID: "fifos", Mounts: []Mount{{Source: vol, Destination: "/vol"}}})
+	env.create(t, InstanceSpec{ID: "runc-fifos", Class: ClassRunc})
+
+	none, err := env.rt.SandboxFIFOs(ctx, "fifos")
+	require.NoError(t, err)
+	assert.Empty(t, none)
+
+	_, errOut, code := env.run(t, "fifos", "sh", "-c", "mkdir -p /data/deep && mkfifo /data/f1 /data/deep/f2 /vol/in-volume && [ -p /data/f1 ]")
+	require.Equal(t, 0, code, errOut)
+	began := time.Now()
+	got, err := env.rt.SandboxFIFOs(ctx, "fifos")
+	require.NoError(t, err)
+	t.Logf("listing the FIFOs of a busybox rootfs took %s (an exec and a walk in the sandbox)", time.Since(began))
+	assert.ElementsMatch(t, []string{"/data/f1", "/data/deep/f2"}, got)
+	upper := upperDir(t, env.rt, "fifos")
+	_, err = os.Lstat(filepath.Join(upper, "data/f1"))
+	assert.ErrorIs(t, err, os.ErrNotExist, "the FIFO is not in the writable layer")
+
+	_, errOut, code = env.run(t, "runc-fifos", "sh", "-c", "mkfifo /f3")
+	require.Equal(t, 0, code, errOut)
+	got, err = env.rt.SandboxFIFOs(ctx, "runc-fifos")
+	require.NoError(t, err)
+	assert.Nil(t, got, "runc's FIFOs are in its layer")
+}

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/envd-dev/envd/errdefs"
+	"github.com/envd-dev/envd/runtime/egress"
 )
 
 // firewall keeps instances apart and away from the node with iptables
@@ -56,6 +57,11 @@ type firewall struct {
 	deny     []denyRule
 	localNS  []net.IP // nameservers that are the node's own addresses
 	ipv6     bool     // the host has IPv6: ip6tables rules are required
+	// names is the egress gateway (nil: none), serving on gateway, the
+	// bridge's address in subnet; see egress_names.go.
+	names   *egress.Gateway
+	gateway net.IP
+	subnet  string
 
 	mu     sync.Mutex
 	groups map[string]bool // group chains known to exist, with their final REJECT
@@ -225,6 +231,7 @@ func (f *firewall) ensureBase() error {
 			}
 		}
 	}
+	lines = append(lines, f.baseNameLines(in)...)
 	lines = append(lines,
 		"-A "+in+" -j DROP",
 		"-A "+fw+" -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT",
@@ -247,6 +254,9 @@ func (f *firewall) ensureBase() error {
 		return err
 	}
 	if err := f.ensureJumps("iptables"); err != nil {
+		return err
+	}
+	if err := f.ensureNameChain(); err != nil {
 		return err
 	}
 	if !f.ipv6 {
@@ -381,6 +391,11 @@ type attachment struct {
 	IP    string `json:"ip"`
 	Chain string `json:"chain"`
 	Group string `json:"group_chain,omitempty"` // "" = not a member of a group chain
+	// Nat are the egress-by-name DNAT rules (egress_names.go), as added;
+	// Key and Egress the policy they were made for (reattachNames).
+	Nat    []string `json:"nat,omitempty"`
+	Key    string   `json:"key,omitempty"`
+	Egress string   `json:"egress,omitempty"`
 }
 
 func (f *firewall) statePath(id string) string { return filepath.Join(f.stateDir, id+".json") }
@@ -440,6 +455,12 @@ func (f *firewall) apply(ctx context.Context, id string, ip net.IP, pol NetworkP
 		lines = append(lines, fmt.Sprintf("-I %s 1 -d %s/32 -j ACCEPT", a.Group, ip))
 	}
 	lines = append(lines, fmt.Sprintf("-A %s -s %s/32 -j %s", f.chain("EG"), ip, ch))
+	if pol.byName() {
+		if f.names == nil {
+			return fmt.Errorf("egress of %q names hosts, but this node runs no egress gateway: %w", id, errdefs.ErrUnavailable)
+		}
+		a.Nat, a.Key, a.Egress = f.nameRules(ip, pol), pol.Group, pol.Egress.String()
+	}
 	// The record first: a crash after the batch must not leave rules
 	// that nothing removes.
 	b, _ := json.Marshal(a)
@@ -449,7 +470,7 @@ func (f *firewall) apply(ctx context.Context, id string, ip net.IP, pol NetworkP
 	if err := restore("iptables-restore", lines); err != nil {
 		return fmt.Errorf("firewall rules of %q: %w", id, err)
 	}
-	return nil
+	return f.applyNames(id, ip, pol, a)
 }
 
 // ensureGroup creates a group chain ending in REJECT if it does not exist.
@@ -469,8 +490,10 @@ func (f *firewall) ensureGroup(chain string) error {
 	return nil
 }
 
-// resolveAllow turns an allow list into CIDRs, resolving host names now.
-func resolveAllow(ctx context.Context, e Egress) ([]string, error) {
+// resolveAllow turns an allow list's addresses and CIDRs into CIDRs. Host
+// names are not resolved into rules: the egress gateway enforces them
+// (egress_names.go).
+func resolveAllow(_ context.Context, e Egress) ([]string, error) {
 	if e.Mode != EgressAllow {
 		return nil, nil
 	}
@@ -478,25 +501,8 @@ func resolveAllow(ctx context.Context, e Egress) ([]string, error) {
 	for _, entry := range e.Allow {
 		if _, n, err := net.ParseCIDR(entry); err == nil {
 			out = append(out, n.String())
-			continue
-		}
-		if ip := net.ParseIP(entry); ip != nil {
+		} else if ip := net.ParseIP(entry); ip != nil {
 			out = append(out, ip.String()+"/32")
-			continue
-		}
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		ips, err := net.DefaultResolver.LookupIP(rctx, "ip4", entry)
-		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			continue // allows nothing until a later start resolves it
-		}
-		for _, ip := range ips {
-			if s := ip.String() + "/32"; !slices.Contains(out, s) {
-				out = append(out, s)
-			}
 		}
 	}
 	return out, nil
@@ -536,6 +542,7 @@ func (f *firewall) removeLocked(id string) error {
 	}
 	var a attachment
 	if err := json.Unmarshal(b, &a); err == nil && a.Chain != "" {
+		f.removeNames(a)
 		lines := []string{fmt.Sprintf("-D %s -s %s/32 -j %s", f.chain("EG"), a.IP, a.Chain)}
 		if a.Group != "" {
 			lines = append(lines, fmt.Sprintf("-D %s -d %s/32 -j ACCEPT", a.Group, a.IP))
@@ -591,6 +598,7 @@ func (f *firewall) destroy() {
 			_ = ipt(bin, "-X", c)
 		}
 	}
+	f.destroyNames()
 	f.groups = map[string]bool{}
 	entries, _ := os.ReadDir(f.stateDir)
 	for _, e := range entries {

@@ -54,17 +54,26 @@ const instanceOOMScoreAdj = 500
 // hardenOpts are the spec options of hardening; caps must be set before
 // the seccomp profile, which is derived from them.
 func hardenOpts(spec InstanceSpec) []oci.SpecOpts {
+	// Copies of the package's lists: containerd's options assign the slice
+	// itself, and a later option that edits the spec's list in place
+	// (withDocker drops /proc/sys) would edit every later instance's.
 	opts := []oci.SpecOpts{
-		oci.WithCapabilities(instanceCaps),
+		oci.WithCapabilities(slices.Clone(instanceCaps)),
 		seccomp.WithDefaultProfile(),
-		oci.WithMaskedPaths(maskedPaths),
-		oci.WithReadonlyPaths(readonlyPaths),
+		oci.WithMaskedPaths(slices.Clone(maskedPaths)),
+		oci.WithReadonlyPaths(slices.Clone(readonlyPaths)),
 		oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.CgroupNamespace}),
 		// The instance's own cgroups, read-only, so a tenant can read its
 		// limits (containerd's default spec mounts none).
 		oci.WithMounts([]specs.Mount{{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup",
 			Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}}}),
 		withOOMScoreAdj(instanceOOMScoreAdj),
+	}
+	if spec.Class == ClassGVisor {
+		opts = append(opts, withGVisorClone3())
+	}
+	if spec.Docker && spec.Class == ClassGVisor { // resolveClass refuses it on any other class
+		opts = append(opts, withDocker())
 	}
 	return append(opts, withNoNewPrivileges(!spec.AllowPrivilegeEscalation))
 }

@@ -53,8 +53,7 @@ func (r *Runtime) loadNetworkPolicy(id string) (NetworkPolicy, error) {
 }
 
 // SetNetworkPolicy replaces an instance's network policy. It applies at
-// once to a running (or paused) instance, host names of an allow list
-// being resolved again; connections already open are not cut. A stopped
+// once to a running (or paused) instance; connections already open are not cut. A stopped
 // instance gets it at its next Start.
 func (r *Runtime) SetNetworkPolicy(ctx context.Context, id string, pol NetworkPolicy) error {
 	if err := pol.validate(); err != nil {
@@ -71,7 +70,7 @@ func (r *Runtime) SetNetworkPolicy(ctx context.Context, id string, pol NetworkPo
 	if ip == nil {
 		return nil // not attached: the next Start applies it
 	}
-	resolv, nameservers, err := resolvConf("/etc/resolv.conf", pol.Egress.Mode != EgressNone)
+	resolv, nameservers, err := r.instanceResolv(pol)
 	if err != nil {
 		return err
 	}

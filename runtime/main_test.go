@@ -20,5 +20,17 @@ func TestMain(m *testing.M) {
 	if !set {
 		_ = flag.Set("test.parallel", fmt.Sprint(defaultParallel))
 	}
-	os.Exit(m.Run())
+	dir, err := os.MkdirTemp("", "envd-runtime-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	testTmpDir = dir
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
 }
+
+// testTmpDir holds what the package's tests build once and share (the
+// exec agent, buildAgent); TestMain removes it after the tests.
+var testTmpDir string

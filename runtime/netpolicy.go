@@ -115,8 +115,9 @@ func normalizeAllowEntry(entry string) (string, error) {
 		}
 		return ip.To4().String(), nil
 	}
-	if len(entry) > 253 || !hostnameRE.MatchString(entry) {
-		return "", fmt.Errorf("egress entry %q: not an IPv4 address, CIDR or host name: %w", entry, errdefs.ErrInvalidArgument)
+	name, wildcard := strings.CutPrefix(entry, "*.")
+	if len(name) > 253 || !hostnameRE.MatchString(name) || (wildcard && !strings.Contains(name, ".")) {
+		return "", fmt.Errorf("egress entry %q: not an IPv4 address, CIDR, host name or *.domain wildcard (of at least two labels): %w", entry, errdefs.ErrInvalidArgument)
 	}
 	return entry, nil
 }

@@ -19,6 +19,7 @@ func TestParseEgress(t *testing.T) {
 		{"open", "open", "open"},
 		{"none", " none ", "none"},
 		{"allow list normalized", "allow:10.1.2.3/8, Example.ORG,192.0.2.7,example.org", "allow:10.0.0.0/8,example.org,192.0.2.7"},
+		{"wildcard", "allow:*.Allowed.TEST,10.0.0.0/8", "allow:*.allowed.test,10.0.0.0/8"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -37,6 +38,9 @@ func TestParseEgress(t *testing.T) {
 		{"ipv6 address", "allow:::1"},
 		{"bad host", "allow:exa mple.org"},
 		{"shell", "allow:$(reboot)"},
+		{"bare wildcard", "allow:*"},
+		{"top-level wildcard", "allow:*.test"},
+		{"inner wildcard", "allow:a.*.test"},
 		{"too many", "allow:" + manyHosts(MaxEgressEntries+1)},
 	}
 	for _, tt := range bad {

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/envd-dev/envd/errdefs"
+	"github.com/envd-dev/envd/runtime/egress"
 )
 
 // NetworkConfig describes the bridge network instances are attached to. Every
@@ -47,6 +48,12 @@ type NetworkConfig struct {
 	// runtime starts. Link-local addresses and the node's own addresses are
 	// always unreachable and need no entry.
 	Deny []string
+	// Names is the egress gateway that enforces allow lists naming hosts
+	// (egress_names.go); the runtime makes it listen on the bridge's
+	// address unless it already listens. Without it, a policy naming hosts
+	// fails the instance's start with ErrUnavailable. The caller closes it
+	// after the runtime.
+	Names *egress.Gateway
 }
 
 // network attaches instances to a CNI bridge through network namespaces that
@@ -132,10 +139,23 @@ func newNetwork(cfg NetworkConfig, scope, stateDir string) (*network, error) {
 	if n.fw, err = newFirewall(cfg.Bridge, filepath.Join(stateDir, "firewall"), cfg.Deny, nameservers); err != nil {
 		return nil, err
 	}
+	if cfg.Names != nil {
+		if cfg.Names.DNSPort == 0 {
+			if err := cfg.Names.Listen(gw); err != nil {
+				return nil, err
+			}
+		}
+		n.fw.names, n.fw.gateway, n.fw.subnet = cfg.Names, gw, ipnet.String()
+		cfg.Names.RefuseAlso(n.fw.refuses)
+	}
 	n.removeLegacyRules()
 	if err := n.fw.ensureBase(); err != nil {
 		return nil, err
 	}
+	// An instance that cannot be reattached stays without its gateway
+	// (its DNS and 80/443 go nowhere) until its policy is applied again: a
+	// closed way, so the runtime still starts.
+	_ = n.fw.reattachNames()
 	if err := n.ensureMasquerade(); err != nil {
 		n.fw.destroy()
 		n.removeMasquerade()

@@ -121,11 +121,20 @@ func (env *testEnv) addr(t *testing.T, id string) string {
 	return st.Address
 }
 
-// listenIn starts `nc -lk` on port inside instance id.
+// listenIn starts `nc -ll` on port inside instance id and returns once it
+// accepts a connection from inside the instance (a fixed 0.3 s was too
+// short under load: the node's dial was refused). Whether others reach the
+// port is what the callers test.
 func (env *testEnv) listenIn(t *testing.T, id string, port int) {
 	t.Helper()
-	_, _, code := env.run(t, id, "sh", "-c", fmt.Sprintf("(nc -ll -p %d -e true </dev/null >/dev/null 2>&1 &) ; sleep 0.3", port))
-	require.Equal(t, 0, code)
+	script := fmt.Sprintf(`(nc -ll -p %[1]d -e true </dev/null >/dev/null 2>&1 &)
+i=0
+until nc 127.0.0.1 %[1]d </dev/null >/dev/null 2>&1; do
+  i=$((i+1)); [ $i -lt 600 ] || { echo "nothing listens on %[1]d after 30 s" >&2; exit 1; }
+  sleep 0.05
+done`, port)
+	_, stderr, code := env.run(t, id, "sh", "-c", script)
+	require.Equal(t, 0, code, stderr)
 }
 
 func TestRootNetworkIsolation(t *testing.T) {

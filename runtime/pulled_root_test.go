@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/containerd/containerd/v2/core/images"
@@ -51,4 +52,40 @@ func TestRootPullCachedWithoutRegistry(t *testing.T) {
 			require.NoError(t, env.rt.Remove(ctx, id))
 		})
 	}
+}
+
+// TestRootConcurrentPullsOfOneRefFetchOnce: Pulls of one new ref at the
+// same time (a fork's copies starting together) make as many requests for
+// its manifest as one Pull does, and all of them succeed with the image
+// usable.
+func TestRootConcurrentPullsOfOneRefFetchOnce(t *testing.T) {
+	t.Parallel()
+	env := newTestEnv(t, freeSubnet(t))
+	ctx := context.Background()
+	manifestRequests := func(ref string) int {
+		repo, digest, _ := strings.Cut(ref[strings.Index(ref, "/")+1:], "@")
+		p := "/v2/" + repo + "/manifests/" + digest
+		return env.reg.count("GET", p) + env.reg.count("HEAD", p)
+	}
+	one := pushBusyboxImage(t, env.reg, "test/one")
+	require.NoError(t, env.rt.Pull(ctx, one))
+	single := manifestRequests(one)
+	require.NotZero(t, single)
+
+	four := pushBusyboxImage(t, env.reg, "test/four")
+	errs := make([]error, 4)
+	var wg sync.WaitGroup
+	for i := range errs {
+		wg.Go(func() { errs[i] = env.rt.Pull(ctx, four) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	assert.Equal(t, single, manifestRequests(four), "one pull's requests for four Pulls at once")
+	env.create(t, InstanceSpec{ID: "pulled-four", Image: four})
+	out, _, code := env.run(t, "pulled-four", "echo", "up")
+	assert.Equal(t, 0, code)
+	assert.Equal(t, "up\n", out)
+	require.NoError(t, env.rt.Remove(ctx, "pulled-four"))
 }

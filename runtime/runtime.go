@@ -69,7 +69,16 @@ const ioDrainGrace = 2 * time.Second
 // initScript is the init process of every instance: it waits, and exits on
 // SIGTERM. PID 1 in a PID namespace only receives signals it handles, so the
 // trap is what makes a graceful Stop possible.
-const initScript = `trap "exit 0" TERM; while :; do sleep 3600 & wait $!; done`
+const initScript = `trap "exit 0" TERM; ` + PostStartHook + `while :; do sleep 3600 & wait $!; done`
+
+// PostStartHook is the part of the init that runs the image's start hook,
+// /etc/envd/post-start, when it is executable: a devcontainer.json's
+// postStartCommand and postAttachCommand (builder/devcontainer writes it).
+// It runs in the background at each start of a task (create, wake, start
+// after stop; not a restore from a memory checkpoint, which resumes the
+// processes), as the image's user, its output in /tmp/envd-post-start.log,
+// so a slow or failing hook never holds or fails the start.
+const PostStartHook = `if [ -x /etc/envd/post-start ]; then /etc/envd/post-start </dev/null >/tmp/envd-post-start.log 2>&1 & fi; `
 
 // initScriptAgent is initScript for an instance with an exec agent: the
 // init starts the agent first, so the first command needs no runc exec
@@ -77,7 +86,7 @@ const initScript = `trap "exit 0" TERM; while :; do sleep 3600 & wait $!; done`
 // was given, which is what a runc exec with the init's process would give
 // it.
 const initScriptAgent = `trap "exit 0" TERM; if [ -x ` + agentBinDest + ` ]; then ` + agentBinDest + ` ` + agentDirDest + `/` + agentSockName +
-	` </dev/null >/dev/null 2>&1 & fi; while :; do sleep 3600 & wait $!; done`
+	` </dev/null >/dev/null 2>&1 & fi; ` + PostStartHook + `while :; do sleep 3600 & wait $!; done`
 
 // Config configures a Runtime.
 type Config struct {
@@ -151,11 +160,18 @@ type Config struct {
 	// GVisorDir holds runsc. Default: $ENVD_GVISOR_DIR, else
 	// DefaultGVisorDir (where scripts/setup.sh installs it).
 	GVisorDir string
+	// ShimGroupSize is how many instances of one InstanceSpec.ShimGroup
+	// share a shim process at most (shimgroup.go); 1 = a shim per
+	// instance. Default DefaultShimGroupSize.
+	ShimGroupSize int
 }
 
 // Runtime creates and drives instances on one containerd.
 type Runtime struct {
-	cfg      Config
+	cfg Config
+	// pulls joins concurrent Pulls of one ref (pullJoined).
+	pullMu   sync.Mutex
+	pulls    map[string]*pullCall
 	client   *client.Client
 	net      *network
 	scope    string // hex hash of StateDir
@@ -165,6 +181,8 @@ type Runtime struct {
 	cgroups  cgroupSupport
 	ooms     oomLog
 	agents   *agents
+	// egressCAMu serializes the writes of the egress CA's files (egressCA).
+	egressCAMu sync.Mutex
 	// cgroupMu: task creations hold it shared while runc makes the
 	// instance's cgroup under /envd-SCOPE/NAMESPACE; removeCgroupParents
 	// holds it alone, so it never removes a parent runc is creating a
@@ -179,6 +197,7 @@ type Runtime struct {
 	// benchmark that measures their cost.
 	unhardened bool
 	gvisor     *gvisor // the gVisor class (class.go)
+	groups     shimGroups
 }
 
 // New connects to containerd at cfg.Address and prepares the instance
@@ -210,6 +229,9 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	}
 	if cfg.UserNSBase == 0 {
 		cfg.UserNSBase = defaultUserNSBase
+	}
+	if err := checkShimGroupSize(&cfg); err != nil {
+		return nil, err
 	}
 	if cfg.DefaultClass == "" {
 		cfg.DefaultClass = ClassRunc
@@ -294,6 +316,53 @@ func (r *Runtime) Pull(ctx context.Context, ref string) error {
 	if r.pulled(ctx, ref) {
 		return nil
 	}
+	return r.pullJoined(ctx, ref)
+}
+
+// pullCall is one pull that concurrent Pulls of its ref wait for.
+type pullCall struct {
+	done chan struct{}
+	err  error
+}
+
+// pullJoined pulls ref once for all who ask at the same time: a fork's
+// copies start together from one new version, and four containerd pulls
+// of one ref race for the same content ingests (each but one waiting on
+// containerd's ref locks and retrying) and unpack the same layers. A
+// waiter whose own context is still alive pulls again if the pull it
+// joined ended with its caller's context.
+func (r *Runtime) pullJoined(ctx context.Context, ref string) error {
+	for {
+		r.pullMu.Lock()
+		if c, ok := r.pulls[ref]; ok {
+			r.pullMu.Unlock()
+			select {
+			case <-c.done:
+			case <-ctx.Done():
+				return translate(ctx.Err(), "pull %s", ref)
+			}
+			if c.err != nil && ctx.Err() == nil && (errors.Is(c.err, context.Canceled) || errors.Is(c.err, context.DeadlineExceeded)) {
+				continue
+			}
+			return c.err
+		}
+		if r.pulls == nil {
+			r.pulls = map[string]*pullCall{}
+		}
+		c := &pullCall{done: make(chan struct{})}
+		r.pulls[ref] = c
+		r.pullMu.Unlock()
+		c.err = r.pull(ctx, ref)
+		r.pullMu.Lock()
+		delete(r.pulls, ref)
+		r.pullMu.Unlock()
+		close(c.done)
+		return c.err
+	}
+}
+
+// pull fetches and unpacks ref (Pull).
+func (r *Runtime) pull(ctx context.Context, ref string) error {
 	hostOpts := []docker.RegistryOpt{docker.WithPlainHTTP(r.plainHTTP)}
 	if r.cfg.RegistryCredentials != nil {
 		hostOpts = append(hostOpts, docker.WithAuthorizer(docker.NewDockerAuthorizer(docker.WithAuthCreds(r.cfg.RegistryCredentials))))
@@ -337,6 +406,31 @@ type InstanceSpec struct {
 	// Class is the runtime class (class.go); "" = the node's default.
 	// Kept for every later Start.
 	Class Class
+	// Docker lets dockerd and nested containers run inside the instance
+	// (docker.go): ClassGVisor only; any other class is refused
+	// (ErrDockerNeedsGVisor) before anything is made.
+	Docker bool
+	// RestoreFrom, if set, is a local memory image directory (what
+	// CheckpointMemory wrote, from an instance of the same rootfs and
+	// mounts): the first task continues its processes instead of running
+	// the init. gVisor only (memory.go).
+	RestoreFrom string
+	// ShimGroup: instances with the same non-empty ShimGroup (and class)
+	// may share a shim process, Config.ShimGroupSize at most, and a
+	// shim's death fails them together (shimgroup.go). "" = a shim of
+	// its own. Kept for every later Start.
+	ShimGroup string
+	// Steps, if set, gets how long Create's steps took.
+	Steps *CreateSteps
+}
+
+// CreateSteps divides a Create: the container (its new snapshot of the
+// image, the spec), the network attachment (netns, CNI, firewall), the
+// task's creation and its start. For a memory image the runc shim runs
+// runsc's restore at the start (its created-from-checkpoint state), so
+// the start is where the image is read.
+type CreateSteps struct {
+	Container, Network, Task, Start time.Duration
 }
 
 // Mount is a bind mount of a host path into an instance.
@@ -399,6 +493,9 @@ func (r *Runtime) Create(ctx context.Context, spec InstanceSpec) (retErr error) 
 		return err
 	}
 	spec.Class = class
+	if spec.RestoreFrom != "" && class != ClassGVisor {
+		return fmt.Errorf("instance %q: restore of a memory image needs class %q, not %q: %w: %w", id, ClassGVisor, class, ErrNotOnClass, errdefs.ErrFailedPrecondition)
+	}
 	img, err := r.client.GetImage(ctx, spec.Image)
 	if err != nil {
 		return translate(err, "image %s of instance %q", spec.Image, id)
@@ -466,6 +563,11 @@ func (r *Runtime) Create(ctx context.Context, spec InstanceSpec) (retErr error) 
 		return err
 	}
 	mounts = append(mounts, agentMounts...)
+	caMounts, caEnv, err := r.egressCA(spec.Network)
+	if err != nil {
+		return err
+	}
+	mounts = append(mounts, caMounts...)
 	script := initScript
 	if len(agentMounts) > 0 {
 		script = initScriptAgent
@@ -475,6 +577,9 @@ func (r *Runtime) Create(ctx context.Context, spec InstanceSpec) (retErr error) 
 		labels[k] = v
 	}
 	labels[LabelClass] = string(class)
+	if spec.Docker {
+		labels[LabelDocker] = "true"
+	}
 	snapshot, userns := client.WithNewSnapshot(id, img), oci.Compose()
 	if r.cfg.UserNS && !spec.HostIDs {
 		snapshot, userns = r.usernsOpts(id, img)
@@ -490,6 +595,16 @@ func (r *Runtime) Create(ctx context.Context, spec InstanceSpec) (retErr error) 
 			return err
 		}
 	}
+	place, placed, err := r.shimGroup(ctx, spec.ShimGroup, class)
+	if err != nil {
+		return err
+	}
+	grouped := place.spec(labels)
+	steps := spec.Steps
+	if steps == nil {
+		steps = &CreateSteps{}
+	}
+	containerStart := time.Now()
 	_, err = r.client.NewContainer(ctx, id,
 		client.WithImage(img),
 		client.WithSnapshotter(sn),
@@ -501,7 +616,7 @@ func (r *Runtime) Create(ctx context.Context, spec InstanceSpec) (retErr error) 
 			withCheckedCwd,
 			oci.WithProcessArgs("/bin/sh", "-c", script),
 			oci.WithHostname(hostname),
-			oci.WithEnv(spec.Env),
+			oci.WithEnv(append(caEnv, spec.Env...)), // the instance's own settings win
 			oci.WithMounts(mounts),
 			oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: r.net.nsPath(id)}),
 			// The default cgroup is /<namespace>/<id>, the same for every
@@ -509,8 +624,11 @@ func (r *Runtime) Create(ctx context.Context, spec InstanceSpec) (retErr error) 
 			oci.WithCgroup(r.cgroupPath(id)),
 			r.hardening(spec),
 			userns,
+			grouped,
 		),
 	)
+	placed()
+	steps.Container = time.Since(containerStart)
 	if err != nil {
 		return translate(err, "create container %q", id)
 	}
@@ -522,7 +640,10 @@ func (r *Runtime) Create(ctx context.Context, spec InstanceSpec) (retErr error) 
 			return err
 		}
 	}
-	return r.startTask(ctx, id, hostname)
+	if spec.RestoreFrom != "" {
+		return r.startTaskFrom(ctx, id, hostname, spec.RestoreFrom, steps)
+	}
+	return r.startTaskFrom(ctx, id, hostname, "", steps)
 }
 
 func (r *Runtime) cgroupPath(id string) string {
@@ -576,12 +697,19 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 // startTask attaches the network, writes /etc/hosts with the new address and
 // starts the init task. On failure the network is detached again.
 func (r *Runtime) startTask(ctx context.Context, id, hostname string) (retErr error) {
+	return r.startTaskFrom(ctx, id, hostname, "", &CreateSteps{})
+}
+
+// startTaskFrom is startTask; with restoreFrom set the task restores that
+// memory image instead of running the init. steps gets the network's,
+// the task's and the start's times.
+func (r *Runtime) startTaskFrom(ctx context.Context, id, hostname, restoreFrom string, steps *CreateSteps) (retErr error) {
 	pol, err := r.loadNetworkPolicy(id)
 	if err != nil {
 		return err
 	}
 	// Under egress none the instance is given no DNS server.
-	resolv, nameservers, err := resolvConf("/etc/resolv.conf", pol.Egress.Mode != EgressNone)
+	resolv, nameservers, err := r.instanceResolv(pol)
 	if err != nil {
 		return err
 	}
@@ -599,7 +727,9 @@ func (r *Runtime) startTask(ctx context.Context, id, hostname string) (retErr er
 			return fmt.Errorf("instance %q: %w", id, err)
 		}
 	}
+	netStart := time.Now()
 	ip, err := r.net.setup(ctx, id, pol, nameservers, idmap)
+	steps.Network = time.Since(netStart)
 	if err != nil {
 		return err
 	}
@@ -616,13 +746,22 @@ func (r *Runtime) startTask(ctx context.Context, id, hostname string) (retErr er
 	if err != nil {
 		return err
 	}
+	var topts []client.NewTaskOpts
+	if restoreFrom != "" {
+		topts = append(topts, client.WithRestoreImagePath(restoreFrom))
+	}
+	taskStart := time.Now()
 	r.cgroupMu.RLock()
-	t, err := c.NewTask(ctx, cio.NullIO)
+	t, err := c.NewTask(ctx, cio.NullIO, topts...)
 	r.cgroupMu.RUnlock()
+	steps.Task = time.Since(taskStart)
 	if err != nil {
 		return startErr(err, "create task of instance %q", id)
 	}
-	if err := t.Start(ctx); err != nil {
+	startStart := time.Now()
+	err = t.Start(ctx)
+	steps.Start = time.Since(startStart)
+	if err != nil {
 		_, _ = t.Delete(context.WithoutCancel(ctx), withKill)
 		return startErr(err, "start task of instance %q", id)
 	}
@@ -823,12 +962,20 @@ func (r *Runtime) exec(ctx context.Context, id string, spec ExecSpec) (int, erro
 		}
 		// The process has exited (or was never started, or was killed
 		// below) and its output is complete: forgetting it in the shim
-		// need not hold the answer back.
-		go func() {
+		// need not hold the answer back. Except when ctx ended during
+		// the start: the shim may have started the process all the same,
+		// and a canceled exec must not be found running after it returns,
+		// so the kill is waited for then.
+		del := func() {
 			dctx, cancel := context.WithTimeout(cleanup, 10*time.Second)
 			defer cancel()
 			_, _ = p.Delete(dctx, client.WithProcessKill)
-		}()
+		}
+		if ctx.Err() != nil {
+			del()
+			return
+		}
+		go del()
 	}()
 	statusC, err := p.Wait(ctx)
 	if err != nil {
@@ -1109,7 +1256,24 @@ func (r *Runtime) Pause(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	return translate(t.Pause(ctx), "pause instance %q", id)
+	// On cgroup v1 the freezer can stay FREEZING while the instance's
+	// processes keep forking, or when the machine is very slow; runc then
+	// gives up with "unable to freeze" after thawing the cgroup again
+	// (opencontainers/cgroups fs/freezer.go). Seen in CI at load average 70
+	// failing a save. The cgroup is thawed, so trying again is safe; a few
+	// tries with a pause between them let a burst of forks or load pass.
+	const tries = 4
+	for i := 1; ; i++ {
+		err = t.Pause(ctx)
+		if err == nil || i == tries || !strings.Contains(err.Error(), "unable to freeze") {
+			return translate(err, "pause instance %q", id)
+		}
+		select {
+		case <-ctx.Done():
+			return translate(err, "pause instance %q", id)
+		case <-time.After(time.Duration(i) * 100 * time.Millisecond):
+		}
+	}
 }
 
 // Resume thaws a paused instance.
@@ -1330,6 +1494,8 @@ type Status struct {
 	OOMKilled bool
 	// Class is the runtime class it was made with (class.go).
 	Class Class
+	// Docker: it was made a docker instance (docker.go).
+	Docker bool
 	// RootPid is a process whose /proc/PID/root is the instance's file
 	// system as its processes see it (volumes included) while its task
 	// runs: the init on runc, gVisor's gofer on gvisor (class.go). The
@@ -1348,7 +1514,7 @@ func (r *Runtime) Status(ctx context.Context, id string) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	s := Status{Exists: true, Labels: info.Labels, Class: classOf(info.Labels)}
+	s := Status{Exists: true, Labels: info.Labels, Class: classOf(info.Labels), Docker: info.Labels[LabelDocker] == "true"}
 	st, pid, err := r.taskStatus(ctx, id)
 	if cerrdefs.IsNotFound(err) {
 		return s, nil

@@ -33,6 +33,16 @@ import (
 type testRegistry struct {
 	host string // 127.0.0.1:PORT
 	srv  *http.Server
+
+	mu       sync.Mutex
+	requests map[string]int // "METHOD path" -> count
+}
+
+// count is how many requests "METHOD path" the registry has had.
+func (r *testRegistry) count(method, path string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.requests[method+" "+path]
 }
 
 func startTestRegistry(t testing.TB) *testRegistry {
@@ -49,13 +59,19 @@ func startTestRegistry(t testing.TB) *testRegistry {
 	app := handlers.NewApp(ctx, cfg)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	srv := &http.Server{Handler: app, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
+	reg := &testRegistry{host: ln.Addr().String(), requests: map[string]int{}}
+	reg.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		reg.mu.Lock()
+		reg.requests[req.Method+" "+req.URL.Path]++
+		reg.mu.Unlock()
+		app.ServeHTTP(w, req)
+	}), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = reg.srv.Serve(ln) }()
 	t.Cleanup(func() {
-		_ = srv.Close()
+		_ = reg.srv.Close()
 		cancel()
 	})
-	return &testRegistry{host: ln.Addr().String(), srv: srv}
+	return reg
 }
 
 var (

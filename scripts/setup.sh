@@ -15,6 +15,9 @@ esac
 
 CONTAINERD_VERSION=v2.4.2
 VERSITYGW_VERSION=v1.8.0
+# BuildKit runs Dockerfile builds (builder/buildkit); docs/notes/builds-migrations.md says why
+# as binaries and not as a library.
+BUILDKIT_VERSION=v0.34.2
 GOBIN_DIR=${GOBIN_DIR:-/usr/local/lib/envd/bin}
 # gVisor's Go module has no tags, only pseudo-versions of its "go" branch.
 GVISOR_VERSION=v0.0.0-20260905035102-160fafc42237
@@ -61,6 +64,19 @@ if [ ! -x "$GOBIN_DIR/versitygw" ]; then
   echo "setup: go install versitygw $VERSITYGW_VERSION"
   GOBIN="$GOBIN_DIR" go install "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION"
 fi
+if ! "$GOBIN_DIR/buildkitd" --version 2>/dev/null | grep -qF " $BUILDKIT_VERSION" || [ ! -x "$GOBIN_DIR/buildctl" ]; then
+  # Not "go install ...@version": BuildKit's go.mod has exclude directives, which go install
+  # refuses. Built from the module as downloaded, with its own go.mod's versions.
+  echo "setup: go build buildkitd and buildctl $BUILDKIT_VERSION"
+  bk_mod=$(go mod download -json "github.com/moby/buildkit@$BUILDKIT_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [ -d "$bk_mod" ] || fail "go mod download github.com/moby/buildkit@$BUILDKIT_VERSION gave no directory"
+  bk_src=$(mktemp -d)
+  cp -r "$bk_mod/." "$bk_src" && chmod -R u+w "$bk_src"
+  (cd "$bk_src" && CGO_ENABLED=0 go build -trimpath \
+    -ldflags "-s -w -X github.com/moby/buildkit/version.Version=$BUILDKIT_VERSION" \
+    -o "$GOBIN_DIR/" ./cmd/buildkitd ./cmd/buildctl)
+  rm -rf "$bk_src"
+fi
 modprobe overlay 2>/dev/null || true
 modprobe fuse 2>/dev/null || true
 if [ "$TESTS" = 1 ]; then
@@ -105,6 +121,15 @@ if [ "$(cat "$MCP_TS_DIR/node_modules/.envd-lock.sha256" 2>/dev/null)" != "$mcp_
   echo "setup: npm ci in e2e/mcp"
   (cd "$MCP_TS_DIR" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
   echo "$mcp_ts_lock" > "$MCP_TS_DIR/node_modules/.envd-lock.sha256"
+fi
+# The e2e test of the E2B-compatible API (e2e/e2b, e2e TestRootE2BTypeScript): the official e2b
+# JavaScript SDK by npm ci from e2e/e2b's lock file.
+E2B_TS_DIR=$(cd "$(dirname "$0")/../e2e/e2b" && pwd)
+e2b_ts_lock=$(sha256sum "$E2B_TS_DIR/package-lock.json" | cut -d' ' -f1)
+if [ "$(cat "$E2B_TS_DIR/node_modules/.envd-lock.sha256" 2>/dev/null)" != "$e2b_ts_lock" ]; then
+  echo "setup: npm ci in e2e/e2b"
+  (cd "$E2B_TS_DIR" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+  echo "$e2b_ts_lock" > "$E2B_TS_DIR/node_modules/.envd-lock.sha256"
 fi
 # The web console (web/, e2e TestRootConsole*): esbuild and xterm.js by npm ci from web/'s lock
 # file, and Debian's chromium (with its fonts) for the browser test.

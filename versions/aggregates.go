@@ -47,6 +47,10 @@ type Nodes struct{ db DB }
 // Rollouts is base-image rollouts and their projects (rollouts.go).
 type Rollouts struct{ db DB }
 
+// Webhooks is tenants' webhooks, their events and deliveries
+// (webhooks.go).
+type Webhooks struct{ db DB }
+
 // Content is what owns registry content: imported images, upload leases
 // and sweeps (images.go, uploads.go, gc.go). Leases and sweeps use
 // connections of their own outside pool (uploads.go), never db.

@@ -34,11 +34,23 @@ type Checkpoint struct {
 	// VersionBytes is the layer the version added (versions.layer_bytes).
 	VersionBytes int64
 	Archives     []Archive // by volume
+	Memory       CheckpointMemory
 }
 
-// Bytes is what the checkpoint stores: its version's layer and its archives.
+// CheckpointMemory is a checkpoint's memory image (registry/memimage);
+// zero for a checkpoint without one.
+type CheckpointMemory struct {
+	Image     string // "repo@digest" of the artifact, "" for none
+	Bytes     int64  // what the artifact holds
+	NewBytes  int64  // what its push added to the repository (stored bytes)
+	FreezeMS  int64  // the engine's part of the freeze
+	ResumedBy string // the instance that resumed it last, "" for none
+}
+
+// Bytes is what the checkpoint stores: its version's layer, its archives
+// and what its memory image added.
 func (c Checkpoint) Bytes() int64 {
-	n := c.VersionBytes
+	n := c.VersionBytes + c.Memory.NewBytes
 	for _, a := range c.Archives {
 		n += a.SizeBytes
 	}
@@ -52,6 +64,9 @@ type CheckpointRecord struct {
 	Node     string
 	FreezeMS int64
 	Archives []Archive // Volume, Key, SizeBytes, Files; the names are chosen here
+	// Memory is the memory image pushed for it (Image "" for none); its
+	// NewBytes count in the quota check.
+	Memory CheckpointMemory
 }
 
 // archiveBytes is what the record's archives store.
@@ -63,7 +78,7 @@ func (r *CheckpointRecord) archiveBytes() int64 {
 	for _, a := range r.Archives {
 		n += a.SizeBytes
 	}
-	return n
+	return n + r.Memory.NewBytes
 }
 
 // CheckpointArchiveName is the name of a checkpoint's archive of a volume:
@@ -79,9 +94,12 @@ func recordCheckpoint(ctx context.Context, tx pgx.Tx, c Commit, pid int64, n int
 		return translate(err, fmt.Sprintf("checkpoint of project %q", c.Project))
 	}
 	var id int64
-	err = tx.QueryRow(ctx, `INSERT INTO checkpoints (project_id, number, version, instance, message, node, freeze_ms)
-		VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id`,
-		pid, number, n, c.InstanceID, c.Checkpoint.Message, c.Checkpoint.Node, c.Checkpoint.FreezeMS).Scan(&id)
+	mem := c.Checkpoint.Memory
+	err = tx.QueryRow(ctx, `INSERT INTO checkpoints (project_id, number, version, instance, message, node, freeze_ms,
+			memory_image, memory_bytes, memory_new_bytes, memory_freeze_ms)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id`,
+		pid, number, n, c.InstanceID, c.Checkpoint.Message, c.Checkpoint.Node, c.Checkpoint.FreezeMS,
+		mem.Image, mem.Bytes, mem.NewBytes, mem.FreezeMS).Scan(&id)
 	if err != nil {
 		return translate(err, fmt.Sprintf("checkpoint %d of project %q", number, c.Project))
 	}
@@ -97,11 +115,14 @@ func recordCheckpoint(ctx context.Context, tx pgx.Tx, c Commit, pid int64, n int
 }
 
 const checkpointCols = `c.id, p.tenant_id, p.name, c.number, c.version, c.instance, c.message, c.node, c.freeze_ms, c.created_at,
-	COALESCE((SELECT v.layer_bytes FROM versions v WHERE v.project_id = c.project_id AND v.number = c.version), 0)`
+	COALESCE((SELECT v.layer_bytes FROM versions v WHERE v.project_id = c.project_id AND v.number = c.version), 0),
+	c.memory_image, c.memory_bytes, c.memory_new_bytes, c.memory_freeze_ms, c.resumed_by`
 
 func scanCheckpoint(row pgx.Row) (Checkpoint, error) {
 	var c Checkpoint
-	err := row.Scan(&c.ID, &c.Tenant, &c.Project, &c.Number, &c.Version, &c.Instance, &c.Message, &c.Node, &c.FreezeMS, &c.CreatedAt, &c.VersionBytes)
+	m := &c.Memory
+	err := row.Scan(&c.ID, &c.Tenant, &c.Project, &c.Number, &c.Version, &c.Instance, &c.Message, &c.Node, &c.FreezeMS, &c.CreatedAt, &c.VersionBytes,
+		&m.Image, &m.Bytes, &m.NewBytes, &m.FreezeMS, &m.ResumedBy)
 	return c, err
 }
 
@@ -245,7 +266,8 @@ func deleteCheckpointTx(ctx context.Context, tx pgx.Tx, pid int64, project strin
 
 // ExpireCheckpoints applies the project's retention policy to its
 // checkpoints as units: those neither among the newest KeepLast
-// checkpoints nor newer than KeepNewerThan at now are deleted as
+// checkpoints nor newer than KeepNewerThan at now, nor what a hibernated
+// instance wakes from (instances.hibernated_checkpoint), are deleted as
 // DeleteCheckpoint does (with dryRun: only returned). A project without a
 // policy keeps every checkpoint. The versions they release are left
 // deleting for the caller's collection (MarkCollectable returns them).
@@ -264,6 +286,8 @@ func (s Versions) ExpireCheckpoints(ctx context.Context, tenant, project string,
 			  AND (p.keep_last IS NULL OR r.newest > p.keep_last)
 			  AND (p.keep_newer_than_s IS NULL
 			       OR r.created_at <= $2::timestamptz - make_interval(secs => p.keep_newer_than_s))
+			  AND NOT EXISTS (SELECT 1 FROM instances i WHERE i.project_id = $1 AND i.hibernated_checkpoint = r.number
+			                  AND i.state NOT IN ('Terminated', 'Failed'))
 			ORDER BY r.number`, pid, now)
 		if err != nil {
 			return nil, translate(err, fmt.Sprintf("checkpoints of project %q", project))
@@ -305,9 +329,13 @@ func (s Versions) CheckpointArchiveBytes(ctx context.Context, tenant string) (in
 	return n, translate(err, fmt.Sprintf("checkpoint archives of %q", tenant))
 }
 
-// checkpointArchiveBytes sums the archive bytes of tenant $1's checkpoints.
-const checkpointArchiveBytes = `SELECT COALESCE(sum(a.size_bytes), 0)::bigint FROM volume_archives a
-	WHERE a.tenant_id = $1 AND a.project_id IS NOT NULL AND a.checkpoint_id IS NOT NULL`
+// checkpointArchiveBytes sums the archive bytes of tenant $1's checkpoints
+// and what their memory images added to the registry (memory_new_bytes:
+// chunks shared with an earlier image of the project are counted once).
+const checkpointArchiveBytes = `SELECT (SELECT COALESCE(sum(a.size_bytes), 0)::bigint FROM volume_archives a
+	WHERE a.tenant_id = $1 AND a.project_id IS NOT NULL AND a.checkpoint_id IS NOT NULL)
+	+ (SELECT COALESCE(sum(c.memory_new_bytes), 0)::bigint FROM checkpoints c JOIN projects p ON p.id = c.project_id
+	WHERE p.tenant_id = $1)`
 
 // errNoCheckpointArchive is the error of a checkpoint without an archive
 // of the volume asked.
@@ -329,4 +357,57 @@ func (s Versions) CheckpointArchive(ctx context.Context, tenant, project string,
 		}
 	}
 	return Archive{}, errNoCheckpointArchive(project, volume, number)
+}
+
+// ClaimCheckpointMemory records instance as the one resuming the memory of
+// checkpoint number of the tenant's project, unless another instance that
+// is neither Terminated nor Failed holds it (ErrConflict, naming it): one
+// checkpoint's processes run in one instance at a time, so two resumes on
+// two nodes give one winner. The instance's row must exist (Pending). A
+// checkpoint without memory is ErrFailedPrecondition.
+func (s Versions) ClaimCheckpointMemory(ctx context.Context, tenant, project string, number int, instance string) error {
+	what := fmt.Sprintf("checkpoint %d of project %q", number, project)
+	return WithTx(ctx, s.db, func(tx pgx.Tx) error {
+		var id int64
+		var image, holder string
+		err := tx.QueryRow(ctx, `SELECT c.id, c.memory_image, c.resumed_by FROM checkpoints c JOIN projects p ON p.id = c.project_id
+			WHERE p.tenant_id = $1 AND p.name = $2 AND c.number = $3 FOR UPDATE OF c`, tenant, project, number).Scan(&id, &image, &holder)
+		if err != nil {
+			return translate(err, what)
+		}
+		if image == "" {
+			return fmt.Errorf("%s has no memory image: %w", what, errdefs.ErrFailedPrecondition)
+		}
+		if holder != "" && holder != instance {
+			var live bool
+			err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM instances WHERE id = $1 AND state NOT IN ('Terminated', 'Failed'))`, holder).Scan(&live)
+			if err != nil {
+				return translate(err, what)
+			}
+			if live {
+				return errdefs.WithDetails(fmt.Errorf("%s is resumed by instance %s, which still runs its processes: remove it first (one checkpoint's processes run in one instance at a time): %w",
+					what, holder, errdefs.ErrConflict), map[string]any{"instance": holder})
+			}
+		}
+		_, err = tx.Exec(ctx, "UPDATE checkpoints SET resumed_by = $2 WHERE id = $1", id, instance)
+		return translate(err, what)
+	})
+}
+
+// SetCheckpointMemoryNewBytes records n as what the memory image of
+// checkpoint number of the tenant's project adds to its repository
+// (memory_new_bytes, counted in the tenant's stored bytes): a recount after
+// the images it shared chunks with changed. ErrNotFound when there is no
+// such checkpoint.
+func (s Versions) SetCheckpointMemoryNewBytes(ctx context.Context, tenant, project string, number int, n int64) error {
+	what := fmt.Sprintf("checkpoint %d of project %q", number, project)
+	tag, err := s.db.Exec(ctx, `UPDATE checkpoints c SET memory_new_bytes = $4 FROM projects p
+		WHERE p.id = c.project_id AND p.tenant_id = $1 AND p.name = $2 AND c.number = $3 AND c.memory_image <> ''`, tenant, project, number, n)
+	if err != nil {
+		return translate(err, what)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%s with a memory image: %w", what, errdefs.ErrNotFound)
+	}
+	return nil
 }

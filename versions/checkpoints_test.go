@@ -2,12 +2,14 @@ package versions_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/errdefs"
 	"github.com/envd-dev/envd/versions"
 )
@@ -129,4 +131,137 @@ func TestCheckpointRecords(t *testing.T) {
 		keys = append(keys, o.Key)
 	}
 	assert.Contains(t, keys, "checkpoints/acme/p/work/4.tar.zst")
+}
+
+// A checkpoint with memory records its image with the version in one
+// commit: the row owns the artifact (the orphan scan keeps it), what its
+// push added counts in stored bytes and the quota, and one instance at a
+// time may resume it: a second resume is refused while the first instance
+// lives, and allowed once it is gone.
+func TestCheckpointMemoryRecords(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	newProject(t, s)
+	mem := versions.CheckpointMemory{Image: "envd/projects/acme/p@sha256:" + strings.Repeat("a", 64), Bytes: 5000, NewBytes: 300, FreezeMS: 40}
+	commit := func(rec *versions.CheckpointRecord, layer int64) (versions.Version, error) {
+		v, _, err := s.Versions.CommitVersion(ctx, versions.Commit{Tenant: tenant, Project: "p", Expected: 1, Image: "envd/projects/acme/p@sha256:" + time.Now().Format("150405.000000000"),
+			Parent: 1, LayerBytes: layer, NoSwitch: true, Checkpoint: rec})
+		return v, err
+	}
+	owned, err := s.Content.ImageOwned(ctx, mem.Image)
+	require.NoError(t, err)
+	require.False(t, owned, "no row owns the artifact before its commit")
+
+	// The quota counts the memory image's new bytes with the layer.
+	_, err = s.Tenants.SetQuota(ctx, tenant, versions.Quota{MaxStoredBytes: 1000 + 299})
+	require.NoError(t, err)
+	_, err = commit(&versions.CheckpointRecord{Node: "n1", Memory: mem}, 1000)
+	require.ErrorIs(t, err, errdefs.ErrQuotaExceeded)
+	_, err = s.Tenants.SetQuota(ctx, tenant, versions.Quota{})
+	require.NoError(t, err)
+	_, err = commit(&versions.CheckpointRecord{Node: "n1", Memory: mem}, 1000)
+	require.NoError(t, err)
+
+	c, err := s.Versions.GetCheckpoint(ctx, tenant, "p", 1)
+	require.NoError(t, err)
+	assert.Equal(t, mem, c.Memory)
+	assert.Equal(t, int64(1300), c.Bytes(), "the layer and the memory image's new bytes")
+	u, err := s.Tenants.Usage(ctx, tenant)
+	require.NoError(t, err)
+	assert.Equal(t, int64(300), u.CheckpointBytes)
+	owned, err = s.Content.ImageOwned(ctx, mem.Image)
+	require.NoError(t, err)
+	assert.True(t, owned, "the checkpoint's row owns its memory image")
+	all, err := s.Content.OwnedImages(ctx, "envd/")
+	require.NoError(t, err)
+	assert.True(t, all[mem.Image], "and the orphan scan sees it owned")
+
+	for _, id := range []string{"i-one", "i-two"} {
+		_, err := s.Instances.CreateInstance(ctx, versions.Instance{ID: id, Tenant: tenant, Project: "p", Node: "n1", Version: 1, State: types.StatePending})
+		require.NoError(t, err)
+	}
+	require.NoError(t, s.Versions.ClaimCheckpointMemory(ctx, tenant, "p", 1, "i-one"))
+	err = s.Versions.ClaimCheckpointMemory(ctx, tenant, "p", 1, "i-two")
+	require.ErrorIs(t, err, errdefs.ErrConflict, "a second resume while the first instance lives")
+	assert.Contains(t, err.Error(), "i-one")
+	_, err = s.Instances.Transition(ctx, "i-one", nil, types.StateTerminated, "user_delete", "")
+	require.NoError(t, err)
+	require.NoError(t, s.Versions.ClaimCheckpointMemory(ctx, tenant, "p", 1, "i-two"), "the first instance is gone")
+	c, err = s.Versions.GetCheckpoint(ctx, tenant, "p", 1)
+	require.NoError(t, err)
+	assert.Equal(t, "i-two", c.Memory.ResumedBy)
+
+	// A checkpoint without memory has nothing to resume.
+	_, err = commit(&versions.CheckpointRecord{Node: "n1"}, 10)
+	require.NoError(t, err)
+	err = s.Versions.ClaimCheckpointMemory(ctx, tenant, "p", 2, "i-two")
+	require.ErrorIs(t, err, errdefs.ErrFailedPrecondition)
+}
+
+// A hibernation with memory records its checkpoint with the stop's first
+// step and its version with the stop; a transition to Running clears both.
+// One cut short (Stopping or Pending) is put back to hibernated on the
+// checkpoint's version; retention keeps the checkpoint a live instance is
+// hibernated on.
+func TestHibernationWithMemoryRecords(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	newProject(t, s)
+	mem := versions.CheckpointMemory{Image: "envd/projects/acme/p@sha256:" + strings.Repeat("b", 64), Bytes: 5000, NewBytes: 300}
+	v, _, err := s.Versions.CommitVersion(ctx, versions.Commit{Tenant: tenant, Project: "p", Expected: 1, Image: "envd/projects/acme/p@sha256:" + strings.Repeat("c", 64),
+		Parent: 1, LayerBytes: 10, NoSwitch: true, Checkpoint: &versions.CheckpointRecord{Node: "n1", Memory: mem}})
+	require.NoError(t, err)
+	_, err = s.Instances.CreateInstance(ctx, versions.Instance{ID: "i-hib", Tenant: tenant, Project: "p", Node: "n1", Version: 1, State: types.StateRunning})
+	require.NoError(t, err)
+
+	_, err = s.Instances.TransitionHibernating(ctx, "i-hib", []types.InstanceState{types.StateRunning}, types.StateStopping, 1, "hibernated", "stopping")
+	require.NoError(t, err)
+	in, err := s.Instances.GetInstance(ctx, tenant, "i-hib")
+	require.NoError(t, err)
+	assert.Equal(t, 1, in.HibernatedCheckpoint)
+	assert.Zero(t, in.HibernatedVersion, "not hibernated before the stop is recorded")
+
+	// A crash here: put back to hibernated on the checkpoint's version.
+	in, err = s.Instances.Rehibernate(ctx, "i-hib", "recovered", "interrupted")
+	require.NoError(t, err)
+	assert.Equal(t, types.StateStopped, in.State)
+	assert.Equal(t, v.Number, in.HibernatedVersion)
+	assert.Equal(t, 1, in.HibernatedCheckpoint)
+	_, err = s.Instances.Rehibernate(ctx, "i-hib", "recovered", "again")
+	require.ErrorIs(t, err, errdefs.ErrFailedPrecondition, "only a Stopping or Pending one")
+
+	// Retention keeps the checkpoint while the instance is hibernated on it.
+	_, err = s.Projects.SetRetention(ctx, tenant, "p", versions.Retention{KeepLast: 1})
+	require.NoError(t, err)
+	_, _, err = s.Versions.CommitVersion(ctx, versions.Commit{Tenant: tenant, Project: "p", Expected: 1, Image: "envd/projects/acme/p@sha256:" + strings.Repeat("d", 64),
+		Parent: 1, LayerBytes: 10, NoSwitch: true, Checkpoint: &versions.CheckpointRecord{Node: "n1"}})
+	require.NoError(t, err)
+	expired, err := s.Versions.ExpireCheckpoints(ctx, tenant, "p", time.Now(), true)
+	require.NoError(t, err)
+	assert.Empty(t, expired, "the checkpoint an instance is hibernated on is kept")
+
+	// The wake: Pending (a crash here goes back too), then Running clears it.
+	_, err = s.Instances.Transition(ctx, "i-hib", []types.InstanceState{types.StateStopped}, types.StatePending, "started", "waking")
+	require.NoError(t, err)
+	in, err = s.Instances.Rehome(ctx, "i-hib", types.StatePending, "n2", v.Number)
+	require.NoError(t, err)
+	assert.Zero(t, in.HibernatedVersion)
+	assert.Equal(t, 1, in.HibernatedCheckpoint, "kept through the wake's Pending")
+	in, err = s.Instances.Transition(ctx, "i-hib", []types.InstanceState{types.StatePending}, types.StateRunning, "started", "woke")
+	require.NoError(t, err)
+	assert.Zero(t, in.HibernatedCheckpoint, "cleared once it runs")
+	expired, err = s.Versions.ExpireCheckpoints(ctx, tenant, "p", time.Now(), true)
+	require.NoError(t, err)
+	require.Len(t, expired, 1, "once it runs, retention may expire the checkpoint")
+	assert.Equal(t, 1, expired[0].Number)
+
+	// The idle fallback's record: hibernated, no checkpoint, a reason.
+	_, err = s.Instances.Transition(ctx, "i-hib", []types.InstanceState{types.StateRunning}, types.StateStopping, "idle", "stopping")
+	require.NoError(t, err)
+	in, err = s.Instances.StopHibernatedWith(ctx, "i-hib", versions.Hibernation{Version: v.Number, MemoryNotKept: "class"}, "idle", "memory not kept")
+	require.NoError(t, err)
+	assert.Equal(t, "class", in.MemoryNotKept)
+	assert.Zero(t, in.HibernatedCheckpoint)
 }

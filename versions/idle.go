@@ -11,10 +11,13 @@ import (
 	"github.com/envd-dev/envd/errdefs"
 )
 
-// Idle actions (migration 0014).
+// Idle actions (migrations 0014, 0036).
 const (
 	IdleStop      = "stop"
 	IdleHibernate = "hibernate"
+	// IdleHibernateMemory hibernates with the instance's processes (a
+	// memory image), or as IdleHibernate when memory cannot be kept.
+	IdleHibernateMemory = "hibernate-memory"
 )
 
 // Idle is a project's idle setting as stored. After nil = the node's
@@ -175,7 +178,8 @@ func collectIdle(rows pgx.Rows, err error) ([]IdleState, error) {
 		)
 		err := r.Scan(&in.ID, &in.Tenant, &in.Project, &in.Node, &in.Version, &in.LastSavedVersion, &in.Generation,
 			&in.State, &in.Reason, &in.Message, &in.Retain, &in.ExpiresAt, &in.CreatedAt, &in.LastTransitionAt, &in.Spec,
-			&in.LayerVersion, &in.HibernatedVersion, &in.Placement, &st.LastActivity, &after, &action, &maxS)
+			&in.LayerVersion, &in.HibernatedVersion, &in.Placement, &in.HibernatedCheckpoint, &in.MemoryNotKept,
+			&st.LastActivity, &after, &action, &maxS)
 		st.Idle = idleOf(after, action)
 		if maxS != nil {
 			st.MaxIdleAfter = time.Duration(*maxS) * time.Second

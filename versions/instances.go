@@ -37,17 +37,27 @@ type Instance struct {
 	// HibernatedVersion is set while a stopped instance has no local layer
 	// and lives as that version; 0 = not hibernated.
 	HibernatedVersion int
-	ExpiresAt         *time.Time // absolute; nil = no TTL
-	CreatedAt         time.Time
-	LastTransitionAt  time.Time
-	Spec              json.RawMessage // {} when none
-	Placement         string          // why the instance runs on Node ("" = not recorded)
+	// HibernatedCheckpoint, with HibernatedVersion, is the checkpoint
+	// whose memory image a wake resumes (hibernated with memory); it stays
+	// set through the wake's Pending and is cleared once the instance
+	// runs. 0 = none: a wake starts from the version alone.
+	HibernatedCheckpoint int
+	// MemoryNotKept is the stable reason why a hibernation asked to keep
+	// memory (idle action hibernate-memory) kept only the disk; "" while
+	// not so. Cleared once the instance runs again.
+	MemoryNotKept    string
+	ExpiresAt        *time.Time // absolute; nil = no TTL
+	CreatedAt        time.Time
+	LastTransitionAt time.Time
+	Spec             json.RawMessage // {} when none
+	Placement        string          // why the instance runs on Node ("" = not recorded)
 }
 
 // instanceCols needs instances as i joined with projects as p.
 const instanceCols = `i.id, i.tenant_id, p.name, i.node, i.version, COALESCE(i.last_saved_version, 0), i.generation,
 	i.state, i.reason, i.message, i.retain, i.expires_at, i.created_at, i.last_transition_at, i.spec,
-	COALESCE(i.layer_version, 0), COALESCE(i.hibernated_version, 0), i.placement`
+	COALESCE(i.layer_version, 0), COALESCE(i.hibernated_version, 0), i.placement,
+	COALESCE(i.hibernated_checkpoint, 0), i.memory_not_kept`
 
 const instanceFrom = " FROM instances i JOIN projects p ON p.id = i.project_id "
 
@@ -55,7 +65,7 @@ func scanInstance(row pgx.Row) (Instance, error) {
 	var in Instance
 	err := row.Scan(&in.ID, &in.Tenant, &in.Project, &in.Node, &in.Version, &in.LastSavedVersion, &in.Generation,
 		&in.State, &in.Reason, &in.Message, &in.Retain, &in.ExpiresAt, &in.CreatedAt, &in.LastTransitionAt, &in.Spec,
-		&in.LayerVersion, &in.HibernatedVersion, &in.Placement)
+		&in.LayerVersion, &in.HibernatedVersion, &in.Placement, &in.HibernatedCheckpoint, &in.MemoryNotKept)
 	return in, err
 }
 
@@ -177,7 +187,16 @@ func (s Instances) ListNodeInstances(ctx context.Context, node string) ([]Instan
 // CreateInstance does, so concurrent starts cannot both take the last
 // place: ErrQuotaExceeded, nothing changed.
 func (s Instances) Transition(ctx context.Context, id string, from []types.InstanceState, to types.InstanceState, reason, message string) (Instance, error) {
-	return s.transition(ctx, id, from, to, reason, message, 0)
+	return s.transition(ctx, id, from, to, reason, message, Hibernation{})
+}
+
+// Hibernation is what a hibernated instance lives as: a version, and the
+// checkpoint whose memory image its wake resumes (0 = none), or why memory
+// was asked for and not kept.
+type Hibernation struct {
+	Version       int
+	Checkpoint    int
+	MemoryNotKept string
 }
 
 // Hibernated records, in the same update as the transition to Stopped with
@@ -187,7 +206,7 @@ func (s Instances) Hibernated(ctx context.Context, id string, v int, reason, mes
 	if v <= 0 {
 		return Instance{}, fmt.Errorf("hibernation version %d: %w", v, errdefs.ErrInvalidArgument)
 	}
-	return s.transition(ctx, id, []types.InstanceState{types.StateStopped}, types.StateStopped, reason, message, v)
+	return s.transition(ctx, id, []types.InstanceState{types.StateStopped}, types.StateStopped, reason, message, Hibernation{Version: v})
 }
 
 // StopHibernated is Hibernated for an instance still Stopping: the stop
@@ -197,12 +216,56 @@ func (s Instances) StopHibernated(ctx context.Context, id string, v int, reason,
 	if v <= 0 {
 		return Instance{}, fmt.Errorf("hibernation version %d: %w", v, errdefs.ErrInvalidArgument)
 	}
-	return s.transition(ctx, id, []types.InstanceState{types.StateStopping}, types.StateStopped, reason, message, v)
+	return s.transition(ctx, id, []types.InstanceState{types.StateStopping}, types.StateStopped, reason, message, Hibernation{Version: v})
 }
 
-// transition is Transition that also sets hibernated_version when
-// hibernated > 0.
-func (s Instances) transition(ctx context.Context, id string, from []types.InstanceState, to types.InstanceState, reason, message string, hibernated int) (Instance, error) {
+// StopHibernatedWith is StopHibernated recording the whole hibernation: a
+// checkpoint whose memory image the wake resumes, or why memory was not
+// kept.
+func (s Instances) StopHibernatedWith(ctx context.Context, id string, h Hibernation, reason, message string) (Instance, error) {
+	if h.Version <= 0 {
+		return Instance{}, fmt.Errorf("hibernation version %d: %w", h.Version, errdefs.ErrInvalidArgument)
+	}
+	return s.transition(ctx, id, []types.InstanceState{types.StateStopping}, types.StateStopped, reason, message, h)
+}
+
+// TransitionHibernating is Transition recording checkpoint as the one
+// the instance is being hibernated on (Running -> Stopping of a
+// hibernation with memory), in the same update: a crash before the stop
+// is recorded leaves it for Rehibernate.
+func (s Instances) TransitionHibernating(ctx context.Context, id string, from []types.InstanceState, to types.InstanceState, checkpoint int, reason, message string) (Instance, error) {
+	if checkpoint <= 0 {
+		return Instance{}, fmt.Errorf("hibernation checkpoint %d: %w", checkpoint, errdefs.ErrInvalidArgument)
+	}
+	return s.transition(ctx, id, from, to, reason, message, Hibernation{Checkpoint: checkpoint})
+}
+
+// Rehibernate puts an instance whose hibernation or wake with memory was
+// cut short (left Stopping or Pending by a crash, or its resume failed)
+// back to Stopped, hibernated on its checkpoint's version, so that the
+// next access wakes it with its processes. It fails with
+// ErrFailedPrecondition unless the instance is Stopping or Pending, not
+// hibernated, with a hibernated checkpoint that still exists.
+func (s Instances) Rehibernate(ctx context.Context, id, reason, message string) (Instance, error) {
+	in, err := scanInstance(s.db.QueryRow(ctx, `UPDATE instances i
+		SET state = 'Stopped', reason = $2, message = $3, last_transition_at = now(), hibernated_version = c.version
+		FROM projects p, checkpoints c
+		WHERE p.id = i.project_id AND i.id = $1 AND i.state IN ('Pending', 'Stopping') AND i.hibernated_version IS NULL
+		  AND i.hibernated_checkpoint IS NOT NULL AND c.project_id = i.project_id AND c.number = i.hibernated_checkpoint
+		RETURNING `+instanceCols, id, reason, message))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Instance{}, fmt.Errorf("instance %q is not a hibernation or wake with memory cut short: %w", id, errdefs.ErrFailedPrecondition)
+	}
+	if err != nil {
+		return Instance{}, translate(err, fmt.Sprintf("instance %q", id))
+	}
+	return in, nil
+}
+
+// transition is Transition that also records hibernated when its Version
+// is > 0. A transition to Running clears the hibernated checkpoint and
+// memory_not_kept: the instance runs again.
+func (s Instances) transition(ctx context.Context, id string, from []types.InstanceState, to types.InstanceState, reason, message string, hibernated Hibernation) (Instance, error) {
 	if from == nil {
 		from = []types.InstanceState{}
 	}
@@ -243,12 +306,14 @@ var errNoRow = errors.New("no such instance in those states")
 
 func updateState(ctx context.Context, db interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}, id string, from []types.InstanceState, to types.InstanceState, reason, message string, hibernated int) (Instance, error) {
+}, id string, from []types.InstanceState, to types.InstanceState, reason, message string, hibernated Hibernation) (Instance, error) {
 	in, err := scanInstance(db.QueryRow(ctx, `UPDATE instances i
 		SET state = $2, reason = $3, message = $4, last_transition_at = now(),
-		    hibernated_version = COALESCE(NULLIF($6::int, 0), i.hibernated_version)
+		    hibernated_version = COALESCE(NULLIF($6::int, 0), i.hibernated_version),
+		    hibernated_checkpoint = CASE WHEN $2 = 'Running' THEN NULL WHEN $6::int > 0 OR $7::int > 0 THEN NULLIF($7::int, 0) ELSE i.hibernated_checkpoint END,
+		    memory_not_kept = CASE WHEN $2 = 'Running' THEN '' WHEN $6::int > 0 THEN $8 ELSE i.memory_not_kept END
 		FROM projects p WHERE p.id = i.project_id AND i.id = $1 AND (cardinality($5::text[]) = 0 OR i.state = ANY($5))
-		RETURNING `+instanceCols, id, string(to), reason, message, stateNames(from), hibernated))
+		RETURNING `+instanceCols, id, string(to), reason, message, stateNames(from), hibernated.Version, hibernated.Checkpoint, hibernated.MemoryNotKept))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Instance{}, errNoRow
 	}

@@ -17,6 +17,9 @@ type LimitMaxima struct {
 	Pids        int64
 	CPUs        float64
 	DiskBytes   int64
+	// RuntimeClasses are the runtime classes the tenant's projects and
+	// instances may use; empty = any (migration 0032).
+	RuntimeClasses []string
 }
 
 // SetLimitMaxima sets tenant's maxima, creating the tenant if needed.
@@ -28,9 +31,13 @@ func (s Tenants) SetLimitMaxima(ctx context.Context, tenant string, m LimitMaxim
 		if err := ensureTenant(ctx, tx, tenant); err != nil {
 			return err
 		}
+		var classes []string // NULL: any
+		if len(m.RuntimeClasses) > 0 {
+			classes = m.RuntimeClasses
+		}
 		_, err := tx.Exec(ctx, `UPDATE tenants SET max_memory_bytes = NULLIF($2::bigint, 0), max_pids = NULLIF($3::bigint, 0),
-			max_cpus = NULLIF($4::double precision, 0), max_disk_bytes = NULLIF($5::bigint, 0) WHERE id = $1`,
-			tenant, m.MemoryBytes, m.Pids, m.CPUs, m.DiskBytes)
+			max_cpus = NULLIF($4::double precision, 0), max_disk_bytes = NULLIF($5::bigint, 0), runtime_classes = $6::text[] WHERE id = $1`,
+			tenant, m.MemoryBytes, m.Pids, m.CPUs, m.DiskBytes, classes)
 		return translate(err, fmt.Sprintf("limit maxima of %q", tenant))
 	})
 }
@@ -40,16 +47,17 @@ func (s Tenants) LimitMaxima(ctx context.Context, tenant string) (LimitMaxima, e
 	var (
 		mem, pids, disk *int64
 		cpus            *float64
+		classes         []string
 	)
-	err := s.db.QueryRow(ctx, "SELECT max_memory_bytes, max_pids, max_cpus, max_disk_bytes FROM tenants WHERE id = $1", tenant).
-		Scan(&mem, &pids, &cpus, &disk)
+	err := s.db.QueryRow(ctx, "SELECT max_memory_bytes, max_pids, max_cpus, max_disk_bytes, runtime_classes FROM tenants WHERE id = $1", tenant).
+		Scan(&mem, &pids, &cpus, &disk, &classes)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return LimitMaxima{}, nil
 	}
 	if err != nil {
 		return LimitMaxima{}, translate(err, fmt.Sprintf("limit maxima of %q", tenant))
 	}
-	var m LimitMaxima
+	m := LimitMaxima{RuntimeClasses: classes}
 	if mem != nil {
 		m.MemoryBytes = *mem
 	}

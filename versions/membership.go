@@ -54,6 +54,9 @@ type Member struct {
 	// DiskRoom is the most bytes of new writable-layer limits the node
 	// took at its last report (SetNodeDiskRoom); nil = never reported.
 	DiskRoom *int64
+	// RuntimeClasses are the runtime classes the node can run, as it
+	// told at its last join; nil = not told (a node of an earlier version).
+	RuntimeClasses []string
 }
 
 // Registration is what a node records at start.
@@ -68,6 +71,9 @@ type Registration struct {
 	// TLSCert is the certificate (DER) the node's API serves, which the
 	// other nodes trust for it; nil for plain HTTP.
 	TLSCert []byte
+	// RuntimeClasses are the runtime classes the node can run; nil = not
+	// told (recorded as NULL).
+	RuntimeClasses []string
 }
 
 // Join records node r (or replaces what an earlier start recorded) with a
@@ -81,16 +87,16 @@ func (s Nodes) Join(ctx context.Context, r Registration) (Member, error) {
 		return Member{}, err
 	}
 	_, err = s.db.Exec(ctx, `INSERT INTO nodes (name, api_url, labels, cpus, memory_bytes, disk_bytes, instance_slots,
-			lease_seconds, lease_expires_at, renewed_at, version, tls_cert)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now() + $8 * interval '1 second', now(), $9, $10)
+			lease_seconds, lease_expires_at, renewed_at, version, tls_cert, runtime_classes)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now() + $8 * interval '1 second', now(), $9, $10, $11)
 		ON CONFLICT (name) DO UPDATE SET api_url = EXCLUDED.api_url, started_at = now(), labels = EXCLUDED.labels,
 			cpus = EXCLUDED.cpus, memory_bytes = EXCLUDED.memory_bytes, disk_bytes = EXCLUDED.disk_bytes,
 			instance_slots = EXCLUDED.instance_slots, lease_seconds = EXCLUDED.lease_seconds,
 			lease_expires_at = EXCLUDED.lease_expires_at, renewed_at = now(), version = EXCLUDED.version, stopped = false,
-			tls_cert = EXCLUDED.tls_cert,
+			tls_cert = EXCLUDED.tls_cert, runtime_classes = EXCLUDED.runtime_classes,
 			state = CASE WHEN nodes.state = 'lost' THEN 'ready' ELSE nodes.state END,
 			state_changed_at = CASE WHEN nodes.state = 'lost' THEN now() ELSE nodes.state_changed_at END`,
-		r.Name, r.APIURL, string(labels), r.CPUs, r.MemoryBytes, r.DiskBytes, r.InstanceSlots, r.Lease.Seconds(), r.Version, r.TLSCert)
+		r.Name, r.APIURL, string(labels), r.CPUs, r.MemoryBytes, r.DiskBytes, r.InstanceSlots, r.Lease.Seconds(), r.Version, r.TLSCert, r.RuntimeClasses)
 	if err != nil {
 		return Member{}, translate(err, fmt.Sprintf("join node %q", r.Name))
 	}
@@ -181,6 +187,7 @@ var memberColumns = columns[Member]{
 	{"n.stopped", func(m *Member) any { return &m.Stopped }},
 	{"n.tls_cert", func(m *Member) any { return &m.TLSCert }},
 	{"n.disk_room_bytes", func(m *Member) any { return &m.DiskRoom }},
+	{"n.runtime_classes", func(m *Member) any { return &m.RuntimeClasses }},
 	{"(n.state <> 'lost' AND n.lease_expires_at < now())", func(m *Member) any { return &m.Expired }},
 	{"count(i.id)", func(m *Member) any { return &m.Instances }},
 	{"COALESCE(sum((i.spec->'limits'->>'cpus')::float8), 0)", func(m *Member) any { return &m.UsedCPUs }},

@@ -153,3 +153,24 @@ func TestNodeCertificate(t *testing.T) {
 	require.ErrorIs(t, err, errdefs.ErrNotFound)
 	require.ErrorIs(t, s.Nodes.SetNodeCertificate(ctx, "nobody", []byte("x")), errdefs.ErrNotFound)
 }
+
+// A node records the runtime classes it runs at each join; a node that
+// tells none (an earlier version) reads back nil, not an empty list.
+func TestNodeRuntimeClasses(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ctx := context.Background()
+	m, err := s.Nodes.Join(ctx, versions.Registration{Name: "a", APIURL: "http://a", Lease: time.Minute, RuntimeClasses: []string{"runc", "gvisor"}})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"runc", "gvisor"}, m.RuntimeClasses)
+	_, err = s.Nodes.Join(ctx, versions.Registration{Name: "b", APIURL: "http://b", Lease: time.Minute})
+	require.NoError(t, err)
+	m, err = s.Nodes.Join(ctx, versions.Registration{Name: "a", APIURL: "http://a", Lease: time.Minute, RuntimeClasses: []string{"runc"}})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"runc"}, m.RuntimeClasses, "a restart without runsc says so")
+	ms, err := s.Nodes.ListMembers(ctx)
+	require.NoError(t, err)
+	require.Len(t, ms, 2)
+	assert.Equal(t, []string{"runc"}, ms[0].RuntimeClasses)
+	assert.Nil(t, ms[1].RuntimeClasses)
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/envd-dev/envd/errdefs"
+	"github.com/envd-dev/envd/versions"
 )
 
 // Concurrent first calls, as of several nodes starting at once, all get
@@ -76,4 +77,44 @@ func TestPublicPorts(t *testing.T) {
 	_, _, err = s.Instances.PortIsPublic(ctx, "nope", 3000)
 	assert.ErrorIs(t, err, errdefs.ErrNotFound)
 	assert.Error(t, s.Projects.SetPublicPorts(ctx, tenant, "p", []int{70000}), "the table refuses a port out of range")
+}
+
+// Forwarded ports live beside public ones: setting one list keeps the
+// other, a port can be both, and a port in neither has no row left.
+func TestForwardedPorts(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	newProject(t, s)
+	newInstance(t, s, "p-1")
+
+	fwd := []versions.ForwardedPort{{Port: 3000, Label: "web", Scheme: "https"}, {Port: 5432}}
+	require.NoError(t, s.Projects.SetPorts(ctx, tenant, "p", []int{3000, 8080}, fwd))
+	got, err := s.Projects.ForwardedPorts(ctx, tenant, "p")
+	require.NoError(t, err)
+	assert.Equal(t, fwd, got)
+	public, err := s.Projects.PublicPorts(ctx, tenant, "p")
+	require.NoError(t, err)
+	assert.Equal(t, []int{3000, 8080}, public)
+
+	// The public list alone (nil forwarded) keeps the forwarded ports.
+	require.NoError(t, s.Projects.SetPublicPorts(ctx, tenant, "p", []int{}))
+	got, err = s.Projects.ForwardedPorts(ctx, tenant, "p")
+	require.NoError(t, err)
+	assert.Equal(t, fwd, got)
+	_, isPublic, err := s.Instances.PortIsPublic(ctx, "p-1", 3000)
+	require.NoError(t, err)
+	assert.False(t, isPublic, "forwarded is not public")
+
+	require.NoError(t, s.Projects.SetPorts(ctx, tenant, "p", []int{8080}, []versions.ForwardedPort{}))
+	got, err = s.Projects.ForwardedPorts(ctx, tenant, "p")
+	require.NoError(t, err)
+	assert.Empty(t, got)
+	public, err = s.Projects.PublicPorts(ctx, tenant, "p")
+	require.NoError(t, err)
+	assert.Equal(t, []int{8080}, public)
+
+	err = s.Projects.SetPorts(ctx, tenant, "p", nil, []versions.ForwardedPort{{Port: 1, Scheme: "ftp"}})
+	assert.Error(t, err, "the database refuses a scheme it does not know")
+	_, err = s.Projects.ForwardedPorts(ctx, "other", "p")
+	assert.ErrorIs(t, err, errdefs.ErrNotFound)
 }

@@ -62,6 +62,14 @@ type Project struct {
 	// unanswered: the next successful SetCurrent clears it (migration 0016).
 	Validate       [][]string
 	RolloutFailure json.RawMessage
+
+	// RuntimeClass is the runtime class (runtime.Class) the project's
+	// instances run on; "" = the node's default (migration 0032).
+	RuntimeClass string
+	// Docker: its instances may run dockerd (runtime.InstanceSpec.Docker);
+	// only with RuntimeClass "gvisor", which the table checks (migration
+	// 0041).
+	Docker bool
 }
 
 // Version is one numbered version of a project.
@@ -100,6 +108,8 @@ var projectColumns = columns[Project]{
 	{"p.isolate_instances", func(p *Project) any { return &p.IsolateInstances }},
 	{"p.validate", func(p *Project) any { return &p.Validate }},
 	{"p.rollout_failure", func(p *Project) any { return &p.RolloutFailure }},
+	{"p.runtime_class", func(p *Project) any { return &p.RuntimeClass }},
+	{"p.docker", func(p *Project) any { return &p.Docker }},
 }
 
 // projectCols needs projects as p.
@@ -166,11 +176,11 @@ func (s Projects) CreateProject(ctx context.Context, p Project, base Version) (P
 		// deferred to commit.
 		np, err := scanProject(tx.QueryRow(ctx, `INSERT INTO projects AS p
 				(tenant_id, name, base_image, spec, excludes, compression, current_version, next_version,
-				 egress, isolate_instances)
+				 egress, isolate_instances, runtime_class, docker)
 			VALUES ($1, $2, $3, COALESCE($4::jsonb, '{}'), COALESCE($5::text[], '{}'), $6, 1, 2,
-				COALESCE(NULLIF($7, ''), 'open'), $8)
+				COALESCE(NULLIF($7, ''), 'open'), $8, $9, $10)
 			RETURNING `+projectCols,
-			p.Tenant, p.Name, p.BaseImage, rawJSON(p.Spec), p.Excludes, p.Compression, p.Egress, p.IsolateInstances))
+			p.Tenant, p.Name, p.BaseImage, rawJSON(p.Spec), p.Excludes, p.Compression, p.Egress, p.IsolateInstances, p.RuntimeClass, p.Docker))
 		if err != nil {
 			return pv{}, translate(err, fmt.Sprintf("project %q", p.Name))
 		}

@@ -42,6 +42,7 @@ type Aggregates struct {
 	Tenants    Tenants    // quotas, usage, limit maxima, idle maxima
 	Nodes      Nodes      // nodes, membership, join tokens, cluster keys, image caches
 	Rollouts   Rollouts   // base-image rollouts and their projects
+	Webhooks   Webhooks   // tenants' webhooks, events and deliveries
 	Content    Content    // imported images, upload leases, sweeps, ownership of registry content
 }
 
@@ -50,7 +51,8 @@ func aggregates(db DB, pool *pgxpool.Pool, conns *lockConnPool) Aggregates {
 		Projects: Projects{db: db}, Versions: Versions{db: db}, Instances: Instances{db: db},
 		Operations: Operations{db: db}, Volumes: Volumes{db: db}, Access: Access{db: db},
 		Tenants: Tenants{db: db}, Nodes: Nodes{db: db}, Rollouts: Rollouts{db: db},
-		Content: Content{db: db, pool: pool, conns: conns},
+		Webhooks: Webhooks{db: db},
+		Content:  Content{db: db, pool: pool, conns: conns},
 	}
 }
 

@@ -246,7 +246,8 @@ const squashedInUse = `v.squashed_from IS NOT NULL AND EXISTS (SELECT 1 FROM ins
 func (s Content) OwnedImages(ctx context.Context, repoPrefix string) (map[string]bool, error) {
 	rows, err := s.db.Query(ctx, `SELECT image FROM versions WHERE starts_with(image, $1)
 		UNION SELECT repo || '@' || digest FROM images WHERE starts_with(repo, $1)
-		UNION SELECT v.squashed_from FROM versions v WHERE starts_with(v.squashed_from, $1) AND `+squashedInUse, repoPrefix)
+		UNION SELECT v.squashed_from FROM versions v WHERE starts_with(v.squashed_from, $1) AND `+squashedInUse+`
+		UNION SELECT memory_image FROM checkpoints WHERE memory_image <> '' AND starts_with(memory_image, $1)`, repoPrefix)
 	if err != nil {
 		return nil, translate(err, "owned images")
 	}
@@ -271,7 +272,8 @@ func (s Content) ImageOwned(ctx context.Context, image string) (bool, error) {
 	var owned bool
 	err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM versions WHERE image = $1 AND state <> 'deleting')
 		OR EXISTS (SELECT 1 FROM images WHERE repo = $2 AND digest = $3)
-		OR EXISTS (SELECT 1 FROM versions v WHERE v.squashed_from = $1 AND `+squashedInUse+`)`, image, repo, digest).Scan(&owned)
+		OR EXISTS (SELECT 1 FROM versions v WHERE v.squashed_from = $1 AND `+squashedInUse+`)
+		OR EXISTS (SELECT 1 FROM checkpoints WHERE memory_image = $1)`, image, repo, digest).Scan(&owned)
 	if err != nil {
 		return false, translate(err, fmt.Sprintf("image %q", image))
 	}

@@ -352,8 +352,8 @@ func (m *Manager) Remove(ctx context.Context, owner, name string) error {
 	}
 	// Unmounted here but still attached: mounted in a namespace that no
 	// longer shows it at our mount point. Deleting would lose its writes.
-	if dev := loopOf(v.image()); dev != "" {
-		return fmt.Errorf("remove %s: image still attached to %s: %w", v, dev, errdefs.ErrFailedPrecondition)
+	if err := detached(v.image()); err != nil {
+		return fmt.Errorf("remove %s: %w", v, err)
 	}
 	if err := os.RemoveAll(v.dir); err != nil {
 		return fmt.Errorf("remove %s: %w", v, err)

@@ -75,6 +75,37 @@ func loopOf(img string) string {
 	return ""
 }
 
+// detached waits for img's loop device to go. The kernel detaches an
+// autoclear loop device after the last mount of it is gone, but not at
+// once: when the last holder was a mount namespace whose process just
+// exited, the namespace's mounts and then the device are released by
+// deferred kernel work, seconds later on a loaded node. So the device
+// may stay a while with no holder; a namespace that still mounts it is a
+// holder, refused at once with its pid.
+func detached(img string) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		dev := loopOf(img)
+		if dev == "" {
+			return nil
+		}
+		b, err := os.ReadFile(filepath.Join("/sys/block", filepath.Base(dev), "dev"))
+		if err == nil {
+			who, err := usedElsewhere(strings.TrimSpace(string(b)))
+			if err != nil {
+				return err
+			}
+			if who != "" {
+				return fmt.Errorf("image still attached to %s, used by %s: %w", dev, who, errdefs.ErrFailedPrecondition)
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("image still attached to %s: %w", dev, errdefs.ErrFailedPrecondition)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // mountImage loop-mounts the ext4 image img on dir. nodev and nosuid: a
 // volume holds user data, never device nodes or set-id programs that
 // should take effect. exec is allowed: tools live in volumes.

@@ -2,6 +2,8 @@ package apitest
 
 import (
 	"context"
+	"fmt"
+	"io"
 
 	"github.com/envd-dev/envd/api/types"
 )
@@ -32,4 +34,23 @@ func (c *Checkpoints) GetCheckpoint(ctx context.Context, p types.Principal, proj
 
 func (c *Checkpoints) DeleteCheckpoint(ctx context.Context, p types.Principal, project string, id int) (types.Checkpoint, error) {
 	return echo(c, "DeleteCheckpoint", p, fakeCheckpoint(project, id), project, id)
+}
+
+// ExportCheckpoint writes "checkpoint layout of PROJECT-ID" as the export.
+func (c *Checkpoints) ExportCheckpoint(ctx context.Context, p types.Principal, project string, id int, w io.Writer) error {
+	if _, err := echo(c, "ExportCheckpoint", p, struct{}{}, project, id); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "checkpoint layout of %s-%d", project, id)
+	return err
+}
+
+// ImportCheckpoint records the upload's bytes as its argument and answers
+// checkpoint 3.
+func (c *Checkpoints) ImportCheckpoint(ctx context.Context, p types.Principal, project string, archive io.Reader) (types.Checkpoint, error) {
+	b, err := io.ReadAll(archive)
+	if err != nil {
+		return types.Checkpoint{}, err
+	}
+	return echo(c, "ImportCheckpoint", p, fakeCheckpoint(project, 3), project, string(b))
 }

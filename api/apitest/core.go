@@ -104,6 +104,8 @@ type Fakes struct {
 	Specs       *Specs
 	Cluster     *Cluster
 	Join        *Join
+	Egress      *Egress
+	Webhooks    *Webhooks
 }
 
 // New returns the fakes of every group; Auth accepts Token for an admin of
@@ -137,6 +139,8 @@ func New() *Fakes {
 		Specs:       &Specs{r},
 		Cluster:     &Cluster{r},
 		Join:        &Join{Recorder: r},
+		Egress:      &Egress{r},
+		Webhooks:    &Webhooks{r},
 	}
 }
 
@@ -153,6 +157,8 @@ func (f *Fakes) Parts() api.Parts {
 		Operations: f.Operations, Tenants: f.Tenants, Forward: f.Forward, SSHKeys: f.SSHKeys,
 		Idle: f.Idle, Ports: f.Ports, Files: f.Files, Rollouts: f.Rollouts, Pools: f.Pools,
 		Checkpoints: f.Checkpoints, Specs: f.Specs, Cluster: f.Cluster, Join: f.Join,
+		Egress:   f.Egress,
+		Webhooks: f.Webhooks,
 	}
 }
 
@@ -171,6 +177,7 @@ var (
 	_ api.TenantCore     = (*Tenants)(nil)
 	_ api.ForwardCore    = (*Forward)(nil)
 	_ api.SSHKeyCore     = (*SSHKeys)(nil)
+	_ api.WebhookCore    = (*Webhooks)(nil)
 	_ api.IdleCore       = (*Idle)(nil)
 	_ api.PortCore       = (*Ports)(nil)
 	_ api.FileCore       = (*Files)(nil)

@@ -101,10 +101,16 @@ func (c *Lifecycle) ResumeInstance(ctx context.Context, p types.Principal, id st
 	return verb(ctx, c, "ResumeInstance", p, id, c.ResumeInstanceFunc, instanceIn(id, types.StateRunning, types.ReasonUserResume))
 }
 
-// HibernateInstance answers a Stopped instance hibernated as version 2.
-func (c *Lifecycle) HibernateInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
+// HibernateInstance answers a Stopped instance hibernated as version 2;
+// with memory, also as checkpoint 3 (and the request is recorded).
+func (c *Lifecycle) HibernateInstance(ctx context.Context, p types.Principal, id string, req types.HibernateRequest) (types.Instance, error) {
 	in := instanceIn(id, types.StateStopped, "hibernated")
 	in.HibernatedVersion = 2
+	if req.Memory {
+		c.record("HibernateInstance", p, id, req)
+		in.HibernatedCheckpoint = 3
+		return in, nil
+	}
 	return verb(ctx, c, "HibernateInstance", p, id, nil, in)
 }
 

@@ -55,3 +55,13 @@ func (c *Projects) SetProjectNetwork(ctx context.Context, p types.Principal, pro
 	return echo(c, "SetProjectNetwork", p, types.Project{Name: project, Current: 1, Egress: egress,
 		IsolateInstances: n.IsolateInstances, CreatedAt: Epoch}, project, n)
 }
+
+func (c *Projects) SetProjectRuntimeClass(ctx context.Context, p types.Principal, project string, rc types.ProjectRuntimeClass) (types.Project, error) {
+	return echo(c, "SetProjectRuntimeClass", p, types.Project{Name: project, Current: 1, RuntimeClass: rc.RuntimeClass,
+		CreatedAt: Epoch}, project, rc)
+}
+
+func (c *Projects) SetProjectDocker(ctx context.Context, p types.Principal, project string, d types.ProjectDocker) (types.Project, error) {
+	return echo(c, "SetProjectDocker", p, types.Project{Name: project, Current: 1, RuntimeClass: "gvisor", Docker: d.Docker,
+		CreatedAt: Epoch}, project, d)
+}

@@ -104,7 +104,9 @@ type rollbackIn struct {
 type forkIn struct {
 	Instance string `json:"instance" jsonschema:"the instance to fork"`
 	Message  string `json:"message,omitempty" jsonschema:"the message of the version the fork saves"`
-	TTL      string `json:"ttl,omitempty" jsonschema:"the new instance's lifetime, as in create_instance"`
+	TTL      string `json:"ttl,omitempty" jsonschema:"the new instances' lifetime, as in create_instance"`
+	Memory   bool   `json:"memory,omitempty" jsonschema:"fork the running processes too (gvisor runtime class): every new instance continues them"`
+	Count    int    `json:"count,omitempty" jsonschema:"how many new instances, 1 to 16; 1 when 0 or absent"`
 }
 
 type diffIn struct {
@@ -157,8 +159,8 @@ func addTools(s *sdk.Server, t tools) {
 	add(s, "switch_version", "Make a ready version the project's current one (new instances start from it).", t.switchVersion)
 	add(s, "rollback", "Move the project's current version back: to the current version's parent, or to a given version. "+
 		"Refused with conflict if current moved meanwhile.", t.rollback)
-	add(s, "fork_instance", "Save the instance as a version that is not current and start a second instance from it; "+
-		"answers the version and the new instance.", t.fork)
+	add(s, "fork_instance", "Save the instance as a version that is not current and start new instances from it (count, default 1; "+
+		"memory: with its running processes); answers the version and the new instances.", t.fork)
 	add(s, "diff", "What changed: between a version and its parent (or another version), or in an instance since its version "+
 		"(what a save would capture). Answers added, modified and deleted paths and package changes.", t.diff)
 	add(s, "preview_link", "Make a signed link to a TCP port an instance listens on (an HTTP server in it).", t.preview)
@@ -318,7 +320,7 @@ func (t tools) rollback(ctx context.Context, in rollbackIn) (any, error) {
 }
 
 func (t tools) fork(ctx context.Context, in forkIn) (any, error) {
-	op, err := t.c.Fork(ctx, in.Instance, types.ForkRequest{Message: in.Message, TTL: in.TTL}, "")
+	op, err := t.c.Fork(ctx, in.Instance, types.ForkRequest{Message: in.Message, TTL: in.TTL, Memory: in.Memory, Count: in.Count}, "")
 	if err != nil {
 		return nil, err
 	}

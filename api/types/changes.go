@@ -113,14 +113,35 @@ type ExcludedPath struct {
 // ForkRequest is the body of POST /v1/instances/{i}/fork.
 type ForkRequest struct {
 	Message string `json:"message,omitempty"` // of the version the fork saves
-	TTL     string `json:"ttl,omitempty"`     // of the new instance; as CreateInstanceRequest
-	Retain  bool   `json:"retain,omitempty"`  // of the new instance
+	TTL     string `json:"ttl,omitempty"`     // of the new instances; as CreateInstanceRequest
+	Retain  bool   `json:"retain,omitempty"`  // of the new instances
+	// Memory forks the instance's processes too: one checkpoint with
+	// memory (one freeze; the instance runs on), recorded as a checkpoint
+	// of the project, and every new instance continues its processes from
+	// it. Instances of the gvisor runtime class only (else
+	// memory_checkpoint_unsupported, before anything is made).
+	Memory bool `json:"memory,omitempty"`
+	// Count is how many new instances start from the fork point, 1 to
+	// MaxForkCount; 0 means 1. The tenant's instance quota must hold all
+	// of them, or none starts.
+	Count int `json:"count,omitempty"`
 }
 
+// MaxForkCount is the most instances one fork starts.
+const MaxForkCount = 16
+
 // ForkResult is the result of a fork operation: the version the instance
-// was saved as (not current) and the second instance started from it.
+// was saved as (not current) and the instances started from it.
 type ForkResult struct {
-	Project  string   `json:"project"`
-	Version  int      `json:"version"`
+	Project string `json:"project"`
+	Version int    `json:"version"`
+	// Instance is the first of Instances (the only one when Count is 1).
 	Instance Instance `json:"instance"`
+	// Instances are all the new instances, each with its own id,
+	// generation and address.
+	Instances []Instance `json:"instances"`
+	// Checkpoint is the checkpoint with memory the instances continue
+	// (memory forks only; a later start from it, envctl up --checkpoint,
+	// resumes it once more as any checkpoint).
+	Checkpoint int `json:"checkpoint,omitempty"`
 }

@@ -11,6 +11,12 @@ type CheckpointRequest struct {
 	// SetCurrent makes the checkpoint's version current by compare-and-swap,
 	// as a save does; by default a checkpoint leaves current alone.
 	SetCurrent bool `json:"set_current,omitempty"`
+	// Memory also captures the instance's processes (memory, registers,
+	// open files, sockets) at the same freeze, as a memory image in the
+	// registry; an instance started from the checkpoint continues them.
+	// Instances of the gvisor runtime class only (else
+	// memory_checkpoint_unsupported).
+	Memory bool `json:"memory,omitempty"`
 }
 
 // Checkpoint is one freeze of an instance recorded as one unit: its
@@ -32,6 +38,26 @@ type Checkpoint struct {
 	FreezeMS     int64     `json:"freeze_ms"`
 	Node         string    `json:"node"`
 	CreatedAt    time.Time `json:"created_at"`
+	// Memory is the checkpoint's memory image; absent for one without.
+	// Bytes includes its NewBytes.
+	Memory *CheckpointMemory `json:"memory,omitempty"`
+}
+
+// CheckpointMemory is a checkpoint's memory image: an OCI artifact
+// (artifactType application/vnd.envd.memory.v1) in the project's
+// repository, whose subject is the checkpoint version's manifest.
+type CheckpointMemory struct {
+	Image string `json:"image"` // repo@digest
+	// Bytes is what the image holds (its distinct non-zero chunks);
+	// NewBytes what it added to the registry (chunks no earlier image had),
+	// which is what counts in stored bytes.
+	Bytes    int64 `json:"bytes"`
+	NewBytes int64 `json:"new_bytes"`
+	// FreezeMS is the engine's part of the checkpoint's freeze.
+	FreezeMS int64 `json:"freeze_ms"`
+	// ResumedBy is the instance that resumed it last; one instance at a
+	// time runs a checkpoint's processes.
+	ResumedBy string `json:"resumed_by,omitempty"`
 }
 
 // CheckpointVolume is a checkpoint's archive of one volume.
@@ -57,6 +83,8 @@ type CheckpointResult struct {
 	VolumeFreezeMS int64 `json:"volume_freeze_ms"`
 	ArchiveMS      int64 `json:"archive_ms"`
 	TotalMS        int64 `json:"total_ms"`
+	// MemoryPushMS is how long the memory image's push took (memory only).
+	MemoryPushMS int64 `json:"memory_push_ms,omitempty"`
 }
 
 // GCCheckpoint is a checkpoint a GC deleted (retention counts checkpoints

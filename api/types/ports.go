@@ -15,6 +15,12 @@ type ListeningPort struct {
 	Public bool `json:"public"`
 	// URL is the port's preview URL when the node has a preview domain.
 	URL string `json:"url,omitempty"`
+	// Forwarded: the project names the port among its forwarded ports
+	// (a devcontainer.json's forwardPorts); Label and Scheme are its
+	// attributes there.
+	Forwarded bool   `json:"forwarded,omitempty"`
+	Label     string `json:"label,omitempty"`
+	Scheme    string `json:"scheme,omitempty"`
 }
 
 // PortList is the answer of GET /v1/instances/{i}/ports.
@@ -47,4 +53,18 @@ type ProjectPorts struct {
 	// Public ports of the project's instances need no preview token in
 	// the host form: anyone who knows the URL reaches them.
 	Public []int `json:"public"`
+	// Forwarded are the ports the project names for its tools, with a label
+	// and the scheme a browser uses ("http" or "https"; "" = http), as a
+	// devcontainer.json's forwardPorts and portsAttributes give them. In a
+	// PUT, absent (null) keeps them; a list (even empty) replaces them.
+	// Answers omit it when there are none. Forwarding gives no access: a
+	// forwarded port that is not public needs a preview token like any.
+	Forwarded []ForwardedPort `json:"forwarded,omitempty"`
+}
+
+// ForwardedPort is one of a project's forwarded ports.
+type ForwardedPort struct {
+	Port   int    `json:"port"`
+	Label  string `json:"label,omitempty"`
+	Scheme string `json:"scheme,omitempty"`
 }

@@ -106,6 +106,8 @@ const (
 	// default).
 	MigrateRebase = "rebase"
 	// MigrateRebuild builds the version's declared spec again on the new
-	// base; only a version of kind build made on a base version has one.
+	// base: a Dockerfile (or devcontainer.json) build with its final
+	// stage's FROM naming the new base, or envd's spec of a version of
+	// kind build made on a base version.
 	MigrateRebuild = "rebuild"
 )

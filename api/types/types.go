@@ -89,6 +89,8 @@ const (
 	ReasonProvisionTimeout = "provision_timeout"
 	ReasonBuildFinished    = "build_finished" // a build's or trial's container, removed when the build ended
 	ReasonOOMKilled        = "oom_killed"     // the init was killed by the OOM killer (memory limit)
+	ReasonShimLost         = "shim_lost"      // the task vanished with its runtime shim, as did those of the instances sharing it
+	ReasonForkFailed       = "fork_failed"    // a copy of a fork, removed because another copy of the same fork did not start
 )
 
 // Project is one lineage of environments.
@@ -132,6 +134,27 @@ type Project struct {
 	RolloutFailure *RolloutFailure `json:"rollout_failure,omitempty"`
 	// Pool is the project's warm pool (PUT .../pool); absent = none.
 	Pool *PoolSetting `json:"pool,omitempty"`
+	// RuntimeClass is the runtime class its instances run on ("runc",
+	// "gvisor"; PUT .../runtime-class); absent = the default of the node
+	// that starts each one.
+	RuntimeClass string `json:"runtime_class,omitempty"`
+	// Docker: its instances may run dockerd and nested containers (PUT
+	// .../docker); only with runtime class "gvisor" (else 409
+	// failed_precondition, details.feature "docker"). Docs: api.md
+	// "Docker inside an instance".
+	Docker bool `json:"docker,omitempty"`
+}
+
+// ProjectDocker is the body of PUT /v1/projects/{p}/docker. Instances
+// already made keep what they were made with.
+type ProjectDocker struct {
+	Docker bool `json:"docker"`
+}
+
+// ProjectRuntimeClass is the body of PUT /v1/projects/{p}/runtime-class:
+// "" = the node's default. Instances already made keep their class.
+type ProjectRuntimeClass struct {
+	RuntimeClass string `json:"runtime_class"`
 }
 
 // Retention says which versions of a project a GC keeps besides the
@@ -202,6 +225,10 @@ type CreateProjectRequest struct {
 	IsolateInstances bool   `json:"isolate_instances,omitempty"`
 	// Idle is the project's idle setting; nil = the node's default.
 	Idle *IdleSetting `json:"idle,omitempty"`
+	// RuntimeClass: see Project.RuntimeClass; "" = the node's default.
+	RuntimeClass string `json:"runtime_class,omitempty"`
+	// Docker: see Project.Docker; needs RuntimeClass "gvisor".
+	Docker bool `json:"docker,omitempty"`
 }
 
 // Volume is a persistent directory mounted into every instance of a
@@ -294,6 +321,14 @@ type Instance struct {
 	// HibernatedVersion is set while a stopped retained instance has no
 	// local layer and lives as that version; start brings it back.
 	HibernatedVersion int `json:"hibernated_version,omitempty"`
+	// HibernatedCheckpoint is set while the instance is hibernated with
+	// its processes: the checkpoint (of its project) whose memory image
+	// any access resumes. 0 = a wake starts from HibernatedVersion's files.
+	HibernatedCheckpoint int `json:"hibernated_checkpoint,omitempty"`
+	// MemoryNotKept is set while the instance is hibernated by the idle
+	// action hibernate-memory without its processes: the stable reason
+	// (class, connection, engine, state) memory could not be kept.
+	MemoryNotKept string `json:"memory_not_kept,omitempty"`
 	// Protection says what keeps the instance's data, and what a stop or a
 	// removal loses, so a user can tell "installed" from "saved".
 	Protection       Protection `json:"protection"`
@@ -461,6 +496,16 @@ type Event struct {
 	Data    json.RawMessage `json:"data,omitempty"`
 }
 
+// HibernateRequest is the (optional) body of POST
+// /v1/instances/{i}/hibernate. Without Memory the instance must be a
+// stopped retained one, its layer saved as a version; with Memory a
+// Running one is hibernated with its processes (gVisor class only:
+// memory_checkpoint_unsupported otherwise, before anything changes), and
+// any access resumes them.
+type HibernateRequest struct {
+	Memory bool `json:"memory,omitempty"`
+}
+
 // RenewRequest is the body of POST /v1/instances/{i}/renew.
 type RenewRequest struct {
 	TTL string `json:"ttl"` // Go duration from now, or "none"
@@ -496,6 +541,10 @@ type Quota struct {
 	// MaxIdleAfter is the longest idle setting of the tenant's projects (a
 	// Go duration); it also applies to projects that set none.
 	MaxIdleAfter string `json:"max_idle_after,omitempty"`
+	// RuntimeClasses are the runtime classes the tenant's projects and
+	// instances may use ("runc", "gvisor"); absent = any. Others are
+	// refused (permission_denied) before anything starts.
+	RuntimeClasses []string `json:"runtime_classes,omitempty"`
 }
 
 // Usage is what a tenant uses, with its quota.
@@ -562,6 +611,19 @@ type BuildRequest struct {
 	Env     map[string]string `json:"env,omitempty"` // of the install and run steps
 	Run     []BuildStep       `json:"run,omitempty"`
 	Context string            `json:"context,omitempty"` // an uploaded build context (BuildContext.Context)
+	// Dockerfile makes this a Dockerfile build, run by BuildKit, instead of
+	// one of envd's spec (then Manager, Packages, Sources, Files, Env, Run
+	// and From stay empty); Context is its build context.
+	Dockerfile *DockerfileBuild `json:"dockerfile,omitempty"`
+}
+
+// DockerfileBuild is a build from a Dockerfile. Its FROM images (and COPY
+// --from, RUN --mount from=) must be images imported on the node or
+// earlier stages: no registry outside is reached.
+type DockerfileBuild struct {
+	Content string            `json:"content"`          // the Dockerfile's text
+	Args    map[string]string `json:"args,omitempty"`   // build arguments (--build-arg)
+	Target  string            `json:"target,omitempty"` // the stage to build; "" = the last
 }
 
 // BuildResult is the result of a build operation.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 
 	"github.com/envd-dev/envd/api/types"
 
@@ -35,6 +36,10 @@ func (a *app) adminCommand() *cobra.Command {
   --max-memory, --max-pids, --max-cpus, --max-disk
                    the largest limits of one instance: a project asking more is
                    refused, node defaults above them are cut to them
+  --runtime-classes the runtime classes its projects and instances may use
+                   (runc, gvisor; comma-separated): a project setting another,
+                   or an instance whose class (the project's, else the node's
+                   default) is another, is refused with permission_denied (403)
 What would exceed a quota is refused before anything is made, with code
 quota_exceeded (HTTP 507) and the numbers.`,
 		Args: exactArgs(1),
@@ -59,6 +64,7 @@ quota_exceeded (HTTP 507) and the numbers.`,
 	f.StringVar(&q.MaxTTL, "max-ttl", "", "longest instance TTL")
 	ql.add(f, &q)
 	f.StringVar(&q.MaxIdleAfter, "max-idle-after", "", "longest idle setting of its projects (a Go duration); also applies to projects that set none")
+	f.StringSliceVar(&q.RuntimeClasses, "runtime-classes", nil, "runtime classes its projects may use: runc, gvisor (comma-separated; default any)")
 	return group("admin", "Tenants, tokens, quotas and rollouts (admin token)", token, quota, a.rolloutCommand())
 }
 
@@ -94,6 +100,14 @@ func quotaRows(w io.Writer, q types.Quota) {
 	row(w, "MAX TTL:", orDash(q.MaxTTL))
 	quotaLimitRows(w, q)
 	row(w, "MAX IDLE AFTER:", orDash(q.MaxIdleAfter))
+	row(w, "RUNTIME CLASSES:", classesText(q.RuntimeClasses))
+}
+
+func classesText(cs []string) string {
+	if len(cs) == 0 {
+		return "any"
+	}
+	return strings.Join(cs, ", ")
 }
 
 func usageRows(w io.Writer, u types.Usage) {
@@ -112,4 +126,5 @@ func usageRows(w io.Writer, u types.Usage) {
 	row(w, "MAX TTL:", orDash(u.Quota.MaxTTL))
 	quotaLimitRows(w, u.Quota)
 	row(w, "MAX IDLE AFTER:", orDash(u.Quota.MaxIdleAfter))
+	row(w, "RUNTIME CLASSES:", classesText(u.Quota.RuntimeClasses))
 }

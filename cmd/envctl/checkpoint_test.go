@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -18,6 +20,11 @@ func TestCheckpointCommands(t *testing.T) {
 	call, _ := core.LastCall("Checkpoint")
 	assert.Equal(t, []any{"p-1", types.CheckpointRequest{Message: "before", SetCurrent: true}, "k1"}, call.Args)
 	assert.Contains(t, r.stdout, "checkpoint")
+
+	r = envctl(t, env, nil, "checkpoint", "p-1", "--memory", "--no-wait")
+	require.Equal(t, 0, r.code, r.stderr)
+	call, _ = core.LastCall("Checkpoint")
+	assert.Equal(t, types.CheckpointRequest{Memory: true}, call.Args[1], "--memory asks for the processes too")
 
 	r = envctl(t, env, nil, "checkpoints", "p", "-o", "name")
 	require.Equal(t, 0, r.code, r.stderr)
@@ -49,4 +56,30 @@ func TestCheckpointCommands(t *testing.T) {
 
 	r = envctl(t, env, nil, "volume", "restore", "p", "work", "--checkpoint", "2", "--name", "a")
 	assert.Equal(t, 2, r.code, "two sources of one restore are a usage error")
+}
+
+// checkpoint export writes the server's tar to -o FILE; checkpoint import
+// sends a file's bytes as the upload.
+func TestCheckpointExportImport(t *testing.T) {
+	t.Parallel()
+	core, env := server(t)
+	out := filepath.Join(t.TempDir(), "p-2.tar")
+	r := envctl(t, env, nil, "checkpoint", "export", "p", "2", "-o", out)
+	require.Equal(t, 0, r.code, r.stderr)
+	b, err := os.ReadFile(out)
+	require.NoError(t, err)
+	assert.Equal(t, "checkpoint layout of p-2", string(b))
+	call, _ := core.LastCall("ExportCheckpoint")
+	assert.Equal(t, []any{"p", 2}, call.Args)
+
+	r = envctl(t, env, nil, "checkpoint", "export", "p", "2")
+	assert.Equal(t, 2, r.code, "-o FILE is required")
+
+	in := filepath.Join(t.TempDir(), "in.tar")
+	require.NoError(t, os.WriteFile(in, []byte("a checkpoint tar"), 0o600))
+	r = envctl(t, env, nil, "checkpoint", "import", "q", in)
+	require.Equal(t, 0, r.code, r.stderr)
+	call, _ = core.LastCall("ImportCheckpoint")
+	assert.Equal(t, []any{"q", "a checkpoint tar"}, call.Args)
+	assert.Contains(t, r.stdout, "3", "the new checkpoint is shown")
 }

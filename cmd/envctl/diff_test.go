@@ -127,4 +127,9 @@ func TestForkStartsTheOperation(t *testing.T) {
 	call, _ := core.LastCall("Fork")
 	assert.Equal(t, []any{"p-1", types.ForkRequest{Message: "try b", TTL: "1h", Retain: true}, "k1"}, call.Args)
 	assert.Contains(t, r.stdout, "fork")
+
+	r = envctl(t, env, nil, "fork", "p-1", "--memory", "-n", "4", "--no-wait")
+	require.Equal(t, 0, r.code, r.stderr)
+	call, _ = core.LastCall("Fork")
+	assert.Equal(t, []any{"p-1", types.ForkRequest{Memory: true, Count: 4}, ""}, call.Args)
 }

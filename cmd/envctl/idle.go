@@ -20,7 +20,11 @@ with --action stop a retained instance keeps its layer on the node; with
 is first saved as a version that does not become current (listed by envctl
 versions, and envctl switch can make it current), then the instance stops and
 its layer is freed. Any access (envctl exec --wake, files, ports, SSH) wakes
-it, on any node for a hibernated one. --after 0 never stops it; without a
+it, on any node for a hibernated one. With --action hibernate-memory a running
+instance is hibernated with its processes (runtime class gvisor), and any access
+resumes them where they were; where memory cannot be kept (class runc, a TCP
+connection to a peer outside the instance, the engine refuses) it hibernates as
+with hibernate and envctl show says why (MEMORY NOT KEPT). --after 0 never stops it; without a
 setting the node's default applies. The tenant's maximum (envctl admin quota
 --max-idle-after) refuses longer settings.`
 
@@ -29,7 +33,7 @@ type idleFlags struct{ after, action string }
 
 func (f *idleFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.after, "idle-after", "", "stop instances after this long without activity, e.g. 30m; 0 = never (default: the node's)")
-	fs.StringVar(&f.action, "idle-action", "", "what idle does: stop (a retained instance keeps its layer) or hibernate (saved as a version, layer freed)")
+	fs.StringVar(&f.action, "idle-action", "", "what idle does: stop (a retained instance keeps its layer), hibernate (saved as a version, layer freed) or hibernate-memory (also its processes)")
 }
 
 func (f *idleFlags) setting() *types.IdleSetting {
@@ -42,7 +46,7 @@ func (f *idleFlags) setting() *types.IdleSetting {
 func (a *app) idleCommand() *cobra.Command {
 	var f idleFlags
 	cmd := &cobra.Command{
-		Use:   "idle NAME [--after D] [--action stop|hibernate]",
+		Use:   "idle NAME [--after D] [--action stop|hibernate|hibernate-memory]",
 		Short: "Set when a project's instances stop for lack of activity",
 		Long:  "Set a project's idle stop; without flags it returns to the node's default.\n\n" + idleHelp,
 		Args:  exactArgs(1),
@@ -53,7 +57,7 @@ func (a *app) idleCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&f.after, "after", "", "stop instances after this long without activity, e.g. 30m; 0 = never")
-	cmd.Flags().StringVar(&f.action, "action", "", "stop or hibernate (default: the node's, stop)")
+	cmd.Flags().StringVar(&f.action, "action", "", "stop, hibernate or hibernate-memory (default: the node's, stop)")
 	return cmd
 }
 

@@ -61,6 +61,27 @@ func TestShowIdle(t *testing.T) {
 	assert.Regexp(t, `IDLE ACTION:\s+hibernate after 30m0s idle, at .* \(in 28m[23]\ds\)`, r.stdout)
 }
 
+// show tells whether a hibernated instance keeps its processes, or why
+// the idle action hibernate-memory kept its files only.
+func TestShowHibernatedWithMemory(t *testing.T) {
+	t.Parallel()
+	core, env := server(t)
+	core.Instances.GetInstanceFunc = func(ctx context.Context, id string) (types.Instance, error) {
+		if id == "web-1" {
+			return types.Instance{ID: id, Project: "web", State: types.StateStopped, HibernatedVersion: 4, HibernatedCheckpoint: 2}, nil
+		}
+		return types.Instance{ID: id, Project: "web", State: types.StateStopped, HibernatedVersion: 5, MemoryNotKept: "class"}, nil
+	}
+	r := envctl(t, env, nil, "show", "web-1")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Regexp(t, `HIBERNATED AS:\s+version 4 with its processes in checkpoint 2`, r.stdout)
+	assert.NotContains(t, r.stdout, "MEMORY NOT KEPT")
+	r = envctl(t, env, nil, "show", "web-2")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Regexp(t, `HIBERNATED AS:\s+version 5 \(start brings it back`, r.stdout)
+	assert.Regexp(t, `MEMORY NOT KEPT:\s+class `, r.stdout)
+}
+
 func TestProjectPool(t *testing.T) {
 	t.Parallel()
 	core, env := server(t)

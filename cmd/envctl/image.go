@@ -117,11 +117,17 @@ is. The server tells the kinds apart by the files in the tar.`,
 // ends with an error instead of EOF, so the upload fails rather than import
 // a partial tree.
 func tarDir(ctx context.Context, dir string) (io.ReadCloser, error) {
+	return runTar(ctx, dir, "--numeric-owner", "--xattrs", "--acls", "-C", dir, "-cf", "-", ".")
+}
+
+// runTar streams what tar with args writes to its stdout, as tarDir
+// (dir names the tree in errors).
+func runTar(ctx context.Context, dir string, args ...string) (io.ReadCloser, error) {
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.CommandContext(ctx, "tar", "--numeric-owner", "--xattrs", "--acls", "-C", dir, "-cf", "-", ".")
+	cmd := exec.CommandContext(ctx, "tar", args...)
 	cmd.Stdout = pw
 	t := &tarStream{pr: pr, cmd: cmd, dir: dir}
 	cmd.Stderr = &t.stderr

@@ -50,3 +50,37 @@ func (a *app) renewCommand() *cobra.Command {
 	_ = cmd.MarkFlagRequired("ttl")
 	return cmd
 }
+
+func (a *app) hibernateCommand() *cobra.Command {
+	var req types.HibernateRequest
+	cmd := &cobra.Command{
+		Use:   "hibernate INSTANCE [--memory]",
+		Short: "Save a stopped retained instance as a version and free its layer on the node; --memory: a running one with its processes",
+		Long: `Hibernate an instance: its compute is freed and any access (exec, files, ports,
+SSH, console, start) wakes it, on any node.
+
+Without --memory the instance must be stopped and retained: its writable layer
+is saved as a version (not current) and freed on the node; a wake starts its
+processes anew.
+
+With --memory a running instance is hibernated with its processes: its rootfs
+and the memory image of its processes are taken at one freeze and kept as a
+checkpoint (listed by envctl checkpoints), the instance is stopped and its
+container removed, and a wake resumes the processes where they were (same
+instance id, a new generation and address). Memory is kept only for runtime
+class gvisor and without established TCP connections to peers outside the
+instance; otherwise the request is refused (memory_checkpoint_unsupported,
+with the reason) and nothing changes.`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return call(a, cmd, func(ctx context.Context, c *client.Client) (types.Instance, error) {
+				if req.Memory {
+					return c.HibernateInstanceWith(ctx, args[0], req)
+				}
+				return c.HibernateInstance(ctx, args[0])
+			}, one(instanceTable))
+		},
+	}
+	cmd.Flags().BoolVar(&req.Memory, "memory", false, "hibernate a running instance with its processes (gvisor class); any access resumes them")
+	return cmd
+}

@@ -32,6 +32,8 @@ func TestLifecycleVerbs(t *testing.T) {
 		{[]string{"resume", "i-1"}, "ResumeInstance", []any{"i-1"}, "Running"},
 		{[]string{"renew", "i-1", "--ttl", "45m"}, "RenewInstance", []any{"i-1", "45m"}, "Running"},
 		{[]string{"renew", "i-1", "--ttl", "none"}, "RenewInstance", []any{"i-1", "none"}, "Running"},
+		{[]string{"hibernate", "i-1"}, "HibernateInstance", []any{"i-1"}, "Stopped"},
+		{[]string{"hibernate", "i-1", "--memory"}, "HibernateInstance", []any{"i-1", types.HibernateRequest{Memory: true}}, "Stopped"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			r := envctl(t, env, nil, append([]string{"-o", "json"}, tc.args...)...)

@@ -134,10 +134,19 @@ func imageTable(w io.Writer, imgs ...types.Image) {
 }
 
 func projectTable(w io.Writer, ps ...types.Project) {
-	row(w, "NAME", "BASE", "CURRENT", "COMPRESSION", "CREATED")
+	row(w, "NAME", "BASE", "CURRENT", "COMPRESSION", "CREATED", "CLASS")
 	for _, p := range ps {
-		row(w, p.Name, p.BaseImage, p.Current, p.Compression, formatTime(p.CreatedAt))
+		row(w, p.Name, p.BaseImage, p.Current, p.Compression, formatTime(p.CreatedAt), classText(p.RuntimeClass))
 	}
+}
+
+// classText is a project's runtime class as shown; "" is each node's
+// default.
+func classText(c string) string {
+	if c == "" {
+		return "node default"
+	}
+	return c
 }
 
 func projectDetail(w io.Writer, p types.Project) {
@@ -166,6 +175,8 @@ func projectDetail(w io.Writer, p types.Project) {
 	row(w, "LIMITS:", limitsText(p.Limits))
 	row(w, "EGRESS:", orDash(p.Egress))
 	row(w, "ISOLATE INSTANCES:", p.IsolateInstances)
+	row(w, "RUNTIME CLASS:", classText(p.RuntimeClass))
+	row(w, "DOCKER:", p.Docker)
 	row(w, "CREATED:", formatTime(p.CreatedAt))
 	row(w, "IDLE:", idleText(p.Idle))
 	if p.Pool != nil {
@@ -212,7 +223,14 @@ func instanceDetail(w io.Writer, i types.Instance) {
 	row(w, "GENERATION:", i.Generation)
 	row(w, "RETAIN:", yesNo(i.Retain))
 	if i.HibernatedVersion != 0 {
-		row(w, "HIBERNATED AS:", fmt.Sprintf("version %d (start brings it back, on any node)", i.HibernatedVersion))
+		if i.HibernatedCheckpoint != 0 {
+			row(w, "HIBERNATED AS:", fmt.Sprintf("version %d with its processes in checkpoint %d (any access resumes them, on any node)", i.HibernatedVersion, i.HibernatedCheckpoint))
+		} else {
+			row(w, "HIBERNATED AS:", fmt.Sprintf("version %d (start brings it back, on any node)", i.HibernatedVersion))
+		}
+	}
+	if i.MemoryNotKept != "" {
+		row(w, "MEMORY NOT KEPT:", i.MemoryNotKept+" (the idle action kept the files only; the processes start anew)")
 	}
 	row(w, "VOLUMES:", orDash(strings.Join(i.Protection.Volumes, ", ")))
 	row(w, "LIMITS:", limitsText(i.Limits))

@@ -180,9 +180,16 @@ func (a *app) portsCommand() *cobra.Command {
 			return call(a, cmd, func(ctx context.Context, c *client.Client) ([]types.ListeningPort, error) {
 				return c.ListPorts(ctx, args[0])
 			}, func(w io.Writer, ps []types.ListeningPort) {
-				row(w, "PORT", "ADDRESS", "PROTOCOL", "PUBLIC", "URL")
+				row(w, "PORT", "ADDRESS", "PROTOCOL", "PUBLIC", "FORWARDED", "URL")
 				for _, p := range ps {
-					row(w, p.Port, p.Address, p.Protocol, p.Public, orDash(p.URL))
+					fwd := "-"
+					if p.Forwarded {
+						fwd = "yes"
+						if p.Label != "" {
+							fwd = p.Label
+						}
+					}
+					row(w, p.Port, p.Address, p.Protocol, p.Public, fwd, orDash(p.URL))
 				}
 			})
 		},
@@ -226,7 +233,9 @@ func (a *app) publicPortsCommand() *cobra.Command {
 		Short: "Show or set the ports of a project's instances that need no preview token",
 		Long: `Without ports, show the project's public ports. With ports, make exactly those
 public: their preview URLs ({port}-{instance}.{preview domain}) open for anyone
-who has them, without a token. --clear makes none public.`,
+who has them, without a token. --clear makes none public. The project's
+forwarded ports (a devcontainer.json's forwardPorts, "envctl build
+--devcontainer") are shown and stay as they are.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) < 1 {
 				return usageError{fmt.Errorf("%s: want PROJECT (usage: %s)", cmdName(cmd), cmd.UseLine())}
@@ -259,6 +268,14 @@ who has them, without a token. --clear makes none public.`,
 					s[i] = strconv.Itoa(n)
 				}
 				row(w, "PUBLIC PORTS:", orDash(strings.Join(s, ", ")))
+				f := make([]string, len(p.Forwarded))
+				for i, fp := range p.Forwarded {
+					f[i] = strconv.Itoa(fp.Port)
+					if fp.Label != "" {
+						f[i] += " (" + fp.Label + ")"
+					}
+				}
+				row(w, "FORWARDED PORTS:", orDash(strings.Join(f, ", ")))
 			})
 		},
 	}

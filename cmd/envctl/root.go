@@ -296,13 +296,14 @@ complete from the server.
 	root.AddCommand(a.lifecycleCommands()...)
 	root.AddCommand(a.checkpointCommands()...)
 	root.AddCommand(a.ownTokenCommand()) // tokens.go
-	root.AddCommand(a.volumeCommand(), a.lifecycleCommand("hibernate",
-		"Save a stopped retained instance as a version and free its layer on the node", (*client.Client).HibernateInstance))
+	root.AddCommand(a.volumeCommand(), a.hibernateCommand())
 	root.AddCommand(a.sshCommands()...)
+	root.AddCommand(a.egressCommands()...)
 	root.AddCommand(a.portCommands()...)
 	root.AddCommand(a.cpCommand())
 	root.AddCommand(a.specCommand()) // specs.go
 	root.AddCommand(a.nodesCommand())
+	root.AddCommand(a.webhookCommand())
 	a.addCompletions(root) // complete.go
 	markNameless(root)     // names.go
 	return root

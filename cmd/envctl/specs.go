@@ -34,7 +34,14 @@ after the install); removed packages and deleted /etc files as run steps. What
 the spec leaves out is listed first, as comments (a YAML spec), or on stderr.
 
 The spec is YAML, or JSON with --format json; -o json or -o yaml prints the
-whole answer (project, base, omitted, spec) instead.`,
+whole answer (project, base, omitted, spec) instead.
+
+--format devcontainer writes a devcontainer.json into the directory -f
+(default .devcontainer): "image" (the imported image the version sits on)
+and the spec under customizations.envd.spec, which "envctl build P
+--devcontainer DIR" builds on the image in a build container (with the
+package sources' network); a version built from a Dockerfile writes that
+Dockerfile beside it instead.`,
 		Args: rangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.client()
@@ -53,12 +60,15 @@ whole answer (project, base, omitted, spec) instead.`,
 				}
 				n = proj.Current
 			}
-			if format != "yaml" && format != "json" {
-				return usageError{fmt.Errorf("--format %q: yaml or json", format)}
+			if format != "yaml" && format != "json" && format != "devcontainer" {
+				return usageError{fmt.Errorf("--format %q: yaml, json or devcontainer", format)}
 			}
 			vs, err := c.VersionSpec(cmd.Context(), args[0], n)
 			if err != nil {
 				return err
+			}
+			if format == "devcontainer" && a.output != outJSON && a.output != outYAML {
+				return a.exportDevcontainer(cmd.Context(), c, vs, file)
 			}
 			if a.output == outJSON || a.output == outYAML {
 				return a.emit(vs, nil)
@@ -74,8 +84,8 @@ whole answer (project, base, omitted, spec) instead.`,
 			return os.WriteFile(file, buf.Bytes(), 0o644)
 		},
 	}
-	export.Flags().StringVarP(&file, "file", "f", "", "write the spec to FILE instead of stdout")
-	export.Flags().StringVar(&format, "format", "yaml", "yaml or json")
+	export.Flags().StringVarP(&file, "file", "f", "", "write the spec to FILE instead of stdout (--format devcontainer: the directory, default .devcontainer)")
+	export.Flags().StringVar(&format, "format", "yaml", "yaml, json or devcontainer")
 	return group("spec", "Export versions as build specs", export)
 }
 

@@ -31,6 +31,47 @@ func (a *app) versionsCommand() *cobra.Command {
 // output format.
 const outputIsFile = "envctl.output-is-file"
 
+// exportTo writes what export writes to the file out (-f, else the global
+// -o names it here; - is stdout). A file is written next to out and renamed
+// at the end: a failed export leaves no partial file under the name.
+func (a *app) exportTo(cmd *cobra.Command, out string, export func(c *client.Client, w io.Writer) (int64, error)) error {
+	if out == "" && a.output != outTable {
+		out = a.output // -o FILE: the global output flag names the file here
+	}
+	if out == "" {
+		return usageError{fmt.Errorf("-o FILE is required (- for stdout)")}
+	}
+	c, err := a.client()
+	if err != nil {
+		return err
+	}
+	w := io.Writer(a.stdout)
+	var f *os.File
+	if out != "-" {
+		if f, err = os.CreateTemp(filepath.Dir(out), "."+filepath.Base(out)+".*"); err != nil {
+			return err
+		}
+		defer os.Remove(f.Name())
+		defer f.Close()
+		w = f
+	}
+	written, err := export(c, w)
+	if err != nil {
+		return err
+	}
+	if f == nil {
+		return nil
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(f.Name(), out); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stderr, "wrote %s (%s)\n", out, formatBytes(written))
+	return nil
+}
+
 func (a *app) versionCommand() *cobra.Command {
 	show := &cobra.Command{
 		Use:   "show PROJECT N",
@@ -64,43 +105,9 @@ layers stay eStargz and the image restores lazily wherever it is imported
 			if err != nil {
 				return err
 			}
-			if out == "" && a.output != outTable {
-				out = a.output // -o FILE: the global output flag names the file here
-			}
-			if out == "" {
-				return usageError{fmt.Errorf("-o FILE is required (- for stdout)")}
-			}
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			w := io.Writer(a.stdout)
-			var f *os.File
-			if out != "-" {
-				// Written next to FILE and renamed at the end: a failed
-				// export leaves no partial file under the name.
-				if f, err = os.CreateTemp(filepath.Dir(out), "."+filepath.Base(out)+".*"); err != nil {
-					return err
-				}
-				defer os.Remove(f.Name())
-				defer f.Close()
-				w = f
-			}
-			written, err := c.ExportVersion(cmd.Context(), args[0], n, w)
-			if err != nil {
-				return err
-			}
-			if f == nil {
-				return nil
-			}
-			if err := f.Close(); err != nil {
-				return err
-			}
-			if err := os.Rename(f.Name(), out); err != nil {
-				return err
-			}
-			fmt.Fprintf(a.stderr, "wrote %s (%s)\n", out, formatBytes(written))
-			return nil
+			return a.exportTo(cmd, out, func(c *client.Client, w io.Writer) (int64, error) {
+				return c.ExportVersion(cmd.Context(), args[0], n, w)
+			})
 		},
 	}
 	export.Flags().StringVarP(&out, "file", "f", "", "the tar to write; - for stdout")

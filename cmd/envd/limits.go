@@ -17,6 +17,7 @@ type limitFlags struct {
 	memory, pids, cpus, cpuWeight, ioWeight, disk string
 	// How densely the node provisions them.
 	diskReserve, diskOvercommit, memoryOvercommit string
+	shimGroupSize                                 string
 }
 
 // register adds the flags with d's values as their defaults; a zero field
@@ -35,6 +36,7 @@ func (f *limitFlags) register(fl *pflag.FlagSet, d types.Limits) {
 func (f *limitFlags) registerDensity(fl *pflag.FlagSet, c node.Config) {
 	fl.StringVar(&f.diskOvercommit, "disk-overcommit", env("ENVD_DISK_OVERCOMMIT", strconv.FormatFloat(c.DiskOvercommit, 'f', -1, 64)), "thin provisioning of writable layers: a new instance sets aside 1/N of the room the layers' limits may still fill against the disk's real free space, and placement offers N times the data dir's disk; 1 = limits fully reserved (ENVD_DISK_OVERCOMMIT)")
 	fl.StringVar(&f.diskReserve, "disk-reserve", env("ENVD_DISK_RESERVE", formatSize(c.DiskReserveBytes)), "free disk the node keeps: past it new instances with a disk limit are refused with 503 insufficient_capacity; empty = 1G (ENVD_DISK_RESERVE)")
+	fl.StringVar(&f.shimGroupSize, "shim-group-size", env("ENVD_SHIM_GROUP_SIZE", strconv.Itoa(c.ShimGroupSize)), "how many of one tenant's instances share a containerd shim process at most: a shim costs about 4 MB, and its death fails every instance it serves; 1 = a shim per instance (ENVD_SHIM_GROUP_SIZE)")
 	fl.StringVar(&f.memoryOvercommit, "memory-overcommit", env("ENVD_MEMORY_OVERCOMMIT", strconv.FormatFloat(c.MemoryOvercommit, 'f', -1, 64)), "placement offers N times the host's memory to instances' memory limits (ceilings; the kernel's OOM killer acts per instance on real use); 1 = limits fully reserved (ENVD_MEMORY_OVERCOMMIT)")
 }
 
@@ -45,6 +47,9 @@ func (f *limitFlags) density(cfg *node.Config) (err error) {
 	}
 	if cfg.MemoryOvercommit, err = strconv.ParseFloat(f.memoryOvercommit, 64); err != nil || cfg.MemoryOvercommit < 1 {
 		return fmt.Errorf("--memory-overcommit %q: a number, 1 or more", f.memoryOvercommit)
+	}
+	if cfg.ShimGroupSize, err = strconv.Atoi(f.shimGroupSize); err != nil || cfg.ShimGroupSize < 1 {
+		return fmt.Errorf("--shim-group-size %q: a number, 1 or more", f.shimGroupSize)
 	}
 	cfg.DiskReserveBytes = 0
 	if f.diskReserve != "" {

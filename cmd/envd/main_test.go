@@ -73,6 +73,13 @@ func TestFlagsConfig(t *testing.T) {
 				return c
 			}()},
 		{name: "overcommit below 1", cmd: "up", args: []string{"--disk-overcommit", "0.5"}, wantErr: "--disk-overcommit"},
+		{name: "a shim per instance", cmd: "up", args: []string{"--shim-group-size", "1"},
+			want: func() node.Config {
+				c := node.DefaultConfig()
+				c.ShimGroupSize = 1
+				return c
+			}()},
+		{name: "shim group size 0", cmd: "up", args: []string{"--shim-group-size", "0"}, wantErr: "--shim-group-size"},
 		{name: "config file", cmd: "serve", file: "default-ttl: 5h\nlisten: 0.0.0.0:7443\ninstance-deny: [10.9.0.0/16, other:7443]\nuserns: true\nmax-saves-per-tenant: -1\ndefault-disk: 20G\nshutdown-grace: 1m\nnamespace:\n",
 			want: func() node.Config {
 				c := withTTL(5 * time.Hour)

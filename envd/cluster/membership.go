@@ -52,6 +52,9 @@ type Config struct {
 	// DefaultSweepInterval.
 	SweepInterval time.Duration
 	Labels        map[string]string
+	// RuntimeClasses are the runtime classes the node can run, recorded
+	// at its join for placement (Request.Class); nil = not told.
+	RuntimeClasses []string
 	// Capacity is what the node offers placement; zero fields are read
 	// from the host (CPUs, memory, the data dir's disk), memory and disk
 	// multiplied by their overcommit; InstanceSlots 0 = no bound.
@@ -165,12 +168,14 @@ type Deps struct {
 	// Checkpoints runs a round of the periodic checkpoints due on this
 	// node; it is called at each sweep, one round at a time.
 	Checkpoints func(ctx context.Context)
-	Log         *slog.Logger
+	// Placer picks the node of a new instance (PlaceInstance).
+	Placer *Placer
+	Log    *slog.Logger
 }
 
 // Membership is the node's part in the cluster: its lease in the node
 // table, the sweep for lost nodes, drains, the admin's view of the nodes
-// (api.ClusterCore's node routes), join tokens (api.JoinCore), and which
+// and placement (api.ClusterCore's node routes), join tokens (api.JoinCore), and which
 // node answers for an instance or an operation (api.ForwardCore).
 type Membership struct {
 	ctx         context.Context // the node's: the loops end with it
@@ -184,6 +189,7 @@ type Membership struct {
 	ops         Operations
 	observer    Observer
 	checkpoints func(ctx context.Context)
+	placer      *Placer
 	log         *slog.Logger
 
 	once     sync.Once
@@ -207,7 +213,14 @@ func New(ctx context.Context, d Deps) *Membership {
 		d.Checkpoints = func(context.Context) {}
 	}
 	return &Membership{ctx: ctx, node: d.Node, dataDir: d.DataDir, version: d.Version, cfg: d.Config, store: d.Store,
-		instances: d.Instances, volumes: d.Volumes, ops: d.Ops, observer: d.Observer, checkpoints: d.Checkpoints, log: d.Log}
+		instances: d.Instances, volumes: d.Volumes, ops: d.Ops, observer: d.Observer, checkpoints: d.Checkpoints, placer: d.Placer, log: d.Log}
+}
+
+// PlaceInstance picks the node of a new instance of project
+// (Placer.PlaceInstance): placement is membership's, as it reads the
+// nodes' leases, states and capacity.
+func (mb *Membership) PlaceInstance(ctx context.Context, p types.Principal, project string, req types.CreateInstanceRequest) (node, apiURL, reason string, local bool, err error) {
+	return mb.placer.PlaceInstance(ctx, p, project, req)
 }
 
 // Wait waits for the loops RegisterNode started, once ctx ended.
@@ -281,7 +294,7 @@ func (mb *Membership) join(ctx context.Context, apiURL string) (versions.Member,
 	cert := mb.tlsCertificate()
 	m, err := mb.store.Join(ctx, versions.Registration{Name: mb.node, APIURL: apiURL, Version: mb.version, Labels: c.Labels,
 		CPUs: c.Capacity.CPUs, MemoryBytes: c.Capacity.MemoryBytes, DiskBytes: c.Capacity.DiskBytes,
-		InstanceSlots: c.Capacity.InstanceSlots, Lease: c.Lease, TLSCert: cert})
+		InstanceSlots: c.Capacity.InstanceSlots, Lease: c.Lease, TLSCert: cert, RuntimeClasses: c.RuntimeClasses})
 	if err == nil {
 		mb.recordedCert = cert
 	}

@@ -41,12 +41,18 @@ type Candidate struct {
 	HoldsVolumes bool
 	// TenantInstances are the tenant's live instances on the node.
 	TenantInstances int
+	// RuntimeClasses the node can run; nil = not told (it is not passed
+	// over for a class: it refuses one it lacks itself).
+	RuntimeClasses []string
 }
 
 // Request is what a new instance needs of its node.
 type Request struct {
 	Limits   types.Limits
 	Selector map[string]string
+	// Class is the runtime class the project names; "" = each node's
+	// default, which every node runs.
+	Class string
 	// VolumesOnlyOn names the node that holds the project's volume data
 	// when no archive carries it elsewhere: the instance must go there or
 	// start nowhere (never with an empty volume).
@@ -86,7 +92,8 @@ const (
 
 // Place picks the node for a new instance:
 //  1. eligible: state ready (not cordoned, draining, drained or lost), lease
-//     not lapsed, every node_selector label equal, the instance's memory
+//     not lapsed, the project's runtime class among the node's, every
+//     node_selector label equal, the instance's memory
 //     and disk limits fit in the free capacity, its CPU limit in the
 //     node's CPUs (CPU is overcommitted), a free slot; among those, the
 //     nodes whose last reported room by their real free disk takes the
@@ -98,11 +105,16 @@ const (
 //     node asked, then by name.
 //
 // No eligible node is ErrResourceExhausted naming why each node was
-// passed over.
+// passed over; ErrFailedPrecondition (code failed_precondition, details
+// runtime_class) when no member can run the project's class at all, which
+// waiting does not change.
 func Place(req Request, cands []Candidate) (Decision, error) {
 	type scored struct {
 		c     Candidate
 		score int
+	}
+	if err := classRunsNowhere(req, cands); err != nil {
+		return Decision{}, err
 	}
 	var ok []scored
 	passed := map[string]string{}
@@ -230,6 +242,9 @@ func ineligible(req Request, c Candidate) string {
 	case c.Stopped:
 		return "shut down"
 	}
+	if !runsClass(c, req.Class) {
+		return fmt.Sprintf("cannot run runtime class %s (runs %s)", req.Class, strings.Join(c.RuntimeClasses, ", "))
+	}
 	for _, k := range slices.Sorted(maps.Keys(req.Selector)) {
 		if v, ok := c.Labels[k]; !ok || v != req.Selector[k] {
 			return fmt.Sprintf("no label %s=%s", k, req.Selector[k])
@@ -251,6 +266,28 @@ func ineligible(req Request, c Candidate) string {
 		return fmt.Sprintf("%d of %d disk bytes free, %d asked", c.DiskBytes-c.UsedDisk, c.DiskBytes, l.DiskBytes)
 	}
 	return ""
+}
+
+// runsClass reports whether c can run class ("" = its default: yes).
+func runsClass(c Candidate, class string) bool {
+	return class == "" || c.RuntimeClasses == nil || slices.Contains(c.RuntimeClasses, class)
+}
+
+// classRunsNowhere refuses a class that no member can run (lost and
+// cordoned ones included: a class is not what a node gains by coming back).
+func classRunsNowhere(req Request, cands []Candidate) error {
+	if req.Class == "" || len(cands) == 0 {
+		return nil
+	}
+	runs := map[string]string{}
+	for _, c := range cands {
+		if runsClass(c, req.Class) {
+			return nil
+		}
+		runs[c.Name] = strings.Join(c.RuntimeClasses, ", ")
+	}
+	return errdefs.WithDetails(fmt.Errorf("no node of the cluster can run runtime class %s (%s): install it on a node (docs/gvisor.md) or set the project's class: %w",
+		req.Class, describe(runs), errdefs.ErrFailedPrecondition), map[string]any{"runtime_class": req.Class, "nodes": runs})
 }
 
 func describe(passed map[string]string) string {

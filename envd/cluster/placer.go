@@ -84,7 +84,7 @@ func (pl *Placer) PlaceInstance(ctx context.Context, p types.Principal, project 
 	if err != nil {
 		return "", "", "", false, err
 	}
-	creq := Request{Limits: limits, Selector: req.NodeSelector, Local: pl.node, LocalFirst: pl.localFirst}
+	creq := Request{Limits: limits, Selector: req.NodeSelector, Local: pl.node, LocalFirst: pl.localFirst, Class: proj.RuntimeClass}
 	home, hasHome, err := pl.store.GetVolumeHome(ctx, p.Tenant, project)
 	if err != nil {
 		return "", "", "", false, err
@@ -105,7 +105,8 @@ func (pl *Placer) PlaceInstance(ctx context.Context, p types.Principal, project 
 			CPUs: m.CPUs, UsedCPUs: m.UsedCPUs, MemoryBytes: m.MemoryBytes, UsedMemory: m.UsedMemory,
 			DiskBytes: m.DiskBytes, UsedDisk: m.UsedDisk, Slots: m.InstanceSlots, Instances: m.Instances,
 			DiskRoom: deref(m.DiskRoom), DiskRoomKnown: m.DiskRoom != nil,
-			HasImage: withImage[m.Name], HoldsVolumes: hasHome && home.Node == m.Name, TenantInstances: spread[m.Name]})
+			HasImage: withImage[m.Name], HoldsVolumes: hasHome && home.Node == m.Name, TenantInstances: spread[m.Name],
+			RuntimeClasses: m.RuntimeClasses})
 	}
 	d, err := Place(creq, cands)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -63,6 +64,22 @@ type Collector struct {
 	// archives deletes the objects of archives whose records lost their
 	// project (those of expired checkpoints); nil: none here.
 	archives Archives
+	// memory recounts memory images' stored bytes after checkpoints with
+	// memory expired; nil: none here.
+	memory MemoryRecounter
+}
+
+// MemoryRecounter recounts what a project's memory images add to its
+// tenant's stored bytes (checkpoint.Checkpoints).
+type MemoryRecounter interface {
+	RecountMemory(ctx context.Context, tenant, project string)
+}
+
+// WithMemoryRecount sets what recounts memory images after a GC expired
+// checkpoints holding one, and returns c.
+func (c *Collector) WithMemoryRecount(m MemoryRecounter) *Collector {
+	c.memory = m
+	return c
 }
 
 // Archives deletes the objects of archives no project holds any more
@@ -127,6 +144,9 @@ func (c *Collector) Run(ctx context.Context, op *ops.Op, job Job) (types.GCResul
 			op.Event(ctx, "checkpoints", fmt.Sprintf("%s/%s: %d checkpoints expired", proj.Tenant, proj.Name, len(cps)), nil)
 			if !job.DryRun && c.archives != nil {
 				c.archives.DeleteOrphanArchives(ctx)
+			}
+			if !job.DryRun && c.memory != nil && slices.ContainsFunc(cps, func(cp versions.Checkpoint) bool { return cp.Memory.Image != "" }) {
+				c.memory.RecountMemory(ctx, proj.Tenant, proj.Name)
 			}
 		}
 		vs, err := c.store.MarkCollectable(ctx, proj.Tenant, proj.Name, time.Now(), job.DryRun)

@@ -58,18 +58,51 @@ func (m *Manager) SettleExit(ctx context.Context, id string) {
 		return
 	}
 	st, err := m.Runtime.Status(ctx, id)
-	// Only a task stopped and still there is this exit's: no task at all
-	// while the container exists is a removal under way, which the
-	// reconciliation settles once it sees the whole picture.
-	if err != nil || !st.Exists || st.Task != "stopped" || m.inFlight(id) {
+	if err == nil && st.Exists && st.Task == "" {
+		// No task at all: a removal under way deletes the container
+		// next; if it stays, the task went with its shim.
+		st, err = m.taskLost(ctx, id)
+	}
+	if err != nil || !st.Exists || m.inFlight(id) {
 		return
 	}
-	if st.OOMKilled {
+	switch {
+	case st.Task == "":
+		m.fail(ctx, id, in.State, types.ReasonShimLost, shimLostMessage)
+	case st.Task != "stopped":
+	case st.OOMKilled:
 		m.failOOM(ctx, id)
-		return
+	default:
+		m.fail(ctx, id, in.State, types.ReasonTaskExited, exitMessage(st))
 	}
-	m.fail(ctx, id, in.State, types.ReasonTaskExited, exitMessage(st))
 }
+
+// shimLostGrace is how long a container without a task is watched for
+// the removal that would explain it.
+const shimLostGrace = 2 * time.Second
+
+// taskLost is id's status once its container has been without a task for
+// shimLostGrace, or as soon as the container is gone or has a task again.
+func (m *Manager) taskLost(ctx context.Context, id string) (runtime.Status, error) {
+	deadline := time.Now().Add(shimLostGrace)
+	for {
+		st, err := m.Runtime.Status(ctx, id)
+		if err != nil || !st.Exists || st.Task != "" || time.Now().After(deadline) {
+			return st, err
+		}
+		select {
+		case <-ctx.Done():
+			return runtime.Status{}, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// shimLostMessage says why an instance whose task vanished without an
+// exit status failed: its shim process is gone, and with a shared shim
+// (runtime.ShimGroupAnnotation) so are the tasks of its group.
+const shimLostMessage = "its runtime shim is gone (killed, crashed, or the node restarted) and its processes with it, " +
+	"as for every instance of the tenant sharing that shim; the writable layer is kept until removal"
 
 // exitMessage says how an instance's init ended, for the Failed state's
 // message and the node's log: its exit status, and the signal when the

@@ -34,13 +34,17 @@ func (m *Manager) hibernateIdle(ctx context.Context) {
 }
 
 // HibernateInstance hibernates a stopped retained instance now, instead of
-// waiting for HibernateAfter. Asked by the user, it is checked against the
-// tenant's quota like a save: only the node's own idle hibernation is
+// waiting for HibernateAfter; with req.Memory, a Running instance with its
+// processes (hibernate_memory.go). Asked by the user, it is checked against
+// the tenant's quota like a save: only the node's own idle hibernation is
 // exempt.
-func (m *Manager) HibernateInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
+func (m *Manager) HibernateInstance(ctx context.Context, p types.Principal, id string, req types.HibernateRequest) (types.Instance, error) {
 	in, err := m.instance(ctx, p, id)
 	if err != nil {
 		return types.Instance{}, err
+	}
+	if req.Memory {
+		return m.hibernateMemoryInstance(ctx, p, in)
 	}
 	in, err = m.hibernate(ctx, in, versions.QuotaEnforced)
 	if err != nil {

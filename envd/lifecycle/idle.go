@@ -29,7 +29,11 @@ import (
 //     saved as a version that does not become current (listed, and a
 //     switch can make it current), then stopped and recorded as
 //     hibernated on that version (reason idle), its container removed. A
-//     start, on any node, brings it back from that version.
+//     start, on any node, brings it back from that version;
+//   - action hibernate-memory (retained or not) hibernates it with its
+//     processes (hibernate_memory.go), and a start resumes them; where
+//     memory cannot be kept it does as hibernate, recording why
+//     (MemoryNotKept, and in the stop's message).
 //
 // Any failure before the stop (quota, registry, runtime) leaves the
 // instance Running with reason idle_failed and the error as its message,
@@ -49,7 +53,7 @@ const freezeHolderIdle = "idle"
 // IdlePolicy is an effective idle setting: After 0 = never idle.
 type IdlePolicy struct {
 	After  time.Duration
-	Action string // versions.IdleStop or versions.IdleHibernate
+	Action string // versions.IdleStop, IdleHibernate or IdleHibernateMemory
 }
 
 // EffectiveIdle is the setting that applies to a project's instances: the
@@ -333,7 +337,7 @@ func (m *Manager) reapIdle(ctx context.Context) {
 // actionFor is what idle does to in: an instance that is not retained is
 // always saved before it stops (hibernate), whatever the setting says.
 func actionFor(in versions.Instance, pol IdlePolicy) string {
-	if !in.Retain {
+	if !in.Retain && pol.Action != versions.IdleHibernateMemory {
 		return versions.IdleHibernate
 	}
 	return pol.Action
@@ -403,7 +407,34 @@ func (m *Manager) idle(ctx context.Context, in versions.Instance, action string,
 		}
 		return err
 	}
+	// With memory where it can be kept; otherwise, or when the engine
+	// refuses in the freeze, the disk alone, saying why.
+	var notKept error
+	if action == versions.IdleHibernateMemory {
+		notKept = m.memoryRefusal(ctx, in)
+		if notKept != nil && !errors.Is(notKept, errdefs.ErrMemoryUnsupported) {
+			return notKept
+		}
+		if notKept == nil {
+			_, err := m.hibernateWithMemory(ctx, p, memoryHibernation{
+				Instance: in, Quota: versions.QuotaEnforced, Reason: ReasonIdle, Active: ictx,
+				Message: fmt.Sprintf("idle stop with memory of instance %s after %s without activity", in.ID, idleFor),
+				StopMessage: func(v, cp int) string {
+					return fmt.Sprintf("idle for %s: hibernated with its processes as version %d and checkpoint %d; any access resumes them, on any node", idleFor, v, cp)
+				},
+			})
+			if err == nil || !errors.Is(err, errdefs.ErrMemoryUnsupported) {
+				return active(err)
+			}
+			notKept = err
+		}
+		m.Log.Info("idle hibernation keeps the disk only: memory cannot be kept", "instance", in.ID, "reason", memoryReason(notKept), "err", notKept)
+	}
 
+	// Listed before the freeze (an exec into a frozen sandbox would
+	// wait): FIFOs made inside a gVisor instance are in neither the version
+	// nor the kept layer; the stop's message names them.
+	lost := m.stopFIFOs(ictx, in.ID)
 	release, err := m.Saver.Guard(ictx, in.ID, "idle stop")
 	if err != nil {
 		return active(err)
@@ -454,9 +485,18 @@ func (m *Manager) idle(ctx context.Context, in versions.Instance, action string,
 	defer freed()
 	// Stopped and hibernated in one update: a reader never sees it
 	// stopped by idle with no version to wake from.
+	msg := fmt.Sprintf("idle for %s: saved as version %d and stopped; any access wakes it, on any node", idleFor, v.Number)
+	var notKeptReason string
+	if notKept != nil {
+		notKeptReason = memoryReason(notKept)
+		msg = fmt.Sprintf("idle for %s: memory not kept (%s: %v); saved as version %d (files only) and stopped; any access wakes it, on any node, its processes started anew",
+			idleFor, notKeptReason, notKept, v.Number)
+	}
+	if lost != "" {
+		msg += "; " + lost
+	}
 	if _, err := m.step(ctx, p, in.ID, verb{From: []types.InstanceState{types.StateRunning, types.StatePaused}, Via: types.StateStopping, To: types.StateStopped,
-		Reason: ReasonIdle, Hibernated: v.Number,
-		Msg:  fmt.Sprintf("idle for %s: saved as version %d and stopped; any access wakes it, on any node", idleFor, v.Number),
+		Reason: ReasonIdle, Hibernated: v.Number, MemoryNotKept: notKeptReason, Msg: msg,
 		Work: func(ctx context.Context, _ versions.Instance) error { return m.Runtime.Stop(ctx, in.ID) }}); err != nil {
 		return fmt.Errorf("stop after the idle save to version %d: %w", v.Number, err)
 	}

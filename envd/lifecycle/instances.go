@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"time"
 
@@ -132,6 +133,13 @@ type instancePlan struct {
 	// checkpoint: started from this checkpoint (its version is version),
 	// the volumes restored from its archives first.
 	checkpoint int
+	// memory: the checkpoint's memory image, resumed instead of a fresh
+	// init ("" for none).
+	memory string
+	// forkMemory: a local memory image directory (a fork's checkpoint,
+	// taken on this node) that the instance continues without claiming
+	// the checkpoint: a copy, not a resume ("" for none).
+	forkMemory string
 	// placement: why the instance runs on this node (types.PlacementFrom).
 	placement string
 }
@@ -156,7 +164,11 @@ func (m *Manager) planInstance(ctx context.Context, p types.Principal, project s
 	if err != nil {
 		return instancePlan{}, err
 	}
+	if err := m.checkClass(ctx, p.Tenant, proj); err != nil {
+		return instancePlan{}, err
+	}
 	n := req.Version
+	var memory string
 	if req.Checkpoint != 0 {
 		if req.Version != 0 || req.Checkpoint < 0 {
 			return instancePlan{}, fmt.Errorf("checkpoint %d with version %d: give one of them: %w", req.Checkpoint, req.Version, errdefs.ErrInvalidArgument)
@@ -173,6 +185,11 @@ func (m *Manager) planInstance(ctx context.Context, p types.Principal, project s
 			}
 		}
 		n = c.Version
+		memory = c.Memory.Image
+		if memory != "" && m.Memory == nil {
+			return instancePlan{}, errdefs.WithDetails(fmt.Errorf("checkpoint %d of project %q holds processes (a memory image), and node %q cannot resume them: %w",
+				req.Checkpoint, project, m.Node, errdefs.ErrMemoryUnsupported), map[string]any{"reason": "class"})
+		}
 	}
 	if n == 0 {
 		n = proj.Current
@@ -184,7 +201,7 @@ func (m *Manager) planInstance(ctx context.Context, p types.Principal, project s
 	if v.State != "ready" {
 		return instancePlan{}, fmt.Errorf("version %d of project %q is %s, only ready versions can be started: %w", n, project, v.State, errdefs.ErrFailedPrecondition)
 	}
-	return instancePlan{proj: proj, version: v, expires: expires, retain: req.Retain, checkpoint: req.Checkpoint, placement: types.PlacementFrom(ctx)}, nil
+	return instancePlan{proj: proj, version: v, expires: expires, retain: req.Retain, checkpoint: req.Checkpoint, memory: memory, placement: types.PlacementFrom(ctx)}, nil
 }
 
 // startPlanned records the instance as Pending, provisions it and returns
@@ -230,8 +247,39 @@ func (m *Manager) startPlanned(ctx context.Context, p types.Principal, id string
 			return types.Instance{}, fmt.Errorf("start instance of %q from checkpoint %d: %w: %w", project, plan.checkpoint, errProvision, err)
 		}
 	}
-	if err := m.provision(ctx, in, proj, plan.version.Image, plan.isolated); err != nil {
+	var restoreFrom string
+	var resume resumeImage
+	var memoryTime time.Duration
+	if plan.memory != "" && !plan.isolated {
+		memStart := time.Now()
+		ri, err := m.claimMemory(ctx, in, plan)
+		memoryTime = time.Since(memStart)
+		if err != nil {
+			m.abandonPending(ctx, in.ID, err.Error())
+			return types.Instance{}, fmt.Errorf("resume checkpoint %d of %q: %w: %w", plan.checkpoint, project, errProvision, err)
+		}
+		defer os.RemoveAll(ri.scratch)
+		restoreFrom, resume = ri.dir, ri
+	} else if plan.forkMemory != "" && !plan.isolated {
+		restoreFrom = plan.forkMemory
+	}
+	hostname := in.Project
+	if plan.forkMemory != "" {
+		// A copy of a fork with memory is named after itself: its
+		// processes came from another instance, and the copies must be
+		// told apart. runsc sets the restored kernel's hostname from the
+		// spec unless a program inside had set one (sethostname), which
+		// the copies keep.
+		hostname = in.ID
+	}
+	var steps runtime.CreateSteps
+	provisionStart := time.Now()
+	err = m.provisionFrom(ctx, in, proj, plan.version.Image, plan.isolated, restoreFrom, hostname, &steps)
+	if err = resume.started(m, in.ID, err); err != nil {
 		m.abandonPending(ctx, in.ID, err.Error())
+		if errors.Is(err, runtime.ErrNotOnClass) {
+			err = fmt.Errorf("%w: %w", err, errdefs.ErrMemoryUnsupported)
+		}
 		return types.Instance{}, fmt.Errorf("start instance of %q from version %d: %w: %w", project, n, errProvision, err)
 	}
 	var reads *firstReads
@@ -253,8 +301,16 @@ func (m *Manager) startPlanned(ctx context.Context, p types.Principal, id string
 		return types.Instance{}, err
 	}
 	m.Observer.Restored("create", time.Since(created))
+	// The steps of a start, for the bench's resume and fork tables: the
+	// memory image made local (a resume), the rest of the provisioning
+	// (volumes, the version image's pull, instance files), the container
+	// (snapshot and spec), the network, the task's creation, its start
+	// (where runsc restores a memory image), and the warm.
 	m.Log.Debug("started instance", "instance", in.ID, "provision_ms", provisioned.Sub(created).Milliseconds(),
-		"warm_ms", time.Since(provisioned).Milliseconds())
+		"warm_ms", time.Since(provisioned).Milliseconds(), "memory", restoreFrom != "", "memory_ms", memoryTime.Milliseconds(),
+		"other_ms", (provisioned.Sub(provisionStart) - steps.Container - steps.Network - steps.Task - steps.Start).Milliseconds(),
+		"container_ms", steps.Container.Milliseconds(), "network_ms", steps.Network.Milliseconds(),
+		"task_ms", steps.Task.Milliseconds(), "start_ms", steps.Start.Milliseconds())
 	m.recordFirstReads(reads)
 	return m.view(ctx, in), nil
 }
@@ -287,6 +343,14 @@ func (m *Manager) abandonPending(ctx context.Context, id, msg string) bool {
 // with the project's volumes and network policy (build: a build container,
 // labelled LabelBuild, whose policy does not follow the project's).
 func (m *Manager) provision(ctx context.Context, in versions.Instance, proj versions.Project, image string, build bool) error {
+	return m.provisionFrom(ctx, in, proj, image, build, "", in.Project, nil)
+}
+
+// provisionFrom is provision; with restoreFrom set (a memory image
+// directory) the container continues its processes instead of a new init.
+// hostname is the instance's (its project's name but for a fork's copies).
+// steps, if set, gets the runtime's steps (runtime.InstanceSpec.Steps).
+func (m *Manager) provisionFrom(ctx context.Context, in versions.Instance, proj versions.Project, image string, build bool, restoreFrom, hostname string, steps *runtime.CreateSteps) error {
 	if !build {
 		if err := m.Volumes.Follow(ctx, proj); err != nil {
 			return err
@@ -315,12 +379,21 @@ func (m *Manager) provision(ctx context.Context, in versions.Instance, proj vers
 		limits = *l
 	}
 	return m.Runtime.Create(ctx, runtime.InstanceSpec{
-		ID: in.ID, Image: ref, Hostname: in.Project, Mounts: mounts, Env: env,
+		ID: in.ID, Image: ref, Hostname: hostname, Mounts: mounts, Env: env,
 		Limits: spec.RuntimeLimits(limits), AllowPrivilegeEscalation: limits.AllowPrivilegeEscalation,
-		Network: NetworkPolicy(proj),
+		Network: networkPolicyOf(proj, build),
+		Class:   runtime.Class(proj.RuntimeClass), // "" = the node's default
+		// A build container runs the build's own steps, never dockerd:
+		// it keeps the class's plain hardening.
+		Docker:      proj.Docker && !build,
+		RestoreFrom: restoreFrom,
+		Steps:       steps,
 		// A build's layer is saved: it runs with host ids (no user
 		// namespace, whose shifted ids a save cannot read).
 		HostIDs: build,
+		// A shim's death fails every instance of its group: only one
+		// tenant's. Builds keep a shim of their own.
+		ShimGroup: shimGroup(in.Tenant, build),
 		Labels: map[string]string{
 			LabelGeneration: generationLabel(in.Generation),
 			LabelProject:    in.Project,
@@ -404,4 +477,15 @@ func (m *Manager) noLiveInstanceHere(ctx context.Context, tenant, project string
 		}
 	}
 	return nil
+}
+
+// shimGroup is the runtime's shim group key of an instance of tenant
+// (runtime.InstanceSpec.ShimGroup): a tenant's instances share shims, so
+// a shim's death never fails another tenant's; a build's container has a
+// shim of its own.
+func shimGroup(tenant string, build bool) string {
+	if build {
+		return ""
+	}
+	return "tenant/" + tenant
 }

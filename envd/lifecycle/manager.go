@@ -54,6 +54,15 @@ type Store interface {
 	Rehome(ctx context.Context, id string, from types.InstanceState, node string, layerVersion int) (versions.Instance, error)
 	Hibernated(ctx context.Context, id string, v int, reason, message string) (versions.Instance, error)
 	StopHibernated(ctx context.Context, id string, v int, reason, message string) (versions.Instance, error)
+	StopHibernatedWith(ctx context.Context, id string, h versions.Hibernation, reason, message string) (versions.Instance, error)
+	// TransitionHibernating is Transition that records the checkpoint a
+	// hibernation with memory stops the instance on.
+	TransitionHibernating(ctx context.Context, id string, from []types.InstanceState, to types.InstanceState, checkpoint int, reason, message string) (versions.Instance, error)
+	// Rehibernate puts a hibernation or wake with memory cut short
+	// (Stopping, Pending) back to Stopped, hibernated on its checkpoint's
+	// version.
+	Rehibernate(ctx context.Context, id, reason, message string) (versions.Instance, error)
+	ListCheckpoints(ctx context.Context, tenant, project string) ([]versions.Checkpoint, error)
 	BumpGeneration(ctx context.Context, id string) (int64, error)
 	SetExpiry(ctx context.Context, id string, at *time.Time) (versions.Instance, error)
 	NextExpiry(ctx context.Context, node string) (*time.Time, error)
@@ -67,6 +76,9 @@ type Store interface {
 	IdleCandidates(ctx context.Context, node string) ([]versions.IdleState, error)
 	IdleStates(ctx context.Context, ids []string) (map[string]versions.IdleState, error)
 	GetCheckpoint(ctx context.Context, tenant, project string, number int) (versions.Checkpoint, error)
+	// ClaimCheckpointMemory makes instance the one running checkpoint
+	// number's processes (ErrConflict while another live one does).
+	ClaimCheckpointMemory(ctx context.Context, tenant, project string, number int, instance string) error
 	RecordImage(ctx context.Context, node, image string) error
 }
 
@@ -111,6 +123,8 @@ type Volumes interface {
 type Quota interface {
 	TTL(ctx context.Context, tenant, ttl string) (*time.Time, error)
 	Start(ctx context.Context, tenant string) error
+	// Starts is Start for n instances started together (a fork).
+	Starts(ctx context.Context, tenant string, n int) error
 	Disk(ctx context.Context, tenant string, diskBytes int64) error
 }
 
@@ -119,6 +133,12 @@ type Saver interface {
 	Guard(ctx context.Context, id, what string) (release func(), err error)
 	Capture(ctx context.Context, ev save.Events, cp save.Capture) (save.Captured, error)
 	Commit(ctx context.Context, c save.Captured, commit versions.Commit) (versions.Version, bool, error)
+	// Abandon ends a capture that will not be committed.
+	Abandon(ctx context.Context, c save.Captured)
+	// StopFIFOs is the not_saved message of the FIFOs a stop of the
+	// running instance id loses (gVisor keeps them in the sandbox's
+	// memory), "" when none.
+	StopFIFOs(ctx context.Context, id string) (string, map[string]any)
 }
 
 // Operations starts restores, settles interrupted ones and makes instance
@@ -182,6 +202,58 @@ type Deps struct {
 	// waits before starting replacements (default
 	// DefaultPoolRefillDelay; negative: none).
 	PoolRefillDelay time.Duration
+	// Memory pulls checkpoints' memory images into WorkDir for a resume;
+	// nil = this node resumes none (memory_checkpoint_unsupported).
+	Memory  MemoryImages
+	WorkDir string
+	// LazyMemory, when set, serves a resume's memory image from the
+	// registry as it is read instead of pulling it whole first
+	// (resume_lazy.go); nil = the whole pull.
+	LazyMemory LazyMemory
+	// Engine writes memory images of running instances for a hibernation
+	// with memory (hibernate_memory.go); nil, or Memory nil, = this node
+	// keeps no memory (memory_checkpoint_unsupported, and the idle action
+	// hibernate-memory hibernates the disk alone).
+	Engine MemoryEngine
+}
+
+// MemoryImages pulls a memory image ("repo@digest") whole into dir, which
+// must not exist, and pushes one (registry/memimage).
+type MemoryImages interface {
+	PullMemory(ctx context.Context, image, dir string) error
+	// PushMemory pushes dir as the memory image of the version whose
+	// manifest digest is subject in repo.
+	PushMemory(ctx context.Context, dir, repo, subject string) (versions.CheckpointMemory, error)
+}
+
+// LazyMemory mounts a memory image ("repo@digest") under dir, which
+// exists and is empty, for a restore that starts before the image is local
+// (registry/memimage/lazyfs). Fetches outlive ctx's cancellation (the
+// restored sandbox reads on after the request); MountedMemory.Close stops
+// them.
+type LazyMemory interface {
+	MountMemory(ctx context.Context, image, dir string) (MountedMemory, error)
+}
+
+// MountedMemory is a mounted memory image (lazyfs.Mount).
+type MountedMemory interface {
+	Image() string // the image directory to restore from
+	Detach() error // out of the mount table; the engine's descriptors read on
+	Close() error  // stop fetching, out of the mount table
+	Err() error    // the first fetch error
+	Prefetched() <-chan struct{}
+}
+
+// MemoryEngine writes the memory image of an instance's processes
+// (runtime.Runtime): only instances of a class whose engine can (gVisor).
+type MemoryEngine interface {
+	InstanceClass(ctx context.Context, id string) (runtime.Class, error)
+	// CheckpointMemory writes the image into dir and leaves the instance
+	// as it was (a frozen one frozen).
+	CheckpointMemory(ctx context.Context, id, dir string) error
+	// ExternalConnections lists the instance's established TCP
+	// connections with peers outside it, which a resume would not have.
+	ExternalConnections(ctx context.Context, id string) ([]string, error)
 }
 
 // Manager manages this node's instances.
@@ -287,6 +359,6 @@ func View(in versions.Instance) types.Instance {
 	return types.Instance{ID: in.ID, Project: in.Project, Node: in.Node, Version: in.Version,
 		LastSavedVersion: in.LastSavedVersion, Generation: in.Generation, State: in.State,
 		Reason: in.Reason, Message: in.Message, Retain: in.Retain, ExpiresAt: in.ExpiresAt,
-		HibernatedVersion: in.HibernatedVersion, CreatedAt: in.CreatedAt, LastTransitionAt: in.LastTransitionAt,
+		HibernatedVersion: in.HibernatedVersion, HibernatedCheckpoint: hibernatedCheckpoint(in), MemoryNotKept: in.MemoryNotKept, CreatedAt: in.CreatedAt, LastTransitionAt: in.LastTransitionAt,
 		Limits: spec.InstanceLimits(in.Spec), Placement: in.Placement}
 }

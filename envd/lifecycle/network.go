@@ -24,6 +24,18 @@ func NetworkPolicy(proj versions.Project) runtime.NetworkPolicy {
 	return runtime.NetworkPolicy{Group: "project:" + strconv.FormatInt(proj.ID, 10), Isolated: proj.IsolateInstances, Egress: e}
 }
 
+// networkPolicyOf is NetworkPolicy, for a build container in a group of
+// its own, "build:<project id>": builds are isolated anyway, and the egress
+// gateway adds a tenant's brokered secrets only to groups "project:<id>",
+// so no build ever carries one.
+func networkPolicyOf(proj versions.Project, build bool) runtime.NetworkPolicy {
+	pol := NetworkPolicy(proj)
+	if build {
+		pol.Group = "build:" + strconv.FormatInt(proj.ID, 10)
+	}
+	return pol
+}
+
 // refreshNetworkPolicy gives an instance about to start its project's
 // current policy (it may have changed while the instance was stopped).
 func (m *Manager) refreshNetworkPolicy(ctx context.Context, in versions.Instance) error {

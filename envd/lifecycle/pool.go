@@ -46,11 +46,21 @@ func (m *Manager) claimPooled(ctx context.Context, p types.Principal, project st
 	// between the commit and a later mark would start the replacement
 	// at once.
 	m.markClaim()
+	if m.checkClass(ctx, p.Tenant, proj) != nil {
+		return types.Instance{}, false // the usual path gives the error
+	}
+	class := m.effectiveClass(proj)
 	// The store's Running may lag an init that just died (its exit is
-	// settled exitGrace after the event): never hand that one out.
-	var dead []string
+	// settled exitGrace after the event): never hand that one out. Nor
+	// one started before the project's runtime class or docker setting
+	// changed: it is removed, and the pool refills with the new one.
+	var dead, otherClass []string
 	alive := func(id string) bool {
 		st, err := m.Runtime.Status(ctx, id)
+		if err == nil && st.Class != "" && (st.Class != class || st.Docker != proj.Docker) {
+			otherClass = append(otherClass, id)
+			return false
+		}
 		if err != nil || st.Task == "running" {
 			return true // cannot tell: the store's Running stands
 		}
@@ -61,6 +71,9 @@ func (m *Manager) claimPooled(ctx context.Context, p types.Principal, project st
 	for _, id := range dead {
 		m.Log.Warn("passed over a pooled instance whose task is gone", "instance", id)
 		m.SettleExit(ctx, id)
+	}
+	for _, id := range otherClass {
+		m.drainPooled(ctx, versions.PoolState{Tenant: p.Tenant, Project: project}, id)
 	}
 	if err != nil {
 		return types.Instance{}, false

@@ -112,10 +112,13 @@ func (m *Manager) reconcileLoop() {
 //   - a container of this node that no live row owns is removed (a crash
 //     between creating it and recording it, or a failed removal);
 //   - a live row whose container vanished becomes Failed (node_lost);
-//   - a Running row whose task is gone becomes Failed (task_exited);
+//   - a Running row whose task exited becomes Failed (task_exited), one
+//     whose task vanished with its shim (no task at all) too (shim_lost);
 //   - a row stuck in Pending longer than ProvisionTimeout becomes Failed;
 //   - a row left in a transitional state by a crash (no verb of this
-//     process acts on it) takes the runtime's state.
+//     process acts on it) takes the runtime's state; one left by a
+//     hibernation with memory or its wake (Stopping or Pending with a
+//     hibernated checkpoint) goes back to hibernated on it.
 func (m *Manager) Reconcile(ctx context.Context) error {
 	rows, err := m.Store.ListNodeInstances(ctx, m.Node)
 	if err != nil {
@@ -161,6 +164,11 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 			continue
 		}
 		switch {
+		case (in.State == types.StatePending || in.State == types.StateStopping) && in.HibernatedCheckpoint > 0 && in.HibernatedVersion == 0 && !m.inFlight(in.ID):
+			// A hibernation with memory (Stopping) or its wake (Pending)
+			// that a crash cut short: the processes are in the
+			// checkpoint's image.
+			m.recoverMemoryHibernation(ctx, in)
 		case in.State == types.StatePending:
 			if time.Since(in.LastTransitionAt) > m.ProvisionTimeout {
 				m.fail(ctx, in.ID, in.State, types.ReasonProvisionTimeout, fmt.Sprintf("still starting after %s", m.ProvisionTimeout))
@@ -170,6 +178,8 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 			// hibernated: it lives as a version, no container expected
 		case !st.Exists:
 			m.fail(ctx, in.ID, in.State, types.ReasonNodeLost, "its container is gone from node "+m.Node)
+		case in.State == types.StateRunning && st.Task == "":
+			m.fail(ctx, in.ID, in.State, types.ReasonShimLost, shimLostMessage)
 		case in.State == types.StateRunning && taskEnded(st.Task) && st.OOMKilled:
 			m.failOOM(ctx, in.ID)
 		case in.State == types.StateRunning && taskEnded(st.Task):

@@ -29,7 +29,16 @@ type verb struct {
 	// Hibernated > 0: the stop ends hibernated on this version (To is
 	// Stopped), in the same update.
 	Hibernated int
-	Work       func(ctx context.Context, in versions.Instance) error
+	// HibernatedCheckpoint > 0: the hibernation keeps the processes, the
+	// memory image of this checkpoint (of Hibernated); MemoryNotKept: why
+	// a hibernation asked to keep them did not (hibernate_memory.go).
+	HibernatedCheckpoint int
+	MemoryNotKept        string
+	Work                 func(ctx context.Context, in versions.Instance) error
+	// Note, when set, is read after Work succeeded: what it returns is
+	// added to the message of the transition to To (what the work found
+	// the user should know, e.g. what a stop lost).
+	Note func() string
 }
 
 // step runs verb v on instance id of p's tenant, on this node.
@@ -42,7 +51,11 @@ func (m *Manager) step(ctx context.Context, p types.Principal, id string, v verb
 	if in.Node != m.Node {
 		return types.Instance{}, fmt.Errorf("instance %q runs on node %q, not on %q: %w", id, in.Node, m.Node, errdefs.ErrFailedPrecondition)
 	}
-	in, err = m.Store.Transition(ctx, id, v.From, v.Via, v.Reason, v.Msg)
+	if v.HibernatedCheckpoint > 0 {
+		in, err = m.Store.TransitionHibernating(ctx, id, v.From, v.Via, v.HibernatedCheckpoint, v.Reason, v.Msg)
+	} else {
+		in, err = m.Store.Transition(ctx, id, v.From, v.Via, v.Reason, v.Msg)
+	}
 	if err != nil {
 		return types.Instance{}, err
 	}
@@ -58,10 +71,16 @@ func (m *Manager) step(ctx context.Context, p types.Principal, id string, v verb
 		}
 		return types.Instance{}, fmt.Errorf("%s instance %q: %w", v.Reason, id, werr)
 	}
+	msg := v.Msg
+	if v.Note != nil {
+		if n := v.Note(); n != "" {
+			msg += "; " + n
+		}
+	}
 	if v.Hibernated > 0 {
-		in, err = m.Store.StopHibernated(ctx, id, v.Hibernated, v.Reason, v.Msg)
+		in, err = m.Store.StopHibernatedWith(ctx, id, versions.Hibernation{Version: v.Hibernated, Checkpoint: v.HibernatedCheckpoint, MemoryNotKept: v.MemoryNotKept}, v.Reason, msg)
 	} else {
-		in, err = m.Store.Transition(ctx, id, []types.InstanceState{v.Via}, v.To, v.Reason, v.Msg)
+		in, err = m.Store.Transition(ctx, id, []types.InstanceState{v.Via}, v.To, v.Reason, msg)
 	}
 	if err != nil {
 		return types.Instance{}, err
@@ -116,10 +135,34 @@ func (m *Manager) StopInstance(ctx context.Context, p types.Principal, id string
 	return m.stopInstance(ctx, p, id, types.ReasonUserStop, "stopped by the user")
 }
 
+// stopInstance stops a Running or Paused instance, keeping its writable
+// layer. What the layer does not hold is lost with the processes: FIFOs
+// made inside a gVisor instance (save.Saver.StopFIFOs) are listed before
+// the stop and named in its message (the verb's answer, the instance's
+// message and its instance.state event), as a save names them in a
+// not_saved event.
 func (m *Manager) stopInstance(ctx context.Context, p types.Principal, id, reason, msg string) (types.Instance, error) {
+	var lost string
 	return m.step(ctx, p, id, verb{From: []types.InstanceState{types.StateRunning, types.StatePaused}, Via: types.StateStopping, To: types.StateStopped,
 		Reason: reason, Msg: msg + "; the writable layer is kept on node " + m.Node,
-		Work: func(ctx context.Context, in versions.Instance) error { return m.Runtime.Stop(ctx, id) }})
+		Work: func(ctx context.Context, in versions.Instance) error {
+			lost = m.stopFIFOs(ctx, id)
+			return m.Runtime.Stop(ctx, id)
+		},
+		Note: func() string { return lost }})
+}
+
+// stopFIFOs is StopFIFOs' message, logged with its data; "" without a
+// save path (a manager made without one saves nothing either).
+func (m *Manager) stopFIFOs(ctx context.Context, id string) string {
+	if m.Saver == nil {
+		return ""
+	}
+	msg, data := m.Saver.StopFIFOs(ctx, id)
+	if msg != "" {
+		m.Log.Info("stop loses what the writable layer does not hold", "instance", id, "not_saved", data)
+	}
+	return msg
 }
 
 // StartInstance starts a stopped instance on its kept writable layer, with
@@ -134,6 +177,9 @@ func (m *Manager) StartInstance(ctx context.Context, p types.Principal, id strin
 	// The tenant's instance quota is checked by the store, atomically, as
 	// the instance leaves Stopped (versions.Instances.Transition).
 	if in.HibernatedVersion > 0 && in.State == types.StateStopped {
+		if in.HibernatedCheckpoint > 0 {
+			return m.wakeWithMemory(ctx, p, in)
+		}
 		return m.wake(ctx, p, in)
 	}
 	return m.step(ctx, p, id, verb{From: []types.InstanceState{types.StateStopped}, Via: types.StatePending, To: types.StateRunning,
@@ -171,25 +217,34 @@ func (m *Manager) renewOnStart(ctx context.Context, in versions.Instance) error 
 	return err
 }
 
+// wakeFrom is what a wake of instance in from version n needs before
+// anything changes: the old container of the same id gone (a hibernation
+// of this process may still be removing it), the version, the project,
+// and its volumes here (refused when they cannot come).
+func (m *Manager) wakeFrom(ctx context.Context, in versions.Instance, n int) (versions.Version, versions.Project, error) {
+	if err := m.waitFreed(ctx, in.ID); err != nil {
+		return versions.Version{}, versions.Project{}, err
+	}
+	v, err := m.Store.GetVersion(ctx, in.Tenant, in.Project, n)
+	if err != nil {
+		return versions.Version{}, versions.Project{}, err
+	}
+	proj, err := m.Store.GetProject(ctx, in.Tenant, in.Project)
+	if err != nil {
+		return versions.Version{}, versions.Project{}, err
+	}
+	if err := m.Volumes.Follow(ctx, proj); err != nil {
+		return versions.Version{}, versions.Project{}, err
+	}
+	return v, proj, nil
+}
+
 // wake brings a hibernated instance back on this node: a new container
 // from its hibernation version, a new generation, this node as its home.
 func (m *Manager) wake(ctx context.Context, p types.Principal, in versions.Instance) (types.Instance, error) {
 	began := time.Now()
-	// A hibernation of this process may still be removing the old
-	// container of the same id.
-	if err := m.waitFreed(ctx, in.ID); err != nil {
-		return types.Instance{}, err
-	}
-	v, err := m.Store.GetVersion(ctx, in.Tenant, in.Project, in.HibernatedVersion)
+	v, proj, err := m.wakeFrom(ctx, in, in.HibernatedVersion)
 	if err != nil {
-		return types.Instance{}, err
-	}
-	proj, err := m.Store.GetProject(ctx, in.Tenant, in.Project)
-	if err != nil {
-		return types.Instance{}, err
-	}
-	// Refused before anything changes when the volumes cannot come here.
-	if err := m.Volumes.Follow(ctx, proj); err != nil {
 		return types.Instance{}, err
 	}
 	if in, err = m.Store.Transition(ctx, in.ID, []types.InstanceState{types.StateStopped}, types.StatePending, types.ReasonStarted,

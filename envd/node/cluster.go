@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -16,7 +17,20 @@ func (n *Node) clusterConfig(db database, reg registryPart) envd.ClusterConfig {
 		Capacity: n.cfg.Capacity, DiskOvercommit: n.cfg.DiskOvercommit, MemoryOvercommit: n.cfg.MemoryOvercommit,
 		Join: n.joinCommand(db, reg), Placement: n.cfg.Placement, Peers: n.peerFirewall(), DiskRoom: n.diskRoom(),
 		JoinConfig:     func() (types.JoinConfig, error) { return n.joinConfig(db, reg) },
-		TLSCertificate: func() []byte { return n.tls.certificate() }}
+		TLSCertificate: func() []byte { return n.tls.certificate() }, RuntimeClasses: n.runtimeClasses()}
+}
+
+// runtimeClasses are the classes the node's runtime can run (probed
+// once), recorded for placement; nil when the node has no runtime.
+func (n *Node) runtimeClasses() []string {
+	if n.rt == nil {
+		return nil
+	}
+	var out []string
+	for _, c := range n.rt.Classes(context.Background()) {
+		out = append(out, string(c))
+	}
+	return out
 }
 
 // peerFirewall is the runtime, which denies the cluster's other nodes to

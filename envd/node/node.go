@@ -23,6 +23,7 @@ import (
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/errdefs"
 
+	"github.com/envd-dev/envd/builder/buildkit"
 	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/envd/metrics"
 	"github.com/envd-dev/envd/internal/atomicfile"
@@ -101,6 +102,11 @@ type Config struct {
 	// it; the kernel's per-instance OOM killer acts on real use). 0 =
 	// DefaultMemoryOvercommit; 1 = limits fully reserved.
 	MemoryOvercommit float64
+	// ShimGroupSize is how many of one tenant's instances share a
+	// containerd shim process at most (runtime.Config.ShimGroupSize): a
+	// shim's death fails that many at most, all of one tenant. 0 =
+	// runtime.DefaultShimGroupSize (1, a shim per instance; grouping is opt-in).
+	ShimGroupSize int
 	// UserNS runs instances in a user namespace (runtime.Config.UserNS):
 	// images are pulled in full (no lazy restore).
 	UserNS bool
@@ -108,6 +114,13 @@ type Config struct {
 	// (runtime.Config.DefaultClass): "runc" (default) or "gvisor"; Start
 	// fails when the node cannot run it.
 	RuntimeClass string
+	// MemoryRestore is how a resume on this node gets its checkpoint's
+	// memory image (envd.Config.MemoryRestore): "full" (default) or
+	// "lazy".
+	MemoryRestore string
+	// GVisorDir holds runsc (runtime.Config.GVisorDir); default
+	// $ENVD_GVISOR_DIR, else where scripts/setup.sh installs it.
+	GVisorDir string
 	// Unrestricted is for benchmarks only: it turns off hardening, limits
 	// and network rules (runtime.Config.Unrestricted).
 	Unrestricted bool
@@ -124,6 +137,24 @@ type Config struct {
 	// BuildEgress is build containers' egress policy (default open); see
 	// envd.Config.BuildEgress.
 	BuildEgress string
+	// EgressResolvers are the upstream DNS servers (host or host:port) of
+	// the egress gateway that enforces allow lists naming hosts; default:
+	// the nameservers of /etc/resolv.conf.
+	EgressResolvers []string
+	// SecretKeyFile holds the key (64 hex digits) that seals the tenants'
+	// brokered secrets; default DataDir/secret.key, made on first start.
+	SecretKeyFile string
+	// EgressCAFile holds the CA (certificate and private key, PEM) whose
+	// certificates the egress proxy presents for hosts with an HTTPS secret
+	// binding; instances trust its certificate, never see its key. Default
+	// DataDir/egress-ca.pem, made on first start (mode 0600). Give every
+	// node of a cluster the same file so that an instance moved or resumed
+	// elsewhere keeps trusting it.
+	EgressCAFile string
+	// EgressUpstreamCAFile holds more roots (PEM) the egress proxy trusts,
+	// beside the system's, when it verifies the real certificate of a host
+	// it terminates TLS for. Default: none.
+	EgressUpstreamCAFile string
 
 	// Limits bound one tenant's concurrent saves, builds, exec and event
 	// streams on this node; zero fields take envd.DefaultTenantLimits.
@@ -176,6 +207,11 @@ type Config struct {
 	// RolloutConcurrency is the most rollout migrations this node runs at
 	// once; 0 = rollout.DefaultConcurrency (2).
 	RolloutConcurrency int
+	// Webhooks is how tenants' webhooks are delivered (envd.WebhookConfig;
+	// zero fields take its defaults). AllowLoopback lets hooks reach
+	// loopback receivers (tests, on-premises); instance subnets are always
+	// refused (instanceNets adds them to DenyNets).
+	Webhooks envd.WebhookConfig
 	// SquashAfter is the layer depth past which versions that instances
 	// build on are squashed in the background; 0 = never. DefaultConfig
 	// gives DefaultSquashAfter.
@@ -264,6 +300,7 @@ func DefaultConfig() Config {
 		DefaultLimits:    types.Limits{MemoryBytes: DefaultMemory, Pids: 4096, DiskBytes: 10 << 30},
 		DiskOvercommit:   runtime.DefaultDiskOvercommit,
 		MemoryOvercommit: DefaultMemoryOvercommit,
+		ShimGroupSize:    runtime.DefaultShimGroupSize,
 		Limits:           envd.DefaultTenantLimits,
 		ShutdownGrace:    DefaultShutdownGrace,
 		SSHListen:        DefaultSSHListen,
@@ -295,11 +332,13 @@ type Node struct {
 	// MetricsURL the URL of Config.MetricsListen's /metrics, if any.
 	ScrapeToken, MetricsURL string
 	metrics                 *metrics.Metrics
+	egress                  egressHooks
 
 	// What the steps of Start made, in their order (steps.go).
 	db   database
 	reg  registryPart
 	ctrd containerdPart
+	bk   *buildkit.BuildKit // nil = no Dockerfile builds on this node
 	rt   *runtime.Runtime
 	vols volumes
 	srv  *http.Server
@@ -352,6 +391,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.metrics, n.ScrapeToken, err = n.newMetrics(n.db); err != nil {
 		return nil, err
 	}
+	n.startBuildKit(ctx, n.reg)
 	if n.Service, err = n.newService(n.db, n.reg, n.rt, n.vols); err != nil {
 		return nil, err
 	}
@@ -424,6 +464,9 @@ func withDefaults(cfg Config) (_ Config, err error) {
 	}
 	if cfg.MemoryOvercommit == 0 {
 		cfg.MemoryOvercommit = d.MemoryOvercommit
+	}
+	if cfg.ShimGroupSize < 0 {
+		return cfg, fmt.Errorf("shim group size %d: 1 or more (0 = the default): %w", cfg.ShimGroupSize, errdefs.ErrInvalidArgument)
 	}
 	if cfg.DiskOvercommit < 1 || cfg.MemoryOvercommit < 1 {
 		return cfg, fmt.Errorf("disk overcommit %g, memory overcommit %g: each 1 or more: %w", cfg.DiskOvercommit, cfg.MemoryOvercommit, errdefs.ErrInvalidArgument)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,6 +21,8 @@ import (
 
 	"github.com/envd-dev/envd/api"
 	apimcp "github.com/envd-dev/envd/api/mcp"
+	"github.com/envd-dev/envd/builder"
+	"github.com/envd-dev/envd/builder/buildkit"
 	"github.com/envd-dev/envd/envd"
 	"github.com/envd-dev/envd/errdefs"
 	"github.com/envd-dev/envd/internal/objstore"
@@ -235,17 +238,28 @@ func (n *Node) checkRunc(ctx context.Context, path, changelog string) error {
 // registry credentials.
 func (n *Node) startRuntime(ctx context.Context, db database, reg registryPart, ctrd containerdPart) (*runtime.Runtime, error) {
 	cfg := n.cfg
+	netCfg := networkFor(cfg.DataDir, clusterEndpoints(cfg, db.dsn, reg.addr))
+	gw, err := n.egressGateway()
+	if err != nil {
+		return nil, err
+	}
+	if netCfg.Names = gw; netCfg.Names != nil {
+		// Closed after the runtime (closers run last first).
+		n.onClose(func(context.Context) error { return netCfg.Names.Close() })
+	}
 	rt, err := runtime.New(ctx, runtime.Config{
 		Address: ctrd.addr, Namespace: cfg.Namespace, StateDir: filepath.Join(cfg.DataDir, "runtime"),
-		Network:             networkFor(cfg.DataDir, clusterEndpoints(cfg, db.dsn, reg.addr)),
+		Network:             netCfg,
 		PlainHTTPRegistries: []string{reg.addr},
 		RegistryCredentials: reg.access.nodeFor(reg.addr),
 		LazySnapshotter:     ctrd.lazy,
 		DisableDiskLimit:    cfg.DisableDiskLimit,
 		DiskReserveBytes:    cfg.DiskReserveBytes,
 		DiskOvercommit:      cfg.DiskOvercommit,
+		ShimGroupSize:       cfg.ShimGroupSize,
 		UserNS:              cfg.UserNS,
 		DefaultClass:        runtime.Class(cfg.RuntimeClass),
+		GVisorDir:           cfg.GVisorDir,
 		Unrestricted:        cfg.Unrestricted,
 	})
 	if err != nil {
@@ -326,23 +340,31 @@ func (n *Node) openVolumes(ctx context.Context) (volumes, error) {
 // admin token exists.
 func (n *Node) newService(db database, reg registryPart, rt *runtime.Runtime, v volumes) (*envd.Service, error) {
 	cfg := n.cfg
+	key, err := secretKey(cfg.DataDir, cfg.SecretKeyFile)
+	if err != nil {
+		return nil, err
+	}
 	svc, err := envd.New(envd.Config{
 		Node: cfg.Node, WorkDir: filepath.Join(cfg.DataDir, "work"), DataDir: cfg.DataDir,
 		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, Components: n.components, Logger: cfg.Logger,
 		Volumes: v.manager, Objects: v.objects, HibernateAfter: cfg.HibernateAfter, PrefetchWindow: cfg.PrefetchWindow, ReconcileInterval: cfg.ReconcileInterval,
-		Sweeper: reg.sweeper, DefaultLimits: cfg.DefaultLimits, BuildEgress: cfg.BuildEgress,
+		Sweeper: reg.sweeper, DefaultLimits: cfg.DefaultLimits, BuildEgress: cfg.BuildEgress, BuildKit: n.buildKit(),
 		Limits: cfg.Limits, Observer: n.metrics,
 		Dials: cfg.Dials, ThreadHighWater: cfg.threadHighWater(),
 		IdleAfter: cfg.IdleAfter, IdleAction: cfg.IdleAction, WakeWait: cfg.WakeWait, IdleInterval: cfg.IdleInterval, ActivityFlush: cfg.ActivityFlush,
 		MaxFileBytes:       cfg.MaxFileBytes,
+		MemoryRestore:      cfg.MemoryRestore,
 		RolloutConcurrency: cfg.RolloutConcurrency,
 		SquashAfter:        cfg.SquashAfter,
 		Cluster:            n.clusterConfig(db, reg),
+		SecretKey:          key,
+		Webhooks:           webhookConfig(cfg),
 	}, db.store, reg.client, rt)
 	if err != nil {
 		return nil, err
 	}
 	n.onClose(func(context.Context) error { svc.Close(); return nil })
+	n.egress.svc.Store(svc)
 	return svc, nil
 }
 
@@ -393,6 +415,7 @@ func (n *Node) serveAPI(svc *envd.Service) (url string, err error) {
 		h = n.cfg.WrapAPI(h)
 	}
 	h = apimcp.Mount(h, n.mcpClients(&url), envd.BuildVersion)                  // /mcp: MCP tools, a client of this API with the caller's token
+	h = n.e2bServer(&url).Mount(h)                                              // /e2b: the E2B-compatible API, a client of this API too
 	h = api.PreviewHosts(parts, n.cfg.PreviewDomain, h, key, n.peers.transport) // preview hosts are the instances', not the API's
 	ln, err := net.Listen("tcp", n.cfg.Listen)
 	if err != nil {
@@ -417,6 +440,19 @@ func (n *Node) serveAPI(svc *envd.Service) (url string, err error) {
 		}
 	}()
 	return url, nil
+}
+
+// webhookConfig is cfg.Webhooks with every node's instance subnets denied:
+// the runtime's default range and the ranges networkFor derives from data
+// dirs (10.200.0.0/16 to 10.249.0.0/16), so that no hook reaches an
+// instance of this node or another.
+func webhookConfig(cfg Config) envd.WebhookConfig {
+	wc := cfg.Webhooks
+	wc.DenyNets = append(slices.Clone(wc.DenyNets), netip.MustParsePrefix("10.89.0.0/16"))
+	for b := 200; b < 250; b++ {
+		wc.DenyNets = append(wc.DenyNets, netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(b), 0, 0}), 16))
+	}
+	return wc
 }
 
 // networkFor derives a bridge and subnet from the data dir, so two nodes
@@ -477,4 +513,52 @@ func newHTTPServer(h http.Handler) *http.Server {
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 	}
+}
+
+// startBuildKit starts buildkitd for Dockerfile builds, its cache in
+// DataDir/buildkit (kept between builds and restarts). Without it the node
+// runs and refuses Dockerfile builds with the reason (Info's components).
+func (n *Node) startBuildKit(ctx context.Context, reg registryPart) {
+	cfg := buildkit.Config{Dir: filepath.Join(n.cfg.DataDir, "buildkit"), Bin: buildkitBin,
+		Registry: reg.addr, PlainHTTP: n.cfg.Registry == "", Credential: reg.access.Node, Log: n.cfg.Logger}
+	if n.rt != nil && n.rt.AgentBinary() != "" {
+		cfg.Network, cfg.Plugin = buildNetwork{n.rt}, n.rt.AgentBinary()
+	}
+	bk, err := buildkit.Start(ctx, cfg)
+	if err != nil {
+		n.cfg.Logger.Warn("BuildKit unavailable: Dockerfile builds are refused", "err", err)
+		n.components["buildkit"] = "unavailable: " + err.Error()
+		return
+	}
+	n.bk = bk
+	n.components["buildkit"] = "buildkitd at " + bk.Socket()
+	n.onClose(bk.Stop)
+}
+
+// buildNetwork attaches BuildKit's RUN steps like instances: on the
+// runtime's bridge, behind its firewall, each step alone (Isolated).
+type buildNetwork struct{ rt *runtime.Runtime }
+
+func (b buildNetwork) Attach(ctx context.Context, id, netns string, g buildkit.Grant) ([]byte, error) {
+	eg, err := runtime.ParseEgress(g.Egress)
+	if err != nil {
+		return nil, err
+	}
+	return b.rt.AttachNetNS(ctx, id, netns, runtime.NetworkPolicy{Group: g.Group, Isolated: true, Egress: eg})
+}
+
+func (b buildNetwork) Detach(ctx context.Context, id, netns string) error {
+	return b.rt.DetachNetNS(ctx, id, netns)
+}
+
+// buildkitBin is where scripts/setup.sh installs buildkitd and buildctl.
+const buildkitBin = "/usr/local/lib/envd/bin"
+
+// buildKit is the node's BuildKit as the builder takes it: nil, not a nil
+// pointer, when there is none.
+func (n *Node) buildKit() builder.BuildKit {
+	if n.bk == nil {
+		return nil
+	}
+	return n.bk
 }

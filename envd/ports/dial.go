@@ -23,7 +23,8 @@ import (
 // the network namespace of the instance's task, so servers bound to
 // loopback only (Vite, Next, Jupyter by default) are reached as well as
 // those on every address. When nothing listens on 127.0.0.1, ::1 is
-// tried. Each connection counts as activity on the instance.
+// tried. Each connection counts as activity on the instance. On gVisor
+// the same servers are reached another way (sandbox.go).
 //
 // A dial in progress holds one slot of AdmitDials for p's tenant and for
 // the node (DialLimits) and lasts at most DialLimits.Timeout; the
@@ -44,19 +45,26 @@ func (pt *Ports) DialInstance(ctx context.Context, p types.Principal, id string,
 		return nil, err
 	}
 	defer release()
-	_, pid, err := pt.instancePid(ctx, p, id)
+	_, st, err := pt.instancePid(ctx, p, id)
 	if err != nil {
 		return nil, err
 	}
 	timeout := pt.dialLimits().Timeout
 	dctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	ns := fmt.Sprintf("/proc/%d/ns/net", pid)
 	var conn net.Conn
-	for _, host := range []string{"127.0.0.1", "::1"} {
-		conn, err = netns.Dial(dctx, ns, "tcp", net.JoinHostPort(host, strconv.Itoa(port)))
-		if err == nil || !refused(err) {
-			break
+	if st.Class == runtime.ClassGVisor {
+		conn, err = pt.dialSandbox(ctx, dctx, id, st.Address, port)
+		if err != nil && errdefs.Code(err) != "internal" && dctx.Err() == nil {
+			return nil, err // the relay's, of a kind already
+		}
+	} else {
+		ns := fmt.Sprintf("/proc/%d/ns/net", st.Pid)
+		for _, host := range []string{"127.0.0.1", "::1"} {
+			conn, err = netns.Dial(dctx, ns, "tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+			if err == nil || !refused(err) {
+				break
+			}
 		}
 	}
 	if err != nil {
@@ -129,35 +137,29 @@ func refused(err error) bool {
 }
 
 // instancePid returns instance id, which must be Running on this node and
-// belong to p's tenant, and the pid of its task.
-func (pt *Ports) instancePid(ctx context.Context, p types.Principal, id string) (versions.Instance, uint32, error) {
+// belong to p's tenant, and the status of its task (Pid set).
+func (pt *Ports) instancePid(ctx context.Context, p types.Principal, id string) (versions.Instance, runtime.Status, error) {
 	// The store, not GetInstance: its view asks the runtime for more than
 	// this needs, on every new proxied connection.
 	if err := names.ValidateInstanceID(id); err != nil {
-		return versions.Instance{}, 0, err
+		return versions.Instance{}, runtime.Status{}, err
 	}
 	in, err := pt.store.GetInstance(ctx, p.Tenant, id)
 	if err != nil {
-		return versions.Instance{}, 0, err
+		return versions.Instance{}, runtime.Status{}, err
 	}
 	if in.State != types.StateRunning {
-		return versions.Instance{}, 0, fmt.Errorf("instance %q is %s, not Running: %w", id, in.State, errdefs.ErrFailedPrecondition)
+		return versions.Instance{}, runtime.Status{}, fmt.Errorf("instance %q is %s, not Running: %w", id, in.State, errdefs.ErrFailedPrecondition)
 	}
 	if in.Node != pt.node {
-		return versions.Instance{}, 0, fmt.Errorf("instance %q runs on node %q, not on %q: %w", id, in.Node, pt.node, errdefs.ErrFailedPrecondition)
+		return versions.Instance{}, runtime.Status{}, fmt.Errorf("instance %q runs on node %q, not on %q: %w", id, in.Node, pt.node, errdefs.ErrFailedPrecondition)
 	}
 	st, err := pt.rt.Status(ctx, id)
 	if err != nil {
-		return versions.Instance{}, 0, err
+		return versions.Instance{}, runtime.Status{}, err
 	}
 	if st.Task != "running" || st.Pid == 0 {
-		return versions.Instance{}, 0, fmt.Errorf("instance %q has no running task: %w", id, errdefs.ErrFailedPrecondition)
+		return versions.Instance{}, runtime.Status{}, fmt.Errorf("instance %q has no running task: %w", id, errdefs.ErrFailedPrecondition)
 	}
-	if st.Class == runtime.ClassGVisor {
-		// Its sockets live in gVisor's network stack, inside the sandbox:
-		// the node's view of the network namespace neither lists nor
-		// reaches them.
-		return versions.Instance{}, 0, fmt.Errorf("ports of instance %q (runtime class %s): %w: %w", id, st.Class, runtime.ErrNotOnClass, errdefs.ErrFailedPrecondition)
-	}
-	return in, st.Pid, nil
+	return in, st, nil
 }

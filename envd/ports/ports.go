@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,14 +39,19 @@ type Store interface {
 	// when there is none yet.
 	PreviewKey(ctx context.Context, candidate []byte) ([]byte, error)
 	PublicPorts(ctx context.Context, tenant, project string) ([]int, error)
-	SetPublicPorts(ctx context.Context, tenant, project string, ports []int) error
+	ForwardedPorts(ctx context.Context, tenant, project string) ([]versions.ForwardedPort, error)
+	// SetPorts replaces the public ports and, unless forwarded is nil,
+	// the forwarded ones.
+	SetPorts(ctx context.Context, tenant, project string, public []int, forwarded []versions.ForwardedPort) error
 	PortIsPublic(ctx context.Context, id string, port int) (tenant string, public bool, err error)
 	GetInstance(ctx context.Context, tenant, id string) (versions.Instance, error)
 }
 
-// Runtime tells the task of an instance (its pid: its network namespace).
+// Runtime tells the task of an instance (its pid: its network namespace),
+// and runs the agent's helpers inside gVisor instances (sandbox.go).
 type Runtime interface {
 	Status(ctx context.Context, id string) (runtime.Status, error)
+	Exec(ctx context.Context, id string, spec runtime.ExecSpec) (int, error)
 }
 
 // Instances authorizes an instance for a principal and records activity
@@ -124,11 +130,16 @@ func checkPort(port int) error {
 // network namespace, each address once, ordered by port. Public is set
 // from the project's settings. Errors as DialInstance's, but for the port.
 func (pt *Ports) ListPorts(ctx context.Context, p types.Principal, id string) ([]types.ListeningPort, error) {
-	in, pid, err := pt.instancePid(ctx, p, id)
+	in, st, err := pt.instancePid(ctx, p, id)
 	if err != nil {
 		return nil, err
 	}
-	ls, err := netns.Listening(int(pid))
+	var ls []netns.Listener
+	if st.Class == runtime.ClassGVisor {
+		ls, err = pt.listSandbox(ctx, id)
+	} else {
+		ls, err = netns.Listening(int(st.Pid))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("ports of instance %q: %w", id, err)
 	}
@@ -136,9 +147,16 @@ func (pt *Ports) ListPorts(ctx context.Context, p types.Principal, id string) ([
 	if err != nil {
 		return nil, err
 	}
+	fwd, err := pt.store.ForwardedPorts(ctx, p.Tenant, in.Project)
+	if err != nil {
+		return nil, err
+	}
 	out := []types.ListeningPort{}
 	for _, l := range ls {
 		lp := types.ListeningPort{Address: l.Address, Port: l.Port, Protocol: l.Protocol, Public: slices.Contains(public, l.Port)}
+		if i := slices.IndexFunc(fwd, func(f versions.ForwardedPort) bool { return f.Port == l.Port }); i >= 0 {
+			lp.Forwarded, lp.Label, lp.Scheme = true, fwd[i].Label, fwd[i].Scheme
+		}
 		if !slices.Contains(out, lp) {
 			out = append(out, lp)
 		}
@@ -225,12 +243,25 @@ func (pt *Ports) GetProjectPorts(ctx context.Context, p types.Principal, project
 	if err != nil {
 		return types.ProjectPorts{}, err
 	}
-	return types.ProjectPorts{Public: ports}, nil
+	fwd, err := pt.store.ForwardedPorts(ctx, p.Tenant, project)
+	if err != nil {
+		return types.ProjectPorts{}, err
+	}
+	return types.ProjectPorts{Public: ports, Forwarded: forwardedOut(fwd)}, nil
+}
+
+func forwardedOut(fwd []versions.ForwardedPort) []types.ForwardedPort {
+	out := make([]types.ForwardedPort, len(fwd))
+	for i, f := range fwd {
+		out[i] = types.ForwardedPort{Port: f.Port, Label: f.Label, Scheme: f.Scheme}
+	}
+	return out
 }
 
 // SetProjectPorts replaces a project's port settings; the list of public
-// ports is kept sorted and without duplicates. It applies at once to the
-// project's running instances.
+// ports is kept sorted and without duplicates. Forwarded ports are
+// replaced when req has a list (nil keeps them); a port given twice there
+// is invalid. It applies at once to the project's running instances.
 func (pt *Ports) SetProjectPorts(ctx context.Context, p types.Principal, project string, req types.ProjectPorts) (types.ProjectPorts, error) {
 	ports := slices.Clone(req.Public)
 	if len(ports) > maxPublicPorts {
@@ -246,8 +277,31 @@ func (pt *Ports) SetProjectPorts(ctx context.Context, p types.Principal, project
 	if ports == nil {
 		ports = []int{}
 	}
-	if err := pt.store.SetPublicPorts(ctx, p.Tenant, project, ports); err != nil {
+	var fwd []versions.ForwardedPort
+	if req.Forwarded != nil {
+		if len(req.Forwarded) > maxPublicPorts {
+			return types.ProjectPorts{}, fmt.Errorf("forwarded ports: %d given, at most %d: %w", len(req.Forwarded), maxPublicPorts, errdefs.ErrInvalidArgument)
+		}
+		fwd = []versions.ForwardedPort{}
+		for _, f := range req.Forwarded {
+			if err := checkPort(f.Port); err != nil {
+				return types.ProjectPorts{}, fmt.Errorf("forwarded ports: %w", err)
+			}
+			if slices.ContainsFunc(fwd, func(g versions.ForwardedPort) bool { return g.Port == f.Port }) {
+				return types.ProjectPorts{}, fmt.Errorf("forwarded ports: port %d given twice: %w", f.Port, errdefs.ErrInvalidArgument)
+			}
+			if len(f.Label) > 128 || strings.ContainsAny(f.Label, "\n\r\x00") {
+				return types.ProjectPorts{}, fmt.Errorf("forwarded ports: port %d: a label is one line of at most 128 bytes: %w", f.Port, errdefs.ErrInvalidArgument)
+			}
+			if f.Scheme != "" && f.Scheme != "http" && f.Scheme != "https" {
+				return types.ProjectPorts{}, fmt.Errorf("forwarded ports: port %d: scheme %q: http or https: %w", f.Port, f.Scheme, errdefs.ErrInvalidArgument)
+			}
+			fwd = append(fwd, versions.ForwardedPort{Port: f.Port, Label: f.Label, Scheme: f.Scheme})
+		}
+		slices.SortFunc(fwd, func(a, b versions.ForwardedPort) int { return a.Port - b.Port })
+	}
+	if err := pt.store.SetPorts(ctx, p.Tenant, project, ports, fwd); err != nil {
 		return types.ProjectPorts{}, err
 	}
-	return types.ProjectPorts{Public: ports}, nil
+	return pt.GetProjectPorts(ctx, p, project)
 }

@@ -63,6 +63,12 @@ func (c *Checker) TTL(ctx context.Context, tenant, ttl string) (*time.Time, erro
 // quota: an early check, before an operation exists; the store checks
 // again, atomically, as it records a new instance or starts a stopped one.
 func (c *Checker) Start(ctx context.Context, tenant string) error {
+	return c.Starts(ctx, tenant, 1)
+}
+
+// Starts is Start for n instances started together (a fork into n): all
+// of them fit, or the refusal names n as what was asked.
+func (c *Checker) Starts(ctx context.Context, tenant string, n int) error {
 	q, err := c.store.Quota(ctx, tenant)
 	if err != nil || q.MaxInstances == 0 {
 		return err
@@ -71,8 +77,8 @@ func (c *Checker) Start(ctx context.Context, tenant string) error {
 	if err != nil {
 		return err
 	}
-	if u.Instances >= q.MaxInstances {
-		return versions.QuotaError("instances", int64(q.MaxInstances), int64(u.Instances), 1)
+	if u.Instances+n > q.MaxInstances {
+		return versions.QuotaError("instances", int64(q.MaxInstances), int64(u.Instances), int64(n))
 	}
 	return nil
 }

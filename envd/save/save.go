@@ -161,6 +161,14 @@ type Capture struct {
 	Thawed      func(ctx context.Context) error
 }
 
+// FreezeSteps divides a capture's freeze window: the pause (the gate's
+// hold, the runtime's freezer), the rootfs's frozen spool pass, the
+// caller's WhileFrozen (a checkpoint's volumes and memory image) and the
+// resume. Their sum is the window but for the bookkeeping between them.
+type FreezeSteps struct {
+	Pause, Rootfs, WhileFrozen, Resume time.Duration
+}
+
 // Captured is an instance's rootfs changes pushed as an image, under an
 // upload lease that Commit ends.
 type Captured struct {
@@ -170,6 +178,8 @@ type Captured struct {
 	Layer                snapshotter.Layer
 	Compression          string
 	Freeze, Encode, Push time.Duration
+	// Steps is where the freeze went (zero without one).
+	Steps FreezeSteps
 
 	upload      *versions.Upload
 	quota       versions.QuotaPolicy
@@ -219,6 +229,9 @@ func (s *Saver) Capture(ctx context.Context, ev Events, cp Capture) (Captured, e
 	for i, e := range excl {
 		excludes[i] = e.Path
 	}
+	if cp.Freeze {
+		s.reportSandboxFIFOs(ctx, ev, in.ID, excludes)
+	}
 	c.Compression = proj.Compression
 	encOpts := snapshotter.EncodeOptions{Compression: snapshotter.Compression(proj.Compression), PrioritizedFiles: proj.Prefetch}
 	// The first spool pass holds large files open instead of copying them
@@ -231,7 +244,7 @@ func (s *Saver) Capture(ctx context.Context, ev Events, cp Capture) (Captured, e
 	var encStart time.Time
 	for again := false; ; again = true {
 		var tp *snapshotter.TwoPass
-		c.Stats, c.Freeze, tp, err = s.spool(ctx, in.ID, cp.Work, upper, dir, excludes, cp, copyAll)
+		c.Stats, c.Freeze, tp, err = s.spool(ctx, in.ID, cp.Work, upper, dir, excludes, cp, copyAll, &c.Steps)
 		if tp != nil {
 			defer tp.Close()
 		}
@@ -243,7 +256,9 @@ func (s *Saver) Capture(ctx context.Context, ev Events, cp Capture) (Captured, e
 			msg += ", again, copying every file: one changed after the thaw"
 		}
 		ev.Event(ctx, "spooled", msg,
-			map[string]any{"entries": c.Stats.Entries, "bytes": c.Stats.Bytes, "whiteouts": c.Stats.Whiteouts, "freeze_ms": c.Freeze.Milliseconds()})
+			map[string]any{"entries": c.Stats.Entries, "bytes": c.Stats.Bytes, "whiteouts": c.Stats.Whiteouts, "freeze_ms": c.Freeze.Milliseconds(),
+				"pause_ms": c.Steps.Pause.Milliseconds(), "rootfs_frozen_ms": c.Steps.Rootfs.Milliseconds(),
+				"while_frozen_ms": c.Steps.WhileFrozen.Milliseconds(), "resume_ms": c.Steps.Resume.Milliseconds()})
 
 		encStart = time.Now()
 		c.Layer, err = snapshotter.EncodeTwoPass(ctx, tp, dir, encOpts)
@@ -308,8 +323,8 @@ func (s *Saver) Capture(ctx context.Context, ev Events, cp Capture) (Captured, e
 // not with the size of the change. A stopped instance is not frozen: nothing
 // runs (a held file changed anyway fails the encode as after a thaw). The
 // thaw always runs, even when ctx is canceled. work names the save (its
-// operation) as a holder of the freeze.
-func (s *Saver) spool(ctx context.Context, id, work, upper, dir string, excludes []string, cp Capture, copyAll bool) (_ snapshotter.SpoolStats, _ time.Duration, tp *snapshotter.TwoPass, _ error) {
+// operation) as a holder of the freeze; steps gets the freeze's parts.
+func (s *Saver) spool(ctx context.Context, id, work, upper, dir string, excludes []string, cp Capture, copyAll bool, steps *FreezeSteps) (_ snapshotter.SpoolStats, _ time.Duration, tp *snapshotter.TwoPass, _ error) {
 	opts := snapshotter.SpoolOptions{Excludes: excludes, CopyContent: copyAll}
 	var err error
 	if opts.IDShift, err = s.idShift(ctx, id); err != nil {
@@ -336,12 +351,16 @@ func (s *Saver) spool(ctx context.Context, id, work, upper, dir string, excludes
 	if err := s.Gate.Hold(ctx, s.Runtime, id, holder); err != nil {
 		return snapshotter.SpoolStats{}, 0, tp, err
 	}
+	paused := time.Now()
 	fs, frozenErr := tp.Frozen(ctx)
+	spooled := time.Now()
 	if frozenErr == nil && cp.WhileFrozen != nil {
 		frozenErr = cp.WhileFrozen(ctx)
 	}
+	resuming := time.Now()
 	resumeErr := s.Gate.Release(rctx, s.Runtime, id, holder, false)
 	window := time.Since(frozen)
+	*steps = FreezeSteps{Pause: paused.Sub(frozen), Rootfs: spooled.Sub(paused), WhileFrozen: resuming.Sub(spooled), Resume: time.Since(resuming)}
 	if cp.Thawed != nil {
 		if err := cp.Thawed(ctx); err != nil && frozenErr == nil {
 			frozenErr = err

@@ -91,7 +91,11 @@ func TestRootDialHangingHoldsNoThread(t *testing.T) {
 	}
 	assert.GreaterOrEqual(t, hung, n-2, "the listener accepted more than its backlog")
 	assert.Less(t, elapsed, 5*time.Second, "hanging dials outlived their context")
-	assert.Less(t, peak-before, 20, "%d hanging dials grew the process from %d to %d OS threads", n, before, peak)
+	// A thread held per hanging dial would add n. Making the sockets still
+	// locks a thread for a moment each, and under load (CI runs packages side
+	// by side) the runtime starts more threads while those setns calls queue:
+	// 20 extra was seen once in CI, so the bound is n/4, far below n.
+	assert.Less(t, peak-before, n/4, "%d hanging dials grew the process from %d to %d OS threads", n, before, peak)
 }
 
 func TestRootDial(t *testing.T) {

@@ -23,12 +23,16 @@ type Listener struct {
 const tcpListen = "0A"
 
 // Listening returns the TCP listeners of the network namespace process pid
-// is in, from /proc/PID/net/tcp and /proc/PID/net/tcp6 (a kernel without
-// IPv6 has no tcp6: it is skipped), in file order.
+// (-1: this process) is in, from /proc/PID/net/tcp and /proc/PID/net/tcp6
+// (a kernel without IPv6 has no tcp6: it is skipped), in file order.
 func Listening(pid int) ([]Listener, error) {
+	proc := fmt.Sprintf("/proc/%d", pid)
+	if pid == -1 {
+		proc = "/proc/self"
+	}
 	var out []Listener
 	for _, proto := range []string{"tcp", "tcp6"} {
-		f, err := os.Open(fmt.Sprintf("/proc/%d/net/%s", pid, proto))
+		f, err := os.Open(proc + "/net/" + proto)
 		if err != nil {
 			if proto == "tcp6" && os.IsNotExist(err) {
 				continue

@@ -113,13 +113,21 @@ func TestLogTail(t *testing.T) {
 }
 
 func TestArgs(t *testing.T) {
-	cmd := exec.Command("sleep", "30")
-	cmd.Args = []string{"sleeper", "30", "", "last"} // an empty argument stays
+	// sh waits in its builtin read on a pipe this test holds, so the child
+	// stays alive with exactly this argv and starts no process of its own
+	// (sleep given these arguments would exit at once on the empty one,
+	// leaving a zombie whose cmdline reads empty: seen in CI).
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	cmd := exec.Command("sh")
+	cmd.Args = []string{"sleeper", "-c", "read line", "", "last"} // an empty argument stays
+	cmd.Stdin = r
 	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	r.Close()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); w.Close() })
 	// The child's argv shows in /proc once it has exec'd, a moment after
 	// Start returns (the same wait as TestWaitExec's).
-	want := []string{"sleeper", "30", "", "last"}
+	want := []string{"sleeper", "-c", "read line", "", "last"}
 	assert.Eventually(t, func() bool { return slices.Equal(want, Args(cmd.Process.Pid)) }, 5*time.Second, 5*time.Millisecond,
 		"argv of the child: %q", Args(cmd.Process.Pid))
 	assert.Nil(t, Args(1<<30), "no such process")

@@ -9,16 +9,23 @@
 //     (kernel state, ~170 KB), pages.img (resident memory as is) and
 //     pages_meta.img (docs/gvisor.md). The package does not read them: any
 //     flat directory round-trips byte for byte.
-//   - chunk: a ChunkSize-long range of one file at a multiple of ChunkSize
-//     (the last one of a file may be shorter). A chunk whose bytes are all
-//     zero is a hole: it is stored as nothing. Every other chunk is a blob
-//     of its raw bytes, named by their sha256, so a chunk already in the
-//     repository (from an earlier checkpoint, or elsewhere in this one) is
-//     never uploaded again.
+//   - extent, chunk, hole: a file is cut into extents at page (4 KiB)
+//     boundaries (chunk.go). A run of zero pages (64 KiB or more) is a hole:
+//     it is stored as nothing. The bytes between holes are cut into chunks
+//     after each page whose hash says so (content-defined: the decision
+//     depends on that page's bytes only), 256 KiB to 4 MiB long, 1 MiB on
+//     average (DefaultChunkSize). Pages inserted or removed anywhere then
+//     change only the chunks around them. Every chunk is a blob of its raw
+//     bytes, named by their sha256, so a chunk already in the repository
+//     (from an earlier checkpoint, or elsewhere in this one) is never
+//     uploaded again.
 //   - index: the artifact's config blob, listing each file's name, size,
-//     mode and chunk digests ("" for a hole). It is what turns the blobs
-//     back into files, and what maps a file offset to a blob and an offset in
-//     it for a lazy read.
+//     mode and extents (digest, "" for a hole, and length; an extent's
+//     offset is the sum of the lengths before it) with the chunking
+//     parameters. It is what turns the blobs back into files, and what maps
+//     a file offset to a blob and an offset in it for a lazy read (a binary
+//     search). Indexes of fixed-size chunks, which earlier pushes wrote
+//     (IndexV1MediaType), are still read.
 //   - artifact: an OCI image manifest (artifactType ArtifactType) whose
 //     config is the index and whose layers are the distinct chunk blobs, in
 //     the order of their first use. Its subject, when set, is the manifest
@@ -28,7 +35,8 @@
 // Media types (documented in docs/api.md, "Memory images"):
 //
 //	artifactType       application/vnd.envd.memory.v1
-//	config (the index) application/vnd.envd.memory.index.v1+json
+//	config (the index) application/vnd.envd.memory.index.v2+json
+//	                   (v1+json: fixed-size chunks, read only)
 //	layers (chunks)    application/vnd.envd.memory.chunk.v1
 //
 // Chunks are stored raw, not compressed: a blob's byte range is then the

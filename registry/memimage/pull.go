@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -70,9 +71,10 @@ func (s *Store) Pull(ctx context.Context, a Artifact, dir string) error {
 		if err := fh.Truncate(f.Size); err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
+		offs := ix.offsets(&ix.Files[fi])
 		for i, d := range f.Chunks {
 			if d != "" {
-				chunks = append(chunks, chunkRef{file: fi, i: i, off: int64(i) * ix.ChunkSize, n: ix.chunkLen(&ix.Files[fi], i)})
+				chunks = append(chunks, chunkRef{file: fi, i: i, off: offs[i], n: offs[i+1] - offs[i]})
 			}
 		}
 	}
@@ -113,8 +115,9 @@ func syncDir(dir string) error {
 	return d.Sync()
 }
 
-// Reader reads one file of an artifact lazily: each ReadAt fetches the
-// chunks it touches that are not in its cache, one GET per chunk, checked
+// Reader reads one file of an artifact lazily: each ReadAt finds the
+// extents it touches (a binary search of their offsets) and fetches the
+// chunks among them that are not in its cache, one GET per chunk, checked
 // against the chunk's digest; holes read as zeros without a request.
 // Concurrent ReadAts of one chunk share one fetch. It is safe for
 // concurrent use; the context given to Open bounds every fetch.
@@ -122,8 +125,8 @@ type Reader struct {
 	ctx  context.Context
 	r    name.Repository
 	hc   *http.Client
-	ix   *Index
 	f    *IndexFile
+	offs []int64 // where each extent starts, and the file's size
 	max  int
 	mu   sync.Mutex
 	lru  *list.List // of *cached, most recent first
@@ -165,13 +168,31 @@ func (s *Store) Open(ctx context.Context, a Artifact, fileName string) (*Reader,
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return &Reader{
-		ctx: ctx, r: r, hc: hc, ix: &a.Index, f: f, max: s.o.cache,
+		ctx: ctx, r: r, hc: hc, f: f, offs: a.Index.offsets(f), max: s.o.cache,
 		lru: list.New(), byI: map[int]*list.Element{}, wait: map[int]*fetch{},
 	}, nil
 }
 
 // Size is the file's size.
 func (rd *Reader) Size() int64 { return rd.f.Size }
+
+// Extent is one extent of a file: Len bytes from Off, one chunk or a hole
+// (zeros, nothing stored).
+type Extent struct {
+	Off, Len int64
+	Hole     bool
+}
+
+// Extents lists the file's extents in order; they tile it. A caller that
+// keeps what it read (a lazy file's local copy) reads whole extents, so
+// each chunk is fetched once.
+func (rd *Reader) Extents() []Extent {
+	out := make([]Extent, len(rd.f.Chunks))
+	for i, d := range rd.f.Chunks {
+		out[i] = Extent{Off: rd.offs[i], Len: rd.offs[i+1] - rd.offs[i], Hole: d == ""}
+	}
+	return out
+}
 
 // Fetches is how many chunks the Reader has fetched from the registry.
 func (rd *Reader) Fetches() int64 {
@@ -192,9 +213,10 @@ func (rd *Reader) ReadAt(p []byte, off int64) (int, error) {
 		if pos >= rd.f.Size {
 			return n, io.EOF
 		}
-		i := int(pos / rd.ix.ChunkSize)
-		in := pos - int64(i)*rd.ix.ChunkSize
-		want := min(int64(len(p)-n), rd.ix.chunkLen(rd.f, i)-in)
+		// The extent holding pos: the last one starting at or before it.
+		i := sort.Search(len(rd.f.Chunks), func(i int) bool { return rd.offs[i+1] > pos })
+		in := pos - rd.offs[i]
+		want := min(int64(len(p)-n), rd.offs[i+1]-pos)
 		if rd.f.Chunks[i] == "" {
 			clear(p[n : n+int(want)])
 		} else {
@@ -227,7 +249,7 @@ func (rd *Reader) chunk(i int) ([]byte, error) {
 	rd.fetches++
 	rd.mu.Unlock()
 
-	f.data, f.err = fetchBlob(rd.ctx, rd.hc, rd.r, rd.f.Chunks[i], rd.ix.chunkLen(rd.f, i))
+	f.data, f.err = fetchBlob(rd.ctx, rd.hc, rd.r, rd.f.Chunks[i], rd.offs[i+1]-rd.offs[i])
 	rd.mu.Lock()
 	delete(rd.wait, i)
 	if f.err == nil {

@@ -62,18 +62,19 @@ type PushResult struct {
 // chunkRef is one chunk of one file of the image directory.
 type chunkRef struct {
 	file   int // index in the index's Files (and in files)
-	i      int // chunk number in that file
+	i      int // extent number in that file
 	off, n int64
 }
 
 // Push stores the image directory req.Dir as an artifact in req.Repo: it
-// hashes every chunk, uploads the chunks and the index the repository does
-// not hold yet, puts the manifest by digest and verifies that the manifest
-// and every blob are there. It returns only a verified artifact.
+// cuts every file into content-defined chunks and holes (chunk.go), hashes
+// every chunk, uploads the chunks and the index the repository does not
+// hold yet, puts the manifest by digest and verifies that the manifest and
+// every blob are there. It returns only a verified artifact.
 //
 // A directory that is missing, empty, or holds anything but regular files
-// is errdefs.ErrInvalidArgument, as is an image of more than 20,000
-// distinct chunks (push it with a larger chunk size); a Subject not in Repo is
+// is errdefs.ErrInvalidArgument, as is an image of more than 20,000 chunks
+// even at the largest average chunk size; a Subject not in Repo is
 // errdefs.ErrNotFound. Registry failures carry the kinds of
 // registry.Translate.
 func (s *Store) Push(ctx context.Context, req PushRequest) (PushResult, error) {
@@ -105,14 +106,33 @@ func (s *Store) Push(ctx context.Context, req PushRequest) (PushResult, error) {
 		}
 	}()
 
-	// 1. Hash: every chunk's digest, or "" for zeros.
+	// 1. Cut: each page's hash, then the extents (holes and chunks).
+	names, sizes := make([]string, len(ix.Files)), make([]int64, len(ix.Files))
+	for fi, f := range ix.Files {
+		names[fi], sizes[fi] = f.Name, f.Size
+	}
+	pages, err := s.scanPages(ctx, files, names, sizes)
+	if err != nil {
+		return PushResult{}, fmt.Errorf("%s: %w", what, err)
+	}
+	params, exts, err := s.cutFiles(pages, sizes)
+	if err != nil {
+		return PushResult{}, fmt.Errorf("%s: %w", what, err)
+	}
+	ix.Chunking = &params
 	var chunks []chunkRef
 	for fi := range ix.Files {
 		f := &ix.Files[fi]
-		for i := range f.Chunks {
-			chunks = append(chunks, chunkRef{file: fi, i: i, off: int64(i) * ix.ChunkSize, n: ix.chunkLen(f, i)})
+		f.Chunks, f.Lengths = make([]string, len(exts[fi])), make([]int64, len(exts[fi]))
+		for i, e := range exts[fi] {
+			f.Lengths[i] = e.n
+			if !e.hole {
+				chunks = append(chunks, chunkRef{file: fi, i: i, off: e.off, n: e.n})
+			}
 		}
 	}
+
+	// 2. Hash: every chunk's digest.
 	if err := s.hashChunks(ctx, files, ix, chunks); err != nil {
 		return PushResult{}, fmt.Errorf("%s: %w", what, err)
 	}
@@ -129,12 +149,8 @@ func (s *Store) Push(ctx context.Context, req PushRequest) (PushResult, error) {
 		h, _ := v1.NewHash(d)
 		layers = append(layers, v1.Descriptor{MediaType: ChunkMediaType, Size: c.n, Digest: h})
 	}
-	if len(layers) > s.o.maxChunks {
-		return PushResult{}, fmt.Errorf("%s: %d distinct chunks of %d bytes, more than a manifest holds (%d): %w",
-			what, len(layers), ix.ChunkSize, s.o.maxChunks, errdefs.ErrInvalidArgument)
-	}
 
-	// 2. Chunk blobs the repository does not hold, mounted from the
+	// 3. Chunk blobs the repository does not hold, mounted from the
 	// previous image's repository where it has them. One Pusher: it
 	// authenticates once per repository, not once per blob.
 	pusher, err := remote.NewPusher(opts...)
@@ -180,7 +196,7 @@ func (s *Store) Push(ctx context.Context, req PushRequest) (PushResult, error) {
 		return PushResult{}, fmt.Errorf("%s: %w", what, err)
 	}
 
-	// 3. The index, then the manifest.
+	// 4. The index, then the manifest.
 	rawIndex, err := json.Marshal(ix)
 	if err != nil {
 		return PushResult{}, fmt.Errorf("%s: index: %w", what, err)
@@ -220,7 +236,7 @@ func (s *Store) Push(ctx context.Context, req PushRequest) (PushResult, error) {
 	}
 	uploaded.Add(int64(len(rawM)))
 
-	// 4. Verify: the manifest and every blob are there.
+	// 5. Verify: the manifest and every blob are there.
 	if err := s.c.Verify(ctx, registry.Image{Repo: req.Repo, Digest: digest}); err != nil {
 		return PushResult{}, fmt.Errorf("%s: verify: %w", what, err)
 	}
@@ -237,7 +253,7 @@ func (s *Store) Push(ctx context.Context, req PushRequest) (PushResult, error) {
 }
 
 // readDir opens the image directory's files (sorted by name) and makes an
-// index with empty chunk digests.
+// index of their names, sizes and modes, without extents.
 func (s *Store) readDir(dir string) ([]*os.File, *Index, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -250,7 +266,7 @@ func (s *Store) readDir(dir string) ([]*os.File, *Index, error) {
 		return nil, nil, fmt.Errorf("image directory %s is empty: %w", dir, errdefs.ErrInvalidArgument)
 	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].Name() < entries[j].Name() })
-	ix := &Index{ChunkSize: s.o.chunkSize}
+	ix := &Index{}
 	var files []*os.File
 	for _, e := range entries {
 		if !e.Type().IsRegular() {
@@ -266,7 +282,6 @@ func (s *Store) readDir(dir string) ([]*os.File, *Index, error) {
 				files = append(files, f)
 				ix.Files = append(ix.Files, IndexFile{
 					Name: e.Name(), Size: fi.Size(), Mode: uint32(fi.Mode().Perm()),
-					Chunks: make([]string, (fi.Size()+ix.ChunkSize-1)/ix.ChunkSize),
 				})
 				continue
 			}
@@ -280,12 +295,11 @@ func (s *Store) readDir(dir string) ([]*os.File, *Index, error) {
 	return files, ix, nil
 }
 
-// hashChunks fills ix's chunk digests, leaving "" for chunks of zeros, on
-// as many goroutines as there are CPUs' worth of jobs.
+// hashChunks fills ix's digests of chunks on the Store's jobs goroutines.
 func (s *Store) hashChunks(ctx context.Context, files []*os.File, ix *Index, chunks []chunkRef) error {
 	var next atomic.Int64
 	return s.eachWorker(ctx, func(ctx context.Context) error {
-		buf := make([]byte, ix.ChunkSize)
+		buf := make([]byte, ix.Chunking.Max)
 		for {
 			k := int(next.Add(1) - 1)
 			if k >= len(chunks) {
@@ -298,9 +312,6 @@ func (s *Store) hashChunks(ctx context.Context, files []*os.File, ix *Index, chu
 			p := buf[:c.n]
 			if _, err := files[c.file].ReadAt(p, c.off); err != nil {
 				return fmt.Errorf("read %s at %d: %w", ix.Files[c.file].Name, c.off, err)
-			}
-			if isZero(p) {
-				continue
 			}
 			sum := sha256.Sum256(p)
 			ix.Files[c.file].Chunks[c.i] = "sha256:" + hex.EncodeToString(sum[:])
@@ -357,7 +368,7 @@ func (s *Store) upload(ctx context.Context, p *remote.Pusher, r name.Repository,
 // the PUT sends the bytes and commits them (the registry checks the
 // digest). go-containerregistry's upload takes four requests (HEAD, POST,
 // PATCH, PUT) where this takes two, and a push is mostly its per-blob
-// requests (docs/notes/running-state.md, "Chunk size").
+// requests (docs/notes/running-state.md, "Chunks").
 func putBlob(ctx context.Context, hc *http.Client, r name.Repository, digest string, size int64, l v1.Layer) error {
 	what := fmt.Sprintf("upload blob %s to %q", digest, r.RepositoryStr())
 	start := fmt.Sprintf("%s://%s/v2/%s/blobs/uploads/", r.Scheme(), r.RegistryStr(), r.RepositoryStr())

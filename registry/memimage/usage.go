@@ -4,7 +4,8 @@ package memimage
 type Usage struct {
 	// Logical is the sum of its files' sizes: what a full pull writes.
 	Logical int64
-	// Zero is the bytes of its holes (chunks of zeros), stored as nothing.
+	// Zero is the bytes of its holes (runs of zero pages), stored as
+	// nothing.
 	Zero int64
 	// Stored is the manifest, the index and each distinct chunk once: what
 	// the artifact alone takes in a registry (and in a tenant's quota when
@@ -21,9 +22,10 @@ func (a Artifact) Usage() Usage {
 	for fi := range a.Index.Files {
 		f := &a.Index.Files[fi]
 		u.Logical += f.Size
+		offs := a.Index.offsets(f)
 		for i, d := range f.Chunks {
 			if d == "" {
-				u.Zero += a.Index.chunkLen(f, i)
+				u.Zero += offs[i+1] - offs[i]
 			}
 		}
 	}

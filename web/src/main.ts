@@ -1,6 +1,6 @@
 // envd's web console: a hash-routed page over the TypeScript SDK.
 // Routes: #/signin, #/projects, #/projects/P, #/instances, #/instances/I,
-// #/instances/I/files, #/instances/I/ports, #/admin.
+// #/instances/I/files, #/instances/I/ports, #/admin, #/secrets, #/webhooks.
 
 import "@xterm/xterm/css/xterm.css";
 import "./style.css";
@@ -14,6 +14,8 @@ import { instancesPage, instancePage } from "./instances.js";
 import { filesPage } from "./files.js";
 import { portsPage } from "./ports.js";
 import { adminPage } from "./admin.js";
+import { secretsPage } from "./secrets.js";
+import { webhooksPage } from "./webhooks.js";
 
 /** What a page leaves behind when the route changes (timers, sockets). */
 export type Cleanup = () => void;
@@ -29,6 +31,8 @@ const routes: [RegExp, Page][] = [
   [/^\/instances\/([^/]+)\/files$/, filesPage],
   [/^\/instances\/([^/]+)\/ports$/, portsPage],
   [/^\/admin$/, adminPage],
+  [/^\/secrets$/, secretsPage],
+  [/^\/webhooks$/, webhooksPage],
 ];
 
 let signedOutMessage = "";
@@ -47,6 +51,8 @@ function layout(): { main: HTMLElement } {
         h("ul", null,
           h("li", null, h("a", { href: "#/projects", id: "nav-projects" }, "Projects")),
           h("li", null, h("a", { href: "#/instances", id: "nav-instances" }, "Instances")),
+          h("li", null, h("a", { href: "#/webhooks", id: "nav-webhooks" }, "Webhooks")),
+          s.admin ? h("li", null, h("a", { href: "#/secrets", id: "nav-secrets" }, "Secrets")) : null,
           s.admin ? h("li", null, h("a", { href: "#/admin", id: "nav-admin" }, "Admin")) : null,
         ),
       )

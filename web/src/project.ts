@@ -1,13 +1,15 @@
 // A project's history: the versions as a timeline (switch, pin, roll back,
-// start from), what changed between two versions, a chart of stored bytes
-// over time, and its instances.
+// start from), a build of a new version (build.ts), its checkpoints (resume one, with its processes when it holds
+// memory), what changed between two versions, a chart of stored bytes over
+// time, and its instances.
 
-import { ConflictError, type Changes, type Project, type Version } from "../../sdk/typescript/src/index.js";
+import { ConflictError, type Changes, type Checkpoint, type OperationEvent, type Project, type Version } from "../../sdk/typescript/src/index.js";
 import { h, replace, field, button, svg, type Child } from "./dom.js";
 import { call, SignedOut } from "./session.js";
 import { bytes, time, layerBytes } from "./format.js";
 import { details, errorBox, note, pageTitle, stateBadge, table, announce } from "./ui.js";
 import { startInstanceForm } from "./instances.js";
+import { buildForm } from "./build.js";
 
 export async function projectPage(main: HTMLElement, [name]: string[]): Promise<void> {
   const p = name!;
@@ -17,17 +19,21 @@ export async function projectPage(main: HTMLElement, [name]: string[]): Promise<
   const chart = h("section", { class: "card", "aria-labelledby": "chart-h" });
   const compare = h("section", { class: "card", "aria-labelledby": "compare-h" });
   const insts = h("section", { class: "card", "aria-labelledby": "insts-h" });
-  replace(main, pageTitle(`Project ${p}`), flash, summary, startInstanceForm(p, flash), timeline, compare, chart, insts);
+  const ckpts = h("section", { class: "card", "aria-labelledby": "checkpoints-h", id: "checkpoints" });
+  const egress = h("section", { class: "card", "aria-labelledby": "egress-h" });
+  replace(main, pageTitle(`Project ${p}`), flash, summary, startInstanceForm(p, flash), timeline, buildForm(p, () => load()), ckpts, compare, chart, insts, egress);
 
   // What this page believes current is: the expected value of a switch.
   let shown: Project;
   let versions: Version[] = [];
 
   const load = async () => {
-    const [proj, vs, is] = await Promise.all([
+    const [proj, vs, is, denials, cps] = await Promise.all([
       call((c) => c.projects.get(p)),
       call((c) => c.versions.list(p)),
       call((c) => c.instances.list(p)),
+      call((c) => c.projects.egressLog(p, { limit: 50 })),
+      call((c) => c.checkpoints(p)),
     ]);
     shown = proj;
     versions = [...vs].sort((a, b) => b.version - a.version);
@@ -40,12 +46,14 @@ export async function projectPage(main: HTMLElement, [name]: string[]): Promise<
         ["Current base", proj.current_base ?? ""],
         ["Compression", proj.compression],
         ["Egress", proj.egress],
+        ["Runtime class", proj.runtime_class ?? "node default"],
         ["Own layers (image growth)", bytes(vs.filter((v) => v.state === "ready").reduce((n, v) => n + layerBytes(v, vs), 0))],
         ["Created", time(proj.created_at)],
         proj.rollout_failure ? ["Rollout failure", `${proj.rollout_failure.status}: ${proj.rollout_failure.message ?? ""}`] : ["Rollout failure", "none"],
       ]),
     );
     renderTimeline();
+    renderCheckpoints(cps);
     renderCompare();
     replace(chart, h("h2", { id: "chart-h" }, "Stored bytes over time"), storedChart(versions));
     replace(
@@ -61,6 +69,17 @@ export async function projectPage(main: HTMLElement, [name]: string[]): Promise<
           String(i.generation),
           time(i.expires_at),
         ]),
+      ),
+    );
+    // What the node's egress gateway refused (egress by host name).
+    replace(
+      egress,
+      h("h2", { id: "egress-h" }, "Egress refusals"),
+      table(
+        `Egress refusals of ${p}, newest first`,
+        ["Time", "Instance", "Kind", "Name", "Destination", "Reason"],
+        denials.map((d) => [time(d.time), d.instance, d.kind, d.name ?? "", d.dest ?? "", d.reason]),
+        { id: "egress-table" },
       ),
     );
   };
@@ -139,6 +158,50 @@ export async function projectPage(main: HTMLElement, [name]: string[]): Promise<
       h("div", { class: "section-head" }, h("h2", { id: "timeline-h" }, "History"), back ? button(`Roll back to v${back.version}`, () => switchTo(back.version, "Roll back"), { id: "rollback" }) : null),
       h("ol", { class: "timeline", id: "versions" }, items),
     );
+  }
+
+  // Checkpoints: whether each holds memory (its processes), what it stores
+  // (bytes: all it holds; new: what it added, which the quota counts), its
+  // freeze window, and a start from it: with memory, the new instance
+  // continues the checkpoint's processes (as envctl up --checkpoint).
+  const resumeLog = h("ol", { class: "events", id: "resume-events", "aria-live": "polite" });
+  function renderCheckpoints(cps: Checkpoint[]): void {
+    const rows = cps.map((c) => {
+      const m = c.memory;
+      const label = m ? `Resume with memory from checkpoint ${c.id}` : `Start from checkpoint ${c.id}`;
+      return [
+        String(c.id),
+        `v${c.version}`,
+        h("span", { class: m ? "badge current" : "badge", "data-memory": m ? "yes" : "no" }, m ? "memory" : "files only"),
+        m ? `${bytes(m.bytes)} (${bytes(m.new_bytes)} new)` : "",
+        bytes(c.bytes),
+        m ? `${c.freeze_ms} ms (engine ${m.freeze_ms} ms)` : `${c.freeze_ms} ms`,
+        m?.resumed_by ?? "",
+        time(c.created_at),
+        c.message ?? "",
+        button(m ? "Resume with memory" : "Start from it", () => resume(c), { class: "resume", "data-checkpoint": c.id, "aria-label": label }),
+      ];
+    });
+    replace(
+      ckpts,
+      h("h2", { id: "checkpoints-h" }, "Checkpoints"),
+      cps.length === 0
+        ? note("info", "No checkpoints. envctl checkpoint INSTANCE --memory keeps an instance's files and processes.")
+        : table(`Checkpoints of ${p}, newest first`, ["Id", "Version", "Holds", "Memory image", "Stored", "Freeze", "Resumed by", "Created", "Message", "Action"], rows, { id: "checkpoints-table" }),
+      resumeLog,
+    );
+  }
+
+  async function resume(c: Checkpoint): Promise<void> {
+    replace(flash);
+    replace(resumeLog);
+    try {
+      const inst = await call((cl) => cl.instances.up(p, { checkpoint: c.id }, { onEvent: (e: OperationEvent) => resumeLog.append(h("li", null, h("strong", null, e.type), " ", e.message)) }));
+      announce(`Instance ${inst.id} resumed checkpoint ${c.id}.`);
+      location.hash = `#/instances/${encodeURIComponent(inst.id)}`;
+    } catch (e) {
+      if (!(e instanceof SignedOut)) replace(flash, errorBox(e, `Resume of checkpoint ${c.id}`));
+    }
   }
 
   const changesOut = h("div", { id: "changes-out" });

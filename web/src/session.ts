@@ -28,8 +28,13 @@ export function storedToken(): string | null {
   return sessionStorage.getItem(KEY);
 }
 
+// A browser drops requests in flight when the machine's network changes
+// (Chromium: net::ERR_NETWORK_CHANGED, seen while a node made instances'
+// interfaces beside it). The SDK retries safe requests after a network error;
+// six tries with its doubling delay ride out about 15 s of changes, where its
+// default three (1.75 s) left admin tables reading "Failed to fetch".
 export function newClient(token: string): Client {
-  return new Client({ url: location.origin, token, timeoutMs: 60_000 });
+  return new Client({ url: location.origin, token, timeoutMs: 60_000, retries: 6 });
 }
 
 /**

@@ -295,6 +295,14 @@ class Client:
         """GET /metrics (admin token): Prometheus text."""
         return self._call("GET", "/metrics", headers={"Accept": "text/plain"}, raw=True).decode("utf-8")
 
+    def mcp(self, message: Mapping[str, Any]) -> JSON:
+        """POST /mcp: one JSON-RPC 2.0 message of the Model Context Protocol
+        (e.g. {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}) to the
+        node's MCP endpoint, with this client's token; the JSON-RPC answer
+        (None for a notification)."""
+        return self._call("POST", "/mcp", body=dict(message), headers={"Accept": "application/json, text/event-stream"},
+                          retry=_RETRY_NONE)
+
     # ------------------------------------------------------------------
     # Images
 
@@ -347,14 +355,18 @@ class Client:
     def create_project(self, name: str, base: str, *, excludes: Optional[Sequence[str]] = None,
                        compression: Optional[str] = None, volumes: Optional[Sequence[str]] = None,
                        limits: Optional[Mapping[str, Any]] = None, egress: Optional[str] = None,
-                       isolate_instances: Optional[bool] = None, idempotency_key: Optional[str] = None) -> JSON:
+                       isolate_instances: Optional[bool] = None, idempotency_key: Optional[str] = None,
+                       runtime_class: Optional[str] = None, docker: Optional[bool] = None) -> JSON:
         """POST /v1/projects. volumes are "NAME:PATH[:UID:GID][:SIZE]";
         compression "estargz" (default), "zstd" or "gzip"; egress "open",
-        "none" or "allow:...". A key is generated when none is given and
-        reused by the retries."""
+        "none" or "allow:..."; runtime_class "runc" or "gvisor" (None = each
+        node's default); docker True lets its instances run dockerd (needs
+        runtime_class "gvisor", else FailedPrecondition). A key is generated
+        when none is given and reused by the retries."""
         req: JSON = {"name": name, "base": base}
         for k, v in (("excludes", excludes), ("compression", compression), ("volumes", volumes),
-                     ("limits", limits), ("egress", egress), ("isolate_instances", isolate_instances)):
+                     ("limits", limits), ("egress", egress), ("isolate_instances", isolate_instances),
+                     ("runtime_class", runtime_class), ("docker", docker)):
             if v is not None:
                 req[k] = list(v) if k in ("excludes", "volumes") else (dict(v) if k == "limits" else v)
         return self._call("POST", "/v1/projects", body=req, headers=self._key_header(idempotency_key))
@@ -392,10 +404,56 @@ class Client:
         return self._call("PUT", f"/v1/projects/{_seg(project)}/network",
                           body={"egress": egress, "isolate_instances": isolate_instances})
 
+    def egress_log(self, project: str, limit: int = 0, before: int = 0) -> List[JSON]:
+        """GET /v1/projects/{p}/egress/log: what the egress gateway refused
+        to the project's instances, newest first."""
+        return self._call("GET", f"/v1/projects/{_seg(project)}/egress/log",
+                          query={"limit": limit or None, "before": before or None})
+
+    def set_secret(self, name: str, value: str) -> JSON:
+        """PUT /v1/secrets/{s} (admin token): store or rotate a brokered
+        secret; no answer carries the value."""
+        return self._call("PUT", f"/v1/secrets/{_seg(name)}", body={"value": value})
+
+    def bind_secret(self, name: str, host: str, header: str = "", format: str = "", scheme: str = "") -> JSON:
+        """PUT /v1/secrets/{s}/binding: requests of the tenant's
+        instances to host get the header (default Authorization: Bearer
+        {{value}}); host "" unbinds; scheme "http" (default) for plain HTTP
+        requests, "https" for HTTPS ones (TLS terminated at the node's egress
+        proxy, whose CA the instances trust)."""
+        body = {"host": host}
+        for k, v in (("header", header), ("format", format), ("scheme", scheme)):
+            if v:
+                body[k] = v
+        return self._call("PUT", f"/v1/secrets/{_seg(name)}/binding", body=body)
+
+    def list_secrets(self) -> List[JSON]:
+        """GET /v1/secrets: names and bindings, never values."""
+        return self._call("GET", "/v1/secrets")
+
+    def delete_secret(self, name: str) -> JSON:
+        """DELETE /v1/secrets/{s}: revoke."""
+        return self._call("DELETE", f"/v1/secrets/{_seg(name)}")
+
+    def set_runtime_class(self, project: str, runtime_class: str) -> JSON:
+        """PUT /v1/projects/{p}/runtime-class: "runc", "gvisor" or "" (each
+        node's default) for instances made from now on; a class the tenant
+        may not use is refused (PermissionDenied)."""
+        return self._call("PUT", f"/v1/projects/{_seg(project)}/runtime-class",
+                          body={"runtime_class": runtime_class})
+
+    def set_docker(self, project: str, docker: bool) -> JSON:
+        """PUT /v1/projects/{p}/docker: instances made from now on may run
+        dockerd and nested containers; on only with runtime class "gvisor"
+        (else FailedPrecondition, details feature "docker")."""
+        return self._call("PUT", f"/v1/projects/{_seg(project)}/docker",
+                          body={"docker": docker})
+
     def set_idle(self, project: str, after: str = "", action: str = "") -> JSON:
         """PUT /v1/projects/{p}/idle: stop the project's instances after
-        ``after`` without activity (``"0"`` = never) with ``action`` stop or
-        hibernate; both empty = the node's default."""
+        ``after`` without activity (``"0"`` = never) with ``action`` stop,
+        hibernate or hibernate-memory (with the processes, where they can be
+        kept); both empty = the node's default."""
         body = {}
         if after:
             body["after"] = after
@@ -471,9 +529,14 @@ class Client:
         """POST .../renew: expires_at = now + ttl (may shorten it); "none" removes it."""
         return self._verb(instance_id, "renew", {"ttl": duration(ttl)})
 
-    def hibernate(self, instance_id: str) -> JSON:
-        """POST .../hibernate: a stopped retained instance lives on as a version."""
-        return self._verb(instance_id, "hibernate", timeout=max(self.timeout, self.wait_timeout))
+    def hibernate(self, instance_id: str, *, memory: bool = False) -> JSON:
+        """POST .../hibernate: a stopped retained instance lives on as a version.
+
+        memory=True hibernates a Running instance with its processes (runtime
+        class gvisor): any access resumes them. Where they cannot be kept it
+        raises MemoryCheckpointUnsupported (409) and nothing changes."""
+        body = {"memory": True} if memory else None
+        return self._verb(instance_id, "hibernate", body, timeout=max(self.timeout, self.wait_timeout))
 
     # ------------------------------------------------------------------
     # Exec
@@ -615,11 +678,18 @@ class Client:
         return self._call("GET", f"/v1/projects/{_seg(project)}/versions/{int(version)}")
 
     def fork(self, instance_id: str, message: Optional[str] = None, ttl: Optional[str] = None,
-             retain: Optional[bool] = None, idempotency_key: Optional[str] = None) -> JSON:
+             retain: Optional[bool] = None, idempotency_key: Optional[str] = None,
+             memory: bool = False, count: Optional[int] = None) -> JSON:
         """POST /v1/instances/{i}/fork: an operation of kind "fork" whose
-        result is {project, version, instance}: the instance saved as a
-        version that is not current, and a second instance started from it."""
-        body = {k: v for k, v in (("message", message), ("ttl", ttl), ("retain", retain)) if v is not None}
+        result is {project, version, instance, instances, checkpoint?}: the
+        instance saved as a version that is not current, and count new
+        instances (1 to 16, default 1) started from it. memory=True (gvisor
+        class only) forks its processes too: each new instance continues
+        them from one checkpoint with memory."""
+        body: JSON = {k: v for k, v in (("message", message), ("ttl", ttl), ("retain", retain), ("count", count))
+                      if v is not None}
+        if memory:
+            body["memory"] = True
         return self._call("POST", f"/v1/instances/{_seg(instance_id)}/fork", body=body,
                           headers=self._key_header(idempotency_key))
 
@@ -672,7 +742,8 @@ class Client:
         """POST /v1/projects/{p}/migrations: the migrate operation. base is
         an imported image name or a repo@digest (an imported image, or a
         version's image of the tenant's projects). mode is "rebase" (the
-        default) or "rebuild" (the version's declared spec built again)."""
+        default) or "rebuild" (the version's declared spec built again; a
+        Dockerfile build with its final stage FROM the new base)."""
         req: JSON = {"base": base}
         if validate:
             req["validate"] = [list(v) for v in validate]
@@ -771,7 +842,8 @@ class Client:
     def set_quota(self, tenant: str, quota: Optional[Mapping[str, Any]] = None, **fields: Any) -> JSON:
         """PUT /v1/admin/tenants/{t}/quota (admin): max_instances,
         max_versions, max_stored_bytes, max_ttl, max_memory_bytes, max_pids,
-        max_cpus, max_disk_bytes; absent = no limit."""
+        max_cpus, max_disk_bytes, runtime_classes (a list: the runtime
+        classes its projects may use); absent = no limit."""
         req = dict(quota or {})
         req.update(fields)
         if "max_ttl" in req:
@@ -1166,12 +1238,17 @@ class Client:
                           retry=_RETRY_NONE)
 
     def public_ports(self, project: str) -> JSON:
-        """GET /v1/projects/{p}/ports: {public: [port]}."""
+        """GET /v1/projects/{p}/ports: {public: [port], forwarded?: [{port, label?, scheme?}]}."""
         return self._call("GET", f"/v1/projects/{_seg(project)}/ports")
 
-    def set_public_ports(self, project: str, ports: Sequence[int]) -> JSON:
-        """PUT /v1/projects/{p}/ports: the ports reached through the preview host without a token."""
-        return self._call("PUT", f"/v1/projects/{_seg(project)}/ports", body={"public": [int(p) for p in ports]})
+    def set_public_ports(self, project: str, ports: Sequence[int],
+                         forwarded: Optional[Sequence[Mapping[str, Any]]] = None) -> JSON:
+        """PUT /v1/projects/{p}/ports: the ports reached through the preview host without a token;
+        with forwarded ([{port, label?, scheme?}]) the project's forwarded ports too (None keeps them)."""
+        body: JSON = {"public": [int(p) for p in ports]}
+        if forwarded is not None:
+            body["forwarded"] = [dict(f) for f in forwarded]
+        return self._call("PUT", f"/v1/projects/{_seg(project)}/ports", body=body)
 
     def proxy(self, instance_id: str, port: int, path: str = "/", method: str = "GET", body: Optional[bytes] = None,
               headers: Optional[Mapping[str, str]] = None) -> JSON:
@@ -1242,6 +1319,39 @@ class Client:
     def delete_ssh_key(self, key_id: int) -> JSON:
         """DELETE /v1/ssh-keys/{id}: the removed key."""
         return self._call("DELETE", f"/v1/ssh-keys/{int(key_id)}")
+
+    # ------------------------------------------------------------------
+    # Webhooks
+
+    def create_webhook(self, url: str, events: Optional[Sequence[str]] = None,
+                       description: Optional[str] = None) -> JSON:
+        """POST /v1/webhooks: the hook, with its signing secret (shown only
+        in this answer). events: instance.state, operation.<kind>,
+        quota.refused, rollout.step, family.* or * (default). Not retried."""
+        body: JSON = {"url": url}
+        if events:
+            body["events"] = list(events)
+        if description:
+            body["description"] = description
+        return self._call("POST", "/v1/webhooks", body=body, retry=_RETRY_NONE)
+
+    def list_webhooks(self) -> List[JSON]:
+        """GET /v1/webhooks: the tenant's hooks, without secrets."""
+        return self._call("GET", "/v1/webhooks")
+
+    def delete_webhook(self, hook_id: str) -> JSON:
+        """DELETE /v1/webhooks/{id}: the removed hook."""
+        return self._call("DELETE", f"/v1/webhooks/{_seg(hook_id)}")
+
+    def test_webhook(self, hook_id: str) -> JSON:
+        """POST /v1/webhooks/{id}/test: queue a webhook.test event for this
+        hook; answers the pending delivery. Not retried."""
+        return self._call("POST", f"/v1/webhooks/{_seg(hook_id)}/test", retry=_RETRY_NONE)
+
+    def webhook_deliveries(self, hook_id: str) -> List[JSON]:
+        """GET /v1/webhooks/{id}/deliveries: the newest deliveries, newest
+        first (state, attempts, last_error, response_code, event)."""
+        return self._call("GET", f"/v1/webhooks/{_seg(hook_id)}/deliveries")
 
     # ------------------------------------------------------------------
     # Rollouts (admin)
@@ -1326,16 +1436,20 @@ class Client:
     # archives, kept and deleted together
 
     def checkpoint(self, instance_id: str, message: Optional[str] = None, set_current: bool = False,
-                   idempotency_key: Optional[str] = None) -> JSON:
+                   idempotency_key: Optional[str] = None, memory: bool = False) -> JSON:
         """POST /v1/instances/{i}/checkpoint: an operation of kind
         "checkpoint" whose result is {checkpoint, current, freeze_ms,
         volume_freeze_ms, ...}. Start from it with
-        create_instance(p, checkpoint=ID)."""
+        create_instance(p, checkpoint=ID). memory=True also keeps the
+        instance's processes (gvisor class only), which that start then
+        continues."""
         body: JSON = {}
         if message is not None:
             body["message"] = message
         if set_current:
             body["set_current"] = True
+        if memory:
+            body["memory"] = True
         return self._call("POST", f"/v1/instances/{_seg(instance_id)}/checkpoint", body=body,
                           headers=self._key_header(idempotency_key))
 
@@ -1351,6 +1465,31 @@ class Client:
         """DELETE /v1/projects/{p}/checkpoints/{id}: with its archives, and
         its version unless current, pinned or used by an instance."""
         return self._call("DELETE", f"/v1/projects/{_seg(project)}/checkpoints/{int(checkpoint_id)}")
+
+    def export_checkpoint(self, project: str, checkpoint_id: int,
+                          dest: Union[None, str, os.PathLike, BinaryIO] = None) -> Union[bytes, int]:
+        """GET /v1/projects/{p}/checkpoints/{id}/export: the checkpoint as a
+        tar of an OCI image layout, its version's image and (with memory) its
+        memory image. Returns the bytes, or with dest (a path or binary file)
+        streams there and returns the byte count; import_checkpoint takes it
+        back, here or on another installation."""
+        conn, resp = self._open("GET", f"/v1/projects/{_seg(project)}/checkpoints/{int(checkpoint_id)}/export",
+                                headers={"Accept": "application/x-tar, application/json"}, timeout=self.wait_timeout)
+        try:
+            return self._save_stream(resp, dest)
+        finally:
+            conn.close()
+
+    def import_checkpoint(self, project: str, tar: Union[bytes, str, os.PathLike]) -> JSON:
+        """POST /v1/projects/{p}/checkpoints/import: a checkpoint of the
+        project from a tar export_checkpoint wrote (bytes or a file path).
+        A corrupted tar is InvalidArgument (details reason archive_corrupt).
+        Not retried once sent: a retry could import twice."""
+        if isinstance(tar, (str, os.PathLike)):
+            with open(tar, "rb") as f:
+                tar = f.read()
+        return self._call("POST", f"/v1/projects/{_seg(project)}/checkpoints/import", body=bytes(tar),
+                          headers={"Content-Type": "application/x-tar"}, retry=_RETRY_NONE, timeout=self.wait_timeout)
     # Build specs, build contexts, operation logs
 
     def version_spec(self, project: str, version: int) -> JSON:
@@ -1367,6 +1506,25 @@ class Client:
             req["switch"] = True
         return self._call("POST", f"/v1/projects/{_seg(project)}/builds", body=req,
                           headers=self._key_header(idempotency_key))
+
+    def build_dockerfile(self, project: str, dockerfile: str, *, args: Optional[Mapping[str, str]] = None,
+                         target: Optional[str] = None, context: Optional[str] = None,
+                         validate: Optional[Sequence[Sequence[str]]] = None, switch: bool = False,
+                         idempotency_key: Optional[str] = None) -> JSON:
+        """POST /v1/projects/{p}/builds of a Dockerfile (its text), run by
+        the node's BuildKit; context is an uploaded build context's digest
+        (upload_build_context): the build operation."""
+        d: JSON = {"content": dockerfile}
+        if args:
+            d["args"] = dict(args)
+        if target:
+            d["target"] = target
+        req: JSON = {"dockerfile": d}
+        if context:
+            req["context"] = context
+        if validate:
+            req["validate"] = [list(v) for v in validate]
+        return self.build_spec(project, req, switch=switch, idempotency_key=idempotency_key)
 
     def upload_build_context(self, project: str, tar: bytes) -> JSON:
         """POST /v1/projects/{p}/build-contexts: keep a tar as a build

@@ -31,6 +31,7 @@ __all__ = [
     "PortUnreachable",
     "TooLarge",
     "VolumeElsewhere",
+    "MemoryCheckpointUnsupported",
     "JoinTokenInvalid",
     "InsufficientCapacity",
     "Interrupted",
@@ -191,6 +192,11 @@ class VolumeElsewhere(EnvdError):
     code_name = "volume_elsewhere"
 
 
+class MemoryCheckpointUnsupported(EnvdError):
+    """409: A checkpoint with memory (or its resume) the instance cannot give: not of the gvisor class, not Running, or an external TCP connection (details: reason); nothing was made."""
+    code_name = "memory_checkpoint_unsupported"
+
+
 class JoinTokenInvalid(EnvdError):
     """401: A join token (envd serve --join) is unknown, expired or used (details: reason)."""
     code_name = "join_token_invalid"
@@ -221,7 +227,7 @@ _CLASSES: Dict[str, Type[EnvdError]] = {
         InvalidArgument, Unauthenticated, PermissionDenied, NotFound, AlreadyExists,
         StaleGeneration, Conflict, FailedPrecondition, IdempotencyKeyReused, Canceled,
         Internal, Unavailable, DeadlineExceeded, QuotaExceeded, ResourceExhausted, StartFailed,
-        Interrupted, Waking, PortUnreachable, TooLarge, VolumeElsewhere,
+        Interrupted, Waking, PortUnreachable, TooLarge, VolumeElsewhere, MemoryCheckpointUnsupported,
         JoinTokenInvalid, InsufficientCapacity,
     )
 }
@@ -248,6 +254,7 @@ _STATUS_CODES = {
 CODE_STATUS = {
     "too_large": 413,
     "volume_elsewhere": 409,
+    "memory_checkpoint_unsupported": 409,
     "join_token_invalid": 401,
     "insufficient_capacity": 503,
     "port_unreachable": 502,

@@ -73,6 +73,8 @@ class RequestsTest(unittest.TestCase):
             (lambda c: c.preview_url("i", 8080, ttl=600), "POST", "/v1/instances/i/ports/8080/token", {"ttl": "600s"}),
             (lambda c: c.public_ports("p"), "GET", "/v1/projects/p/ports", None),
             (lambda c: c.set_public_ports("p", [3000, 8080]), "PUT", "/v1/projects/p/ports", {"public": [3000, 8080]}),
+            (lambda c: c.set_public_ports("p", [80], forwarded=[{"port": 3000, "label": "web"}]), "PUT", "/v1/projects/p/ports",
+             {"public": [80], "forwarded": [{"port": 3000, "label": "web"}]}),
             (lambda c: c.list_ssh_keys(), "GET", "/v1/ssh-keys", None),
             (lambda c: c.add_ssh_key("ssh-ed25519 AAAA", name="laptop"), "POST", "/v1/ssh-keys",
              {"public_key": "ssh-ed25519 AAAA", "name": "laptop"}),

@@ -112,6 +112,16 @@ class RetryTest(unittest.TestCase):
         self.assertEqual(json.loads(body), {"version": 2, "ttl": "3600s"})
         self.assertEqual(json.loads(body2), {"ttl": "none", "retain": True})
 
+    def test_fork_with_memory_body(self):
+        op = {"id": "op-7", "kind": "fork", "target": "web-1", "state": "pending"}
+        r, c = self.serve([(202, op, {}), (202, op, {})])
+        self.assertEqual(c.fork("web-1", memory=True, count=4), op)
+        c.fork("web-1", message="b")
+        (m, path, _, body), (_, _, _, body2) = r.requests
+        self.assertEqual((m, path), ("POST", "/v1/instances/web-1/fork"))
+        self.assertEqual(json.loads(body), {"memory": True, "count": 4})
+        self.assertEqual(json.loads(body2), {"message": "b"})
+
     def test_keep_alive_connection_reused_and_reopened(self):
         r, c = self.serve([(200, {"version": "x"}, {})] * 3)
         c.info()
@@ -205,6 +215,17 @@ class RetryTest(unittest.TestCase):
             ("POST", "/v1/projects/p/instances", {"checkpoint": 2}),
         ])
         self.assertTrue(r.requests[0][2].get("Idempotency-Key"), "a checkpoint is a creating call")
+
+    def test_hibernate_with_memory(self):
+        hib = {"id": "p-1", "state": "Stopped", "hibernated_version": 2, "hibernated_checkpoint": 3}
+        r, c = self.serve([(200, hib, {}), (200, hib, {})])
+        self.assertEqual(c.hibernate("p-1", memory=True)["hibernated_checkpoint"], 3)
+        c.hibernate("p-1")
+        got = [(m, path, json.loads(b) if b else None) for m, path, _, b in r.requests]
+        self.assertEqual(got, [
+            ("POST", "/v1/instances/p-1/hibernate", {"memory": True}),
+            ("POST", "/v1/instances/p-1/hibernate", None),
+        ])
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import {
 } from "./http.js";
 import { parseSSE } from "./sse.js";
 import { Files } from "./files.js";
-import { ByteStream, Ports, Rollouts, SSH_SUBPROTOCOL, SshKeys } from "./ports.js";
+import { ByteStream, Ports, Rollouts, SSH_SUBPROTOCOL, SshKeys, Webhooks } from "./ports.js";
 import type * as T from "./types.js";
 
 /** Options of waiting for an operation and of its event stream. */
@@ -77,6 +77,8 @@ export class Client {
   readonly ports: Ports;
   readonly sshKeys: SshKeys;
   readonly rollouts: Rollouts;
+  readonly secrets: Secrets;
+  readonly webhooks: Webhooks;
 
   constructor(opts: ClientOptions) {
     const t = new Transport(opts);
@@ -95,6 +97,8 @@ export class Client {
     this.ports = new Ports(t);
     this.sshKeys = new SshKeys(t);
     this.rollouts = new Rollouts(t);
+    this.secrets = new Secrets(t);
+    this.webhooks = new Webhooks(t);
   }
 
   /** GET /healthz (no authentication needed). */
@@ -151,6 +155,19 @@ export class Client {
   }
 
   /**
+   * POST /mcp: one JSON-RPC 2.0 message of the Model Context Protocol
+   * (e.g. `{ jsonrpc: "2.0", id: 1, method: "tools/list" }`) to the node's
+   * MCP endpoint, with this client's token; the JSON-RPC answer (null for
+   * a notification).
+   */
+  mcp(message: T.MCPMessage, opts?: CallOptions): Promise<T.MCPResponse | null> {
+    return this.transport.json(
+      { method: "POST", path: "/mcp", json: message, headers: { Accept: "application/json, text/event-stream" }, retry: "refused" },
+      opts,
+    );
+  }
+
+  /**
    * POST /v1/instances/{i}/checkpoint: a checkpoint operation (result:
    * CheckpointResult). The instance is frozen once; its rootfs becomes a
    * version (not current unless set_current) and every volume an archive,
@@ -173,6 +190,31 @@ export class Client {
   /** DELETE /v1/projects/{p}/checkpoints/{id}: with its archives, and its version unless kept otherwise. */
   deleteCheckpoint(project: string, id: number, opts?: CallOptions): Promise<T.Checkpoint> {
     return this.transport.json({ method: "DELETE", path: `/v1/projects/${esc(project)}/checkpoints/${id}`, retry: "safe" }, opts);
+  }
+
+  /**
+   * GET /v1/projects/{p}/checkpoints/{id}/export: the checkpoint as an OCI
+   * image layout tar, its version's image and (with memory) its memory image.
+   */
+  exportCheckpoint(project: string, id: number, opts?: CallOptions): Promise<ReadableStream<Uint8Array>> {
+    return this.transport.send(
+      { method: "GET", path: `/v1/projects/${esc(project)}/checkpoints/${id}/export`, headers: { Accept: "application/x-tar, application/json" }, retry: "safe", stream: true },
+      opts ?? {},
+      async (res) => res.body ?? new ReadableStream<Uint8Array>({ start: (c) => c.close() }),
+    );
+  }
+
+  /**
+   * POST /v1/projects/{p}/checkpoints/import: a checkpoint of the project from
+   * a tar exportCheckpoint wrote (here or elsewhere). A corrupted tar is
+   * invalid_argument (details.reason archive_corrupt); not retried once sent.
+   */
+  importCheckpoint(project: string, tar: Uint8Array | Blob | ArrayBuffer, opts?: CallOptions): Promise<T.Checkpoint> {
+    const body = (tar instanceof ArrayBuffer ? new Uint8Array(tar) : tar) as unknown as BodyInit;
+    return this.transport.json(
+      { method: "POST", path: `/v1/projects/${esc(project)}/checkpoints/import`, body, contentType: "application/x-tar", retry: "refused" },
+      opts,
+    );
   }
 
   /** GET /v1/projects/{p}/versions/{n}/spec: a build spec that makes the version again (its `spec` is a BuildRequest). */
@@ -341,6 +383,22 @@ export class Projects {
     return this.t.json({ method: "PUT", path: `/v1/projects/${esc(name)}/network`, json: n, retry: "safe" }, opts);
   }
 
+  /** GET /v1/projects/{p}/egress/log: what the egress gateway refused, newest first. */
+  egressLog(name: string, q: { limit?: number; before?: number } = {}, opts?: CallOptions): Promise<T.EgressDenial[]> {
+    const query = { limit: q.limit?.toString(), before: q.before?.toString() };
+    return get(this.t, `/v1/projects/${esc(name)}/egress/log`, opts, query);
+  }
+
+  /** PUT /v1/projects/{p}/runtime-class: the class of instances made from now on; "" = each node's default. */
+  setRuntimeClass(name: string, runtimeClass: T.RuntimeClass | "", opts?: CallOptions): Promise<T.Project> {
+    return this.t.json({ method: "PUT", path: `/v1/projects/${esc(name)}/runtime-class`, json: { runtime_class: runtimeClass }, retry: "safe" }, opts);
+  }
+
+  /** PUT /v1/projects/{p}/docker: instances made from now on may run dockerd (runtime class gvisor only; else 409 failed_precondition). */
+  setDocker(name: string, docker: boolean, opts?: CallOptions): Promise<T.Project> {
+    return this.t.json({ method: "PUT", path: `/v1/projects/${esc(name)}/docker`, json: { docker }, retry: "safe" }, opts);
+  }
+
   /** PUT /v1/projects/{p}/idle: idle stop of the project's instances; {} = the node's default. */
   setIdle(name: string, idle: T.IdleSetting, opts?: CallOptions): Promise<T.Project> {
     return this.t.json({ method: "PUT", path: `/v1/projects/${esc(name)}/idle`, json: idle, retry: "safe" }, opts);
@@ -441,9 +499,14 @@ export class Instances {
   renew(id: string, ttl: string, opts?: CallOptions): Promise<T.Instance> {
     return this.verb(id, "renew", { ttl } satisfies T.RenewRequest, opts);
   }
-  /** POST .../hibernate (a stopped retained instance). */
-  hibernate(id: string, opts?: CallOptions): Promise<T.Instance> {
-    return this.verb(id, "hibernate", undefined, opts);
+  /**
+   * POST .../hibernate: a stopped retained instance's layer is saved as a
+   * version; with `{ memory: true }` a Running instance is hibernated with
+   * its processes, which any access resumes (a MemoryCheckpointUnsupported
+   * error, 409, where they cannot be kept; nothing changes then).
+   */
+  hibernate(id: string, req?: T.HibernateRequest, opts?: CallOptions): Promise<T.Instance> {
+    return this.verb(id, "hibernate", req?.memory ? req : undefined, opts);
   }
 
   /**
@@ -469,8 +532,9 @@ export class Instances {
 
   /**
    * POST /v1/instances/{i}/fork: a fork operation (result: ForkResult). The
-   * instance is saved as a version that is not current and a second
-   * instance starts from it; the first runs on untouched.
+   * instance is saved as a version that is not current and new instances
+   * (`count`, default 1) start from it; the first runs on untouched. With
+   * `memory: true` (gvisor class) the new instances continue its processes.
    */
   fork(id: string, req: T.ForkRequest = {}, opts: CreateOptions = {}): Promise<T.Operation<T.ForkResult>> {
     return creating(this.t, `/v1/instances/${esc(id)}/fork`, req, opts);
@@ -650,6 +714,28 @@ export class Tokens {
   /** DELETE /v1/tokens/{id}: a token of the caller's tenant. */
   revokeOwn(id: number, opts?: CallOptions): Promise<T.TokenInfo> {
     return this.t.json({ method: "DELETE", path: `/v1/tokens/${esc(id)}`, retry: "safe" }, opts);
+  }
+}
+
+/** Brokered secrets of the caller's tenant (admin token); values are write-only. */
+export class Secrets {
+  constructor(private t: Transport) {}
+
+  /** PUT /v1/secrets/{s}: store or rotate. */
+  set(name: string, value: string, opts?: CallOptions): Promise<T.Secret> {
+    return this.t.json({ method: "PUT", path: `/v1/secrets/${esc(name)}`, json: { value }, retry: "safe" }, opts);
+  }
+  /** PUT /v1/secrets/{s}/binding: add the secret as a header to requests to host over b.scheme, "http" (default) or "https" ("" host unbinds). */
+  bind(name: string, b: T.SecretBinding, opts?: CallOptions): Promise<T.Secret> {
+    return this.t.json({ method: "PUT", path: `/v1/secrets/${esc(name)}/binding`, json: b, retry: "safe" }, opts);
+  }
+  /** GET /v1/secrets: names and bindings, never values. */
+  list(opts?: CallOptions): Promise<T.Secret[]> {
+    return get(this.t, "/v1/secrets", opts);
+  }
+  /** DELETE /v1/secrets/{s}: revoke. */
+  delete(name: string, opts?: CallOptions): Promise<T.Secret> {
+    return this.t.json({ method: "DELETE", path: `/v1/secrets/${esc(name)}`, retry: "safe" }, opts);
   }
 }
 

@@ -54,6 +54,8 @@ export class PortUnreachableError extends EnvdError {}
 /** A request body is over a size limit of the node (details: limit_bytes); nothing changed. */
 export class TooLargeError extends EnvdError {}
 export class VolumeElsewhereError extends EnvdError {}
+/** A checkpoint with memory (or its resume) the instance cannot give: not gVisor, not Running, or an external connection (details: reason). */
+export class MemoryCheckpointUnsupportedError extends EnvdError {}
 /** The node (every node) has no room for the instance now: a node-level answer, not the tenant's quota; retry later. */
 export class InsufficientCapacityError extends EnvdError {}
 /** A join token is unknown, expired or used (details: reason). */
@@ -92,6 +94,7 @@ const codes: Record<string, [ErrorClass, number]> = {
   port_unreachable: [PortUnreachableError, 502],
   too_large: [TooLargeError, 413],
   volume_elsewhere: [VolumeElsewhereError, 409],
+  memory_checkpoint_unsupported: [MemoryCheckpointUnsupportedError, 409],
   join_token_invalid: [JoinTokenInvalidError, 401],
   insufficient_capacity: [InsufficientCapacityError, 503],
   interrupted: [InterruptedError, 500],

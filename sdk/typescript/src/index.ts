@@ -36,5 +36,5 @@ export { ExecSession, Channel, EXEC_SUBPROTOCOL, BEARER_PREFIX, bearerSubprotoco
 export { attachTerminal, type TerminalLike, type AttachOptions } from "./terminal.js";
 export { parseSSE, type SSEMessage } from "./sse.js";
 export { Files, FILE_TYPE_HEADER, type FileContent, type FileCallOptions, type FileUserOptions, type BytesSource } from "./files.js";
-export { Ports, SshKeys, Rollouts, ByteStream, TUNNEL_SUBPROTOCOL, SSH_SUBPROTOCOL } from "./ports.js";
+export { Ports, SshKeys, Rollouts, Webhooks, ByteStream, TUNNEL_SUBPROTOCOL, SSH_SUBPROTOCOL } from "./ports.js";
 export type * from "./types.js";

@@ -44,6 +44,11 @@ export class Ports {
     return this.t.json({ method: "PUT", path: `/v1/projects/${esc(project)}/ports`, json: body, retry: "safe" }, opts);
   }
 
+  /** PUT /v1/projects/{p}/ports with both lists: public, and forwarded (absent keeps them). */
+  setProjectPorts(project: string, body: T.ProjectPorts, opts?: CallOptions): Promise<T.ProjectPorts> {
+    return this.t.json({ method: "PUT", path: `/v1/projects/${esc(project)}/ports`, json: body, retry: "safe" }, opts);
+  }
+
   /** The path-form proxy URL of path on port (requests to it need the token as a bearer token). */
   url(id: string, port: number, path = "/"): string {
     // "" names the port's root without the slash (GET redirects to "/").
@@ -229,6 +234,35 @@ export class SshKeys {
   /** DELETE /v1/ssh-keys/{id}: answers the removed key. */
   remove(id: number, opts?: CallOptions): Promise<T.SSHKey> {
     return this.t.json({ method: "DELETE", path: `/v1/ssh-keys/${esc(id)}`, retry: "safe" }, opts);
+  }
+}
+
+export class Webhooks {
+  constructor(private t: Transport) {}
+
+  /** POST /v1/webhooks: registers a webhook; the answer alone carries its secret. Not retried after a network error. */
+  create(req: T.WebhookRequest, opts?: CallOptions): Promise<T.Webhook> {
+    return this.t.json({ method: "POST", path: "/v1/webhooks", json: req, retry: "refused" }, opts);
+  }
+
+  /** GET /v1/webhooks: the caller's tenant's webhooks, without secrets. */
+  list(opts?: CallOptions): Promise<T.Webhook[]> {
+    return this.t.json({ method: "GET", path: "/v1/webhooks", retry: "safe" }, opts);
+  }
+
+  /** DELETE /v1/webhooks/{id}: answers the removed webhook. */
+  remove(id: string, opts?: CallOptions): Promise<T.Webhook> {
+    return this.t.json({ method: "DELETE", path: `/v1/webhooks/${esc(id)}`, retry: "safe" }, opts);
+  }
+
+  /** POST /v1/webhooks/{id}/test: queues a webhook.test event for this webhook; answers the pending delivery. */
+  test(id: string, opts?: CallOptions): Promise<T.WebhookDelivery> {
+    return this.t.json({ method: "POST", path: `/v1/webhooks/${esc(id)}/test`, retry: "refused" }, opts);
+  }
+
+  /** GET /v1/webhooks/{id}/deliveries: the newest deliveries, newest first. */
+  deliveries(id: string, opts?: CallOptions): Promise<T.WebhookDelivery[]> {
+    return this.t.json({ method: "GET", path: `/v1/webhooks/${esc(id)}/deliveries`, retry: "safe" }, opts);
   }
 }
 

@@ -59,8 +59,11 @@ export type InstanceReason = Open<
   | "provision_timeout"
   | "build_finished"
   | "oom_killed"
+  | "shim_lost"
+  | "fork_failed"
   | "hibernated"
   | "recovered"
+  | "wake_failed"
 >;
 
 /** Go: types.Project. */
@@ -88,7 +91,14 @@ export interface Project {
   /** Set while a rollout's failure to move the project is unanswered. */
   rollout_failure?: RolloutFailure;
   pool?: PoolSetting;
+  /** "runc" or "gvisor"; absent = each node's default. */
+  runtime_class?: RuntimeClass;
+  /** Its instances may run dockerd (runtime class gvisor only); absent = false. */
+  docker?: boolean;
 }
+
+/** A runtime class (Go: runtime.Class): runc (the node's kernel) or gvisor (a kernel of its own). */
+export type RuntimeClass = "runc" | "gvisor";
 
 /** A rollout could not move the project. Go: types.RolloutFailure */
 export interface RolloutFailure {
@@ -148,6 +158,9 @@ export interface CreateProjectRequest {
   egress?: string;
   isolate_instances?: boolean;
   idle?: IdleSetting;
+  runtime_class?: RuntimeClass;
+  /** Its instances may run dockerd; needs runtime_class "gvisor" (else 409 failed_precondition). */
+  docker?: boolean;
 }
 
 /** Go: types.Volume. */
@@ -242,6 +255,10 @@ export interface Instance {
   retain: boolean;
   address?: string;
   hibernated_version?: number;
+  /** While hibernated with its processes: the checkpoint whose memory image any access resumes. */
+  hibernated_checkpoint?: number;
+  /** While hibernated by the idle action hibernate-memory without its processes: why memory was not kept. */
+  memory_not_kept?: Open<"class" | "connection" | "engine" | "state">;
   protection: Protection;
   expires_at?: string;
   created_at: string;
@@ -249,7 +266,7 @@ export interface Instance {
   limits?: Limits;
   /** Idle stop: the effective setting, when the idle clock started, when the action runs. */
   idle_after?: string;
-  idle_action?: Open<"stop" | "hibernate">;
+  idle_action?: Open<"stop" | "hibernate" | "hibernate-memory">;
   idle_since?: string;
   idle_action_at?: string;
   /** Exec sessions open on the answering node: while any is, the instance is not idle. */
@@ -358,6 +375,12 @@ export interface OperationEvent {
   data?: unknown;
 }
 
+/** Go: types.HibernateRequest. The optional body of POST /v1/instances/{i}/hibernate. */
+export interface HibernateRequest {
+  /** Hibernate a Running instance with its processes (gvisor class only). */
+  memory?: boolean;
+}
+
 /** Go: types.RenewRequest. */
 export interface RenewRequest {
   /** A Go duration from now, or "none". */
@@ -382,6 +405,8 @@ export interface Quota {
   max_disk_bytes?: number;
   /** A Go duration: the longest idle setting of the tenant's projects. */
   max_idle_after?: string;
+  /** The runtime classes its projects and instances may use; absent = any. */
+  runtime_classes?: RuntimeClass[];
 }
 
 /** Go: types.Usage. */
@@ -438,6 +463,15 @@ export interface BuildRequest {
   env?: Record<string, string>;
   run?: BuildStep[];
   context?: string;
+  /** A Dockerfile build (run by the node's BuildKit) instead of envd's spec. */
+  dockerfile?: DockerfileBuild;
+}
+
+/** Go: types.DockerfileBuild. */
+export interface DockerfileBuild {
+  content: string;
+  args?: Record<string, string>;
+  target?: string;
 }
 
 /** Go: types.BuildResult. */
@@ -493,6 +527,64 @@ export interface ProjectNetwork {
   isolate_instances?: boolean;
 }
 
+/** Go: types.EgressDenial. A refusal of the node's egress gateway. */
+export interface EgressDenial {
+  id: number;
+  time: string;
+  instance: string;
+  kind: "dns" | "tls" | "http" | "connect" | string;
+  name?: string;
+  dest?: string;
+  reason: string;
+}
+
+/** Go: types.SetSecretRequest. The value is write-only: no answer carries it. */
+export interface SetSecretRequest {
+  value: string;
+}
+
+/** Go: types.ProjectDocker. The body of PUT /v1/projects/{p}/docker. */
+export interface ProjectDocker {
+  docker: boolean;
+}
+
+/** Go: types.ProjectRuntimeClass. The body of PUT /v1/projects/{p}/runtime-class; "" = each node's default. */
+export interface ProjectRuntimeClass {
+  runtime_class: RuntimeClass | "";
+}
+
+/** A JSON-RPC 2.0 message of the Model Context Protocol, the body of POST /mcp (no Go type: api/mcp speaks the MCP library's). */
+export interface MCPMessage {
+  jsonrpc: "2.0";
+  id?: string | number;
+  method: string;
+  params?: Record<string, unknown>;
+}
+
+/** The JSON-RPC 2.0 answer of POST /mcp (no Go type, as MCPMessage). */
+export interface MCPResponse {
+  jsonrpc: "2.0";
+  id?: string | number;
+  result?: Record<string, unknown>;
+  error?: { code: number; message: string; data?: unknown };
+}
+
+/** Go: types.SecretBinding. scheme "http" (default): plain HTTP requests; "https": HTTPS requests, TLS terminated at the node's egress proxy. */
+export interface SecretBinding {
+  host: string;
+  header?: string;
+  format?: string;
+  scheme?: "" | "http" | "https";
+}
+
+/** Go: types.Secret. Never carries the value. */
+export interface Secret {
+  name: string;
+  binding?: SecretBinding;
+  created_at: string;
+  updated_at: string;
+}
+
 /** Stable error codes (Go: api/errdefs; docs/api.md, Errors). */
 export type ErrorCode = Open<
   | "invalid_argument"
@@ -516,6 +608,7 @@ export type ErrorCode = Open<
   | "port_unreachable"
   | "too_large"
   | "volume_elsewhere"
+  | "memory_checkpoint_unsupported"
   | "join_token_invalid"
   | "insufficient_capacity"
 >;
@@ -637,15 +730,30 @@ export interface ExcludedPath {
 /** Go: types.ForkRequest. The body of POST /v1/instances/{i}/fork. */
 export interface ForkRequest {
   message?: string;
+  /** Of the new instances. */
   ttl?: string;
+  /** Of the new instances. */
   retain?: boolean;
+  /**
+   * Fork the running processes too: one checkpoint with memory, which every
+   * new instance continues (gvisor runtime class only; else
+   * memory_checkpoint_unsupported).
+   */
+  memory?: boolean;
+  /** How many new instances, 1 to 16 (Go: types.MaxForkCount); default 1. */
+  count?: number;
 }
 
 /** Go: types.ForkResult. The result of a fork operation. */
 export interface ForkResult {
   project: string;
   version: number;
+  /** The first of instances. */
   instance: Instance;
+  /** All the new instances, each with its own id, address and generation. */
+  instances: Instance[];
+  /** Memory forks: the checkpoint with memory the instances continue. */
+  checkpoint?: number;
 }
 
 /**
@@ -656,7 +764,7 @@ export interface ForkResult {
  */
 export interface IdleSetting {
   after?: string;
-  action?: Open<"stop" | "hibernate" | "">;
+  action?: Open<"stop" | "hibernate" | "hibernate-memory" | "">;
 }
 
 /** Go: types.PoolSetting. A project's warm pool (PUT /v1/projects/{p}/pool): started instances of the current version kept ready, 0 to 20. */
@@ -731,6 +839,10 @@ export interface ListeningPort {
   public: boolean;
   /** The preview URL (host form), when the node has a preview domain. */
   url?: string;
+  /** The project names the port among its forwarded ports; label and scheme are its attributes there. */
+  forwarded?: boolean;
+  label?: string;
+  scheme?: Open<"http" | "https">;
 }
 
 /** Go: types.PortList. The answer of GET /v1/instances/{i}/ports. */
@@ -756,6 +868,20 @@ export interface PreviewToken {
 export interface ProjectPorts {
   /** Ports reachable through the preview host without a token. */
   public: number[];
+  /**
+   * The ports the project names for its tools (a devcontainer.json's forwardPorts). In a PUT,
+   * absent keeps them and a list (even empty) replaces them; answers omit it when there are none.
+   * Forwarding gives no access: a port that is not public still needs a preview token.
+   */
+  forwarded?: ForwardedPort[];
+}
+
+/** Go: types.ForwardedPort. One of a project's forwarded ports. */
+export interface ForwardedPort {
+  port: number;
+  label?: string;
+  /** How a browser opens it; absent = http. */
+  scheme?: Open<"http" | "https">;
 }
 
 /** Go: types.SSHKey. A public key of the caller's tenant. */
@@ -858,6 +984,17 @@ export interface CheckpointRequest {
   message?: string;
   /** Make the version current by compare-and-swap; default: current is left alone. */
   set_current?: boolean;
+  /** Also capture the instance's processes (gvisor class only; else memory_checkpoint_unsupported). */
+  memory?: boolean;
+}
+
+/** Go: types.CheckpointMemory. A checkpoint's memory image in the registry. */
+export interface CheckpointMemory {
+  image: string;
+  bytes: number;
+  new_bytes: number;
+  freeze_ms: number;
+  resumed_by?: string;
 }
 
 /** Go: types.CheckpointVolume. A checkpoint's archive of one volume. */
@@ -882,6 +1019,7 @@ export interface Checkpoint {
   freeze_ms: number;
   node: string;
   created_at: string;
+  memory?: CheckpointMemory;
 }
 
 /** Go: types.CheckpointResult. The result of a checkpoint operation. */
@@ -893,6 +1031,7 @@ export interface CheckpointResult {
   volume_freeze_ms: number;
   archive_ms: number;
   total_ms: number;
+  memory_push_ms?: number;
 }
 
 /** Go: types.GCCheckpoint. A checkpoint a GC deleted with its version and archives. */
@@ -1044,4 +1183,39 @@ export interface JoinConfig {
   s3?: JoinS3;
   lease?: string;
   notes?: string[];
+}
+
+/** Go: types.WebhookRequest. The body of POST /v1/webhooks. */
+export interface WebhookRequest {
+  /** http:// or https://. */
+  url: string;
+  /** instance.state, operation.<kind>, quota.refused, rollout.step, family.* or *; absent = *. */
+  events?: string[];
+  description?: string;
+}
+
+/** Go: types.Webhook. A tenant's webhook; secret only in the answer of its creation. */
+export interface Webhook {
+  id: string;
+  url: string;
+  events: string[];
+  description?: string;
+  /** The HMAC-SHA256 key of Envd-Webhook-Signature, shown once. */
+  secret?: string;
+  created_at: string;
+}
+
+/** Go: types.WebhookDelivery. One event sent (or to send) to a webhook. */
+export interface WebhookDelivery {
+  id: number;
+  webhook: string;
+  event: Event;
+  /** pending, delivered or failed (given up). */
+  state: string;
+  attempts: number;
+  next_attempt_at?: string;
+  last_error?: string;
+  response_code?: number;
+  created_at: string;
+  finished_at?: string;
 }

@@ -136,7 +136,7 @@ describe("operation event streams", () => {
       res.end(sse(ev(2)) + end(finished));
     };
     const seen = [];
-    const op = await client().operations.wait("op-1", { idleTimeoutMs: 150, onEvent: (e) => seen.push(e.seq) });
+    const op = await client().operations.wait("op-1", { idleTimeoutMs: 1000, onEvent: (e) => seen.push(e.seq) });
     assert.deepEqual(seen, [1, 2]);
     assert.equal(op.id, "op-1");
   });
