@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	goruntime "runtime"
 	"strings"
 	"sync"
@@ -89,6 +90,29 @@ func (r *Runtime) DetachNetNS(ctx context.Context, id, path string) error {
 	}
 	if err := r.net.cni.Remove(ctx, id, path); err != nil {
 		errs = append(errs, fmt.Errorf("detach %q from network %s: %w", id, r.net.name, err))
+	}
+	return errors.Join(errs...)
+}
+
+// DetachStaleNetNS removes every attachment whose id begins with prefix:
+// those AttachNetNS made for a maker that died without detaching them (a
+// node killed during a Dockerfile build leaves its RUN steps' rules and
+// addresses). The caller knows none of them is in use: a node calls it
+// for its BuildKit's prefix once that BuildKit's earlier process is gone.
+func (r *Runtime) DetachStaleNetNS(ctx context.Context, prefix string) error {
+	if r.net == nil || prefix == "" {
+		return nil
+	}
+	ents, err := os.ReadDir(r.net.fw.stateDir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("firewall state: %w", err)
+	}
+	var errs []error
+	for _, e := range ents {
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if ok && strings.HasPrefix(id, prefix) {
+			errs = append(errs, r.DetachNetNS(ctx, id, ""))
+		}
 	}
 	return errors.Join(errs...)
 }

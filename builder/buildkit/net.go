@@ -24,6 +24,11 @@ import (
 // the rest is a hash of the grant.
 const hostPrefix = "envd-build-"
 
+// StepIDPrefix begins the network attachment id of each RUN step: a node
+// restarted after being killed mid-build removes what is left under it.
+// An underscore, which no project name (so no instance id) has.
+const StepIDPrefix = "bk_"
+
 // netServer answers the CNI plugin's calls (netplugin) on a unix socket
 // only root reaches: it attaches a RUN step's namespace under the grant
 // its host name names. A namespace without a known grant (BuildKit's pool,
@@ -147,7 +152,7 @@ func (s *netServer) handle(req netplugin.Request) (json.RawMessage, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	id := "bk-" + req.ContainerID
+	id := StepIDPrefix + req.ContainerID
 	switch req.Command {
 	case "DEL":
 		netns := req.Netns

@@ -530,6 +530,13 @@ func (n *Node) startBuildKit(ctx context.Context, reg registryPart) {
 		n.components["buildkit"] = "unavailable: " + err.Error()
 		return
 	}
+	if cfg.Network != nil {
+		// Start stopped the BuildKit of an earlier life of this node, if
+		// one was left: its RUN steps' attachments are stale.
+		if err := n.rt.DetachStaleNetNS(ctx, buildkit.StepIDPrefix); err != nil {
+			n.cfg.Logger.Warn("remove the network of an earlier BuildKit's steps", "err", err)
+		}
+	}
 	n.bk = bk
 	n.components["buildkit"] = "buildkitd at " + bk.Socket()
 	n.onClose(bk.Stop)
