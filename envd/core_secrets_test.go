@@ -182,7 +182,14 @@ func TestSecretCacheAcrossNodes(t *testing.T) {
 	assert.Empty(t, headers(b, "https"))
 
 	// The answers are the cache's: a change that notifies no one (the
-	// trigger off) is not seen; a notification then drops it.
+	// trigger off) is not seen; a notification then drops it. First every
+	// notification of the changes above must have reached B (a late one
+	// would drop B's cache after the unseen change, as it should): a
+	// barrier notification, sent last, is seen after them.
+	_, err = a.store.Pool().Exec(ctx, `SELECT pg_notify('envd_secrets', 't:barrier')`)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return envd.SecretNotified(b, "t:barrier") }, 10*time.Second, 2*time.Millisecond)
+	require.Equal(t, bearer("v2"), headers(b, "http"), "B's cache, filled again after the barrier")
 	_, err = a.store.Pool().Exec(ctx, `ALTER TABLE secrets DISABLE TRIGGER secrets_notify`)
 	require.NoError(t, err)
 	_, err = a.store.Pool().Exec(ctx, `UPDATE secrets SET header = 'X-Unseen' WHERE tenant_id = $1 AND name = 'api'`, testTenant)

@@ -28,3 +28,13 @@ func SecretsCached(s *Service, key string) bool {
 	_, ok, _ = s.secretCache.boundSecrets(t)
 	return ok
 }
+
+// SecretNotified reports whether s's secret cache has had a notification
+// with payload since its listener last (re)connected: notifications come
+// in order on one connection, so once a payload sent last is seen, every
+// earlier one was handled.
+func SecretNotified(s *Service, payload string) bool {
+	s.secretCache.mu.Lock()
+	defer s.secretCache.mu.Unlock()
+	return s.secretCache.gens[payload] > 0
+}
