@@ -256,10 +256,10 @@ func TestLifecycleRoutesReachTheCore(t *testing.T) {
 		args             []any
 		state            types.InstanceState
 	}{
-		{"stop", "", "StopInstance", []any{"i-1"}, types.StateStopped},
-		{"start", "", "StartInstance", []any{"i-1"}, types.StateRunning},
-		{"pause", "", "PauseInstance", []any{"i-1"}, types.StatePaused},
-		{"resume", "", "ResumeInstance", []any{"i-1"}, types.StateRunning},
+		{"stop", "", "InstanceVerb", []any{"i-1", "stop"}, types.StateStopped},
+		{"start", "", "InstanceVerb", []any{"i-1", "start"}, types.StateRunning},
+		{"pause", "", "InstanceVerb", []any{"i-1", "pause"}, types.StatePaused},
+		{"resume", "", "InstanceVerb", []any{"i-1", "resume"}, types.StateRunning},
 		{"renew", `{"ttl": "30m"}`, "RenewInstance", []any{"i-1", "30m"}, types.StateRunning},
 		{"renew", `{"ttl": "none"}`, "RenewInstance", []any{"i-1", "none"}, types.StateRunning},
 	} {
@@ -289,15 +289,11 @@ func TestLifecycleRoutesReachTheCore(t *testing.T) {
 func TestIllegalTransitionIs409WithState(t *testing.T) {
 	t.Parallel()
 	core, srv := newServer(t)
-	illegal := func(verb string) func(context.Context, string) (types.Instance, error) {
-		return func(_ context.Context, id string) (types.Instance, error) {
-			return types.Instance{}, errdefs.WithDetails(
-				fmt.Errorf("instance %q is Paused, cannot %s: %w", id, verb, errdefs.ErrFailedPrecondition),
-				map[string]any{"state": types.StatePaused})
-		}
+	core.Lifecycle.InstanceVerbFunc = func(_ context.Context, id, verb string) (types.Instance, error) {
+		return types.Instance{}, errdefs.WithDetails(
+			fmt.Errorf("instance %q is Paused, cannot %s: %w", id, verb, errdefs.ErrFailedPrecondition),
+			map[string]any{"state": types.StatePaused})
 	}
-	core.Lifecycle.PauseInstanceFunc = illegal("pause")
-	core.Lifecycle.StartInstanceFunc = illegal("start")
 	for _, verb := range []string{"pause", "start"} {
 		r := do(t, srv, http.MethodPost, "/v1/instances/i-1/"+verb, nil, nil)
 		assert.Equal(t, http.StatusConflict, r.status)
@@ -305,6 +301,35 @@ func TestIllegalTransitionIs409WithState(t *testing.T) {
 		assert.Equal(t, "failed_precondition", e.Code)
 		assert.Equal(t, map[string]any{"state": "Paused"}, e.Details)
 		assert.Contains(t, e.Message, "cannot "+verb)
+	}
+}
+
+// Every plain verb of the list has its route; a verb the list does not
+// hold is an unknown route (404 not_found, "no route ..."), and the core
+// is not called.
+func TestInstanceVerbRoutesFollowTheList(t *testing.T) {
+	t.Parallel()
+	core, srv := newServer(t)
+	for _, v := range types.InstanceVerbs {
+		r := do(t, srv, http.MethodPost, "/v1/instances/i-1/"+v.Name, nil, nil)
+		require.Equal(t, http.StatusOK, r.status, "%s: body %s", v.Name, r.body)
+		var in types.Instance
+		require.NoError(t, json.Unmarshal(r.body, &in))
+		assert.Equal(t, v.To, in.State, v.Name)
+		call, ok := core.LastCall("InstanceVerb")
+		require.True(t, ok)
+		assert.Equal(t, []any{"i-1", v.Name}, call.Args)
+	}
+	before := len(core.Calls())
+	for _, name := range []string{"reboot", "Stop", "stop%2Fx"} {
+		r := do(t, srv, http.MethodPost, "/v1/instances/i-1/"+name, nil, nil)
+		assert.Equal(t, http.StatusNotFound, r.status, name)
+		e := errorOf(t, r)
+		assert.Equal(t, "not_found", e.Code, name)
+		assert.Contains(t, e.Message, "no route POST /v1/instances/i-1/", name)
+	}
+	for _, c := range core.Calls()[before:] {
+		assert.NotEqual(t, "InstanceVerb", c.Method)
 	}
 }
 

@@ -74,9 +74,9 @@ func TestForwardToTheOwningNode(t *testing.T) {
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	resp.Body.Close()
-	_, ok = owner.LastCall("StopInstance")
+	_, ok = owner.LastCall("InstanceVerb")
 	assert.True(t, ok, "a client that says it is a node is forwarded like any client")
-	_, ok = near.LastCall("StopInstance")
+	_, ok = near.LastCall("InstanceVerb")
 	assert.False(t, ok, "the header a client set is not believed")
 
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -138,6 +138,6 @@ func TestForwardThroughThePeerTransport(t *testing.T) {
 	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, string(body))
 	assert.Equal(t, "5", resp.Header.Get("Retry-After"))
 	assert.Contains(t, string(body), "does not parse")
-	_, ok = owner.LastCall("StopInstance")
+	_, ok = owner.LastCall("InstanceVerb")
 	assert.False(t, ok, "the owner was not reached")
 }

@@ -33,10 +33,10 @@ type InstanceCore interface {
 // transition is an errdefs.ErrFailedPrecondition whose details hold the
 // current "state".
 type LifecycleCore interface {
-	StopInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error)
-	StartInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error)
-	PauseInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error)
-	ResumeInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error)
+	// InstanceVerb runs the plain verb called name (an entry of
+	// types.InstanceVerbs: stop, start, pause, resume, ...) on instance id.
+	// A name that is not in the list is an errdefs.ErrNotFound.
+	InstanceVerb(ctx context.Context, p types.Principal, id, name string) (types.Instance, error)
 	// HibernateInstance saves a stopped retained instance as a version and
 	// frees its layer on the node; with req.Memory, a Running instance with
 	// its processes (errdefs.ErrMemoryUnsupported where they cannot be
@@ -72,19 +72,27 @@ func (g instances) routes() []route {
 
 type lifecycle struct{ core LifecycleCore }
 
+// routes serves one route per plain verb of types.InstanceVerbs, so a new
+// verb needs no line here. They are separate routes rather than one
+// /instances/:i/:verb so that the router keeps answering an unknown verb
+// as it answers any unknown route (404 not_found, "no route ...") and
+// docs/openapi.yaml, checked against these routes, names each verb.
 func (g lifecycle) routes() []route {
-	return []route{
-		{http.MethodPost, "/instances/:i/stop", onInstance(g.core.StopInstance)},
-		{http.MethodPost, "/instances/:i/start", onInstance(g.core.StartInstance)},
-		{http.MethodPost, "/instances/:i/pause", onInstance(g.core.PauseInstance)},
-		{http.MethodPost, "/instances/:i/resume", onInstance(g.core.ResumeInstance)},
+	rs := make([]route, 0, len(types.InstanceVerbs)+2)
+	for _, v := range types.InstanceVerbs {
+		name := v.Name
+		rs = append(rs, route{http.MethodPost, "/instances/:i/" + name, onInstance(func(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
+			return g.core.InstanceVerb(ctx, p, id, name)
+		})})
+	}
+	return append(rs, []route{
 		{http.MethodPost, "/instances/:i/hibernate", handle(http.StatusOK, func(r in, req types.HibernateRequest) (types.Instance, error) {
 			return g.core.HibernateInstance(r.ctx, r.p, r.param("i"), req)
 		})},
 		{http.MethodPost, "/instances/:i/renew", handle(http.StatusOK, func(r in, req types.RenewRequest) (types.Instance, error) {
 			return g.core.RenewInstance(r.ctx, r.p, r.param("i"), req.TTL)
 		})},
-	}
+	}...)
 }
 
 // create starts an instance, or with Prefer: respond-async a restore

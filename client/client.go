@@ -480,28 +480,36 @@ func (c *Client) instanceAction(ctx context.Context, id, action string, body any
 	return post[types.Instance](ctx, c, http.MethodPost, "/v1/instances/"+esc(id)+"/"+action, body)
 }
 
+// InstanceVerb posts the plain verb called name (an entry of
+// types.InstanceVerbs, such as "pause") on instance id and answers the
+// instance: POST /v1/instances/{i}/{name}. A name the server does not
+// serve is an *Error with code not_found.
+func (c *Client) InstanceVerb(ctx context.Context, id, name string) (types.Instance, error) {
+	return c.instanceAction(ctx, id, esc(name), nil)
+}
+
 // StopInstance kills the instance's processes and keeps its writable layer
 // (state Stopped): POST /v1/instances/{i}/stop.
 func (c *Client) StopInstance(ctx context.Context, id string) (types.Instance, error) {
-	return c.instanceAction(ctx, id, "stop", nil)
+	return c.InstanceVerb(ctx, id, "stop")
 }
 
 // StartInstance starts a stopped instance with a new generation:
 // POST /v1/instances/{i}/start.
 func (c *Client) StartInstance(ctx context.Context, id string) (types.Instance, error) {
-	return c.instanceAction(ctx, id, "start", nil)
+	return c.InstanceVerb(ctx, id, "start")
 }
 
 // PauseInstance freezes the instance's processes, memory kept:
 // POST /v1/instances/{i}/pause.
 func (c *Client) PauseInstance(ctx context.Context, id string) (types.Instance, error) {
-	return c.instanceAction(ctx, id, "pause", nil)
+	return c.InstanceVerb(ctx, id, "pause")
 }
 
 // ResumeInstance thaws a paused instance; the answer carries its current
 // address: POST /v1/instances/{i}/resume.
 func (c *Client) ResumeInstance(ctx context.Context, id string) (types.Instance, error) {
-	return c.instanceAction(ctx, id, "resume", nil)
+	return c.InstanceVerb(ctx, id, "resume")
 }
 
 // RenewInstance sets the instance's expiry to now + ttl, a Go duration (it

@@ -76,16 +76,19 @@ func TestRoundTrip(t *testing.T) {
 		{"CreateInstance with key", func() (any, error) {
 			return c.CreateInstance(ctx, "web", types.CreateInstanceRequest{TTL: "1h"}, client.WithIdempotencyKey("k-2"))
 		}, "CreateInstance", []any{"web", types.CreateInstanceRequest{TTL: "1h"}, "k-2"}, nil},
-		{"StopInstance", func() (any, error) { return c.StopInstance(ctx, "i-9") }, "StopInstance", []any{"i-9"},
+		{"StopInstance", func() (any, error) { return c.StopInstance(ctx, "i-9") }, "InstanceVerb", []any{"i-9", "stop"},
 			types.Instance{ID: "i-9", Project: "p", Node: "node-1", Version: 1, Generation: 1, State: "Stopped",
 				Reason: "user_stop", CreatedAt: apitest.Epoch, LastTransitionAt: apitest.Epoch}},
-		{"StartInstance", func() (any, error) { return c.StartInstance(ctx, "i-9") }, "StartInstance", []any{"i-9"},
+		{"StartInstance", func() (any, error) { return c.StartInstance(ctx, "i-9") }, "InstanceVerb", []any{"i-9", "start"},
 			types.Instance{ID: "i-9", Project: "p", Node: "node-1", Version: 1, Generation: 2, State: "Running",
 				Reason: "started", CreatedAt: apitest.Epoch, LastTransitionAt: apitest.Epoch}},
-		{"PauseInstance", func() (any, error) { return c.PauseInstance(ctx, "i-9") }, "PauseInstance", []any{"i-9"},
+		{"PauseInstance", func() (any, error) { return c.PauseInstance(ctx, "i-9") }, "InstanceVerb", []any{"i-9", "pause"},
 			types.Instance{ID: "i-9", Project: "p", Node: "node-1", Version: 1, Generation: 1, State: "Paused",
 				Reason: "user_pause", CreatedAt: apitest.Epoch, LastTransitionAt: apitest.Epoch}},
-		{"ResumeInstance", func() (any, error) { return c.ResumeInstance(ctx, "i-9") }, "ResumeInstance", []any{"i-9"},
+		{"InstanceVerb", func() (any, error) { return c.InstanceVerb(ctx, "i-9", "pause") }, "InstanceVerb", []any{"i-9", "pause"},
+			types.Instance{ID: "i-9", Project: "p", Node: "node-1", Version: 1, Generation: 1, State: "Paused",
+				Reason: "user_pause", CreatedAt: apitest.Epoch, LastTransitionAt: apitest.Epoch}},
+		{"ResumeInstance", func() (any, error) { return c.ResumeInstance(ctx, "i-9") }, "InstanceVerb", []any{"i-9", "resume"},
 			types.Instance{ID: "i-9", Project: "p", Node: "node-1", Version: 1, Generation: 1, State: "Running",
 				Reason: "user_resume", CreatedAt: apitest.Epoch, LastTransitionAt: apitest.Epoch}},
 		{"RenewInstance", func() (any, error) {
@@ -226,7 +229,7 @@ func TestErrors(t *testing.T) {
 	_, err = c.SetCurrent(ctx, "web", types.SetCurrentRequest{Version: 2})
 	assert.ErrorIs(t, err, errdefs.ErrConflict)
 
-	core.Lifecycle.PauseInstanceFunc = func(_ context.Context, id string) (types.Instance, error) {
+	core.Lifecycle.InstanceVerbFunc = func(_ context.Context, id, _ string) (types.Instance, error) {
 		return types.Instance{}, errdefs.WithDetails(fmt.Errorf("instance %q is Stopped: %w", id, errdefs.ErrFailedPrecondition),
 			map[string]any{"state": "Stopped"})
 	}
@@ -236,6 +239,12 @@ func TestErrors(t *testing.T) {
 	assert.Equal(t, "failed_precondition", e.Code)
 	assert.Equal(t, map[string]any{"state": "Stopped"}, e.Details)
 	assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition)
+
+	_, err = c.InstanceVerb(ctx, "i-1", "reboot") // not a verb the server serves
+	require.ErrorAs(t, err, &e)
+	assert.Equal(t, 404, e.Status)
+	assert.Equal(t, "not_found", e.Code)
+	assert.ErrorIs(t, err, errdefs.ErrNotFound)
 
 	wrong, err := client.New(c.BaseURL(), "wrong")
 	require.NoError(t, err)

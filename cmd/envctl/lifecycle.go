@@ -10,28 +10,30 @@ import (
 	"github.com/envd-dev/envd/client"
 )
 
-// lifecycleCommand is one instance verb: stop, start, pause or resume.
-func (a *app) lifecycleCommand(use, short string, verb func(*client.Client, context.Context, string) (types.Instance, error)) *cobra.Command {
+// lifecycleCommand is one plain instance verb of types.InstanceVerbs:
+// "envctl NAME INSTANCE".
+func (a *app) lifecycleCommand(v types.InstanceVerb) *cobra.Command {
 	return &cobra.Command{
-		Use:   use + " INSTANCE",
-		Short: short,
+		Use:   v.Name + " INSTANCE",
+		Short: v.Summary,
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return call(a, cmd, func(ctx context.Context, c *client.Client) (types.Instance, error) {
-				return verb(c, ctx, args[0])
+				return c.InstanceVerb(ctx, args[0], v.Name)
 			}, one(instanceTable))
 		},
 	}
 }
 
+// lifecycleCommands are a command per plain verb, from the list (a verb
+// added there is a command without a line here), and renew, which has a
+// flag.
 func (a *app) lifecycleCommands() []*cobra.Command {
-	return []*cobra.Command{
-		a.lifecycleCommand("stop", "Stop an instance: kill its processes, keep its writable layer", (*client.Client).StopInstance),
-		a.lifecycleCommand("start", "Start a stopped instance on its kept writable layer", (*client.Client).StartInstance),
-		a.lifecycleCommand("pause", "Freeze an instance's processes (memory is kept)", (*client.Client).PauseInstance),
-		a.lifecycleCommand("resume", "Thaw a paused instance", (*client.Client).ResumeInstance),
-		a.renewCommand(),
+	cmds := make([]*cobra.Command, 0, len(types.InstanceVerbs)+1)
+	for _, v := range types.InstanceVerbs {
+		cmds = append(cmds, a.lifecycleCommand(v))
 	}
+	return append(cmds, a.renewCommand())
 }
 
 func (a *app) renewCommand() *cobra.Command {

@@ -26,10 +26,10 @@ func TestLifecycleVerbs(t *testing.T) {
 		want  []any
 		state types.InstanceState
 	}{
-		{[]string{"stop", "i-1"}, "StopInstance", []any{"i-1"}, "Stopped"},
-		{[]string{"start", "i-1"}, "StartInstance", []any{"i-1"}, "Running"},
-		{[]string{"pause", "i-1"}, "PauseInstance", []any{"i-1"}, "Paused"},
-		{[]string{"resume", "i-1"}, "ResumeInstance", []any{"i-1"}, "Running"},
+		{[]string{"stop", "i-1"}, "InstanceVerb", []any{"i-1", "stop"}, "Stopped"},
+		{[]string{"start", "i-1"}, "InstanceVerb", []any{"i-1", "start"}, "Running"},
+		{[]string{"pause", "i-1"}, "InstanceVerb", []any{"i-1", "pause"}, "Paused"},
+		{[]string{"resume", "i-1"}, "InstanceVerb", []any{"i-1", "resume"}, "Running"},
 		{[]string{"renew", "i-1", "--ttl", "45m"}, "RenewInstance", []any{"i-1", "45m"}, "Running"},
 		{[]string{"renew", "i-1", "--ttl", "none"}, "RenewInstance", []any{"i-1", "none"}, "Running"},
 		{[]string{"hibernate", "i-1"}, "HibernateInstance", []any{"i-1"}, "Stopped"},
@@ -58,7 +58,7 @@ func TestLifecycleVerbs(t *testing.T) {
 func TestIllegalTransitionShowsState(t *testing.T) {
 	t.Parallel()
 	_, env := server(t, func(core *apitest.Fakes) {
-		core.Lifecycle.ResumeInstanceFunc = func(_ context.Context, id string) (types.Instance, error) {
+		core.Lifecycle.InstanceVerbFunc = func(_ context.Context, id, _ string) (types.Instance, error) {
 			return types.Instance{}, errdefs.WithDetails(fmt.Errorf("instance %q is Running, resume needs Paused: %w", id, errdefs.ErrFailedPrecondition),
 				map[string]any{"state": "Running"})
 		}

@@ -110,6 +110,11 @@ func (x *Instances) DeleteInstance(ctx context.Context, p types.Principal, id st
 	return x.m.DeleteInstance(ctx, p, id)
 }
 
+// InstanceVerb runs a plain verb of types.InstanceVerbs (Manager.InstanceVerb).
+func (x *Instances) InstanceVerb(ctx context.Context, p types.Principal, id, name string) (types.Instance, error) {
+	return x.m.InstanceVerb(ctx, p, id, name)
+}
+
 // PauseInstance freezes the instance's processes; memory is kept.
 func (x *Instances) PauseInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
 	return x.m.PauseInstance(ctx, p, id)

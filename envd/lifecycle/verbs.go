@@ -88,6 +88,30 @@ func (m *Manager) step(ctx context.Context, p types.Principal, id string, v verb
 	return m.withEndpoint(ctx, View(in)), nil
 }
 
+// InstanceVerb runs the plain verb called name (types.InstanceVerbs) on
+// instance id; a name the list does not hold is errdefs.ErrNotFound.
+func (m *Manager) InstanceVerb(ctx context.Context, p types.Principal, id, name string) (types.Instance, error) {
+	if _, ok := types.LookupInstanceVerb(name); !ok {
+		return types.Instance{}, fmt.Errorf("instance verb %q: %w", name, errdefs.ErrNotFound)
+	}
+	run, ok := m.verbs()[name]
+	if !ok { // listed, not implemented here: TestPlainVerbsMatchTheList fails
+		return types.Instance{}, fmt.Errorf("instance verb %q: not implemented: %w", name, errdefs.ErrNotFound)
+	}
+	return run(ctx, p, id)
+}
+
+// verbs are the Manager's methods of the plain verbs, by name: the one
+// place a verb of types.InstanceVerbs meets its implementation.
+func (m *Manager) verbs() map[string]func(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
+	return map[string]func(ctx context.Context, p types.Principal, id string) (types.Instance, error){
+		"stop":   m.StopInstance,
+		"start":  m.StartInstance,
+		"pause":  m.PauseInstance,
+		"resume": m.ResumeInstance,
+	}
+}
+
 // PauseInstance freezes the instance's processes; memory is kept.
 func (m *Manager) PauseInstance(ctx context.Context, p types.Principal, id string) (types.Instance, error) {
 	return m.step(ctx, p, id, verb{From: []types.InstanceState{types.StateRunning}, Via: types.StatePausing, To: types.StatePaused,

@@ -3,12 +3,19 @@
 // actions (save with live progress, stop, start, pause, resume, renew, rm)
 // and its terminal.
 
-import type { Instance, OperationEvent, SaveResult } from "../../sdk/typescript/src/index.js";
+import type { Instance, InstanceVerb, OperationEvent, SaveResult } from "../../sdk/typescript/src/index.js";
+import verbList from "../../api/types/instance_verbs.json";
 import { h, replace, field, button } from "./dom.js";
 import { call, SignedOut } from "./session.js";
 import { relative, time, yesNo, bytes } from "./format.js";
 import { details, errorBox, note, pageTitle, stateBadge, table, announce } from "./ui.js";
 import { openTerminal } from "./terminal.js";
+
+// The plain verbs (stop, start, pause, resume, ...): the server's list,
+// bundled, so a verb added there gets its button, shown in the states it
+// may start from, without a line here.
+const plainVerbs: InstanceVerb[] = verbList;
+const capitalize = (w: string) => w.charAt(0).toUpperCase() + w.slice(1);
 
 export async function instancesPage(main: HTMLElement): Promise<void> {
   const all = await call((c) => c.instances.list());
@@ -143,7 +150,7 @@ export async function instancePage(main: HTMLElement, [id]: string[]): Promise<(
     );
   }
 
-  const verb = (label: string, f: () => Promise<Instance>) =>
+  const verb = (label: string, f: () => Promise<Instance>, title?: string) =>
     button(label, async () => {
       replace(flash);
       try {
@@ -154,7 +161,7 @@ export async function instancePage(main: HTMLElement, [id]: string[]): Promise<(
         replace(flash, errorBox(e, label));
       }
       await load().catch(() => {});
-    }, { id: `action-${label.toLowerCase()}` });
+    }, { id: `action-${label.toLowerCase()}`, title });
 
   function renderActions(): void {
     const s = inst.state;
@@ -188,10 +195,7 @@ export async function instancePage(main: HTMLElement, [id]: string[]): Promise<(
       h(
         "div",
         { class: "actions" },
-        s === "Running" || s === "Paused" ? verb("Stop", () => call((c) => c.instances.stop(iid))) : null,
-        s === "Stopped" ? verb("Start", () => call((c) => c.instances.start(iid))) : null,
-        s === "Running" ? verb("Pause", () => call((c) => c.instances.pause(iid))) : null,
-        s === "Paused" ? verb("Resume", () => call((c) => c.instances.resume(iid))) : null,
+        plainVerbs.filter((v) => v.from.includes(s)).map((v) => verb(capitalize(v.name), () => call((c) => c.instances.instanceVerb(iid, v.name)), v.summary)),
         s !== "Terminated" ? rm : null,
       ),
       s === "Running" || s === "Paused" ? h("p", { class: "hint" }, inst.retain ? "Stop keeps the writable layer on the node; start brings the files back, not the memory." : "Only an instance started with retain can stop; this one can be saved, then removed.") : null,

@@ -511,19 +511,30 @@ class Client:
         return self._call("POST", f"/v1/instances/{_seg(instance_id)}/{verb}", body=body,
                           retry=_RETRY_NONE, timeout=timeout)
 
+    def instance_verb(self, instance_id: str, name: str, timeout: Optional[float] = None) -> JSON:
+        """POST .../{name}: a plain verb, without a body, answered with the
+        instance (the server's list, api/types/instance_verbs.json: stop,
+        start, pause, resume, ...). A verb the server does not serve is a
+        NotFound. timeout defaults to the longer of timeout and wait_timeout,
+        as a verb may start the instance. The named verbs below are this
+        with their name."""
+        if timeout is None:
+            timeout = max(self.timeout, self.wait_timeout)
+        return self._verb(instance_id, _seg(name), timeout=timeout)
+
     def stop(self, instance_id: str) -> JSON:
         """POST .../stop (only instances created with retain)."""
-        return self._verb(instance_id, "stop")
+        return self.instance_verb(instance_id, "stop", timeout=self.timeout)
 
     def start(self, instance_id: str) -> JSON:
         """POST .../start: Running, generation + 1."""
-        return self._verb(instance_id, "start", timeout=max(self.timeout, self.wait_timeout))
+        return self.instance_verb(instance_id, "start")
 
     def pause(self, instance_id: str) -> JSON:
-        return self._verb(instance_id, "pause")
+        return self.instance_verb(instance_id, "pause", timeout=self.timeout)
 
     def resume(self, instance_id: str) -> JSON:
-        return self._verb(instance_id, "resume")
+        return self.instance_verb(instance_id, "resume", timeout=self.timeout)
 
     def renew(self, instance_id: str, ttl: Union[str, int, float]) -> JSON:
         """POST .../renew: expires_at = now + ttl (may shorten it); "none" removes it."""

@@ -479,21 +479,30 @@ export class Instances {
     return this.t.json({ method: "POST", path: `/v1/instances/${esc(id)}/${verb}`, json: body, retry: "refused" }, opts);
   }
 
+  /**
+   * POST .../{name}: a plain verb, without a body, answered with the
+   * instance (the server's list, api/types/instance_verbs.json: stop,
+   * start, pause, resume, ...). A verb the server does not serve is a
+   * NotFound. The named methods below are this with their name.
+   */
+  instanceVerb(id: string, name: string, opts?: CallOptions): Promise<T.Instance> {
+    return this.verb(id, esc(name), undefined, opts);
+  }
   /** POST .../stop (a retained instance). */
   stop(id: string, opts?: CallOptions): Promise<T.Instance> {
-    return this.verb(id, "stop", undefined, opts);
+    return this.instanceVerb(id, "stop", opts);
   }
   /** POST .../start (generation + 1). */
   start(id: string, opts?: CallOptions): Promise<T.Instance> {
-    return this.verb(id, "start", undefined, opts);
+    return this.instanceVerb(id, "start", opts);
   }
   /** POST .../pause. */
   pause(id: string, opts?: CallOptions): Promise<T.Instance> {
-    return this.verb(id, "pause", undefined, opts);
+    return this.instanceVerb(id, "pause", opts);
   }
   /** POST .../resume. */
   resume(id: string, opts?: CallOptions): Promise<T.Instance> {
-    return this.verb(id, "resume", undefined, opts);
+    return this.instanceVerb(id, "resume", opts);
   }
   /** POST .../renew: expires_at = now + ttl (a Go duration), or none with "none". */
   renew(id: string, ttl: string, opts?: CallOptions): Promise<T.Instance> {

@@ -381,6 +381,20 @@ export interface HibernateRequest {
   memory?: boolean;
 }
 
+/**
+ * Go: types.InstanceVerb. One entry of the server's list of plain verbs
+ * (api/types/instance_verbs.json), each called with Instances.instanceVerb.
+ */
+export interface InstanceVerb {
+  /** The last segment of POST /v1/instances/{i}/{name}. */
+  name: string;
+  /** The states the verb may start from. */
+  from: InstanceState[];
+  /** The state it leaves the instance in. */
+  to: InstanceState;
+  summary: string;
+}
+
 /** Go: types.RenewRequest. */
 export interface RenewRequest {
   /** A Go duration from now, or "none". */
