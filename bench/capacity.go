@@ -65,11 +65,7 @@ func capacity(ctx context.Context, cfg config, out io.Writer, report func(capaci
 	debianRootfs := cfg.rootfs
 	cfg.nodeDefaults = true
 	b, err := busyboxBed(ctx, cfg, "capacity")
-	defer func() {
-		if cerr := b.close(); cerr != nil {
-			rErr = errors.Join(rErr, cerr)
-		}
-	}()
+	defer b.closeInto(&rErr)
 	if err != nil {
 		return err
 	}

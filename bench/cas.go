@@ -48,11 +48,7 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 func runCAS(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 	started := time.Now()
 	b, err := busyboxBed(ctx, cfg, "cas")
-	defer func() {
-		if cerr := b.close(); cerr != nil {
-			rErr = errors.Join(rErr, cerr)
-		}
-	}()
+	defer b.closeInto(&rErr)
 	if err != nil {
 		return err
 	}

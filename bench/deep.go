@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -71,11 +70,7 @@ func runDeep(ctx context.Context, cfg config, out io.Writer) error {
 // deepSide runs one node's half of the deep scenario.
 func deepSide(ctx context.Context, cfg config, dir, side string) (rows []deepRow, rErr error) {
 	b, err := busyboxBed(ctx, cfg, dir)
-	defer func() {
-		if cerr := b.close(); cerr != nil {
-			rErr = errors.Join(rErr, cerr)
-		}
-	}()
+	defer b.closeInto(&rErr)
 	if err != nil {
 		return nil, err
 	}

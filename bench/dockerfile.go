@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -52,11 +51,7 @@ func runDockerfileBench(ctx context.Context, cfg config, out io.Writer) (rErr er
 	started := time.Now()
 	load0 := loadAvg()
 	b, err := busyboxBed(ctx, cfg, "dockerfile")
-	defer func() {
-		if cerr := b.close(); cerr != nil {
-			rErr = errors.Join(rErr, cerr)
-		}
-	}()
+	defer b.closeInto(&rErr)
 	if err != nil {
 		return err
 	}

@@ -35,11 +35,7 @@ func runForkMemory(ctx context.Context, cfg config, out io.Writer) (rErr error) 
 	load0 := loadAvg()
 	const project = "forkmem"
 	b, err := gvisorBed(ctx, cfg, project)
-	defer func() {
-		if cerr := b.close(); cerr != nil {
-			rErr = errors.Join(rErr, cerr)
-		}
-	}()
+	defer b.closeInto(&rErr)
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -61,11 +60,7 @@ func runLatency(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 	started := time.Now()
 	load0 := loadAvg()
 	b, err := busyboxBed(ctx, cfg, "latency")
-	defer func() {
-		if cerr := b.close(); cerr != nil {
-			rErr = errors.Join(rErr, cerr)
-		}
-	}()
+	defer b.closeInto(&rErr)
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -114,11 +113,7 @@ func runCheckpointMemory(ctx context.Context, cfg config, out io.Writer) (rErr e
 	load0 := loadAvg()
 	const project = "ckmem"
 	b, err := gvisorBed(ctx, cfg, project)
-	defer func() {
-		if cerr := b.close(); cerr != nil {
-			rErr = errors.Join(rErr, cerr)
-		}
-	}()
+	defer b.closeInto(&rErr)
 	if err != nil {
 		return err
 	}
@@ -292,11 +287,7 @@ func runResumeMemory(ctx context.Context, cfg config, out io.Writer) (rErr error
 	load0 := loadAvg()
 	const project = "resumemem"
 	b, err := gvisorBed(ctx, cfg, project)
-	defer func() {
-		if cerr := b.close(); cerr != nil {
-			rErr = errors.Join(rErr, cerr)
-		}
-	}()
+	defer b.closeInto(&rErr)
 	if err != nil {
 		return err
 	}

@@ -116,6 +116,15 @@ func startBed(ctx context.Context, cfg config) (*bed, error) {
 	return b, nil
 }
 
+// closeInto closes b and joins close's error into *err: a scenario's
+// `defer b.closeInto(&rErr)`, right after the bed is made (a bed that
+// failed half way is closed too).
+func (b *bed) closeInto(err *error) {
+	if cerr := b.close(); cerr != nil {
+		*err = errors.Join(*err, cerr)
+	}
+}
+
 // close shuts the primary node down and removes WORK/nodes.
 func (b *bed) close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

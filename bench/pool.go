@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os/exec"
@@ -38,11 +37,7 @@ func runPool(ctx context.Context, cfg config, out io.Writer) (rErr error) {
 	started := time.Now()
 	load0 := loadAvg()
 	b, err := busyboxBed(ctx, cfg, "pool")
-	defer func() {
-		if cerr := b.close(); cerr != nil {
-			rErr = errors.Join(rErr, cerr)
-		}
-	}()
+	defer b.closeInto(&rErr)
 	if err != nil {
 		return err
 	}

@@ -31,11 +31,7 @@ func runResumeLazy(ctx context.Context, cfg config, out io.Writer) (rErr error) 
 	load0 := loadAvg()
 	const project = "resumelazy"
 	b, err := gvisorBed(ctx, cfg, project)
-	defer func() {
-		if cerr := b.close(); cerr != nil {
-			rErr = errors.Join(rErr, cerr)
-		}
-	}()
+	defer b.closeInto(&rErr)
 	if err != nil {
 		return err
 	}
