@@ -23,7 +23,7 @@ import (
 // stdout, stderr and the exit code.
 func runEnvctl(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := exec.CommandContext(ctx(t), buildEnvctl(t), args...)
+	cmd := commandContext(ctx(t), buildEnvctl(t), args...)
 	cmd.Env = append(os.Environ(), "ENVD_URL="+env.node.URL, "ENVD_TOKEN="+env.node.Token)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

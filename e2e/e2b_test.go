@@ -10,7 +10,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -66,7 +65,7 @@ func TestRootE2BTypeScript(t *testing.T) {
 	}
 	_, token, c := newTenantToken(t, "e2b-ts")
 	e2bTemplate(t, c)
-	cmd := exec.CommandContext(ctx(t), "node", "--test", "--test-concurrency=1", "test/")
+	cmd := commandContext(ctx(t), "node", "--test", "--test-concurrency=1", "test/")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "E2B_API_URL="+env.node.URL+"/e2b", "E2B_SANDBOX_URL="+env.node.URL+"/e2b",
 		"E2B_API_KEY="+token, "E2B_DOMAIN=", "E2B_DEBUG=")

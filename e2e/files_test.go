@@ -9,7 +9,6 @@ import (
 	"errors"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -313,7 +312,7 @@ func TestRootFilesEnvctl(t *testing.T) {
 	bin := buildEnvctl(t)
 	envctl := func(args ...string) string {
 		t.Helper()
-		cmd := exec.CommandContext(c, bin, args...)
+		cmd := commandContext(c, bin, args...)
 		cmd.Env = append(os.Environ(), "ENVD_URL="+env.node.URL, "ENVD_TOKEN="+env.node.Token)
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "envctl %v: %s", args, out)

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -81,6 +83,20 @@ func waitSave(t *testing.T, opID string) (types.Operation, types.SaveResult) {
 	var res types.SaveResult
 	require.NoError(t, json.Unmarshal(op.Result, &res))
 	return op, res
+}
+
+// commandContext is exec.CommandContext for a program that may start
+// children of its own (npm runs node, node's test runner its workers, ssh
+// its proxy): it gets its own process group, all of which is killed when
+// ctx ends, and Wait returns at most 10 s after that even if a descendant
+// still holds its output pipe. Without these, a hung grandchild outlived
+// the kill and Wait blocked until the package's -timeout.
+func commandContext(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 10 * time.Second
+	return cmd
 }
 
 // logTail logs the last n lines of a daemon's log, to say why a test failed.

@@ -178,6 +178,9 @@ func killDataDir(t *testing.T, bin string) string {
 	dataDir := filepath.Join(dir, "data")
 	require.NoError(t, os.MkdirAll(dataDir, 0o755))
 	t.Cleanup(func() {
+		if t.Failed() { // the nodes' side of the story, which is gone with dir
+			logTail(t, filepath.Join(dataDir, "envd.log"), 80)
+		}
 		out, err := exec.Command(bin, "down", "--data-dir", dataDir).CombinedOutput()
 		assert.NoError(t, err, "envd down: %s", out)
 		_ = os.RemoveAll(dir)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -143,7 +142,7 @@ func TestRootMCPTypeScript(t *testing.T) {
 	}
 	bin := buildEnvd(t)
 	tenant, token, _ := newTenantToken(t, "mcp-ts")
-	cmd := exec.CommandContext(ctx(t), "node", "--test", "--test-concurrency=1", "test/")
+	cmd := commandContext(ctx(t), "node", "--test", "--test-concurrency=1", "test/")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "ENVD_URL="+env.node.URL, "ENVD_TOKEN="+token, "ENVD_BIN="+bin,
 		"ENVD_IMAGE="+fixtureBase, "ENVD_PROJECT="+tenant)

@@ -299,7 +299,7 @@ func TestRootPortsPortForward(t *testing.T) {
 
 	c, cancel := context.WithCancel(ctx(t))
 	defer cancel()
-	fwd := exec.CommandContext(c, bin, "port-forward", in.ID, ":7000")
+	fwd := commandContext(c, bin, "port-forward", in.ID, ":7000")
 	fwd.Env = append(os.Environ(), "ENVD_URL="+env.node.URL, "ENVD_TOKEN="+env.node.Token)
 	stdout, err := fwd.StdoutPipe()
 	require.NoError(t, err)

@@ -20,7 +20,7 @@ func TestSDKPython(t *testing.T) {
 	}
 	c, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(c, py, "-m", "unittest", "discover", "-v", "-s", "../sdk/python/tests")
+	cmd := commandContext(c, py, "-m", "unittest", "discover", "-v", "-s", "../sdk/python/tests")
 	cmd.Env = append(os.Environ(),
 		"ENVD_URL="+env.node.URL,
 		"ENVD_TOKEN="+env.node.Token,

@@ -34,7 +34,7 @@ func TestSDKTypeScript(t *testing.T) {
 		"ENVD_PROJECT=sdkts-"+hex.EncodeToString(suffix),
 	)
 	for _, script := range []string{"build", "test:unit", "test:integration"} {
-		cmd := exec.CommandContext(ctx(t), "npm", "run", "--silent", script)
+		cmd := commandContext(ctx(t), "npm", "run", "--silent", script)
 		cmd.Dir, cmd.Env = dir, environ
 		out, err := cmd.CombinedOutput()
 		if err != nil {
@@ -45,7 +45,7 @@ func TestSDKTypeScript(t *testing.T) {
 	// ENVD_SDK_BENCH=1 also measures the SDK against raw HTTP calls (1,000
 	// execs, 100 saves: minutes, so not by default).
 	if os.Getenv("ENVD_SDK_BENCH") != "" {
-		cmd := exec.CommandContext(ctx(t), "node", "bench/overhead.mjs")
+		cmd := commandContext(ctx(t), "node", "bench/overhead.mjs")
 		cmd.Dir, cmd.Env = dir, environ
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "bench/overhead.mjs: %s", out)

@@ -116,7 +116,7 @@ func runToolEnv(t testing.TB, extra []string, stdin, name string, args ...string
 	t.Helper()
 	c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(c, name, args...)
+	cmd := commandContext(c, name, args...)
 	if len(extra) > 0 {
 		cmd.Env = append(os.Environ(), extra...)
 	}
@@ -282,7 +282,7 @@ func TestRootSSHForward(t *testing.T) {
 	all := append(s.opts(), "-p", s.port, "-N", "-o", "ExitOnForwardFailure=yes", "-L", local+":localhost:8080", s.instance+"@"+s.host)
 	c, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	fwd := exec.CommandContext(c, "ssh", all...)
+	fwd := commandContext(c, "ssh", all...)
 	var stderr bytes.Buffer
 	fwd.Stderr = &stderr
 	require.NoError(t, fwd.Start())

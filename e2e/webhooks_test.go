@@ -157,7 +157,7 @@ import base64, json, sys
 for d in json.load(open(sys.argv[1])):
     print(verify(sys.argv[2], d["headers"], base64.b64decode(d["body"])))
 `
-	out, err := exec.CommandContext(ctx(t), py, "-c", script, filepath.Join(dir, "got.json"), secret).CombinedOutput()
+	out, err := commandContext(ctx(t), py, "-c", script, filepath.Join(dir, "got.json"), secret).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	var verdicts []bool
 	for _, line := range strings.Fields(string(out)) {

@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "tests need root (containerd, overlayfs, network namespaces)" >&2; exit 1; }
 bash scripts/setup.sh --tests
+setup_s=$SECONDS
 export PATH=/usr/local/lib/envd/bin:$PATH
 # The exec agent instances run their commands through (runtime/agents.go):
 # static, since it runs inside any image; nodes the tests start take it
@@ -33,23 +34,44 @@ export ENVD_AGENT_BINARY=$PWD/bin/envd-agent
 # arguments e2e runs as one process.
 split=1
 for a in "$@"; do case "$a" in -run*|-skip*|-test.run*|-test.skip*) split=0 ;; esac; done
+# CI shows only the end of a long output: the last lines say how long
+# each part took and which tests failed (summary below).
+main_log=$(mktemp)
+side_log=$(mktemp)
+trap 'rm -f "$main_log" "$side_log"' EXIT
+summary() {
+  echo "== summary: set-up ${setup_s} s; $*"
+  if grep -qE -- '^(\s*--- FAIL|FAIL|panic:)' "$main_log" "$side_log"; then
+    echo "== failed:"
+    grep -hE -- '^(\s*--- FAIL|FAIL|panic:)' "$main_log" "$side_log" | head -60
+    # A timeout's panic names the tests still running on the next lines.
+    grep -hE -A8 -- '^panic: test timed out' "$main_log" "$side_log" | grep -E '^\s|^panic' | head -20
+  fi
+}
 if [ "$split" = 1 ]; then
-  side_log=$(mktemp)
-  trap 'rm -f "$side_log"' EXIT
   ( set +e
-    ENVD_E2E_GROUP=sole go test -count=1 -timeout 75m "$@" ./e2e/; e2e_rc=$?
+    s=$SECONDS
+    ENVD_E2E_GROUP=sole go test -count=1 -timeout 45m "$@" ./e2e/; e2e_rc=$?
+    echo "e2e sole: $((SECONDS - s)) s" >"$side_log.times"
+    s=$SECONDS
     bash scripts/fuzz.sh; fuzz_rc=$?
+    echo "fuzz: $((SECONDS - s)) s" >>"$side_log.times"
     [ "$e2e_rc" = 0 ] && [ "$fuzz_rc" = 0 ] ) >"$side_log" 2>&1 &
   side=$!
   main_rc=0
-  go vet ./... && ENVD_E2E_GROUP=shared go test -count=1 -p 3 -timeout 75m "$@" ./... || main_rc=$?
+  s=$SECONDS
+  { go vet ./... && ENVD_E2E_GROUP=shared go test -count=1 -p 3 -timeout 45m "$@" ./...; } 2>&1 | tee "$main_log" || main_rc=$?
+  main_s=$((SECONDS - s))
   side_rc=0
   wait "$side" || side_rc=$?
   echo "== e2e's sequential tests (ENVD_E2E_GROUP=sole), then scripts/fuzz.sh"
   cat "$side_log"
+  summary "vet and tests ${main_s} s beside $(paste -sd, "$side_log.times" 2>/dev/null); rc main ${main_rc}, side ${side_rc}"
+  rm -f "$side_log.times"
   [ "$main_rc" = 0 ] && [ "$side_rc" = 0 ]
 else
-  go vet ./...
-  go test -count=1 -p 3 -timeout 75m "$@" ./...
-  bash scripts/fuzz.sh
+  rc=0
+  { go vet ./... && go test -count=1 -p 3 -timeout 45m "$@" ./... && bash scripts/fuzz.sh; } 2>&1 | tee "$main_log" || rc=$?
+  summary "vet, tests and fuzz $((SECONDS - setup_s)) s; rc ${rc}"
+  [ "$rc" = 0 ]
 fi

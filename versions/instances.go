@@ -391,22 +391,42 @@ func (s Instances) NextExpiry(ctx context.Context, node string) (*time.Time, err
 	return at, nil
 }
 
-// Rehome places a hibernated instance on node, sitting on layerVersion,
-// with a new generation, and clears the hibernation: the caller then
-// provisions it there. It fails with ErrFailedPrecondition unless the
-// instance is hibernated and in state from.
-func (s Instances) Rehome(ctx context.Context, id string, from types.InstanceState, node string, layerVersion int) (Instance, error) {
-	in, err := scanInstance(s.db.QueryRow(ctx, `UPDATE instances i
-		SET node = $2, layer_version = $3, hibernated_version = NULL, generation = i.generation + 1
-		FROM projects p WHERE p.id = i.project_id AND i.id = $1 AND i.state = $4 AND i.hibernated_version IS NOT NULL
-		RETURNING `+instanceCols, id, node, layerVersion, from))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Instance{}, fmt.Errorf("instance %q is not a hibernated %s instance: %w", id, from, errdefs.ErrFailedPrecondition)
-	}
-	if err != nil {
-		return Instance{}, translate(err, fmt.Sprintf("instance %q", id))
-	}
-	return in, nil
+// Rehome begins the wake of a hibernated Stopped instance on node: in one
+// update it becomes Pending (reason, message) there, sitting on
+// layerVersion, with a new generation and its hibernation cleared (a
+// hibernated checkpoint stays, for a wake with memory to fall back on); the
+// caller then provisions it. One update, not a transition and then a
+// rehome: a crash between the two left a Pending row that still looked
+// hibernated, which no recovery matched (the reconciler failed it at the
+// provision timeout). A start, so the tenant's MaxInstances is checked as
+// Transition does. It fails with ErrFailedPrecondition unless the instance
+// is Stopped and hibernated.
+func (s Instances) Rehome(ctx context.Context, id, node string, layerVersion int, reason, message string) (Instance, error) {
+	return WithTxV(ctx, s.db, func(tx pgx.Tx) (Instance, error) {
+		var state types.InstanceState
+		var tenant string
+		var hibernated *int
+		err := tx.QueryRow(ctx, "SELECT state, tenant_id, hibernated_version FROM instances WHERE id = $1 FOR NO KEY UPDATE", id).
+			Scan(&state, &tenant, &hibernated)
+		if err != nil {
+			return Instance{}, translate(err, fmt.Sprintf("instance %q", id))
+		}
+		if state != types.StateStopped {
+			return Instance{}, notInState(id, state, []types.InstanceState{types.StateStopped}, types.StatePending)
+		}
+		if hibernated == nil {
+			return Instance{}, errdefs.WithDetails(fmt.Errorf("instance %q is not hibernated: %w", id, errdefs.ErrFailedPrecondition),
+				map[string]any{"state": state})
+		}
+		if err := checkInstanceQuota(ctx, tx, tenant); err != nil {
+			return Instance{}, err
+		}
+		return scanInstance(tx.QueryRow(ctx, `UPDATE instances i
+			SET state = 'Pending', reason = $4, message = $5, last_transition_at = now(),
+			    node = $2, layer_version = $3, hibernated_version = NULL, generation = i.generation + 1
+			FROM projects p WHERE p.id = i.project_id AND i.id = $1
+			RETURNING `+instanceCols, id, node, layerVersion, reason, message))
+	})
 }
 
 // IdleRetained lists node's stopped, retained, not hibernated instances

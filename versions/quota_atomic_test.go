@@ -147,3 +147,59 @@ func TestStartQuotaIsAtomic(t *testing.T) {
 	_, err = s.Instances.Transition(ctx, "s0", []types.InstanceState{"Running"}, "Pending", "started", "")
 	assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition, "the from states are still checked")
 }
+
+// Rehome (the start of a wake from hibernation) is one update: the
+// instance is Pending on its new node with its hibernation cleared, or
+// nothing changed. It refuses an instance that is not a hibernated Stopped
+// one, and concurrent wakes cannot together pass MaxInstances.
+func TestRehomeIsOneStartOfAHibernatedInstance(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	newProject(t, s)
+	running := newInstance(t, s, "running")
+	const hibernated = 4
+	for i := range hibernated {
+		id := fmt.Sprintf("h%d", i)
+		instanceAt(t, s, id, "Stopped", 1)
+		_, err := s.Instances.Hibernated(ctx, id, 1, "idle", "")
+		require.NoError(t, err)
+	}
+	instanceAt(t, s, "stopped", "Stopped", 1)
+
+	_, err := s.Instances.Rehome(ctx, "stopped", "n2", 1, "started", "waking")
+	assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition, "stopped, not hibernated")
+	_, err = s.Instances.Rehome(ctx, running.ID, "n2", 1, "started", "waking")
+	assert.ErrorIs(t, err, errdefs.ErrFailedPrecondition, "running")
+	assert.Equal(t, types.InstanceState("Running"), errdefs.Details(err)["state"])
+
+	_, err = s.Tenants.SetQuota(ctx, tenant, versions.Quota{MaxInstances: 3})
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	errs := make([]error, hibernated)
+	for i := range errs {
+		wg.Go(func() {
+			_, errs[i] = s.Instances.Rehome(ctx, fmt.Sprintf("h%d", i), "n2", 1, "started", "waking")
+		})
+	}
+	wg.Wait()
+	woken := 0
+	for i, err := range errs {
+		in, gerr := s.Instances.GetInstance(ctx, tenant, fmt.Sprintf("h%d", i))
+		require.NoError(t, gerr)
+		if err != nil {
+			assert.ErrorIs(t, err, errdefs.ErrQuotaExceeded)
+			assert.Equal(t, types.StateStopped, in.State, "refused: nothing changed")
+			assert.Equal(t, 1, in.HibernatedVersion)
+			assert.Equal(t, "n1", in.Node)
+			continue
+		}
+		woken++
+		assert.Equal(t, types.StatePending, in.State)
+		assert.Equal(t, "waking", in.Message)
+		assert.Zero(t, in.HibernatedVersion, "the hibernation is cleared with the transition")
+		assert.Equal(t, "n2", in.Node)
+		assert.Equal(t, int64(2), in.Generation)
+	}
+	assert.Equal(t, 2, woken, "one place was taken by the running instance")
+}

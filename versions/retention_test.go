@@ -109,7 +109,7 @@ func TestMarkCollectable(t *testing.T) {
 			instanceAt(t, s, "i1", "Stopped", 6)
 			_, err := s.Instances.Hibernated(context.Background(), "i1", 3, "Idle", "")
 			require.NoError(t, err)
-			_, err = s.Instances.Rehome(context.Background(), "i1", "Stopped", "n2", 3)
+			_, err = s.Instances.Rehome(context.Background(), "i1", "n2", 3, "started", "waking")
 			require.NoError(t, err)
 		}},
 		{name: "base kind kept", policy: keep2, want: []int{2, 4}, setup: func(t *testing.T, s *versions.Store) {

@@ -282,11 +282,8 @@ func (m *Manager) wakeWithMemory(ctx context.Context, p types.Principal, in vers
 	if err != nil {
 		return types.Instance{}, err
 	}
-	if in, err = m.Store.Transition(ctx, in.ID, []types.InstanceState{types.StateStopped}, types.StatePending, types.ReasonStarted,
+	if in, err = m.Store.Rehome(ctx, in.ID, m.Node, v.Number, types.ReasonStarted,
 		fmt.Sprintf("waking with its processes from checkpoint %d (version %d) on node %s", c.Number, v.Number, m.Node)); err != nil {
-		return types.Instance{}, err
-	}
-	if in, err = m.Store.Rehome(ctx, in.ID, types.StatePending, m.Node, v.Number); err != nil {
 		return types.Instance{}, err
 	}
 	back := func(cause error) error {

@@ -51,7 +51,7 @@ type Store interface {
 	ListInstancesAfter(ctx context.Context, tenant, project string, after versions.InstanceCursor, limit int) ([]versions.Instance, error)
 	ListNodeInstances(ctx context.Context, node string) ([]versions.Instance, error)
 	Transition(ctx context.Context, id string, from []types.InstanceState, to types.InstanceState, reason, message string) (versions.Instance, error)
-	Rehome(ctx context.Context, id string, from types.InstanceState, node string, layerVersion int) (versions.Instance, error)
+	Rehome(ctx context.Context, id, node string, layerVersion int, reason, message string) (versions.Instance, error)
 	Hibernated(ctx context.Context, id string, v int, reason, message string) (versions.Instance, error)
 	StopHibernated(ctx context.Context, id string, v int, reason, message string) (versions.Instance, error)
 	StopHibernatedWith(ctx context.Context, id string, h versions.Hibernation, reason, message string) (versions.Instance, error)

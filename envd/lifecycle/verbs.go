@@ -271,11 +271,8 @@ func (m *Manager) wake(ctx context.Context, p types.Principal, in versions.Insta
 	if err != nil {
 		return types.Instance{}, err
 	}
-	if in, err = m.Store.Transition(ctx, in.ID, []types.InstanceState{types.StateStopped}, types.StatePending, types.ReasonStarted,
+	if in, err = m.Store.Rehome(ctx, in.ID, m.Node, v.Number, types.ReasonStarted,
 		fmt.Sprintf("waking from hibernation version %d on node %s", v.Number, m.Node)); err != nil {
-		return types.Instance{}, err
-	}
-	if in, err = m.Store.Rehome(ctx, in.ID, types.StatePending, m.Node, v.Number); err != nil {
 		return types.Instance{}, err
 	}
 	if err := m.provision(ctx, in, proj, v.Image, false); err != nil {
