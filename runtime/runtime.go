@@ -198,6 +198,7 @@ type Runtime struct {
 	unhardened bool
 	gvisor     *gvisor // the gVisor class (class.go)
 	groups     shimGroups
+	gates      shimGates // orders a group's task creates and deletes (shimgate.go)
 }
 
 // New connects to containerd at cfg.Address and prepares the instance
@@ -678,8 +679,13 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 		case client.Paused, client.Pausing:
 			return fmt.Errorf("instance %q is paused: %w", id, errdefs.ErrFailedPrecondition)
 		}
-		if _, err := t.Delete(ctx, withKill); err != nil && !cerrdefs.IsNotFound(err) {
-			return translate(err, "delete old task of instance %q", id)
+		if err := r.deleteGroupedTask(ctx, id, taskGroup(ctx, c), func() error {
+			if _, err := t.Delete(ctx, withKill); err != nil && !cerrdefs.IsNotFound(err) {
+				return translate(err, "delete old task of instance %q", id)
+			}
+			return nil
+		}); err != nil {
+			return err
 		}
 	} else if !cerrdefs.IsNotFound(err) {
 		return translate(err, "task of instance %q", id)
@@ -751,9 +757,12 @@ func (r *Runtime) startTaskFrom(ctx context.Context, id, hostname, restoreFrom s
 		topts = append(topts, client.WithRestoreImagePath(restoreFrom))
 	}
 	taskStart := time.Now()
+	group := labels[LabelShimGroup]
+	left := r.enterShimGroup(group)
 	r.cgroupMu.RLock()
 	t, err := c.NewTask(ctx, cio.NullIO, topts...)
 	r.cgroupMu.RUnlock()
+	left()
 	steps.Task = time.Since(taskStart)
 	if err != nil {
 		return startErr(err, "create task of instance %q", id)
@@ -762,7 +771,10 @@ func (r *Runtime) startTaskFrom(ctx context.Context, id, hostname, restoreFrom s
 	err = t.Start(ctx)
 	steps.Start = time.Since(startStart)
 	if err != nil {
-		_, _ = t.Delete(context.WithoutCancel(ctx), withKill)
+		_ = r.deleteGroupedTask(context.WithoutCancel(ctx), id, group, func() error {
+			_, err := t.Delete(context.WithoutCancel(ctx), withKill)
+			return err
+		})
 		return startErr(err, "start task of instance %q", id)
 	}
 	if slot != nil {
@@ -1365,10 +1377,12 @@ func (r *Runtime) stopTask(ctx context.Context, c client.Container) error {
 			return fmt.Errorf("stop instance %q: %w", id, ctx.Err())
 		}
 	}
-	if _, err := t.Delete(ctx, withKill); err != nil && !cerrdefs.IsNotFound(err) {
-		return translate(err, "delete task of instance %q", id)
-	}
-	return nil
+	return r.deleteGroupedTask(ctx, id, taskGroup(ctx, c), func() error {
+		if _, err := t.Delete(ctx, withKill); err != nil && !cerrdefs.IsNotFound(err) {
+			return translate(err, "delete task of instance %q", id)
+		}
+		return nil
+	})
 }
 
 // Remove stops the instance if needed and deletes its container, snapshot,

@@ -50,14 +50,12 @@ const LabelShimGroup = "envd.shim-group"
 // key are found by it when a group is chosen.
 const labelShimKey = "envd.shim-key"
 
-// DefaultShimGroupSize is the node default of Config.ShimGroupSize: 1, a
-// shim per instance. Grouping (16 shared a shim's ~4.3 MB) is opt-in:
-// with it as the default, the full e2e suite failed creates with
-// "failed to create shim task: ttrpc: closed" and marked instances of
-// other tests shim_lost under a tenant's churn of creates and removals
-// (a new task sent to a group's shim while it was exiting, it seems; not
-// yet diagnosed). See docs/notes/lifecycle.md, "Shim groups".
-const DefaultShimGroupSize = 1
+// DefaultShimGroupSize is the node default of Config.ShimGroupSize: 16
+// instances share a shim's ~4.3 MB. It was 1 (opt-in grouping) while a
+// task created in a group whose shim was exiting failed ("ttrpc: closed")
+// or died with it; the group gates (shimgate.go) order the two. See
+// docs/notes/lifecycle.md, "Shim groups".
+const DefaultShimGroupSize = 16
 
 // shimGroups hands out group places. pending counts the places handed out
 // whose container is not yet made (or failed to be): containerd's list of

@@ -1,10 +1,13 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -123,4 +126,56 @@ func echoes(t *testing.T, env *testEnv, id string) {
 	out, _, code := env.run(t, id, "echo", "hi from "+id)
 	assert.Equal(t, 0, code, "exec in %s", id)
 	assert.Equal(t, "hi from "+id+"\n", out, "exec in %s", id)
+}
+
+// A group emptied and joined again at once: each worker creates an
+// instance in the group, runs a command in it and removes it, over and
+// over, so the group's last task is often deleted (its shim told to exit)
+// while another worker's task is being created in it. Every create
+// succeeds and every instance answers: a task never joins a shim on its
+// way out (which failed creates with "ttrpc: closed", or lost the task
+// with the shim).
+func TestRootShimGroupChurn(t *testing.T) {
+	env := newTestEnvWith(t, NetworkConfig{Subnet: freeSubnet(t)}, func(c *Config) { c.ShimGroupSize = 8 })
+	ctx := context.Background()
+	// The gate's wait, alone: the group's shim listens where the runtime
+	// computes, and is gone once the removal of its last instance returns.
+	env.create(t, InstanceSpec{ID: "probe", ShimGroup: "churn"})
+	group, err := env.rt.ShimGroupOf(ctx, "probe")
+	require.NoError(t, err)
+	addr := shimSocketAddress(env.rt.cfg.Namespace, env.rt.cfg.Address, group)
+	require.True(t, socketAnswers(addr), "the group's shim listens on %s", addr)
+	require.NoError(t, env.rt.Remove(ctx, "probe"))
+	require.False(t, socketAnswers(addr), "the emptied group's shim has exited when the removal returns")
+
+	const workers, rounds = 3, 12
+	errs := make(chan error, workers*rounds)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range rounds {
+				id := fmt.Sprintf("churn%d-%d", w, i)
+				if err := env.rt.Create(ctx, InstanceSpec{ID: id, Image: env.ref, ShimGroup: "churn"}); err != nil {
+					errs <- fmt.Errorf("create %s: %w", id, err)
+					continue
+				}
+				var out bytes.Buffer
+				cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				code, err := env.rt.Exec(cctx, id, ExecSpec{Args: []string{"echo", id}, Stdout: &out})
+				cancel()
+				if err != nil || code != 0 || out.String() != id+"\n" {
+					errs <- fmt.Errorf("exec in %s: code %d, %q, %v", id, code, out.String(), err)
+				}
+				if err := env.rt.Remove(ctx, id); err != nil {
+					errs <- fmt.Errorf("remove %s: %w", id, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	assert.False(t, socketAnswers(addr), "no shim is left for the emptied group")
 }

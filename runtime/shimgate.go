@@ -1,0 +1,158 @@
+package runtime
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"net"
+	"path/filepath"
+	"sync"
+	"time"
+
+	tasks "github.com/containerd/containerd/api/services/tasks/v1"
+	"github.com/containerd/containerd/v2/client"
+)
+
+// Shim group gates.
+//
+// A group's shim exits when containerd asks it to shut down after a task
+// delete and it serves no task any more (containerd's runc shim,
+// task service Shutdown). containerd does not order that with a task
+// created in the group meanwhile: the new task's shim start finds the
+// group's socket still answering and joins the shim on its way out, and
+// the create fails with "ttrpc: closed", or the task is made and dies with
+// the shim (its instance shim_lost). Under a tenant's churn of creates and
+// removals this failed the e2e suite when grouping was the default. The
+// runtime orders them per group:
+//   - a task's create holds its group's gate shared;
+//   - a task's delete holds it alone and, when it left the group without
+//     a task, keeps it until the shim's socket stops answering (at most
+//     shimExitWait), so the next create starts a new shim.
+//
+// Only this process's creates and deletes are ordered, which is all of
+// them for a node's containerd: a group's name carries the runtime's
+// scope. A shim killed from outside is no race: it answers nothing.
+type shimGates struct {
+	mu    sync.Mutex
+	gates map[string]*sync.RWMutex // by group name; a few per tenant, kept
+}
+
+// shimExitWait bounds the wait for an emptied group's shim to go: it exits
+// within milliseconds of its shutdown; a wait past this is logged by
+// nobody and only means the next create may race as before.
+const shimExitWait = 5 * time.Second
+
+// shimSocketDir is where containerd's shims listen unless its config sets
+// [plugins."io.containerd.shim.v1.manager"] socket_dir (the daemon's
+// config does not; daemon.go).
+const shimSocketDir = "/run/containerd/s"
+
+func (g *shimGates) gate(group string) *sync.RWMutex {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.gates == nil {
+		g.gates = map[string]*sync.RWMutex{}
+	}
+	l := g.gates[group]
+	if l == nil {
+		l = &sync.RWMutex{}
+		g.gates[group] = l
+	}
+	return l
+}
+
+// enterShimGroup holds group's gate for a task's create; the caller runs
+// the returned func once the create has returned. "" = no group.
+func (r *Runtime) enterShimGroup(group string) func() {
+	if group == "" {
+		return func() {}
+	}
+	l := r.gates.gate(group)
+	l.RLock()
+	return l.RUnlock
+}
+
+// deleteGroupedTask runs del, the delete of container id's task in group,
+// alone in the group, and waits for the group's shim to exit when no task
+// of the group is left.
+func (r *Runtime) deleteGroupedTask(ctx context.Context, id, group string, del func() error) error {
+	if group == "" {
+		return del()
+	}
+	l := r.gates.gate(group)
+	l.Lock()
+	defer l.Unlock()
+	if err := del(); err != nil {
+		return err
+	}
+	if r.groupHasTask(ctx, id, group) {
+		return nil
+	}
+	addr := shimSocketAddress(r.cfg.Namespace, r.cfg.Address, group)
+	for deadline := time.Now().Add(shimExitWait); time.Now().Before(deadline) && ctx.Err() == nil; {
+		if !socketAnswers(addr) {
+			return nil
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return nil
+}
+
+// groupHasTask reports whether a container of group other than id has a
+// task. When that cannot be read it says yes: no wait, as before gates.
+func (r *Runtime) groupHasTask(ctx context.Context, id, group string) bool {
+	cs, err := r.client.ContainerService().List(ctx, fmt.Sprintf("labels.%q==%q", LabelShimGroup, group))
+	if err != nil {
+		return true
+	}
+	members := map[string]bool{}
+	for _, c := range cs {
+		if c.ID != id {
+			members[c.ID] = true
+		}
+	}
+	if len(members) == 0 {
+		return false
+	}
+	resp, err := r.client.TaskService().List(ctx, &tasks.ListTasksRequest{})
+	if err != nil {
+		return true
+	}
+	for _, t := range resp.Tasks {
+		if members[t.ID] {
+			return true
+		}
+	}
+	return false
+}
+
+// shimSocketAddress is the socket a group's shim listens on: containerd's
+// shim.CreateSocketAddress (pkg/shim, v2), the sha256 of the daemon's
+// address, namespace and group under shimSocketDir. Written out here so
+// the runtime does not link containerd's shim package.
+// TestRootShimGroupChurn checks it against a live shim.
+func shimSocketAddress(namespace, daemonAddress, group string) string {
+	d := sha256.Sum256([]byte(filepath.Join(daemonAddress, namespace, group)))
+	return fmt.Sprintf("%s/%x", shimSocketDir, d)
+}
+
+// socketAnswers reports whether something accepts connections on the unix
+// socket at path (containerd's shim.CanConnect).
+func socketAnswers(path string) bool {
+	c, err := net.DialTimeout("unix", path, 100*time.Millisecond)
+	if err != nil {
+		return false
+	}
+	_ = c.Close()
+	return true
+}
+
+// taskGroup is container c's shim group ("" = a shim of its own), from the
+// metadata loaded with it.
+func taskGroup(ctx context.Context, c client.Container) string {
+	info, err := c.Info(ctx, client.WithoutRefreshedMetadata)
+	if err != nil {
+		return ""
+	}
+	return info.Labels[LabelShimGroup]
+}
