@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -13,18 +14,27 @@ import (
 
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/client"
+	"github.com/envd-dev/envd/envd/node"
 )
 
-// On the node's defaults a tenant's instances share containerd shims
-// (runtime.DefaultShimGroupSize). A shim killed takes only its own
+// On a node with shim groups (--shim-group-size 16; opt-in) a tenant's
+// instances share containerd shims. A shim killed takes only its own
 // tenant's instances: they are Failed at once with reason shim_lost and a
 // message that says what happened; another tenant's instance runs on and
 // answers; a new instance of the dead shim's tenant starts (in a new shim).
 func TestRootShimDeathFailsOnlyItsTenant(t *testing.T) {
 	t.Parallel()
 	c := ctx(t)
-	_, ca := newTenant(t, "shim-a")
-	_, cb := newTenant(t, "shim-b")
+	n, _ := startJoiningNode(t, "shimgroups", &node.Config{ShimGroupSize: 16, PrefetchWindow: -1})
+	tenantClient := func(prefix string) *client.Client {
+		tenant := fmt.Sprintf("%s-%d", prefix, projectSeq.Add(1))
+		tok, err := env.c.CreateToken(c, tenant, types.CreateTokenRequest{})
+		require.NoError(t, err)
+		tc, err := client.New(n.URL, tok.Token)
+		require.NoError(t, err)
+		return tc
+	}
+	ca, cb := tenantClient("shim-a"), tenantClient("shim-b")
 	upIn := func(tc *client.Client) types.Instance {
 		t.Helper()
 		in, err := tc.CreateInstance(c, "shims", types.CreateInstanceRequest{})
@@ -38,9 +48,9 @@ func TestRootShimDeathFailsOnlyItsTenant(t *testing.T) {
 		require.NoError(t, err)
 	}
 	a1, a2, b1 := upIn(ca), upIn(ca), upIn(cb)
-	shim := shimPid(t, a1.ID)
-	require.Equal(t, shim, shimPid(t, a2.ID), "one tenant's instances share a shim")
-	bShim := shimPid(t, b1.ID)
+	shim := shimPid(t, n, a1.ID)
+	require.Equal(t, shim, shimPid(t, n, a2.ID), "one tenant's instances share a shim")
+	bShim := shimPid(t, n, b1.ID)
 	require.NotEqual(t, shim, bShim, "another tenant's instance has a shim of its own")
 
 	require.NoError(t, syscall.Kill(shim, syscall.SIGKILL))
@@ -57,13 +67,13 @@ func TestRootShimDeathFailsOnlyItsTenant(t *testing.T) {
 	got, err := cb.GetInstance(c, b1.ID)
 	require.NoError(t, err)
 	assert.Equal(t, types.StateRunning, got.State, "the other tenant's instance runs on")
-	assert.Equal(t, bShim, shimPid(t, b1.ID))
+	assert.Equal(t, bShim, shimPid(t, n, b1.ID))
 	res, err := cb.Exec(c, b1.ID, types.ExecRequest{Args: []string{"echo", "still here"}})
 	require.NoError(t, err)
 	assert.Equal(t, "still here\n", res.Stdout)
 
 	a3 := upIn(ca)
-	assert.NotEqual(t, shim, shimPid(t, a3.ID), "a new shim for the tenant")
+	assert.NotEqual(t, shim, shimPid(t, n, a3.ID), "a new shim for the tenant")
 	res, err = ca.Exec(c, a3.ID, types.ExecRequest{Args: []string{"echo", "new shim"}})
 	require.NoError(t, err)
 	assert.Equal(t, "new shim\n", res.Stdout)
@@ -71,9 +81,9 @@ func TestRootShimDeathFailsOnlyItsTenant(t *testing.T) {
 
 // shimPid is the pid of the containerd shim serving instance id's task:
 // the parent of its init (the shim is the subreaper its init is left to).
-func shimPid(t *testing.T, id string) int {
+func shimPid(t *testing.T, n *node.Node, id string) int {
 	t.Helper()
-	st, err := env.node.Runtime().Status(ctx(t), id)
+	st, err := n.Runtime().Status(ctx(t), id)
 	require.NoError(t, err)
 	require.NotZero(t, st.Pid, "instance %s has no task", id)
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(int(st.Pid)) + "/stat")

@@ -758,11 +758,14 @@ func (r *Runtime) startTaskFrom(ctx context.Context, id, hostname, restoreFrom s
 	}
 	taskStart := time.Now()
 	group := labels[LabelShimGroup]
-	left := r.enterShimGroup(group)
-	r.cgroupMu.RLock()
-	t, err := c.NewTask(ctx, cio.NullIO, topts...)
-	r.cgroupMu.RUnlock()
-	left()
+	var t client.Task
+	err = r.createGroupedTask(ctx, id, group, func() error {
+		r.cgroupMu.RLock()
+		defer r.cgroupMu.RUnlock()
+		var err error
+		t, err = c.NewTask(ctx, cio.NullIO, topts...)
+		return err
+	})
 	steps.Task = time.Since(taskStart)
 	if err != nil {
 		return startErr(err, "create task of instance %q", id)

@@ -21,20 +21,21 @@ import (
 // created in the group meanwhile: the new task's shim start finds the
 // group's socket still answering and joins the shim on its way out, and
 // the create fails with "ttrpc: closed", or the task is made and dies with
-// the shim (its instance shim_lost). Under a tenant's churn of creates and
-// removals this failed the e2e suite when grouping was the default. The
-// runtime orders them per group:
-//   - a task's create holds its group's gate shared;
-//   - a task's delete holds it alone and, when it left the group without
-//     a task, keeps it until the shim's socket stops answering (at most
-//     shimExitWait), so the next create starts a new shim.
+// the shim (its instance shim_lost). A create that fails is cleaned up by
+// containerd the same way (a shutdown), so it can take a concurrent
+// create in an empty group down with it. The runtime orders them per
+// group: a task's create and a task's delete each hold the group's gate
+// alone, and one that leaves the group without a task keeps it until the
+// shim's socket stops answering (at most shimExitWait), so the next
+// create starts a new shim. Creates in one group are serial: a task's
+// create is 50-200 ms, and a group is 16 instances of one tenant.
 //
 // Only this process's creates and deletes are ordered, which is all of
 // them for a node's containerd: a group's name carries the runtime's
 // scope. A shim killed from outside is no race: it answers nothing.
 type shimGates struct {
 	mu    sync.Mutex
-	gates map[string]*sync.RWMutex // by group name; a few per tenant, kept
+	gates map[string]*sync.Mutex // by group name; a few per tenant, kept
 }
 
 // shimExitWait bounds the wait for an emptied group's shim to go: it exits
@@ -47,29 +48,35 @@ const shimExitWait = 5 * time.Second
 // config does not; daemon.go).
 const shimSocketDir = "/run/containerd/s"
 
-func (g *shimGates) gate(group string) *sync.RWMutex {
+func (g *shimGates) gate(group string) *sync.Mutex {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.gates == nil {
-		g.gates = map[string]*sync.RWMutex{}
+		g.gates = map[string]*sync.Mutex{}
 	}
 	l := g.gates[group]
 	if l == nil {
-		l = &sync.RWMutex{}
+		l = &sync.Mutex{}
 		g.gates[group] = l
 	}
 	return l
 }
 
-// enterShimGroup holds group's gate for a task's create; the caller runs
-// the returned func once the create has returned. "" = no group.
-func (r *Runtime) enterShimGroup(group string) func() {
+// createGroupedTask runs create, the creation of container id's task in
+// group, alone in the group; when it fails and leaves the group without a
+// task, it waits for the group's shim to exit.
+func (r *Runtime) createGroupedTask(ctx context.Context, id, group string, create func() error) error {
 	if group == "" {
-		return func() {}
+		return create()
 	}
 	l := r.gates.gate(group)
-	l.RLock()
-	return l.RUnlock
+	l.Lock()
+	defer l.Unlock()
+	err := create()
+	if err != nil {
+		r.awaitEmptyShimExit(ctx, id, group)
+	}
+	return err
 }
 
 // deleteGroupedTask runs del, the delete of container id's task in group,
@@ -85,17 +92,23 @@ func (r *Runtime) deleteGroupedTask(ctx context.Context, id, group string, del f
 	if err := del(); err != nil {
 		return err
 	}
+	r.awaitEmptyShimExit(ctx, id, group)
+	return nil
+}
+
+// awaitEmptyShimExit waits, when no container of group but id has a task,
+// until the group's shim socket stops answering (shimExitWait at most).
+func (r *Runtime) awaitEmptyShimExit(ctx context.Context, id, group string) {
 	if r.groupHasTask(ctx, id, group) {
-		return nil
+		return
 	}
 	addr := shimSocketAddress(r.cfg.Namespace, r.cfg.Address, group)
 	for deadline := time.Now().Add(shimExitWait); time.Now().Before(deadline) && ctx.Err() == nil; {
 		if !socketAnswers(addr) {
-			return nil
+			return
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	return nil
 }
 
 // groupHasTask reports whether a container of group other than id has a

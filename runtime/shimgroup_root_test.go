@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -131,10 +132,11 @@ func echoes(t *testing.T, env *testEnv, id string) {
 // A group emptied and joined again at once: each worker creates an
 // instance in the group, runs a command in it and removes it, over and
 // over, so the group's last task is often deleted (its shim told to exit)
-// while another worker's task is being created in it. Every create
-// succeeds and every instance answers: a task never joins a shim on its
-// way out (which failed creates with "ttrpc: closed", or lost the task
-// with the shim).
+// while another worker's task is being created in it; one more worker's
+// creates fail in runc (a file bound over a directory), which containerd
+// cleans up with a shutdown too. Every other create succeeds and every
+// instance answers: a task never joins a shim on its way out (which
+// failed creates with "ttrpc: closed", or lost the task with the shim).
 func TestRootShimGroupChurn(t *testing.T) {
 	env := newTestEnvWith(t, NetworkConfig{Subnet: freeSubnet(t)}, func(c *Config) { c.ShimGroupSize = 8 })
 	ctx := context.Background()
@@ -172,6 +174,21 @@ func TestRootShimGroupChurn(t *testing.T) {
 			}
 		})
 	}
+	notDir := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(notDir, nil, 0o644))
+	wg.Go(func() {
+		for i := range rounds {
+			id := fmt.Sprintf("fails-%d", i)
+			err := env.rt.Create(ctx, InstanceSpec{ID: id, Image: env.ref, ShimGroup: "churn",
+				Mounts: []Mount{{Source: notDir, Destination: "/bin"}}})
+			if err == nil {
+				errs <- fmt.Errorf("create %s: a file bound over /bin was accepted", id)
+			}
+			if err := env.rt.Remove(ctx, id); err != nil {
+				errs <- fmt.Errorf("remove %s: %w", id, err)
+			}
+		}
+	})
 	wg.Wait()
 	close(errs)
 	for err := range errs {

@@ -105,7 +105,7 @@ type Config struct {
 	// ShimGroupSize is how many of one tenant's instances share a
 	// containerd shim process at most (runtime.Config.ShimGroupSize): a
 	// shim's death fails that many at most, all of one tenant. 0 =
-	// runtime.DefaultShimGroupSize (16); 1 = a shim per instance.
+	// runtime.DefaultShimGroupSize (1, a shim per instance; grouping is opt-in).
 	ShimGroupSize int
 	// UserNS runs instances in a user namespace (runtime.Config.UserNS):
 	// images are pulled in full (no lazy restore).
