@@ -75,15 +75,23 @@ func loopOf(img string) string {
 	return ""
 }
 
+// transientUse is how long another mount namespace may hold a volume's
+// mount before it counts as a user: a container being set up holds a copy
+// of every host mount until it pivots into its rootfs.
+const transientUse = 3 * time.Second
+
 // detached waits for img's loop device to go. The kernel detaches an
 // autoclear loop device after the last mount of it is gone, but not at
 // once: when the last holder was a mount namespace whose process just
 // exited, the namespace's mounts and then the device are released by
 // deferred kernel work, seconds later on a loaded node. So the device
-// may stay a while with no holder; a namespace that still mounts it is a
-// holder, refused at once with its pid.
+// may stay a while with no holder. A namespace that still mounts it is a
+// holder, refused with its pid once it has held it for transientUse: a
+// container being set up anywhere on the node holds a copy of every host
+// mount for a moment (see unmount; a CI run's workspace test met one).
 func detached(img string) error {
 	deadline := time.Now().Add(10 * time.Second)
+	var heldSince time.Time
 	for {
 		dev := loopOf(img)
 		if dev == "" {
@@ -95,7 +103,12 @@ func detached(img string) error {
 			if err != nil {
 				return err
 			}
-			if who != "" {
+			switch {
+			case who == "":
+				heldSince = time.Time{}
+			case heldSince.IsZero():
+				heldSince = time.Now()
+			case time.Since(heldSince) > transientUse:
 				return fmt.Errorf("image still attached to %s, used by %s: %w", dev, who, errdefs.ErrFailedPrecondition)
 			}
 		}
@@ -166,7 +179,7 @@ func unmount(dir string) error {
 	// volume) briefly holds a copy of every host mount in its new mount
 	// namespace, until it pivots into its rootfs: a use that goes away
 	// within a few seconds is that, not a real user.
-	deadline := time.Now().Add(3 * time.Second)
+	deadline := time.Now().Add(transientUse)
 	for {
 		who, err := usedElsewhere(mi.Dev)
 		if err != nil {
