@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,6 +13,7 @@ import (
 	"github.com/envd-dev/envd/api/types"
 	"github.com/envd-dev/envd/client"
 	"github.com/envd-dev/envd/envd/node"
+	"github.com/envd-dev/envd/internal/proc"
 )
 
 // On a node with shim groups (--shim-group-size 16; opt-in) a tenant's
@@ -86,14 +85,8 @@ func shimPid(t *testing.T, n *node.Node, id string) int {
 	st, err := n.Runtime().Status(ctx(t), id)
 	require.NoError(t, err)
 	require.NotZero(t, st.Pid, "instance %s has no task", id)
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(int(st.Pid)) + "/stat")
+	ppid, comm, err := proc.Parent(int(st.Pid))
 	require.NoError(t, err)
-	// pid (comm) state ppid ...: comm may hold spaces, so from its ")".
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	ppid, err := strconv.Atoi(f[1])
-	require.NoError(t, err)
-	comm, err := os.ReadFile("/proc/" + strconv.Itoa(ppid) + "/comm")
-	require.NoError(t, err)
-	require.True(t, strings.HasPrefix(string(comm), "containerd-shim"), "parent of %s's init is %q", id, comm)
+	require.True(t, strings.HasPrefix(comm, "containerd-shim"), "parent of %s's init is %q", id, comm)
 	return ppid
 }

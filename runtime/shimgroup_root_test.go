@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -15,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/envd-dev/envd/internal/proc"
 )
 
 // shimOf is the pid of the shim process serving instance id's task: the
@@ -25,15 +26,9 @@ func shimOf(t *testing.T, rt *Runtime, id string) int {
 	st, err := rt.Status(context.Background(), id)
 	require.NoError(t, err)
 	require.NotZero(t, st.Pid, "instance %s has no task", id)
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(int(st.Pid)) + "/stat")
+	ppid, comm, err := proc.Parent(int(st.Pid))
 	require.NoError(t, err)
-	// pid (comm) state ppid ...: comm may hold spaces, so from its ")".
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	ppid, err := strconv.Atoi(f[1])
-	require.NoError(t, err)
-	comm, err := os.ReadFile("/proc/" + strconv.Itoa(ppid) + "/comm")
-	require.NoError(t, err)
-	require.Equal(t, "containerd-shim", strings.TrimSpace(string(comm))[:len("containerd-shim")], "parent of %s's init", id)
+	require.True(t, strings.HasPrefix(comm, "containerd-shim"), "parent of %s's init is %q", id, comm)
 	return ppid
 }
 

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -112,4 +113,27 @@ func Args(pid int) []string {
 		return nil
 	}
 	return strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+}
+
+// Parent is process pid's parent and the parent's command name (comm), as
+// /proc shows them. A container's init is left to its shim (a
+// subreaper), so the parent of an init is the shim serving its task.
+func Parent(pid int) (ppid int, comm string, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, "", err
+	}
+	// pid (comm) state ppid ...: comm may hold spaces, so from its ")".
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 2 {
+		return 0, "", fmt.Errorf("/proc/%d/stat: %q", pid, b)
+	}
+	if ppid, err = strconv.Atoi(f[1]); err != nil {
+		return 0, "", fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	c, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", ppid))
+	if err != nil {
+		return 0, "", err
+	}
+	return ppid, strings.TrimSpace(string(c)), nil
 }

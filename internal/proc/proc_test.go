@@ -157,3 +157,14 @@ func TestThreads(t *testing.T) {
 	// Each locked goroutine has a thread of its own, and this one runs on another.
 	assert.GreaterOrEqual(t, during, n+1, "%d locked threads were not counted", n)
 }
+
+func TestParent(t *testing.T) {
+	ppid, comm, err := Parent(os.Getpid())
+	require.NoError(t, err)
+	assert.Equal(t, os.Getppid(), ppid)
+	want, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", os.Getppid()))
+	require.NoError(t, err)
+	assert.Equal(t, strings.TrimSpace(string(want)), comm)
+	_, _, err = Parent(1 << 30)
+	assert.Error(t, err, "no such process")
+}
