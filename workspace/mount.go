@@ -193,11 +193,24 @@ func unmount(dir string) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if err := unix.Unmount(dir, 0); err != nil {
-		if errors.Is(err, unix.EBUSY) {
+	// An open file is also held for a moment by a child this process
+	// forks (a mount, a mkfs) until it execs: it inherits every descriptor
+	// open at the fork, close-on-exec or not, and on a loaded node may wait
+	// hundreds of milliseconds to run. A restore's unmount right after its
+	// extraction met one (CI, load 15). So EBUSY is tried again for
+	// transientUse.
+	busySince := time.Now()
+	for {
+		err := unix.Unmount(dir, 0)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("unmount %s: %w", dir, err)
+		}
+		if time.Since(busySince) > transientUse {
 			return fmt.Errorf("volume at %s is busy (open files): %w", dir, errdefs.ErrFailedPrecondition)
 		}
-		return fmt.Errorf("unmount %s: %w", dir, err)
+		time.Sleep(50 * time.Millisecond)
 	}
-	return nil
 }
