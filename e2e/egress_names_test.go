@@ -168,9 +168,11 @@ func topLayerTar(t *testing.T, project string, version int) string {
 // TestRootEgressSecretRotationAcrossNodes: an instance on node B sends
 // plain HTTP to a bound host through B's egress proxy; the secret is
 // rotated, rebound and revoked through node A's API, and B's proxy, whose
-// lookups come from its secret cache, applies each change to the very next
-// request (no retry): A's change reaches B's cache through the database's
-// notification before the request does.
+// lookups come from its secret cache, applies each change within seconds:
+// A's change reaches B's cache through the database's notification, which
+// is asynchronous. Quiet, the very next request sees it; at CI's load
+// (15-20) a request sometimes came first, so each change is awaited over
+// at most 10 s of requests, and the count it took is logged.
 func TestRootEgressSecretRotationAcrossNodes(t *testing.T) {
 	t.Parallel()
 	c := ctx(t)
@@ -205,18 +207,35 @@ func TestRootEgressSecretRotationAcrossNodes(t *testing.T) {
 	t.Cleanup(func() { _, _ = env.c.DeleteSecret(context.Background(), name) })
 	_, err = env.c.BindSecret(c, name, types.SecretBinding{Host: "api.rotate.test", Header: "X-Api-Key", Format: "{{value}}"})
 	require.NoError(t, err)
-	assert.Equal(t, one, get(), "the bound secret, set on node A, sent by node B's proxy")
+	// seen sends requests until one carries want (10 s at most).
+	seen := func(want, what string) {
+		t.Helper()
+		start := time.Now()
+		for n := 1; ; n++ {
+			got := get()
+			if got == want {
+				t.Logf("%s: seen by request %d, after %v", what, n, time.Since(start).Round(time.Millisecond))
+				return
+			}
+			if time.Since(start) > 10*time.Second {
+				assert.Equal(t, want, got, "%s: not applied after %d requests", what, n)
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	seen(one, "the bound secret, set on node A, sent by node B's proxy")
 	assert.Equal(t, one, get(), "again, from node B's cache")
 
 	_, err = env.c.SetSecret(c, name, two)
 	require.NoError(t, err)
-	assert.Equal(t, two, get(), "a rotation on node A applies to node B's next request")
+	seen(two, "a rotation on node A applies to node B")
 
 	_, err = env.c.BindSecret(c, name, types.SecretBinding{Host: "api.rotate.test", Header: "X-Other", Format: "{{value}}"})
 	require.NoError(t, err)
-	assert.Equal(t, "", get(), "a binding moved to another header: X-Api-Key is no longer sent")
+	seen("", "a binding moved to another header: X-Api-Key is no longer sent")
 
 	_, err = env.c.DeleteSecret(c, name)
 	require.NoError(t, err)
-	assert.Equal(t, "", get(), "a revocation on node A applies to node B's next request")
+	seen("", "a revocation on node A applies to node B")
 }
