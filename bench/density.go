@@ -11,7 +11,7 @@ import (
 // scenario's measurement of -n idle busybox and -debian idle Debian
 // instances on one node (memory of every part from /proc and the cgroups,
 // start and removal of all, API p99 under 50 clients), run once with a
-// shim per instance (the default) and once with shim groups of
+// shim per instance (the node default) and once with shim groups of
 // densityGroupSize (all instances are of one tenant, so groups fill),
 // each on a fresh node, then both side by side.
 // densityGroupSize is the grouped side's shim group size: grouping is

@@ -20,10 +20,16 @@ import (
 // newTenant makes a tenant with a token of its own and returns its client.
 func newTenant(t *testing.T, prefix string) (string, *client.Client) {
 	t.Helper()
+	return newTenantAt(t, env.node.URL, prefix)
+}
+
+// newTenantAt is newTenant with a client of the node at url.
+func newTenantAt(t *testing.T, url, prefix string) (string, *client.Client) {
+	t.Helper()
 	tenant := fmt.Sprintf("%s-%d", prefix, projectSeq.Add(1))
 	tok, err := env.c.CreateToken(ctx(t), tenant, types.CreateTokenRequest{})
 	require.NoError(t, err)
-	tc, err := client.New(env.node.URL, tok.Token)
+	tc, err := client.New(url, tok.Token)
 	require.NoError(t, err)
 	return tenant, tc
 }

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,15 +24,8 @@ func TestRootShimDeathFailsOnlyItsTenant(t *testing.T) {
 	t.Parallel()
 	c := ctx(t)
 	n, _ := startJoiningNode(t, "shimgroups", &node.Config{ShimGroupSize: 16, PrefetchWindow: -1})
-	tenantClient := func(prefix string) *client.Client {
-		tenant := fmt.Sprintf("%s-%d", prefix, projectSeq.Add(1))
-		tok, err := env.c.CreateToken(c, tenant, types.CreateTokenRequest{})
-		require.NoError(t, err)
-		tc, err := client.New(n.URL, tok.Token)
-		require.NoError(t, err)
-		return tc
-	}
-	ca, cb := tenantClient("shim-a"), tenantClient("shim-b")
+	_, ca := newTenantAt(t, n.URL, "shim-a")
+	_, cb := newTenantAt(t, n.URL, "shim-b")
 	upIn := func(tc *client.Client) types.Instance {
 		t.Helper()
 		in, err := tc.CreateInstance(c, "shims", types.CreateInstanceRequest{})

@@ -679,13 +679,8 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 		case client.Paused, client.Pausing:
 			return fmt.Errorf("instance %q is paused: %w", id, errdefs.ErrFailedPrecondition)
 		}
-		if err := r.deleteGroupedTask(ctx, id, taskGroup(ctx, c), func() error {
-			if _, err := t.Delete(ctx, withKill); err != nil && !cerrdefs.IsNotFound(err) {
-				return translate(err, "delete old task of instance %q", id)
-			}
-			return nil
-		}); err != nil {
-			return err
+		if err := r.deleteTask(ctx, id, taskGroup(ctx, c), t); err != nil {
+			return translate(err, "delete old task of instance %q", id)
 		}
 	} else if !cerrdefs.IsNotFound(err) {
 		return translate(err, "task of instance %q", id)
@@ -774,10 +769,7 @@ func (r *Runtime) startTaskFrom(ctx context.Context, id, hostname, restoreFrom s
 	err = t.Start(ctx)
 	steps.Start = time.Since(startStart)
 	if err != nil {
-		_ = r.deleteGroupedTask(context.WithoutCancel(ctx), id, group, func() error {
-			_, err := t.Delete(context.WithoutCancel(ctx), withKill)
-			return err
-		})
+		_ = r.deleteTask(context.WithoutCancel(ctx), id, group, t)
 		return startErr(err, "start task of instance %q", id)
 	}
 	if slot != nil {
@@ -1380,12 +1372,10 @@ func (r *Runtime) stopTask(ctx context.Context, c client.Container) error {
 			return fmt.Errorf("stop instance %q: %w", id, ctx.Err())
 		}
 	}
-	return r.deleteGroupedTask(ctx, id, taskGroup(ctx, c), func() error {
-		if _, err := t.Delete(ctx, withKill); err != nil && !cerrdefs.IsNotFound(err) {
-			return translate(err, "delete task of instance %q", id)
-		}
-		return nil
-	})
+	if err := r.deleteTask(ctx, id, taskGroup(ctx, c), t); err != nil {
+		return translate(err, "delete task of instance %q", id)
+	}
+	return nil
 }
 
 // Remove stops the instance if needed and deletes its container, snapshot,

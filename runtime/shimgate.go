@@ -11,6 +11,7 @@ import (
 
 	tasks "github.com/containerd/containerd/api/services/tasks/v1"
 	"github.com/containerd/containerd/v2/client"
+	cerrdefs "github.com/containerd/errdefs"
 )
 
 // Shim group gates.
@@ -79,10 +80,16 @@ func (r *Runtime) createGroupedTask(ctx context.Context, id, group string, creat
 	return err
 }
 
-// deleteGroupedTask runs del, the delete of container id's task in group,
-// alone in the group, and waits for the group's shim to exit when no task
-// of the group is left.
-func (r *Runtime) deleteGroupedTask(ctx context.Context, id, group string, del func() error) error {
+// deleteTask deletes t, container id's task (its processes killed; a task
+// already gone is no error). In a group it runs alone in the group, and
+// waits for the group's shim to exit when no task of the group is left.
+func (r *Runtime) deleteTask(ctx context.Context, id, group string, t client.Task) error {
+	del := func() error {
+		if _, err := t.Delete(ctx, withKill); err != nil && !cerrdefs.IsNotFound(err) {
+			return err
+		}
+		return nil
+	}
 	if group == "" {
 		return del()
 	}

@@ -52,10 +52,10 @@ if [ "$split" = 1 ]; then
   ( set +e
     s=$SECONDS
     ENVD_E2E_GROUP=sole go test -count=1 -timeout 45m "$@" ./e2e/; e2e_rc=$?
-    echo "e2e sole $((SECONDS - s)) s" >"$side_log.times"
+    printf 'e2e sole %s s' $((SECONDS - s)) >"$side_log.times"
     s=$SECONDS
     bash scripts/fuzz.sh; fuzz_rc=$?
-    echo "fuzz $((SECONDS - s)) s" >>"$side_log.times"
+    printf ', fuzz %s s' $((SECONDS - s)) >>"$side_log.times"
     [ "$e2e_rc" = 0 ] && [ "$fuzz_rc" = 0 ] ) >"$side_log" 2>&1 &
   side=$!
   main_rc=0
@@ -66,7 +66,7 @@ if [ "$split" = 1 ]; then
   wait "$side" || side_rc=$?
   echo "== e2e's sequential tests (ENVD_E2E_GROUP=sole), then scripts/fuzz.sh"
   cat "$side_log"
-  summary "vet and tests ${main_s} s beside $(paste -sd "," "$side_log.times" | sed "s/,/, /g" 2>/dev/null); rc main ${main_rc}, side ${side_rc}"
+  summary "vet and tests ${main_s} s beside $(cat "$side_log.times" 2>/dev/null); rc main ${main_rc}, side ${side_rc}"
   rm -f "$side_log.times"
   [ "$main_rc" = 0 ] && [ "$side_rc" = 0 ]
 else
